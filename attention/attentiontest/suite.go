@@ -1,0 +1,236 @@
+// Package attentiontest is the conformance suite every attention backend
+// runs (in the spirit of gonum's testblas): a table of awkward problems,
+// random inputs drawn fresh for every run, outputs poisoned before each call,
+// and every result checked against the float64 reference.
+//
+//	func TestConformance(t *testing.T) {
+//		e, _ := attention.Open(attention.Config{Backend: attention.CPU})
+//		defer e.Close()
+//		attentiontest.Run(t, e)
+//	}
+//
+// Tolerances: float32 storage must reach rel_l2 ≤ 1e-5 on O, LSE, dQ, dK and
+// dV. float16 follows FlashAttention-2's rule: the error against the float64
+// reference may be at most twice that of a PyTorch-style fp16 computation
+// (matrix products accumulated in fp32 and rounded to fp16, softmax in fp32
+// rounded to fp16) on the same fp16 inputs; that baseline is emulated here.
+//
+// Seeds: every run draws a new seed and logs it; FLASHVK_SEED=n replays one.
+package attentiontest
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/reference"
+)
+
+// Case is one problem of the suite.
+type Case struct {
+	Name                      string
+	B, Hq, Hkv, Nq, Nk, D, Dv int
+	Causal                    bool
+	Align                     attention.Alignment
+	Scale                     float32
+	Layout                    attention.Layout
+	// Packed places Q, K and V inside one [B, N, 3, H, D] buffer (Nq = Nk,
+	// Hq = Hkv, D = Dv) and O and the gradients inside larger buffers, so
+	// strided views are exercised and writes outside a view are caught.
+	Packed bool
+}
+
+func (c Case) String() string {
+	s := fmt.Sprintf("B%d_Hq%d_Hkv%d_Nq%d_Nk%d_d%d", c.B, c.Hq, c.Hkv, c.Nq, c.Nk, c.D)
+	if c.Dv != c.D {
+		s += fmt.Sprintf("_dv%d", c.Dv)
+	}
+	if c.Causal {
+		s += "_causal-" + c.Align.String()
+	}
+	if c.Layout == attention.BHSD {
+		s += "_bhsd"
+	}
+	if c.Packed {
+		s += "_packed"
+	}
+	if c.Scale != 0 {
+		s += fmt.Sprintf("_scale%g", c.Scale)
+	}
+	if c.Name != "" {
+		s = c.Name + "/" + s
+	}
+	return s
+}
+
+func (c Case) params() reference.Params {
+	return reference.Params{B: c.B, Hq: c.Hq, Hkv: c.Hkv, Nq: c.Nq, Nk: c.Nk, D: c.D, Dv: c.Dv,
+		Scale: float64(c.Scale), Causal: c.Causal, BottomRight: c.Align == attention.BottomRight}
+}
+
+func (c Case) options() attention.Options {
+	return attention.Options{Scale: c.Scale, Causal: c.Causal, Align: c.Align}
+}
+
+// Cases is the conformance table: tails around tile sizes, Nq ≠ Nk both
+// ways, head dims 1…256, Dv ≠ D, causal with both alignments (including rows
+// that see no key), GQA and MQA, batches, BHSD, packed views, custom scales.
+func Cases() []Case {
+	tl, br := attention.TopLeft, attention.BottomRight
+	return []Case{
+		{Name: "tiny", B: 1, Hq: 1, Hkv: 1, Nq: 1, Nk: 1, D: 1, Dv: 1},
+		{Name: "tiny", B: 1, Hq: 1, Hkv: 1, Nq: 2, Nk: 2, D: 8, Dv: 8, Causal: true},
+		{Name: "tail", B: 1, Hq: 2, Hkv: 2, Nq: 17, Nk: 17, D: 40, Dv: 40, Causal: true, Align: tl},
+		{Name: "tile", B: 1, Hq: 2, Hkv: 1, Nq: 64, Nk: 64, D: 64, Dv: 64, Causal: true, Align: br},
+		{Name: "tail", B: 2, Hq: 2, Hkv: 2, Nq: 127, Nk: 129, D: 80, Dv: 80},
+		{Name: "tail", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 127, D: 96, Dv: 96, Causal: true, Align: tl},
+		{Name: "nq<nk", B: 1, Hq: 2, Hkv: 1, Nq: 100, Nk: 300, D: 64, Dv: 64, Causal: true, Align: br},
+		{Name: "nq<nk", B: 1, Hq: 2, Hkv: 2, Nq: 100, Nk: 300, D: 32, Dv: 32, Causal: true, Align: tl},
+		{Name: "nq>nk", B: 1, Hq: 2, Hkv: 2, Nq: 300, Nk: 128, D: 64, Dv: 64, Causal: true, Align: br},
+		{Name: "nq>nk", B: 1, Hq: 1, Hkv: 1, Nq: 300, Nk: 128, D: 48, Dv: 48, Causal: true, Align: tl},
+		{Name: "nq>nk", B: 2, Hq: 1, Hkv: 1, Nq: 200, Nk: 33, D: 16, Dv: 16},
+		{Name: "d256", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 129, D: 256, Dv: 256, Causal: true, Align: br},
+		{Name: "d128", B: 1, Hq: 2, Hkv: 2, Nq: 257, Nk: 257, D: 128, Dv: 128},
+		{Name: "mqa", B: 2, Hq: 8, Hkv: 1, Nq: 65, Nk: 65, D: 32, Dv: 32, Causal: true, Align: tl},
+		{Name: "gqa", B: 3, Hq: 4, Hkv: 2, Nq: 50, Nk: 70, D: 64, Dv: 64, Causal: true, Align: br},
+		{Name: "dv", B: 1, Hq: 2, Hkv: 1, Nq: 70, Nk: 90, D: 64, Dv: 24},
+		{Name: "dv", B: 1, Hq: 1, Hkv: 1, Nq: 33, Nk: 33, D: 8, Dv: 200, Causal: true},
+		{Name: "bhsd", B: 2, Hq: 4, Hkv: 2, Nq: 96, Nk: 80, D: 64, Dv: 64, Layout: attention.BHSD, Causal: true, Align: br},
+		{Name: "packed", B: 2, Hq: 3, Hkv: 3, Nq: 77, Nk: 77, D: 40, Dv: 40, Packed: true, Causal: true},
+		{Name: "scale", B: 1, Hq: 1, Hkv: 1, Nq: 40, Nk: 40, D: 16, Dv: 16, Scale: -0.7},
+		{Name: "long", B: 1, Hq: 1, Hkv: 1, Nq: 1000, Nk: 1000, D: 64, Dv: 64, Causal: true, Align: tl},
+	}
+}
+
+// Seed returns FLASHVK_SEED when set, else a fresh seed; the test logs it.
+func Seed(t testing.TB) uint64 {
+	if s := os.Getenv("FLASHVK_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("FLASHVK_SEED=%q: %v", s, err)
+		}
+		return n
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// Run runs the whole suite, forward and backward, for every dtype the engine
+// supports.
+func Run(t *testing.T, e *attention.Engine) {
+	t.Run("forward", func(t *testing.T) { RunForward(t, e) })
+	t.Run("backward", func(t *testing.T) { RunBackward(t, e) })
+	t.Run("deterministic", func(t *testing.T) { RunDeterminism(t, e, 10) })
+}
+
+func dtypes(e *attention.Engine) []attention.DType {
+	var out []attention.DType
+	for _, dt := range []attention.DType{attention.Float32, attention.Float16} {
+		if slices.Contains(e.Info().DTypes, dt) {
+			out = append(out, dt)
+		}
+	}
+	return out
+}
+
+// RunForward checks O and LSE on every case.
+func RunForward(t *testing.T, e *attention.Engine) {
+	for _, dt := range dtypes(e) {
+		for _, c := range Cases() {
+			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
+				seed := Seed(t)
+				in := NewInputs(c, dt, seed)
+				out := in.forward(t, e)
+				ref := in.Reference(t)
+				tol := in.tolerance(t, ref)
+				Check(t, "o", out.o, ref.O, tol.O, seed)
+				CheckLSE(t, out.lse, ref.LSE, tol.LSE, seed)
+				in.checkOutsideUntouched(t)
+			})
+		}
+	}
+}
+
+// RunBackward checks dQ, dK and dV on every case, using the reference's O
+// and LSE as the forward results (so the backward is judged on its own).
+func RunBackward(t *testing.T, e *attention.Engine) {
+	for _, dt := range dtypes(e) {
+		for _, c := range Cases() {
+			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
+				seed := Seed(t)
+				in := NewInputs(c, dt, seed)
+				ref := in.Reference(t)
+				g := in.backward(t, e, ref)
+				tol := in.tolerance(t, ref)
+				Check(t, "dq", g[0], ref.DQ, tol.DQ, seed)
+				Check(t, "dk", g[1], ref.DK, tol.DK, seed)
+				Check(t, "dv", g[2], ref.DV, tol.DV, seed)
+				in.checkOutsideUntouched(t)
+			})
+		}
+	}
+}
+
+// RunDeterminism runs the backward of a GQA causal case n times and demands
+// bitwise-identical gradients.
+func RunDeterminism(t *testing.T, e *attention.Engine, n int) {
+	c := Case{B: 2, Hq: 4, Hkv: 2, Nq: 150, Nk: 130, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight}
+	for _, dt := range dtypes(e) {
+		t.Run(dt.String(), func(t *testing.T) {
+			in := NewInputs(c, dt, Seed(t))
+			ref := in.Reference(t)
+			first := in.backward(t, e, ref)
+			for i := 1; i < n; i++ {
+				again := in.backward(t, e, ref)
+				for j, name := range []string{"dq", "dk", "dv"} {
+					if !slices.Equal(bitsOf(first[j]), bitsOf(again[j])) {
+						t.Fatalf("run %d: %s differs bitwise from run 0", i, name)
+					}
+				}
+			}
+		})
+	}
+}
+
+func bitsOf(x []float32) []uint32 {
+	out := make([]uint32, len(x))
+	for i, v := range x {
+		out[i] = math.Float32bits(v)
+	}
+	return out
+}
+
+// Check fails t when got (dense BSHD) differs from want by more than tol in
+// rel_l2, or holds a NaN the reference does not.
+func Check(t testing.TB, name string, got []float32, want []float64, tol float64, seed uint64) {
+	t.Helper()
+	s := reference.Compare(got, want)
+	if s.NaN > 0 || !(s.RelL2 <= tol) {
+		t.Errorf("%s: rel_l2 %.3g (tol %.3g) max_abs %.3g NaN %d (seed %d)", name, s.RelL2, tol, s.MaxAbs, s.NaN, seed)
+		return
+	}
+	t.Logf("%s: rel_l2 %.3g (tol %.3g) max_abs %.3g", name, s.RelL2, tol, s.MaxAbs)
+}
+
+// CheckLSE compares LSE rows: −Inf exactly where the reference has −Inf,
+// rel_l2 over the finite rows otherwise.
+func CheckLSE(t testing.TB, got []float32, want []float64, tol float64, seed uint64) {
+	t.Helper()
+	var g []float32
+	var w []float64
+	for i := range want {
+		if math.IsInf(want[i], -1) {
+			if !math.IsInf(float64(got[i]), -1) {
+				t.Errorf("lse[%d] = %v, want -Inf (row sees no key; seed %d)", i, got[i], seed)
+				return
+			}
+			continue
+		}
+		g, w = append(g, got[i]), append(w, want[i])
+	}
+	Check(t, "lse", g, w, tol, seed)
+}

@@ -1,0 +1,153 @@
+package attentiontest
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/reference"
+	"github.com/x448/float16"
+)
+
+// Float32Tol is the rel_l2 bound for float32 storage.
+const Float32Tol = 1e-5
+
+// f16Floor keeps fp16 bounds from collapsing where the baseline happens to
+// be exact (one key per row, zero gradients): half an fp16 ulp at 1.
+const f16Floor = 1.0 / 4096
+
+// Tol are the rel_l2 bounds of one case.
+type Tol struct{ O, LSE, DQ, DK, DV float64 }
+
+func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
+	if in.DType == attention.Float32 {
+		return Tol{Float32Tol, Float32Tol, Float32Tol, Float32Tol, Float32Tol}
+	}
+	base := in.fp16Baseline()
+	bound := func(name string, got []float64, want []float64) float64 {
+		e := reference.RelL2(got, want)
+		t.Logf("%s: PyTorch-style fp16 baseline rel_l2 %.3g", name, e)
+		return math.Max(2*e, f16Floor)
+	}
+	return Tol{
+		O:   bound("o", base.O, ref.O),
+		LSE: bound("lse", base.LSE, ref.LSE),
+		DQ:  bound("dq", base.DQ, ref.DQ),
+		DK:  bound("dk", base.DK, ref.DK),
+		DV:  bound("dv", base.DV, ref.DV),
+	}
+}
+
+// r16 rounds to the nearest fp16 value.
+func r16(x float64) float64 { return float64(float16.Fromfloat32(float32(x)).Float32()) }
+
+// fp16Baseline emulates PyTorch's math attention in fp16 on the same fp16
+// inputs: every matrix product accumulated in fp32 and rounded to fp16, the
+// softmax computed in fp32 from fp16 scores and rounded to fp16.
+func (in *Inputs) fp16Baseline() *Ref {
+	c := in.Case
+	p := c.params()
+	scale := p.EffectiveScale()
+	g := c.Hq / c.Hkv
+	r := &Ref{
+		O: make([]float64, c.B*c.Nq*c.Hq*c.Dv), LSE: make([]float64, c.B*c.Hq*c.Nq),
+		DQ: make([]float64, len(in.q64)), DK: make([]float64, len(in.k64)), DV: make([]float64, len(in.v64)),
+	}
+	qi := func(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.D }
+	ki := func(b, j, h int) int { return ((b*c.Nk+j)*c.Hkv + h) * c.D }
+	vi := func(b, j, h int) int { return ((b*c.Nk+j)*c.Hkv + h) * c.Dv }
+	oi := func(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.Dv }
+	dot := func(a []float64, ai int, b []float64, bi int, n int) float64 {
+		var s float32
+		for x := range n {
+			s += float32(a[ai+x] * b[bi+x])
+		}
+		return float64(s)
+	}
+	kvSums := map[[2]int][]float64{} // per (b, kv head): dK and dV accumulated in fp32 across the group
+	for b := range c.B {
+		for h := range c.Hq {
+			kh := h / g
+			P := make([][]float64, c.Nq)
+			for i := range c.Nq {
+				s := make([]float64, c.Nk)
+				m := math.Inf(-1)
+				for j := range c.Nk {
+					s[j] = math.Inf(-1)
+					if p.Visible(i, j) {
+						s[j] = r16(scale * dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D))
+						m = math.Max(m, s[j])
+					}
+				}
+				P[i] = make([]float64, c.Nk)
+				if math.IsInf(m, -1) {
+					r.LSE[(b*c.Hq+h)*c.Nq+i] = math.Inf(-1)
+					continue
+				}
+				var l float32
+				for j := range c.Nk {
+					if !math.IsInf(s[j], -1) {
+						l += float32(math.Exp(s[j] - m))
+					}
+				}
+				r.LSE[(b*c.Hq+h)*c.Nq+i] = m + math.Log(float64(l))
+				for j := range c.Nk {
+					if !math.IsInf(s[j], -1) {
+						P[i][j] = r16(float64(float32(math.Exp(s[j]-m)) / l))
+					}
+				}
+				for d := range c.Dv {
+					var acc float32
+					for j := range c.Nk {
+						acc += float32(P[i][j] * in.v64[vi(b, j, kh)+d])
+					}
+					r.O[oi(b, i, h)+d] = r16(float64(acc))
+				}
+			}
+			// Backward from the rounded O (what the caller stores).
+			dk := kvSums[[2]int{b, kh}]
+			if dk == nil {
+				dk = make([]float64, c.Nk*(c.D+c.Dv))
+				kvSums[[2]int{b, kh}] = dk
+			}
+			for i := range c.Nq {
+				Di := float64(float32(dot(in.dO, oi(b, i, h), r.O, oi(b, i, h), c.Dv)))
+				dS := make([]float64, c.Nk)
+				for j := range c.Nk {
+					if P[i][j] == 0 {
+						continue
+					}
+					dP := r16(dot(in.dO, oi(b, i, h), in.v64, vi(b, j, kh), c.Dv))
+					dS[j] = r16(P[i][j] * (dP - Di))
+				}
+				for d := range c.D {
+					var acc float32
+					for j := range c.Nk {
+						acc += float32(dS[j] * in.k64[ki(b, j, kh)+d])
+					}
+					r.DQ[qi(b, i, h)+d] = r16(scale * float64(acc))
+				}
+				for j := range c.Nk {
+					for d := range c.D {
+						dk[j*(c.D+c.Dv)+d] += float64(float32(dS[j] * in.q64[qi(b, i, h)+d]))
+					}
+					for d := range c.Dv {
+						dk[j*(c.D+c.Dv)+c.D+d] += float64(float32(P[i][j] * in.dO[oi(b, i, h)+d]))
+					}
+				}
+			}
+		}
+	}
+	for key, acc := range kvSums {
+		b, kh := key[0], key[1]
+		for j := range c.Nk {
+			for d := range c.D {
+				r.DK[ki(b, j, kh)+d] = r16(scale * acc[j*(c.D+c.Dv)+d])
+			}
+			for d := range c.Dv {
+				r.DV[vi(b, j, kh)+d] = r16(acc[j*(c.D+c.Dv)+c.D+d])
+			}
+		}
+	}
+	return r
+}

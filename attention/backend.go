@@ -1,0 +1,70 @@
+package attention
+
+import "context"
+
+// Backend runs validated problems. The attention package validates every
+// argument before a Backend sees it, so implementations may assume:
+// shapes agree (see Problem), strides address only inside the slices, all
+// tensors share one dtype, outputs do not overlap themselves, and the
+// gradients have the strides of their primals (dO of O, dQ of Q, dK of K,
+// dV of V). A Backend must be safe for concurrent use.
+type Backend interface {
+	// Info describes the backend and the device it runs on.
+	Info() BackendInfo
+	// Forward writes O and LSE.
+	Forward(ctx context.Context, p *Problem, a *ForwardArgs) error
+	// Backward writes dQ, dK and dV.
+	Backward(ctx context.Context, p *Problem, a *BackwardArgs) error
+	// Close releases the backend's resources; it is safe to call twice.
+	Close() error
+}
+
+// ForwardArgs are the operands of a forward call.
+type ForwardArgs struct {
+	Q, K, V, O Tensor
+	LSE        []float32
+}
+
+// BackwardArgs are the operands of a backward call.
+type BackwardArgs struct {
+	Q, K, V, O Tensor
+	LSE        []float32
+	DO         Tensor
+	DQ, DK, DV Tensor
+}
+
+// BackendKind selects a backend family.
+type BackendKind uint8
+
+const (
+	// Auto picks a Vulkan device when one exists, else the CPU.
+	Auto BackendKind = iota
+	// CPU is the pure-Go float32 FlashAttention backend.
+	CPU
+	// Vulkan runs the GLSL kernels on a Vulkan device.
+	Vulkan
+)
+
+// String names the kind.
+func (k BackendKind) String() string {
+	switch k {
+	case Auto:
+		return "auto"
+	case CPU:
+		return "cpu"
+	case Vulkan:
+		return "vulkan"
+	}
+	return "unknown"
+}
+
+// BackendInfo describes a running backend.
+type BackendInfo struct {
+	Kind   BackendKind
+	Name   string // e.g. "cpu" or "vulkan"
+	Device string // device name, e.g. "NVIDIA H200" or "llvmpipe (LLVM 15.0.6, 256 bits)"
+	Driver string // driver name and version where known
+	Kernel string // forward kernel variant, e.g. "flash"
+	// DTypes lists the storage types the backend runs.
+	DTypes []DType
+}

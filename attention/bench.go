@@ -1,0 +1,132 @@
+package attention
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// BenchOptions control Engine.Benchmark.
+type BenchOptions struct {
+	// Warmup calls run first and are not timed (default 3).
+	Warmup int
+	// Iters timed calls follow (default 20).
+	Iters int
+	// Backward times the backward pass instead of the forward.
+	Backward bool
+	// Rotate cycles through this many independent input sets so caches do
+	// not flatter the timing (default 1; backends keep them resident).
+	Rotate int
+}
+
+func (o BenchOptions) withDefaults() BenchOptions {
+	if o.Warmup <= 0 {
+		o.Warmup = 3
+	}
+	if o.Iters <= 0 {
+		o.Iters = 20
+	}
+	if o.Rotate <= 0 {
+		o.Rotate = 1
+	}
+	return o
+}
+
+// BenchResult is the timing of one problem.
+type BenchResult struct {
+	// Times are the per-call kernel times in call order.
+	Times []time.Duration
+	// Clock says how they were taken: "gpu-timestamps" (device timestamp
+	// queries around the kernels, no host transfers) or "wall" (host clock
+	// around the whole call).
+	Clock string
+	// Flops is the call's FLOP count (FlashAttention convention: forward
+	// 4·B·Hq·Nq·Nk·d, halved when causal; backward 2.5× that).
+	Flops float64
+}
+
+// Median is the median time.
+func (r *BenchResult) Median() time.Duration { return r.Quantile(0.5) }
+
+// Quantile returns the q-quantile (0…1) of the times (nearest rank).
+func (r *BenchResult) Quantile(q float64) time.Duration {
+	if len(r.Times) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.Times)
+	slices.Sort(s)
+	i := int(q*float64(len(s)-1) + 0.5)
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// TFLOPS is Flops over the median time, in 10¹² FLOP/s.
+func (r *BenchResult) TFLOPS() float64 {
+	m := r.Median()
+	if m <= 0 {
+		return 0
+	}
+	return r.Flops / m.Seconds() / 1e12
+}
+
+// Benchmarker is implemented by backends that time kernels themselves (the
+// Vulkan backend keeps inputs resident and reads GPU timestamps).
+type Benchmarker interface {
+	Benchmark(ctx context.Context, p *Problem, a *BackwardArgs, o BenchOptions) (*BenchResult, error)
+}
+
+// Benchmark times the forward (or, with o.Backward, the backward) of the
+// problem given by q, k, v and opt. Inputs other than q, k, v (dO) are drawn
+// by the engine. Backends without their own timer are timed by the host
+// clock around each call.
+func (e *Engine) Benchmark(ctx context.Context, q, k, v Tensor, opt Options, o BenchOptions) (*BenchResult, error) {
+	if err := e.check(ctx); err != nil {
+		return nil, err
+	}
+	p, err := problem(q, k, v, Tensor{}, nil, opt, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.supports(q.DType()); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	out, err := e.Forward(ctx, q, k, v, opt)
+	if err != nil {
+		return nil, fmt.Errorf("attention: benchmark: %w", err)
+	}
+	p.O = out.O.strides()
+	a := &BackwardArgs{Q: q, K: k, V: v, O: out.O, LSE: out.LSE, DO: out.O}
+	flops := p.Flops()
+	if o.Backward {
+		// Gradients share their primals' strides: time on dense copies.
+		flops *= 2.5
+		a = &BackwardArgs{Q: densify(q), K: densify(k), V: densify(v), O: densify(out.O), LSE: out.LSE, DO: densify(out.O),
+			DQ: zerosLike(q), DK: zerosLike(k), DV: zerosLike(v)}
+		p.Q, p.K, p.V, p.O = a.Q.Strides, a.K.Strides, a.V.Strides, a.O.Strides
+	}
+	if bm, ok := e.b.(Benchmarker); ok {
+		r, err := bm.Benchmark(ctx, p, a, o)
+		if err != nil {
+			return nil, err
+		}
+		r.Flops = flops
+		return r, nil
+	}
+	r := &BenchResult{Clock: "wall", Flops: flops}
+	for i := range o.Warmup + o.Iters {
+		start := time.Now()
+		if o.Backward {
+			err = e.b.Backward(ctx, p, a)
+		} else {
+			err = e.b.Forward(ctx, p, &ForwardArgs{Q: a.Q, K: a.K, V: a.V, O: a.O, LSE: a.LSE})
+		}
+		if err != nil {
+			return nil, err
+		}
+		if i >= o.Warmup {
+			r.Times = append(r.Times, time.Since(start))
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,232 @@
+package attention
+
+import (
+	"fmt"
+
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/x448/float16"
+)
+
+// DType is the element type of a tensor in memory. Arithmetic is always
+// float32 (with float32 accumulation), whatever the storage type.
+type DType uint8
+
+const (
+	// Float32 stores IEEE binary32 ([]float32).
+	Float32 DType = iota + 1
+	// Float16 stores IEEE binary16 ([]float16.Float16 from github.com/x448/float16).
+	Float16
+)
+
+// String names the type as PyTorch and numpy do.
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case Float16:
+		return "float16"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// Size is the element size in bytes (0 for an unknown type).
+func (d DType) Size() int {
+	switch d {
+	case Float32:
+		return 4
+	case Float16:
+		return 2
+	}
+	return 0
+}
+
+// ParseDType accepts "float32"/"f32"/"fp32" and "float16"/"f16"/"fp16"/"half".
+func ParseDType(s string) (DType, error) {
+	switch s {
+	case "float32", "f32", "fp32":
+		return Float32, nil
+	case "float16", "f16", "fp16", "half":
+		return Float16, nil
+	}
+	return 0, fmt.Errorf("attention: dtype %q: %w", s, ErrDType)
+}
+
+// Layout names the two contiguous memory orders of a 4-D operand.
+type Layout uint8
+
+const (
+	// BSHD stores [batch, sequence, head, feature] (FlashAttention's order).
+	BSHD Layout = iota
+	// BHSD stores [batch, head, sequence, feature] (PyTorch SDPA's order).
+	BHSD
+)
+
+// String names the layout.
+func (l Layout) String() string {
+	if l == BHSD {
+		return "bhsd"
+	}
+	return "bshd"
+}
+
+// ParseLayout accepts "bshd" and "bhsd".
+func ParseLayout(s string) (Layout, error) {
+	switch s {
+	case "bshd", "BSHD":
+		return BSHD, nil
+	case "bhsd", "BHSD":
+		return BHSD, nil
+	}
+	return 0, fmt.Errorf("attention: layout %q: %w", s, ErrOption)
+}
+
+// Shape is the logical shape of an operand: batch, sequence length, heads,
+// and feature (head) dimension, whatever the memory order.
+type Shape struct{ B, S, H, D int }
+
+// Len is the number of elements B·S·H·D.
+func (s Shape) Len() int { return s.B * s.S * s.H * s.D }
+
+func (s Shape) String() string { return fmt.Sprintf("[B=%d S=%d H=%d D=%d]", s.B, s.S, s.H, s.D) }
+
+// Strides are element strides of the batch, sequence and head dimensions;
+// the feature dimension is always contiguous.
+type Strides = spec.Strides
+
+// Contiguous returns the strides of shape s stored densely in layout l.
+func Contiguous(s Shape, l Layout) Strides {
+	if l == BHSD {
+		return spec.BHSD(s.S, s.H, s.D)
+	}
+	return spec.BSHD(s.S, s.H, s.D)
+}
+
+// Tensor is a host-memory operand. Data is []float32 (Float32) or
+// []float16.Float16 (Float16). A zero Strides means contiguous BSHD; set
+// Strides to address BHSD data or a view (e.g. Q inside a packed QKV
+// buffer) without copying.
+type Tensor struct {
+	Shape   Shape
+	Strides Strides
+	Data    any
+}
+
+// FromFloat32 wraps data as a contiguous tensor of the given shape and layout.
+func FromFloat32(data []float32, s Shape, l Layout) Tensor {
+	return Tensor{Shape: s, Strides: Contiguous(s, l), Data: data}
+}
+
+// FromFloat16 wraps data as a contiguous tensor of the given shape and layout.
+func FromFloat16(data []float16.Float16, s Shape, l Layout) Tensor {
+	return Tensor{Shape: s, Strides: Contiguous(s, l), Data: data}
+}
+
+// NewTensor allocates a zeroed contiguous tensor.
+func NewTensor(dt DType, s Shape, l Layout) (Tensor, error) {
+	if err := s.check("tensor"); err != nil {
+		return Tensor{}, err
+	}
+	switch dt {
+	case Float32:
+		return FromFloat32(make([]float32, s.Len()), s, l), nil
+	case Float16:
+		return FromFloat16(make([]float16.Float16, s.Len()), s, l), nil
+	}
+	return Tensor{}, fmt.Errorf("attention: tensor: %v: %w", dt, ErrDType)
+}
+
+// DType reports the element type of Data (0 when Data is of no supported type).
+func (t Tensor) DType() DType {
+	switch t.Data.(type) {
+	case []float32:
+		return Float32
+	case []float16.Float16:
+		return Float16
+	}
+	return 0
+}
+
+// dataLen is len(Data) for a supported type, else -1.
+func (t Tensor) dataLen() int {
+	switch d := t.Data.(type) {
+	case []float32:
+		return len(d)
+	case []float16.Float16:
+		return len(d)
+	}
+	return -1
+}
+
+// strides returns t's strides, resolving the zero value to contiguous BSHD.
+func (t Tensor) strides() Strides {
+	if t.Strides == (Strides{}) {
+		return Contiguous(t.Shape, BSHD)
+	}
+	return t.Strides
+}
+
+// Float32s returns the tensor's elements as a contiguous BSHD float32 slice
+// (a copy; fp16 is converted exactly).
+func (t Tensor) Float32s() []float32 {
+	out := make([]float32, t.Shape.Len())
+	st := t.strides()
+	dense := spec.BSHD(t.Shape.S, t.Shape.H, t.Shape.D)
+	forEachRow(t.Shape, func(b, s, h int) {
+		src, dst := st.Offset(b, s, h), dense.Offset(b, s, h)
+		switch d := t.Data.(type) {
+		case []float32:
+			copy(out[dst:dst+t.Shape.D], d[src:src+t.Shape.D])
+		case []float16.Float16:
+			for i := range t.Shape.D {
+				out[dst+i] = d[src+i].Float32()
+			}
+		}
+	})
+	return out
+}
+
+// forEachRow calls f for every (batch, seq, head) row of shape s in order.
+func forEachRow(s Shape, f func(b, seq, h int)) {
+	for b := range s.B {
+		for i := range s.S {
+			for h := range s.H {
+				f(b, i, h)
+			}
+		}
+	}
+}
+
+func (s Shape) check(name string) error {
+	if s.B < 1 || s.S < 1 || s.H < 1 || s.D < 1 {
+		return fmt.Errorf("attention: %s: shape %v has a dimension < 1: %w", name, s, ErrShape)
+	}
+	return nil
+}
+
+// zerosLike allocates a dense BSHD tensor of t's shape and dtype (t valid).
+func zerosLike(t Tensor) Tensor {
+	z, _ := NewTensor(t.DType(), t.Shape, BSHD)
+	return z
+}
+
+// densify returns a dense BSHD copy of t in t's dtype.
+func densify(t Tensor) Tensor {
+	d := zerosLike(t)
+	scatter(d, t)
+	return d
+}
+
+// scatter copies src's elements into dst row by row; both tensors have the
+// same shape and dtype and any valid strides.
+func scatter(dst, src Tensor) {
+	ds, ss, n := dst.strides(), src.strides(), src.Shape.D
+	forEachRow(src.Shape, func(b, s, h int) {
+		i, j := ds.Offset(b, s, h), ss.Offset(b, s, h)
+		switch d := dst.Data.(type) {
+		case []float32:
+			copy(d[i:i+n], src.Data.([]float32)[j:j+n])
+		case []float16.Float16:
+			copy(d[i:i+n], src.Data.([]float16.Float16)[j:j+n])
+		}
+	})
+}

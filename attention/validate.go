@@ -1,0 +1,163 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// Problem is a validated attention call as the backends see it: sizes,
+// strides, resolved scale and mask.
+type Problem = spec.Problem
+
+// Mask is the resolved mask of a Problem.
+type Mask = spec.Mask
+
+// checkOperand validates one tensor against its expected dtype and returns
+// its resolved strides. name is the argument's name in errors.
+func checkOperand(name string, t Tensor, dt DType, output bool) (Strides, error) {
+	if t.Data == nil {
+		return Strides{}, fmt.Errorf("attention: %s: no data: %w", name, ErrLength)
+	}
+	got := t.DType()
+	if got == 0 {
+		return Strides{}, fmt.Errorf("attention: %s: data of type %T (want []float32 or []float16.Float16): %w", name, t.Data, ErrDType)
+	}
+	if dt != 0 && got != dt {
+		return Strides{}, fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", name, got, dt, ErrDType)
+	}
+	if err := t.Shape.check(name); err != nil {
+		return Strides{}, err
+	}
+	if t.Shape.D > MaxHeadDim {
+		return Strides{}, fmt.Errorf("attention: %s: head dim %d > %d: %w", name, t.Shape.D, MaxHeadDim, ErrShape)
+	}
+	st := t.strides()
+	if st.Batch < 0 || st.Seq < 0 || st.Head < 0 {
+		return Strides{}, fmt.Errorf("attention: %s: negative strides %+v: %w", name, st, ErrStride)
+	}
+	span, ok := extent(t.Shape, st)
+	if !ok {
+		return Strides{}, fmt.Errorf("attention: %s: shape %v with strides %+v overflows: %w", name, t.Shape, st, ErrShape)
+	}
+	if n := t.dataLen(); n < span {
+		return Strides{}, fmt.Errorf("attention: %s: shape %v with strides %+v needs %d elements, slice has %d: %w", name, t.Shape, st, span, n, ErrLength)
+	}
+	if output && overlapping(t.Shape, st) {
+		return Strides{}, fmt.Errorf("attention: %s: strides %+v make output rows of %v overlap: %w", name, st, t.Shape, ErrStride)
+	}
+	return st, nil
+}
+
+// extent is 1 + the largest element offset the tensor addresses, with
+// overflow detection.
+func extent(s Shape, st Strides) (int, bool) {
+	total := uint64(s.D)
+	for _, p := range [][2]int{{s.B, st.Batch}, {s.S, st.Seq}, {s.H, st.Head}} {
+		hi, lo := bits.Mul64(uint64(p[0]-1), uint64(p[1]))
+		if hi != 0 || lo > math.MaxInt64/4 {
+			return 0, false
+		}
+		total += lo
+		if total > math.MaxInt64/4 {
+			return 0, false
+		}
+	}
+	return int(total), true
+}
+
+// overlapping reports whether two distinct elements share an offset. Rows
+// must nest: sorted by stride, each dimension's stride covers the span of
+// the ones inside it (dimensions of extent 1 do not count).
+func overlapping(s Shape, st Strides) bool {
+	dims := [][2]int{{s.B, st.Batch}, {s.S, st.Seq}, {s.H, st.Head}}
+	slices.SortFunc(dims, func(a, b [2]int) int { return a[1] - b[1] })
+	span := s.D
+	for _, d := range dims {
+		if d[0] == 1 {
+			continue
+		}
+		if d[1] < span {
+			return true
+		}
+		span = d[1]*(d[0]-1) + span
+	}
+	return false
+}
+
+// problem validates q, k, v (and o and lse when non-nil) and builds the
+// Problem. o may be the zero Tensor (forward allocating its own output).
+func problem(q, k, v, o Tensor, lse []float32, opt Options, haveOut bool) (*Problem, error) {
+	dt := q.DType()
+	qs, err := checkOperand("q", q, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := checkOperand("k", k, dt, false)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := checkOperand("v", v, dt, false)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case k.Shape.B != q.Shape.B:
+		return nil, fmt.Errorf("attention: k: batch %d ≠ q's %d: %w", k.Shape.B, q.Shape.B, ErrShape)
+	case v.Shape.B != q.Shape.B:
+		return nil, fmt.Errorf("attention: v: batch %d ≠ q's %d: %w", v.Shape.B, q.Shape.B, ErrShape)
+	case k.Shape.D != q.Shape.D:
+		return nil, fmt.Errorf("attention: k: head dim %d ≠ q's %d: %w", k.Shape.D, q.Shape.D, ErrShape)
+	case v.Shape.S != k.Shape.S:
+		return nil, fmt.Errorf("attention: v: sequence length %d ≠ k's %d: %w", v.Shape.S, k.Shape.S, ErrShape)
+	case v.Shape.H != k.Shape.H:
+		return nil, fmt.Errorf("attention: v: %d heads ≠ k's %d: %w", v.Shape.H, k.Shape.H, ErrShape)
+	case q.Shape.H%k.Shape.H != 0:
+		return nil, fmt.Errorf("attention: k: %d kv heads do not divide q's %d heads: %w", k.Shape.H, q.Shape.H, ErrShape)
+	}
+	scale, err := opt.scale(q.Shape.D)
+	if err != nil {
+		return nil, err
+	}
+	mask, err := opt.mask()
+	if err != nil {
+		return nil, err
+	}
+	p := &Problem{
+		B: q.Shape.B, Hq: q.Shape.H, Hkv: k.Shape.H, Nq: q.Shape.S, Nk: k.Shape.S,
+		D: q.Shape.D, Dv: v.Shape.D, Scale: scale, Mask: mask,
+		Q: qs, K: ks, V: vs,
+	}
+	if !haveOut {
+		return p, nil
+	}
+	if p.O, err = checkLike("o", o, outShape(p), dt, true); err != nil {
+		return nil, err
+	}
+	if want := p.B * p.Hq * p.Nq; len(lse) != want {
+		return nil, fmt.Errorf("attention: lse: length %d, want B·Hq·Nq = %d: %w", len(lse), want, ErrLength)
+	}
+	return p, nil
+}
+
+// checkLike validates a tensor that must have exactly the given shape.
+func checkLike(name string, t Tensor, want Shape, dt DType, output bool) (Strides, error) {
+	if t.Shape != want {
+		return Strides{}, fmt.Errorf("attention: %s: shape %v, want %v: %w", name, t.Shape, want, ErrShape)
+	}
+	return checkOperand(name, t, dt, output)
+}
+
+func outShape(p *Problem) Shape { return Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv} }
+
+// layoutOf returns BHSD when t is dense BHSD, else BSHD; outputs are
+// allocated in the layout of the input they derive from.
+func layoutOf(t Tensor) Layout {
+	if t.strides() == Contiguous(t.Shape, BHSD) && t.Shape.H > 1 && t.Shape.S > 1 {
+		return BHSD
+	}
+	return BSHD
+}

@@ -1,0 +1,145 @@
+package attention_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/x448/float16"
+)
+
+// call is one set of arguments to ForwardInto/BackwardInto.
+type call struct {
+	q, k, v, o, do, dq, dk, dv attention.Tensor
+	lse                        []float32
+	opt                        attention.Options
+}
+
+func f32(s attention.Shape) attention.Tensor {
+	return attention.FromFloat32(make([]float32, s.Len()), s, attention.BSHD)
+}
+
+// goodCall is a valid GQA problem; each bad case breaks one thing.
+func goodCall() call {
+	qs := attention.Shape{B: 2, S: 5, H: 4, D: 8}
+	ks := attention.Shape{B: 2, S: 7, H: 2, D: 8}
+	vs := attention.Shape{B: 2, S: 7, H: 2, D: 6}
+	os := attention.Shape{B: 2, S: 5, H: 4, D: 6}
+	return call{
+		q: f32(qs), k: f32(ks), v: f32(vs), o: f32(os), do: f32(os),
+		dq: f32(qs), dk: f32(ks), dv: f32(vs), lse: make([]float32, 2*4*5),
+	}
+}
+
+// BadCases is the table of invalid calls: what is broken, the sentinel and
+// the argument name the error must carry.
+func badCases() []struct {
+	name   string
+	mut    func(*call)
+	want   error
+	naming string
+} {
+	type c = call
+	return []struct {
+		name   string
+		mut    func(*call)
+		want   error
+		naming string
+	}{
+		{"nil q data", func(c *c) { c.q.Data = nil }, attention.ErrLength, "q:"},
+		{"q wrong type", func(c *c) { c.q.Data = []float64{1} }, attention.ErrDType, "q:"},
+		{"k mixed dtype", func(c *c) { c.k.Data = make([]float16.Float16, c.k.Shape.Len()) }, attention.ErrDType, "k:"},
+		{"q batch 0", func(c *c) { c.q.Shape.B = 0 }, attention.ErrShape, "q:"},
+		{"q N 0", func(c *c) { c.q.Shape.S = 0 }, attention.ErrShape, "q:"},
+		{"k N 0", func(c *c) { c.k.Shape.S = 0 }, attention.ErrShape, "k:"},
+		{"d 0", func(c *c) { c.q.Shape.D = 0 }, attention.ErrShape, "q:"},
+		{"d 300", func(c *c) {
+			c.q = f32(attention.Shape{B: 2, S: 5, H: 4, D: 300})
+			c.k = f32(attention.Shape{B: 2, S: 7, H: 2, D: 300})
+		}, attention.ErrShape, "q:"},
+		{"dv 257", func(c *c) { c.v = f32(attention.Shape{B: 2, S: 7, H: 2, D: 257}) }, attention.ErrShape, "v:"},
+		{"negative heads", func(c *c) { c.k.Shape.H = -2 }, attention.ErrShape, "k:"},
+		{"k batch mismatch", func(c *c) { c.k = f32(attention.Shape{B: 3, S: 7, H: 2, D: 8}) }, attention.ErrShape, "k:"},
+		{"v batch mismatch", func(c *c) { c.v = f32(attention.Shape{B: 1, S: 7, H: 2, D: 6}) }, attention.ErrShape, "v:"},
+		{"k head dim mismatch", func(c *c) { c.k = f32(attention.Shape{B: 2, S: 7, H: 2, D: 4}) }, attention.ErrShape, "k:"},
+		{"v length mismatch", func(c *c) { c.v = f32(attention.Shape{B: 2, S: 6, H: 2, D: 6}) }, attention.ErrShape, "v:"},
+		{"v heads mismatch", func(c *c) { c.v = f32(attention.Shape{B: 2, S: 7, H: 1, D: 6}) }, attention.ErrShape, "v:"},
+		{"Hq % Hkv", func(c *c) {
+			c.k = f32(attention.Shape{B: 2, S: 7, H: 3, D: 8})
+			c.v = f32(attention.Shape{B: 2, S: 7, H: 3, D: 6})
+		}, attention.ErrShape, "k:"},
+		{"q slice short", func(c *c) { c.q.Data = c.q.Data.([]float32)[:10] }, attention.ErrLength, "q:"},
+		{"v slice short", func(c *c) { c.v.Data = c.v.Data.([]float32)[:1] }, attention.ErrLength, "v:"},
+		{"negative stride", func(c *c) { c.q.Strides.Seq = -1 }, attention.ErrStride, "q:"},
+		{"stride past end", func(c *c) { c.k.Strides.Batch *= 2 }, attention.ErrLength, "k:"},
+		{"huge stride overflows", func(c *c) { c.q.Strides.Batch = math.MaxInt64 / 2 }, attention.ErrShape, "q:"},
+		{"o overlapping rows", func(c *c) { c.o.Strides.Head = 1 }, attention.ErrStride, "o:"},
+		{"o wrong shape", func(c *c) { c.o = f32(attention.Shape{B: 2, S: 5, H: 4, D: 8}) }, attention.ErrShape, "o:"},
+		{"o wrong dtype", func(c *c) { c.o.Data = make([]float16.Float16, c.o.Shape.Len()) }, attention.ErrDType, "o:"},
+		{"lse short", func(c *c) { c.lse = c.lse[:3] }, attention.ErrLength, "lse:"},
+		{"NaN scale", func(c *c) { c.opt.Scale = float32(math.NaN()) }, attention.ErrOption, "scale"},
+		{"Inf scale", func(c *c) { c.opt.Scale = float32(math.Inf(1)) }, attention.ErrOption, "scale"},
+		{"bad alignment", func(c *c) { c.opt.Causal, c.opt.Align = true, 9 }, attention.ErrOption, "align"},
+		{"do wrong shape", func(c *c) { c.do = f32(attention.Shape{B: 2, S: 4, H: 4, D: 6}) }, attention.ErrShape, "do:"},
+		{"dq wrong shape", func(c *c) { c.dq = f32(attention.Shape{B: 2, S: 5, H: 2, D: 8}) }, attention.ErrShape, "dq:"},
+		{"dk overlapping", func(c *c) { c.dk.Strides.Seq = 0 }, attention.ErrStride, "dk:"},
+		{"dv short", func(c *c) { c.dv.Data = c.dv.Data.([]float32)[:5] }, attention.ErrLength, "dv:"},
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e, err := attention.Open(attention.Config{Backend: attention.CPU})
+	require.NoError(t, err)
+	defer e.Close()
+	ctx := context.Background()
+	for _, tc := range badCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			c := goodCall()
+			tc.mut(&c)
+			var err error
+			assert.NotPanics(t, func() {
+				if strings.HasPrefix(tc.naming, "d") {
+					err = e.BackwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.do, c.dq, c.dk, c.dv, c.opt)
+				} else {
+					err = e.ForwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.opt)
+				}
+			})
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tc.want)
+			assert.Contains(t, err.Error(), tc.naming)
+			// Backward validates the same primal arguments.
+			err = e.BackwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.do, c.dq, c.dk, c.dv, c.opt)
+			assert.ErrorIs(t, err, tc.want)
+		})
+	}
+	// The engine still works after all of that.
+	c := goodCall()
+	require.NoError(t, e.ForwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.opt))
+	require.NoError(t, e.BackwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.do, c.dq, c.dk, c.dv, c.opt))
+}
+
+func TestClosedEngine(t *testing.T) {
+	e, err := attention.Open(attention.Config{Backend: attention.CPU})
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	require.NoError(t, e.Close())
+	c := goodCall()
+	err = e.ForwardInto(context.Background(), c.q, c.k, c.v, c.o, c.lse, c.opt)
+	assert.True(t, errors.Is(err, attention.ErrClosed), "%v", err)
+}
+
+func TestCancelledContext(t *testing.T) {
+	e, err := attention.Open(attention.Config{Backend: attention.CPU})
+	require.NoError(t, err)
+	defer e.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c := goodCall()
+	err = e.ForwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.opt)
+	assert.ErrorIs(t, err, context.Canceled)
+}

@@ -1,0 +1,513 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/reference"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+)
+
+// The FlashAttention-2 paper's benchmark grid: B·N = 16k tokens and a
+// hidden size H·d = 2048.
+var (
+	paperSeqs   = []int{512, 1024, 2048, 4096, 8192, 16384}
+	paperDims   = []int{64, 128}
+	paperTokens = 16384
+	paperHidden = 2048
+	// The CPU backend's default grid.
+	cpuSeqs   = []int{128, 256, 512}
+	cpuTokens = 1024
+)
+
+// maxCheckScores bounds B·Hq·Nq·Nk for bench --check: the float64
+// reference materialises the score matrix and is slow beyond this.
+const maxCheckScores = 1 << 24
+
+type benchFlags struct {
+	backend                backendFlags
+	dims, seqs             []int
+	tokens, batch          int
+	hidden, heads, kvHeads int
+	causal, align          string
+	dtypes                 []string
+	backward               bool
+	warmup, iters, rotate  int
+	jsonPath               string
+	benchfmt, check        bool
+	progress               string
+	seed                   uint64
+}
+
+func (a *app) benchCmd() *cobra.Command {
+	var f benchFlags
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmark a sweep of shapes (default: the FlashAttention-2 paper's grid)",
+		Long: `Benchmark attention over a grid of shapes and print median, p10 and p90 times
+and TFLOP/s (FlashAttention FLOP convention: forward 4·B·H·N²·d, halved when
+causal; backward 2.5× the forward).
+
+The default grid is the FlashAttention-2 paper's: head dim d ∈ {64, 128},
+N ∈ {512, 1k, 2k, 4k, 8k, 16k}, batch B = 16384/N, H = 2048/d heads, causal and
+not, forward (and with --backward the backward too), float16 where the backend
+supports it. On the CPU backend that grid would take hours: without --seq the
+CPU runs N ∈ {128, 256, 512} with B·N = 1024, and says so.
+
+Progress goes to stderr, the table to stdout. --json FILE writes the results
+(schema flashvk-bench/1, see docs/results-schema.md) for compare and report;
+--benchfmt prints Go benchmark lines instead of the table, for benchstat:
+  BenchmarkAttention/fwd/fp16/d64/N2048/causal-8  20  1234567 ns/op  1.23 TFLOP/s
+
+Times come from the backend's clock: GPU timestamps around the kernels on
+Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
+		Example: `  flashvk bench --json h200.json
+  flashvk bench --dim 64 --seq 1024,4096 --causal=true --backward --benchfmt | tee new.txt
+  flashvk bench --backend cpu --seq 128 --iters 5 --json cpu.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.bench(cmd, &f) },
+	}
+	f.backend.register(c)
+	fl := c.Flags()
+	fl.IntSliceVar(&f.dims, "dim", nil, "head dims d (default 64,128)")
+	fl.IntSliceVar(&f.seqs, "seq", nil, "sequence lengths N = Nq = Nk (default 512,…,16384; CPU: 128,256,512)")
+	fl.IntVar(&f.tokens, "tokens", 0, "tokens per batch B·N: B = tokens/N (default 16384; CPU: 1024)")
+	fl.IntVarP(&f.batch, "batch", "b", 0, "fixed batch size B (overrides --tokens)")
+	fl.IntVar(&f.hidden, "hidden", paperHidden, "hidden size H·d: H = hidden/d")
+	fl.IntVar(&f.heads, "heads", 0, "fixed number of query heads H (overrides --hidden)")
+	fl.IntVar(&f.kvHeads, "kv-heads", 0, "key/value heads (default: H)")
+	fl.StringVar(&f.causal, "causal", "both", "causal mask: true, false or both")
+	fl.StringVar(&f.align, "align", "top-left", "causal alignment: top-left or bottom-right")
+	fl.StringSliceVar(&f.dtypes, "dtype", nil, "storage types: float16, float32 (default float16 where supported)")
+	fl.BoolVar(&f.backward, "backward", false, "also benchmark the backward pass")
+	fl.IntVar(&f.warmup, "warmup", 3, "untimed calls before timing")
+	fl.IntVar(&f.iters, "iters", 20, "timed calls per point")
+	fl.IntVar(&f.rotate, "rotate", 1, "independent input sets cycled through (defeats caches)")
+	fl.StringVar(&f.jsonPath, "json", "", `write results to this file ("-": stdout, instead of the table)`)
+	fl.BoolVar(&f.benchfmt, "benchfmt", false, "print Go benchmark-format lines (for benchstat) instead of the table")
+	fl.BoolVar(&f.check, "check", false, "also record max_abs and rel_l2 against the float64 reference (small points only)")
+	fl.StringVar(&f.progress, "progress", "auto", "progress on stderr: auto (bar on a terminal, else lines), bar, lines or none")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random inputs")
+	// --causal is a string flag that also accepts a bare --causal.
+	fl.Lookup("causal").NoOptDefVal = "true"
+	return c
+}
+
+// benchPoint is one problem of the grid.
+type benchPoint struct {
+	p        problem
+	backward bool
+}
+
+func (b benchPoint) direction() string {
+	if b.backward {
+		return "bwd"
+	}
+	return "fwd"
+}
+
+// grid builds the points for one engine.
+func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, error) {
+	seqs, tokens := f.seqs, f.tokens
+	if len(seqs) == 0 {
+		seqs = paperSeqs
+		if cpu {
+			seqs = cpuSeqs
+		}
+	}
+	if tokens == 0 {
+		tokens = paperTokens
+		if cpu && len(f.seqs) == 0 {
+			tokens = cpuTokens
+		}
+	}
+	dims := f.dims
+	if len(dims) == 0 {
+		dims = paperDims
+	}
+	var causals []bool
+	switch strings.ToLower(f.causal) {
+	case "both", "":
+		causals = []bool{false, true}
+	case "true", "1", "yes":
+		causals = []bool{true}
+	case "false", "0", "no":
+		causals = []bool{false}
+	default:
+		return nil, usagef("--causal %q: want true, false or both", f.causal)
+	}
+	align, err := attention.ParseAlignment(strings.ToLower(f.align))
+	if err != nil {
+		return nil, usagef("--align %q: want top-left or bottom-right", f.align)
+	}
+	var pts []benchPoint
+	for _, dt := range dtypes {
+		for _, d := range dims {
+			for _, causal := range causals {
+				for _, n := range seqs {
+					if n <= 0 {
+						return nil, usagef("--seq %d: must be positive", n)
+					}
+					if d <= 0 {
+						return nil, usagef("--dim %d: must be positive", d)
+					}
+					b := f.batch
+					if b == 0 {
+						b = max(tokens/n, 1)
+					}
+					h := f.heads
+					if h == 0 {
+						h = max(f.hidden/d, 1)
+					}
+					hkv := f.kvHeads
+					if hkv == 0 {
+						hkv = h
+					}
+					p := problem{B: b, Hq: h, Hkv: hkv, Nq: n, Nk: n, D: d, Dv: d, DType: dt, Layout: attention.BSHD,
+						Causal: causal, Align: align}
+					if err := p.validate(); err != nil {
+						return nil, err
+					}
+					pts = append(pts, benchPoint{p: p})
+					if f.backward {
+						pts = append(pts, benchPoint{p: p, backward: true})
+					}
+				}
+			}
+		}
+	}
+	return pts, nil
+}
+
+func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
+	ctx := cmd.Context()
+	switch {
+	case f.warmup < 0:
+		return usagef("--warmup %d: must be ≥ 0", f.warmup)
+	case f.iters <= 0:
+		return usagef("--iters %d: must be positive", f.iters)
+	case f.rotate <= 0:
+		return usagef("--rotate %d: must be positive", f.rotate)
+	case f.tokens < 0 || f.batch < 0 || f.hidden <= 0 || f.heads < 0 || f.kvHeads < 0:
+		return usagef("--tokens, --batch, --heads and --kv-heads must be ≥ 0, --hidden positive")
+	}
+	switch f.progress {
+	case "auto", "bar", "lines", "none":
+	default:
+		return usagef("--progress %q: want auto, bar, lines or none", f.progress)
+	}
+	var want []attention.DType
+	for _, s := range f.dtypes {
+		dt, err := parseDType(s)
+		if err != nil {
+			return err
+		}
+		want = append(want, dt)
+	}
+	// Validate the grid before opening any device.
+	if _, err := f.grid(false, append([]attention.DType{attention.Float32}, want...)); err != nil {
+		return err
+	}
+	engines, err := a.openAll(&f.backend)
+	if err != nil {
+		return err
+	}
+	defer a.closeAll(engines)
+
+	type job struct {
+		e   *engine
+		pts []benchPoint
+	}
+	var jobs []job
+	total := 0
+	for _, e := range engines {
+		info := e.Info()
+		dts := want
+		if len(dts) == 0 {
+			dts = []attention.DType{attention.Float32}
+			if slices.Contains(info.DTypes, attention.Float16) {
+				dts[0] = attention.Float16
+			}
+		}
+		for _, dt := range dts {
+			if !slices.Contains(info.DTypes, dt) {
+				return fmt.Errorf("%s: %s does not run %s", e.label, info.Name, dt)
+			}
+		}
+		cpu := info.Kind == attention.CPU
+		if cpu && len(f.seqs) == 0 {
+			fmt.Fprintf(a.stderr, "note: %s: the CPU backend runs the small grid N ∈ {128, 256, 512}, B·N = %d (the paper's grid would take hours); give --seq to choose\n",
+				e.label, cpuTokens)
+		}
+		pts, err := f.grid(cpu, dts)
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, job{e, pts})
+		total += len(pts)
+	}
+
+	prog := a.newProgress(f.progress, total)
+	file := &ResultsFile{Schema: SchemaV1, Tool: "flashvk", Version: version(), Date: time.Now().UTC().Format(time.RFC3339),
+		Device: engines[0].device(), Results: []Result{}}
+	var failed []string
+	done := 0
+	var runErr error
+outer:
+	for _, j := range jobs {
+		dev := j.e.device()
+		var key string
+		var q, k, v, do attention.Tensor
+		var ref *refResult
+		for _, pt := range j.pts {
+			if err := ctx.Err(); err != nil {
+				runErr = fmt.Errorf("interrupted after %d of %d points", done, total)
+				break outer
+			}
+			p := pt.p
+			label := fmt.Sprintf("%s %s %s d=%d N=%d %s", dev.Name, pt.direction(), shortDType(p.DType.String()), p.D, p.Nq, p.maskString())
+			prog.start(label)
+			// Inputs are drawn once per problem and shared by fwd and bwd.
+			if pk := fmt.Sprint(p); pk != key {
+				key, ref = pk, nil
+				q = randomTensor(p.DType, p.qShape(), p.Layout, rngFor(f.seed, 1))
+				k = randomTensor(p.DType, p.kShape(), p.Layout, rngFor(f.seed, 2))
+				v = randomTensor(p.DType, p.vShape(), p.Layout, rngFor(f.seed, 3))
+				do = attention.Tensor{}
+				if f.check && f.backward {
+					do = randomTensor(p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4))
+				}
+			}
+			res, err := j.e.Benchmark(ctx, q, k, v, p.options(),
+				attention.BenchOptions{Warmup: f.warmup, Iters: f.iters, Backward: pt.backward, Rotate: f.rotate})
+			done++
+			if err != nil {
+				if ctx.Err() != nil {
+					runErr = fmt.Errorf("interrupted after %d of %d points", done-1, total)
+					break outer
+				}
+				msg := fmt.Sprintf("%s: %s", label, oneLine(err.Error()))
+				failed = append(failed, msg)
+				prog.finish(label, "error: "+oneLine(err.Error()))
+				continue
+			}
+			r := Result{Direction: pt.direction(), DType: p.DType.String(), B: p.B, H: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk,
+				D: p.D, Dv: p.Dv, Causal: p.Causal, Align: p.Align.String(), Kernel: j.e.kernel(),
+				MedianMS: ms(res.Median()), P10MS: ms(res.Quantile(0.1)), P90MS: ms(res.Quantile(0.9)),
+				TFLOPS: res.TFLOPS(), Iters: len(res.Times), Clock: res.Clock}
+			d := dev
+			r.Device = &d
+			if f.check {
+				if float64(p.B)*float64(p.Hq)*float64(p.Nq)*float64(p.Nk) > maxCheckScores {
+					prog.note(fmt.Sprintf("%s: too large for the float64 reference, not checked", label))
+				} else {
+					if ref == nil {
+						if ref, err = computeReference(p, q, k, v, do, f.backward); err != nil {
+							return err
+						}
+					}
+					if err := checkPoint(ctx, j.e, p, q, k, v, do, pt.backward, ref, &r); err != nil {
+						failed = append(failed, fmt.Sprintf("%s: check: %s", label, oneLine(err.Error())))
+					}
+				}
+			}
+			file.Results = append(file.Results, r)
+			prog.finish(label, fmt.Sprintf("%s  %.3f TFLOP/s", fmtMS(r.MedianMS), r.TFLOPS))
+		}
+	}
+	prog.close()
+
+	if f.jsonPath != "" {
+		if err := writeResults(f.jsonPath, a.stdout, file); err != nil {
+			return err
+		}
+	}
+	switch {
+	case f.benchfmt:
+		printBenchfmt(a.stdout, file.Results)
+	case f.jsonPath != "-":
+		printBench(a.stdout, file.Results, len(engines) > 1)
+	}
+	if f.jsonPath != "" && f.jsonPath != "-" {
+		fmt.Fprintf(a.stderr, "wrote %d results to %s\n", len(file.Results), f.jsonPath)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if len(failed) > 0 {
+		for _, m := range failed {
+			fmt.Fprintf(a.stderr, "error: %s\n", m)
+		}
+		return fmt.Errorf("%d of %d points failed", len(failed), total)
+	}
+	return nil
+}
+
+// checkPoint runs one call and records its error against the reference:
+// O for the forward, the worst of dQ, dK and dV for the backward.
+func checkPoint(ctx context.Context, e *engine, p problem, q, k, v, do attention.Tensor, backward bool, ref *refResult, r *Result) error {
+	opt := p.options()
+	out, err := e.Forward(ctx, q, k, v, opt)
+	if err != nil {
+		return err
+	}
+	var stats []reference.Stats
+	if !backward {
+		stats = append(stats, reference.Compare(out.O.Float32s(), ref.o))
+	} else {
+		g, err := e.Backward(ctx, q, k, v, out.O, out.LSE, do, opt)
+		if err != nil {
+			return err
+		}
+		stats = append(stats, reference.Compare(g.DQ.Float32s(), ref.dq), reference.Compare(g.DK.Float32s(), ref.dk),
+			reference.Compare(g.DV.Float32s(), ref.dv))
+	}
+	var maxAbs, relL2 float64
+	for _, s := range stats {
+		maxAbs, relL2 = max(maxAbs, s.MaxAbs), max(relL2, s.RelL2)
+	}
+	r.MaxAbs, r.RelL2 = metric(maxAbs), metric(relL2)
+	return nil
+}
+
+// progress reports bench progress on stderr.
+type progress struct {
+	bar   *progressbar.ProgressBar
+	out   io.Writer // stderr
+	lines bool      // one line per point instead of a bar
+	n, of int
+}
+
+func (a *app) newProgress(mode string, total int) *progress {
+	if mode == "auto" {
+		mode = "lines"
+		if a.stderrTTY {
+			mode = "bar"
+		}
+	}
+	p := &progress{of: total, out: a.stderr}
+	switch mode {
+	case "bar":
+		p.bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(a.stderr),
+			progressbar.OptionSetDescription("bench"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionFullWidth(),
+			progressbar.OptionSetRenderBlankState(true),
+			progressbar.OptionClearOnFinish(),
+		)
+	case "lines":
+		p.lines = true
+	}
+	return p
+}
+
+func (p *progress) start(label string) {
+	if p.bar != nil {
+		p.bar.Describe(label)
+	}
+}
+
+func (p *progress) finish(label, outcome string) {
+	p.n++
+	if p.bar != nil {
+		_ = p.bar.Add(1)
+	}
+	if p.lines {
+		fmt.Fprintf(p.out, "[%d/%d] %s: %s\n", p.n, p.of, label, outcome)
+	}
+}
+
+func (p *progress) note(msg string) {
+	if p.bar != nil {
+		_ = p.bar.Clear() // the note goes above the bar
+	}
+	if p.bar != nil || p.lines {
+		fmt.Fprintf(p.out, "note: %s\n", msg)
+	}
+}
+
+func (p *progress) close() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}
+
+// printBench prints the results table.
+func printBench(w io.Writer, rs []Result, multi bool) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := "dir\tdtype\tB\tH\tN\td\tcausal\tmedian\tp10\tp90\tTFLOP/s\t"
+	check := slices.ContainsFunc(rs, func(r Result) bool { return r.RelL2 != nil })
+	if check {
+		hdr += "max_abs\trel_l2\t"
+	}
+	if multi {
+		hdr = "device\t" + hdr
+	}
+	fmt.Fprintln(tw, hdr)
+	for _, r := range rs {
+		if multi {
+			fmt.Fprintf(tw, "%s\t", r.Device.Name)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%v\t%s\t%s\t%s\t%.3f\t", r.Direction, shortDType(r.DType), r.B, r.H, r.Nq, r.D,
+			r.Causal, fmtMS(r.MedianMS), fmtMS(r.P10MS), fmtMS(r.P90MS), r.TFLOPS)
+		if check {
+			if r.RelL2 != nil {
+				fmt.Fprintf(tw, "%.2e\t%.2e\t", float64(*r.MaxAbs), float64(*r.RelL2))
+			} else {
+				fmt.Fprint(tw, "-\t-\t")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+// benchName is a result's Go benchmark name (without the -GOMAXPROCS suffix).
+func benchName(r Result) string {
+	mask := "noncausal"
+	if r.Causal {
+		mask = "causal"
+	}
+	name := fmt.Sprintf("BenchmarkAttention/%s/%s/d%d/N%d/%s", r.Direction, shortDType(r.DType), r.D, r.Nq, mask)
+	if r.B*r.Nq != paperTokens || r.H*r.D != paperHidden || r.Hkv != r.H || r.Nk != r.Nq {
+		name += fmt.Sprintf("/B%dH%d", r.B, r.H)
+		if r.Hkv != r.H {
+			name += "Hkv" + strconv.Itoa(r.Hkv)
+		}
+		if r.Nk != r.Nq {
+			name += "Nk" + strconv.Itoa(r.Nk)
+		}
+	}
+	return name
+}
+
+// printBenchfmt prints the results in the Go benchmark format, one
+// configuration block per device, so benchstat can compare runs.
+func printBenchfmt(w io.Writer, rs []Result) {
+	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/flashvk/flashvk\n", runtime.GOOS, runtime.GOARCH)
+	var last string
+	procs := runtime.GOMAXPROCS(0)
+	for _, r := range rs {
+		dev := r.Device
+		if dev == nil {
+			dev = &DeviceInfo{}
+		}
+		if cfg := dev.Name + "\x00" + r.Kernel; cfg != last {
+			last = cfg
+			fmt.Fprintf(w, "device: %s\nbackend: %s\nkernel: %s\nclock: %s\n", dev.Name, dev.Backend, r.Kernel, r.Clock)
+		}
+		fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4f TFLOP/s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS)
+	}
+}

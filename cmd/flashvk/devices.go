@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/spf13/cobra"
+)
+
+// deviceRow is one line of `flashvk devices`.
+type deviceRow struct {
+	Backend string `json:"backend"` // "vulkan" or "cpu"
+	*gpuInfo
+	Name string `json:"name"`
+	// CPU row only.
+	Threads int      `json:"threads,omitempty"`
+	DTypes  []string `json:"dtypes,omitempty"`
+	// Runnable says whether flashvk's attention backend opens on it; Error
+	// says why not.
+	Runnable bool   `json:"runnable"`
+	Error    string `json:"error,omitempty"`
+}
+
+type devicesReport struct {
+	Devices []deviceRow `json:"devices"`
+	Notes   []string    `json:"notes,omitempty"`
+}
+
+func (a *app) devicesCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:     "devices",
+		Aliases: []string{"device", "list"},
+		Short:   "List the Vulkan devices and the CPU backend with their capabilities",
+		Long: `List every Vulkan physical device (index, name, type, driver, Vulkan version,
+subgroup size, shared memory per workgroup, workgroup limits, device-local memory,
+float16/int8/bfloat16 support, cooperative-matrix shapes) and the CPU backend.
+The index is what --device takes (a name substring or a vendor works too).
+
+RUNS says whether flashvk's attention backend opens on the device. Without a
+Vulkan loader or device only the CPU row is listed, with a note: that is not
+an error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep := a.listDevices()
+			if asJSON {
+				b, err := json.MarshalIndent(rep, "", "  ")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "%s\n", b)
+				return nil
+			}
+			printDevices(a.stdout, rep)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func (a *app) listDevices() *devicesReport {
+	rep := &devicesReport{}
+	gpus, err := a.gpus()
+	if err != nil {
+		rep.Notes = append(rep.Notes, "no Vulkan device: "+oneLine(err.Error()))
+	}
+	for i := range gpus {
+		g := &gpus[i]
+		row := deviceRow{Backend: "vulkan", gpuInfo: g, Name: g.Name}
+		e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: strconv.Itoa(g.Index)})
+		if err != nil {
+			row.Error = oneLine(err.Error())
+		} else {
+			row.Runnable = true
+			_ = e.Close()
+		}
+		rep.Devices = append(rep.Devices, row)
+	}
+	cpu := deviceRow{Backend: "cpu", Name: "Go CPU backend", Threads: runtime.GOMAXPROCS(0), Runnable: true}
+	if e, err := attention.Open(attention.Config{Backend: attention.CPU}); err == nil {
+		in := e.Info()
+		cpu.Name = in.Device
+		for _, d := range in.DTypes {
+			cpu.DTypes = append(cpu.DTypes, d.String())
+		}
+		_ = e.Close()
+	} else {
+		cpu.Runnable, cpu.Error = false, oneLine(err.Error())
+	}
+	rep.Devices = append(rep.Devices, cpu)
+	// One note for a backend that fails the same way everywhere.
+	seen := map[string]bool{}
+	for _, d := range rep.Devices {
+		if d.Error != "" && !seen[d.Error] {
+			seen[d.Error] = true
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s backend does not run here: %s", d.Backend, d.Error))
+		}
+	}
+	return rep
+}
+
+func printDevices(w io.Writer, rep *devicesReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tBACKEND\tNAME\tTYPE\tDRIVER\tVULKAN\tSUBGROUP\tSHARED/WG\tMAX WG\tMEMORY\tFP16\tINT8\tBF16\tCOOPMAT\tRUNS")
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	for _, d := range rep.Devices {
+		if d.gpuInfo == nil {
+			fp16 := yes(slices.Contains(d.DTypes, "float16"))
+			fmt.Fprintf(tw, "-\t%s\t%s\tcpu\t%s, %d threads\t-\t-\t-\t-\t-\t%s\tno\tno\t-\t%s\n", d.Backend, d.Name,
+				runtime.Version(), d.Threads, fp16, yes(d.Runnable))
+			continue
+		}
+		g := d.gpuInfo
+		cm := "-"
+		if len(g.CoopMat) > 0 {
+			cm = fmt.Sprintf("%d shapes", len(g.CoopMat))
+		}
+		if len(g.CoopMat2) > 0 {
+			cm += " +coopmat2"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, d.Backend, d.Name, g.Type,
+			g.driver(), g.APIVersion, g.SubgroupSize, bytesIEC(uint64(g.MaxSharedMemory)), g.MaxWorkgroupInvocations,
+			bytesIEC(g.DeviceLocalBytes), yes(g.Float16), yes(g.Int8), yes(g.BFloat16), cm, yes(d.Runnable))
+	}
+	tw.Flush()
+	for _, d := range rep.Devices {
+		if d.gpuInfo != nil && len(d.CoopMat) > 0 {
+			fmt.Fprintf(w, "\ncooperative matrices of device %d (M×N×K A·B+C→Result):\n", d.Index)
+			for _, s := range d.CoopMat {
+				fmt.Fprintf(w, "  %s\n", s)
+			}
+			if len(d.CoopMat2) > 0 {
+				fmt.Fprintf(w, "  coopmat2: %s\n", strings.Join(d.CoopMat2, ", "))
+			}
+		}
+	}
+	if len(rep.Notes) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+// bytesIEC formats a byte count with a binary prefix.
+func bytesIEC(b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	const k = 1024
+	switch {
+	case b >= k*k*k:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(k*k*k))
+	case b >= k*k:
+		return fmt.Sprintf("%.0f MiB", float64(b)/(k*k))
+	case b >= k:
+		return fmt.Sprintf("%.0f KiB", float64(b)/k)
+	}
+	return fmt.Sprintf("%d B", b)
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/spf13/cobra"
+)
+
+// backendFlags select where attention runs.
+type backendFlags struct {
+	backend, device, kernel string
+	workers                 int
+	validation              bool
+}
+
+func (b *backendFlags) register(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&b.backend, "backend", "auto", "backend: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
+	f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend`)
+	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, minimal or naive (default: the fastest the device supports)")
+	f.IntVar(&b.workers, "workers", 0, "CPU backend goroutines (default GOMAXPROCS)")
+	f.BoolVar(&b.validation, "validation", false, "enable the Khronos Vulkan validation layer and report its messages")
+}
+
+// target is one backend/device to run on.
+type target struct {
+	label string // for messages: "cpu", "vulkan device 0 (llvmpipe …)"
+	cfg   attention.Config
+}
+
+// targets resolves the backend flags to the engines to open. notes are
+// printed on stderr (e.g. "no Vulkan device").
+func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) {
+	var kind attention.BackendKind
+	switch strings.ToLower(b.backend) {
+	case "auto", "":
+		kind = attention.Auto
+	case "cpu":
+		kind = attention.CPU
+	case "vulkan", "vk":
+		kind = attention.Vulkan
+	default:
+		return nil, nil, usagef("--backend %q: want auto, cpu or vulkan", b.backend)
+	}
+	if b.workers < 0 {
+		return nil, nil, usagef("--workers %d: must be ≥ 0", b.workers)
+	}
+	base := attention.Config{Backend: kind, Device: b.device, Kernel: b.kernel, Workers: b.workers, Validation: b.validation}
+	if kind == attention.CPU && b.device != "" && b.device != "all" {
+		return nil, nil, usagef("--device %q selects a Vulkan device: it does not apply to --backend cpu", b.device)
+	}
+	if strings.ToLower(b.device) != "all" {
+		label := kind.String()
+		if b.device != "" {
+			label += " device " + b.device
+		}
+		return []target{{label: label, cfg: base}}, nil, nil
+	}
+	// --device all: every Vulkan device, then the CPU.
+	if kind != attention.CPU {
+		gpus, err := a.gpus()
+		if err != nil {
+			notes = append(notes, "no Vulkan device: "+oneLine(err.Error()))
+		}
+		for _, g := range gpus {
+			c := base
+			c.Backend, c.Device = attention.Vulkan, strconv.Itoa(g.Index)
+			ts = append(ts, target{label: fmt.Sprintf("vulkan device %d (%s)", g.Index, g.Name), cfg: c})
+		}
+	}
+	c := base
+	c.Backend, c.Device, c.Kernel = attention.CPU, "", ""
+	ts = append(ts, target{label: "cpu", cfg: c})
+	return ts, notes, nil
+}
+
+// engine is an open target.
+type engine struct {
+	*attention.Engine
+	label string
+}
+
+func (e *engine) device() DeviceInfo {
+	in := e.Info()
+	return DeviceInfo{Name: in.Device, Driver: in.Driver, Backend: in.Name}
+}
+
+func (e *engine) kernel() string {
+	if k := e.Info().Kernel; k != "" {
+		return k
+	}
+	return e.Info().Name
+}
+
+// openAll opens the targets. With several targets (--device all) one that
+// cannot be opened is reported on stderr and skipped; with one it is an
+// error.
+func (a *app) openAll(b *backendFlags) ([]*engine, error) {
+	ts, notes, err := a.targets(b)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range notes {
+		fmt.Fprintf(a.stderr, "note: %s\n", n)
+	}
+	var out []*engine
+	for _, t := range ts {
+		e, err := attention.Open(t.cfg)
+		if err != nil {
+			if len(ts) == 1 {
+				if errors.Is(err, attention.ErrBackend) && t.cfg.Backend == attention.Vulkan {
+					return nil, fmt.Errorf("%s: %v (try --backend cpu)", t.label, err)
+				}
+				return nil, fmt.Errorf("%s: %v", t.label, err)
+			}
+			fmt.Fprintf(a.stderr, "note: skipping %s: %s\n", t.label, oneLine(err.Error()))
+			continue
+		}
+		if fb := e.Fallback(); fb != "" {
+			fmt.Fprintf(a.stderr, "note: running on the CPU backend: %s\n", oneLine(fb))
+		}
+		out = append(out, &engine{Engine: e, label: t.label})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no backend could be opened")
+	}
+	return out, nil
+}

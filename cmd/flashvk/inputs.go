@@ -1,0 +1,190 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/x448/float16"
+)
+
+// randomTensor draws a tensor of standard normal values (rounded to the
+// dtype) stored densely in layout l.
+func randomTensor(dt attention.DType, s attention.Shape, l attention.Layout, rng *rand.Rand) attention.Tensor {
+	n := s.Len()
+	if dt == attention.Float16 {
+		x := make([]float16.Float16, n)
+		for i := range x {
+			x[i] = float16.Fromfloat32(float32(rng.NormFloat64()))
+		}
+		return attention.FromFloat16(x, s, l)
+	}
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return attention.FromFloat32(x, s, l)
+}
+
+// rngFor returns an independent stream for one operand of a seed.
+func rngFor(seed uint64, stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, stream*0x9e3779b97f4a7c15+1))
+}
+
+// float64s returns t's elements in BSHD order as float64.
+func float64s(t attention.Tensor) []float64 {
+	f := t.Float32s()
+	out := make([]float64, len(f))
+	for i, v := range f {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// dims returns the .npy shape of a tensor stored in layout l.
+func dims(s attention.Shape, l attention.Layout) []int {
+	if l == attention.BHSD {
+		return []int{s.B, s.H, s.S, s.D}
+	}
+	return []int{s.B, s.S, s.H, s.D}
+}
+
+// shapeOf interprets a 4-D .npy shape in layout l.
+func shapeOf(d []int, l attention.Layout) attention.Shape {
+	if l == attention.BHSD {
+		return attention.Shape{B: d[0], H: d[1], S: d[2], D: d[3]}
+	}
+	return attention.Shape{B: d[0], S: d[1], H: d[2], D: d[3]}
+}
+
+// saveTensor writes t as a .npy file in layout l (converting when t is
+// stored otherwise).
+func saveTensor(dir, name string, t attention.Tensor, l attention.Layout) error {
+	path := filepath.Join(dir, name)
+	if t.Strides == attention.Contiguous(t.Shape, l) {
+		return writeNpy(path, dims(t.Shape, l), t.Data)
+	}
+	// Not dense in l: repack through a BSHD float32 copy.
+	f := t.Float32s()
+	dense := attention.FromFloat32(f, t.Shape, attention.BSHD)
+	if l == attention.BHSD {
+		out := make([]float32, len(f))
+		s := t.Shape
+		for b := range s.B {
+			for i := range s.S {
+				for h := range s.H {
+					copy(out[((b*s.H+h)*s.S+i)*s.D:][:s.D], f[((b*s.S+i)*s.H+h)*s.D:][:s.D])
+				}
+			}
+		}
+		dense = attention.FromFloat32(out, s, l)
+	}
+	if t.DType() == attention.Float16 {
+		src := dense.Data.([]float32)
+		h := make([]float16.Float16, len(src))
+		for i, v := range src {
+			h[i] = float16.Fromfloat32(v)
+		}
+		return writeNpy(path, dims(t.Shape, l), h)
+	}
+	return writeNpy(path, dims(t.Shape, l), dense.Data)
+}
+
+// fileInputs are the operands read from .npy files.
+type fileInputs struct {
+	q, k, v, do attention.Tensor
+	hasDO       bool
+}
+
+// loadInputs reads --q/--k/--v[/--do] in layout l and derives the problem
+// sizes from their headers. Every error names the offending file.
+func loadInputs(qp, kp, vp, dop string, l attention.Layout) (*fileInputs, problem, error) {
+	var p problem
+	read := func(path, what string) (attention.Tensor, *npyArray, error) {
+		a, err := readNpy(path)
+		if err != nil {
+			return attention.Tensor{}, nil, err
+		}
+		if len(a.Shape) != 4 {
+			return attention.Tensor{}, nil, fmt.Errorf("%s: %s has shape %v, want 4 dimensions %s", path, what, a.Shape, layoutDims(l))
+		}
+		for _, d := range a.Shape {
+			if d <= 0 {
+				return attention.Tensor{}, nil, fmt.Errorf("%s: %s has shape %v: every dimension must be positive", path, what, a.Shape)
+			}
+		}
+		s := shapeOf(a.Shape, l)
+		return attention.Tensor{Shape: s, Strides: attention.Contiguous(s, l), Data: a.Data}, a, nil
+	}
+	var in fileInputs
+	q, qa, err := read(qp, "q")
+	if err != nil {
+		return nil, p, err
+	}
+	k, ka, err := read(kp, "k")
+	if err != nil {
+		return nil, p, err
+	}
+	v, va, err := read(vp, "v")
+	if err != nil {
+		return nil, p, err
+	}
+	for _, x := range []struct {
+		path string
+		a    *npyArray
+	}{{kp, ka}, {vp, va}} {
+		if x.a.DType != qa.DType {
+			return nil, p, fmt.Errorf("%s: dtype %s differs from %s's %s", x.path, x.a.DType, qp, qa.DType)
+		}
+	}
+	qs, ks, vs := q.Shape, k.Shape, v.Shape
+	switch {
+	case ks.B != qs.B:
+		return nil, p, fmt.Errorf("%s: batch %d ≠ %s's %d (shapes %v and %v, layout %s)", kp, ks.B, qp, qs.B, ka.Shape, qa.Shape, l)
+	case vs.B != qs.B:
+		return nil, p, fmt.Errorf("%s: batch %d ≠ %s's %d (shapes %v and %v, layout %s)", vp, vs.B, qp, qs.B, va.Shape, qa.Shape, l)
+	case ks.D != qs.D:
+		return nil, p, fmt.Errorf("%s: head dim %d ≠ %s's %d (shapes %v and %v, layout %s)", kp, ks.D, qp, qs.D, ka.Shape, qa.Shape, l)
+	case qs.H%ks.H != 0:
+		return nil, p, fmt.Errorf("%s: %d kv heads do not divide %s's %d query heads (shapes %v and %v, layout %s)", kp, ks.H, qp, qs.H, ka.Shape, qa.Shape, l)
+	case vs.S != ks.S:
+		return nil, p, fmt.Errorf("%s: sequence length %d ≠ %s's %d (shapes %v and %v, layout %s)", vp, vs.S, kp, ks.S, va.Shape, ka.Shape, l)
+	case vs.H != ks.H:
+		return nil, p, fmt.Errorf("%s: %d heads ≠ %s's %d (shapes %v and %v, layout %s)", vp, vs.H, kp, ks.H, va.Shape, ka.Shape, l)
+	case qs.D > attention.MaxHeadDim || vs.D > attention.MaxHeadDim:
+		return nil, p, fmt.Errorf("%s: head dim larger than %d", qp, attention.MaxHeadDim)
+	}
+	in.q, in.k, in.v = q, k, v
+	p = problem{B: qs.B, Hq: qs.H, Hkv: ks.H, Nq: qs.S, Nk: ks.S, D: qs.D, Dv: vs.D, DType: qa.DType, Layout: l}
+	if dop != "" {
+		do, da, err := read(dop, "do")
+		if err != nil {
+			return nil, p, err
+		}
+		if da.DType != qa.DType {
+			return nil, p, fmt.Errorf("%s: dtype %s differs from %s's %s", dop, da.DType, qp, qa.DType)
+		}
+		if do.Shape != p.oShape() {
+			return nil, p, fmt.Errorf("%s: shape %v, want O's %v (layout %s)", dop, da.Shape, dims(p.oShape(), l), l)
+		}
+		in.do, in.hasDO = do, true
+	}
+	return &in, p, nil
+}
+
+func layoutDims(l attention.Layout) string {
+	if l == attention.BHSD {
+		return "[B, H, S, D] (--layout bhsd)"
+	}
+	return "[B, S, H, D] (--layout bshd)"
+}
+
+// mkdirOut creates the --out directory.
+func mkdirOut(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
+}

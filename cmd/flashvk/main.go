@@ -1,0 +1,29 @@
+// Command flashvk runs, checks, benchmarks and explains flashvk's exact
+// attention (FlashAttention forward and backward) on a Vulkan device or
+// the pure-Go CPU backend.
+//
+//	flashvk devices                      # what can run: Vulkan devices and the CPU
+//	flashvk run --seq 1024 --check       # one call, checked against a float64 reference
+//	flashvk bench --json h200.json       # the FlashAttention-2 paper's sweep
+//	flashvk compare a.json b.json        # ratio table of two or more runs
+//	flashvk report a.json b.json -o r.html
+//	flashvk explain --seq 4096 --dim 128 # memory traffic of naive vs flash attention
+//
+// Install with
+//
+//	go install github.com/flashvk/flashvk/cmd/flashvk@latest
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+)
+
+// SchemaV1 names the benchmark results format written by `flashvk bench
+// --json` and by bench/torch_sdpa.py, and read by `flashvk compare` and
+// `flashvk report`. docs/results-schema.md documents it field by field.
+const SchemaV1 = "flashvk-bench/1"
+
+// ResultsFile is one benchmark run: who produced it, on what, and the
+// measured points.
+type ResultsFile struct {
+	Schema  string `json:"schema"`  // always SchemaV1
+	Tool    string `json:"tool"`    // "flashvk" or "torch"
+	Version string `json:"version"` // producer version ("devel" for an untagged build)
+	Date    string `json:"date"`    // RFC 3339, UTC
+	// Device is the device of the run; with several devices (--device
+	// all) it is the first, and every result carries its own.
+	Device  DeviceInfo `json:"device"`
+	Results []Result   `json:"results"`
+}
+
+// DeviceInfo names the device and backend a result was measured on.
+type DeviceInfo struct {
+	Name    string `json:"name"`    // e.g. "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)", "Go CPU backend"
+	Driver  string `json:"driver"`  // driver name and version where known ("" otherwise)
+	Backend string `json:"backend"` // "vulkan", "cpu", "cuda" (torch), …
+}
+
+// Result is one measured problem.
+type Result struct {
+	Direction string  `json:"direction"` // "fwd" or "bwd"
+	DType     string  `json:"dtype"`     // "float16", "float32", "bfloat16"
+	B         int     `json:"B"`
+	H         int     `json:"H"` // query heads
+	Hkv       int     `json:"Hkv"`
+	Nq        int     `json:"Nq"`
+	Nk        int     `json:"Nk"`
+	D         int     `json:"d"`
+	Dv        int     `json:"dv"`
+	Causal    bool    `json:"causal"`
+	Align     string  `json:"align"`  // "top-left" or "bottom-right" (meaningful when causal)
+	Kernel    string  `json:"kernel"` // kernel variant, e.g. "flash", "naive", torch's "flash"/"efficient"/"math"
+	MedianMS  float64 `json:"median_ms"`
+	P10MS     float64 `json:"p10_ms"`
+	P90MS     float64 `json:"p90_ms"`
+	TFLOPS    float64 `json:"tflops"` // FlashAttention FLOP convention over the median time
+	Iters     int     `json:"iters"`
+	Clock     string  `json:"clock"` // "gpu-timestamps", "wall", "cuda-events"
+	// MaxAbs and RelL2 are the errors against a float64 reference, when
+	// the run checked them (bwd: the worst of dQ, dK, dV).
+	MaxAbs *Metric `json:"max_abs,omitempty"`
+	RelL2  *Metric `json:"rel_l2,omitempty"`
+	// Device repeats the device of this result (always written by
+	// flashvk; optional on input, where the file's device applies).
+	Device *DeviceInfo `json:"device,omitempty"`
+	// Launch is the kernel's launch configuration, when the backend
+	// reports it.
+	Launch *Launch `json:"launch,omitempty"`
+}
+
+// Launch is a compute dispatch's configuration.
+type Launch struct {
+	Grid        []int  `json:"grid,omitempty"`         // workgroups dispatched (x, y, z)
+	Workgroup   []int  `json:"workgroup,omitempty"`    // invocations per workgroup (x, y, z)
+	SharedBytes int    `json:"shared_bytes,omitempty"` // shared memory per workgroup
+	Tile        string `json:"tile,omitempty"`         // free-form tile description, e.g. "Br=64 Bc=64"
+}
+
+// Metric is an error metric. JSON has no infinities or NaN, so a
+// non-finite value (a result holding NaN or Inf) is written as the string
+// "inf" or "nan"; reading accepts numbers and those strings.
+type Metric float64
+
+// MarshalJSON implements json.Marshaler.
+func (m Metric) MarshalJSON() ([]byte, error) {
+	f := float64(m)
+	switch {
+	case math.IsNaN(f):
+		return []byte(`"nan"`), nil
+	case math.IsInf(f, 0):
+		return []byte(`"inf"`), nil
+	}
+	return json.Marshal(f)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (m *Metric) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		switch strings.ToLower(s) {
+		case "nan":
+			*m = Metric(math.NaN())
+			return nil
+		case "inf", "+inf", "infinity":
+			*m = Metric(math.Inf(1))
+			return nil
+		}
+		return fmt.Errorf("metric %q: want a number, \"inf\" or \"nan\"", s)
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*m = Metric(f)
+	return nil
+}
+
+func metric(f float64) *Metric { m := Metric(f); return &m }
+
+// device returns the result's device, falling back to the file's.
+func (r *Result) device(f *ResultsFile) DeviceInfo {
+	if r.Device != nil && r.Device.Name != "" {
+		return *r.Device
+	}
+	return f.Device
+}
+
+// flopsOf is the FlashAttention FLOP count of a result's problem
+// (forward 4·B·H·Nq·Nk·d with d the mean of d and dv, halved when causal;
+// backward 2.5× the forward).
+func (r *Result) flops() float64 {
+	f := 2 * float64(r.B) * float64(r.H) * float64(r.Nq) * float64(r.Nk) * float64(r.D+r.Dv)
+	if r.Causal {
+		f /= 2
+	}
+	if r.Direction == "bwd" {
+		f *= 2.5
+	}
+	return f
+}
+
+// writeResults writes f as indented JSON to path ("-" is stdout).
+func writeResults(path string, stdout io.Writer, f *ResultsFile) error {
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	return nil
+}
+
+// readResults loads and validates a results file.
+func readResults(path string) (*ResultsFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f ResultsFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%s: not a results file: %s", path, oneLine(err.Error()))
+	}
+	if !strings.HasPrefix(f.Schema, "flashvk-bench/") {
+		return nil, fmt.Errorf("%s: schema %q, want %q", path, f.Schema, SchemaV1)
+	}
+	if f.Schema != SchemaV1 {
+		return nil, fmt.Errorf("%s: schema %q is newer than this flashvk understands (%q)", path, f.Schema, SchemaV1)
+	}
+	for i, r := range f.Results {
+		if r.Direction != "fwd" && r.Direction != "bwd" {
+			return nil, fmt.Errorf("%s: results[%d]: direction %q, want \"fwd\" or \"bwd\"", path, i, r.Direction)
+		}
+		if r.B <= 0 || r.H <= 0 || r.Nq <= 0 || r.Nk <= 0 || r.D <= 0 {
+			return nil, fmt.Errorf("%s: results[%d]: B, H, Nq, Nk and d must be positive", path, i)
+		}
+		if r.Dv == 0 {
+			f.Results[i].Dv = r.D
+		}
+		if r.Hkv == 0 {
+			f.Results[i].Hkv = r.H
+		}
+		if r.Align == "" {
+			f.Results[i].Align = "top-left"
+		}
+	}
+	return &f, nil
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// app carries what every command shares: the output streams and the
+// hooks tests replace.
+type app struct {
+	stdout, stderr io.Writer
+	// gpus lists the Vulkan devices (see gpus.go).
+	gpus func() ([]gpuInfo, error)
+	// stderrTTY reports whether stderr is a terminal (progress bars).
+	stderrTTY bool
+}
+
+// usageError marks an error in the command line itself (exit status 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// exitError ends the program with a status and no further message: the
+// command has already printed why (a failed check, for instance).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// execute runs flashvk with args and returns the process exit status:
+// 0 success, 1 failure (including a failed check), 2 bad usage.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return newApp(stdout, stderr).execute(ctx, args)
+}
+
+func newApp(stdout, stderr io.Writer) *app {
+	return &app{stdout: stdout, stderr: stderr, gpus: listGPUs, stderrTTY: isTerminal(stderr)}
+}
+
+func (a *app) execute(ctx context.Context, args []string) (code int) {
+	defer func() {
+		// Every input is validated; this is a last line of defence so a
+		// bug still ends in one line and a non-zero status.
+		if r := recover(); r != nil {
+			fmt.Fprintf(a.stderr, "flashvk: internal error: %s\n", oneLine(fmt.Sprint(r)))
+			code = 1
+		}
+	}()
+	root := a.rootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ex exitError
+	if errors.As(err, &ex) {
+		return ex.code
+	}
+	fmt.Fprintf(a.stderr, "flashvk: %s\n", oneLine(err.Error()))
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsage(err) {
+		fmt.Fprintf(a.stderr, "Run 'flashvk --help' or 'flashvk COMMAND --help' for usage.\n")
+		return 2
+	}
+	return 1
+}
+
+// isCobraUsage recognises the argument errors cobra returns unwrapped.
+func isCobraUsage(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "invalid argument", "flag needs an argument", "required flag"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "flashvk",
+		Short: "Exact attention (FlashAttention forward and backward) on Vulkan or the CPU",
+		Long: `flashvk runs, checks, benchmarks and explains flashvk's exact attention:
+O = softmax(scale·QKᵀ + mask)·V and its gradients, computed in tiles with an
+online softmax so the Nq×Nk score matrix is never materialised.
+
+Backends: "vulkan" (GLSL compute shaders on a Vulkan device) and "cpu" (pure
+Go). "auto" picks a Vulkan device when one can be opened, else the CPU.
+
+Shapes follow FlashAttention: Q [B, Nq, Hq, d], K [B, Nk, Hkv, d],
+V [B, Nk, Hkv, dv]; Hq must be a multiple of Hkv (grouped-query attention).`,
+		Version:       version(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// Without a subcommand, print the help (and succeed).
+		Run: func(cmd *cobra.Command, args []string) { _ = cmd.Help() },
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetVersionTemplate("flashvk {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.Args = cobra.NoArgs
+	root.AddCommand(a.devicesCmd(), a.runCmd(), a.benchCmd(), a.compareCmd(), a.reportCmd(), a.explainCmd())
+	for _, c := range root.Commands() {
+		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	}
+	return root
+}
+
+// version is the module version flashvk was built from ("devel" for a
+// build from a work tree).
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" || bi.Main.Version == "(devel)" {
+		if ok {
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+					return "devel-" + s.Value[:12]
+				}
+			}
+		}
+		return "devel"
+	}
+	return bi.Main.Version
+}
+
+// oneLine folds a multi-line message onto one line.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+// usagef returns a usage error.
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }

@@ -1,0 +1,468 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/reference"
+	"github.com/spf13/cobra"
+)
+
+// Tolerances of run --check (rel_l2 against the float64 reference).
+const (
+	tolFloat32 = 1e-5
+	tolFloat16 = 2e-3
+)
+
+func tolerance(dt attention.DType) float64 {
+	if dt == attention.Float16 {
+		return tolFloat16
+	}
+	return tolFloat32
+}
+
+type runFlags struct {
+	shape                       shapeFlags
+	backend                     backendFlags
+	backward, check, json       bool
+	seed                        uint64
+	qFile, kFile, vFile, doFile string
+	out                         string
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var f runFlags
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "Run one attention call (optionally checked against a float64 reference)",
+		Long: `Run one attention call, forward (and with --backward the backward too), on
+random inputs or on .npy files, and print the backend, the shape, the time and,
+with --check, the error of every output against a float64 reference.
+
+Inputs: by default Q, K, V (and dO) are drawn from N(0, 1) with --seed and
+rounded to --dtype. With --q/--k/--v (and --do) they are read from .npy files
+(float32 or float16, C order, 4-D: [B, S, H, D] with --layout bshd, [B, H, S, D]
+with --layout bhsd); the sizes come from the file headers.
+
+--check compares O, LSE (and dQ, dK, dV) with package reference, a float64
+implementation run on the exact stored input values, and prints max_abs, rel_l2
+and PASS/FAIL per output. The bound on rel_l2 is
+  float32: 1e-5  — storage and arithmetic are float32, so only float32 rounding
+                   of the tiled sums remains (≈ 2⁻²⁴·√N relative);
+  float16: 2e-3  — the outputs are stored as float16, whose rounding alone is
+                   up to 2⁻¹¹ ≈ 4.9e-4 relative per element (rel_l2 ≈ 3e-4 for a
+                   correctly rounded result); the bound leaves room for that plus
+                   float32 accumulation, and is the bound the project's tests use.
+The exit status is 1 when any output fails.
+
+--out DIR writes o.npy, lse.npy ([B, Hq, Nq] float32) and with --backward
+dq.npy, dk.npy, dv.npy, in --layout and the input dtype. With --device all every
+Vulkan device and the CPU backend run the same inputs, and each writes to
+DIR/<device>/.
+
+Times are host wall-clock times of one call, including transfers.`,
+		Example: `  flashvk run --seq 1024 --heads 16 --dim 64 --causal --check
+  flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype float16 --backward --check
+  flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd, &f) },
+	}
+	f.shape.register(c, "float32")
+	f.backend.register(c)
+	fl := c.Flags()
+	fl.BoolVar(&f.backward, "backward", false, "also run the backward pass (dQ, dK, dV)")
+	fl.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 on FAIL")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random inputs")
+	fl.StringVar(&f.qFile, "q", "", "read Q from this .npy file (needs --k and --v)")
+	fl.StringVar(&f.kFile, "k", "", "read K from this .npy file")
+	fl.StringVar(&f.vFile, "v", "", "read V from this .npy file")
+	fl.StringVar(&f.doFile, "do", "", "read dO from this .npy file (default: random)")
+	fl.StringVar(&f.out, "out", "", "write o.npy, lse.npy (and dq/dk/dv.npy) into this directory")
+	fl.BoolVar(&f.json, "json", false, "print the results as JSON (schema flashvk-run/1)")
+	return c
+}
+
+// checkRow is the error of one output.
+type checkRow struct {
+	Output string `json:"output"`
+	MaxAbs Metric `json:"max_abs"`
+	RelL2  Metric `json:"rel_l2"`
+	Bound  Metric `json:"bound"`
+	NaN    int    `json:"nan"`
+	Inf    int    `json:"inf"`
+	Pass   bool   `json:"pass"`
+}
+
+// runResult is one engine's run.
+type runResult struct {
+	Device         DeviceInfo `json:"device"`
+	Kernel         string     `json:"kernel"`
+	ForwardMS      float64    `json:"forward_ms"`
+	ForwardTFLOPS  float64    `json:"forward_tflops"`
+	BackwardMS     float64    `json:"backward_ms,omitempty"`
+	BackwardTFLOPS float64    `json:"backward_tflops,omitempty"`
+	Check          []checkRow `json:"check,omitempty"`
+	Out            string     `json:"out,omitempty"`
+}
+
+// runReport is the JSON of run --json.
+type runReport struct {
+	Schema  string      `json:"schema"`
+	Version string      `json:"version"`
+	Problem problemJSON `json:"problem"`
+	Inputs  string      `json:"inputs"`
+	Results []runResult `json:"results"`
+	Checked bool        `json:"checked"`
+	Pass    bool        `json:"pass"`
+}
+
+type problemJSON struct {
+	B      int     `json:"B"`
+	H      int     `json:"H"`
+	Hkv    int     `json:"Hkv"`
+	Nq     int     `json:"Nq"`
+	Nk     int     `json:"Nk"`
+	D      int     `json:"d"`
+	Dv     int     `json:"dv"`
+	DType  string  `json:"dtype"`
+	Layout string  `json:"layout"`
+	Causal bool    `json:"causal"`
+	Align  string  `json:"align"`
+	Scale  float64 `json:"scale"`
+}
+
+func (p problem) json() problemJSON {
+	return problemJSON{B: p.B, H: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv, DType: p.DType.String(),
+		Layout: p.Layout.String(), Causal: p.Causal, Align: p.Align.String(), Scale: p.effectiveScale()}
+}
+
+func (a *app) run(cmd *cobra.Command, f *runFlags) error {
+	ctx := cmd.Context()
+	p, err := f.shape.resolve()
+	if err != nil {
+		return err
+	}
+	var q, k, v, do attention.Tensor
+	inputs := fmt.Sprintf("random N(0,1), seed %d", f.seed)
+	files := f.qFile != "" || f.kFile != "" || f.vFile != ""
+	if files {
+		if f.qFile == "" || f.kFile == "" || f.vFile == "" {
+			return usagef("--q, --k and --v go together: give all three .npy files")
+		}
+		in, fp, err := loadInputs(f.qFile, f.kFile, f.vFile, f.doFile, p.Layout)
+		if err != nil {
+			return err
+		}
+		if err := agree(cmd, &f.shape, p, fp); err != nil {
+			return err
+		}
+		fp.Causal, fp.Align, fp.Scale = p.Causal, p.Align, p.Scale
+		p = fp
+		if err := p.validate(); err != nil {
+			return err
+		}
+		q, k, v, do = in.q, in.k, in.v, in.do
+		inputs = fmt.Sprintf("q=%s k=%s v=%s", f.qFile, f.kFile, f.vFile)
+		if in.hasDO {
+			inputs += " do=" + f.doFile
+		}
+	} else {
+		if f.doFile != "" {
+			return usagef("--do needs --q, --k and --v")
+		}
+		q = randomTensor(p.DType, p.qShape(), p.Layout, rngFor(f.seed, 1))
+		k = randomTensor(p.DType, p.kShape(), p.Layout, rngFor(f.seed, 2))
+		v = randomTensor(p.DType, p.vShape(), p.Layout, rngFor(f.seed, 3))
+	}
+	if f.backward && do.Data == nil {
+		do = randomTensor(p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4))
+	}
+	if f.out != "" {
+		if err := mkdirOut(f.out); err != nil {
+			return err
+		}
+	}
+	engines, err := a.openAll(&f.backend)
+	if err != nil {
+		return err
+	}
+	defer a.closeAll(engines)
+
+	// The float64 reference, once for every engine.
+	var ref *refResult
+	if f.check {
+		if ref, err = computeReference(p, q, k, v, do, f.backward); err != nil {
+			return err
+		}
+	}
+	rep := runReport{Schema: "flashvk-run/1", Version: version(), Problem: p.json(), Inputs: inputs, Checked: f.check, Pass: true}
+	for _, e := range engines {
+		r, err := runOne(ctx, e, p, q, k, v, do, f.backward, ref)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.label, err)
+		}
+		for _, c := range r.res.Check {
+			rep.Pass = rep.Pass && c.Pass
+		}
+		if f.out != "" {
+			dir := f.out
+			if len(engines) > 1 {
+				dir = filepath.Join(f.out, slug(r.res.Device.Backend+"-"+r.res.Device.Name))
+				if err := mkdirOut(dir); err != nil {
+					return err
+				}
+			}
+			if err := r.save(dir, p.Layout); err != nil {
+				return err
+			}
+			r.res.Out = dir
+		}
+		rep.Results = append(rep.Results, r.res)
+	}
+	if f.json {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s\n", b)
+	} else {
+		printRun(a.stdout, p, &rep, f.backward)
+	}
+	if !rep.Pass {
+		return exitError{1}
+	}
+	return nil
+}
+
+// agree checks the shape flags the user set against the sizes read from
+// the files.
+func agree(cmd *cobra.Command, s *shapeFlags, flags, files problem) error {
+	ch := cmd.Flags().Changed
+	for _, c := range []struct {
+		flag       string
+		set        bool
+		flagV, got int
+		what       string
+	}{
+		{"--batch", ch("batch"), flags.B, files.B, "B"},
+		{"--heads", ch("heads"), flags.Hq, files.Hq, "Hq"},
+		{"--kv-heads", ch("kv-heads"), flags.Hkv, files.Hkv, "Hkv"},
+		{"--seq", ch("seq") && !ch("nq"), flags.Nq, files.Nq, "Nq"},
+		{"--seq", ch("seq") && !ch("nk"), flags.Nk, files.Nk, "Nk"},
+		{"--nq", ch("nq"), flags.Nq, files.Nq, "Nq"},
+		{"--nk", ch("nk"), flags.Nk, files.Nk, "Nk"},
+		{"--dim", ch("dim"), flags.D, files.D, "d"},
+		{"--dv", ch("dv"), flags.Dv, files.Dv, "dv"},
+	} {
+		if c.set && c.flagV != c.got {
+			return usagef("%s %d disagrees with the input files (%s=%d)", c.flag, c.flagV, c.what, c.got)
+		}
+	}
+	if ch("dtype") && flags.DType != files.DType {
+		return usagef("--dtype %s disagrees with the input files (%s)", s.dtype, files.DType)
+	}
+	return nil
+}
+
+// refResult is the float64 reference of a problem.
+type refResult struct {
+	o, lse, dq, dk, dv []float64
+}
+
+func computeReference(p problem, q, k, v, do attention.Tensor, backward bool) (*refResult, error) {
+	pp := p.params()
+	q64, k64, v64 := float64s(q), float64s(k), float64s(v)
+	o, lse, err := reference.Forward(pp, q64, k64, v64)
+	if err != nil {
+		return nil, fmt.Errorf("reference: %w", err)
+	}
+	r := &refResult{o: o, lse: lse}
+	if backward {
+		if r.dq, r.dk, r.dv, err = reference.Backward(pp, q64, k64, v64, float64s(do)); err != nil {
+			return nil, fmt.Errorf("reference: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// oneRun holds an engine's outputs for --out.
+type oneRun struct {
+	res   runResult
+	o     attention.Tensor
+	lse   []float32
+	grads *attention.Grads
+}
+
+func (r *oneRun) save(dir string, l attention.Layout) error {
+	if err := saveTensor(dir, "o.npy", r.o, l); err != nil {
+		return err
+	}
+	p := r.o.Shape
+	if err := writeNpy(filepath.Join(dir, "lse.npy"), []int{p.B, p.H, p.S}, r.lse); err != nil {
+		return err
+	}
+	if r.grads != nil {
+		for _, g := range []struct {
+			name string
+			t    attention.Tensor
+		}{{"dq.npy", r.grads.DQ}, {"dk.npy", r.grads.DK}, {"dv.npy", r.grads.DV}} {
+			if err := saveTensor(dir, g.name, g.t, l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Tensor, backward bool, ref *refResult) (*oneRun, error) {
+	opt := p.options()
+	r := &oneRun{res: runResult{Device: e.device(), Kernel: e.kernel()}}
+	start := time.Now()
+	out, err := e.Forward(ctx, q, k, v, opt)
+	if err != nil {
+		return nil, err
+	}
+	el := time.Since(start)
+	r.res.ForwardMS = ms(el)
+	r.res.ForwardTFLOPS = p.flops(false) / el.Seconds() / 1e12
+	r.o, r.lse = out.O, out.LSE
+	if backward {
+		start = time.Now()
+		g, err := e.Backward(ctx, q, k, v, out.O, out.LSE, do, opt)
+		if err != nil {
+			return nil, err
+		}
+		el = time.Since(start)
+		r.res.BackwardMS = ms(el)
+		r.res.BackwardTFLOPS = p.flops(true) / el.Seconds() / 1e12
+		r.grads = g
+	}
+	if ref != nil {
+		tol := tolerance(p.DType)
+		add := func(name string, got []float32, want []float64) {
+			s := reference.Compare(got, want)
+			r.res.Check = append(r.res.Check, checkRow{Output: name, MaxAbs: Metric(s.MaxAbs), RelL2: Metric(s.RelL2),
+				Bound: Metric(tol), NaN: s.NaN, Inf: s.Inf, Pass: s.RelL2 <= tol && s.NaN == 0})
+		}
+		add("o", out.O.Float32s(), ref.o)
+		add("lse", out.LSE, ref.lse)
+		if r.grads != nil {
+			add("dq", r.grads.DQ.Float32s(), ref.dq)
+			add("dk", r.grads.DK.Float32s(), ref.dk)
+			add("dv", r.grads.DV.Float32s(), ref.dv)
+		}
+	}
+	return r, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func printRun(w io.Writer, p problem, rep *runReport, backward bool) {
+	fmt.Fprintf(w, "problem  %s\n", p)
+	fmt.Fprintf(w, "inputs   %s\n", rep.Inputs)
+	fmt.Fprintf(w, "flops    fwd %s", siFlops(p.flops(false)))
+	if backward {
+		fmt.Fprintf(w, ", bwd %s", siFlops(p.flops(true)))
+	}
+	fmt.Fprintf(w, " (FlashAttention convention)\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "backend\tdevice\tkernel\tpass\ttime\tTFLOP/s")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\tfwd\t%s\t%.4f\n", r.Device.Backend, r.Device.Name, r.Kernel, fmtMS(r.ForwardMS), r.ForwardTFLOPS)
+		if backward {
+			fmt.Fprintf(tw, "%s\t%s\t%s\tbwd\t%s\t%.4f\n", r.Device.Backend, r.Device.Name, r.Kernel, fmtMS(r.BackwardMS), r.BackwardTFLOPS)
+		}
+	}
+	tw.Flush()
+	if rep.Checked {
+		fmt.Fprintf(w, "\ncheck against the float64 reference (%s: rel_l2 ≤ %s)\n", p.DType, fmtBound(tolerance(p.DType)))
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		multi := len(rep.Results) > 1
+		if multi {
+			fmt.Fprint(tw, "device\t")
+		}
+		fmt.Fprintln(tw, "output\tmax_abs\trel_l2\tbound\tresult")
+		for _, r := range rep.Results {
+			for _, c := range r.Check {
+				if multi {
+					fmt.Fprintf(tw, "%s\t", r.Device.Name)
+				}
+				verdict := "PASS"
+				if !c.Pass {
+					verdict = "FAIL"
+				}
+				extra := ""
+				if c.NaN > 0 || c.Inf > 0 {
+					extra = fmt.Sprintf(" (%d NaN, %d Inf)", c.NaN, c.Inf)
+				}
+				fmt.Fprintf(tw, "%s\t%.3e\t%.3e\t%s\t%s%s\n", c.Output, float64(c.MaxAbs), float64(c.RelL2), fmtBound(float64(c.Bound)), verdict, extra)
+			}
+		}
+		tw.Flush()
+		if rep.Pass {
+			fmt.Fprintln(w, "\nPASS")
+		} else {
+			fmt.Fprintln(w, "\nFAIL")
+		}
+	}
+	for _, r := range rep.Results {
+		if r.Out != "" {
+			fmt.Fprintf(w, "wrote %s\n", r.Out)
+		}
+	}
+}
+
+func fmtMS(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.1f ms", v)
+	case v >= 1:
+		return fmt.Sprintf("%.3f ms", v)
+	}
+	return fmt.Sprintf("%.1f µs", v*1e3)
+}
+
+// siFlops formats a FLOP count with an SI prefix.
+func siFlops(f float64) string { return si(f, "FLOP") }
+
+func si(f float64, unit string) string {
+	for _, p := range []struct {
+		s string
+		v float64
+	}{{"P", 1e15}, {"T", 1e12}, {"G", 1e9}, {"M", 1e6}, {"k", 1e3}} {
+		if math.Abs(f) >= p.v {
+			return fmt.Sprintf("%.3g %s%s", f/p.v, p.s, unit)
+		}
+	}
+	return fmt.Sprintf("%.3g %s", f, unit)
+}
+
+var slugRE = regexp.MustCompile(`[^a-z0-9]+`)
+
+// slug makes a file name from a device name.
+func slug(s string) string {
+	return strings.Trim(slugRE.ReplaceAllString(strings.ToLower(s), "-"), "-")
+}
+
+// closeAll closes the engines, reporting validation messages or errors.
+func (a *app) closeAll(es []*engine) {
+	for _, e := range es {
+		if err := e.Close(); err != nil {
+			fmt.Fprintf(a.stderr, "warning: %s: %s\n", e.label, oneLine(err.Error()))
+		}
+	}
+}
+
+// fmtBound formats a tolerance as 1e-5 or 2e-3.
+func fmtBound(v float64) string {
+	return strings.NewReplacer("e-0", "e-", "e+0", "e+").Replace(fmt.Sprintf("%.0e", v))
+}

@@ -1,0 +1,251 @@
+package cpu
+
+import (
+	"context"
+	"math"
+
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// BackwardWith is Backward with an explicit Config. The result is bitwise
+// independent of cfg.Workers.
+func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv []float32) error {
+	if err := checkProblem(p); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name    string
+		buf     []float32
+		s       spec.Strides
+		n, h, w int
+	}{
+		{"q", q, p.Q, p.Nq, p.Hq, p.D},
+		{"k", k, p.K, p.Nk, p.Hkv, p.D},
+		{"v", v, p.V, p.Nk, p.Hkv, p.Dv},
+		{"o", o, p.O, p.Nq, p.Hq, p.Dv},
+		{"do", do, p.O, p.Nq, p.Hq, p.Dv},
+		{"dq", dq, p.Q, p.Nq, p.Hq, p.D},
+		{"dk", dk, p.K, p.Nk, p.Hkv, p.D},
+		{"dv", dv, p.V, p.Nk, p.Hkv, p.Dv},
+	} {
+		if err := checkLen(c.name, c.buf, c.s, p.B, c.n, c.h, c.w); err != nil {
+			return err
+		}
+	}
+	if err := checkLSE("lse", lse, p); err != nil {
+		return err
+	}
+	if p.B == 0 {
+		return ctx.Err()
+	}
+	cfg = cfg.resolve(p)
+	g := &bwd{p: p, cfg: cfg, q: q, k: k, v: v, o: o, do: do, dq: dq, dk: dk, dv: dv}
+	g.qTiles = (p.Nq + cfg.Br - 1) / cfg.Br
+	g.kTiles = (p.Nk + cfg.Bc - 1) / cfg.Bc
+	nbh := p.B * p.Hq
+
+	// (1) D = rowsum(dO∘O), and LSE in base 2 with −Inf (a row that sees no
+	// key) turned into +Inf so that exp2(s − lse2) is 0 without a branch.
+	g.delta = make([]float32, nbh*p.Nq)
+	g.lse2 = make([]float32, nbh*p.Nq)
+	for i, x := range lse[:nbh*p.Nq] {
+		if x == spec.NegInf {
+			g.lse2[i] = float32(math.Inf(1))
+		} else {
+			g.lse2[i] = float32(float64(x) * math.Log2E)
+		}
+	}
+	err := parallel(ctx, cfg.Workers, g.qTiles*nbh, func() struct{} { return struct{}{} }, g.deltaItem)
+	if err != nil {
+		return err
+	}
+	if p.Nk > 0 {
+		// (2) dK, dV per (batch, kv head, key tile).
+		err = parallel(ctx, cfg.Workers, g.kTiles*p.B*p.Hkv, g.newKVScratch, g.kvItem)
+		if err != nil {
+			return err
+		}
+	}
+	// (3) dQ per (batch, query head, query tile).
+	return parallel(ctx, cfg.Workers, g.qTiles*nbh, g.newQScratch, g.qItem)
+}
+
+type bwd struct {
+	p              *spec.Problem
+	cfg            Config
+	q, k, v, o, do []float32
+	dq, dk, dv     []float32
+	delta, lse2    []float32 // [B, Hq, Nq]
+	qTiles, kTiles int
+}
+
+// deltaItem computes D for one (batch, head, query tile), accumulating in
+// float64.
+func (g *bwd) deltaItem(_ struct{}, it int) {
+	p, br := g.p, g.cfg.Br
+	t, bh := it/(p.B*p.Hq), it%(p.B*p.Hq)
+	b, h := bh/p.Hq, bh%p.Hq
+	i0 := t * br
+	or := rows{g.o, p.O.Offset(b, i0, h), p.O.Seq}
+	dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
+	for i := range min(br, p.Nq-i0) {
+		x, y := or.row(i, p.Dv), dor.row(i, p.Dv)
+		y = y[:len(x)]
+		var s float64
+		for c, xc := range x {
+			s += float64(xc) * float64(y[c])
+		}
+		g.delta[p.LSEIndex(b, h, i0+i)] = float32(s)
+	}
+}
+
+// kvScratch is one worker's memory for the dK/dV pass. Scores are kept
+// transposed (key-major) so that dV += Pᵀ·dO and dK += dSᵀ·Q are the same
+// row-axpy kernel as the forward's P·V.
+type kvScratch struct {
+	st, dpt []float32 // Bc×Br: Sᵀ then Pᵀ, dPᵀ then dSᵀ
+	dk, dv  []float32 // Bc×D, Bc×Dv accumulators
+	first   []int     // Bc: first query row that sees each key
+}
+
+func (g *bwd) newKVScratch() *kvScratch {
+	br, bc := g.cfg.Br, g.cfg.Bc
+	return &kvScratch{
+		st:    make([]float32, bc*br),
+		dpt:   make([]float32, bc*br),
+		dk:    make([]float32, bc*g.p.D),
+		dv:    make([]float32, bc*g.p.Dv),
+		first: make([]int, bc),
+	}
+}
+
+// kvItem computes dK and dV for one (batch, kv head, key tile): it loops
+// over the group's query heads in order and over the query tiles that see
+// the key tile.
+func (g *bwd) kvItem(w *kvScratch, it int) {
+	p, br, bc := g.p, g.cfg.Br, g.cfg.Bc
+	t, bh := it/(p.B*p.Hkv), it%(p.B*p.Hkv)
+	b, kvh := bh/p.Hkv, bh%p.Hkv
+	j0 := t * bc
+	nk := min(bc, p.Nk-j0)
+	d, dvw := p.D, p.Dv
+	c := p.Scale * math.Log2E
+
+	dk, dv := w.dk[:nk*d], w.dv[:nk*dvw]
+	clear(dk)
+	clear(dv)
+	first := w.first[:nk]
+	for jj := range first {
+		first[jj] = firstRow(p, j0+jj)
+	}
+	kr := rows{g.k, p.K.Offset(b, j0, kvh), p.K.Seq}
+	vr := rows{g.v, p.V.Offset(b, j0, kvh), p.V.Seq}
+
+	grp := p.Group()
+	for h := kvh * grp; h < (kvh+1)*grp; h++ {
+		base := p.LSEIndex(b, h, 0)
+		for i0 := first[0]; i0 < p.Nq; i0 += br {
+			nr := min(br, p.Nq-i0)
+			qr := rows{g.q, p.Q.Offset(b, i0, h), p.Q.Seq}
+			dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
+			lse2 := g.lse2[base+i0 : base+i0+nr]
+			delta := g.delta[base+i0 : base+i0+nr]
+
+			st, dpt := w.st, w.dpt
+			dotTile(st, br, kr, nk, qr, nr, d)
+			for jj := range nk {
+				row := st[jj*br : jj*br+nr]
+				lo := min(max(first[jj]-i0, 0), nr) // rows before lo cannot see key j
+				clear(row[:lo])
+				expRowVec(row[lo:], lse2[lo:], c)
+			}
+			accTile(dv, dvw, st, br, nk, nr, dor, dvw)
+
+			dotTile(dpt, br, vr, nk, dor, nr, dvw)
+			for jj := range nk {
+				dsRowVec(st[jj*br:jj*br+nr], dpt[jj*br:jj*br+nr], delta)
+			}
+			accTile(dk, d, dpt, br, nk, nr, qr, d)
+		}
+	}
+
+	for jj := range nk {
+		out := rows{g.dk, p.K.Offset(b, j0, kvh), p.K.Seq}.row(jj, d)
+		a := dk[jj*d : jj*d+d]
+		a = a[:len(out)]
+		for x := range out {
+			out[x] = a[x] * p.Scale
+		}
+		copy(rows{g.dv, p.V.Offset(b, j0, kvh), p.V.Seq}.row(jj, dvw), dv[jj*dvw:jj*dvw+dvw])
+	}
+}
+
+// qScratch is one worker's memory for the dQ pass.
+type qScratch struct {
+	s, dp []float32 // Br×Bc: S then P, dP then dS
+	dq    []float32 // Br×D accumulator
+}
+
+func (g *bwd) newQScratch() *qScratch {
+	br, bc := g.cfg.Br, g.cfg.Bc
+	return &qScratch{
+		s:  make([]float32, br*bc),
+		dp: make([]float32, br*bc),
+		dq: make([]float32, br*g.p.D),
+	}
+}
+
+// qItem computes dQ for one (batch, query head, query tile), looping over
+// the key tiles it sees in order.
+func (g *bwd) qItem(w *qScratch, it int) {
+	p, br, bc := g.p, g.cfg.Br, g.cfg.Bc
+	t := it / (p.B * p.Hq)
+	if p.Causal() {
+		t = g.qTiles - 1 - t
+	}
+	bh := it % (p.B * p.Hq)
+	b, h := bh/p.Hq, bh%p.Hq
+	kvh := p.KVHead(h)
+	i0 := t * br
+	nr := min(br, p.Nq-i0)
+	d, dvw := p.D, p.Dv
+	c := p.Scale * math.Log2E
+
+	base := p.LSEIndex(b, h, i0)
+	lse2 := g.lse2[base : base+nr]
+	delta := g.delta[base : base+nr]
+	qr := rows{g.q, p.Q.Offset(b, i0, h), p.Q.Seq}
+	dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
+	dq := w.dq[:nr*d]
+	clear(dq)
+
+	jEnd := p.KeyLimit(i0 + nr - 1)
+	for j0 := 0; j0 < jEnd; j0 += bc {
+		nc := min(bc, jEnd-j0)
+		kr := rows{g.k, p.K.Offset(b, j0, kvh), p.K.Seq}
+		vr := rows{g.v, p.V.Offset(b, j0, kvh), p.V.Seq}
+		s, dp := w.s, w.dp
+		dotTile(s, bc, qr, nr, kr, nc, d)
+		dotTile(dp, bc, dor, nr, vr, nc, dvw)
+		for i := range nr {
+			vis := min(max(p.KeyLimit(i0+i)-j0, 0), nc)
+			pr := s[i*bc : i*bc+nc]
+			dr := dp[i*bc : i*bc+nc]
+			l2, di := lse2[i], delta[i]
+			expRow(pr[:vis], c, l2)
+			dsRow(pr[:vis], dr[:vis], di)
+			clear(dr[vis:])
+		}
+		accTile(dq, d, dp, bc, nr, nc, kr, d)
+	}
+
+	out := rows{g.dq, p.Q.Offset(b, i0, h), p.Q.Seq}
+	for i := range nr {
+		o := out.row(i, d)
+		a := dq[i*d : i*d+d]
+		a = a[:len(o)]
+		for x := range o {
+			o[x] = a[x] * p.Scale
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package cpu
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+type benchSize struct {
+	b, h, n, d int
+	mask       spec.Mask
+}
+
+func (s benchSize) String() string {
+	name := fmt.Sprintf("B%d_H%d_N%d_d%d", s.b, s.h, s.n, s.d)
+	if s.mask != spec.MaskNone {
+		name += "_causal"
+	}
+	return name
+}
+
+var benchSizes = []benchSize{
+	{1, 1, 2048, 64, spec.MaskNone},
+	{1, 8, 2048, 64, spec.MaskNone},
+	{1, 8, 2048, 64, spec.MaskCausalBottomRight},
+	{1, 8, 1024, 128, spec.MaskNone},
+	{4, 8, 512, 64, spec.MaskNone},
+}
+
+// benchProblem builds a BSHD problem with random inputs.
+func benchProblem(s benchSize) (p *spec.Problem, q, k, v, o, lse, do []float32) {
+	p = &spec.Problem{B: s.b, Hq: s.h, Hkv: s.h, Nq: s.n, Nk: s.n, D: s.d, Dv: s.d, Mask: s.mask,
+		Scale: 0.125, Q: spec.BSHD(s.n, s.h, s.d), K: spec.BSHD(s.n, s.h, s.d),
+		V: spec.BSHD(s.n, s.h, s.d), O: spec.BSHD(s.n, s.h, s.d)}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rnd := func() []float32 {
+		x := make([]float32, s.b*s.n*s.h*s.d)
+		for i := range x {
+			x[i] = 2*rng.Float32() - 1
+		}
+		return x
+	}
+	return p, rnd(), rnd(), rnd(), rnd(), make([]float32, s.b*s.h*s.n), rnd()
+}
+
+func reportFlops(b *testing.B, flops float64) {
+	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+func BenchmarkForward(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run(s.String(), func(b *testing.B) {
+			p, q, k, v, o, lse, _ := benchProblem(s)
+			ctx := context.Background()
+			for b.Loop() {
+				if err := Forward(ctx, p, q, k, v, o, lse); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportFlops(b, p.Flops())
+		})
+	}
+}
+
+func BenchmarkBackward(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run(s.String(), func(b *testing.B) {
+			p, q, k, v, o, lse, do := benchProblem(s)
+			ctx := context.Background()
+			if err := Forward(ctx, p, q, k, v, o, lse); err != nil {
+				b.Fatal(err)
+			}
+			dq, dk, dv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+			for b.Loop() {
+				if err := Backward(ctx, p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportFlops(b, 2.5*p.Flops())
+		})
+	}
+}
+
+// naiveInputs returns the dense float64 operands of benchProblem(s).
+func naiveInputs(s benchSize) (p *spec.Problem, q, k, v, do dense) {
+	p, q32, k32, v32, _, _, do32 := benchProblem(s)
+	toDense := func(x []float32) dense {
+		d := newDense(s.b, s.h, s.n, s.d)
+		st := spec.BSHD(s.n, s.h, s.d)
+		for bb := range s.b {
+			for h := range s.h {
+				for i := range s.n {
+					r := d.row(bb, h, i)
+					for c := range r {
+						r[c] = float64(x[st.Offset(bb, i, h)+c])
+					}
+				}
+			}
+		}
+		return d
+	}
+	return p, toDense(q32), toDense(k32), toDense(v32), toDense(do32)
+}
+
+// BenchmarkNaiveForward times the float64 reference of the tests (full
+// score matrix, one goroutine) as the baseline for the speed-up.
+func BenchmarkNaiveForward(b *testing.B) {
+	for _, s := range []benchSize{{1, 1, 2048, 64, spec.MaskNone}} {
+		b.Run(s.String(), func(b *testing.B) {
+			p, qd, kd, vd, _ := naiveInputs(s)
+			for b.Loop() {
+				refForward(p, qd, kd, vd)
+			}
+			reportFlops(b, p.Flops())
+		})
+	}
+}
+
+// BenchmarkNaiveBackward times the float64 reference backward (which also
+// recomputes the forward).
+func BenchmarkNaiveBackward(b *testing.B) {
+	for _, s := range []benchSize{{1, 1, 2048, 64, spec.MaskNone}} {
+		b.Run(s.String(), func(b *testing.B) {
+			p, qd, kd, vd, dod := naiveInputs(s)
+			for b.Loop() {
+				refBackward(p, qd, kd, vd, dod)
+			}
+			reportFlops(b, 2.5*p.Flops())
+		})
+	}
+}

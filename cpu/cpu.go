@@ -1,0 +1,161 @@
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// Default tile sizes: Br query rows by Bc keys.
+const (
+	DefaultBr = 64
+	DefaultBc = 64
+)
+
+// Config tunes the backend. The zero value is the default.
+type Config struct {
+	// Br is the query tile height and Bc the key tile width; ≤ 0 selects
+	// DefaultBr and DefaultBc. Results depend on neither beyond float32
+	// rounding (and, for a fixed Config, are bitwise reproducible).
+	Br, Bc int
+	// Workers is the number of goroutines; ≤ 0 selects GOMAXPROCS. The
+	// backward's result does not depend on it.
+	Workers int
+}
+
+// Forward computes O and LSE with the default Config. q, k, v and o are
+// indexed with p's strides (views into larger buffers are allowed); lse is
+// contiguous [B, Hq, Nq].
+func Forward(ctx context.Context, p *spec.Problem, q, k, v, o, lse []float32) error {
+	return ForwardWith(ctx, Config{}, p, q, k, v, o, lse)
+}
+
+// Backward computes dQ, dK and dV with the default Config, recomputing the
+// probabilities from Q, K and LSE. dO has O's strides, dQ Q's, dK K's and
+// dV V's. Every element of dq, dk and dv is overwritten.
+func Backward(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv []float32) error {
+	return BackwardWith(ctx, Config{}, p, q, k, v, o, lse, do, dq, dk, dv)
+}
+
+// resolve fills in Config defaults, capping the tiles to the problem.
+func (c Config) resolve(p *spec.Problem) Config {
+	if c.Br <= 0 {
+		c.Br = DefaultBr
+	}
+	if c.Bc <= 0 {
+		c.Bc = DefaultBc
+	}
+	c.Br = max(min(c.Br, p.Nq), 1)
+	c.Bc = max(min(c.Bc, p.Nk), 1)
+	if c.Workers <= 0 {
+		c.Workers = runtime.GOMAXPROCS(0)
+	}
+	return c
+}
+
+// checkProblem rejects problems the kernels cannot index safely. The
+// attention package validates fully; this only guards against panics.
+func checkProblem(p *spec.Problem) error {
+	if p == nil {
+		return errors.New("cpu: nil problem")
+	}
+	if p.B < 0 || p.Hq < 0 || p.Nq < 0 || p.Nk < 0 || p.D < 1 || p.Dv < 1 || p.Hkv < 1 {
+		return fmt.Errorf("cpu: invalid sizes B=%d Hq=%d Hkv=%d Nq=%d Nk=%d D=%d Dv=%d",
+			p.B, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv)
+	}
+	if p.Hq%p.Hkv != 0 {
+		return fmt.Errorf("cpu: Hq=%d is not a multiple of Hkv=%d", p.Hq, p.Hkv)
+	}
+	switch p.Mask {
+	case spec.MaskNone, spec.MaskCausalTopLeft, spec.MaskCausalBottomRight:
+	default:
+		return fmt.Errorf("cpu: invalid mask %d", p.Mask)
+	}
+	return nil
+}
+
+// checkLen reports an error if buf cannot hold a [b, n, h, w] operand with
+// strides s (every reachable index must lie in [0, len(buf))).
+func checkLen(name string, buf []float32, s spec.Strides, b, n, h, w int) error {
+	if b == 0 || n == 0 || h == 0 || w == 0 {
+		return nil
+	}
+	lo, hi := 0, w-1
+	for _, d := range [...]struct{ count, stride int }{{b, s.Batch}, {n, s.Seq}, {h, s.Head}} {
+		if d.stride >= 0 {
+			hi += (d.count - 1) * d.stride
+		} else {
+			lo += (d.count - 1) * d.stride
+		}
+	}
+	if lo < 0 || hi >= len(buf) {
+		return fmt.Errorf("cpu: %s has %d elements, its strides %+v reach [%d, %d]", name, len(buf), s, lo, hi)
+	}
+	return nil
+}
+
+// checkLSE reports an error if buf is shorter than a contiguous [B, Hq, Nq].
+func checkLSE(name string, buf []float32, p *spec.Problem) error {
+	if n := p.B * p.Hq * p.Nq; len(buf) < n {
+		return fmt.Errorf("cpu: %s has %d elements, want %d ([B, Hq, Nq])", name, len(buf), n)
+	}
+	return nil
+}
+
+// firstRow returns the first query row that sees key j (Nq if none).
+// KeyLimit is non-decreasing in the row, so the rows seeing j are a suffix.
+func firstRow(p *spec.Problem, j int) int {
+	return sort.Search(p.Nq, func(i int) bool { return p.KeyLimit(i) > j })
+}
+
+// parallel runs fn(w, item) for item in [0, n) on up to workers goroutines,
+// w being the worker's scratch from newScratch. It stops early and returns
+// ctx.Err() when the context is done (checked before every item).
+func parallel[S any](ctx context.Context, workers, n int, newScratch func() S, fn func(S, int)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	workers = min(workers, n)
+	if workers <= 1 {
+		s := newScratch()
+		for i := range n {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			fn(s, i)
+		}
+		return nil
+	}
+	var (
+		next    atomic.Int64
+		stopped atomic.Bool
+		wg      sync.WaitGroup
+	)
+	for range workers {
+		wg.Go(func() {
+			s := newScratch()
+			for !stopped.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if ctx.Err() != nil {
+					stopped.Store(true)
+					return
+				}
+				fn(s, i)
+			}
+		})
+	}
+	wg.Wait()
+	if stopped.Load() {
+		return ctx.Err()
+	}
+	return nil
+}

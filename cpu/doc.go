@@ -1,0 +1,51 @@
+// Package cpu is the pure-Go float32 FlashAttention backend: exact attention
+// (forward and backward) computed tile by tile on the CPU, never
+// materialising the Nq×Nk score matrix.
+//
+// # Algorithm
+//
+// Forward is FlashAttention-2. A work item is one (batch, query head, tile
+// of Br query rows). It streams the key/value tiles of Bc keys that the
+// tile's last row can see (causal block skipping; the per-element mask is
+// applied only on the tiles that cross the diagonal), keeps a running row
+// maximum m, a running sum l and the unnormalised output in float32, and
+// finishes with O = acc/l and LSE = m + log(l). Scores are kept in base 2
+// (the softmax scale is multiplied by log2(e)) so the exponential is a
+// cheap exp2 polynomial.
+//
+// Backward recomputes the probabilities from Q, K and LSE (no stored P):
+// first D = rowsum(dO∘O) per query row, then one pass whose work item is a
+// (batch, key/value head, key tile) that accumulates dK and dV over the
+// group's query heads in a fixed order, then one pass whose work item is a
+// (batch, query head, query tile) that accumulates dQ. Every output element
+// is owned by exactly one work item and summed in a fixed order, so the
+// gradients are bitwise identical whatever the worker count or scheduling.
+//
+// Work items run on a pool of Config.Workers goroutines (GOMAXPROCS by
+// default). The context is checked between work items; on cancellation the
+// call returns ctx.Err() and the outputs are partially written. Extra memory
+// is O(tile) per worker plus, for the backward, one float32 per query row.
+//
+// # Kernels
+//
+// The tile products are two kernels: scores as row dot products
+// (S = Q·Kᵀ, dP = dO·Vᵀ and their transposes) and accumulation as row
+// axpys (O += P·V, dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q), plus the
+// exponential, row maximum and dS = P∘(dP − D) row passes. On amd64 with
+// AVX2 and FMA (detected at start-up) they run as Go assembly
+// (kernels_amd64.s, 8-wide, register-blocked); elsewhere, or when built
+// with the purego tag, as portable unrolled Go. Both paths are tested
+// against the same float64 reference; the results of the two differ by
+// float32 rounding, and each is deterministic.
+//
+// # Layout
+//
+// Operands are addressed through the strides of a [spec.Problem], so views
+// into larger tensors (a packed QKV buffer, BHSD storage) work without
+// copies. LSE is contiguous [B, Hq, Nq]. Rows that see no key (bottom-right
+// causal with Nq > Nk) get O = 0, LSE = −Inf and zero gradients.
+//
+// The problem is assumed validated by the caller (package attention); the
+// backend still checks that every slice is long enough for its strides and
+// returns an error instead of panicking.
+package cpu

@@ -1,0 +1,148 @@
+package cpu
+
+import (
+	"context"
+	"math"
+
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// ForwardWith is Forward with an explicit Config.
+func ForwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, lse []float32) error {
+	if err := checkProblem(p); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name    string
+		buf     []float32
+		s       spec.Strides
+		n, h, w int
+	}{
+		{"q", q, p.Q, p.Nq, p.Hq, p.D},
+		{"k", k, p.K, p.Nk, p.Hkv, p.D},
+		{"v", v, p.V, p.Nk, p.Hkv, p.Dv},
+		{"o", o, p.O, p.Nq, p.Hq, p.Dv},
+	} {
+		if err := checkLen(c.name, c.buf, c.s, p.B, c.n, c.h, c.w); err != nil {
+			return err
+		}
+	}
+	if err := checkLSE("lse", lse, p); err != nil {
+		return err
+	}
+	if p.B == 0 || p.Hq == 0 || p.Nq == 0 {
+		return ctx.Err()
+	}
+	cfg = cfg.resolve(p)
+	f := &fwd{p: p, cfg: cfg, q: q, k: k, v: v, o: o, lse: lse}
+	f.tiles = (p.Nq + cfg.Br - 1) / cfg.Br
+	return parallel(ctx, cfg.Workers, f.tiles*p.B*p.Hq, f.newScratch, f.item)
+}
+
+type fwd struct {
+	p          *spec.Problem
+	cfg        Config
+	q, k, v, o []float32
+	lse        []float32
+	tiles      int
+}
+
+// fwdScratch is one worker's tile memory.
+type fwdScratch struct {
+	s    []float32 // Br×Bc scores, then probabilities
+	acc  []float32 // Br×Dv unnormalised output
+	m, l []float32 // Br running max (base 2) and running sum
+}
+
+func (f *fwd) newScratch() *fwdScratch {
+	br, bc := f.cfg.Br, f.cfg.Bc
+	return &fwdScratch{
+		s:   make([]float32, br*bc),
+		acc: make([]float32, br*f.p.Dv),
+		m:   make([]float32, br),
+		l:   make([]float32, br),
+	}
+}
+
+// item runs one (batch, head, query tile). Items are numbered tile-major;
+// with a causal mask the expensive (late) tiles come first.
+func (f *fwd) item(w *fwdScratch, it int) {
+	p, br, bc := f.p, f.cfg.Br, f.cfg.Bc
+	t := it / (p.B * p.Hq)
+	if p.Causal() {
+		t = f.tiles - 1 - t
+	}
+	bh := it % (p.B * p.Hq)
+	b, h := bh/p.Hq, bh%p.Hq
+	kvh := p.KVHead(h)
+
+	i0 := t * br
+	nr := min(br, p.Nq-i0)
+	d, dv := p.D, p.Dv
+	c := p.Scale * math.Log2E
+
+	qr := rows{f.q, p.Q.Offset(b, i0, h), p.Q.Seq}
+	m, l, acc := w.m[:nr], w.l[:nr], w.acc[:nr*dv]
+	for i := range m {
+		m[i] = spec.NegInf
+		l[i] = 0
+	}
+	clear(acc)
+
+	jEnd := p.KeyLimit(i0 + nr - 1) // keys beyond are never seen by the tile
+	for j0 := 0; j0 < jEnd; j0 += bc {
+		nc := min(bc, jEnd-j0)
+		kr := rows{f.k, p.K.Offset(b, j0, kvh), p.K.Seq}
+		vr := rows{f.v, p.V.Offset(b, j0, kvh), p.V.Seq}
+		s := w.s
+		dotTile(s, bc, qr, nr, kr, nc, d)
+		for i := range nr {
+			row := s[i*bc : i*bc+nc]
+			vis := min(max(p.KeyLimit(i0+i)-j0, 0), nc)
+			if vis == 0 {
+				clear(row)
+				continue
+			}
+			// The tile's row maximum of c·s (c·max s, or c·min s when c < 0:
+			// multiplying by c is monotonic, rounding included).
+			r := row[:vis]
+			mx, mn := rowMaxMin(r)
+			mt := c * mx
+			if c < 0 {
+				mt = c * mn
+			}
+			mOld := m[i]
+			mNew := max(mOld, mt)
+			sum := expRow(r, c, mNew)
+			clear(row[vis:])
+			if mNew != mOld {
+				alpha := exp2(mOld - mNew)
+				a := acc[i*dv : i*dv+dv]
+				for x := range a {
+					a[x] *= alpha
+				}
+				l[i] *= alpha
+			}
+			l[i] += sum
+			m[i] = mNew
+		}
+		accTile(acc, dv, s, bc, nr, nc, vr, dv)
+	}
+
+	for i := range nr {
+		out := rows{f.o, p.O.Offset(b, i0, h), p.O.Seq}.row(i, dv)
+		li := &f.lse[p.LSEIndex(b, h, i0+i)]
+		if l[i] == 0 {
+			clear(out)
+			*li = spec.NegInf
+			continue
+		}
+		inv := 1 / l[i]
+		a := acc[i*dv : i*dv+dv]
+		a = a[:len(out)]
+		for x := range out {
+			out[x] = a[x] * inv
+		}
+		*li = float32((float64(m[i]) + math.Log2(float64(l[i]))) * math.Ln2)
+	}
+}

@@ -1,0 +1,160 @@
+//go:build amd64 && !purego
+
+package cpu
+
+// AVX2+FMA kernels (kernels_amd64.s), used when the CPU and the OS support
+// them. Each wrapper checks that the memory the assembly touches lies
+// inside its slices (the first and last row of every operand), hands the
+// vector-friendly part to the assembly and leaves the rest to the caller or
+// to scalar code.
+
+var useSIMD = hasAVX2FMA()
+
+func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+func xgetbv() (eax, edx uint32)
+
+//go:noescape
+func dotTileAVX(dst *float32, ldd int, a *float32, lda, na int, b *float32, ldb, nb, n int)
+
+//go:noescape
+func accTileAVX(c *float32, ldc int, a *float32, lda, m, k int, b *float32, ldb, w int)
+
+//go:noescape
+func expRowAVX(r *float32, n int, c, sub float32) float32
+
+//go:noescape
+func expRowVecAVX(r, sub *float32, n int, c float32)
+
+//go:noescape
+func dsRowAVX(p, dp *float32, n int, d float32)
+
+//go:noescape
+func dsRowVecAVX(p, dp, d *float32, n int)
+
+//go:noescape
+func rowMaxMinAVX(r *float32, n int) (mx, mn float32)
+
+// hasAVX2FMA reports AVX2 and FMA support, with the YMM state enabled by
+// the OS.
+func hasAVX2FMA() bool {
+	maxID, _, _, _ := cpuid(0, 0)
+	if maxID < 7 {
+		return false
+	}
+	_, _, ecx1, _ := cpuid(1, 0)
+	const fma, osxsave, avx = 1 << 12, 1 << 27, 1 << 28
+	if ecx1&(fma|osxsave|avx) != fma|osxsave|avx {
+		return false
+	}
+	if xcr0, _ := xgetbv(); xcr0&6 != 6 { // XMM and YMM state
+		return false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	return ebx7&(1<<5) != 0 // AVX2
+}
+
+func dotTileSIMD(dst []float32, ldd int, a rows, na int, b rows, nb int, w int) bool {
+	if w < 8 {
+		return false
+	}
+	na2, nb4, w8 := na&^1, nb&^3, w&^7
+	if na2 > 0 && nb4 > 0 {
+		_, _ = a.row(0, w), a.row(na2-1, w)
+		_, _ = b.row(0, w), b.row(nb4-1, w)
+		_ = dst[(na2-1)*ldd+nb4-1]
+		dotTileAVX(&dst[0], ldd, &a.buf[a.off], a.stride, na2, &b.buf[b.off], b.stride, nb4, w8)
+		if w8 < w {
+			for i := range na2 {
+				ar := a.row(i, w)[w8:]
+				d := dst[i*ldd : i*ldd+nb4]
+				for j := range d {
+					d[j] += dot(ar, b.row(j, w)[w8:])
+				}
+			}
+		}
+	} else {
+		nb4 = 0
+	}
+	// Columns beyond the last multiple of 4, then the odd last row.
+	for i := range na2 {
+		ar := a.row(i, w)
+		for j := nb4; j < nb; j++ {
+			dst[i*ldd+j] = dot(ar, b.row(j, w))
+		}
+	}
+	for i := na2; i < na; i++ {
+		ar := a.row(i, w)
+		for j := range nb {
+			dst[i*ldd+j] = dot(ar, b.row(j, w))
+		}
+	}
+	return true
+}
+
+func accTileSIMD(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w int) bool {
+	if w < 8 {
+		return false
+	}
+	w8 := w &^ 7
+	_ = acc[(nr-1)*lda+w-1]
+	_ = p[(nr-1)*ldp+nk-1]
+	_, _ = v.row(0, w), v.row(nk-1, w)
+	accTileAVX(&acc[0], lda, &p[0], ldp, nr, nk, &v.buf[v.off], v.stride, w8)
+	if w8 < w {
+		for i := range nr {
+			a := acc[i*lda+w8 : i*lda+w]
+			for j, pj := range p[i*ldp : i*ldp+nk] {
+				if pj == 0 {
+					continue
+				}
+				vr := v.row(j, w)[w8:]
+				vr = vr[:len(a)]
+				for c := range a {
+					a[c] += pj * vr[c]
+				}
+			}
+		}
+	}
+	return true
+}
+
+func expRowSIMD(r []float32, c, sub float32) (int, float32) {
+	n := len(r) &^ 7
+	if n == 0 {
+		return 0, 0
+	}
+	return n, expRowAVX(&r[0], n, c, sub)
+}
+
+func expRowVecSIMD(r, sub []float32, c float32) int {
+	n := min(len(r), len(sub)) &^ 7
+	if n > 0 {
+		expRowVecAVX(&r[0], &sub[0], n, c)
+	}
+	return n
+}
+
+func dsRowSIMD(p, dp []float32, d float32) int {
+	n := min(len(p), len(dp)) &^ 7
+	if n > 0 {
+		dsRowAVX(&p[0], &dp[0], n, d)
+	}
+	return n
+}
+
+func dsRowVecSIMD(p, dp, d []float32) int {
+	n := min(len(p), len(dp), len(d)) &^ 7
+	if n > 0 {
+		dsRowVecAVX(&p[0], &dp[0], &d[0], n)
+	}
+	return n
+}
+
+func rowMaxMinSIMD(r []float32) (n int, mx, mn float32) {
+	n = len(r) &^ 7
+	if n == 0 {
+		return 0, 0, 0
+	}
+	mx, mn = rowMaxMinAVX(&r[0], n)
+	return n, mx, mn
+}

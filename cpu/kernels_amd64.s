@@ -1,0 +1,483 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AVX2+FMA kernels. Lengths are in elements; the Go wrappers in
+// kernels_amd64.go guarantee the preconditions stated for each function
+// and handle the remainders.
+
+// 32-byte constants: one float32 bit pattern broadcast to 8 lanes.
+#define VCONST(name, bits) \
+	DATA name<>+0(SB)/4, $bits \
+	DATA name<>+4(SB)/4, $bits \
+	DATA name<>+8(SB)/4, $bits \
+	DATA name<>+12(SB)/4, $bits \
+	DATA name<>+16(SB)/4, $bits \
+	DATA name<>+20(SB)/4, $bits \
+	DATA name<>+24(SB)/4, $bits \
+	DATA name<>+28(SB)/4, $bits \
+	GLOBL name<>(SB), RODATA|NOPTR, $32
+
+VCONST(expE1, 0x3f317218)
+VCONST(expE2, 0x3e75fdf0)
+VCONST(expE3, 0x3d635847)
+VCONST(expE4, 0x3c1d955b)
+VCONST(expE5, 0x3aaec3ff)
+VCONST(expE6, 0x39218489)
+VCONST(expE7, 0x377fe5fe)
+VCONST(expOne, 0x3f800000)
+VCONST(expLo, 0xc2fc0000)
+VCONST(expHi, 0x42fe0000)
+VCONST(expMagic, 0x4b400000)
+VCONST(expBias, 0x4b3fff81)
+
+// EXP2(X, T, F, Q, M): X = 2^X lane-wise, as exp2 in kernels.go (0 below
+// −126, clamped above 127, NaN propagates). T, F, Q, M are clobbered.
+#define EXP2(X, T, F, Q, M) \
+	VCMPPS       $1, expLo<>(SB), X, M \
+	VMOVUPS      expHi<>(SB), T \
+	VMINPS       X, T, X \
+	VADDPS       expMagic<>(SB), X, T \
+	VSUBPS       expMagic<>(SB), T, F \
+	VSUBPS       F, X, F \
+	VMOVUPS      expE7<>(SB), Q \
+	VFMADD213PS  expE6<>(SB), F, Q \
+	VFMADD213PS  expE5<>(SB), F, Q \
+	VFMADD213PS  expE4<>(SB), F, Q \
+	VFMADD213PS  expE3<>(SB), F, Q \
+	VFMADD213PS  expE2<>(SB), F, Q \
+	VFMADD213PS  expE1<>(SB), F, Q \
+	VFMADD213PS  expOne<>(SB), F, Q \
+	VPSUBD       expBias<>(SB), T, T \
+	VPSLLD       $23, T, T \
+	VMULPS       T, Q, Q \
+	VANDNPS      Q, M, X
+
+// HSUM(Y, X, T): X's low lane = the sum of Y's 8 lanes (X is Y's low half).
+#define HSUM(Y, X, TX) \
+	VEXTRACTF128 $1, Y, TX \
+	VADDPS       TX, X, X \
+	VHADDPS      X, X, X \
+	VHADDPS      X, X, X
+
+// func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL eaxArg+0(FP), AX
+	MOVL ecxArg+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func xgetbv() (eax, edx uint32)
+TEXT ·xgetbv(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// func dotTileAVX(dst *float32, ldd int, a *float32, lda, na int, b *float32, ldb, nb, n int)
+//
+// dst[i*ldd+j] = Σ_{t<n} a[i*lda+t]·b[j*ldb+t] for i < na, j < nb.
+// na > 0 even, nb > 0 a multiple of 4, n > 0 a multiple of 8. Blocks of
+// 2 rows × 4 columns: 8 accumulators, reduced horizontally at the end.
+TEXT ·dotTileAVX(SB), NOSPLIT, $0-72
+	MOVQ dst+0(FP), R15
+	MOVQ ldd+8(FP), R10
+	SHLQ $2, R10
+	MOVQ a+16(FP), SI
+	MOVQ lda+24(FP), CX
+	SHLQ $2, CX
+	ADDQ SI, CX
+	MOVQ na+32(FP), R14
+	MOVQ ldb+48(FP), R11
+	SHLQ $2, R11
+	MOVQ n+64(FP), R13
+	SHLQ $2, R13
+
+dotRows:
+	MOVQ b+40(FP), BX
+	MOVQ nb+56(FP), R12
+	MOVQ R15, DI
+
+dotCols:
+	LEAQ   (BX)(R11*1), DX
+	LEAQ   (DX)(R11*1), R8
+	LEAQ   (R8)(R11*1), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ   AX, AX
+
+dotInner:
+	VMOVUPS     (SI)(AX*1), Y8
+	VMOVUPS     (CX)(AX*1), Y9
+	VMOVUPS     (BX)(AX*1), Y10
+	VFMADD231PS Y10, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VMOVUPS     (DX)(AX*1), Y11
+	VFMADD231PS Y11, Y8, Y1
+	VFMADD231PS Y11, Y9, Y5
+	VMOVUPS     (R8)(AX*1), Y12
+	VFMADD231PS Y12, Y8, Y2
+	VFMADD231PS Y12, Y9, Y6
+	VMOVUPS     (R9)(AX*1), Y13
+	VFMADD231PS Y13, Y8, Y3
+	VFMADD231PS Y13, Y9, Y7
+	ADDQ        $32, AX
+	CMPQ        AX, R13
+	JLT         dotInner
+
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (DI)
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS       X5, X4, X4
+	VMOVUPS      X4, (DI)(R10*1)
+
+	LEAQ (R9)(R11*1), BX
+	ADDQ $16, DI
+	SUBQ $4, R12
+	JNZ  dotCols
+
+	MOVQ lda+24(FP), AX
+	SHLQ $3, AX
+	ADDQ AX, SI
+	ADDQ AX, CX
+	LEAQ (R15)(R10*2), R15
+	SUBQ $2, R14
+	JNZ  dotRows
+	VZEROUPPER
+	RET
+
+// func accTileAVX(c *float32, ldc int, a *float32, lda, m, k int, b *float32, ldb, w int)
+//
+// c[i*ldc+x] += Σ_{j<k} a[i*lda+j]·b[j*ldb+x] for i < m, x < w.
+// m > 0, k > 0, w > 0 a multiple of 8. Blocks of 4 rows × 16 columns (8
+// accumulators) with an 8-column tail; the last m%4 rows one at a time.
+TEXT ·accTileAVX(SB), NOSPLIT, $0-72
+	MOVQ ldc+8(FP), R8
+	SHLQ $2, R8
+	MOVQ k+40(FP), R13
+	MOVQ ldb+56(FP), R11
+	SHLQ $2, R11
+	XORQ R14, R14
+
+accRows4:
+	MOVQ  m+32(FP), AX
+	SUBQ  R14, AX
+	CMPQ  AX, $4
+	JLT   accRows1
+	MOVQ  lda+24(FP), AX
+	SHLQ  $2, AX
+	MOVQ  AX, R9
+	IMULQ R14, AX
+	MOVQ  a+16(FP), SI
+	ADDQ  AX, SI
+	LEAQ  (SI)(R9*1), CX
+	LEAQ  (CX)(R9*1), R10
+	LEAQ  (R10)(R9*1), R12
+	MOVQ  R14, AX
+	IMULQ R8, AX
+	MOVQ  c+0(FP), DI
+	ADDQ  AX, DI
+	LEAQ  (DI)(R8*2), DX
+	MOVQ  b+48(FP), R15
+	MOVQ  w+64(FP), R9
+
+acc4Cols16:
+	CMPQ    R9, $16
+	JLT     acc4Cols8
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS (DI)(R8*1), Y2
+	VMOVUPS 32(DI)(R8*1), Y3
+	VMOVUPS (DX), Y4
+	VMOVUPS 32(DX), Y5
+	VMOVUPS (DX)(R8*1), Y6
+	VMOVUPS 32(DX)(R8*1), Y7
+	MOVQ    R15, BX
+	XORQ    AX, AX
+
+acc4Inner16:
+	VMOVUPS      (BX), Y8
+	VMOVUPS      32(BX), Y9
+	VBROADCASTSS (SI)(AX*4), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y1
+	VBROADCASTSS (CX)(AX*4), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VFMADD231PS  Y9, Y11, Y3
+	VBROADCASTSS (R10)(AX*4), Y12
+	VFMADD231PS  Y8, Y12, Y4
+	VFMADD231PS  Y9, Y12, Y5
+	VBROADCASTSS (R12)(AX*4), Y13
+	VFMADD231PS  Y8, Y13, Y6
+	VFMADD231PS  Y9, Y13, Y7
+	ADDQ         R11, BX
+	INCQ         AX
+	CMPQ         AX, R13
+	JLT          acc4Inner16
+
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, (DI)(R8*1)
+	VMOVUPS Y3, 32(DI)(R8*1)
+	VMOVUPS Y4, (DX)
+	VMOVUPS Y5, 32(DX)
+	VMOVUPS Y6, (DX)(R8*1)
+	VMOVUPS Y7, 32(DX)(R8*1)
+	ADDQ    $64, DI
+	ADDQ    $64, DX
+	ADDQ    $64, R15
+	SUBQ    $16, R9
+	JMP     acc4Cols16
+
+acc4Cols8:
+	CMPQ    R9, $0
+	JEQ     acc4Next
+	VMOVUPS (DI), Y0
+	VMOVUPS (DI)(R8*1), Y2
+	VMOVUPS (DX), Y4
+	VMOVUPS (DX)(R8*1), Y6
+	MOVQ    R15, BX
+	XORQ    AX, AX
+
+acc4Inner8:
+	VMOVUPS      (BX), Y8
+	VBROADCASTSS (SI)(AX*4), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VBROADCASTSS (CX)(AX*4), Y11
+	VFMADD231PS  Y8, Y11, Y2
+	VBROADCASTSS (R10)(AX*4), Y12
+	VFMADD231PS  Y8, Y12, Y4
+	VBROADCASTSS (R12)(AX*4), Y13
+	VFMADD231PS  Y8, Y13, Y6
+	ADDQ         R11, BX
+	INCQ         AX
+	CMPQ         AX, R13
+	JLT          acc4Inner8
+
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y2, (DI)(R8*1)
+	VMOVUPS Y4, (DX)
+	VMOVUPS Y6, (DX)(R8*1)
+
+acc4Next:
+	ADDQ $4, R14
+	JMP  accRows4
+
+accRows1:
+	CMPQ  R14, m+32(FP)
+	JGE   accDone
+	MOVQ  lda+24(FP), AX
+	SHLQ  $2, AX
+	IMULQ R14, AX
+	MOVQ  a+16(FP), SI
+	ADDQ  AX, SI
+	MOVQ  R14, AX
+	IMULQ R8, AX
+	MOVQ  c+0(FP), DI
+	ADDQ  AX, DI
+	MOVQ  b+48(FP), R15
+	MOVQ  w+64(FP), R9
+
+acc1Cols:
+	CMPQ    R9, $0
+	JEQ     acc1Next
+	VMOVUPS (DI), Y0
+	VXORPS  Y1, Y1, Y1
+	MOVQ    R15, BX
+	XORQ    AX, AX
+
+acc1Inner:
+	VBROADCASTSS (SI)(AX*4), Y10
+	VFMADD231PS  (BX), Y10, Y0
+	INCQ         AX
+	ADDQ         R11, BX
+	CMPQ         AX, R13
+	JGE          acc1Store
+	VBROADCASTSS (SI)(AX*4), Y11
+	VFMADD231PS  (BX), Y11, Y1
+	INCQ         AX
+	ADDQ         R11, BX
+	CMPQ         AX, R13
+	JLT          acc1Inner
+
+acc1Store:
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, R15
+	SUBQ    $8, R9
+	JMP     acc1Cols
+
+acc1Next:
+	INCQ R14
+	JMP  accRows1
+
+accDone:
+	VZEROUPPER
+	RET
+
+// func expRowAVX(r *float32, n int, c, sub float32) float32
+//
+// r[j] = 2^(r[j]·c − sub) for j < n (a multiple of 8); returns Σ r[j].
+TEXT ·expRowAVX(SB), NOSPLIT, $0-28
+	MOVQ         r+0(FP), DI
+	MOVQ         n+8(FP), CX
+	SHLQ         $2, CX
+	VBROADCASTSS c+16(FP), Y14
+	VBROADCASTSS sub+20(FP), Y15
+	VXORPS       Y13, Y13, Y13
+	XORQ         AX, AX
+	CMPQ         CX, $0
+	JEQ          expDone
+
+expLoop:
+	VMOVUPS (DI)(AX*1), Y0
+	VMULPS  Y14, Y0, Y0
+	VSUBPS  Y15, Y0, Y0
+	EXP2(Y0, Y1, Y2, Y3, Y4)
+	VMOVUPS Y0, (DI)(AX*1)
+	VADDPS  Y0, Y13, Y13
+	ADDQ    $32, AX
+	CMPQ    AX, CX
+	JLT     expLoop
+
+expDone:
+	HSUM(Y13, X13, X12)
+	VMOVSS X13, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func expRowVecAVX(r, sub *float32, n int, c float32)
+//
+// r[j] = 2^(r[j]·c − sub[j]) for j < n (a multiple of 8).
+TEXT ·expRowVecAVX(SB), NOSPLIT, $0-28
+	MOVQ         r+0(FP), DI
+	MOVQ         sub+8(FP), SI
+	MOVQ         n+16(FP), CX
+	SHLQ         $2, CX
+	VBROADCASTSS c+24(FP), Y14
+	XORQ         AX, AX
+	CMPQ         CX, $0
+	JEQ          expVecDone
+
+expVecLoop:
+	VMOVUPS (DI)(AX*1), Y0
+	VMULPS  Y14, Y0, Y0
+	VSUBPS  (SI)(AX*1), Y0, Y0
+	EXP2(Y0, Y1, Y2, Y3, Y4)
+	VMOVUPS Y0, (DI)(AX*1)
+	ADDQ    $32, AX
+	CMPQ    AX, CX
+	JLT     expVecLoop
+
+expVecDone:
+	VZEROUPPER
+	RET
+
+// func dsRowAVX(p, dp *float32, n int, d float32)
+//
+// dp[j] = p[j]·(dp[j] − d) for j < n (a multiple of 8).
+TEXT ·dsRowAVX(SB), NOSPLIT, $0-28
+	MOVQ         p+0(FP), SI
+	MOVQ         dp+8(FP), DI
+	MOVQ         n+16(FP), CX
+	SHLQ         $2, CX
+	VBROADCASTSS d+24(FP), Y15
+	XORQ         AX, AX
+	CMPQ         CX, $0
+	JEQ          dsDone
+
+dsLoop:
+	VMOVUPS (DI)(AX*1), Y0
+	VSUBPS  Y15, Y0, Y0
+	VMULPS  (SI)(AX*1), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*1)
+	ADDQ    $32, AX
+	CMPQ    AX, CX
+	JLT     dsLoop
+
+dsDone:
+	VZEROUPPER
+	RET
+
+// func dsRowVecAVX(p, dp, d *float32, n int)
+//
+// dp[j] = p[j]·(dp[j] − d[j]) for j < n (a multiple of 8).
+TEXT ·dsRowVecAVX(SB), NOSPLIT, $0-32
+	MOVQ p+0(FP), SI
+	MOVQ dp+8(FP), DI
+	MOVQ d+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHLQ $2, CX
+	XORQ AX, AX
+	CMPQ CX, $0
+	JEQ  dsVecDone
+
+dsVecLoop:
+	VMOVUPS (DI)(AX*1), Y0
+	VSUBPS  (DX)(AX*1), Y0, Y0
+	VMULPS  (SI)(AX*1), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*1)
+	ADDQ    $32, AX
+	CMPQ    AX, CX
+	JLT     dsVecLoop
+
+dsVecDone:
+	VZEROUPPER
+	RET
+
+// func rowMaxMinAVX(r *float32, n int) (mx, mn float32)
+//
+// The largest and smallest of r[:n] (n > 0 a multiple of 8).
+TEXT ·rowMaxMinAVX(SB), NOSPLIT, $0-24
+	MOVQ    r+0(FP), DI
+	MOVQ    n+8(FP), CX
+	SHLQ    $2, CX
+	VMOVUPS (DI), Y0
+	VMOVAPS Y0, Y1
+	MOVQ    $32, AX
+
+mmLoop:
+	CMPQ    AX, CX
+	JGE     mmDone
+	VMOVUPS (DI)(AX*1), Y2
+	VMAXPS  Y2, Y0, Y0
+	VMINPS  Y2, Y1, Y1
+	ADDQ    $32, AX
+	JMP     mmLoop
+
+mmDone:
+	VEXTRACTF128 $1, Y0, X2
+	VMAXPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VMAXPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VMAXPS       X2, X0, X0
+	VEXTRACTF128 $1, Y1, X3
+	VMINPS       X3, X1, X1
+	VPERMILPS    $0x4e, X1, X3
+	VMINPS       X3, X1, X1
+	VPERMILPS    $0xb1, X1, X3
+	VMINPS       X3, X1, X1
+	VMOVSS       X0, mx+16(FP)
+	VMOVSS       X1, mn+20(FP)
+	VZEROUPPER
+	RET

@@ -1,0 +1,149 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// Naive float64 attention, independent of the tiled code: it materialises
+// the full score matrix of each (batch, head) and softmaxes it row by row.
+// Dense operands are [B, H, N, W] with W contiguous.
+
+type dense struct {
+	x          []float64
+	b, h, n, w int
+}
+
+func newDense(b, h, n, w int) dense {
+	return dense{make([]float64, b*h*n*w), b, h, n, w}
+}
+
+func (d dense) row(b, h, i int) []float64 {
+	o := ((b*d.h+h)*d.n + i) * d.w
+	return d.x[o : o+d.w]
+}
+
+// refResult holds the naive forward and backward outputs.
+type refResult struct {
+	o, dq, dk, dv dense
+	lse           []float64 // [B, Hq, Nq]
+}
+
+// refForward computes O and LSE in float64.
+func refForward(p *spec.Problem, q, k, v dense) (o dense, lse []float64) {
+	o = newDense(p.B, p.Hq, p.Nq, p.Dv)
+	lse = make([]float64, p.B*p.Hq*p.Nq)
+	s := make([]float64, p.Nq*p.Nk)
+	for b := range p.B {
+		for h := range p.Hq {
+			kvh := h / (p.Hq / p.Hkv)
+			refScores(p, q, k, b, h, kvh, s)
+			for i := range p.Nq {
+				sr := s[i*p.Nk : (i+1)*p.Nk]
+				lse[(b*p.Hq+h)*p.Nq+i] = refSoftmax(sr)
+				or := o.row(b, h, i)
+				for j, pj := range sr {
+					if pj == 0 {
+						continue
+					}
+					vr := v.row(b, kvh, j)
+					for c := range or {
+						or[c] += pj * vr[c]
+					}
+				}
+			}
+		}
+	}
+	return o, lse
+}
+
+// refScores fills s (Nq×Nk) with scale·q_i·k_j, −Inf where masked.
+func refScores(p *spec.Problem, q, k dense, b, h, kvh int, s []float64) {
+	for i := range p.Nq {
+		lim := p.KeyLimit(i)
+		qr := q.row(b, h, i)
+		for j := range p.Nk {
+			if j >= lim {
+				s[i*p.Nk+j] = math.Inf(-1)
+				continue
+			}
+			kr := k.row(b, kvh, j)
+			var acc float64
+			for c := range qr {
+				acc += qr[c] * kr[c]
+			}
+			s[i*p.Nk+j] = float64(p.Scale) * acc
+		}
+	}
+}
+
+// refSoftmax replaces the row by its softmax and returns its log-sum-exp
+// (−Inf, with a zero row, when every entry is masked).
+func refSoftmax(r []float64) float64 {
+	m := math.Inf(-1)
+	for _, x := range r {
+		m = math.Max(m, x)
+	}
+	if math.IsInf(m, -1) {
+		clear(r)
+		return m
+	}
+	var l float64
+	for j, x := range r {
+		r[j] = math.Exp(x - m)
+		l += r[j]
+	}
+	for j := range r {
+		r[j] /= l
+	}
+	return m + math.Log(l)
+}
+
+// refBackward computes the forward and the gradients in float64.
+func refBackward(p *spec.Problem, q, k, v, do dense) refResult {
+	o, lse := refForward(p, q, k, v)
+	r := refResult{o: o, lse: lse,
+		dq: newDense(p.B, p.Hq, p.Nq, p.D),
+		dk: newDense(p.B, p.Hkv, p.Nk, p.D),
+		dv: newDense(p.B, p.Hkv, p.Nk, p.Dv),
+	}
+	s := make([]float64, p.Nq*p.Nk)
+	sc := float64(p.Scale)
+	for b := range p.B {
+		for h := range p.Hq {
+			kvh := h / (p.Hq / p.Hkv)
+			refScores(p, q, k, b, h, kvh, s)
+			for i := range p.Nq {
+				pr := s[i*p.Nk : (i+1)*p.Nk]
+				refSoftmax(pr)
+				dor, or := do.row(b, h, i), o.row(b, h, i)
+				var dsum float64
+				for c := range dor {
+					dsum += dor[c] * or[c]
+				}
+				qr, dqr := q.row(b, h, i), r.dq.row(b, h, i)
+				for j, pij := range pr {
+					if pij == 0 {
+						continue
+					}
+					vr := v.row(b, kvh, j)
+					var dp float64
+					for c := range dor {
+						dp += dor[c] * vr[c]
+					}
+					ds := pij * (dp - dsum)
+					kr, dkr, dvr := k.row(b, kvh, j), r.dk.row(b, kvh, j), r.dv.row(b, kvh, j)
+					for c := range dqr {
+						dqr[c] += sc * ds * kr[c]
+						dkr[c] += sc * ds * qr[c]
+					}
+					for c := range dvr {
+						dvr[c] += pij * dor[c]
+					}
+				}
+			}
+		}
+	}
+	return r
+}

@@ -1,0 +1,108 @@
+// Package spec describes one attention problem after validation: the sizes,
+// the strides of every operand, the scale and the mask. It is the contract
+// between the public attention package and the backends (cpu, Vulkan), which
+// receive only problems the attention package has already checked.
+//
+// Conventions:
+//   - Q is [B, Nq, Hq, D], K is [B, Nk, Hkv, D], V is [B, Nk, Hkv, Dv] and
+//     O is [B, Nq, Hq, Dv], addressed through element strides (batch, seq,
+//     head); the last dimension is always contiguous (stride 1).
+//   - dO has O's strides, dQ has Q's, dK has K's and dV has V's.
+//   - LSE (and the backward's D = rowsum(dO∘O)) are contiguous [B, Hq, Nq].
+//   - Query head h reads key/value head h / (Hq/Hkv) (GQA; Hkv = 1 is MQA).
+package spec
+
+import "math"
+
+// Mask selects which keys a query may see.
+type Mask uint32
+
+const (
+	// MaskNone: every query sees every key.
+	MaskNone Mask = 0
+	// MaskCausalTopLeft: query i sees keys j ≤ i (PyTorch SDPA's is_causal).
+	MaskCausalTopLeft Mask = 1
+	// MaskCausalBottomRight: query i sees keys j ≤ i + Nk − Nq
+	// (FlashAttention-2's rule; the last query sees every key).
+	MaskCausalBottomRight Mask = 2
+)
+
+// String names the mask.
+func (m Mask) String() string {
+	switch m {
+	case MaskNone:
+		return "none"
+	case MaskCausalTopLeft:
+		return "causal-top-left"
+	case MaskCausalBottomRight:
+		return "causal-bottom-right"
+	}
+	return "invalid"
+}
+
+// Strides are element strides of a 4-D operand's batch, sequence and head
+// dimensions. The innermost (feature) dimension has stride 1.
+type Strides struct{ Batch, Seq, Head int }
+
+// Offset returns the element offset of row (b, s, h).
+func (s Strides) Offset(b, seq, h int) int { return b*s.Batch + seq*s.Seq + h*s.Head }
+
+// BSHD returns contiguous strides for a [B, S, H, D] tensor.
+func BSHD(s, h, d int) Strides { return Strides{Batch: s * h * d, Seq: h * d, Head: d} }
+
+// BHSD returns contiguous strides for a tensor stored as [B, H, S, D].
+func BHSD(s, h, d int) Strides { return Strides{Batch: h * s * d, Seq: d, Head: s * d} }
+
+// Problem is one validated attention call.
+type Problem struct {
+	B, Hq, Hkv, Nq, Nk, D, Dv int
+	// Scale multiplies QKᵀ before the softmax (already resolved: never 0).
+	Scale float32
+	Mask  Mask
+	// Q, K, V, O are the operands' strides (see the package conventions
+	// for the gradients).
+	Q, K, V, O Strides
+}
+
+// Group is the number of query heads per key/value head.
+func (p *Problem) Group() int { return p.Hq / p.Hkv }
+
+// KVHead returns the key/value head read by query head h.
+func (p *Problem) KVHead(h int) int { return h / p.Group() }
+
+// Causal reports whether a causal mask is applied.
+func (p *Problem) Causal() bool { return p.Mask != MaskNone }
+
+// KeyLimit returns how many leading keys query row i may see: keys
+// 0 … KeyLimit(i)−1. It is 0 for a row that sees no key (bottom-right
+// alignment with Nq > Nk leaves the first Nq−Nk rows empty) and Nk when
+// unmasked.
+func (p *Problem) KeyLimit(i int) int {
+	var lim int
+	switch p.Mask {
+	case MaskCausalTopLeft:
+		lim = i + 1
+	case MaskCausalBottomRight:
+		lim = i + 1 + p.Nk - p.Nq
+	default:
+		return p.Nk
+	}
+	return min(max(lim, 0), p.Nk)
+}
+
+// LSEIndex returns the index of row (b, h, i) in LSE and D.
+func (p *Problem) LSEIndex(b, h, i int) int { return (b*p.Hq+h)*p.Nq + i }
+
+// Flops returns the FlashAttention convention FLOP count of the forward
+// pass: 4·B·Hq·Nq·Nk·d (d the mean of D and Dv), halved when causal.
+// The backward is counted as 2.5× this.
+func (p *Problem) Flops() float64 {
+	f := 2 * float64(p.B) * float64(p.Hq) * float64(p.Nq) * float64(p.Nk) * float64(p.D+p.Dv)
+	if p.Causal() {
+		f /= 2
+	}
+	return f
+}
+
+// NegInf is the LSE of a row with no visible key.
+var NegInf = float32(math.Inf(-1))

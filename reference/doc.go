@@ -1,0 +1,83 @@
+// Package reference is flashvk's float64 ground truth: a deliberately naive,
+// obviously-correct implementation of exact attention
+//
+//	O = softmax(scale·Q·Kᵀ + mask)·V
+//
+// and its analytic backward, against which every other implementation in the
+// project (CPU kernels, Vulkan shaders) is tested. It favours clarity over
+// speed: for every (batch, query head) pair it materialises the full score
+// matrix S and probability matrix P with gonum's mat.Dense. It is a leaf
+// package and imports nothing from flashvk.
+//
+// # Layout
+//
+// All tensors are contiguous, row-major float64 slices in BSHD order:
+//
+//	Q  [B, Nq, Hq,  D]
+//	K  [B, Nk, Hkv, D]
+//	V  [B, Nk, Hkv, Dv]
+//	O  [B, Nq, Hq,  Dv]   (dO has the same shape; dQ, dK, dV have Q's, K's, V's)
+//	LSE [B, Hq, Nq]       (note: head-major, not BSHD)
+//
+// so element (b, n, h, c) of a [B, N, H, X] tensor is at ((b·N+n)·H+h)·X+c.
+//
+// # Heads (MHA / GQA / MQA)
+//
+// Hq must be a multiple of Hkv. Query head h reads key/value head
+// h / (Hq/Hkv): consecutive query heads share a kv head. dK and dV of a kv
+// head are the sums of the contributions of all query heads in its group.
+//
+// # Scale
+//
+// Params.Scale multiplies QKᵀ before the mask and softmax; 0 selects the
+// default 1/√D. Any other finite value (including a negative one) is used as
+// given; NaN and ±Inf are rejected.
+//
+// # Masks
+//
+// Without Causal every query sees every key. With Causal, query i sees key j
+// iff
+//
+//	top-left     (BottomRight=false, PyTorch SDPA is_causal):  j ≤ i
+//	bottom-right (BottomRight=true,  FlashAttention-2):        j ≤ i + Nk − Nq
+//
+// The two coincide when Nq == Nk. BottomRight is ignored when Causal is
+// false. Params.Visible implements exactly this rule.
+//
+// # Softmax, LSE and empty rows
+//
+// The softmax is computed stably (the row maximum over visible keys is
+// subtracted before exponentiating). LSE is the natural-log log-sum-exp of
+// the scaled scores of the visible keys: LSE_i = log Σ_{j visible} exp(scale·q_i·k_j).
+// Masked probabilities are exactly 0.
+//
+// A row with no visible key (bottom-right with Nq > Nk leaves the first
+// Nq − Nk rows empty) has P row 0, O row 0 and LSE −Inf, and contributes
+// exactly 0 to every gradient; it never produces NaN.
+//
+// # Backward
+//
+// Backward recomputes P and applies the textbook formulas, per (b, h):
+//
+//	dV  = Pᵀ·dO
+//	dP  = dO·Vᵀ
+//	dS  = P ∘ (dP − rowsum(dP ∘ P))
+//	dQ  = scale · dS·K
+//	dK  = scale · dSᵀ·Q
+//
+// # Errors
+//
+// Invalid Params (non-positive sizes, Hq not a multiple of Hkv, non-finite
+// scale, sizes whose element counts overflow int) and slices of the wrong
+// length yield errors that wrap ErrShape (test with errors.Is). Nothing in
+// the package panics on bad input.
+//
+// # Comparison helpers
+//
+// RelL2, MaxAbs and Compare compare a float32 or float64 result against a
+// float64 reference and are used by every test in the project. A NaN in the
+// result never passes (the error metrics become +Inf). Where the reference
+// holds ±Inf (for instance the LSE of an empty row), the result must hold the
+// identical value; such positions then count as zero error and are left out
+// of the norms, and any mismatch makes the metrics +Inf.
+package reference

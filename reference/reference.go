@@ -1,0 +1,284 @@
+package reference
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// ErrShape is wrapped by every error about invalid parameters or slice
+// lengths.
+var ErrShape = errors.New("reference: bad shape")
+
+// Params describes one attention problem. See the package documentation for
+// the layout, head-grouping, scale and mask conventions.
+type Params struct {
+	B, Hq, Hkv, Nq, Nk, D, Dv int
+	// Scale multiplies QKᵀ; 0 means 1/√D.
+	Scale  float64
+	Causal bool
+	// BottomRight selects the causal alignment: false = top-left
+	// (j ≤ i), true = bottom-right (j ≤ i + Nk − Nq). Ignored unless Causal.
+	BottomRight bool
+}
+
+// Validate reports whether p describes a well-formed problem. Errors wrap
+// ErrShape.
+func (p Params) Validate() error {
+	dims := []struct {
+		name string
+		v    int
+	}{{"B", p.B}, {"Hq", p.Hq}, {"Hkv", p.Hkv}, {"Nq", p.Nq}, {"Nk", p.Nk}, {"D", p.D}, {"Dv", p.Dv}}
+	for _, d := range dims {
+		if d.v <= 0 {
+			return fmt.Errorf("%w: %s = %d, must be positive", ErrShape, d.name, d.v)
+		}
+	}
+	if p.Hq%p.Hkv != 0 {
+		return fmt.Errorf("%w: Hq = %d is not a multiple of Hkv = %d", ErrShape, p.Hq, p.Hkv)
+	}
+	if math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
+		return fmt.Errorf("%w: Scale = %v, must be finite", ErrShape, p.Scale)
+	}
+	for _, t := range []struct {
+		name string
+		dims []int
+	}{
+		{"Q", []int{p.B, p.Nq, p.Hq, p.D}},
+		{"K", []int{p.B, p.Nk, p.Hkv, p.D}},
+		{"V", []int{p.B, p.Nk, p.Hkv, p.Dv}},
+		{"O", []int{p.B, p.Nq, p.Hq, p.Dv}},
+		{"S", []int{p.Nq, p.Nk}},
+	} {
+		if _, ok := product(t.dims...); !ok {
+			return fmt.Errorf("%w: %s element count %v overflows int", ErrShape, t.name, t.dims)
+		}
+	}
+	return nil
+}
+
+// product returns the product of positive ints and whether it fits in an int.
+func product(xs ...int) (int, bool) {
+	n := 1
+	for _, x := range xs {
+		if x != 0 && n > math.MaxInt/x {
+			return 0, false
+		}
+		n *= x
+	}
+	return n, true
+}
+
+// EffectiveScale returns the scale actually applied: Scale, or 1/√D when
+// Scale is 0.
+func (p Params) EffectiveScale() float64 {
+	if p.Scale == 0 {
+		return 1 / math.Sqrt(float64(p.D))
+	}
+	return p.Scale
+}
+
+// Visible reports whether query i may attend to key j under p's mask.
+func (p Params) Visible(i, j int) bool {
+	if !p.Causal {
+		return true
+	}
+	if p.BottomRight {
+		return j <= i+p.Nk-p.Nq
+	}
+	return j <= i
+}
+
+// Lengths returns the required slice lengths of Q, K, V, O (= dO) and LSE.
+// Only meaningful for valid p.
+func (p Params) Lengths() (q, k, v, o, lse int) {
+	return p.B * p.Nq * p.Hq * p.D, p.B * p.Nk * p.Hkv * p.D, p.B * p.Nk * p.Hkv * p.Dv,
+		p.B * p.Nq * p.Hq * p.Dv, p.B * p.Hq * p.Nq
+}
+
+func checkLen(name string, s []float64, want int) error {
+	if len(s) != want {
+		return fmt.Errorf("%w: len(%s) = %d, want %d", ErrShape, name, len(s), want)
+	}
+	return nil
+}
+
+// checkInputs validates p and the lengths of q, k, v, and of do when needDO
+// is set.
+func checkInputs(p Params, q, k, v, do []float64, needDO bool) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	lq, lk, lv, lo, _ := p.Lengths()
+	if err := checkLen("q", q, lq); err != nil {
+		return err
+	}
+	if err := checkLen("k", k, lk); err != nil {
+		return err
+	}
+	if err := checkLen("v", v, lv); err != nil {
+		return err
+	}
+	if needDO {
+		if err := checkLen("do", do, lo); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gather copies the [n, x] slice of head h in batch b of a contiguous
+// [B, n, H, x] tensor into a new n×x matrix.
+func gather(t []float64, b, n, nh, h, x int) *mat.Dense {
+	m := mat.NewDense(n, x, nil)
+	for i := 0; i < n; i++ {
+		off := ((b*n+i)*nh + h) * x
+		m.SetRow(i, t[off:off+x])
+	}
+	return m
+}
+
+// scatterAdd adds the n×x matrix m into head h of batch b of a contiguous
+// [B, n, H, x] tensor.
+func scatterAdd(t []float64, m *mat.Dense, b, n, nh, h, x int) {
+	for i := 0; i < n; i++ {
+		off := ((b*n+i)*nh + h) * x
+		for c := 0; c < x; c++ {
+			t[off+c] += m.At(i, c)
+		}
+	}
+}
+
+// kvHead returns the kv head read by query head h.
+func (p Params) kvHead(h int) int { return h / (p.Hq / p.Hkv) }
+
+// probs returns P (Nq×Nk) and the LSE row vector for (b, h). q and k have
+// already been validated.
+func probs(p Params, q, k []float64, b, h int) (*mat.Dense, []float64) {
+	qm := gather(q, b, p.Nq, p.Hq, h, p.D)
+	km := gather(k, b, p.Nk, p.Hkv, p.kvHead(h), p.D)
+	s := mat.NewDense(p.Nq, p.Nk, nil)
+	s.Mul(qm, km.T())
+	s.Scale(p.EffectiveScale(), s)
+
+	lse := make([]float64, p.Nq)
+	pm := mat.NewDense(p.Nq, p.Nk, nil) // masked entries stay exactly 0
+	for i := 0; i < p.Nq; i++ {
+		m := math.Inf(-1)
+		for j := 0; j < p.Nk; j++ {
+			if p.Visible(i, j) {
+				m = math.Max(m, s.At(i, j))
+			}
+		}
+		if math.IsInf(m, -1) { // no visible key: P row 0, LSE −Inf
+			lse[i] = m
+			continue
+		}
+		sum := 0.0
+		for j := 0; j < p.Nk; j++ {
+			if p.Visible(i, j) {
+				e := math.Exp(s.At(i, j) - m)
+				pm.Set(i, j, e)
+				sum += e
+			}
+		}
+		for j := 0; j < p.Nk; j++ {
+			pm.Set(i, j, pm.At(i, j)/sum)
+		}
+		lse[i] = m + math.Log(sum)
+	}
+	return pm, lse
+}
+
+// Probabilities returns the Nq×Nk probability matrix P = softmax(scale·QKᵀ
+// + mask) of batch b and query head h. It returns nil when p, the slice
+// lengths, b or h are invalid.
+func Probabilities(p Params, q, k []float64, b, h int) *mat.Dense {
+	if p.Validate() != nil || b < 0 || b >= p.B || h < 0 || h >= p.Hq {
+		return nil
+	}
+	lq, lk, _, _, _ := p.Lengths()
+	if len(q) != lq || len(k) != lk {
+		return nil
+	}
+	pm, _ := probs(p, q, k, b, h)
+	return pm
+}
+
+// Forward computes O [B,Nq,Hq,Dv] and LSE [B,Hq,Nq]. Errors wrap ErrShape.
+func Forward(p Params, q, k, v []float64) (o, lse []float64, err error) {
+	if err := checkInputs(p, q, k, v, nil, false); err != nil {
+		return nil, nil, err
+	}
+	_, _, _, lo, ll := p.Lengths()
+	o = make([]float64, lo)
+	lse = make([]float64, ll)
+	om := mat.NewDense(p.Nq, p.Dv, nil)
+	for b := 0; b < p.B; b++ {
+		for h := 0; h < p.Hq; h++ {
+			pm, l := probs(p, q, k, b, h)
+			vm := gather(v, b, p.Nk, p.Hkv, p.kvHead(h), p.Dv)
+			om.Mul(pm, vm)
+			scatterAdd(o, om, b, p.Nq, p.Hq, h, p.Dv)
+			copy(lse[(b*p.Hq+h)*p.Nq:], l)
+		}
+	}
+	return o, lse, nil
+}
+
+// Backward computes dQ, dK and dV of the scalar loss whose gradient with
+// respect to O is do. Errors wrap ErrShape.
+func Backward(p Params, q, k, v, do []float64) (dq, dk, dv []float64, err error) {
+	if err := checkInputs(p, q, k, v, do, true); err != nil {
+		return nil, nil, nil, err
+	}
+	lq, lk, lv, _, _ := p.Lengths()
+	dq = make([]float64, lq)
+	dk = make([]float64, lk)
+	dv = make([]float64, lv)
+	scale := p.EffectiveScale()
+
+	var dvm, dpm, dqm, dkm mat.Dense
+	for b := 0; b < p.B; b++ {
+		for h := 0; h < p.Hq; h++ {
+			kh := p.kvHead(h)
+			pm, _ := probs(p, q, k, b, h)
+			qm := gather(q, b, p.Nq, p.Hq, h, p.D)
+			km := gather(k, b, p.Nk, p.Hkv, kh, p.D)
+			vm := gather(v, b, p.Nk, p.Hkv, kh, p.Dv)
+			dom := gather(do, b, p.Nq, p.Hq, h, p.Dv)
+
+			// dV = Pᵀ dO
+			dvm.Reset()
+			dvm.Mul(pm.T(), dom)
+			scatterAdd(dv, &dvm, b, p.Nk, p.Hkv, kh, p.Dv)
+
+			// dP = dO Vᵀ;  dS = P ∘ (dP − rowsum(dP ∘ P)), stored in dpm.
+			dpm.Reset()
+			dpm.Mul(dom, vm.T())
+			for i := 0; i < p.Nq; i++ {
+				di := 0.0
+				for j := 0; j < p.Nk; j++ {
+					di += dpm.At(i, j) * pm.At(i, j)
+				}
+				for j := 0; j < p.Nk; j++ {
+					dpm.Set(i, j, pm.At(i, j)*(dpm.At(i, j)-di))
+				}
+			}
+
+			// dQ = scale·dS K;  dK = scale·dSᵀ Q
+			dqm.Reset()
+			dqm.Mul(&dpm, km)
+			dqm.Scale(scale, &dqm)
+			scatterAdd(dq, &dqm, b, p.Nq, p.Hq, h, p.D)
+
+			dkm.Reset()
+			dkm.Mul(dpm.T(), qm)
+			dkm.Scale(scale, &dkm)
+			scatterAdd(dk, &dkm, b, p.Nk, p.Hkv, kh, p.D)
+		}
+	}
+	return dq, dk, dv, nil
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# compile-shader.sh SRC.comp DTYPE OUT.spv
+# Compiles one flashvk kernel for one storage type (f32 or f16) with the
+# pinned glslang (scripts/glslang.sh), no debug info, Vulkan 1.1 / SPIR-V 1.3,
+# and validates the result with the pinned spirv-val. OUT is written only
+# when both succeed.
+set -euo pipefail
+[ $# -eq 3 ] || { echo "usage: compile-shader.sh SRC.comp f32|f16 OUT.spv" >&2; exit 2; }
+src=$1 dtype=$2 out=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+target_env=vulkan1.1
+case "$dtype" in
+f32) defs=() ;;
+f16) defs=(-DSTORAGE_F16=1) ;;
+*) echo "compile-shader.sh: unknown dtype '$dtype' (want f32 or f16)" >&2; exit 2 ;;
+esac
+tmp="$out.tmp.$$"
+trap 'rm -f "$tmp"' EXIT
+# glslangValidator prints the source name on stdout; keep only diagnostics.
+if ! log=$("$here/glslang.sh" -V --target-env "$target_env" -S comp -I"$(dirname "$src")" \
+	"${defs[@]}" -o "$tmp" "$src" 2>&1); then
+	echo "$log" >&2
+	exit 1
+fi
+printf '%s\n' "$log" | grep -v -x -F "$src" >&2 || true
+"$here/spirv-tool.sh" val --target-env "$target_env" "$tmp"
+mv "$tmp" "$out"

@@ -1,0 +1,197 @@
+#version 450
+// bwd_dkdv: FlashAttention-2 backward, dK and dV (deterministic: every dK/dV
+// row is written by exactly one workgroup, no atomics, fixed loop order).
+//
+// Bindings (set 0):
+//   0 Q   [B,Nq,Hq,D]   STYPE, readonly (pc.q_*)
+//   1 K   [B,Nk,Hkv,D]  STYPE, readonly (pc.k_*)
+//   2 V   [B,Nk,Hkv,DV] STYPE, readonly (pc.v_*)
+//   3 dO  [B,Nq,Hq,DV]  STYPE, readonly (O's strides, pc.o_*)
+//   4 LSE [B,Hq,Nq]     float32, readonly (from the forward)
+//   5 D   [B,Hq,Nq]     float32, readonly (from bwd_pre)
+//   6 dK  [B,Nk,Hkv,D]  STYPE, written (K's strides)
+//   7 dV  [B,Nk,Hkv,DV] STYPE, written (V's strides)
+// Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per inner tile),
+//   4 BC (key rows per workgroup) (5 SUBGROUP unused: no reductions).
+// Grid: (ceil(Nk/BC), Hkv, B); workgroup (x, y, z) owns keys x·BC … x·BC+BC−1
+//   of key/value head y of batch z.
+//
+// Thread layout: TX = max(WG/BC, 1) threads per key row, TK = WG/TX key-row
+//   groups, KM = BC/TK key rows per thread (c = tk + TK·m). A thread holds
+//   dK[c, d] and dV[c, dv] for d, dv = tx + TX·n in registers, and computes
+//   S/P/dP/dS for its key rows × query rows r = tx + TX·n.
+//   Requires WG and BC powers of two.
+//
+// Shared memory (bytes), staged as fp32 for both storage types:
+//   4·( BC·(D+1) + BC·(DV+1)      K and V tiles (resident)
+//     + BR·(D+1) + BR·(DV+1)      Q and dO tiles
+//     + 2·BR·(BC+1)               P and dS
+//     + 2·BR )                    LSE and D of the query tile
+// = shaders.BwdSharedBytes(BR, BC, D, DV, f16) (bwd_dq uses the same bound).
+//
+// For each query head of the group (in order) and each query tile that can
+// see the key tile (causal: tiles wholly above the diagonal are skipped):
+//   P = exp(scale·Q Kᵀ − LSE) (0 where masked or LSE = −inf), dV += Pᵀ dO,
+//   dP = dO Vᵀ, dS = P ∘ (dP − D), dK += dSᵀ Q; finally dK ·= scale.
+#extension GL_GOOGLE_include_directive : require
+#include "params.glsl"
+
+layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
+layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
+layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
+layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
+layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
+layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
+layout(std430, binding = 6) writeonly buffer dKBuf { STYPE dk_buf[]; };
+layout(std430, binding = 7) writeonly buffer dVBuf { STYPE dv_buf[]; };
+
+const uint TX0 = WG / BC;
+const uint TX = TX0 < 1u ? 1u : TX0;
+const uint TK = WG / TX;
+const uint KM = BC / TK;
+const uint RN = (BR + TX - 1u) / TX;
+const uint DN = (D + TX - 1u) / TX;
+const uint DVN = (DV + TX - 1u) / TX;
+
+const uint LDK = D + 1u;
+const uint LDV = DV + 1u;
+const uint LDP = BC + 1u;
+
+shared float sK[BC * LDK];
+shared float sV[BC * LDV];
+shared float sQ[BR * LDK];
+shared float sdO[BR * LDV];
+shared float sP[BR * LDP];
+shared float sdS[BR * LDP];
+shared float sLSE[BR];
+shared float sD[BR];
+
+void main() {
+	uint tid = gl_LocalInvocationIndex;
+	uint tx = tid % TX;
+	uint tk = tid / TX;
+	uint kvh = gl_WorkGroupID.y;
+	uint b = gl_WorkGroupID.z;
+	uint c0 = gl_WorkGroupID.x * BC;
+	uint cols = min(BC, pc.Nk - c0);
+	float sl2 = pc.scale * LOG2E;
+
+	STRIDED_BEGIN(e, BC * D)
+		uint c = e / D;
+		uint d = e - c * D;
+		sK[c * LDK + d] = c < cols ? float(k_buf[k_base(b, c0 + c, kvh) + d]) : 0.0;
+	STRIDED_END
+	STRIDED_BEGIN(e, BC * DV)
+		uint c = e / DV;
+		uint d = e - c * DV;
+		sV[c * LDV + d] = c < cols ? float(v_buf[v_base(b, c0 + c, kvh) + d]) : 0.0;
+	STRIDED_END
+
+	float dk[KM * DN];
+	float dv[KM * DVN];
+	[[unroll]] for (uint i = 0u; i < KM * DN; ++i) {
+		dk[i] = 0.0;
+	}
+	[[unroll]] for (uint i = 0u; i < KM * DVN; ++i) {
+		dv[i] = 0.0;
+	}
+
+	// Query rows that see at least one key of the tile: query_first(c0) …
+	// Nq−1 (key_limit is non-decreasing in the row).
+	uint qfirst = query_first(c0);
+	uint qt0 = qfirst / BR;
+	uint nqt = (pc.Nq + BR - 1u) / BR;
+	if (cols == 0u || qfirst >= pc.Nq) {
+		nqt = 0u; // no query row sees these keys: dK = dV = 0
+	}
+
+	for (uint g = 0u; g < pc.group; ++g) {
+		uint h = kvh * pc.group + g;
+		for (uint qt = qt0; qt < nqt; ++qt) {
+			uint r0 = qt * BR;
+			uint rows = min(BR, pc.Nq - r0);
+			barrier(); // the previous tile is done with sQ, sdO, sP, sdS
+			STRIDED_BEGIN(e, BR * D)
+				uint r = e / D;
+				uint d = e - r * D;
+				sQ[r * LDK + d] = r < rows ? float(q_buf[q_base(b, r0 + r, h) + d]) : 0.0;
+			STRIDED_END
+			STRIDED_BEGIN(e, BR * DV)
+				uint r = e / DV;
+				uint d = e - r * DV;
+				sdO[r * LDV + d] = r < rows ? float(do_buf[o_base(b, r0 + r, h) + d]) : 0.0;
+			STRIDED_END
+			for (uint r = tid; r < BR; r += WG) {
+				sLSE[r] = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
+				sD[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
+			}
+			barrier();
+
+			// No mask needed when even the tile's first row sees all its keys.
+			bool need_mask = key_limit(r0) < c0 + BC;
+			[[unroll]] for (uint n = 0u; n < RN; ++n) {
+				uint r = min(tx + TX * n, BR - 1u); // clamped; stored only if in range
+				bool rin = tx + TX * n < BR;
+				float lse = sLSE[r];
+				uint lim = r < rows ? key_limit(r0 + r) : 0u;
+				float lse2 = lse * LOG2E;
+				float drow = sD[r];
+				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
+					uint c = tk + TK * mm;
+					float s = 0.0;
+					[[unroll]] for (uint d = 0u; d < D; ++d) {
+						s = fma(sQ[r * LDK + d], sK[c * LDK + d], s);
+					}
+					float dp = 0.0;
+					[[unroll]] for (uint d = 0u; d < DV; ++d) {
+						dp = fma(sdO[r * LDV + d], sV[c * LDV + d], dp);
+					}
+					bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim);
+					float p = visible ? exp2(s * sl2 - lse2) : 0.0;
+					if (rin) {
+						sP[r * LDP + c] = p;
+						sdS[r * LDP + c] = p * (dp - drow);
+					}
+				}
+			}
+			barrier();
+
+			// dV += Pᵀ dO, dK += dSᵀ Q (rows past the tail are 0 in P, dS).
+			UNROLLED_BEGIN(r, BR)
+				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
+					uint c = tk + TK * mm;
+					float p = sP[r * LDP + c];
+					float ds = sdS[r * LDP + c];
+					[[unroll]] for (uint n = 0u; n < DVN; ++n) {
+						uint d = min(tx + TX * n, DV - 1u);
+						dv[mm * DVN + n] = fma(p, sdO[r * LDV + d], dv[mm * DVN + n]);
+					}
+					[[unroll]] for (uint n = 0u; n < DN; ++n) {
+						uint d = min(tx + TX * n, D - 1u);
+						dk[mm * DN + n] = fma(ds, sQ[r * LDK + d], dk[mm * DN + n]);
+					}
+				}
+			UNROLLED_END
+		}
+	}
+
+	[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
+		uint c = tk + TK * mm;
+		if (c < cols) {
+			uint kb = k_base(b, c0 + c, kvh);
+			uint vb = v_base(b, c0 + c, kvh);
+			[[unroll]] for (uint n = 0u; n < DN; ++n) {
+				uint d = tx + TX * n;
+				if (d < D) {
+					dk_buf[kb + d] = STYPE(dk[mm * DN + n] * pc.scale);
+				}
+			}
+			[[unroll]] for (uint n = 0u; n < DVN; ++n) {
+				uint d = tx + TX * n;
+				if (d < DV) {
+					dv_buf[vb + d] = STYPE(dv[mm * DVN + n]);
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,169 @@
+#version 450
+// bwd_dq: FlashAttention-2 backward, dQ (deterministic: every dQ row is
+// written by exactly one workgroup, no atomics, fixed loop order).
+//
+// Bindings (set 0):
+//   0 Q   [B,Nq,Hq,D]   STYPE, readonly (pc.q_*)
+//   1 K   [B,Nk,Hkv,D]  STYPE, readonly (pc.k_*)
+//   2 V   [B,Nk,Hkv,DV] STYPE, readonly (pc.v_*)
+//   3 dO  [B,Nq,Hq,DV]  STYPE, readonly (O's strides, pc.o_*)
+//   4 LSE [B,Hq,Nq]     float32, readonly
+//   5 D   [B,Hq,Nq]     float32, readonly (from bwd_pre)
+//   6 dQ  [B,Nq,Hq,D]   STYPE, written (Q's strides)
+// Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per workgroup),
+//   4 BC (key rows per inner tile) (5 SUBGROUP unused: no reductions).
+// Grid: (ceil(Nq/BR), Hq, B).
+//
+// Thread layout: TX = max(WG/BR, 1) threads per query row, TQ = WG/TX row
+//   groups, QM = BR/TQ rows per thread (r = tq + TQ·m). A thread holds
+//   dQ[r, d] for d = tx + TX·n in registers and computes S/P/dP/dS for its
+//   rows × key columns c = tx + TX·n. Requires WG and BR powers of two.
+//
+// Shared memory (bytes), staged as fp32:
+//   4·( BR·(D+1) + BR·(DV+1)      Q and dO tiles (resident)
+//     + BC·(D+1) + BC·(DV+1)      K and V tiles
+//     + BR·(BC+1)                 dS
+//     + 2·BR )                    LSE and D
+// ≤ shaders.BwdSharedBytes(BR, BC, D, DV, f16) (which also covers bwd_dkdv).
+//
+// For each key tile the query tile can see (causal: tiles wholly above the
+// diagonal are skipped): P = exp(scale·Q Kᵀ − LSE), dP = dO Vᵀ,
+// dS = P ∘ (dP − D), dQ += dS K; finally dQ ·= scale.
+#extension GL_GOOGLE_include_directive : require
+#include "params.glsl"
+
+layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
+layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
+layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
+layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
+layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
+layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
+layout(std430, binding = 6) writeonly buffer dQBuf { STYPE dq_buf[]; };
+
+const uint TX0 = WG / BR;
+const uint TX = TX0 < 1u ? 1u : TX0;
+const uint TQ = WG / TX;
+const uint QM = BR / TQ;
+const uint CN = (BC + TX - 1u) / TX;
+const uint DN = (D + TX - 1u) / TX;
+
+const uint LDK = D + 1u;
+const uint LDV = DV + 1u;
+const uint LDP = BC + 1u;
+
+shared float sQ[BR * LDK];
+shared float sdO[BR * LDV];
+shared float sK[BC * LDK];
+shared float sV[BC * LDV];
+shared float sdS[BR * LDP];
+shared float sLSE[BR];
+shared float sD[BR];
+
+void main() {
+	uint tid = gl_LocalInvocationIndex;
+	uint tx = tid % TX;
+	uint tq = tid / TX;
+	uint h = gl_WorkGroupID.y;
+	uint b = gl_WorkGroupID.z;
+	uint kvh = kv_head(h);
+	uint r0 = gl_WorkGroupID.x * BR;
+	uint rows = min(BR, pc.Nq - r0);
+	float sl2 = pc.scale * LOG2E;
+
+	STRIDED_BEGIN(e, BR * D)
+		uint r = e / D;
+		uint d = e - r * D;
+		sQ[r * LDK + d] = r < rows ? float(q_buf[q_base(b, r0 + r, h) + d]) : 0.0;
+	STRIDED_END
+	STRIDED_BEGIN(e, BR * DV)
+		uint r = e / DV;
+		uint d = e - r * DV;
+		sdO[r * LDV + d] = r < rows ? float(do_buf[o_base(b, r0 + r, h) + d]) : 0.0;
+	STRIDED_END
+	for (uint r = tid; r < BR; r += WG) {
+		sLSE[r] = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
+		sD[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
+	}
+
+	float dq[QM * DN];
+	uint lim[QM];
+	[[unroll]] for (uint m = 0u; m < QM; ++m) {
+		uint r = tq + TQ * m;
+		lim[m] = r < rows ? key_limit(r0 + r) : 0u;
+		[[unroll]] for (uint n = 0u; n < DN; ++n) {
+			dq[m * DN + n] = 0.0;
+		}
+	}
+
+	uint lim_lo = key_limit(r0);
+	uint lim_hi = key_limit(r0 + rows - 1u);
+	uint ntiles = (lim_hi + BC - 1u) / BC;
+
+	for (uint kt = 0u; kt < ntiles; ++kt) {
+		uint c0 = kt * BC;
+		uint cols = min(BC, pc.Nk - c0);
+		barrier(); // Q/dO/LSE/D staged; the previous tile is done with sK, sdS
+		STRIDED_BEGIN(e, BC * D)
+			uint c = e / D;
+			uint d = e - c * D;
+			sK[c * LDK + d] = c < cols ? float(k_buf[k_base(b, c0 + c, kvh) + d]) : 0.0;
+		STRIDED_END
+		STRIDED_BEGIN(e, BC * DV)
+			uint c = e / DV;
+			uint d = e - c * DV;
+			sV[c * LDV + d] = c < cols ? float(v_buf[v_base(b, c0 + c, kvh) + d]) : 0.0;
+		STRIDED_END
+		barrier();
+
+		bool need_mask = c0 + BC > lim_lo;
+		[[unroll]] for (uint m = 0u; m < QM; ++m) {
+			uint r = tq + TQ * m;
+			float lse = sLSE[r];
+			float lse2 = lse * LOG2E;
+			float drow = sD[r];
+			[[unroll]] for (uint n = 0u; n < CN; ++n) {
+				uint c = min(tx + TX * n, BC - 1u); // clamped; stored only if in range
+				bool cin = tx + TX * n < BC;
+				float s = 0.0;
+				[[unroll]] for (uint d = 0u; d < D; ++d) {
+					s = fma(sQ[r * LDK + d], sK[c * LDK + d], s);
+				}
+				float dp = 0.0;
+				[[unroll]] for (uint d = 0u; d < DV; ++d) {
+					dp = fma(sdO[r * LDV + d], sV[c * LDV + d], dp);
+				}
+				bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim[m]);
+				float p = visible ? exp2(s * sl2 - lse2) : 0.0;
+				if (cin) {
+					sdS[r * LDP + c] = p * (dp - drow);
+				}
+			}
+		}
+		barrier();
+
+		// dQ += dS K (columns past the tail are 0 in dS and K).
+		UNROLLED_BEGIN(c, BC)
+			[[unroll]] for (uint m = 0u; m < QM; ++m) {
+				uint r = tq + TQ * m;
+				float ds = sdS[r * LDP + c];
+				[[unroll]] for (uint n = 0u; n < DN; ++n) {
+					uint d = min(tx + TX * n, D - 1u);
+					dq[m * DN + n] = fma(ds, sK[c * LDK + d], dq[m * DN + n]);
+				}
+			}
+		UNROLLED_END
+	}
+
+	[[unroll]] for (uint m = 0u; m < QM; ++m) {
+		uint r = tq + TQ * m;
+		if (r < rows) {
+			uint qb = q_base(b, r0 + r, h);
+			[[unroll]] for (uint n = 0u; n < DN; ++n) {
+				uint d = tx + TX * n;
+				if (d < D) {
+					dq_buf[qb + d] = STYPE(dq[m * DN + n] * pc.scale);
+				}
+			}
+		}
+	}
+}

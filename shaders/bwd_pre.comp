@@ -1,0 +1,45 @@
+#version 450
+// bwd_pre: the backward's preprocessing, D = rowsum(dO ∘ O) per query row.
+//
+// Bindings (set 0):
+//   0 O  [B,Nq,Hq,DV] STYPE, readonly (pc.o_* strides)
+//   1 dO [B,Nq,Hq,DV] STYPE, readonly (O's strides)
+//   2 D  [B,Hq,Nq]    float32, written
+// Spec constants: 0 WG, 2 DV, 3 BR (rows per workgroup), 5 SUBGROUP;
+//   TPR = WG/BR threads share a row and must be a power of two ≤ SUBGROUP
+//   (rows are reduced with subgroupShuffleXor); WG a multiple of SUBGROUP.
+// Grid: (ceil(Nq/BR), Hq, B).
+// Shared memory: none.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#include "params.glsl"
+
+layout(std430, binding = 0) readonly buffer OBuf { STYPE o_buf[]; };
+layout(std430, binding = 1) readonly buffer dOBuf { STYPE do_buf[]; };
+layout(std430, binding = 2) writeonly buffer DBuf { float d_buf[]; };
+
+const uint TPR = WG / BR;
+
+void main() {
+	uint tid = thread_index();
+	uint lane = tid % TPR;
+	uint h = gl_WorkGroupID.y;
+	uint b = gl_WorkGroupID.z;
+	uint i = gl_WorkGroupID.x * BR + tid / TPR;
+	float x = 0.0;
+	if (i < pc.Nq) {
+		uint ob = o_base(b, i, h);
+		[[unroll]] for (uint d0 = 0u; d0 < DV; d0 += TPR) {
+			uint d = d0 + lane;
+			if (d < DV) {
+				x += float(do_buf[ob + d]) * float(o_buf[ob + d]);
+			}
+		}
+	}
+	[[unroll]] for (uint o = TPR / 2u; o > 0u; o >>= 1u) {
+		x += subgroupShuffleXor(x, o);
+	}
+	if (i < pc.Nq && lane == 0u) {
+		d_buf[lse_index(b, h, i)] = x;
+	}
+}

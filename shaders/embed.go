@@ -1,0 +1,158 @@
+// Package shaders holds flashvk's compute kernels: GLSL sources (*.comp and
+// the shared include params.glsl), their SPIR-V (embedded, rebuilt by
+// `make shaders` with the pinned toolchain of scripts/), and the Go side of
+// their interface: push constants (Params), specialization constants,
+// descriptor bindings, dispatch grids, thread layouts and shared-memory
+// sizes. It is a leaf package (no flashvk imports).
+//
+// Every kernel is compiled twice: NAME.f32.spv (float32 buffers) and
+// NAME.f16.spv (float16 Q/K/V/O/dO/dQ/dK/dV buffers; LSE, D and scratch stay
+// float32; all math is fp32). The f16 modules need the device feature
+// storageBuffer16BitAccess (and declare no Float16 capability). Every module
+// is SPIR-V 1.3 (Vulkan 1.1) and uses one descriptor set (0) of storage
+// buffers, bindings 0 … Bindings(kernel)−1, plus the 80-byte push-constant
+// block Params. flash, bwd_pre need subgroup shuffles
+// (VK_SUBGROUP_FEATURE_SHUFFLE_BIT in the compute stage) and a workgroup size
+// that is a multiple of the subgroup size.
+package shaders
+
+import (
+	"embed"
+	"fmt"
+)
+
+//go:embed *.spv
+var spirvFS embed.FS
+
+// Kernel names.
+const (
+	// KernelNaive is the three-pass unfused forward (spec constant PASS).
+	KernelNaive = "naive"
+	// KernelMinimal is the readable FA1-style fused forward.
+	KernelMinimal = "minimal"
+	// KernelFlash is the FlashAttention-2 forward (the default).
+	KernelFlash = "flash"
+	// KernelBwdPre computes D = rowsum(dO∘O).
+	KernelBwdPre = "bwd_pre"
+	// KernelBwdDKDV computes dK and dV.
+	KernelBwdDKDV = "bwd_dkdv"
+	// KernelBwdDQ computes dQ.
+	KernelBwdDQ = "bwd_dq"
+)
+
+// Kernels lists every kernel.
+var Kernels = []string{KernelNaive, KernelMinimal, KernelFlash, KernelBwdPre, KernelBwdDKDV, KernelBwdDQ}
+
+// Storage types.
+const (
+	DTypeF32 = "f32"
+	DTypeF16 = "f16"
+)
+
+// DTypes lists the storage types every kernel is compiled for.
+var DTypes = []string{DTypeF32, DTypeF16}
+
+// Specialization constant IDs.
+const (
+	SpecWorkgroupSize uint32 = 0 // local_size_x
+	SpecD             uint32 = 1 // head dim of Q and K (1 … 256)
+	SpecDV            uint32 = 2 // head dim of V and O (1 … 256)
+	SpecBR            uint32 = 3 // query rows per workgroup tile
+	SpecBC            uint32 = 4 // key rows per tile
+	SpecSubgroup      uint32 = 5 // the device's subgroup size (never assume 32)
+	SpecPass          uint32 = 6 // naive only: 0 scores, 1 softmax, 2 P·V
+)
+
+// MaxHeadDim is the largest D and DV the kernels are built and tested for.
+const MaxHeadDim = 256
+
+// Bindings of the forward kernels (naive, minimal, flash).
+const (
+	FwdQ   = 0
+	FwdK   = 1
+	FwdV   = 2
+	FwdO   = 3
+	FwdLSE = 4 // float32 [B,Hq,Nq]
+	// NaiveScratch is naive's float32 score/probability matrix [B,Hq,Nq,Nk].
+	NaiveScratch = 5
+)
+
+// Bindings of bwd_pre.
+const (
+	PreO  = 0
+	PreDO = 1
+	PreD  = 2 // float32 [B,Hq,Nq]
+)
+
+// Bindings of bwd_dkdv and bwd_dq.
+const (
+	BwdQ   = 0
+	BwdK   = 1
+	BwdV   = 2
+	BwdDO  = 3
+	BwdLSE = 4 // float32, from the forward
+	BwdD   = 5 // float32, from bwd_pre
+	BwdDK  = 6 // bwd_dkdv
+	BwdDV  = 7 // bwd_dkdv
+	BwdDQ  = 6 // bwd_dq
+)
+
+var kernelBindings = map[string]int{
+	KernelNaive:   6,
+	KernelMinimal: 5,
+	KernelFlash:   5,
+	KernelBwdPre:  3,
+	KernelBwdDKDV: 8,
+	KernelBwdDQ:   7,
+}
+
+// kernelSpecIDs are the specialization constants each module declares
+// (params_test.go checks them against the SPIR-V): every module declares
+// the shared IDs 0 … 5 of params.glsl (set them all; a kernel ignores those
+// its header says it does not use) and naive adds 6 PASS.
+var (
+	sharedSpecIDs = []uint32{SpecWorkgroupSize, SpecD, SpecDV, SpecBR, SpecBC, SpecSubgroup}
+	kernelSpecIDs = map[string][]uint32{
+		KernelNaive:   append(append([]uint32(nil), sharedSpecIDs...), SpecPass),
+		KernelMinimal: sharedSpecIDs,
+		KernelFlash:   sharedSpecIDs,
+		KernelBwdPre:  sharedSpecIDs,
+		KernelBwdDKDV: sharedSpecIDs,
+		KernelBwdDQ:   sharedSpecIDs,
+	}
+)
+
+// Bindings returns the number of storage-buffer bindings (0 … n−1, set 0)
+// of kernel.
+func Bindings(kernel string) (int, error) {
+	n, ok := kernelBindings[kernel]
+	if !ok {
+		return 0, fmt.Errorf("shaders: unknown kernel %q", kernel)
+	}
+	return n, nil
+}
+
+// SpecIDs returns the specialization constant IDs kernel declares.
+func SpecIDs(kernel string) ([]uint32, error) {
+	ids, ok := kernelSpecIDs[kernel]
+	if !ok {
+		return nil, fmt.Errorf("shaders: unknown kernel %q", kernel)
+	}
+	return append([]uint32(nil), ids...), nil
+}
+
+// SPIRV returns the SPIR-V of kernel for storage type dtype ("f32" or
+// "f16"). The slice is a fresh copy.
+func SPIRV(kernel, dtype string) ([]byte, error) {
+	if _, ok := kernelBindings[kernel]; !ok {
+		return nil, fmt.Errorf("shaders: unknown kernel %q", kernel)
+	}
+	if dtype != DTypeF32 && dtype != DTypeF16 {
+		return nil, fmt.Errorf("shaders: unknown storage type %q (want %q or %q)", dtype, DTypeF32, DTypeF16)
+	}
+	b, err := spirvFS.ReadFile(kernel + "." + dtype + ".spv")
+	if err != nil {
+		return nil, fmt.Errorf("shaders: %s.%s.spv not embedded (run `make shaders`): %w", kernel, dtype, err)
+	}
+	return b, nil
+}

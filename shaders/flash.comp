@@ -1,0 +1,227 @@
+#version 450
+// flash: FlashAttention-2 forward (the default forward kernel).
+//
+// Bindings (set 0):
+//   0 Q   [B,Nq,Hq,D]  STYPE, readonly   (pc.q_* strides)
+//   1 K   [B,Nk,Hkv,D] STYPE, readonly   (pc.k_*)
+//   2 V   [B,Nk,Hkv,DV] STYPE, readonly  (pc.v_*)
+//   3 O   [B,Nq,Hq,DV] STYPE, written    (pc.o_*)
+//   4 LSE [B,Hq,Nq]    float32, written  (natural log; −inf for a row that
+//                                         sees no key, whose O row is 0)
+// Spec constants: 0 WG, 1 D, 2 DV, 3 BR, 4 BC, 5 SUBGROUP.
+// Grid: (ceil(Nq/BR), Hq, B); workgroup (x, y, z) computes query rows
+//   x·BR … x·BR+BR−1 of head y of batch z.
+//
+// Thread layout (derived from the spec constants; shaders.FlashFwdLayout
+// computes and checks the same):
+//   TC = clamp(BC/4, 1, SUBGROUP)  threads sharing a query row (a power of
+//                                  two inside one subgroup, so the row max and
+//                                  sum are subgroupShuffleXor butterflies; a
+//                                  row is never split across subgroups, so no
+//                                  shared-memory reduction is needed)
+//   TR = WG/TC                     row groups,  RM = BR/TR rows per thread
+//   CN = BC/TC                     key columns per thread (c = tc + TC·j)
+//   DVN = ceil(DV/TC)              output columns per thread (dv = tc + TC·j)
+// Requirements: WG, BC, SUBGROUP powers of two, WG a multiple of SUBGROUP
+// and of TC, BR a multiple of TR.
+//
+// Shared memory (bytes), staged as fp32 for both storage types:
+//   4·( BR·(D+1)               Q tile (row stride D+1: no bank conflicts)
+//     + BC·max(D+1, DV)         K tile, then V tile (one buffer, reused)
+//     + BR·(BC+1) )             P tile
+// = shaders.FlashFwdSharedBytes(BR, BC, D, DV, f16).
+//
+// Algorithm per workgroup: Q tile → shared; for each key tile that some row
+// of the tile can see (causal: tiles wholly above the diagonal are neither
+// loaded nor computed; only tiles that cross the diagonal or the Nk tail are
+// masked): K tile → shared, S = Q·Kᵀ (fp32, in the exp2 domain:
+// S·scale·log2 e), online softmax (running row max m and partial row sums l,
+// the sums reduced across the row's threads once at the end, FA2), P →
+// shared, V tile → shared, O += P·V with O in registers. Finally
+// O /= l and LSE = ln2·(m + log2 l).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#include "params.glsl"
+
+layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
+layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
+layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
+layout(std430, binding = 3) writeonly buffer OBuf { STYPE o_buf[]; };
+layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
+
+const uint TC0 = BC / 4u;
+const uint TC = TC0 < 1u ? 1u : (TC0 < SUBGROUP ? TC0 : SUBGROUP);
+const uint TR = WG / TC;
+const uint RM = BR / TR;
+const uint CN = BC / TC;
+const uint DVN = (DV + TC - 1u) / TC;
+
+const uint LDQ = D + 1u;  // row stride of Q and K in shared
+const uint LDP = BC + 1u; // row stride of P in shared
+const uint KV_ELEMS = BC * LDQ > BC * DV ? BC * LDQ : BC * DV;
+
+shared float sQ[BR * LDQ];
+shared float sKV[KV_ELEMS];
+shared float sP[BR * LDP];
+
+void main() {
+	uint tid = thread_index();
+	uint tc = tid % TC;
+	uint tr = tid / TC;
+	uint h = gl_WorkGroupID.y;
+	uint b = gl_WorkGroupID.z;
+	uint kvh = kv_head(h);
+	uint r0 = gl_WorkGroupID.x * BR;
+	uint rows = min(BR, pc.Nq - r0);
+	float sl2 = pc.scale * LOG2E;
+
+	// Q tile → shared (coalesced along the feature dimension; tail rows 0).
+	STRIDED_BEGIN(e, BR * D)
+		uint r = e / D;
+		uint d = e - r * D;
+		float x = 0.0;
+		if (r < rows) {
+			x = float(q_buf[q_base(b, r0 + r, h) + d]);
+		}
+		sQ[r * LDQ + d] = x;
+	STRIDED_END
+
+	// Keys visible to the tile: rows see 0 … key_limit(row)−1, and
+	// key_limit is non-decreasing in the row.
+	uint lim_lo = key_limit(r0);
+	uint lim_hi = key_limit(r0 + rows - 1u);
+	uint ntiles = (lim_hi + BC - 1u) / BC;
+
+	float m[RM];
+	float l[RM];
+	uint lim[RM];
+	float acc[RM * DVN];
+	float s[RM * CN];
+	[[unroll]] for (uint i = 0u; i < RM; ++i) {
+		uint r = tr + TR * i;
+		m[i] = NEG_INF;
+		l[i] = 0.0;
+		lim[i] = r < rows ? key_limit(r0 + r) : 0u;
+		[[unroll]] for (uint j = 0u; j < DVN; ++j) {
+			acc[i * DVN + j] = 0.0;
+		}
+	}
+
+	for (uint kt = 0u; kt < ntiles; ++kt) {
+		uint c0 = kt * BC;
+		uint cols = min(BC, pc.Nk - c0);
+
+		barrier(); // the previous tile's P·V is done with sKV and sP
+		STRIDED_BEGIN(e, BC * D)
+			uint c = e / D;
+			uint d = e - c * D;
+			float x = 0.0;
+			if (c < cols) {
+				x = float(k_buf[k_base(b, c0 + c, kvh) + d]);
+			}
+			sKV[c * LDQ + d] = x;
+		STRIDED_END
+		barrier();
+
+		// S = Q·Kᵀ for the thread's RM rows × CN columns.
+		[[unroll]] for (uint i = 0u; i < RM * CN; ++i) {
+			s[i] = 0.0;
+		}
+		[[unroll]] for (uint d = 0u; d < D; ++d) {
+			float kv[CN];
+			[[unroll]] for (uint j = 0u; j < CN; ++j) {
+				kv[j] = sKV[(tc + TC * j) * LDQ + d];
+			}
+			[[unroll]] for (uint i = 0u; i < RM; ++i) {
+				float qv = sQ[(tr + TR * i) * LDQ + d];
+				[[unroll]] for (uint j = 0u; j < CN; ++j) {
+					s[i * CN + j] = fma(qv, kv[j], s[i * CN + j]);
+				}
+			}
+		}
+
+		// Online softmax. need_mask is uniform: false for tiles every row of
+		// the tile sees entirely (no causal diagonal, no Nk tail).
+		bool need_mask = c0 + BC > lim_lo;
+		[[unroll]] for (uint i = 0u; i < RM; ++i) {
+			float mloc = NEG_INF;
+			[[unroll]] for (uint j = 0u; j < CN; ++j) {
+				float x = s[i * CN + j] * sl2;
+				if (need_mask && c0 + tc + TC * j >= lim[i]) {
+					x = NEG_INF;
+				}
+				s[i * CN + j] = x;
+				mloc = max(mloc, x);
+			}
+			[[unroll]] for (uint o = TC / 2u; o > 0u; o >>= 1u) {
+				mloc = max(mloc, subgroupShuffleXor(mloc, o));
+			}
+			float mnew = max(m[i], mloc);
+			// A row that has seen no key yet keeps m = −inf; exponentiate
+			// against 0 then, so that exp2(−inf − 0) = 0 and never NaN.
+			float muse = mnew == NEG_INF ? 0.0 : mnew;
+			float alpha = exp2(m[i] - muse);
+			m[i] = mnew;
+			float lsum = 0.0;
+			uint prow = (tr + TR * i) * LDP;
+			[[unroll]] for (uint j = 0u; j < CN; ++j) {
+				float p = exp2(s[i * CN + j] - muse);
+				lsum += p;
+				sP[prow + tc + TC * j] = p;
+			}
+			l[i] = l[i] * alpha + lsum;
+			[[unroll]] for (uint j = 0u; j < DVN; ++j) {
+				acc[i * DVN + j] *= alpha;
+			}
+		}
+		barrier(); // all reads of the K tile done, P complete
+
+		STRIDED_BEGIN(e, BC * DV)
+			uint c = e / DV;
+			uint d = e - c * DV;
+			float x = 0.0;
+			if (c < cols) {
+				x = float(v_buf[v_base(b, c0 + c, kvh) + d]);
+			}
+			sKV[c * DV + d] = x;
+		STRIDED_END
+		barrier();
+
+		// O += P·V (P is 0 for masked and tail columns, V tail rows are 0).
+		UNROLLED_BEGIN(c, BC)
+			float pv[RM];
+			[[unroll]] for (uint i = 0u; i < RM; ++i) {
+				pv[i] = sP[(tr + TR * i) * LDP + c];
+			}
+			[[unroll]] for (uint j = 0u; j < DVN; ++j) {
+				uint dv = min(tc + TC * j, DV - 1u); // clamped read; never stored
+				float vv = sKV[c * DV + dv];
+				[[unroll]] for (uint i = 0u; i < RM; ++i) {
+					acc[i * DVN + j] = fma(pv[i], vv, acc[i * DVN + j]);
+				}
+			}
+		UNROLLED_END
+	}
+
+	[[unroll]] for (uint i = 0u; i < RM; ++i) {
+		float lt = l[i];
+		[[unroll]] for (uint o = TC / 2u; o > 0u; o >>= 1u) {
+			lt += subgroupShuffleXor(lt, o);
+		}
+		uint r = tr + TR * i;
+		if (r < rows) {
+			// l ≥ 1 whenever the row saw a key (its max contributes 1).
+			float inv = lt > 0.0 ? 1.0 / lt : 0.0;
+			uint ob = o_base(b, r0 + r, h);
+			[[unroll]] for (uint j = 0u; j < DVN; ++j) {
+				uint dv = tc + TC * j;
+				if (dv < DV) {
+					o_buf[ob + dv] = STYPE(acc[i * DVN + j] * inv);
+				}
+			}
+			if (tc == 0u) {
+				lse_buf[lse_index(b, h, r0 + r)] = lt > 0.0 ? (m[i] + log2(lt)) * LN2 : NEG_INF;
+			}
+		}
+	}
+}

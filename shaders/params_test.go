@@ -1,0 +1,170 @@
+package shaders
+
+import (
+	"encoding/binary"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func reflectAll(t *testing.T) map[string]*Module {
+	t.Helper()
+	out := map[string]*Module{}
+	for _, k := range Kernels {
+		for _, dt := range DTypes {
+			spv, err := SPIRV(k, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := Reflect(spv)
+			if err != nil {
+				t.Fatalf("%s.%s: %v", k, dt, err)
+			}
+			out[k+"."+dt] = m
+		}
+	}
+	return out
+}
+
+// glslName maps a Go field name of Params to its params.glsl member name
+// (QB → q_b; B, Hq, … unchanged).
+func glslName(goName string) string {
+	if len(goName) == 2 && strings.ContainsRune("QKVO", rune(goName[0])) && strings.ContainsRune("BSH", rune(goName[1])) {
+		return strings.ToLower(goName[:1]) + "_" + strings.ToLower(goName[1:])
+	}
+	switch goName {
+	case "Scale", "Mask", "Group":
+		return strings.ToLower(goName)
+	}
+	return goName
+}
+
+func TestPushConstantsMirrorParams(t *testing.T) {
+	typ := reflect.TypeOf(Params{})
+	if got := binary.Size(Params{}); got != ParamsSize {
+		t.Fatalf("binary.Size(Params) = %d, want ParamsSize %d", got, ParamsSize)
+	}
+	if ParamsSize > 128 {
+		t.Fatalf("ParamsSize %d exceeds the 128-byte push-constant minimum", ParamsSize)
+	}
+	for name, m := range reflectAll(t) {
+		pc := m.PushConstants
+		if pc == nil {
+			t.Errorf("%s: no push-constant block", name)
+			continue
+		}
+		if int(pc.Size) != binary.Size(Params{}) {
+			t.Errorf("%s: push-constant block is %d bytes, Params is %d", name, pc.Size, binary.Size(Params{}))
+		}
+		if len(pc.Members) != typ.NumField() {
+			t.Errorf("%s: push-constant block has %d members, Params %d fields", name, len(pc.Members), typ.NumField())
+			continue
+		}
+		for i, mem := range pc.Members {
+			f := typ.Field(i)
+			if int(mem.Offset) != int(f.Offset) {
+				t.Errorf("%s: member %d %q at offset %d, Params.%s at %d", name, i, mem.Name, mem.Offset, f.Name, f.Offset)
+			}
+			if mem.Name != glslName(f.Name) {
+				t.Errorf("%s: member %d is %q, Params field %d is %s (want %q)", name, i, mem.Name, i, f.Name, glslName(f.Name))
+			}
+			want := "uint32"
+			if f.Type.Kind() == reflect.Float32 {
+				want = "float32"
+			}
+			if mem.Kind != want || int(mem.Size) != int(f.Type.Size()) {
+				t.Errorf("%s: member %q is %s (%d bytes), Params.%s is %s", name, mem.Name, mem.Kind, mem.Size, f.Name, f.Type)
+			}
+		}
+	}
+}
+
+func TestParamsBytes(t *testing.T) {
+	p := Params{B: 1, Hq: 2, Hkv: 3, Nq: 4, Nk: 5, QB: 6, QS: 7, QH: 8, KB: 9, KS: 10, KH: 11,
+		VB: 12, VS: 13, VH: 14, OB: 15, OS: 16, OH: 17, Scale: 0.5, Mask: 2, Group: 19}
+	b := p.Bytes()
+	var q Params
+	if _, err := binary.Decode(b, binary.LittleEndian, &q); err != nil {
+		t.Fatal(err)
+	}
+	if q != p || len(b) != ParamsSize {
+		t.Fatalf("Bytes round trip: got %+v (%d bytes), want %+v", q, len(b), p)
+	}
+}
+
+func TestSpecIDs(t *testing.T) {
+	for name, m := range reflectAll(t) {
+		k := name[:strings.IndexByte(name, '.')]
+		want, _ := SpecIDs(k)
+		if got := m.SpecIDs(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: SPIR-V spec IDs %v, Go declares %v", name, got, want)
+		}
+	}
+}
+
+func TestBindingsAndCapabilities(t *testing.T) {
+	float32Bindings := map[string][]int{
+		KernelNaive:   {FwdLSE, NaiveScratch},
+		KernelMinimal: {FwdLSE},
+		KernelFlash:   {FwdLSE},
+		KernelBwdPre:  {PreD},
+		KernelBwdDKDV: {BwdLSE, BwdD},
+		KernelBwdDQ:   {BwdLSE, BwdD},
+	}
+	for _, k := range Kernels {
+		n, err := Bindings(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dt := range DTypes {
+			spv, _ := SPIRV(k, dt)
+			m, err := Reflect(spv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := k + "." + dt
+			if m.Version != 0x00010300 {
+				t.Errorf("%s: SPIR-V version %#x, want 1.3 (Vulkan 1.1)", name, m.Version)
+			}
+			if len(m.Bindings) != n {
+				t.Errorf("%s: %d bindings, Go declares %d", name, len(m.Bindings), n)
+				continue
+			}
+			for i, b := range m.Bindings {
+				if b.Set != 0 || int(b.Binding) != i {
+					t.Errorf("%s: binding %d is set %d binding %d", name, i, b.Set, b.Binding)
+				}
+				want := "float32"
+				if dt == DTypeF16 {
+					want = "float16"
+				}
+				for _, f := range float32Bindings[k] {
+					if f == i {
+						want = "float32"
+					}
+				}
+				if b.Elem != want {
+					t.Errorf("%s: binding %d holds %s, want %s", name, i, b.Elem, want)
+				}
+			}
+			if m.HasCapability(CapabilityFloat16) {
+				t.Errorf("%s: declares the Float16 capability (needs shaderFloat16)", name)
+			}
+			if got := m.HasCapability(CapabilityStorageBuffer16BitAccess); got != (dt == DTypeF16) {
+				t.Errorf("%s: StorageBuffer16BitAccess capability = %v", name, got)
+			}
+		}
+	}
+}
+
+func TestSPIRVErrors(t *testing.T) {
+	if _, err := SPIRV("nope", DTypeF32); err == nil {
+		t.Error("unknown kernel: no error")
+	}
+	if _, err := SPIRV(KernelFlash, "bf16"); err == nil {
+		t.Error("unknown dtype: no error")
+	}
+	if _, err := Reflect([]byte{1, 2, 3}); err == nil {
+		t.Error("Reflect of garbage: no error")
+	}
+}

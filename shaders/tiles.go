@@ -1,0 +1,347 @@
+package shaders
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Dispatch grids. Every kernel puts its tile (or row) index in x, the head
+// in y and the batch in z, so each dimension stays far below the 65535 that
+// Vulkan guarantees for maxComputeWorkGroupCount[0..2] for any realistic
+// problem (x = ceil(N/tile) ≤ 65535 needs N ≤ 65535·tile; naive's x = Nq
+// needs Nq ≤ 65535 on a minimal device; NVIDIA and lavapipe allow 2^31−1 in
+// x). B·Hq is never folded into one dimension.
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func grid(x, y, z int) [3]uint32 { return [3]uint32{uint32(x), uint32(y), uint32(z)} }
+
+// NaiveGrid is the dispatch of each of naive's three passes: (Nq, Hq, B).
+func NaiveGrid(b, hq, nq int) [3]uint32 { return grid(nq, hq, b) }
+
+// MinimalGrid is minimal's dispatch: (ceil(Nq/BR), Hq, B).
+func MinimalGrid(b, hq, nq, br int) [3]uint32 { return grid(ceilDiv(nq, br), hq, b) }
+
+// FlashFwdGrid is flash's dispatch: (ceil(Nq/BR), Hq, B).
+func FlashFwdGrid(b, hq, nq, br int) [3]uint32 { return grid(ceilDiv(nq, br), hq, b) }
+
+// BwdPreGrid is bwd_pre's dispatch: (ceil(Nq/BR), Hq, B).
+func BwdPreGrid(b, hq, nq, br int) [3]uint32 { return grid(ceilDiv(nq, br), hq, b) }
+
+// BwdDKDVGrid is bwd_dkdv's dispatch: (ceil(Nk/BC), Hkv, B).
+func BwdDKDVGrid(b, hkv, nk, bc int) [3]uint32 { return grid(ceilDiv(nk, bc), hkv, b) }
+
+// BwdDQGrid is bwd_dq's dispatch: (ceil(Nq/BR), Hq, B).
+func BwdDQGrid(b, hq, nq, br int) [3]uint32 { return grid(ceilDiv(nq, br), hq, b) }
+
+// Shared memory. All kernels stage tiles in shared memory as fp32, whatever
+// the storage type, so f16 does not change these sizes (the parameter is
+// kept so that a later f16 staging can change the formulas in one place).
+
+// FlashFwdSharedBytes is flash's shared memory:
+// 4·(BR·(D+1) + BC·max(D+1, DV) + BR·(BC+1)).
+func FlashFwdSharedBytes(br, bc, d, dv int, f16 bool) int {
+	_ = f16
+	return 4 * (br*(d+1) + bc*max(d+1, dv) + br*(bc+1))
+}
+
+// MinimalSharedBytes is minimal's shared memory: 4·(BC·(D+DV) + BR·DV).
+func MinimalSharedBytes(br, bc, d, dv int, f16 bool) int {
+	_ = f16
+	return 4 * (bc*(d+dv) + br*dv)
+}
+
+// NaiveSharedBytes is naive's shared memory: 4·(D + WG).
+func NaiveSharedBytes(wg, d int) int { return 4 * (d + wg) }
+
+// BwdDKDVSharedBytes is bwd_dkdv's shared memory:
+// 4·((BC+BR)·(D+DV+2) + 2·BR·(BC+1) + 2·BR).
+func BwdDKDVSharedBytes(br, bc, d, dv int, f16 bool) int {
+	_ = f16
+	return 4 * ((bc+br)*(d+dv+2) + 2*br*(bc+1) + 2*br)
+}
+
+// BwdDQSharedBytes is bwd_dq's shared memory:
+// 4·((BC+BR)·(D+DV+2) + BR·(BC+1) + 2·BR).
+func BwdDQSharedBytes(br, bc, d, dv int, f16 bool) int {
+	_ = f16
+	return 4 * ((bc+br)*(d+dv+2) + br*(bc+1) + 2*br)
+}
+
+// BwdSharedBytes bounds both backward tile kernels' shared memory for the
+// same (BR, BC): it is BwdDKDVSharedBytes.
+func BwdSharedBytes(br, bc, d, dv int, f16 bool) int { return BwdDKDVSharedBytes(br, bc, d, dv, f16) }
+
+// Config is a kernel's tile configuration: its specialization constants
+// other than the problem's head dims and the device's subgroup size.
+type Config struct {
+	WG int // workgroup size (spec constant 0)
+	BR int // query rows per tile (spec constant 3)
+	BC int // key rows per tile (spec constant 4)
+}
+
+// Limits are the device limits that constrain a Config.
+type Limits struct {
+	// SharedBytes is maxComputeSharedMemorySize.
+	SharedBytes int
+	// Subgroup is VkPhysicalDeviceSubgroupProperties.subgroupSize.
+	Subgroup int
+	// MaxWorkgroupSize is min(maxComputeWorkGroupInvocations,
+	// maxComputeWorkGroupSize[0]).
+	MaxWorkgroupSize int
+}
+
+// FlashLayout is flash's thread layout for one Config (see flash.comp).
+type FlashLayout struct {
+	TC  int // threads per query row (power of two ≤ subgroup)
+	TR  int // row groups (WG/TC)
+	RM  int // query rows per thread (BR/TR)
+	CN  int // key columns per thread (BC/TC)
+	DVN int // output columns per thread (ceil(DV/TC))
+}
+
+// Registers is the number of fp32 values a flash thread keeps live
+// (accumulator, scores, row state): a proxy for register pressure.
+func (l FlashLayout) Registers() int { return l.RM*l.DVN + l.RM*l.CN + 3*l.RM }
+
+func isPow2(x int) bool { return x > 0 && x&(x-1) == 0 }
+
+// FlashFwdLayout derives flash's thread layout and checks its requirements.
+func FlashFwdLayout(c Config, dv, subgroup int) (FlashLayout, error) {
+	if !isPow2(c.WG) || !isPow2(c.BC) || !isPow2(subgroup) {
+		return FlashLayout{}, fmt.Errorf("shaders: flash needs power-of-two WG, BC and subgroup (got %d, %d, %d)", c.WG, c.BC, subgroup)
+	}
+	if c.WG%subgroup != 0 {
+		return FlashLayout{}, fmt.Errorf("shaders: flash WG %d is not a multiple of the subgroup size %d", c.WG, subgroup)
+	}
+	tc := min(max(c.BC/4, 1), subgroup)
+	l := FlashLayout{TC: tc, TR: c.WG / tc, CN: c.BC / tc, DVN: ceilDiv(dv, tc)}
+	if c.WG < tc || c.BR < l.TR || c.BR%l.TR != 0 {
+		return FlashLayout{}, fmt.Errorf("shaders: flash BR %d must be a positive multiple of WG/TC = %d", c.BR, l.TR)
+	}
+	l.RM = c.BR / l.TR
+	return l, nil
+}
+
+// BwdLayout is the thread layout of bwd_dkdv (rows = key rows, BC) or
+// bwd_dq (rows = query rows, BR): TX threads per row, M rows per thread.
+type BwdLayout struct {
+	TX int // threads per row: max(WG/rows, 1)
+	T  int // row groups: WG/TX
+	M  int // rows per thread: rows/T
+}
+
+func bwdLayout(wg, rows int) (BwdLayout, error) {
+	if !isPow2(wg) || !isPow2(rows) {
+		return BwdLayout{}, fmt.Errorf("shaders: backward kernels need power-of-two WG and tile rows (got %d, %d)", wg, rows)
+	}
+	tx := max(wg/rows, 1)
+	l := BwdLayout{TX: tx, T: wg / tx}
+	l.M = rows / l.T
+	return l, nil
+}
+
+// CheckConfig checks c for kernel on a device with limits lim and head dims
+// d, dv (f16: the storage type).
+func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error {
+	if d < 1 || dv < 1 || d > MaxHeadDim || dv > MaxHeadDim {
+		return fmt.Errorf("shaders: head dims D=%d DV=%d outside 1 … %d", d, dv, MaxHeadDim)
+	}
+	if c.WG < 1 || (lim.MaxWorkgroupSize > 0 && c.WG > lim.MaxWorkgroupSize) {
+		return fmt.Errorf("shaders: workgroup size %d outside 1 … %d", c.WG, lim.MaxWorkgroupSize)
+	}
+	if c.BR < 1 || c.BC < 1 {
+		return fmt.Errorf("shaders: tile %d×%d must be positive", c.BR, c.BC)
+	}
+	shared := 0
+	switch kernel {
+	case KernelNaive:
+		if !isPow2(c.WG) {
+			return fmt.Errorf("shaders: naive needs a power-of-two WG (got %d)", c.WG)
+		}
+		shared = NaiveSharedBytes(c.WG, d)
+	case KernelMinimal:
+		if c.WG < c.BR {
+			return fmt.Errorf("shaders: minimal needs WG ≥ BR (got %d < %d)", c.WG, c.BR)
+		}
+		shared = MinimalSharedBytes(c.BR, c.BC, d, dv, f16)
+	case KernelFlash:
+		if _, err := FlashFwdLayout(c, dv, lim.Subgroup); err != nil {
+			return err
+		}
+		shared = FlashFwdSharedBytes(c.BR, c.BC, d, dv, f16)
+	case KernelBwdPre:
+		if !isPow2(lim.Subgroup) || c.WG%lim.Subgroup != 0 || c.WG%c.BR != 0 {
+			return fmt.Errorf("shaders: bwd_pre needs WG a multiple of the subgroup size %d and of BR %d (got WG %d)", lim.Subgroup, c.BR, c.WG)
+		}
+		if tpr := c.WG / c.BR; !isPow2(tpr) || tpr > lim.Subgroup {
+			return fmt.Errorf("shaders: bwd_pre needs WG/BR a power of two ≤ the subgroup size %d (got %d)", lim.Subgroup, tpr)
+		}
+	case KernelBwdDKDV:
+		if _, err := bwdLayout(c.WG, c.BC); err != nil {
+			return err
+		}
+		if !isPow2(c.BR) {
+			return fmt.Errorf("shaders: bwd_dkdv needs a power-of-two BR (got %d)", c.BR)
+		}
+		shared = BwdDKDVSharedBytes(c.BR, c.BC, d, dv, f16)
+	case KernelBwdDQ:
+		if _, err := bwdLayout(c.WG, c.BR); err != nil {
+			return err
+		}
+		if !isPow2(c.BC) {
+			return fmt.Errorf("shaders: bwd_dq needs a power-of-two BC (got %d)", c.BC)
+		}
+		shared = BwdDQSharedBytes(c.BR, c.BC, d, dv, f16)
+	default:
+		return fmt.Errorf("shaders: unknown kernel %q", kernel)
+	}
+	if lim.SharedBytes > 0 && shared > lim.SharedBytes {
+		return fmt.Errorf("shaders: %s tile WG=%d BR=%d BC=%d D=%d DV=%d needs %d bytes of shared memory, the device has %d",
+			kernel, c.WG, c.BR, c.BC, d, dv, shared, lim.SharedBytes)
+	}
+	return nil
+}
+
+// Register budgets (fp32 values per thread) used by DefaultConfig.
+const (
+	flashRegBudget = 96
+	bwdRegBudget   = 96
+)
+
+// DefaultConfig picks a tile configuration for kernel: the largest tile
+// (BR·BC) that passes CheckConfig and keeps per-thread state within a
+// register budget, preferring, among equals, larger workgroups (up to 128)
+// and then less shared memory.
+func DefaultConfig(kernel string, d, dv int, f16 bool, lim Limits) (Config, error) {
+	sg := lim.Subgroup
+	if sg < 1 {
+		return Config{}, fmt.Errorf("shaders: subgroup size %d", sg)
+	}
+	top := 128
+	if lim.MaxWorkgroupSize > 0 {
+		top = min(top, lim.MaxWorkgroupSize)
+	}
+	top = max(top, sg)
+	var wgs []int // top, top/2, …, 1 (CheckConfig drops the invalid ones)
+	for wg := top; wg >= 1; wg /= 2 {
+		wgs = append(wgs, wg)
+	}
+	pow2 := []int{256, 128, 64, 32, 16, 8, 4, 2, 1}
+	switch kernel {
+	case KernelNaive:
+		c := Config{WG: wgs[0], BR: 1, BC: 1}
+		return c, CheckConfig(kernel, c, d, dv, f16, lim)
+	case KernelBwdPre:
+		wg := max(128, sg)
+		tpr := min(sg, 32)
+		c := Config{WG: wg, BR: wg / tpr, BC: 1}
+		return c, CheckConfig(kernel, c, d, dv, f16, lim)
+	case KernelMinimal:
+		// One thread per query row: the largest BR·BC that fits, WG ≥ BR.
+		for _, area := range []int{2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1} {
+			for _, br := range []int{64, 32, 16, 8, 4, 2, 1} {
+				bc := area / br
+				if bc < 1 || bc > 32 || br*bc != area {
+					continue
+				}
+				c := Config{WG: max(br, min(64, wgs[0])), BR: br, BC: bc}
+				if CheckConfig(kernel, c, d, dv, f16, lim) == nil {
+					return c, nil
+				}
+			}
+		}
+		return Config{}, fmt.Errorf("shaders: no minimal tile fits D=%d DV=%d in %d bytes", d, dv, lim.SharedBytes)
+	}
+	best, bestScore := Config{}, [3]int{}
+	found := false
+	for _, wg := range wgs {
+		for _, br := range pow2 {
+			for _, bc := range pow2 {
+				if br > 128 || bc > 64 {
+					continue
+				}
+				c := Config{WG: wg, BR: br, BC: bc}
+				if CheckConfig(kernel, c, d, dv, f16, lim) != nil {
+					continue
+				}
+				var shared, regs int
+				switch kernel {
+				case KernelFlash:
+					l, _ := FlashFwdLayout(c, dv, sg)
+					regs = l.Registers()
+					if regs > flashRegBudget {
+						continue
+					}
+					shared = FlashFwdSharedBytes(br, bc, d, dv, f16)
+				case KernelBwdDKDV:
+					l, _ := bwdLayout(wg, bc)
+					regs = l.M*(ceilDiv(d, l.TX)+ceilDiv(dv, l.TX)) + l.M*ceilDiv(br, l.TX)
+					if regs > bwdRegBudget || br > 64 {
+						continue
+					}
+					shared = BwdDKDVSharedBytes(br, bc, d, dv, f16)
+				case KernelBwdDQ:
+					l, _ := bwdLayout(wg, br)
+					regs = l.M*ceilDiv(d, l.TX) + l.M*ceilDiv(bc, l.TX)
+					if regs > bwdRegBudget || bc > 64 {
+						continue
+					}
+					shared = BwdDQSharedBytes(br, bc, d, dv, f16)
+				default:
+					return Config{}, fmt.Errorf("shaders: unknown kernel %q", kernel)
+				}
+				score := [3]int{br * bc, wg, -shared}
+				if !found || score[0] > bestScore[0] ||
+					(score[0] == bestScore[0] && (score[1] > bestScore[1] ||
+						(score[1] == bestScore[1] && score[2] > bestScore[2]))) {
+					best, bestScore, found = c, score, true
+				}
+			}
+		}
+	}
+	if !found {
+		return Config{}, fmt.Errorf("shaders: no %s tile fits D=%d DV=%d in %d bytes of shared memory (subgroup %d)", kernel, d, dv, lim.SharedBytes, sg)
+	}
+	return best, nil
+}
+
+// SpecEntry is one specialization constant value.
+type SpecEntry struct {
+	ID    uint32
+	Value uint32
+}
+
+// SpecEntries returns the specialization constants of kernel for Config c,
+// head dims d, dv, the device's subgroup size and (naive only) the pass
+// 0, 1 or 2, in ID order, limited to the IDs the kernel declares.
+func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int) ([]SpecEntry, error) {
+	ids, err := SpecIDs(kernel)
+	if err != nil {
+		return nil, err
+	}
+	val := map[uint32]uint32{
+		SpecWorkgroupSize: uint32(c.WG),
+		SpecD:             uint32(d),
+		SpecDV:            uint32(dv),
+		SpecBR:            uint32(c.BR),
+		SpecBC:            uint32(c.BC),
+		SpecSubgroup:      uint32(subgroup),
+		SpecPass:          uint32(pass),
+	}
+	out := make([]SpecEntry, len(ids))
+	for i, id := range ids {
+		out[i] = SpecEntry{ID: id, Value: val[id]}
+	}
+	return out, nil
+}
+
+// SpecData packs entries as VkSpecializationInfo wants them: entry i's
+// value at byte offset 4·i (size 4) of the returned data.
+func SpecData(entries []SpecEntry) []byte {
+	b := make([]byte, 4*len(entries))
+	for i, e := range entries {
+		binary.LittleEndian.PutUint32(b[4*i:], e.Value)
+	}
+	return b
+}

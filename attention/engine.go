@@ -3,7 +3,9 @@ package attention
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -38,15 +40,43 @@ type Engine struct {
 	fallback string
 }
 
-// Open starts an engine on the backend cfg selects.
+// Open starts an engine on the backend cfg selects. With Backend Auto the
+// environment variable FLASHVK_BACKEND ("cpu", "vulkan" or "auto")
+// overrides the choice; Auto tries Vulkan and falls back to the CPU,
+// recording why in Fallback.
 func Open(cfg Config) (*Engine, error) {
-	switch cfg.Backend {
+	kind := cfg.Backend
+	if kind == Auto {
+		switch env := strings.ToLower(strings.TrimSpace(os.Getenv("FLASHVK_BACKEND"))); env {
+		case "", "auto":
+		case "cpu":
+			kind = CPU
+		case "vulkan", "vk":
+			kind = Vulkan
+		default:
+			return nil, fmt.Errorf("attention: FLASHVK_BACKEND=%q (want cpu, vulkan or auto): %w", env, ErrOption)
+		}
+	}
+	if err := checkKernelName(cfg.Kernel); err != nil {
+		return nil, err
+	}
+	switch kind {
 	case CPU:
 		return NewEngine(newCPUBackend(cfg.Workers)), nil
-	case Auto:
-		return NewEngine(newCPUBackend(cfg.Workers)), nil
 	case Vulkan:
-		return nil, fmt.Errorf("attention: backend vulkan: not built yet: %w", ErrBackend)
+		b, err := openVulkan(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return NewEngine(b), nil
+	case Auto:
+		b, err := openVulkan(cfg)
+		if err == nil {
+			return NewEngine(b), nil
+		}
+		e := NewEngine(newCPUBackend(cfg.Workers))
+		e.fallback = err.Error()
+		return e, nil
 	}
 	return nil, fmt.Errorf("attention: config: backend %v: %w", cfg.Backend, ErrOption)
 }

@@ -3,8 +3,10 @@ package cpu
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/flashvk/flashvk/internal/spec"
 )
@@ -129,6 +131,34 @@ func BenchmarkNaiveBackward(b *testing.B) {
 				refBackward(p, qd, kd, vd, dod)
 			}
 			reportFlops(b, 2.5*p.Flops())
+		})
+	}
+}
+
+// BenchmarkSpeedupVsNaive interleaves the naive float64 forward and Forward
+// and reports the ratio of their best times (robust to a busy machine).
+func BenchmarkSpeedupVsNaive(b *testing.B) {
+	for _, s := range []benchSize{{1, 1, 2048, 64, spec.MaskNone}} {
+		b.Run(s.String(), func(b *testing.B) {
+			p, qd, kd, vd, _ := naiveInputs(s)
+			_, q, k, v, o, lse, _ := benchProblem(s)
+			ctx := context.Background()
+			naive, fast := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+			for b.Loop() {
+				t := time.Now()
+				refForward(p, qd, kd, vd)
+				naive = min(naive, time.Since(t))
+				for range 5 {
+					t = time.Now()
+					if err := Forward(ctx, p, q, k, v, o, lse); err != nil {
+						b.Fatal(err)
+					}
+					fast = min(fast, time.Since(t))
+				}
+			}
+			b.ReportMetric(float64(naive)/float64(fast), "speedup")
+			b.ReportMetric(float64(naive.Nanoseconds()), "naive-ns")
+			b.ReportMetric(float64(fast.Nanoseconds()), "fwd-ns")
 		})
 	}
 }

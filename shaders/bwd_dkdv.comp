@@ -139,13 +139,13 @@ void main() {
 				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
 					uint c = tk + TK * mm;
 					float s = 0.0;
-					[[unroll]] for (uint d = 0u; d < D; ++d) {
+					UNROLLED_BEGIN(d, D)
 						s = fma(sQ[r * LDK + d], sK[c * LDK + d], s);
-					}
+					UNROLLED_END
 					float dp = 0.0;
-					[[unroll]] for (uint d = 0u; d < DV; ++d) {
+					UNROLLED_BEGIN(d, DV)
 						dp = fma(sdO[r * LDV + d], sV[c * LDV + d], dp);
-					}
+					UNROLLED_END
 					bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim);
 					float p = visible ? exp2(s * sl2 - lse2) : 0.0;
 					if (rin) {

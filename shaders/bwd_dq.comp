@@ -125,13 +125,13 @@ void main() {
 				uint c = min(tx + TX * n, BC - 1u); // clamped; stored only if in range
 				bool cin = tx + TX * n < BC;
 				float s = 0.0;
-				[[unroll]] for (uint d = 0u; d < D; ++d) {
+				UNROLLED_BEGIN(d, D)
 					s = fma(sQ[r * LDK + d], sK[c * LDK + d], s);
-				}
+				UNROLLED_END
 				float dp = 0.0;
-				[[unroll]] for (uint d = 0u; d < DV; ++d) {
+				UNROLLED_BEGIN(d, DV)
 					dp = fma(sdO[r * LDV + d], sV[c * LDV + d], dp);
-				}
+				UNROLLED_END
 				bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim[m]);
 				float p = visible ? exp2(s * sl2 - lse2) : 0.0;
 				if (cin) {

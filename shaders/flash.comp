@@ -127,7 +127,7 @@ void main() {
 		[[unroll]] for (uint i = 0u; i < RM * CN; ++i) {
 			s[i] = 0.0;
 		}
-		[[unroll]] for (uint d = 0u; d < D; ++d) {
+		UNROLLED_BEGIN(d, D)
 			float kv[CN];
 			[[unroll]] for (uint j = 0u; j < CN; ++j) {
 				kv[j] = sKV[(tc + TC * j) * LDQ + d];
@@ -138,7 +138,7 @@ void main() {
 					s[i * CN + j] = fma(qv, kv[j], s[i * CN + j]);
 				}
 			}
-		}
+		UNROLLED_END
 
 		// Online softmax. need_mask is uniform: false for tiles every row of
 		// the tile sees entirely (no causal diagonal, no Nk tail).

@@ -37,9 +37,9 @@ void main() {
 
 	uint ob = tid * DV; // this thread's output row in sO
 	if (tid < BR) {
-		[[unroll]] for (uint d = 0u; d < DV; ++d) {
+		UNROLLED_BEGIN(d, DV)
 			sO[ob + d] = 0.0;
-		}
+		UNROLLED_END
 	}
 	uint lim = live ? key_limit(i) : 0u;
 	uint qb = live ? q_base(b, i, h) : 0u;
@@ -73,9 +73,9 @@ void main() {
 		float mt = NEG_INF;
 		UNROLLED_BEGIN(c, n)
 			float x = 0.0;
-			[[unroll]] for (uint d = 0u; d < D; ++d) {
+			UNROLLED_BEGIN(d, D)
 				x += float(q_buf[qb + d]) * sK[c * D + d];
-			}
+			UNROLLED_END
 			x *= pc.scale;
 			sc[c] = x;
 			mt = max(mt, x);
@@ -84,25 +84,25 @@ void main() {
 		float mnew = max(m, mt);
 		float alpha = exp(m - mnew); // exp(−inf) = 0 on the first tile
 		l *= alpha;
-		[[unroll]] for (uint d = 0u; d < DV; ++d) {
+		UNROLLED_BEGIN(d, DV)
 			sO[ob + d] *= alpha;
-		}
+		UNROLLED_END
 		m = mnew;
 		// 3. add this tile
 		UNROLLED_BEGIN(c, n)
 			float p = exp(sc[c] - m);
 			l += p;
-			[[unroll]] for (uint d = 0u; d < DV; ++d) {
+			UNROLLED_BEGIN(d, DV)
 				sO[ob + d] += p * sV[c * DV + d];
-			}
+			UNROLLED_END
 		UNROLLED_END
 	}
 
 	if (live) {
 		float inv = l > 0.0 ? 1.0 / l : 0.0; // a row that saw no key: O = 0
-		[[unroll]] for (uint d = 0u; d < DV; ++d) {
+		UNROLLED_BEGIN(d, DV)
 			o_buf[o_base(b, i, h) + d] = STYPE(sO[ob + d] * inv);
-		}
+		UNROLLED_END
 		lse_buf[lse_index(b, h, i)] = l > 0.0 ? m + log(l) : NEG_INF;
 	}
 }

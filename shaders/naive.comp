@@ -66,9 +66,9 @@ void main() {
 			if (j < lim) {
 				uint kb = k_base(b, j, kvh);
 				x = 0.0;
-				[[unroll]] for (uint d = 0u; d < D; ++d) {
+				UNROLLED_BEGIN(d, D)
 					x += sq[d] * float(k_buf[kb + d]);
-				}
+				UNROLLED_END
 				x *= pc.scale;
 			}
 			s_buf[row + j] = x;

@@ -110,11 +110,13 @@ uint thread_index() { return gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvoca
 
 // Loop budget. lavapipe (gallivm) silently ends every loop of an invocation
 // once the invocation has run 65535 loop iterations in total, all loops
-// together (LP_MAX_TGSI_LOOP_ITERATIONS), leaving wrong results. Kernels
-// therefore fully unroll ([[unroll]]) the loops over the head dims D and DV
-// (spec constants, so the driver knows their trip counts) and unroll the
-// remaining bounded loops (tile loads, key/row accumulation) by UNROLL, so
-// that an invocation runs a handful of iterations per tile.
+// together (LP_MAX_TGSI_LOOP_ITERATIONS), leaving wrong results; and it
+// compiles each pipeline with LLVM at its first dispatch, where fully
+// unrolled 256-long loops cost seconds. Kernels therefore unroll their
+// bounded loops (tile loads, loops over D and DV, key/row accumulation) by
+// UNROLL, so that an invocation runs few iterations per tile; shaders.
+// LoopIterations estimates the count per invocation (the Vulkan backend
+// must keep it ≤ 65535 on lavapipe).
 #define UNROLL 8u
 
 // STRIDED_BEGIN(e, n) … STRIDED_END: the workgroup-strided loop

@@ -125,6 +125,7 @@ func Run(t *testing.T, e *attention.Engine) {
 	t.Run("forward", func(t *testing.T) { RunForward(t, e) })
 	t.Run("backward", func(t *testing.T) { RunBackward(t, e) })
 	t.Run("deterministic", func(t *testing.T) { RunDeterminism(t, e, 10) })
+	t.Run("edges", func(t *testing.T) { RunEdges(t, e) })
 }
 
 func dtypes(e *attention.Engine) []attention.DType {

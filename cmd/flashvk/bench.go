@@ -200,6 +200,9 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	case f.tokens < 0 || f.batch < 0 || f.hidden <= 0 || f.heads < 0 || f.kvHeads < 0:
 		return usagef("--tokens, --batch, --heads and --kv-heads must be ≥ 0, --hidden positive")
 	}
+	if f.benchfmt && f.jsonPath == "-" {
+		return usagef("--benchfmt and --json - both write to stdout: give --json a file")
+	}
 	switch f.progress {
 	case "auto", "bar", "lines", "none":
 	default:
@@ -321,7 +324,7 @@ outer:
 				}
 			}
 			file.Results = append(file.Results, r)
-			prog.finish(label, fmt.Sprintf("%s  %.3f TFLOP/s", fmtMS(r.MedianMS), r.TFLOPS))
+			prog.finish(label, fmt.Sprintf("%s  %s TFLOP/s", fmtMS(r.MedianMS), fmtTFLOPS(r.TFLOPS)))
 		}
 	}
 	prog.close()
@@ -403,7 +406,7 @@ func (a *app) newProgress(mode string, total int) *progress {
 			progressbar.OptionShowCount(),
 			progressbar.OptionSetElapsedTime(true),
 			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionFullWidth(),
+			progressbar.OptionSetWidth(30),
 			progressbar.OptionSetRenderBlankState(true),
 			progressbar.OptionClearOnFinish(),
 		)
@@ -460,8 +463,8 @@ func printBench(w io.Writer, rs []Result, multi bool) {
 		if multi {
 			fmt.Fprintf(tw, "%s\t", r.Device.Name)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%v\t%s\t%s\t%s\t%.3f\t", r.Direction, shortDType(r.DType), r.B, r.H, r.Nq, r.D,
-			r.Causal, fmtMS(r.MedianMS), fmtMS(r.P10MS), fmtMS(r.P90MS), r.TFLOPS)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%v\t%s\t%s\t%s\t%s\t", r.Direction, shortDType(r.DType), r.B, r.H, r.Nq, r.D,
+			r.Causal, fmtMS(r.MedianMS), fmtMS(r.P10MS), fmtMS(r.P90MS), fmtTFLOPS(r.TFLOPS))
 		if check {
 			if r.RelL2 != nil {
 				fmt.Fprintf(tw, "%.2e\t%.2e\t", float64(*r.MaxAbs), float64(*r.RelL2))
@@ -508,6 +511,6 @@ func printBenchfmt(w io.Writer, rs []Result) {
 			last = cfg
 			fmt.Fprintf(w, "device: %s\nbackend: %s\nkernel: %s\nclock: %s\n", dev.Name, dev.Backend, r.Kernel, r.Clock)
 		}
-		fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4f TFLOP/s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS)
+		fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS)
 	}
 }

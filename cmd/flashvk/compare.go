@@ -228,7 +228,7 @@ func (t *comparison) cells(k rowKey) []string {
 	c := []string{k.Direction, shortDType(k.DType), fmt.Sprint(k.B), fmt.Sprint(k.H), n, fmt.Sprint(k.D), fmt.Sprint(k.Causal)}
 	for _, s := range t.srcs {
 		if v, ok := s.vals[k]; ok {
-			c = append(c, fmt.Sprintf("%.3f", v))
+			c = append(c, fmtTFLOPS(v))
 		} else {
 			c = append(c, "-")
 		}

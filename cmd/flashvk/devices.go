@@ -17,7 +17,7 @@ import (
 // deviceRow is one line of `flashvk devices`.
 type deviceRow struct {
 	Backend string `json:"backend"` // "vulkan" or "cpu"
-	*gpuInfo
+	*GPUInfo
 	Name string `json:"name"`
 	// CPU row only.
 	Threads int      `json:"threads,omitempty"`
@@ -74,7 +74,7 @@ func (a *app) listDevices() *devicesReport {
 	}
 	for i := range gpus {
 		g := &gpus[i]
-		row := deviceRow{Backend: "vulkan", gpuInfo: g, Name: g.Name}
+		row := deviceRow{Backend: "vulkan", GPUInfo: g, Name: g.Name}
 		e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: strconv.Itoa(g.Index)})
 		if err != nil {
 			row.Error = oneLine(err.Error())
@@ -117,13 +117,13 @@ func printDevices(w io.Writer, rep *devicesReport) {
 		return "no"
 	}
 	for _, d := range rep.Devices {
-		if d.gpuInfo == nil {
+		if d.GPUInfo == nil {
 			fp16 := yes(slices.Contains(d.DTypes, "float16"))
 			fmt.Fprintf(tw, "-\t%s\t%s\tcpu\t%s, %d threads\t-\t-\t-\t-\t-\t%s\tno\tno\t-\t%s\n", d.Backend, d.Name,
 				runtime.Version(), d.Threads, fp16, yes(d.Runnable))
 			continue
 		}
-		g := d.gpuInfo
+		g := d.GPUInfo
 		cm := "-"
 		if len(g.CoopMat) > 0 {
 			cm = fmt.Sprintf("%d shapes", len(g.CoopMat))
@@ -137,7 +137,7 @@ func printDevices(w io.Writer, rep *devicesReport) {
 	}
 	tw.Flush()
 	for _, d := range rep.Devices {
-		if d.gpuInfo != nil && len(d.CoopMat) > 0 {
+		if d.GPUInfo != nil && len(d.CoopMat) > 0 {
 			fmt.Fprintf(w, "\ncooperative matrices of device %d (M×N×K A·B+C→Result):\n", d.Index)
 			for _, s := range d.CoopMat {
 				fmt.Fprintf(w, "  %s\n", s)

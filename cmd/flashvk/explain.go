@@ -211,7 +211,7 @@ matrix). Otherwise only the intensities are printed.`,
 }
 
 // selectGPU picks a device by index, name substring, vendor or driver.
-func selectGPU(gpus []gpuInfo, sel string) (*gpuInfo, error) {
+func selectGPU(gpus []GPUInfo, sel string) (*GPUInfo, error) {
 	if len(gpus) == 0 {
 		return nil, fmt.Errorf("--device %s: no Vulkan device", sel)
 	}

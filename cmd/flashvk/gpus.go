@@ -7,10 +7,10 @@ import (
 	"golang.org/x/term"
 )
 
-// gpuInfo is what flashvk shows of a Vulkan physical device. It mirrors
+// GPUInfo is what flashvk shows of a Vulkan physical device. It mirrors
 // device.Info (package device), flattened to printable values so the
 // commands do not depend on that package's types.
-type gpuInfo struct {
+type GPUInfo struct {
 	Index                   int       `json:"index"`
 	Name                    string    `json:"name"`
 	Vendor                  string    `json:"vendor"`
@@ -36,7 +36,7 @@ type gpuInfo struct {
 }
 
 // driver is the driver name and info as one string.
-func (g *gpuInfo) driver() string {
+func (g *GPUInfo) driver() string {
 	switch {
 	case g.DriverName == "":
 		return g.DriverInfo

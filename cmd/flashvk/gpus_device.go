@@ -8,11 +8,11 @@ import (
 
 // listGPUs lists the machine's Vulkan devices through package device.
 // Errors wrap device.ErrNoVulkan (no loader) or device.ErrNoDevice.
-func listGPUs() ([]gpuInfo, error) {
+func listGPUs() ([]GPUInfo, error) {
 	infos, err := device.Devices()
-	out := make([]gpuInfo, 0, len(infos))
+	out := make([]GPUInfo, 0, len(infos))
 	for _, in := range infos {
-		g := gpuInfo{
+		g := GPUInfo{
 			Index:                   in.Index,
 			Name:                    in.Name,
 			Vendor:                  in.Vendor,

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/flashvk/flashvk/attention"
@@ -91,14 +93,39 @@ func (p problem) validate() error {
 	for _, s := range []attention.Shape{p.qShape(), p.kShape(), p.vShape(), p.oShape()} {
 		elems += float64(s.B) * float64(s.S) * float64(s.H) * float64(s.D)
 	}
-	if bytes := elems * float64(max(p.DType.Size(), 4)); bytes > maxHostBytes {
-		return usagef("problem %s needs %.3g GB of operands, more than the %.0f GB flashvk allocates", p, bytes/1e9, maxHostBytes/1e9)
+	if bytes, limit := elems*float64(max(p.DType.Size(), 4)), hostLimit(); bytes > limit {
+		return usagef("problem %s needs %.3g GB of operands, more than the %.3g GB flashvk allows on this machine", p, bytes/1e9, limit/1e9)
 	}
 	return nil
 }
 
-// maxHostBytes bounds the host memory of a problem's operands.
-const maxHostBytes = 64e9
+// checkable refuses --check for problems whose float64 reference would
+// not fit: it materialises the Nq×Nk scores and probabilities per head.
+func (p problem) checkable() error {
+	if per := 2 * 8 * float64(p.Nq) * float64(p.Nk); per > maxRefMatrixBytes {
+		return usagef("--check: the float64 reference materialises Nq×Nk = %d×%d matrices (%.3g GB per head); at most %.3g GB: use a smaller --seq",
+			p.Nq, p.Nk, per/1e9, maxRefMatrixBytes/1e9)
+	}
+	return nil
+}
+
+const maxRefMatrixBytes = 2e9
+
+// hostLimit bounds the host memory of a problem's operands: 64 GB, or
+// three quarters of the machine's memory when that is known.
+func hostLimit() float64 {
+	limit := 64e9
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseFloat(f[1], 64); err == nil && kb > 0 {
+					limit = min(limit, 0.75*kb*1024)
+				}
+			}
+		}
+	}
+	return limit
+}
 
 // shapeFlags are the problem flags shared by run and explain.
 type shapeFlags struct {

@@ -100,9 +100,16 @@ type reportRow struct {
 }
 
 type chart struct {
-	Title string
-	Slug  string
-	SVG   template.HTML
+	Title  string
+	Slug   string
+	SVG    template.HTML // without legend: the page draws it below
+	SVGMD  string        // with its legend, for the Markdown report
+	Legend []legendItem
+}
+
+type legendItem struct {
+	Name  string
+	Color template.CSS
 }
 
 type sourceInfo struct {
@@ -181,7 +188,14 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 		return cmp.Or(keyOf(&a.R).less(keyOf(&b.R)), cmp.Compare(a.Series, b.Series))
 	})
 
-	// Charts: one per (direction, d, causal).
+	// Charts: one per (direction, d, causal); a series keeps its colour
+	// across charts.
+	colorOf := map[string]int{}
+	for _, r := range rep.Rows {
+		if _, ok := colorOf[r.Series]; !ok {
+			colorOf[r.Series] = len(colorOf)
+		}
+	}
 	type chartKey struct {
 		dir    string
 		d      int
@@ -206,11 +220,16 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 		}
 		dir := map[string]string{"fwd": "forward", "bwd": "backward"}[k.dir]
 		t := fmt.Sprintf("%s, d = %d, %s", dir, k.d, mask)
-		svg, err := chartSVG(t, groups[k])
+		svg, legend, err := chartSVG(t, groups[k], colorOf, false)
 		if err != nil {
 			return nil, fmt.Errorf("chart %s: %w", t, err)
 		}
-		rep.Charts = append(rep.Charts, chart{Title: t, Slug: fmt.Sprintf("%s-d%d-%s", k.dir, k.d, mask), SVG: template.HTML(svg)})
+		svgMD, _, err := chartSVG(t, groups[k], colorOf, true)
+		if err != nil {
+			return nil, fmt.Errorf("chart %s: %w", t, err)
+		}
+		rep.Charts = append(rep.Charts, chart{Title: t, Slug: fmt.Sprintf("%s-d%d-%s", k.dir, k.d, mask), SVG: template.HTML(svg),
+			SVGMD: svgMD, Legend: legend})
 	}
 
 	// Launch configurations.
@@ -300,8 +319,9 @@ func seqLabel(n int) string {
 	return fmt.Sprint(n)
 }
 
-// chartSVG draws TFLOP/s against N, one line per series, as inline SVG.
-func chartSVG(title string, rows []reportRow) (string, error) {
+// chartSVG draws TFLOP/s against N, one line per series, as inline SVG,
+// with the legend inside the plot or returned for the page to draw.
+func chartSVG(title string, rows []reportRow, colorOf map[string]int, withLegend bool) (string, []legendItem, error) {
 	plot.DefaultFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
 	p := plot.New()
 	p.Title.Text = title
@@ -338,7 +358,9 @@ func chartSVG(title string, rows []reportRow) (string, error) {
 	p.Legend.Left = true
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	ymax := 0.0
-	for i, name := range names {
+	var legend []legendItem
+	for _, name := range names {
+		i := colorOf[name]
 		m := series[name]
 		var pts plotter.XYs
 		for _, x := range slices.Sorted(mapsKeys(m)) {
@@ -347,17 +369,24 @@ func chartSVG(title string, rows []reportRow) (string, error) {
 		}
 		l, s, err := plotter.NewLinePoints(pts)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		l.Color = plotutil.Color(i)
 		l.Width = vg.Points(1.5)
 		s.Color = plotutil.Color(i)
 		s.Shape = plotutil.Shape(i)
 		p.Add(l, s)
-		p.Legend.Add(name, l, s)
+		if withLegend {
+			p.Legend.Add(name, l, s)
+		}
+		r, g, b, _ := plotutil.Color(i).RGBA()
+		legend = append(legend, legendItem{Name: name, Color: template.CSS(fmt.Sprintf("#%02x%02x%02x", r>>8, g>>8, b>>8))})
 	}
-	// Room for the legend above the highest line.
-	p.Y.Max = max(ymax*(1.15+0.08*float64(len(names))), 1e-9)
+	p.Y.Max = max(ymax*1.1, 1e-9)
+	if withLegend {
+		// Room for the legend above the highest line.
+		p.Y.Max = max(ymax*(1.15+0.1*float64(len(names))), 1e-9)
+	}
 	if len(ticks) == 1 {
 		p.X.Min, p.X.Max = ticks[0]*0.5, ticks[0]*1.5
 	}
@@ -365,9 +394,9 @@ func chartSVG(title string, rows []reportRow) (string, error) {
 	p.Draw(draw.New(c))
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return inlineSVG(buf.String()), nil
+	return inlineSVG(buf.String()), legend, nil
 }
 
 func mapsKeys(m map[int]float64) func(func(int) bool) {
@@ -404,7 +433,7 @@ func (rep *report) html(w io.Writer) error {
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"ms":    func(v float64) string { return fmtMS(v) },
-	"tf":    func(v float64) string { return fmt.Sprintf("%.3f", v) },
+	"tf":    fmtTFLOPS,
 	"dt":    shortDType,
 	"n":     func(r Result) string { return seqN(&r) },
 	"sci":   sciMetric,
@@ -432,6 +461,9 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
   .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 18px; }
   figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 8px; background: #fff; }
   svg.chart { width: 100%; height: auto; display: block; }
+  figcaption { display: flex; flex-wrap: wrap; gap: 4px 16px; padding: 4px 8px 2px; font-size: 12.5px; }
+  .key { display: inline-flex; align-items: center; gap: 6px; }
+  .swatch { display: inline-block; width: 18px; height: 3px; border-radius: 2px; }
   .scroll { overflow-x: auto; }
   code { background: var(--head); padding: 1px 4px; border-radius: 3px; }
 </style>
@@ -450,7 +482,8 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 <h2>Throughput</h2>
 <p class="note">TFLOP/s over the median time, FlashAttention convention: forward 4·B·H·N²·d, halved when causal; backward 2.5× the forward. B·N and H·d follow the result files (the FlashAttention-2 grid keeps B·N = 16k and H·d = 2048).</p>
 <div class="charts">
-{{range .Charts}}<figure id="{{.Slug}}">{{.SVG}}</figure>
+{{range .Charts}}<figure id="{{.Slug}}">{{.SVG}}
+<figcaption>{{range .Legend}}<span class="key"><span class="swatch" style="background: {{.Color}}"></span>{{.Name}}</span>{{end}}</figcaption></figure>
 {{end}}</div>
 
 <h2>Results</h2>
@@ -526,7 +559,7 @@ func (rep *report) writeMarkdown(path string) error {
 	for _, c := range rep.Charts {
 		name := base + "-" + c.Slug + ".svg"
 		// The inlined SVG keeps its xmlns: drop only the HTML class.
-		svg := `<?xml version="1.0"?>` + "\n" + strings.Replace(string(c.SVG), `<svg class="chart"`, `<svg`, 1) + "\n"
+		svg := `<?xml version="1.0"?>` + "\n" + strings.Replace(c.SVGMD, `<svg class="chart"`, `<svg`, 1) + "\n"
 		if err := os.WriteFile(name, []byte(svg), 0o644); err != nil {
 			return err
 		}
@@ -534,9 +567,9 @@ func (rep *report) writeMarkdown(path string) error {
 	}
 	fmt.Fprintln(&b, "## Results\n\n| series | dir | dtype | B | H | N | d | mask | median | p10 | p90 | TFLOP/s | iters | clock |\n|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
 	for _, r := range rep.Rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %d | %s | %s | %s | %s | %.3f | %d | %s |\n", r.Series, r.R.Direction, shortDType(r.R.DType),
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %d | %s | %s | %s | %s | %s | %d | %s |\n", r.Series, r.R.Direction, shortDType(r.R.DType),
 			r.R.B, headsLabel(r.R), seqN(&r.R), r.R.D, map[bool]string{true: "causal", false: "—"}[r.R.Causal],
-			fmtMS(r.R.MedianMS), fmtMS(r.R.P10MS), fmtMS(r.R.P90MS), r.R.TFLOPS, r.R.Iters, r.R.Clock)
+			fmtMS(r.R.MedianMS), fmtMS(r.R.P10MS), fmtMS(r.R.P90MS), fmtTFLOPS(r.R.TFLOPS), r.R.Iters, r.R.Clock)
 	}
 	if rep.HasErrors {
 		fmt.Fprintln(&b, "\n## Errors against the float64 reference\n\n| series | problem | max_abs | rel_l2 |\n|---|---|---:|---:|")

@@ -16,7 +16,7 @@ import (
 type app struct {
 	stdout, stderr io.Writer
 	// gpus lists the Vulkan devices (see gpus.go).
-	gpus func() ([]gpuInfo, error)
+	gpus func() ([]GPUInfo, error)
 	// stderrTTY reports whether stderr is a terminal (progress bars).
 	stderrTTY bool
 }
@@ -65,7 +65,6 @@ func (a *app) execute(ctx context.Context, args []string) (code int) {
 	fmt.Fprintf(a.stderr, "flashvk: %s\n", oneLine(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsage(err) {
-		fmt.Fprintf(a.stderr, "Run 'flashvk --help' or 'flashvk COMMAND --help' for usage.\n")
 		return 2
 	}
 	return 1

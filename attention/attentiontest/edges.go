@@ -1,0 +1,123 @@
+package attentiontest
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/reference"
+)
+
+// RunEdges checks numerics at the edges, forward and backward: scores as
+// large as ±1e4 before scaling, NaN inputs, and fp16 values near the fp16
+// maximum. Rows without visible keys are covered by Cases.
+func RunEdges(t *testing.T, e *attention.Engine) {
+	for _, dt := range dtypes(e) {
+		t.Run(dt.String()+"/large-scores", func(t *testing.T) { largeScores(t, e, dt) })
+		t.Run(dt.String()+"/nan", func(t *testing.T) { nanPropagation(t, e, dt) })
+		if dt == attention.Float16 {
+			t.Run("float16/near-max", func(t *testing.T) { nearMax(t, e) })
+		}
+	}
+}
+
+// scaleInputs multiplies the stored values of t by f (re-rounding to t's
+// dtype) and returns the new float64 copy.
+func scaleInputs(t attention.Tensor, f float64) []float64 {
+	x := dense64(t)
+	dense := attention.Contiguous(t.Shape, attention.BSHD)
+	forEachRow(t, func(b, s, h, off int) {
+		for d := range t.Shape.D {
+			set(t.Data, off+d, float32(x[dense.Offset(b, s, h)+d]*f))
+		}
+	})
+	return dense64(t)
+}
+
+// largeScores: |q·k| reaches ~1e4 before scaling. The softmax is then
+// nearly one-hot and an fp32 score carries an absolute error of about
+// ε·Σ|q_i k_i|, so the bound is relative to that conditioning: the test
+// demands finite outputs and rel_l2 within 4·ε32·max|s|.
+func largeScores(t *testing.T, e *attention.Engine, dt attention.DType) {
+	c := Case{B: 1, Hq: 2, Hkv: 1, Nq: 70, Nk: 90, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight}
+	seed := Seed(t)
+	in := NewInputs(c, dt, seed)
+	in.q64 = scaleInputs(in.Q, 35)
+	in.k64 = scaleInputs(in.K, 35)
+	ref := in.Reference(t)
+	maxS := 0.0
+	for i := range c.Nq {
+		for j := range c.Nk {
+			s := 0.0
+			for d := range c.D {
+				s += in.q64[i*c.Hq*c.D+d] * in.k64[j*c.D+d]
+			}
+			maxS = math.Max(maxS, math.Abs(s))
+		}
+	}
+	t.Logf("max |q·k| = %.3g", maxS)
+	if maxS < 5e3 {
+		t.Fatalf("inputs too small for this test: max |q·k| = %g", maxS)
+	}
+	tol := 4 * math.Pow(2, -24) * maxS * float64(c.Hq) / 8
+	if dt == attention.Float16 {
+		tol = math.Max(tol, in.tolerance(t, ref).O)
+	}
+	out := in.forward(t, e)
+	Check(t, "o", out.o, ref.O, tol, seed)
+	CheckLSE(t, out.lse, ref.LSE, 1e-5, seed)
+	g := in.backward(t, e, ref)
+	for i, name := range []string{"dq", "dk", "dv"} {
+		s := reference.Compare(g[i], [][]float64{ref.DQ, ref.DK, ref.DV}[i])
+		if s.NaN > 0 || s.Inf > 0 {
+			t.Errorf("%s: %d NaN, %d Inf with large scores", name, s.NaN, s.Inf)
+		}
+	}
+}
+
+// nanPropagation: a NaN in one key. Rows that cannot see it must be exact
+// and finite; rows that see it must come out NaN, as in the reference.
+func nanPropagation(t *testing.T, e *attention.Engine, dt attention.DType) {
+	c := Case{B: 1, Hq: 1, Hkv: 1, Nq: 40, Nk: 40, D: 16, Dv: 16, Causal: true, Align: attention.TopLeft}
+	seed := Seed(t)
+	in := NewInputs(c, dt, seed)
+	const bad = 25 // key row with the NaN: rows 0…24 never see it
+	set(in.K.Data, in.K.Strides.Offset(0, bad, 0)+3, float32(math.NaN()))
+	in.k64 = dense64(in.K)
+	ref := in.Reference(t)
+	out := in.forward(t, e)
+	var clean []float32
+	var cleanRef []float64
+	for i := range c.Nq {
+		row := out.o[i*c.Dv : (i+1)*c.Dv]
+		if i < bad {
+			clean = append(clean, row...)
+			cleanRef = append(cleanRef, ref.O[i*c.Dv:(i+1)*c.Dv]...)
+			continue
+		}
+		for d, x := range row {
+			if !math.IsNaN(float64(x)) {
+				t.Errorf("o[%d][%d] = %v: row sees the NaN key, want NaN", i, d, x)
+				return
+			}
+		}
+	}
+	tol := Float32Tol
+	if dt == attention.Float16 {
+		tol = 4e-3
+	}
+	Check(t, "o rows before the NaN key", clean, cleanRef, tol, seed)
+}
+
+// nearMax: fp16 values of V near the fp16 maximum (65504) and large Q, K:
+// the output is a convex combination of V rows, so it stays finite.
+func nearMax(t *testing.T, e *attention.Engine) {
+	c := Case{B: 1, Hq: 1, Hkv: 1, Nq: 33, Nk: 47, D: 32, Dv: 32}
+	seed := Seed(t)
+	in := NewInputs(c, attention.Float16, seed)
+	in.v64 = scaleInputs(in.V, 60000.0/4.5) // |N(0,1)| < 4.5 for these sizes, all but surely
+	in.q64 = scaleInputs(in.Q, 20)
+	ref := in.Reference(t)
+	out := in.forward(t, e)
+	Check(t, "o", out.o, ref.O, math.Max(2*f16Floor, in.tolerance(t, ref).O), seed)
+}

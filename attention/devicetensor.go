@@ -1,0 +1,390 @@
+package attention
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/flashvk/flashvk/vkattn"
+	"github.com/x448/float16"
+)
+
+// DeviceTensor is an operand that lives on the engine's device (a Vulkan
+// storage buffer), so that repeated calls and training steps move no data
+// between host and device. On the CPU backend it simply wraps host memory,
+// so the same code runs everywhere. It is stored densely in its Layout.
+//
+// The LSE is a Float32 DeviceTensor of shape LSEShape(B, Hq, Nq) in BHSD
+// layout (contiguous [B, Hq, Nq]). Gradients share their primals' layout
+// (dO O's, dQ Q's, dK K's, dV V's).
+//
+// A DeviceTensor is safe for concurrent use; Close it when done (closing
+// the engine frees the device memory of tensors still open).
+type DeviceTensor struct {
+	e      *Engine
+	dt     DType
+	shape  Shape
+	layout Layout
+	st     Strides
+	vt     *vkattn.Tensor // Vulkan
+	host   Tensor         // other backends
+	closed atomic.Bool
+}
+
+// LSEShape is the shape of the LSE as a DeviceTensor (store it in BHSD
+// layout): [B, Nq, Hq, 1], i.e. contiguous [B, Hq, Nq].
+func LSEShape(b, hq, nq int) Shape { return Shape{B: b, S: nq, H: hq, D: 1} }
+
+// NewDeviceTensor allocates a tensor of dtype dt and shape s stored densely
+// in layout l on the engine's device (contents undefined on Vulkan, zero on
+// the CPU).
+func (e *Engine) NewDeviceTensor(dt DType, s Shape, l Layout) (*DeviceTensor, error) {
+	if e == nil || e.closed.Load() {
+		return nil, fmt.Errorf("attention: engine: %w", ErrClosed)
+	}
+	if err := s.check("tensor"); err != nil {
+		return nil, err
+	}
+	if l != BSHD && l != BHSD {
+		return nil, fmt.Errorf("attention: tensor: layout %v: %w", l, ErrOption)
+	}
+	if dt != Float32 && dt != Float16 {
+		return nil, fmt.Errorf("attention: tensor: %v: %w", dt, ErrDType)
+	}
+	if err := e.supports(dt); err != nil {
+		return nil, err
+	}
+	d := &DeviceTensor{e: e, dt: dt, shape: s, layout: l, st: Contiguous(s, l)}
+	if vb, ok := e.b.(*vulkanBackend); ok {
+		vdt := vkattn.F32
+		if dt == Float16 {
+			vdt = vkattn.F16
+		}
+		vt, err := vb.vk.NewTensor(vdt, vkattn.Shape(s), d.st)
+		if err != nil {
+			return nil, fmt.Errorf("attention: tensor %v: %w", s, vkErr(err))
+		}
+		d.vt = vt
+		return d, nil
+	}
+	t, err := NewTensor(dt, s, l)
+	if err != nil {
+		return nil, err
+	}
+	d.host = t
+	return d, nil
+}
+
+// DType is the element type.
+func (d *DeviceTensor) DType() DType { return d.dt }
+
+// Shape is the logical shape.
+func (d *DeviceTensor) Shape() Shape { return d.shape }
+
+// Layout is the memory order.
+func (d *DeviceTensor) Layout() Layout { return d.layout }
+
+// Close frees the tensor's device memory (after calls using it returned).
+// It is safe to call twice; later uses fail with ErrClosed.
+func (d *DeviceTensor) Close() error {
+	if d == nil || d.closed.Swap(true) {
+		return nil
+	}
+	if d.vt != nil {
+		return vkErr(d.vt.Close())
+	}
+	return nil
+}
+
+// use checks that d is an open tensor of engine e; name is the argument.
+func (e *Engine) use(name string, d *DeviceTensor) error {
+	switch {
+	case d == nil:
+		return fmt.Errorf("attention: %s: nil device tensor: %w", name, ErrOption)
+	case d.e != e:
+		return fmt.Errorf("attention: %s: device tensor of another engine: %w", name, ErrOption)
+	case d.closed.Load():
+		return fmt.Errorf("attention: %s: device tensor: %w", name, ErrClosed)
+	}
+	return nil
+}
+
+// Upload copies src (same shape and dtype, any strides) into d.
+func (d *DeviceTensor) Upload(ctx context.Context, src Tensor) error {
+	if d == nil {
+		return fmt.Errorf("attention: upload: nil device tensor: %w", ErrOption)
+	}
+	if err := d.e.check(ctx); err != nil {
+		return err
+	}
+	if err := d.e.use("upload", d); err != nil {
+		return err
+	}
+	st, err := checkLike("src", src, d.shape, d.dt, false)
+	if err != nil {
+		return err
+	}
+	if d.vt == nil {
+		scatter(d.host, src)
+		return nil
+	}
+	if !sameAddressing(d.shape, st, d.st) {
+		dense, _ := NewTensor(d.dt, d.shape, d.layout)
+		scatter(dense, src)
+		src = dense
+	}
+	n := d.shape.Len() // d is dense: its extent is its length
+	switch x := src.Data.(type) {
+	case []float32:
+		err = vkattn.Upload(ctx, d.vt, x[:n])
+	case []float16.Float16:
+		err = vkattn.Upload(ctx, d.vt, x[:n])
+	}
+	return vkErr(err)
+}
+
+// Download copies d into dst (same shape and dtype, any non-overlapping
+// strides); elements of dst's slice outside its view are left alone.
+func (d *DeviceTensor) Download(ctx context.Context, dst Tensor) error {
+	if d == nil {
+		return fmt.Errorf("attention: download: nil device tensor: %w", ErrOption)
+	}
+	if err := d.e.check(ctx); err != nil {
+		return err
+	}
+	if err := d.e.use("download", d); err != nil {
+		return err
+	}
+	st, err := checkLike("dst", dst, d.shape, d.dt, true)
+	if err != nil {
+		return err
+	}
+	if d.vt == nil {
+		scatter(dst, d.host)
+		return nil
+	}
+	target := dst
+	direct := sameAddressing(d.shape, st, d.st)
+	if !direct {
+		target, _ = NewTensor(d.dt, d.shape, d.layout)
+	}
+	n := d.shape.Len()
+	switch x := target.Data.(type) {
+	case []float32:
+		err = vkattn.Download(ctx, d.vt, x[:n])
+	case []float16.Float16:
+		err = vkattn.Download(ctx, d.vt, x[:n])
+	}
+	if err != nil {
+		return vkErr(err)
+	}
+	if !direct {
+		scatter(dst, target)
+	}
+	return nil
+}
+
+// sameAddressing reports whether strides a and b address the same elements
+// of shape s (strides of dimensions of extent 1 do not matter).
+func sameAddressing(s Shape, a, b Strides) bool {
+	return (s.B <= 1 || a.Batch == b.Batch) && (s.S <= 1 || a.Seq == b.Seq) && (s.H <= 1 || a.Head == b.Head)
+}
+
+type namedDT struct {
+	name string
+	t    *DeviceTensor
+}
+
+// deviceProblem validates device operands as problem validates host ones:
+// the same checks, errors and sentinels.
+func (e *Engine) deviceProblem(q, k, v, o, lse *DeviceTensor, opt Options) (*Problem, error) {
+	for _, a := range []namedDT{{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}} {
+		if err := e.use(a.name, a.t); err != nil {
+			return nil, err
+		}
+	}
+	dt := q.dt
+	for _, a := range []namedDT{{"q", q}, {"k", k}, {"v", v}} {
+		if a.t.dt != dt {
+			return nil, fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", a.name, a.t.dt, dt, ErrDType)
+		}
+		if a.t.shape.D > MaxHeadDim {
+			return nil, fmt.Errorf("attention: %s: head dim %d > %d: %w", a.name, a.t.shape.D, MaxHeadDim, ErrShape)
+		}
+	}
+	qs, ks, vs := q.shape, k.shape, v.shape
+	switch {
+	case ks.B != qs.B:
+		return nil, fmt.Errorf("attention: k: batch %d ≠ q's %d: %w", ks.B, qs.B, ErrShape)
+	case vs.B != qs.B:
+		return nil, fmt.Errorf("attention: v: batch %d ≠ q's %d: %w", vs.B, qs.B, ErrShape)
+	case ks.D != qs.D:
+		return nil, fmt.Errorf("attention: k: head dim %d ≠ q's %d: %w", ks.D, qs.D, ErrShape)
+	case vs.S != ks.S:
+		return nil, fmt.Errorf("attention: v: sequence length %d ≠ k's %d: %w", vs.S, ks.S, ErrShape)
+	case vs.H != ks.H:
+		return nil, fmt.Errorf("attention: v: %d heads ≠ k's %d: %w", vs.H, ks.H, ErrShape)
+	case qs.H%ks.H != 0:
+		return nil, fmt.Errorf("attention: k: %d kv heads do not divide q's %d heads: %w", ks.H, qs.H, ErrShape)
+	}
+	scale, err := opt.scale(qs.D)
+	if err != nil {
+		return nil, err
+	}
+	mask, err := opt.mask()
+	if err != nil {
+		return nil, err
+	}
+	p := &Problem{
+		B: qs.B, Hq: qs.H, Hkv: ks.H, Nq: qs.S, Nk: ks.S, D: qs.D, Dv: vs.D,
+		Scale: scale, Mask: mask, Q: q.st, K: k.st, V: v.st,
+	}
+	if err := deviceLike("o", o, outShape(p), dt); err != nil {
+		return nil, err
+	}
+	p.O = o.st
+	if err := e.checkLSE(lse, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func deviceLike(name string, t *DeviceTensor, want Shape, dt DType) error {
+	if t.dt != dt {
+		return fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", name, t.dt, dt, ErrDType)
+	}
+	if t.shape != want {
+		return fmt.Errorf("attention: %s: shape %v, want %v: %w", name, t.shape, want, ErrShape)
+	}
+	return nil
+}
+
+func (e *Engine) checkLSE(lse *DeviceTensor, p *Problem) error {
+	want := LSEShape(p.B, p.Hq, p.Nq)
+	if err := deviceLike("lse", lse, want, Float32); err != nil {
+		return err
+	}
+	if !sameAddressing(want, lse.st, Contiguous(want, BHSD)) {
+		return fmt.Errorf("attention: lse: layout %v, want bhsd (contiguous [B, Hq, Nq]): %w", lse.layout, ErrStride)
+	}
+	return nil
+}
+
+// gradLike checks a gradient (or dO) against its primal: same shape,
+// dtype and layout.
+func (e *Engine) gradLike(name string, g *DeviceTensor, primal string, pt *DeviceTensor) error {
+	if err := e.use(name, g); err != nil {
+		return err
+	}
+	if err := deviceLike(name, g, pt.shape, pt.dt); err != nil {
+		return err
+	}
+	if !sameAddressing(g.shape, g.st, pt.st) {
+		return fmt.Errorf("attention: %s: layout %v differs from %s's %v (device gradients share their primals' layout): %w",
+			name, g.layout, primal, pt.layout, ErrStride)
+	}
+	return nil
+}
+
+// distinctOutputs refuses an output passed twice or also as an input.
+func distinctOutputs(outs, all []namedDT) error {
+	for _, o := range outs {
+		for _, a := range all {
+			if a.name != o.name && a.t == o.t {
+				return fmt.Errorf("attention: %s: the same device tensor is also passed as %s: %w", o.name, a.name, ErrOption)
+			}
+		}
+	}
+	return nil
+}
+
+// ForwardDevice is ForwardInto on device tensors: O and LSE are written on
+// the device.
+func (e *Engine) ForwardDevice(ctx context.Context, q, k, v, o, lse *DeviceTensor, opt Options) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	p, err := e.deviceProblem(q, k, v, o, lse, opt)
+	if err != nil {
+		return err
+	}
+	all := []namedDT{{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}}
+	if err := distinctOutputs(all[3:], all); err != nil {
+		return err
+	}
+	if err := e.supports(q.dt); err != nil {
+		return err
+	}
+	if vb, ok := e.b.(*vulkanBackend); ok {
+		return vkErr(vb.vk.Forward(ctx, p, q.vt, k.vt, v.vt, o.vt, lse.vt))
+	}
+	return e.b.Forward(ctx, p, &ForwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32)})
+}
+
+// backwardProblem validates the operands of BackwardDevice and TrainStep.
+func (e *Engine) backwardProblem(q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, opt Options) (*Problem, error) {
+	p, err := e.deviceProblem(q, k, v, o, lse, opt)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range []struct {
+		name, primal string
+		g, p         *DeviceTensor
+	}{{"do", "o", do, o}, {"dq", "q", dq, q}, {"dk", "k", dk, k}, {"dv", "v", dv, v}} {
+		if err := e.gradLike(g.name, g.g, g.primal, g.p); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.supports(q.dt); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// BackwardDevice is BackwardInto on device tensors. dO must have O's
+// layout and dQ, dK, dV those of Q, K, V.
+func (e *Engine) BackwardDevice(ctx context.Context, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, opt Options) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	p, err := e.backwardProblem(q, k, v, o, lse, do, dq, dk, dv, opt)
+	if err != nil {
+		return err
+	}
+	all := []namedDT{{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}, {"do", do}, {"dq", dq}, {"dk", dk}, {"dv", dv}}
+	if err := distinctOutputs(all[6:], all); err != nil {
+		return err
+	}
+	if vb, ok := e.b.(*vulkanBackend); ok {
+		return vkErr(vb.vk.Backward(ctx, p, q.vt, k.vt, v.vt, o.vt, lse.vt, do.vt, dq.vt, dk.vt, dv.vt))
+	}
+	return e.b.Backward(ctx, p, &BackwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32),
+		DO: do.host, DQ: dq.host, DK: dk.host, DV: dv.host})
+}
+
+// TrainStep runs the forward (writing O and LSE) and the backward of dO
+// (writing dQ, dK, dV) as one training step: on Vulkan in a single
+// submission, O and LSE never leaving the device. The results are those
+// of ForwardDevice followed by BackwardDevice.
+func (e *Engine) TrainStep(ctx context.Context, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor, opt Options) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	p, err := e.backwardProblem(q, k, v, o, lse, do, dq, dk, dv, opt)
+	if err != nil {
+		return err
+	}
+	all := []namedDT{{"q", q}, {"k", k}, {"v", v}, {"do", do}, {"o", o}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}}
+	if err := distinctOutputs(all[4:], all); err != nil {
+		return err
+	}
+	if vb, ok := e.b.(*vulkanBackend); ok {
+		return vkErr(vb.vk.Step(ctx, p, q.vt, k.vt, v.vt, do.vt, o.vt, lse.vt, dq.vt, dk.vt, dv.vt))
+	}
+	lsed := lse.host.Data.([]float32)
+	if err := e.b.Forward(ctx, p, &ForwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed}); err != nil {
+		return err
+	}
+	return e.b.Backward(ctx, p, &BackwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed,
+		DO: do.host, DQ: dq.host, DK: dk.host, DV: dv.host})
+}

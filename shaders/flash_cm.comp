@@ -1,0 +1,541 @@
+#version 450
+// flash_cm: FlashAttention-2 forward on cooperative matrices
+// (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage only (compile
+// with -DSTORAGE_F16=1, target Vulkan 1.3); S = Q·Kᵀ and O += P·V on the
+// matrix units with fp32 accumulators, online softmax in fp32 (exp2 domain),
+// P rounded to fp16 for P·V, LSE out.
+//
+// Bindings (set 0), as the scalar flash kernel:
+//   0 Q [B,Nq,Hq,D] f16   1 K [B,Nk,Hkv,D] f16   2 V [B,Nk,Hkv,DV] f16
+//   3 O [B,Nq,Hq,DV] f16 (written)   4 LSE [B,Hq,Nq] f32 (written; −inf and
+//   an O row of 0 for a row that sees no key)
+// Push constants: Params (params.glsl). Grid: (ceil(Nq/BR), Hq, B).
+//
+// Spec constants (params.glsl ids 0–5, plus 10–22):
+//   0 WG = NSG·SUBGROUP (NSG subgroups, each owning CM_M query rows)
+//   1 D, 2 DV (any ≤ 256; padded with zeros to multiples of 16 inside)
+//   3 BR = NSG·CM_M query rows per workgroup, 4 BC key rows per tile
+//     (a multiple of CM_N and CM_K)   5 SUBGROUP (the subgroup size; the
+//     pipeline must require it and full subgroups)
+//   10 CM_M, 11 CM_N, 12 CM_K: the coopmat shape, one the device reports
+//     for f16·f16+f32→f32 at subgroup scope (CM_N, CM_K multiples of 8)
+//   13 MODE: 0 softmax through shared memory (any device); 1 softmax in
+//     registers (needs the element layout conditions below)
+//   14 CM_LEN: components per invocation of the fp32 CM_M×CM_N accumulator
+//     (flash_cm_probe reports it; ≤ 16)
+//   15 RL, 16 SLOTROW_LO, 17 SLOTROW_HI, 18 XORMASK, 19 APERM_LO,
+//     20 APERM_HI: the element layout (MODE 1 only), from flash_cm_probe:
+//     every invocation holds the same number RL of distinct rows of an
+//     accumulator; component i lies in the invocation's local row
+//     slotrow(i) (4 bits each, LO = components 0–7, HI = 8–15), the same
+//     for all invocations; the invocations holding a row are lane ^ s for
+//     every subset s of the bits of XORMASK, each at the same local row;
+//     CM_N == CM_K and component j of the fp16 CM_M×CM_K A matrix is
+//     component aperm(j) of the accumulator in the same invocation.
+//   21 VEC: 1 when D, DV and every Q/K/V/O stride are multiples of 8
+//     (16-byte global loads and stores), else 0 (scalar, any stride)
+//   22 PREFETCH: 1 loads the next K/V tile into registers while the
+//     current one is computed (VEC only), 0 loads it between barriers.
+//
+// Why the layout: KHR cooperative matrices do not say which invocation holds
+// which element, but all matrices of one type share one mapping. The kernel
+// reads it at start (it loads a matrix whose elements encode their own row
+// and column) and uses it to rescale O's rows by the softmax correction
+// (O[j][i] *= alpha[row of component i]) without leaving registers. In MODE 1
+// the row max, the exponentials and the conversion of P into an A operand
+// happen in registers too; MODE 0 stores S to shared memory, does the
+// softmax with scalar code, and loads P back as an A matrix.
+//
+// Shared memory: see shaders.FlashCMSharedBytes in bench/gemm (mirrors
+// SKV4·16 + MODE 0's S, P and row buffers).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#ifndef STORAGE_F16
+#error flash_cm is fp16-only: compile with -DSTORAGE_F16=1
+#endif
+#include "params.glsl"
+
+layout(constant_id = 10) const uint CM_M = 16;
+layout(constant_id = 11) const uint CM_N = 16;
+layout(constant_id = 12) const uint CM_K = 16;
+layout(constant_id = 13) const uint MODE = 0;
+layout(constant_id = 14) const uint CM_LEN = 8;
+layout(constant_id = 15) const uint RL = 1;
+layout(constant_id = 16) const uint SLOTROW_LO = 0;
+layout(constant_id = 17) const uint SLOTROW_HI = 0;
+layout(constant_id = 18) const uint XORMASK = 0;
+layout(constant_id = 19) const uint APERM_LO = 0;
+layout(constant_id = 20) const uint APERM_HI = 0;
+layout(constant_id = 21) const uint VEC = 1;
+layout(constant_id = 22) const uint PREFETCH = 0;
+
+layout(std430, binding = 0) readonly buffer QBuf { float16_t q_buf[]; };
+layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
+layout(std430, binding = 1) readonly buffer KBuf { float16_t k_buf[]; };
+layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
+layout(std430, binding = 2) readonly buffer VBuf { float16_t v_buf[]; };
+layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
+layout(std430, binding = 3) writeonly buffer OBuf { float16_t o_buf[]; };
+layout(std430, binding = 3) writeonly buffer OBufV { uvec4 o_vec[]; };
+layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
+
+const uint NSG = WG / SUBGROUP;
+const uint KA = CM_K > 8u ? CM_K : 8u;
+const uint NA = CM_N > 8u ? CM_N : 8u;
+const uint DP = (D + KA - 1u) / KA * KA;     // padded head dim of Q, K
+const uint DVP = (DV + NA - 1u) / NA * NA;   // padded head dim of V, O
+const uint DP8 = DP / 8u;                    // 16-byte chunks per row
+const uint DVP8 = DVP / 8u;
+const uint LDK4 = DP8 + 1u;                  // row stride (uvec4) of Q, K tiles
+const uint LDV4 = DVP8 + 1u;                 // of V and O tiles
+const uint NQF = DP / CM_K;                  // Q fragments (A) per subgroup
+const uint NOT = DVP / CM_N;                 // O accumulators per subgroup
+const uint NST = BC / CM_N;                  // S accumulators per subgroup
+const uint NKC = BC / CM_K;                  // key chunks of P·V
+const uint KOFF = 0u;
+const uint VOFF = BC * LDK4;
+const uint SKV_Q = BR * LDK4;
+const uint SKV_KV = BC * (LDK4 + LDV4);
+const uint SKV_O = BR * LDV4;
+const uint SKV_MAP = CM_M * CM_N / 4u;
+const uint SKV4a = SKV_Q > SKV_KV ? SKV_Q : SKV_KV;
+const uint SKV4b = SKV_O > SKV_MAP ? SKV_O : SKV_MAP;
+const uint SKV4 = SKV4a > SKV4b ? SKV4a : SKV4b;
+shared uvec4 sKV[SKV4];
+
+// MODE 0 buffers (one element in MODE 1).
+const uint LDS = BC + 4u;
+const uint LDP = BC + 8u;
+const uint SS_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
+const uint SP_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
+shared float sS[SS_N];
+shared float16_t sP[SP_N];
+shared float sRow[NSG * CM_M];
+
+// Prefetch registers.
+const uint KCH = BC * DP8;
+const uint VCH = BC * DVP8;
+const uint NPK = (KCH + WG - 1u) / WG;
+const uint NPV = (VCH + WG - 1u) / WG;
+
+// MODE 0 thread layout of the scalar softmax: LPR lanes per row.
+const uint LPR = SUBGROUP >= CM_M ? SUBGROUP / CM_M : 1u;
+const uint RSTEP = SUBGROUP / LPR;
+const uint RPL = CM_M > RSTEP ? CM_M / RSTEP : 1u;
+const uint CPL = BC / LPR;
+
+#define ACC coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
+#define ACC16 coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
+#define MATA coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
+#define MATB coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
+
+uint slotrow(uint i) { return i < 8u ? (SLOTROW_LO >> (4u * i)) & 15u : (SLOTROW_HI >> (4u * (i - 8u))) & 15u; }
+uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }
+
+uint g_b, g_h, g_kvh;
+
+uvec4 pack8(float16_t x[8]) {
+	return uvec4(packFloat2x16(f16vec2(x[0], x[1])), packFloat2x16(f16vec2(x[2], x[3])),
+		packFloat2x16(f16vec2(x[4], x[5])), packFloat2x16(f16vec2(x[6], x[7])));
+}
+
+// fetch_*: 16-byte chunk c4 (features 8·c4 … 8·c4+7, zero beyond the head
+// dim) of sequence row s, which the caller has checked to exist.
+uvec4 fetch_q(uint s, uint c4) {
+	uint base = q_base(g_b, s, g_h);
+	if (VEC != 0u) {
+		return c4 < D / 8u ? q_vec[(base >> 3u) + c4] : uvec4(0u);
+	}
+	float16_t x[8];
+	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
+		uint d = c4 * 8u + u;
+		x[u] = d < D ? q_buf[base + d] : float16_t(0.0);
+	}
+	return pack8(x);
+}
+uvec4 fetch_k(uint s, uint c4) {
+	uint base = k_base(g_b, s, g_kvh);
+	if (VEC != 0u) {
+		return c4 < D / 8u ? k_vec[(base >> 3u) + c4] : uvec4(0u);
+	}
+	float16_t x[8];
+	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
+		uint d = c4 * 8u + u;
+		x[u] = d < D ? k_buf[base + d] : float16_t(0.0);
+	}
+	return pack8(x);
+}
+uvec4 fetch_v(uint s, uint c4) {
+	uint base = v_base(g_b, s, g_kvh);
+	if (VEC != 0u) {
+		return c4 < DV / 8u ? v_vec[(base >> 3u) + c4] : uvec4(0u);
+	}
+	float16_t x[8];
+	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
+		uint d = c4 * 8u + u;
+		x[u] = d < DV ? v_buf[base + d] : float16_t(0.0);
+	}
+	return pack8(x);
+}
+
+void main() {
+	uint tid = thread_index();
+	uint sg = gl_SubgroupID;
+	uint lane = gl_SubgroupInvocationID;
+	g_h = gl_WorkGroupID.y;
+	g_b = gl_WorkGroupID.z;
+	g_kvh = kv_head(g_h);
+	uint r0 = gl_WorkGroupID.x * BR;
+	uint rows = min(BR, pc.Nq - r0);
+	float sl2 = pc.scale * LOG2E;
+
+	// Q tile → shared (rows past Nq are zero), then into A fragments.
+	for (uint e = tid; e < BR * DP8; e += WG) {
+		uint r = e / DP8;
+		uint c4 = e - r * DP8;
+		sKV[r * LDK4 + c4] = r < rows ? fetch_q(r0 + r, c4) : uvec4(0u);
+	}
+	barrier();
+	MATA qA[NQF];
+	[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+		coopMatLoad(qA[kk], sKV, (sg * CM_M) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+	}
+	barrier();
+
+	// Element layout of the accumulator type: component i of this
+	// invocation holds row rowOf[i], column colOf[i] of every CM_M×CM_N
+	// accumulator.
+	for (uint e = tid; e < SKV_MAP; e += WG) {
+		uvec4 w;
+		[[unroll]] for (uint u = 0u; u < 4u; ++u) {
+			uint x = e * 4u + u;
+			w[u] = floatBitsToUint(float((x / CM_N) * 256u + x % CM_N));
+		}
+		sKV[e] = w;
+	}
+	barrier();
+	ACC mapM;
+	coopMatLoad(mapM, sKV, 0u, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
+	uint rowOf[CM_LEN];
+	uint colOf[CM_LEN];
+	[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+		uint v = uint(mapM[i]);
+		rowOf[i] = v >> 8u;
+		colOf[i] = v & 255u;
+	}
+
+	uint sgr = sg * CM_M; // first row of the subgroup within the tile
+	uint sg_rows = rows > sgr ? min(CM_M, rows - sgr) : 0u;
+	uint sg_lim_lo = sg_rows > 0u ? key_limit(r0 + sgr) : 0u;
+	uint sg_lim_hi = sg_rows > 0u ? key_limit(r0 + sgr + sg_rows - 1u) : 0u;
+	uint lim_hi = key_limit(r0 + rows - 1u);
+	uint ntiles = (lim_hi + BC - 1u) / BC;
+
+	// MODE 1 per-local-row state.
+	uint lrow[RL];
+	uint limOf[RL];
+	float m1[RL];
+	float l1[RL];
+	[[unroll]] for (uint k = 0u; k < RL; ++k) {
+		lrow[k] = 0u;
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+			if (slotrow(i) == k) {
+				lrow[k] = rowOf[i];
+			}
+		}
+		limOf[k] = lrow[k] < sg_rows ? key_limit(r0 + sgr + lrow[k]) : 0u;
+		m1[k] = NEG_INF;
+		l1[k] = 0.0;
+	}
+	// MODE 0 per-lane row state.
+	uint lr = lane % LPR;
+	uint rb = lane / LPR;
+	float m0[RPL];
+	float l0[RPL];
+	[[unroll]] for (uint q = 0u; q < RPL; ++q) {
+		m0[q] = NEG_INF;
+		l0[q] = 0.0;
+	}
+
+	ACC O[NOT];
+	[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+		O[j] = ACC(0.0);
+	}
+
+	uvec4 pk[NPK];
+	uvec4 pv[NPV];
+	if (PREFETCH != 0u && ntiles > 0u) {
+		[[unroll]] for (uint i = 0u; i < NPK; ++i) {
+			uint e = tid + i * WG;
+			uint r = e / DP8;
+			uint s = r;
+			pk[i] = (e < KCH && s < pc.Nk) ? fetch_k(s, e - r * DP8) : uvec4(0u);
+		}
+		[[unroll]] for (uint i = 0u; i < NPV; ++i) {
+			uint e = tid + i * WG;
+			uint r = e / DVP8;
+			uint s = r;
+			pv[i] = (e < VCH && s < pc.Nk) ? fetch_v(s, e - r * DVP8) : uvec4(0u);
+		}
+	}
+
+	for (uint kt = 0u; kt < ntiles; ++kt) {
+		uint c0 = kt * BC;
+		barrier(); // every subgroup is done with the previous K/V tile
+		if (PREFETCH != 0u) {
+			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
+				uint e = tid + i * WG;
+				uint r = e / DP8;
+				if (e < KCH) {
+					sKV[KOFF + r * LDK4 + (e - r * DP8)] = pk[i];
+				}
+			}
+			[[unroll]] for (uint i = 0u; i < NPV; ++i) {
+				uint e = tid + i * WG;
+				uint r = e / DVP8;
+				if (e < VCH) {
+					sKV[VOFF + r * LDV4 + (e - r * DVP8)] = pv[i];
+				}
+			}
+		} else {
+			for (uint e = tid; e < KCH; e += WG) {
+				uint r = e / DP8;
+				uint c4 = e - r * DP8;
+				sKV[KOFF + r * LDK4 + c4] = c0 + r < pc.Nk ? fetch_k(c0 + r, c4) : uvec4(0u);
+			}
+			for (uint e = tid; e < VCH; e += WG) {
+				uint r = e / DVP8;
+				uint c4 = e - r * DVP8;
+				sKV[VOFF + r * LDV4 + c4] = c0 + r < pc.Nk ? fetch_v(c0 + r, c4) : uvec4(0u);
+			}
+		}
+		barrier();
+		if (PREFETCH != 0u && kt + 1u < ntiles) {
+			uint n0 = c0 + BC;
+			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
+				uint e = tid + i * WG;
+				uint r = e / DP8;
+				pk[i] = (e < KCH && n0 + r < pc.Nk) ? fetch_k(n0 + r, e - r * DP8) : uvec4(0u);
+			}
+			[[unroll]] for (uint i = 0u; i < NPV; ++i) {
+				uint e = tid + i * WG;
+				uint r = e / DVP8;
+				pv[i] = (e < VCH && n0 + r < pc.Nk) ? fetch_v(n0 + r, e - r * DVP8) : uvec4(0u);
+			}
+		}
+
+		// Subgroup-uniform: does any row of this subgroup see this tile?
+		if (c0 >= sg_lim_hi) {
+			continue;
+		}
+		bool need_mask = c0 + BC > sg_lim_lo;
+
+		ACC S[NST];
+		[[unroll]] for (uint t = 0u; t < NST; ++t) {
+			S[t] = ACC(0.0);
+			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+				MATB kB;
+				coopMatLoad(kB, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
+				S[t] = coopMatMulAdd(qA[kk], kB, S[t]);
+			}
+		}
+
+		if (MODE == 1u) {
+			float mloc[RL];
+			[[unroll]] for (uint k = 0u; k < RL; ++k) {
+				mloc[k] = NEG_INF;
+			}
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+					float x = S[t][i] * sl2;
+					if (need_mask && c0 + t * CM_N + colOf[i] >= limOf[slotrow(i)]) {
+						x = NEG_INF;
+					}
+					S[t][i] = x;
+					mloc[slotrow(i)] = max(mloc[slotrow(i)], x);
+				}
+			}
+			float muse[RL];
+			float alpha[RL];
+			float lsum[RL];
+			[[unroll]] for (uint k = 0u; k < RL; ++k) {
+				[[unroll]] for (uint bit = 0u; bit < 8u; ++bit) {
+					if (((XORMASK >> bit) & 1u) != 0u) {
+						mloc[k] = max(mloc[k], subgroupShuffleXor(mloc[k], 1u << bit));
+					}
+				}
+				float mnew = max(m1[k], mloc[k]);
+				// A row that has seen no key yet keeps m = −inf; exponentiate
+				// against 0 then, so that exp2(−inf − 0) = 0 and never NaN.
+				muse[k] = mnew == NEG_INF ? 0.0 : mnew;
+				alpha[k] = exp2(m1[k] - muse[k]);
+				m1[k] = mnew;
+				lsum[k] = 0.0;
+			}
+			MATA pA[NKC];
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+					float p = exp2(S[t][i] - muse[slotrow(i)]);
+					lsum[slotrow(i)] += p;
+					S[t][i] = p;
+				}
+				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+					pA[t][j] = float16_t(S[t][aperm(j)]);
+				}
+			}
+			[[unroll]] for (uint k = 0u; k < RL; ++k) {
+				l1[k] = l1[k] * alpha[k] + lsum[k];
+			}
+			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+				float a = alpha[slotrow(i)];
+				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+					O[j][i] *= a;
+				}
+			}
+			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+					MATB vB;
+					coopMatLoad(vB, sKV, VOFF + (t * CM_K) * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+					O[j] = coopMatMulAdd(pA[t], vB, O[j]);
+				}
+			}
+		} else {
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				coopMatStore(S[t], sS, sgr * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
+			}
+			subgroupMemoryBarrierShared();
+			subgroupBarrier();
+			[[unroll]] for (uint q = 0u; q < RPL; ++q) {
+				uint row = rb + q * RSTEP;
+				uint lim = row < sg_rows ? key_limit(r0 + sgr + row) : 0u;
+				uint sbase = (sgr + row) * LDS;
+				float x[CPL];
+				float mloc = NEG_INF;
+				[[unroll]] for (uint j = 0u; j < CPL; ++j) {
+					uint c = lr + LPR * j;
+					float v = sS[sbase + c] * sl2;
+					if (need_mask && c0 + c >= lim) {
+						v = NEG_INF;
+					}
+					x[j] = v;
+					mloc = max(mloc, v);
+				}
+				[[unroll]] for (uint o = LPR / 2u; o > 0u; o >>= 1u) {
+					mloc = max(mloc, subgroupShuffleXor(mloc, o));
+				}
+				float mnew = max(m0[q], mloc);
+				float muse = mnew == NEG_INF ? 0.0 : mnew;
+				float alpha = exp2(m0[q] - muse);
+				m0[q] = mnew;
+				float lsum = 0.0;
+				uint pbase = (sgr + row) * LDP;
+				[[unroll]] for (uint j = 0u; j < CPL; ++j) {
+					float p = exp2(x[j] - muse);
+					lsum += p;
+					sP[pbase + lr + LPR * j] = float16_t(p);
+				}
+				l0[q] = l0[q] * alpha + lsum;
+				if (lr == 0u) {
+					sRow[sgr + row] = alpha;
+				}
+			}
+			subgroupMemoryBarrierShared();
+			subgroupBarrier();
+			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+				float a = sRow[sgr + rowOf[i]];
+				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+					O[j][i] *= a;
+				}
+			}
+			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+				MATA pA;
+				coopMatLoad(pA, sP, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
+				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+					MATB vB;
+					coopMatLoad(vB, sKV, VOFF + (t * CM_K) * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+					O[j] = coopMatMulAdd(pA, vB, O[j]);
+				}
+			}
+		}
+	}
+
+	// Final normalisation O /= l and LSE = ln2·(m + log2 l).
+	if (MODE == 1u) {
+		float inv[RL];
+		[[unroll]] for (uint k = 0u; k < RL; ++k) {
+			float lt = l1[k];
+			[[unroll]] for (uint bit = 0u; bit < 8u; ++bit) {
+				if (((XORMASK >> bit) & 1u) != 0u) {
+					lt += subgroupShuffleXor(lt, 1u << bit);
+				}
+			}
+			// l ≥ 1 whenever the row saw a key (its max contributes 1).
+			inv[k] = lt > 0.0 ? 1.0 / lt : 0.0;
+			if ((lane & XORMASK) == 0u && lrow[k] < sg_rows) {
+				lse_buf[lse_index(g_b, g_h, r0 + sgr + lrow[k])] = lt > 0.0 ? (m1[k] + log2(lt)) * LN2 : NEG_INF;
+			}
+		}
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+			float a = inv[slotrow(i)];
+			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+				O[j][i] *= a;
+			}
+		}
+	} else {
+		[[unroll]] for (uint q = 0u; q < RPL; ++q) {
+			uint row = rb + q * RSTEP;
+			float lt = l0[q];
+			[[unroll]] for (uint o = LPR / 2u; o > 0u; o >>= 1u) {
+				lt += subgroupShuffleXor(lt, o);
+			}
+			if (lr == 0u) {
+				sRow[sgr + row] = lt > 0.0 ? 1.0 / lt : 0.0;
+				if (row < sg_rows) {
+					lse_buf[lse_index(g_b, g_h, r0 + sgr + row)] = lt > 0.0 ? (m0[q] + log2(lt)) * LN2 : NEG_INF;
+				}
+			}
+		}
+		subgroupMemoryBarrierShared();
+		subgroupBarrier();
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+			float a = sRow[sgr + rowOf[i]];
+			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+				O[j][i] *= a;
+			}
+		}
+	}
+
+	// O → fp16 → shared → global.
+	barrier(); // all subgroups are done with the K/V tiles
+	[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+		ACC16 o16 = ACC16(O[j]);
+		coopMatStore(o16, sKV, sgr * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+	}
+	barrier();
+	for (uint e = tid; e < BR * DVP8; e += WG) {
+		uint r = e / DVP8;
+		uint c4 = e - r * DVP8;
+		if (r < rows) {
+			uint base = o_base(g_b, r0 + r, g_h);
+			uvec4 w = sKV[r * LDV4 + c4];
+			if (VEC != 0u) {
+				if (c4 < DV / 8u) {
+					o_vec[(base >> 3u) + c4] = w;
+				}
+			} else {
+				[[unroll]] for (uint u = 0u; u < 4u; ++u) {
+					f16vec2 pr = unpackFloat2x16(w[u]);
+					uint d = c4 * 8u + 2u * u;
+					if (d < DV) {
+						o_buf[base + d] = pr.x;
+					}
+					if (d + 1u < DV) {
+						o_buf[base + d + 1u] = pr.y;
+					}
+				}
+			}
+		}
+	}
+}

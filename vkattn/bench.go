@@ -1,0 +1,237 @@
+package vkattn
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// BenchOptions control Bench.
+type BenchOptions struct {
+	// Warmup untimed submissions run first (default 3).
+	Warmup int
+	// Iters timed submissions follow (default 20).
+	Iters int
+	// Rotate is the number of input sets cycled through (host benchmarks;
+	// default 1).
+	Rotate int
+	// Backward times the backward (bwd_pre, bwd_dkdv, bwd_dq) instead of
+	// the forward; Step times forward + backward in one submission.
+	Backward, Step bool
+}
+
+func (o BenchOptions) withDefaults() BenchOptions {
+	if o.Warmup < 0 {
+		o.Warmup = 0
+	} else if o.Warmup == 0 {
+		o.Warmup = 3
+	}
+	if o.Iters <= 0 {
+		o.Iters = 20
+	}
+	if o.Rotate <= 0 {
+		o.Rotate = 1
+	}
+	return o
+}
+
+// BenchResult are per-iteration kernel times.
+type BenchResult struct {
+	Times []time.Duration
+	// Clock is "gpu-timestamps", or "wall" (host time of each submission)
+	// on devices whose compute queue has no timestamps.
+	Clock string
+}
+
+// Operands are the resident tensors of one benchmark input set. Forward
+// uses Q, K, V, O, LSE; Backward Q, K, V, O, LSE, DO, DQ, DK, DV; Step all
+// (O and LSE written by its forward).
+type Operands struct {
+	Q, K, V, O, LSE, DO, DQ, DK, DV *Tensor
+}
+
+func (s *Operands) bindings(p *spec.Problem, o BenchOptions) []binding {
+	switch {
+	case o.Step:
+		return []binding{
+			{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
+			{oSpec(p, "do"), s.DO, false}, {oSpec(p, "o"), s.O, true}, {lseSpec(p), s.LSE, true},
+			{qSpec(p, "dq"), s.DQ, true}, {kSpec(p, "dk"), s.DK, true}, {vSpec(p, "dv"), s.DV, true},
+		}
+	case o.Backward:
+		return []binding{
+			{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
+			{oSpec(p, "o"), s.O, false}, {lseSpec(p), s.LSE, false}, {oSpec(p, "do"), s.DO, false},
+			{qSpec(p, "dq"), s.DQ, true}, {kSpec(p, "dk"), s.DK, true}, {vSpec(p, "dv"), s.DV, true},
+		}
+	}
+	return []binding{
+		{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
+		{oSpec(p, "o"), s.O, true}, {lseSpec(p), s.LSE, true},
+	}
+}
+
+// Bench times the forward (or backward, or step) of p on resident input
+// sets, cycling through them: one submission per iteration, each with a
+// GPU timestamp before the first kernel and after the last; the result
+// is the time between the two. Warm-up submissions are not timed.
+func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o BenchOptions) (*BenchResult, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.leave()
+	o = o.withDefaults()
+	if len(sets) == 0 {
+		return nil, fmt.Errorf("%w: bench: no input sets", ErrInvalid)
+	}
+	var dt DType
+	for i := range sets {
+		d, release, err := b.acquire(p, sets[i].bindings(p, o))
+		if err != nil {
+			return nil, fmt.Errorf("bench: set %d: %w", i, err)
+		}
+		defer release()
+		dt = d
+	}
+	s := &scratch{b: b}
+	ok := true
+	defer func() { s.done(ok) }()
+	recs := make([]*device.Recorder, len(sets))
+	for i, set := range sets {
+		r := b.dev.Record()
+		r.Timestamp("start")
+		var err error
+		switch {
+		case o.Step:
+			err = b.recordStep(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.DO.buf, set.O.buf, set.LSE.buf, set.DQ.buf, set.DK.buf, set.DV.buf)
+		case o.Backward:
+			err = b.recordBackward(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.O.buf, set.LSE.buf, set.DO.buf, set.DQ.buf, set.DK.buf, set.DV.buf)
+		default:
+			err = b.recordForward(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.O.buf, set.LSE.buf)
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.Timestamp("end")
+		recs[i] = r
+	}
+	res := &BenchResult{Clock: "gpu-timestamps"}
+	if b.info.TimestampValidBits == 0 {
+		res.Clock = "wall"
+	}
+	for it := range o.Warmup + o.Iters {
+		out, err := b.dev.Submit(ctx, recs[it%len(recs)])
+		if err != nil {
+			ok = !submitted(err)
+			return nil, fmt.Errorf("vkattn: bench: %w", err)
+		}
+		if it < o.Warmup {
+			continue
+		}
+		t := out.Wall()
+		if res.Clock != "wall" {
+			t = out.Elapsed("start", "end")
+		}
+		res.Times = append(res.Times, t)
+	}
+	return res, nil
+}
+
+// BenchmarkHost uploads o.Rotate copies of the inputs (q, k, v, and for
+// the backward o, lse and do; do also for the step) into separate resident
+// tensors, allocates the outputs once, and runs Bench. Host transfers are
+// not timed.
+func BenchmarkHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, o BenchOptions, q, k, v, out, do []T, lse []float32) (*BenchResult, error) {
+	o = o.withDefaults()
+	if err := CheckProblem(p); err != nil {
+		return nil, err
+	}
+	dt := dtypeOf[T]()
+	var all []*Tensor
+	defer func() {
+		for _, t := range all {
+			t.Close()
+		}
+	}()
+	alloc := func(op operandSpec) (*Tensor, error) {
+		d := dt
+		if op.dt != 0 {
+			d = op.dt
+		}
+		t, err := b.NewTensor(d, op.shape, op.st)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", op.name, err)
+		}
+		all = append(all, t)
+		return t, nil
+	}
+	load := func(op operandSpec, data []T) (*Tensor, error) {
+		t, err := alloc(op)
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(data)) < t.elems {
+			return nil, fmt.Errorf("%w: bench: %s: slice of %d elements, the view needs %d", ErrInvalid, op.name, len(data), t.elems)
+		}
+		return t, Upload(ctx, t, data[:t.elems])
+	}
+	shared := Operands{}
+	var err error
+	if !o.Backward || o.Step {
+		if shared.O, err = alloc(oSpec(p, "o")); err != nil {
+			return nil, err
+		}
+		if shared.LSE, err = alloc(lseSpec(p)); err != nil {
+			return nil, err
+		}
+	}
+	if o.Backward || o.Step {
+		if shared.DQ, err = alloc(qSpec(p, "dq")); err != nil {
+			return nil, err
+		}
+		if shared.DK, err = alloc(kSpec(p, "dk")); err != nil {
+			return nil, err
+		}
+		if shared.DV, err = alloc(vSpec(p, "dv")); err != nil {
+			return nil, err
+		}
+	}
+	sets := make([]Operands, o.Rotate)
+	for i := range sets {
+		s := shared
+		if s.Q, err = load(qSpec(p, "q"), q); err != nil {
+			return nil, err
+		}
+		if s.K, err = load(kSpec(p, "k"), k); err != nil {
+			return nil, err
+		}
+		if s.V, err = load(vSpec(p, "v"), v); err != nil {
+			return nil, err
+		}
+		if o.Backward || o.Step {
+			if s.DO, err = load(oSpec(p, "do"), do); err != nil {
+				return nil, err
+			}
+		}
+		if o.Backward && !o.Step {
+			if s.O, err = load(oSpec(p, "o"), out); err != nil {
+				return nil, err
+			}
+			if s.LSE, err = alloc(lseSpec(p)); err != nil {
+				return nil, err
+			}
+			n := p.B * p.Hq * p.Nq
+			if len(lse) < n {
+				return nil, fmt.Errorf("%w: bench: lse: %d elements, want %d", ErrInvalid, len(lse), n)
+			}
+			if err := Upload(ctx, s.LSE, lse[:n]); err != nil {
+				return nil, err
+			}
+		}
+		sets[i] = s
+	}
+	return b.Bench(ctx, p, sets, o)
+}

@@ -1,0 +1,70 @@
+// Package vkattn is flashvk's Vulkan attention backend: it runs the GLSL
+// kernels of package shaders (forward: flash, minimal or naive; backward:
+// bwd_pre, bwd_dkdv, bwd_dq) on a device.Device through a pipeline.Cache.
+// It knows nothing of the public attention package, which adapts it; its
+// contract is internal/spec.Problem.
+//
+// # Device-resident and host operands
+//
+// A Tensor is a device buffer with a dtype, a shape [B, S, H, D] and element
+// strides (feature stride 1). Forward, Backward and Step run on Tensors, so
+// repeated calls and benchmarks move no data between host and device:
+//
+//	b, _ := vkattn.Open(vkattn.Options{})
+//	defer b.Close()
+//	q, _ := b.NewTensor(vkattn.F32, vkattn.Shape{B: 1, S: 1024, H: 8, D: 64}, spec.Strides{})
+//	_ = vkattn.Upload(ctx, q, hostQ)
+//	…
+//	_ = b.Step(ctx, p, q, k, v, dO, o, lse, dq, dk, dv) // forward + backward, one submission
+//
+// The tensors' strides must address like the problem's (Problem.Q for Q and
+// dQ, Problem.K for K and dK, Problem.V for V and dV, Problem.O for O and
+// dO); LSE is a float32 Tensor of shape [B, Nq, Hq, 1] stored as contiguous
+// [B, Hq, Nq] (see LSEShape and LSEStrides).
+//
+// ForwardHost and BackwardHost are the host-slice convenience the attention
+// package uses: they upload each operand's slice as it is (strides go to
+// the shader, so views such as Q inside a packed QKV buffer need no
+// repacking), run, and download the outputs. Elements of an output slice
+// outside its view are preserved: a dense output is downloaded directly, a
+// strided view through a temporary whose view rows are scattered back.
+// Element offsets are 32-bit in the kernels and each operand must fit one
+// storage buffer, so the host path splits a problem into chunks of whole
+// batches when an operand is too large for one (see MaxBatchChunk); the
+// resident API refuses such tensors with an error wrapping ErrTooLarge.
+//
+// # Kernels and tiles
+//
+// Options.Kernel picks the forward kernel: "" or "flash" (FlashAttention-2,
+// the default), "minimal" (FA1-style, educational) or "naive" (three passes
+// through a float32 score matrix of B·Hq·Nq·Nk elements, refused with
+// ErrTooLarge when that matrix exceeds the device's largest storage buffer).
+// The backward kernels are shared by all three. Tile sizes come from
+// shaders.DefaultConfig for the device's limits (subgroup size, shared
+// memory, workgroup size — read from the device, never assumed) and are
+// cached per (kernel, D, Dv, dtype); Tiles and TileTable list them, and
+// FLASHVK_DEBUG_TILES=1 prints the table to stderr at Open.
+//
+// float16 storage is offered only when the device has
+// storageBuffer16BitAccess (DTypes); arithmetic is float32 either way.
+//
+// # Backward and the training step
+//
+// Backward records bwd_pre (D = rowsum(dO∘O), a float32 [B, Hq, Nq] scratch
+// buffer: BackwardScratchBytes, i.e. 4·B·Hq·Nq bytes of extra device memory),
+// a barrier, then bwd_dkdv and bwd_dq (independent: no barrier between
+// them), in one submission. Step records the forward, a barrier and the
+// backward in one submission; O and LSE never leave the device. Scratch
+// buffers are pooled and freed by Close.
+//
+// # Benchmarks
+//
+// Benchmark keeps Rotate independent input sets resident, runs Warmup
+// untimed submissions, then Iters timed ones, one submission per iteration,
+// each with a GPU timestamp before the first and after the last kernel of
+// the pass; the per-iteration times are the differences (no host transfer,
+// no submission latency). Devices without compute-queue timestamps fall back
+// to the host-measured submission time (Clock "wall").
+//
+// A Backend, its Tensors and its pipelines are safe for concurrent use.
+package vkattn

@@ -30,3 +30,27 @@ shaders-check:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(MAKE) --no-print-directory shaders SPVDIR="$$tmp" && \
 	scripts/shaders-check.sh shaders "$$tmp"
+
+# ---- build and test -------------------------------------------------------
+#   make build        the flashvk CLI into ./flashvk
+#   make test         every test (the README's test command; CI runs it with
+#                     FLASHVK_REQUIRE_VULKAN=1 FLASHVK_VALIDATION=1)
+#   make test-vulkan  the Vulkan suites only, validation layer on
+#   make bench-cpu    the CPU backend's go benchmarks (benchstat format)
+
+GO ?= go
+GOTEST_TIMEOUT ?= 60m
+
+.PHONY: build test test-vulkan bench-cpu
+
+build:
+	$(GO) build -o flashvk ./cmd/flashvk
+
+test:
+	$(GO) test -timeout $(GOTEST_TIMEOUT) ./...
+
+test-vulkan:
+	FLASHVK_VALIDATION=1 $(GO) test -timeout $(GOTEST_TIMEOUT) ./device/... ./pipeline/ ./vkattn/ ./attention/ -run 'Vulkan|Device|Pipeline|Host|Step|Limits|Batch'
+
+bench-cpu:
+	$(GO) test -run XXX -bench . -benchtime 3x ./cpu/

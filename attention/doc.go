@@ -10,6 +10,18 @@
 //	out, err := e.Forward(ctx, q, k, v, attention.Options{Causal: true})
 //	grads, err := e.Backward(ctx, q, k, v, out.O, out.LSE, dO, attention.Options{Causal: true})
 //
+// Config.Backend Auto (the default) uses a Vulkan device when one can be
+// opened and otherwise the CPU (Engine.Fallback says why). The environment
+// variable FLASHVK_BACKEND=cpu or FLASHVK_BACKEND=vulkan overrides Auto
+// (FLASHVK_DEVICE picks the Vulkan device when Config.Device is empty);
+// an explicit Config.Backend is never overridden.
+//
+// For repeated calls and training loops, DeviceTensors keep operands on the
+// device: upload once, run ForwardDevice, BackwardDevice or TrainStep
+// (forward and backward in one GPU submission, O and LSE never leaving the
+// device), download what is needed. On the CPU backend they wrap host
+// memory, so the same code runs everywhere.
+//
 // Shapes are logical [batch, sequence, heads, head dim]: Q [B, Nq, Hq, D],
 // K [B, Nk, Hkv, D], V [B, Nk, Hkv, Dv], O [B, Nq, Hq, Dv]; Hq must be a
 // multiple of Hkv (grouped-query attention; Hkv = 1 is multi-query). Memory

@@ -1,18 +1,27 @@
 package attention_test
 
 import (
+	"context"
 	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
 	"github.com/flashvk/flashvk/attention/attentiontest"
 	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/device/devicetest"
+	"github.com/flashvk/flashvk/reference"
+	"github.com/x448/float16"
 )
 
-// openVulkan opens a Vulkan engine for t with devicetest's rules: skip
-// without a device (fail with FLASHVK_REQUIRE_VULKAN=1), validation per
-// FLASHVK_VALIDATION, and Close failing t on validation messages.
+// openVulkan opens a Vulkan engine for t with devicetest's rules: skipped
+// without a device (failed with FLASHVK_REQUIRE_VULKAN=1), the validation
+// layer on per FLASHVK_VALIDATION (default: when installed), and Close —
+// which reports validation messages as an error — failing t.
 func openVulkan(t *testing.T, kernel string) *attention.Engine {
 	t.Helper()
 	devicetest.Skip(t)
@@ -24,6 +33,9 @@ func openVulkan(t *testing.T, kernel string) *attention.Engine {
 		}
 		t.Fatalf("open vulkan (%s): %v", kernel, err)
 	}
+	if !errors.Is(err, nil) || e.Info().Kind != attention.Vulkan {
+		t.Fatalf("open vulkan: got %+v", e.Info())
+	}
 	t.Cleanup(func() {
 		if err := e.Close(); err != nil {
 			t.Errorf("close: %v", err)
@@ -32,8 +44,389 @@ func openVulkan(t *testing.T, kernel string) *attention.Engine {
 	return e
 }
 
+// TestConformanceVulkan runs the whole suite (forward, backward,
+// determinism; float32 and, where the device has 16-bit storage, float16)
+// on the default flash kernel.
 func TestConformanceVulkan(t *testing.T) {
 	e := openVulkan(t, "flash")
 	t.Logf("%+v", e.Info())
 	attentiontest.Run(t, e)
+}
+
+// The minimal and naive forwards run the forward suite only: the backward
+// kernels (and hence RunBackward and RunDeterminism) are the same for
+// every forward kernel and covered by TestConformanceVulkan.
+func TestConformanceVulkanMinimal(t *testing.T) {
+	attentiontest.RunForward(t, openVulkan(t, "minimal"))
+}
+
+func TestConformanceVulkanNaive(t *testing.T) {
+	attentiontest.RunForward(t, openVulkan(t, "naive"))
+}
+
+func randTensor(rng *rand.Rand, dt attention.DType, s attention.Shape, l attention.Layout) attention.Tensor {
+	t, _ := attention.NewTensor(dt, s, l)
+	switch d := t.Data.(type) {
+	case []float32:
+		for i := range d {
+			d[i] = float32(rng.NormFloat64())
+		}
+	case []float16.Float16:
+		for i := range d {
+			d[i] = float16.Fromfloat32(float32(rng.NormFloat64()))
+		}
+	}
+	return t
+}
+
+type deviceSet struct {
+	q, k, v, do, o, lse, dq, dk, dv *attention.DeviceTensor
+}
+
+func newDeviceSet(t *testing.T, e *attention.Engine, dt attention.DType, qs, ks, vs attention.Shape, l attention.Layout) *deviceSet {
+	t.Helper()
+	os := attention.Shape{B: qs.B, S: qs.S, H: qs.H, D: vs.D}
+	mk := func(dt attention.DType, s attention.Shape, l attention.Layout) *attention.DeviceTensor {
+		d, err := e.NewDeviceTensor(dt, s, l)
+		if err != nil {
+			t.Fatalf("NewDeviceTensor %v: %v", s, err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	return &deviceSet{
+		q: mk(dt, qs, l), k: mk(dt, ks, l), v: mk(dt, vs, l), do: mk(dt, os, l),
+		o: mk(dt, os, l), lse: mk(attention.Float32, attention.LSEShape(qs.B, qs.H, qs.S), attention.BHSD),
+		dq: mk(dt, qs, l), dk: mk(dt, ks, l), dv: mk(dt, vs, l),
+	}
+}
+
+// download returns d's elements as float32 bits in logical BSHD order.
+func download(t *testing.T, d *attention.DeviceTensor) []uint32 {
+	t.Helper()
+	h, _ := attention.NewTensor(d.DType(), d.Shape(), d.Layout())
+	if err := d.Download(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	return bitsOf(h.Float32s())
+}
+
+func bitsOf(x []float32) []uint32 {
+	out := make([]uint32, len(x))
+	for i, v := range x {
+		out[i] = math.Float32bits(v)
+	}
+	return out
+}
+
+// TestTrainStepVulkan: TrainStep (one submission) gives the bits of
+// ForwardDevice followed by BackwardDevice, and of the host API.
+func TestTrainStepVulkan(t *testing.T) {
+	e := openVulkan(t, "")
+	ctx := context.Background()
+	opt := attention.Options{Causal: true, Align: attention.BottomRight}
+	for _, dt := range e.Info().DTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(dt)))
+			qs := attention.Shape{B: 2, S: 45, H: 4, D: 32}
+			ks := attention.Shape{B: 2, S: 61, H: 2, D: 32}
+			vs := attention.Shape{B: 2, S: 61, H: 2, D: 16}
+			os := attention.Shape{B: 2, S: 45, H: 4, D: 16}
+			for _, l := range []attention.Layout{attention.BSHD, attention.BHSD} {
+				q, k, v, do := randTensor(rng, dt, qs, l), randTensor(rng, dt, ks, l), randTensor(rng, dt, vs, l), randTensor(rng, dt, os, l)
+				a, b := newDeviceSet(t, e, dt, qs, ks, vs, l), newDeviceSet(t, e, dt, qs, ks, vs, l)
+				for _, s := range []*deviceSet{a, b} {
+					for _, u := range []struct {
+						d *attention.DeviceTensor
+						h attention.Tensor
+					}{{s.q, q}, {s.k, k}, {s.v, v}, {s.do, do}} {
+						if err := u.d.Upload(ctx, u.h); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if err := e.TrainStep(ctx, a.q, a.k, a.v, a.do, a.o, a.lse, a.dq, a.dk, a.dv, opt); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.ForwardDevice(ctx, b.q, b.k, b.v, b.o, b.lse, opt); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.BackwardDevice(ctx, b.q, b.k, b.v, b.o, b.lse, b.do, b.dq, b.dk, b.dv, opt); err != nil {
+					t.Fatal(err)
+				}
+				out, err := e.Forward(ctx, q, k, v, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, err := e.Backward(ctx, q, k, v, out.O, out.LSE, do, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				host := map[string][]uint32{"o": bitsOf(out.O.Float32s()), "dq": bitsOf(g.DQ.Float32s()),
+					"dk": bitsOf(g.DK.Float32s()), "dv": bitsOf(g.DV.Float32s()),
+					"lse": bitsOf(attention.FromFloat32(out.LSE, attention.LSEShape(2, 4, 45), attention.BHSD).Float32s())}
+				for _, c := range []struct {
+					name string
+					x, y *attention.DeviceTensor
+				}{{"o", a.o, b.o}, {"lse", a.lse, b.lse}, {"dq", a.dq, b.dq}, {"dk", a.dk, b.dk}, {"dv", a.dv, b.dv}} {
+					x, y := download(t, c.x), download(t, c.y)
+					if !slices.Equal(x, y) {
+						t.Errorf("%v %s: TrainStep differs from ForwardDevice+BackwardDevice", l, c.name)
+					}
+					if !slices.Equal(x, host[c.name]) {
+						t.Errorf("%v %s: TrainStep differs from the host API", l, c.name)
+					}
+				}
+			}
+		})
+	}
+}
+
+// testRoundTrip uploads strided host views into device tensors and
+// downloads them into padded views, checking values and that elements
+// outside the destination view survive.
+func testRoundTrip(t *testing.T, e *attention.Engine) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := attention.Shape{B: 2, S: 5, H: 3, D: 7}
+	for _, dt := range e.Info().DTypes {
+		for _, l := range []attention.Layout{attention.BSHD, attention.BHSD} {
+			src := randTensor(rng, dt, s, attention.BHSD) // BHSD host data, any device layout
+			d, err := e.NewDeviceTensor(dt, s, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Upload(ctx, src); err != nil {
+				t.Fatal(err)
+			}
+			// A view with 2 elements of padding after every row.
+			row := s.D + 2
+			pad, _ := attention.NewTensor(dt, attention.Shape{B: 1, S: 1, H: 1, D: s.B * s.S * s.H * row}, attention.BSHD)
+			dst := attention.Tensor{Shape: s, Strides: attention.Strides{Batch: s.S * s.H * row, Seq: s.H * row, Head: row}, Data: pad.Data}
+			switch x := pad.Data.(type) {
+			case []float32:
+				for i := range x {
+					x[i] = 42
+				}
+			case []float16.Float16:
+				for i := range x {
+					x[i] = float16.Fromfloat32(42)
+				}
+			}
+			if err := d.Download(ctx, dst); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(src.Float32s(), dst.Float32s()) {
+				t.Errorf("%v %v: round trip changed values", dt, l)
+			}
+			all := pad.Float32s()
+			for i := range all {
+				if i%row >= s.D && all[i] != 42 {
+					t.Fatalf("%v %v: element %d outside the view overwritten", dt, l, i)
+				}
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Upload(ctx, src); !errors.Is(err, attention.ErrClosed) {
+				t.Errorf("upload after Close: %v", err)
+			}
+		}
+	}
+}
+
+func TestDeviceTensorRoundTripVulkan(t *testing.T) { testRoundTrip(t, openVulkan(t, "")) }
+
+func TestDeviceTensorRoundTripCPU(t *testing.T) {
+	e, _ := attention.Open(attention.Config{Backend: attention.CPU})
+	defer e.Close()
+	testRoundTrip(t, e)
+}
+
+// testDeviceErrors checks argument validation of the device API.
+func testDeviceErrors(t *testing.T, e, other *attention.Engine) {
+	ctx := context.Background()
+	qs := attention.Shape{B: 1, S: 8, H: 2, D: 16}
+	s := newDeviceSet(t, e, attention.Float32, qs, qs, qs, attention.BSHD)
+	x := newDeviceSet(t, other, attention.Float32, qs, qs, qs, attention.BSHD)
+	opt := attention.Options{}
+	check := func(what string, err, want error, arg string) {
+		t.Helper()
+		if !errors.Is(err, want) || !strings.Contains(err.Error(), arg+":") {
+			t.Errorf("%s: %v (want %v naming %s)", what, err, want, arg)
+		}
+	}
+	check("k of another engine", e.ForwardDevice(ctx, s.q, x.k, s.v, s.o, s.lse, opt), attention.ErrOption, "k")
+	check("nil v", e.ForwardDevice(ctx, s.q, s.k, nil, s.o, s.lse, opt), attention.ErrOption, "v")
+	check("o as q", e.ForwardDevice(ctx, s.q, s.k, s.v, s.q, s.lse, opt), attention.ErrOption, "o")
+	check("o as lse", e.ForwardDevice(ctx, s.q, s.k, s.v, s.o, s.o, opt), attention.ErrShape, "lse")
+	check("lse of another engine", e.ForwardDevice(ctx, s.q, s.k, s.v, s.o, x.lse, opt), attention.ErrOption, "lse")
+	lseBSHD, _ := e.NewDeviceTensor(attention.Float32, attention.LSEShape(1, 2, 8), attention.BSHD)
+	defer lseBSHD.Close()
+	check("lse in bshd", e.ForwardDevice(ctx, s.q, s.k, s.v, s.o, lseBSHD, opt), attention.ErrStride, "lse")
+	check("dv of another engine", e.TrainStep(ctx, s.q, s.k, s.v, s.do, s.o, s.lse, s.dq, s.dk, x.dv, opt), attention.ErrOption, "dv")
+	check("dq twice", e.BackwardDevice(ctx, s.q, s.k, s.v, s.o, s.lse, s.do, s.dq, s.dq, s.dv, opt), attention.ErrOption, "dq")
+	bh, _ := e.NewDeviceTensor(attention.Float32, qs, attention.BHSD)
+	defer bh.Close()
+	check("dq in another layout", e.BackwardDevice(ctx, s.q, s.k, s.v, s.o, s.lse, s.do, bh, s.dk, s.dv, opt), attention.ErrStride, "dq")
+	small, _ := e.NewDeviceTensor(attention.Float32, attention.Shape{B: 1, S: 8, H: 2, D: 8}, attention.BSHD)
+	defer small.Close()
+	check("k head dim", e.ForwardDevice(ctx, s.q, small, s.v, s.o, s.lse, opt), attention.ErrShape, "k")
+	check("nan scale", e.ForwardDevice(ctx, s.q, s.k, s.v, s.o, s.lse, attention.Options{Scale: float32(math.NaN())}), attention.ErrOption, "options")
+	s.k.Close()
+	check("closed k", e.ForwardDevice(ctx, s.q, s.k, s.v, s.o, s.lse, opt), attention.ErrClosed, "k")
+	if _, err := e.NewDeviceTensor(attention.DType(9), qs, attention.BSHD); !errors.Is(err, attention.ErrDType) {
+		t.Errorf("bad dtype: %v", err)
+	}
+	if _, err := e.NewDeviceTensor(attention.Float32, attention.Shape{B: 0, S: 1, H: 1, D: 1}, attention.BSHD); !errors.Is(err, attention.ErrShape) {
+		t.Errorf("empty shape: %v", err)
+	}
+}
+
+func TestDeviceErrorsCPU(t *testing.T) {
+	e, _ := attention.Open(attention.Config{Backend: attention.CPU})
+	defer e.Close()
+	o, _ := attention.Open(attention.Config{Backend: attention.CPU})
+	defer o.Close()
+	testDeviceErrors(t, e, o)
+}
+
+func TestDeviceErrorsVulkan(t *testing.T) {
+	e := openVulkan(t, "")
+	o, _ := attention.Open(attention.Config{Backend: attention.CPU})
+	defer o.Close()
+	testDeviceErrors(t, e, o)
+	testDeviceErrors(t, o, e)
+}
+
+// TestBenchmarkVulkan: GPU-timed forward and backward benchmarks return
+// positive per-iteration times.
+func TestBenchmarkVulkan(t *testing.T) {
+	e := openVulkan(t, "")
+	rng := rand.New(rand.NewPCG(5, 6))
+	s := attention.Shape{B: 1, S: 128, H: 2, D: 64}
+	q, k, v := randTensor(rng, attention.Float32, s, attention.BSHD), randTensor(rng, attention.Float32, s, attention.BSHD), randTensor(rng, attention.Float32, s, attention.BSHD)
+	for _, o := range []attention.BenchOptions{{Warmup: 1, Iters: 4, Rotate: 2}, {Warmup: 1, Iters: 3, Backward: true}} {
+		r, err := e.Benchmark(context.Background(), q, k, v, attention.Options{Causal: true}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Times) != o.Iters || slices.Min(r.Times) <= 0 || r.Flops <= 0 {
+			t.Errorf("%+v: %+v", o, r)
+		}
+		if r.Clock != "gpu-timestamps" {
+			t.Logf("clock %q (device without compute timestamps?)", r.Clock)
+		}
+		t.Logf("%+v: median %v (%s), %.3g TFLOPS", o, r.Median(), r.Clock, r.TFLOPS())
+	}
+}
+
+// TestFiniteDifferenceVulkan checks the Vulkan backward against central
+// differences of the Vulkan forward on a tiny fp32 problem: with
+// L = Σ O∘G, dL/dX ≈ (L(X+h) − L(X−h)) / 2h, evaluated in float64 from the
+// fp32 outputs (h = 1e-2: truncation O(h²) ≈ 1e-4, fp32 round-off
+// ≈ 1e-7/h). It also compares the backward tightly with the reference.
+func TestFiniteDifferenceVulkan(t *testing.T) {
+	e := openVulkan(t, "")
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 8))
+	qs := attention.Shape{B: 1, S: 5, H: 2, D: 4}
+	ks := attention.Shape{B: 1, S: 6, H: 1, D: 4}
+	vs := attention.Shape{B: 1, S: 6, H: 1, D: 3}
+	opt := attention.Options{Causal: true, Align: attention.BottomRight}
+	q, k, v := randTensor(rng, attention.Float32, qs, attention.BSHD), randTensor(rng, attention.Float32, ks, attention.BSHD), randTensor(rng, attention.Float32, vs, attention.BSHD)
+	out, err := e.Forward(ctx, q, k, v, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := randTensor(rng, attention.Float32, out.O.Shape, attention.BSHD)
+	grads, err := e.Backward(ctx, q, k, v, out.O, out.LSE, g, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss := func() float64 {
+		o, err := e.Forward(ctx, q, k, v, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l float64
+		for i, x := range o.O.Data.([]float32) {
+			l += float64(x) * float64(g.Data.([]float32)[i])
+		}
+		return l
+	}
+	const h = 1e-2
+	for _, c := range []struct {
+		name string
+		x    attention.Tensor
+		grad attention.Tensor
+	}{{"dq", q, grads.DQ}, {"dk", k, grads.DK}, {"dv", v, grads.DV}} {
+		x := c.x.Data.([]float32)
+		fd := make([]float64, len(x))
+		for i := range x {
+			x0 := x[i]
+			x[i] = x0 + h
+			lp := loss()
+			x[i] = x0 - h
+			lm := loss()
+			x[i] = x0
+			fd[i] = (lp - lm) / (2 * h)
+		}
+		st := reference.Compare(c.grad.Data.([]float32), fd)
+		t.Logf("%s vs finite differences: rel_l2 %.3g max_abs %.3g", c.name, st.RelL2, st.MaxAbs)
+		if !(st.RelL2 <= 1e-2) {
+			t.Errorf("%s: rel_l2 %.3g against finite differences (tol 1e-2)", c.name, st.RelL2)
+		}
+	}
+	rp := reference.Params{B: 1, Hq: 2, Hkv: 1, Nq: 5, Nk: 6, D: 4, Dv: 3, Causal: true, BottomRight: true}
+	f64 := func(t attention.Tensor) []float64 {
+		var out []float64
+		for _, x := range t.Float32s() {
+			out = append(out, float64(x))
+		}
+		return out
+	}
+	dq, dk, dv, err := reference.Backward(rp, f64(q), f64(k), f64(v), f64(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		got  attention.Tensor
+		want []float64
+	}{"dq": {grads.DQ, dq}, "dk": {grads.DK, dk}, "dv": {grads.DV, dv}} {
+		if st := reference.Compare(c.got.Data.([]float32), c.want); !(st.RelL2 <= 1e-5) {
+			t.Errorf("%s: rel_l2 %.3g against the reference (tol 1e-5)", name, st.RelL2)
+		}
+	}
+}
+
+// TestOpenSelection covers Open's backend choice: FLASHVK_BACKEND
+// overrides Auto, Auto falls back to the CPU with a reason, and Vulkan
+// fails with ErrBackend when no device matches.
+func TestOpenSelection(t *testing.T) {
+	t.Setenv("FLASHVK_BACKEND", "cpu")
+	e, err := attention.Open(attention.Config{})
+	if err != nil || e.Info().Kind != attention.CPU || e.Fallback() != "" {
+		t.Errorf("FLASHVK_BACKEND=cpu: %v %+v %q", err, e.Info(), e.Fallback())
+	}
+	e.Close()
+	t.Setenv("FLASHVK_BACKEND", "tpu")
+	if _, err := attention.Open(attention.Config{}); !errors.Is(err, attention.ErrOption) {
+		t.Errorf("FLASHVK_BACKEND=tpu: %v", err)
+	}
+	os.Unsetenv("FLASHVK_BACKEND")
+	const nowhere = "no-such-device-7f3a"
+	e, err = attention.Open(attention.Config{Device: nowhere})
+	if err != nil || e.Info().Kind != attention.CPU || e.Fallback() == "" {
+		t.Errorf("auto on a missing device: %v %+v fallback %q", err, e.Info(), e.Fallback())
+	}
+	t.Logf("fallback: %s", e.Fallback())
+	e.Close()
+	_, err = attention.Open(attention.Config{Backend: attention.Vulkan, Device: nowhere})
+	if !errors.Is(err, attention.ErrBackend) {
+		t.Errorf("vulkan on a missing device: %v", err)
+	}
+	if _, err := attention.Open(attention.Config{Backend: attention.Vulkan, Kernel: "turbo"}); !errors.Is(err, attention.ErrOption) {
+		t.Errorf("bad kernel: %v", err)
+	}
 }

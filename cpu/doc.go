@@ -1,6 +1,6 @@
-// Package cpu is the pure-Go float32 FlashAttention backend: exact attention
-// (forward and backward) computed tile by tile on the CPU, never
-// materialising the Nq×Nk score matrix.
+// Package cpu is the float32 FlashAttention backend for the CPU, in Go
+// without cgo: exact attention (forward and backward) computed tile by tile,
+// never materialising the Nq×Nk score matrix.
 //
 // # Algorithm
 //

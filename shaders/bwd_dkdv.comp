@@ -129,6 +129,38 @@ void main() {
 
 			// No mask needed when even the tile's first row sees all its keys.
 			bool need_mask = key_limit(r0) < c0 + BC;
+			// S = Q Kᵀ and dP = dO Vᵀ for the thread's RN query rows × KM key
+			// rows, register-tiled: one pass over the features.
+			float sacc[KM * RN];
+			float pacc[KM * RN];
+			[[unroll]] for (uint i = 0u; i < KM * RN; ++i) {
+				sacc[i] = 0.0;
+				pacc[i] = 0.0;
+			}
+			UNROLLED_BEGIN(d, D)
+				float qv[RN];
+				[[unroll]] for (uint n = 0u; n < RN; ++n) {
+					qv[n] = sQ[min(tx + TX * n, BR - 1u) * LDK + d];
+				}
+				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
+					float kv = sK[(tk + TK * mm) * LDK + d];
+					[[unroll]] for (uint n = 0u; n < RN; ++n) {
+						sacc[mm * RN + n] = fma(qv[n], kv, sacc[mm * RN + n]);
+					}
+				}
+			UNROLLED_END
+			UNROLLED_BEGIN(d, DV)
+				float ov[RN];
+				[[unroll]] for (uint n = 0u; n < RN; ++n) {
+					ov[n] = sdO[min(tx + TX * n, BR - 1u) * LDV + d];
+				}
+				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
+					float vv = sV[(tk + TK * mm) * LDV + d];
+					[[unroll]] for (uint n = 0u; n < RN; ++n) {
+						pacc[mm * RN + n] = fma(ov[n], vv, pacc[mm * RN + n]);
+					}
+				}
+			UNROLLED_END
 			[[unroll]] for (uint n = 0u; n < RN; ++n) {
 				uint r = min(tx + TX * n, BR - 1u); // clamped; stored only if in range
 				bool rin = tx + TX * n < BR;
@@ -138,26 +170,18 @@ void main() {
 				float drow = sD[r];
 				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
 					uint c = tk + TK * mm;
-					float s = 0.0;
-					UNROLLED_BEGIN(d, D)
-						s = fma(sQ[r * LDK + d], sK[c * LDK + d], s);
-					UNROLLED_END
-					float dp = 0.0;
-					UNROLLED_BEGIN(d, DV)
-						dp = fma(sdO[r * LDV + d], sV[c * LDV + d], dp);
-					UNROLLED_END
 					bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim);
-					float p = visible ? exp2(s * sl2 - lse2) : 0.0;
+					float p = visible ? exp2(sacc[mm * RN + n] * sl2 - lse2) : 0.0;
 					if (rin) {
 						sP[r * LDP + c] = p;
-						sdS[r * LDP + c] = p * (dp - drow);
+						sdS[r * LDP + c] = p * (pacc[mm * RN + n] - drow);
 					}
 				}
 			}
 			barrier();
 
 			// dV += Pᵀ dO, dK += dSᵀ Q (rows past the tail are 0 in P, dS).
-			UNROLLED_BEGIN(r, BR)
+			for (uint r = 0u; r < BR; ++r) { // not unrolled: the body is already unrolled
 				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
 					uint c = tk + TK * mm;
 					float p = sP[r * LDP + c];
@@ -171,7 +195,7 @@ void main() {
 						dk[mm * DN + n] = fma(ds, sQ[r * LDK + d], dk[mm * DN + n]);
 					}
 				}
-			UNROLLED_END
+			}
 		}
 	}
 

@@ -116,6 +116,38 @@ void main() {
 		barrier();
 
 		bool need_mask = c0 + BC > lim_lo;
+		// S = Q Kᵀ and dP = dO Vᵀ for the thread's QM rows × CN key columns,
+		// register-tiled: one pass over the features.
+		float sacc[QM * CN];
+		float pacc[QM * CN];
+		[[unroll]] for (uint i = 0u; i < QM * CN; ++i) {
+			sacc[i] = 0.0;
+			pacc[i] = 0.0;
+		}
+		UNROLLED_BEGIN(d, D)
+			float kv[CN];
+			[[unroll]] for (uint n = 0u; n < CN; ++n) {
+				kv[n] = sK[min(tx + TX * n, BC - 1u) * LDK + d];
+			}
+			[[unroll]] for (uint m = 0u; m < QM; ++m) {
+				float qv = sQ[(tq + TQ * m) * LDK + d];
+				[[unroll]] for (uint n = 0u; n < CN; ++n) {
+					sacc[m * CN + n] = fma(qv, kv[n], sacc[m * CN + n]);
+				}
+			}
+		UNROLLED_END
+		UNROLLED_BEGIN(d, DV)
+			float vv[CN];
+			[[unroll]] for (uint n = 0u; n < CN; ++n) {
+				vv[n] = sV[min(tx + TX * n, BC - 1u) * LDV + d];
+			}
+			[[unroll]] for (uint m = 0u; m < QM; ++m) {
+				float ov = sdO[(tq + TQ * m) * LDV + d];
+				[[unroll]] for (uint n = 0u; n < CN; ++n) {
+					pacc[m * CN + n] = fma(ov, vv[n], pacc[m * CN + n]);
+				}
+			}
+		UNROLLED_END
 		[[unroll]] for (uint m = 0u; m < QM; ++m) {
 			uint r = tq + TQ * m;
 			float lse = sLSE[r];
@@ -124,25 +156,17 @@ void main() {
 			[[unroll]] for (uint n = 0u; n < CN; ++n) {
 				uint c = min(tx + TX * n, BC - 1u); // clamped; stored only if in range
 				bool cin = tx + TX * n < BC;
-				float s = 0.0;
-				UNROLLED_BEGIN(d, D)
-					s = fma(sQ[r * LDK + d], sK[c * LDK + d], s);
-				UNROLLED_END
-				float dp = 0.0;
-				UNROLLED_BEGIN(d, DV)
-					dp = fma(sdO[r * LDV + d], sV[c * LDV + d], dp);
-				UNROLLED_END
 				bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim[m]);
-				float p = visible ? exp2(s * sl2 - lse2) : 0.0;
+				float p = visible ? exp2(sacc[m * CN + n] * sl2 - lse2) : 0.0;
 				if (cin) {
-					sdS[r * LDP + c] = p * (dp - drow);
+					sdS[r * LDP + c] = p * (pacc[m * CN + n] - drow);
 				}
 			}
 		}
 		barrier();
 
 		// dQ += dS K (columns past the tail are 0 in dS and K).
-		UNROLLED_BEGIN(c, BC)
+		for (uint c = 0u; c < BC; ++c) { // not unrolled: the body is already unrolled
 			[[unroll]] for (uint m = 0u; m < QM; ++m) {
 				uint r = tq + TQ * m;
 				float ds = sdS[r * LDP + c];
@@ -151,7 +175,7 @@ void main() {
 					dq[m * DN + n] = fma(ds, sK[c * LDK + d], dq[m * DN + n]);
 				}
 			}
-		UNROLLED_END
+		}
 	}
 
 	[[unroll]] for (uint m = 0u; m < QM; ++m) {

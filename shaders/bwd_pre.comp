@@ -36,9 +36,7 @@ void main() {
 			}
 		}
 	}
-	[[unroll]] for (uint o = TPR / 2u; o > 0u; o >>= 1u) {
-		x += subgroupShuffleXor(x, o);
-	}
+	BUTTERFLY(add2, x, TPR)
 	if (i < pc.Nq && lane == 0u) {
 		d_buf[lse_index(b, h, i)] = x;
 	}

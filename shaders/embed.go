@@ -11,9 +11,20 @@
 // storageBuffer16BitAccess (and declare no Float16 capability). Every module
 // is SPIR-V 1.3 (Vulkan 1.1) and uses one descriptor set (0) of storage
 // buffers, bindings 0 … Bindings(kernel)−1, plus the 80-byte push-constant
-// block Params. flash, bwd_pre need subgroup shuffles
-// (VK_SUBGROUP_FEATURE_SHUFFLE_BIT in the compute stage) and a workgroup size
-// that is a multiple of the subgroup size.
+// block Params.
+//
+// Device requirements and pipeline settings:
+//   - f16 modules: storageBuffer16BitAccess.
+//   - flash and bwd_pre: subgroup shuffles (VK_SUBGROUP_FEATURE_SHUFFLE_BIT
+//     in the compute stage), a workgroup size that is a multiple of the
+//     subgroup size, and subgroups of exactly spec constant SUBGROUP
+//     invocations: set PipelineDesc.FullSubgroups where the device has
+//     computeFullSubgroups, and RequiredSubgroupSize = SUBGROUP where it has
+//     subgroup size control (drivers that may vary the size, e.g. Intel).
+//   - Tiles: DefaultConfig picks (WG, BR, BC) from the device's limits;
+//     CheckConfig validates others; SpecEntries gives the constants.
+//   - lavapipe: an invocation may run at most LavapipeLoopLimit loop
+//     iterations (see LoopIterations); past it results are silently wrong.
 package shaders
 
 import (

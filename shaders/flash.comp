@@ -153,9 +153,7 @@ void main() {
 				s[i * CN + j] = x;
 				mloc = max(mloc, x);
 			}
-			[[unroll]] for (uint o = TC / 2u; o > 0u; o >>= 1u) {
-				mloc = max(mloc, subgroupShuffleXor(mloc, o));
-			}
+			BUTTERFLY(max, mloc, TC)
 			float mnew = max(m[i], mloc);
 			// A row that has seen no key yet keeps m = −inf; exponentiate
 			// against 0 then, so that exp2(−inf − 0) = 0 and never NaN.
@@ -188,7 +186,7 @@ void main() {
 		barrier();
 
 		// O += P·V (P is 0 for masked and tail columns, V tail rows are 0).
-		UNROLLED_BEGIN(c, BC)
+		for (uint c = 0u; c < BC; ++c) { // not unrolled: the body is already unrolled
 			float pv[RM];
 			[[unroll]] for (uint i = 0u; i < RM; ++i) {
 				pv[i] = sP[(tr + TR * i) * LDP + c];
@@ -200,14 +198,12 @@ void main() {
 					acc[i * DVN + j] = fma(pv[i], vv, acc[i * DVN + j]);
 				}
 			}
-		UNROLLED_END
+		}
 	}
 
 	[[unroll]] for (uint i = 0u; i < RM; ++i) {
 		float lt = l[i];
-		[[unroll]] for (uint o = TC / 2u; o > 0u; o >>= 1u) {
-			lt += subgroupShuffleXor(lt, o);
-		}
+		BUTTERFLY(add2, lt, TC)
 		uint r = tr + TR * i;
 		if (r < rows) {
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).

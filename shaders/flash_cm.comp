@@ -20,11 +20,13 @@
 //   10 CM_M, 11 CM_N, 12 CM_K: the coopmat shape, one the device reports
 //     for f16·f16+f32→f32 at subgroup scope (CM_N, CM_K multiples of 8)
 //   13 MODE: 0 softmax through shared memory (any device); 1 softmax in
-//     registers (needs the element layout conditions below)
+//     registers (needs the element layout conditions below); 2 softmax in
+//     registers, P to the A operand through shared memory (needs the
+//     conditions below except those on aperm)
 //   14 CM_LEN: components per invocation of the fp32 CM_M×CM_N accumulator
 //     (flash_cm_probe reports it; ≤ 16)
 //   15 RL, 16 SLOTROW_LO, 17 SLOTROW_HI, 18 XORMASK, 19 APERM_LO,
-//     20 APERM_HI: the element layout (MODE 1 only), from flash_cm_probe:
+//     20 APERM_HI: the element layout (MODES 1 and 2), from flash_cm_probe:
 //     every invocation holds the same number RL of distinct rows of an
 //     accumulator; component i lies in the invocation's local row
 //     slotrow(i) (4 bits each, LO = components 0–7, HI = 8–15), the same
@@ -46,8 +48,11 @@
 // happen in registers too; MODE 0 stores S to shared memory, does the
 // softmax with scalar code, and loads P back as an A matrix.
 //
-// Shared memory: see shaders.FlashCMSharedBytes in bench/gemm (mirrors
-// SKV4·16 + MODE 0's S, P and row buffers).
+// Shared memory (bytes; flashCMSharedBytes in bench/gemm/attn.go mirrors
+// it): 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V
+// and O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per row)
+// + 4·BR (row buffer) + MODE 0: 4·BR·(BC+4) (S) + 2·BR·(BC+8) (P);
+// MODE 2: 2·BR·(BC+8) (P). At d = 128, BR = 128, BC = 64, MODE 1: ≈ 35.3 KB.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -105,11 +110,11 @@ const uint SKV4b = SKV_O > SKV_MAP ? SKV_O : SKV_MAP;
 const uint SKV4 = SKV4a > SKV4b ? SKV4a : SKV4b;
 shared uvec4 sKV[SKV4];
 
-// MODE 0 buffers (one element in MODE 1).
+// MODE 0 buffers (S: MODE 0 only, P: MODES 0 and 2; one element otherwise).
 const uint LDS = BC + 4u;
 const uint LDP = BC + 8u;
 const uint SS_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
-const uint SP_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
+const uint SP_N = MODE != 1u ? NSG * CM_M * LDP : 1u;
 shared float sS[SS_N];
 shared float16_t sP[SP_N];
 shared float sRow[NSG * CM_M];
@@ -326,8 +331,12 @@ void main() {
 			}
 		}
 
-		// Subgroup-uniform: does any row of this subgroup see this tile?
-		if (c0 >= sg_lim_hi) {
+		// Subgroup-uniform: does any row of this subgroup see this tile? In
+		// MODE 1 a subgroup that sees none skips it. MODES 0 and 2 compute
+		// it (fully masked) anyway: their subgroupBarrier()s must be reached
+		// by every subgroup on implementations that treat them as workgroup
+		// barriers (seen on lavapipe, Mesa 26).
+		if (MODE == 1u && c0 >= sg_lim_hi) {
 			continue;
 		}
 		bool need_mask = c0 + BC > sg_lim_lo;
@@ -342,7 +351,7 @@ void main() {
 			}
 		}
 
-		if (MODE == 1u) {
+		if (MODE != 0u) {
 			float mloc[RL];
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
 				mloc[k] = NEG_INF;
@@ -381,8 +390,19 @@ void main() {
 					lsum[slotrow(i)] += p;
 					S[t][i] = p;
 				}
-				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-					pA[t][j] = float16_t(S[t][aperm(j)]);
+				if (MODE == 1u) {
+					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+						pA[t][j] = float16_t(S[t][aperm(j)]);
+					}
+				} else {
+					coopMatStore(ACC16(S[t]), sP, sgr * LDP + t * CM_N, LDP, gl_CooperativeMatrixLayoutRowMajor);
+				}
+			}
+			if (MODE == 2u) {
+				subgroupMemoryBarrierShared();
+				subgroupBarrier();
+				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+					coopMatLoad(pA[t], sP, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
 				}
 			}
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
@@ -462,7 +482,7 @@ void main() {
 	}
 
 	// Final normalisation O /= l and LSE = ln2·(m + log2 l).
-	if (MODE == 1u) {
+	if (MODE != 0u) {
 		float inv[RL];
 		[[unroll]] for (uint k = 0u; k < RL; ++k) {
 			float lt = l1[k];

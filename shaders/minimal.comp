@@ -71,7 +71,7 @@ void main() {
 		// 1. scores and the tile's max
 		float sc[BC];
 		float mt = NEG_INF;
-		UNROLLED_BEGIN(c, n)
+		for (uint c = 0u; c < n; ++c) {
 			float x = 0.0;
 			UNROLLED_BEGIN(d, D)
 				x += float(q_buf[qb + d]) * sK[c * D + d];
@@ -79,7 +79,7 @@ void main() {
 			x *= pc.scale;
 			sc[c] = x;
 			mt = max(mt, x);
-		UNROLLED_END
+		}
 		// 2. rescale what was accumulated against the old max
 		float mnew = max(m, mt);
 		float alpha = exp(m - mnew); // exp(−inf) = 0 on the first tile
@@ -89,13 +89,13 @@ void main() {
 		UNROLLED_END
 		m = mnew;
 		// 3. add this tile
-		UNROLLED_BEGIN(c, n)
+		for (uint c = 0u; c < n; ++c) {
 			float p = exp(sc[c] - m);
 			l += p;
 			UNROLLED_BEGIN(d, DV)
 				sO[ob + d] += p * sV[c * DV + d];
 			UNROLLED_END
-		UNROLLED_END
+		}
 	}
 
 	if (live) {

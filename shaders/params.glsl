@@ -117,7 +117,7 @@ uint thread_index() { return gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvoca
 // UNROLL, so that an invocation runs few iterations per tile; shaders.
 // LoopIterations estimates the count per invocation (the Vulkan backend
 // must keep it ≤ 65535 on lavapipe).
-#define UNROLL 8u
+#define UNROLL 8u // shaders.loopUnroll mirrors it
 
 // STRIDED_BEGIN(e, n) … STRIDED_END: the workgroup-strided loop
 // "for (e = tid; e < n; e += WG)" (tid in scope), UNROLL steps per
@@ -137,6 +137,21 @@ uint thread_index() { return gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvoca
 			uint c = c##0 + c##u; \
 			if (c < (n)) {
 #define UNROLLED_END }}}
+
+// BUTTERFLY(OP, x, n): reduces x over aligned groups of n lanes (n a
+// power of two ≤ 64 and ≤ the subgroup size, a constant) with OP (max or
+// add2): every lane of a group ends with the group's result. A statement
+// macro without a loop (lavapipe's loop budget); use it in uniform control
+// flow (the shuffles need every lane) of a kernel that enables
+// GL_KHR_shader_subgroup_shuffle.
+#define BUTTERFLY(OP, x, n) \
+	if ((n) > 1u) { x = OP(x, subgroupShuffleXor(x, 1u)); } \
+	if ((n) > 2u) { x = OP(x, subgroupShuffleXor(x, 2u)); } \
+	if ((n) > 4u) { x = OP(x, subgroupShuffleXor(x, 4u)); } \
+	if ((n) > 8u) { x = OP(x, subgroupShuffleXor(x, 8u)); } \
+	if ((n) > 16u) { x = OP(x, subgroupShuffleXor(x, 16u)); } \
+	if ((n) > 32u) { x = OP(x, subgroupShuffleXor(x, 32u)); }
+float add2(float a, float b) { return a + b; }
 
 // Dispatch: kernels use gl_WorkGroupID.x for the tile, .y for the head and
 // .z for the batch (see each kernel's header and shaders/grid.go).

@@ -178,8 +178,8 @@ func TestDefaultConfig(t *testing.T) {
 		lim   Limits
 		wantC Config
 	}{
-		{KernelFlash, 128, limNVIDIA, Config{128, 32, 32}},
-		{KernelFlash, 64, limLavapipe, Config{128, 32, 32}},
+		{KernelFlash, 128, limNVIDIA, Config{128, 64, 16}},
+		{KernelFlash, 64, limLavapipe, Config{64, 64, 16}},
 	} {
 		c, err := DefaultConfig(x.k, x.d, x.d, false, x.lim)
 		if err != nil || c != x.wantC {
@@ -226,5 +226,20 @@ func TestSpecData(t *testing.T) {
 	}
 	if d := SpecData(e); len(d) != 24 || d[0] != 128 || d[20] != 8 {
 		t.Fatalf("SpecData = %v", d)
+	}
+}
+
+func TestLoopIterations(t *testing.T) {
+	c := Config{WG: 32, BR: 8, BC: 16}
+	// flash D=256: 1 + 17 + 33 + 17 + 17 = 85 per tile of 16 keys, + 10.
+	if got := LoopIterations(KernelFlash, c, 256, 256, 1, 16*100, 1); got != 10+100*85 {
+		t.Errorf("flash: %d", got)
+	}
+	for _, k := range Kernels {
+		small := LoopIterations(k, Config{128, 32, 32}, 64, 64, 128, 128, 1)
+		big := LoopIterations(k, Config{128, 32, 32}, 64, 64, 4096, 4096, 4)
+		if small <= 0 || big < small {
+			t.Errorf("%s: LoopIterations small %d big %d", k, small, big)
+		}
 	}
 }

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/pipeline"
+)
+
+// gemmVariant is one GEMM kernel configuration.
+type gemmVariant struct {
+	Name, Kernel   string
+	BM, BN, BK, WG int
+	WM, WN, Stages int
+	Pad, Pipe      int
+	Note           string
+}
+
+func gemmVariants(info device.Info, sh device.CoopMatShape) []gemmVariant {
+	sg := int(info.SubgroupSize)
+	khr := func(name string, bm, bn, bk, wm, wn, stages, pad int, note string) gemmVariant {
+		return gemmVariant{Name: name, Kernel: "gemm_khr", BM: bm, BN: bn, BK: bk, WM: wm, WN: wn, WG: wm * wn * sg, Stages: stages, Pad: pad, Note: note}
+	}
+	cm2 := func(name string, bm, bn, bk, wg, pipe int, note string) gemmVariant {
+		return gemmVariant{Name: name, Kernel: "gemm_cm2", BM: bm, BN: bn, BK: bk, WG: wg, Pipe: pipe, Note: note}
+	}
+	return []gemmVariant{
+		khr("khr-128x128x32-s1", 128, 128, 32, 2, 2, 1, 1, "4 subgroups of 64x64, single buffer"),
+		khr("khr-128x128x32-s2", 128, 128, 32, 2, 2, 2, 1, "double-buffered shared, register prefetch"),
+		khr("khr-128x128x32-s2-nopad", 128, 128, 32, 2, 2, 2, 0, "as s2 without row padding"),
+		khr("khr-128x128x32-s2-8sg", 128, 128, 32, 4, 2, 2, 1, "8 subgroups of 32x64"),
+		khr("khr-128x256x16-s2", 128, 256, 16, 2, 4, 2, 1, "8 subgroups of 64x64"),
+		khr("khr-256x128x16-s2", 256, 128, 16, 4, 2, 2, 1, "8 subgroups of 64x64"),
+		khr("khr-64x128x32-s2", 64, 128, 32, 1, 2, 2, 1, "2 subgroups of 64x64 (more workgroups)"),
+		cm2("cm2-128x128x32", 128, 128, 32, 128, 0, "anchor's naive configuration"),
+		cm2("cm2-128x128x32-pipe", 128, 128, 32, 128, 1, "next loads issued before the multiply"),
+		cm2("cm2-128x256x32", 128, 256, 32, 256, 0, ""),
+		cm2("cm2-256x128x32", 256, 128, 32, 256, 0, ""),
+		cm2("cm2-128x128x64", 128, 128, 64, 256, 0, ""),
+		cm2("cm2-256x128x64-pipe", 256, 128, 64, 256, 1, ""),
+	}
+}
+
+// gemmResult is one measured variant at one size.
+type gemmResult struct {
+	Variant    gemmVariant
+	Size       int
+	MedianMS   float64
+	P10MS      float64
+	P90MS      float64
+	TFLOPS     float64
+	RelErr     any
+	Pass       bool
+	SharedByte int
+	Err        string `json:",omitempty"`
+}
+
+func newGemmPipeline(d *device.Device, v gemmVariant, sh device.CoopMatShape) (*device.Pipeline, int, error) {
+	info := d.Info()
+	if v.Kernel == "gemm_khr" {
+		lda4, ldb4 := v.BK/8+v.Pad, v.BN/8+v.Pad
+		shared := 16 * v.Stages * (v.BM*lda4 + v.BK*ldb4)
+		if shared > int(info.MaxSharedMemory) {
+			return nil, shared, fmt.Errorf("shared %d > %d", shared, info.MaxSharedMemory)
+		}
+		if (v.BM/v.WM)%int(sh.M) != 0 || (v.BN/v.WN)%int(sh.N) != 0 || v.BK%int(sh.K) != 0 {
+			return nil, shared, fmt.Errorf("tile not divisible by coopmat %v", sh)
+		}
+		sp := []device.Spec{spec(0, uint32(v.WG)), spec(1, uint32(v.BM)), spec(2, uint32(v.BN)), spec(3, uint32(v.BK)),
+			spec(4, uint32(v.WM)), spec(5, uint32(v.WN)), spec(6, sh.M), spec(7, sh.N), spec(8, sh.K), spec(9, uint32(v.Stages)), spec(10, uint32(v.Pad))}
+		p, err := d.NewPipeline(device.PipelineDesc{Name: v.Name, SPIRV: spirv("gemm_khr"), Spec: sp, PushSize: 12, Bindings: 3,
+			RequiredSubgroupSize: subgroupReq(info), FullSubgroups: info.ComputeFullSubgroups})
+		return p, shared, err
+	}
+	if err := cm2Supported(info); err != nil {
+		return nil, 0, err
+	}
+	if m := info.CoopMat2.MaxWorkgroupScopeInvocations; m != 0 && uint32(v.WG) > m {
+		return nil, 0, fmt.Errorf("workgroup %d > workgroup-scope max %d", v.WG, m)
+	}
+	sp := []device.Spec{spec(0, uint32(v.WG)), spec(1, uint32(v.BM)), spec(2, uint32(v.BN)), spec(3, uint32(v.BK)), spec(4, uint32(v.Pipe))}
+	p, err := d.NewPipeline(device.PipelineDesc{Name: v.Name, SPIRV: spirv("gemm_cm2"), Spec: sp, PushSize: 12, Bindings: 3})
+	return p, 0, err
+}
+
+func runGemm(ctx context.Context, d *device.Device, sizes []int, warm, iters int, logf func(string, ...any)) ([]gemmResult, error) {
+	info := d.Info()
+	sh, err := cmShape(info)
+	if err != nil {
+		return nil, err
+	}
+	vars := gemmVariants(info, sh)
+	var out []gemmResult
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range sizes {
+		a := randF16(rng, n*n, false)
+		b := randF16(rng, n*n, false)
+		A, err := d.NewBuffer(int64(2 * n * n))
+		if err != nil {
+			return out, err
+		}
+		B, err := d.NewBuffer(int64(2 * n * n))
+		if err != nil {
+			A.Close()
+			return out, err
+		}
+		C, err := d.NewBuffer(int64(4 * n * n))
+		if err != nil {
+			A.Close()
+			B.Close()
+			return out, err
+		}
+		if err := device.Upload(ctx, A, 0, a); err != nil {
+			return out, err
+		}
+		if err := device.Upload(ctx, B, 0, b); err != nil {
+			return out, err
+		}
+		push := pipeline.MustPush(struct{ M, N, K uint32 }{uint32(n), uint32(n), uint32(n)})
+		// Sampled reference: 8 rows × 32 columns.
+		srows := make([]int, 8)
+		scols := make([]int, 32)
+		for i := range srows {
+			srows[i] = rng.IntN(n)
+		}
+		for j := range scols {
+			scols[j] = rng.IntN(n)
+		}
+		ref := make([]float64, len(srows)*len(scols))
+		for i, r := range srows {
+			for j, c := range scols {
+				var s float64
+				for k := range n {
+					s += float64(f16to32(a[r*n+k])) * float64(f16to32(b[k*n+c]))
+				}
+				ref[i*len(scols)+j] = s
+			}
+		}
+		for _, v := range vars {
+			if *flagGemmOnly != "" && !strings.Contains(v.Name, *flagGemmOnly) {
+				continue
+			}
+			res := gemmResult{Variant: v, Size: n}
+			func() {
+				if n%v.BM != 0 || n%v.BN != 0 || n%v.BK != 0 {
+					res.Err = "size not a multiple of the tile"
+					return
+				}
+				p, shared, err := newGemmPipeline(d, v, sh)
+				res.SharedByte = shared
+				if err != nil {
+					res.Err = err.Error()
+					return
+				}
+				defer p.Close()
+				groups := [3]uint32{uint32(n / v.BN), uint32(n / v.BM), 1}
+				disp := func(r *device.Recorder) error { return r.Dispatch(p, push, groups, A, B, C) }
+				if err := d.Fill(ctx, C, 0x7FC00000); err != nil {
+					res.Err = err.Error()
+					return
+				}
+				r := d.Record()
+				if err := disp(r); err != nil {
+					res.Err = err.Error()
+					return
+				}
+				if _, err := d.Submit(ctx, r); err != nil {
+					res.Err = err.Error()
+					return
+				}
+				got := make([]float64, len(ref))
+				row := make([]float32, n)
+				for i, rr := range srows {
+					if err := device.Download(ctx, C, int64(4*rr*n), row); err != nil {
+						res.Err = err.Error()
+						return
+					}
+					for j, c := range scols {
+						got[i*len(scols)+j] = float64(row[c])
+					}
+				}
+				e := relL2(got, ref)
+				res.RelErr = jsonNum(e)
+				res.Pass = e < 1e-4
+				t, err := timeDispatch(ctx, d, disp, warm, iters)
+				if err != nil {
+					res.Err = err.Error()
+					return
+				}
+				res.MedianMS, res.P10MS, res.P90MS = t.ms(), float64(t.P10)/1e6, float64(t.P90)/1e6
+				res.TFLOPS = 2 * math.Pow(float64(n), 3) / (t.ms() * 1e-3) / 1e12
+			}()
+			if res.Err != "" {
+				logf("gemm %5d %-26s ERROR %s", n, v.Name, res.Err)
+			} else {
+				logf("gemm %5d %-26s %8.3f ms %7.1f TFLOP/s  rel_err %.2e pass=%v", n, v.Name, res.MedianMS, res.TFLOPS, res.RelErr, res.Pass)
+			}
+			out = append(out, res)
+		}
+		A.Close()
+		B.Close()
+		C.Close()
+	}
+	return out, nil
+}

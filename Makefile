@@ -5,6 +5,8 @@
 #                       with spirv-val (toolchain: scripts/toolchain.sh,
 #                       pinned in scripts/glslang.lock; GLSLANG and
 #                       SPIRV_TOOLS_DIR override it)
+#                       plus the f16-only cooperative-matrix kernels
+#                       (CM_KERNELS: NAME.f16.spv, --target-env vulkan1.3)
 #   make shaders-check  rebuild into a temporary folder and fail if any
 #                       committed .spv differs (CI)
 
@@ -12,11 +14,20 @@ SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq
 SHADER_DTYPES := f32 f16
 SPVDIR ?= shaders
 SHADER_SPV := $(foreach k,$(SHADER_KERNELS),$(foreach t,$(SHADER_DTYPES),$(SPVDIR)/$(k).$(t).spv))
+# Cooperative-matrix kernels: f16 storage only, Vulkan 1.3 (SPIR-V 1.6).
+CM_KERNELS := flash_cm flash_cm_probe
+CM_TARGET_ENV := vulkan1.3
+CM_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).f16.spv)
 SHADER_DEPS := shaders/params.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check
 
-shaders: $(SHADER_SPV)
+shaders: $(SHADER_SPV) $(CM_SPV)
+
+# Explicit rules (they win over the patterns below for these targets).
+$(CM_SPV): $(SPVDIR)/%.f16.spv: shaders/%.comp $(SHADER_DEPS)
+	@scripts/compile-shader.sh $< f16 $@ $(CM_TARGET_ENV)
+	@echo "  SPV  $@"
 
 $(SPVDIR)/%.f32.spv: shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< f32 $@

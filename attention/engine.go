@@ -20,7 +20,10 @@ type Config struct {
 	// name substring, or a vendor ("nvidia", "amd", "intel", "lavapipe").
 	Device string
 	// Kernel selects the Vulkan forward kernel: "" (the fastest the device
-	// supports), "flash", "minimal" or "naive".
+	// supports: flash_cm for float16 on devices with cooperative matrices,
+	// flash otherwise), "flash", "flash_cm" (float16 forwards on cooperative
+	// matrices, flash for float32; opening fails without device support),
+	// "minimal" or "naive".
 	Kernel string
 	// Validation enables the Khronos validation layer; its messages are
 	// collected and reported by Close.

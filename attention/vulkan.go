@@ -23,10 +23,10 @@ var _ Benchmarker = (*vulkanBackend)(nil)
 
 func checkKernelName(k string) error {
 	switch k {
-	case "", "flash", "minimal", "naive":
+	case "", "flash", "flash_cm", "minimal", "naive":
 		return nil
 	}
-	return fmt.Errorf("attention: config: kernel %q (want flash, minimal or naive): %w", k, ErrOption)
+	return fmt.Errorf("attention: config: kernel %q (want flash, flash_cm, minimal or naive): %w", k, ErrOption)
 }
 
 // openVulkan opens the Vulkan backend cfg describes; errors wrap ErrBackend

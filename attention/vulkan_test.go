@@ -14,7 +14,9 @@ import (
 	"github.com/flashvk/flashvk/attention/attentiontest"
 	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/device/devicetest"
+	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/flashvk/flashvk/reference"
+	"github.com/flashvk/flashvk/vkattn"
 	"github.com/x448/float16"
 )
 
@@ -62,6 +64,51 @@ func TestConformanceVulkanMinimal(t *testing.T) {
 
 func TestConformanceVulkanNaive(t *testing.T) {
 	attentiontest.RunForward(t, openVulkan(t, "naive"))
+}
+
+// TestConformanceVulkanCoopmat runs the forward suite with Kernel
+// "flash_cm": float16 forwards on cooperative matrices (MODE 0 below
+// Nq 2048; the long cases reach MODE 1 where the probe allows it), float32
+// on the scalar flash kernel in the same engine. Skipped on devices without
+// cooperative-matrix support (lavapipe).
+func TestConformanceVulkanCoopmat(t *testing.T) {
+	devicetest.Skip(t)
+	opt := devicetest.Options(t)
+	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: opt.Select, Kernel: "flash_cm", Validation: opt.Validation})
+	if err != nil {
+		if errors.Is(err, vkattn.ErrUnsupported) {
+			t.Skipf("device cannot run flash_cm (no KHR cooperative matrices or a required feature): %v", err)
+		}
+		if (errors.Is(err, device.ErrNoVulkan) || errors.Is(err, device.ErrNoDevice)) && !devicetest.Require() {
+			t.Skipf("no Vulkan device: %v", err)
+		}
+		t.Fatalf("open vulkan (flash_cm): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if k := e.Info().Kernel; k != "flash_cm" {
+		t.Fatalf("Info().Kernel = %q, want flash_cm", k)
+	}
+	vk := e.Vulkan()
+	for _, nq := range []int{100, 4096} {
+		for _, d := range []int{64, 128, 256} {
+			p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: nq, Nk: nq, D: d, Dv: d}
+			t.Logf("Nq %d d %d: f16 runs %s, f32 runs %s", nq, d,
+				vk.ForwardKernel(context.Background(), p, vkattn.F16), vk.ForwardKernel(context.Background(), p, vkattn.F32))
+		}
+	}
+	attentiontest.RunForward(t, e)
+	t.Run("long", func(t *testing.T) {
+		attentiontest.RunForwardCases(t, e, []attentiontest.Case{
+			{Name: "long", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 128, Dv: 128},
+			{Name: "long", B: 1, Hq: 2, Hkv: 2, Nq: 2100, Nk: 2060, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight},
+			{Name: "long", B: 1, Hq: 1, Hkv: 1, Nq: 2048, Nk: 1500, D: 96, Dv: 96, Causal: true, Align: attention.TopLeft},
+			{Name: "long", B: 1, Hq: 1, Hkv: 1, Nq: 2048, Nk: 2048, D: 256, Dv: 256},
+		})
+	})
 }
 
 func randTensor(rng *rand.Rand, dt attention.DType, s attention.Shape, l attention.Layout) attention.Tensor {

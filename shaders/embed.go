@@ -23,6 +23,9 @@
 //     subgroup size control (drivers that may vary the size, e.g. Intel).
 //   - Tiles: DefaultConfig picks (WG, BR, BC) from the device's limits;
 //     CheckConfig validates others; SpecEntries gives the constants.
+//   - flash_cm and flash_cm_probe (CoopMatKernels, see coopmat.go): f16
+//     only (NAME.f16.spv), SPIR-V 1.6 (Vulkan 1.3), KHR cooperative
+//     matrices, shaderFloat16; not in Kernels, DTypes does not apply.
 //   - lavapipe: an invocation may run at most LavapipeLoopLimit loop
 //     iterations (see LoopIterations); past it results are silently wrong.
 package shaders
@@ -30,6 +33,7 @@ package shaders
 import (
 	"embed"
 	"fmt"
+	"slices"
 )
 
 //go:embed *.spv
@@ -115,6 +119,9 @@ var kernelBindings = map[string]int{
 	KernelBwdPre:  3,
 	KernelBwdDKDV: 8,
 	KernelBwdDQ:   7,
+	// Cooperative-matrix kernels (f16 only; coopmat.go).
+	KernelFlashCM:      5,
+	KernelFlashCMProbe: 1,
 }
 
 // kernelSpecIDs are the specialization constants each module declares
@@ -124,12 +131,14 @@ var kernelBindings = map[string]int{
 var (
 	sharedSpecIDs = []uint32{SpecWorkgroupSize, SpecD, SpecDV, SpecBR, SpecBC, SpecSubgroup}
 	kernelSpecIDs = map[string][]uint32{
-		KernelNaive:   append(append([]uint32(nil), sharedSpecIDs...), SpecPass),
-		KernelMinimal: sharedSpecIDs,
-		KernelFlash:   sharedSpecIDs,
-		KernelBwdPre:  sharedSpecIDs,
-		KernelBwdDKDV: sharedSpecIDs,
-		KernelBwdDQ:   sharedSpecIDs,
+		KernelNaive:        append(append([]uint32(nil), sharedSpecIDs...), SpecPass),
+		KernelMinimal:      sharedSpecIDs,
+		KernelFlash:        sharedSpecIDs,
+		KernelBwdPre:       sharedSpecIDs,
+		KernelBwdDKDV:      sharedSpecIDs,
+		KernelBwdDQ:        sharedSpecIDs,
+		KernelFlashCM:      flashCMSpecIDs,
+		KernelFlashCMProbe: probeSpecIDs,
 	}
 )
 
@@ -160,6 +169,9 @@ func SPIRV(kernel, dtype string) ([]byte, error) {
 	}
 	if dtype != DTypeF32 && dtype != DTypeF16 {
 		return nil, fmt.Errorf("shaders: unknown storage type %q (want %q or %q)", dtype, DTypeF32, DTypeF16)
+	}
+	if !slices.Contains(KernelDTypes(kernel), dtype) {
+		return nil, fmt.Errorf("shaders: kernel %q is not built for storage type %q (only %v)", kernel, dtype, KernelDTypes(kernel))
 	}
 	b, err := spirvFS.ReadFile(kernel + "." + dtype + ".spv")
 	if err != nil {

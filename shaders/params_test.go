@@ -10,8 +10,8 @@ import (
 func reflectAll(t *testing.T) map[string]*Module {
 	t.Helper()
 	out := map[string]*Module{}
-	for _, k := range Kernels {
-		for _, dt := range DTypes {
+	for _, k := range append(append([]string(nil), Kernels...), CoopMatKernels...) {
+		for _, dt := range KernelDTypes(k) {
 			spv, err := SPIRV(k, dt)
 			if err != nil {
 				t.Fatal(err)
@@ -49,6 +49,13 @@ func TestPushConstantsMirrorParams(t *testing.T) {
 	}
 	for name, m := range reflectAll(t) {
 		pc := m.PushConstants
+		if strings.HasPrefix(name, KernelFlashCMProbe+".") {
+			// The probe takes no push constants (spec constants only).
+			if pc != nil {
+				t.Errorf("%s: push-constant block of %d bytes, want none", name, pc.Size)
+			}
+			continue
+		}
 		if pc == nil {
 			t.Errorf("%s: no push-constant block", name)
 			continue

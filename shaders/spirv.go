@@ -237,8 +237,11 @@ func Reflect(spv []byte) (*Module, error) {
 			if !ok {
 				return nil, fmt.Errorf("spirv: SpecId %d decorates id %d, which is not a spec constant", sid, id)
 			}
-			if _, dup := m.Spec[sid]; dup {
-				return nil, fmt.Errorf("spirv: SpecId %d used twice", sid)
+			// SPIR-V 1.6 modules built with LocalSizeId may declare two
+			// constants with one SpecId (the size and gl_WorkGroupSize);
+			// they must agree on the default.
+			if old, dup := m.Spec[sid]; dup && old != v {
+				return nil, fmt.Errorf("spirv: SpecId %d used twice with defaults %d and %d", sid, old, v)
 			}
 			m.Spec[sid] = v
 			m.specID[id] = sid

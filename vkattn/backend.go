@@ -65,7 +65,9 @@ type Options struct {
 	// Device selects the device (device.Options.Select): "" or "best", an
 	// index, a vendor or a name substring.
 	Device string
-	// Kernel is the forward kernel: "" or "flash", "minimal", "naive".
+	// Kernel is the forward kernel: "" or "flash", "minimal", "naive", or
+	// "flash_cm" (cooperative matrices, f16 only; "" picks it where the
+	// device supports it, see flashcm.go).
 	Kernel string
 	// Validation enables the Khronos validation layer (see
 	// ValidationErrors).
@@ -92,6 +94,7 @@ type Backend struct {
 	maxBuf  int64 // largest storage buffer, bytes
 	reqSG   uint32
 	spirv   map[string][]byte // "kernel.dtype" → module (stable slices: the cache hashes them once)
+	cm      *flashCM          // flash_cm state, nil when not used (flashcm.go)
 
 	cfgMu sync.Mutex
 	cfgs  map[cfgKey]cfgResult
@@ -150,8 +153,10 @@ func forwardKernel(k string) (string, error) {
 		return shaders.KernelFlash, nil
 	case shaders.KernelMinimal, shaders.KernelNaive:
 		return k, nil
+	case shaders.KernelFlashCM: // f16 forwards; flash for the rest (flashcm.go)
+		return shaders.KernelFlash, nil
 	}
-	return "", fmt.Errorf("%w: kernel %q (want flash, minimal or naive)", ErrInvalid, k)
+	return "", fmt.Errorf("%w: kernel %q (want flash, flash_cm, minimal or naive)", ErrInvalid, k)
 }
 
 // LimitsOf returns the tile-relevant limits of a device.
@@ -204,6 +209,9 @@ func newBackend(dev *device.Device, owns bool, opts Options) (*Backend, error) {
 			b.spirv[k+"."+dt.String()] = spv
 		}
 	}
+	if err := b.initFlashCM(opts.Kernel); err != nil {
+		return nil, err
+	}
 	cache, err := pipeline.New(dev, pipeline.Options{CacheDir: opts.CacheDir, NoDiskCache: opts.NoDiskCache})
 	if err != nil {
 		return nil, fmt.Errorf("vkattn: %w", err)
@@ -243,8 +251,15 @@ func (b *Backend) Info() device.Info { return b.info }
 // Limits are the device limits tiles are chosen for.
 func (b *Backend) Limits() shaders.Limits { return b.lim }
 
-// Kernel is the forward kernel ("flash", "minimal" or "naive").
-func (b *Backend) Kernel() string { return b.kernel }
+// Kernel is the forward kernel ("flash", "minimal" or "naive"), or
+// "flash_cm" when f16 forwards run on cooperative matrices (f32 and
+// problems flash_cm cannot take still run flash; see ForwardKernel).
+func (b *Backend) Kernel() string {
+	if b.cm != nil {
+		return shaders.KernelFlashCM
+	}
+	return b.kernel
+}
 
 // DTypes lists the storage types the device runs.
 func (b *Backend) DTypes() []DType { return slices.Clone(b.dtypes) }

@@ -11,12 +11,17 @@ import (
 
 // BenchOptions control Bench.
 type BenchOptions struct {
-	// Warmup untimed submissions run first (default 3).
+	// Warmup untimed submissions run first (default 3; negative: none).
+	// Warm-up continues past Warmup until MinWarmup has elapsed, so that
+	// short kernels are timed at steady GPU clocks.
 	Warmup int
+	// MinWarmup is the least host time spent warming up (default 200 ms;
+	// negative: none); at most 1000 extra submissions are made for it.
+	MinWarmup time.Duration
 	// Iters timed submissions follow (default 20).
 	Iters int
-	// Rotate is the number of input sets cycled through (host benchmarks;
-	// default 1).
+	// Rotate is the number of input sets BenchmarkHost uploads and cycles
+	// through (default 1; Bench cycles through the sets it is given).
 	Rotate int
 	// Backward times the backward (bwd_pre, bwd_dkdv, bwd_dq) instead of
 	// the forward; Step times forward + backward in one submission.
@@ -34,6 +39,9 @@ func (o BenchOptions) withDefaults() BenchOptions {
 	}
 	if o.Rotate <= 0 {
 		o.Rotate = 1
+	}
+	if o.MinWarmup == 0 {
+		o.MinWarmup = 200 * time.Millisecond
 	}
 	return o
 }
@@ -77,7 +85,8 @@ func (s *Operands) bindings(p *spec.Problem, o BenchOptions) []binding {
 // Bench times the forward (or backward, or step) of p on resident input
 // sets, cycling through them: one submission per iteration, each with a
 // GPU timestamp before the first kernel and after the last; the result
-// is the time between the two. Warm-up submissions are not timed.
+// is the time between the two. Warm-up submissions (at least o.Warmup,
+// and for at least o.MinWarmup) are not timed.
 func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o BenchOptions) (*BenchResult, error) {
 	if err := b.enter(); err != nil {
 		return nil, err
@@ -122,14 +131,26 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 	if b.info.TimestampValidBits == 0 {
 		res.Clock = "wall"
 	}
-	for it := range o.Warmup + o.Iters {
-		out, err := b.dev.Submit(ctx, recs[it%len(recs)])
+	next := 0
+	submit := func() (*device.Result, error) {
+		out, err := b.dev.Submit(ctx, recs[next%len(recs)])
+		next++
 		if err != nil {
 			ok = !submitted(err)
 			return nil, fmt.Errorf("vkattn: bench: %w", err)
 		}
-		if it < o.Warmup {
-			continue
+		return out, nil
+	}
+	start := time.Now()
+	for i := 0; i < o.Warmup || (time.Since(start) < o.MinWarmup && i < o.Warmup+1000); i++ {
+		if _, err := submit(); err != nil {
+			return nil, err
+		}
+	}
+	for range o.Iters {
+		out, err := submit()
+		if err != nil {
+			return nil, err
 		}
 		t := out.Wall()
 		if res.Clock != "wall" {

@@ -59,12 +59,14 @@
 //
 // # Benchmarks
 //
-// Benchmark keeps Rotate independent input sets resident, runs Warmup
-// untimed submissions, then Iters timed ones, one submission per iteration,
-// each with a GPU timestamp before the first and after the last kernel of
-// the pass; the per-iteration times are the differences (no host transfer,
-// no submission latency). Devices without compute-queue timestamps fall back
-// to the host-measured submission time (Clock "wall").
+// BenchmarkHost keeps Rotate independent input sets resident (Bench takes
+// resident sets directly), warms up for at least Warmup submissions and
+// MinWarmup (200 ms: short kernels are then timed at steady clocks), then
+// runs Iters timed submissions, one per iteration, each with a GPU
+// timestamp before the first and after the last kernel of the pass; the
+// per-iteration times are the differences (no host transfer, no submission
+// latency). Devices without compute-queue timestamps fall back to the
+// host-measured submission time (Clock "wall").
 //
 // A Backend, its Tensors and its pipelines are safe for concurrent use.
 package vkattn

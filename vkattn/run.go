@@ -41,7 +41,8 @@ func CheckProblem(p *spec.Problem) error {
 	return nil
 }
 
-// problemShapes are the operand shapes and strides of p.
+// operandSpec is the name, shape, strides and (for LSE) dtype of one
+// operand of a problem.
 type operandSpec struct {
 	name  string
 	shape Shape
@@ -295,6 +296,9 @@ func (b *Backend) checkNaive(p *spec.Problem) error {
 func (b *Backend) recordForward(r *device.Recorder, s *scratch, p *spec.Problem, dt DType, q, k, v, o, lse *device.Buffer) error {
 	pc := params(p)
 	push := pc.Bytes()
+	if ok, err := b.recordFlashCM(r, p, dt, push, q, k, v, o, lse); ok || err != nil {
+		return err
+	}
 	switch b.kernel {
 	case shaders.KernelNaive:
 		if err := b.checkNaive(p); err != nil {

@@ -126,6 +126,7 @@ func Run(t *testing.T, e *attention.Engine) {
 	t.Run("backward", func(t *testing.T) { RunBackward(t, e) })
 	t.Run("deterministic", func(t *testing.T) { RunDeterminism(t, e, 10) })
 	t.Run("edges", func(t *testing.T) { RunEdges(t, e) })
+	t.Run("concurrent", func(t *testing.T) { RunConcurrent(t, e) })
 }
 
 func dtypes(e *attention.Engine) []attention.DType {
@@ -139,9 +140,13 @@ func dtypes(e *attention.Engine) []attention.DType {
 }
 
 // RunForward checks O and LSE on every case.
-func RunForward(t *testing.T, e *attention.Engine) {
+func RunForward(t *testing.T, e *attention.Engine) { RunForwardCases(t, e, Cases()) }
+
+// RunForwardCases checks O and LSE on the given cases, for every dtype the
+// engine supports.
+func RunForwardCases(t *testing.T, e *attention.Engine, cases []Case) {
 	for _, dt := range dtypes(e) {
-		for _, c := range Cases() {
+		for _, c := range cases {
 			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
 				seed := Seed(t)
 				in := NewInputs(c, dt, seed)

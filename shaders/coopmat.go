@@ -1,0 +1,92 @@
+package shaders
+
+// Cooperative-matrix kernels (VK_KHR_cooperative_matrix): flash_cm, the
+// FlashAttention-2 forward on the matrix units, and flash_cm_probe, which
+// reports the element→invocation layout of the coopmat types flash_cm uses
+// (the host derives flash_cm's layout spec constants from it). Both are
+// built for f16 storage only (NAME.f16.spv), with --target-env vulkan1.3
+// (SPIR-V 1.6), by `make shaders`. See flash_cm.comp's header and the
+// integration section of bench/NOTES.md.
+//
+// Device requirements: a subgroup-scope f16·f16+f32→f32 cooperative-matrix
+// shape (device.Info.CoopMat; CM_N and CM_K multiples of 8), shaderFloat16,
+// storageBuffer16BitAccess, subgroup shuffles, and subgroups of exactly
+// SUBGROUP invocations (RequiredSubgroupSize where the size may vary, full
+// subgroups).
+
+// Cooperative-matrix kernel names.
+const (
+	// KernelFlashCM is the coopmat FlashAttention-2 forward (f16 only).
+	KernelFlashCM = "flash_cm"
+	// KernelFlashCMProbe reports the coopmat element layout (one binding:
+	// a float32 buffer of FlashCMProbeFloats(subgroup) elements).
+	KernelFlashCMProbe = "flash_cm_probe"
+)
+
+// CoopMatKernels lists the cooperative-matrix kernels (not in Kernels: they
+// have no f32 build, no DefaultConfig and their own spec constants).
+var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe}
+
+// KernelDTypes lists the storage types kernel is built for (nil for an
+// unknown kernel).
+func KernelDTypes(kernel string) []string {
+	switch kernel {
+	case KernelFlashCM, KernelFlashCMProbe:
+		return []string{DTypeF16}
+	}
+	if _, ok := kernelBindings[kernel]; ok {
+		return append([]string(nil), DTypes...)
+	}
+	return nil
+}
+
+// flash_cm / flash_cm_probe specialization constant IDs (beyond 0 … 5).
+const (
+	SpecCMM       uint32 = 10 // coopmat M (query rows per subgroup)
+	SpecCMN       uint32 = 11 // coopmat N
+	SpecCMK       uint32 = 12 // coopmat K
+	SpecCMMode    uint32 = 13 // 0 shared-memory softmax, 1 register softmax (2: never, wrong on NVIDIA)
+	SpecCMLen     uint32 = 14 // accumulator components per invocation
+	SpecCMRL      uint32 = 15 // rows per invocation (MODE 1)
+	SpecCMSlotLo  uint32 = 16 // local row of components 0–7 (4 bits each)
+	SpecCMSlotHi  uint32 = 17 // … of components 8–15
+	SpecCMXorMask uint32 = 18 // lane bits shared by a row
+	SpecCMPermLo  uint32 = 19 // A→accumulator component map 0–7
+	SpecCMPermHi  uint32 = 20 // … 8–15
+	SpecCMVec     uint32 = 21 // 16-byte loads (D, DV, strides multiples of 8)
+	SpecCMPrefet  uint32 = 22 // register prefetch of the next K/V tile (VEC only)
+)
+
+var (
+	flashCMSpecIDs = append(append([]uint32(nil), sharedSpecIDs...),
+		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
+		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
+	probeSpecIDs = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
+)
+
+// FlashCMProbeFloats is the length of flash_cm_probe's output buffer
+// (float32) for subgroup size sg: 8 header words, then 64 words per lane
+// for the accumulator and 64 per lane for the A type.
+func FlashCMProbeFloats(sg int) int { return 8 + 128*sg }
+
+// FlashCMSharedBytes is flash_cm's shared memory (bytes) for coopmat shape
+// m×n×k, nsg subgroups, bc keys per tile, mode, head dims d, dv; it mirrors
+// the shared arrays of flash_cm.comp (and bench/gemm's flashCMSharedBytes).
+func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv int) int {
+	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
+	dp := ceilTo(d, max(k, 8))
+	dvp := ceilTo(dv, max(n, 8))
+	ldk4, ldv4 := dp/8+1, dvp/8+1
+	br := nsg * m
+	skv := max(br*ldk4, bc*(ldk4+ldv4), br*ldv4, m*n/4)
+	b := 16 * skv
+	switch mode {
+	case 0:
+		b += br*(bc+4)*4 + br*(bc+8)*2
+	case 1:
+		b += 4 + 4
+	case 2:
+		b += 4 + br*(bc+8)*2
+	}
+	return b + br*4
+}

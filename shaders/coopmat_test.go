@@ -1,0 +1,87 @@
+package shaders
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestCoopMatModules(t *testing.T) {
+	elems := map[string][]string{
+		KernelFlashCM:      {"float16", "float16", "float16", "float16", "float32"},
+		KernelFlashCMProbe: {"float32"},
+	}
+	for _, k := range CoopMatKernels {
+		if got := KernelDTypes(k); !reflect.DeepEqual(got, []string{DTypeF16}) {
+			t.Errorf("%s: KernelDTypes %v, want [f16]", k, got)
+		}
+		if _, err := SPIRV(k, DTypeF32); err == nil {
+			t.Errorf("%s: SPIRV(f32) succeeded; the kernel is f16-only", k)
+		}
+		spv, err := SPIRV(k, DTypeF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Reflect(spv)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if m.Version != 0x00010600 {
+			t.Errorf("%s: SPIR-V version %#x, want 1.6 (Vulkan 1.3)", k, m.Version)
+		}
+		n, _ := Bindings(k)
+		if n != len(elems[k]) {
+			t.Fatalf("%s: Bindings %d, want %d", k, n, len(elems[k]))
+		}
+		// Some bindings are declared twice (scalar and uvec4 views): check
+		// every declaration against the binding's element type (uvec4 views
+		// reflect as "other").
+		seen := map[uint32]bool{}
+		for _, b := range m.Bindings {
+			if b.Set != 0 || int(b.Binding) >= n {
+				t.Errorf("%s: binding set %d binding %d out of range (%d bindings)", k, b.Set, b.Binding, n)
+				continue
+			}
+			seen[b.Binding] = true
+			if want := elems[k][b.Binding]; b.Elem != want && b.Elem != "other" {
+				t.Errorf("%s: binding %d holds %s, want %s", k, b.Binding, b.Elem, want)
+			}
+		}
+		if len(seen) != n {
+			t.Errorf("%s: %d distinct bindings, Go declares %d", k, len(seen), n)
+		}
+	}
+	if _, err := SPIRV(KernelFlash, DTypeF32); err != nil {
+		t.Errorf("scalar flash f32: %v", err)
+	}
+	if KernelDTypes("nope") != nil {
+		t.Error("KernelDTypes of an unknown kernel is not nil")
+	}
+}
+
+func TestFlashCMSharedBytesMatchSPIRV(t *testing.T) {
+	spv, err := SPIRV(KernelFlashCM, DTypeF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Reflect(spv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ nsg, bc, mode, d, dv int }{
+		{8, 64, 1, 128, 128}, {8, 128, 1, 64, 64}, {4, 32, 0, 128, 128}, {4, 32, 0, 256, 256},
+		{4, 64, 2, 96, 40}, {2, 16, 0, 1, 1}, {8, 64, 0, 64, 80},
+	} {
+		spec := map[uint32]uint32{
+			SpecWorkgroupSize: uint32(32 * c.nsg), SpecD: uint32(c.d), SpecDV: uint32(c.dv), SpecBR: uint32(16 * c.nsg),
+			SpecBC: uint32(c.bc), SpecSubgroup: 32, SpecCMM: 16, SpecCMN: 16, SpecCMK: 16, SpecCMMode: uint32(c.mode), SpecCMLen: 8,
+		}
+		got, err := m.SharedBytes(spec)
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		// The Go mirror rounds MODE 1's half scalar up to 4 bytes.
+		if want := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv); got > want || want-got > 2 {
+			t.Errorf("%+v: SPIR-V shared %d bytes, FlashCMSharedBytes %d", c, got, want)
+		}
+	}
+}

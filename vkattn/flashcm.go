@@ -1,0 +1,606 @@
+package vkattn
+
+// flash_cm: the FlashAttention-2 forward on KHR cooperative matrices
+// (shaders/flash_cm.comp), f16 storage only. Selection (Options.Kernel):
+//
+//   - "" (auto): flash_cm for f16 forwards on devices that support it (see
+//     cmSupport), the scalar flash kernel for f32, for devices without
+//     cooperative matrices (lavapipe) and for problems flash_cm cannot take;
+//     if the layout probe fails, the scalar kernel too.
+//   - "flash_cm": the same, but Open fails with ErrUnsupported when the
+//     device cannot run flash_cm, and a failing probe is an error.
+//   - "flash", "minimal", "naive": never flash_cm.
+//
+// The element layout of the coopmat types (which invocation holds which
+// element) is read once per Backend by running flash_cm_probe (lazily, on
+// the first f16 forward) and turned into flash_cm's layout spec constants;
+// see bench/NOTES.md ("Integrating flash_cm into vkattn") and
+// flash_cm.comp's header.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/pipeline"
+	"github.com/flashvk/flashvk/shaders"
+)
+
+// flashCM is a Backend's flash_cm state (nil when not selected or not
+// supported).
+type flashCM struct {
+	explicit bool // Options.Kernel == "flash_cm"
+	shape    device.CoopMatShape
+	reqSG    uint32
+	full     bool
+	spirv    []byte
+	probeSPV []byte
+
+	once   sync.Once
+	layout *cmLayout
+	err    error
+}
+
+// cmSupport checks that info can run flash_cm and returns the coopmat
+// shape it would use.
+func cmSupport(info device.Info) (device.CoopMatShape, error) {
+	var why []string
+	if !apiAtLeast(info.APIVersion, 1, 3) {
+		why = append(why, fmt.Sprintf("Vulkan %q < 1.3 (SPIR-V 1.6 modules)", info.APIVersion))
+	}
+	if !info.Float16 {
+		why = append(why, "no shaderFloat16")
+	}
+	if !info.StorageBuffer16Bit {
+		why = append(why, "no storageBuffer16BitAccess")
+	}
+	if !info.VulkanMemoryModel {
+		why = append(why, "no vulkanMemoryModel")
+	}
+	if !info.SubgroupOps.Shuffle {
+		why = append(why, "no subgroup shuffle")
+	}
+	sg := info.SubgroupSize
+	if sg < 1 || sg&(sg-1) != 0 {
+		why = append(why, fmt.Sprintf("subgroup size %d", sg))
+	}
+	fixed := info.MinSubgroupSize == info.MaxSubgroupSize
+	if !fixed && !info.SubgroupSizeControl {
+		why = append(why, "variable subgroup size without subgroup size control")
+	}
+	if !fixed && !info.ComputeFullSubgroups {
+		why = append(why, "variable subgroup size without computeFullSubgroups")
+	}
+	shape, err := cmShape(info)
+	if err != nil {
+		why = append(why, err.Error())
+	}
+	if len(why) > 0 {
+		return device.CoopMatShape{}, fmt.Errorf("%w: flash_cm on %s: %s", ErrUnsupported, info.Name, strings.Join(why, "; "))
+	}
+	return shape, nil
+}
+
+// apiAtLeast reports whether a "major.minor.patch" version is at least
+// major.minor.
+func apiAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// cmShape picks the subgroup-scope f16·f16+f32→f32 cooperative-matrix shape
+// from the shapes the device reports (never assumed): 16×16×16 when
+// reported, else the largest with N == K, else any with N and K multiples
+// of 8 (ported from bench/gemm/probe.go).
+func cmShape(info device.Info) (device.CoopMatShape, error) {
+	var best *device.CoopMatShape
+	score := func(s device.CoopMatShape) int {
+		v := int(s.M * s.N * s.K)
+		if s.M == 16 && s.N == 16 && s.K == 16 {
+			v += 1 << 30
+		}
+		if s.N == s.K {
+			v += 1 << 20
+		}
+		return v
+	}
+	for i, s := range info.CoopMat {
+		if s.Scope != "subgroup" || s.A != "f16" || s.B != "f16" || s.C != "f32" || s.Result != "f32" {
+			continue
+		}
+		if s.M == 0 || s.N == 0 || s.K == 0 || s.N%8 != 0 || s.K%8 != 0 || s.M > 64 {
+			continue
+		}
+		if best == nil || score(s) > score(*best) {
+			best = &info.CoopMat[i]
+		}
+	}
+	if best == nil {
+		return device.CoopMatShape{}, fmt.Errorf("no subgroup f16·f16+f32→f32 cooperative-matrix shape with N, K multiples of 8 (reported: %v)", info.CoopMat)
+	}
+	return *best, nil
+}
+
+// initFlashCM sets b.cm for the kernel selection requested (Options.Kernel).
+func (b *Backend) initFlashCM(requested string) error {
+	if requested != "" && requested != shaders.KernelFlashCM {
+		return nil
+	}
+	explicit := requested == shaders.KernelFlashCM
+	shape, err := cmSupport(b.info)
+	if err != nil {
+		if explicit {
+			return err
+		}
+		return nil
+	}
+	spv, err := shaders.SPIRV(shaders.KernelFlashCM, shaders.DTypeF16)
+	if err != nil {
+		return fmt.Errorf("vkattn: %w", err)
+	}
+	probe, err := shaders.SPIRV(shaders.KernelFlashCMProbe, shaders.DTypeF16)
+	if err != nil {
+		return fmt.Errorf("vkattn: %w", err)
+	}
+	cm := &flashCM{explicit: explicit, shape: shape, spirv: spv, probeSPV: probe, full: b.info.ComputeFullSubgroups}
+	if b.info.SubgroupSizeControl {
+		cm.reqSG = b.info.SubgroupSize
+	}
+	b.cm = cm
+	return nil
+}
+
+// flashCMLayout runs the probe once per Backend (thread-safe) and returns
+// the layout.
+func (b *Backend) flashCMLayout(ctx context.Context) (*cmLayout, error) {
+	cm := b.cm
+	cm.once.Do(func() {
+		cm.layout, cm.err = b.runCMProbe(ctx)
+		if cm.err != nil {
+			cm.err = fmt.Errorf("%w: flash_cm layout probe on %s: %w", ErrUnsupported, b.info.Name, cm.err)
+		}
+	})
+	return cm.layout, cm.err
+}
+
+// runCMProbe runs flash_cm_probe (one workgroup of one subgroup) and parses
+// its output.
+func (b *Backend) runCMProbe(ctx context.Context) (*cmLayout, error) {
+	d := b.dev
+	cm := b.cm
+	sg := int(b.info.SubgroupSize)
+	n := shaders.FlashCMProbeFloats(sg)
+	buf, err := d.NewBuffer(int64(4 * n))
+	if err != nil {
+		return nil, err
+	}
+	defer buf.Close()
+	if err := d.Fill(ctx, buf, 0x7FC00000); err != nil { // NaN: unwritten
+		return nil, err
+	}
+	p, err := d.NewPipeline(device.PipelineDesc{Name: shaders.KernelFlashCMProbe, SPIRV: cm.probeSPV,
+		Spec: []device.Spec{
+			{ID: shaders.SpecWorkgroupSize, Value: uint32(sg)},
+			{ID: shaders.SpecCMM, Value: cm.shape.M}, {ID: shaders.SpecCMN, Value: cm.shape.N}, {ID: shaders.SpecCMK, Value: cm.shape.K},
+		},
+		Bindings: 1, RequiredSubgroupSize: cm.reqSG, FullSubgroups: cm.full})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	r := d.Record()
+	if err := r.Dispatch(p, nil, [3]uint32{1, 1, 1}, buf); err != nil {
+		return nil, err
+	}
+	if _, err := d.Submit(ctx, r); err != nil {
+		return nil, err
+	}
+	out := make([]float32, n)
+	if err := device.Download(ctx, buf, 0, out); err != nil {
+		return nil, err
+	}
+	return parseCMProbe(out, cm.shape, sg)
+}
+
+// cmLayout is what flash_cm_probe tells about the element layout of the
+// accumulator and A types, and the spec constants derived from it (ported
+// from bench/gemm/probe.go).
+type cmLayout struct {
+	M, N, K      uint32
+	SG           int
+	AccLen, ALen int
+	AccRC, ARC   [][][2]int // [lane][component] → (row, col)
+	Mode1        bool       // register softmax and register P (MODE 1)
+	Mode2        bool       // register softmax, P through shared memory (MODE 2: never used, wrong on NVIDIA)
+	Why          string     // why MODE 1 (or 2) is impossible
+	RL           int
+	SlotRow      []int
+	XorMask      uint32
+	APerm        []int
+}
+
+func (l *cmLayout) packed() (slotLo, slotHi, permLo, permHi uint32) {
+	for i, v := range l.SlotRow {
+		if i < 8 {
+			slotLo |= uint32(v) << (4 * i)
+		} else {
+			slotHi |= uint32(v) << (4 * (i - 8))
+		}
+	}
+	for j, v := range l.APerm {
+		if j < 8 {
+			permLo |= uint32(v) << (4 * j)
+		} else {
+			permHi |= uint32(v) << (4 * (j - 8))
+		}
+	}
+	return
+}
+
+// parseCMProbe decodes flash_cm_probe's output: out[0] accumulator
+// components per lane, out[1] A components per lane, out[2] subgroup size;
+// from out[8] 64 words per lane for the accumulator (256·row + col) then 64
+// per lane for A (32·row + col); NaN where not written.
+func parseCMProbe(out []float32, shape device.CoopMatShape, sg int) (*cmLayout, error) {
+	if len(out) < shaders.FlashCMProbeFloats(sg) {
+		return nil, fmt.Errorf("probe: %d words, want %d", len(out), shaders.FlashCMProbeFloats(sg))
+	}
+	l := &cmLayout{M: shape.M, N: shape.N, K: shape.K, SG: int(out[2]), AccLen: int(out[0]), ALen: int(out[1])}
+	if l.SG != sg {
+		return nil, fmt.Errorf("probe ran with subgroup %v, device reports %d", out[2], sg)
+	}
+	if l.AccLen <= 0 || l.AccLen > 64 || l.ALen <= 0 || l.ALen > 64 {
+		return nil, fmt.Errorf("probe: odd lengths acc %v A %v", out[0], out[1])
+	}
+	l.AccRC = make([][][2]int, sg)
+	l.ARC = make([][][2]int, sg)
+	seenAcc := map[[2]int]int{}
+	seenA := map[[2]int]int{}
+	for lane := range sg {
+		for i := range l.AccLen {
+			v := out[8+lane*64+i]
+			if math.IsNaN(float64(v)) {
+				return nil, fmt.Errorf("probe: acc lane %d comp %d not written", lane, i)
+			}
+			rc := [2]int{int(v) / 256, int(v) % 256}
+			l.AccRC[lane] = append(l.AccRC[lane], rc)
+			seenAcc[rc]++
+		}
+		for j := range l.ALen {
+			v := out[8+(sg+lane)*64+j]
+			if math.IsNaN(float64(v)) {
+				return nil, fmt.Errorf("probe: A lane %d comp %d not written", lane, j)
+			}
+			rc := [2]int{int(v) / 32, int(v) % 32}
+			l.ARC[lane] = append(l.ARC[lane], rc)
+			seenA[rc]++
+		}
+	}
+	if len(seenAcc) != int(l.M*l.N) || len(seenA) != int(l.M*l.K) {
+		return nil, fmt.Errorf("probe: accumulator covers %d of %d elements, A %d of %d (replicated layouts are not supported)", len(seenAcc), l.M*l.N, len(seenA), l.M*l.K)
+	}
+	l.analyze()
+	return l, nil
+}
+
+// analyze decides whether the register softmax (MODE 1) applies and derives
+// its spec constants; see flash_cm.comp's header for the conditions.
+func (l *cmLayout) analyze() {
+	fail := func(f string, a ...any) { l.Mode1, l.Mode2 = false, false; l.Why = fmt.Sprintf(f, a...) }
+	if l.AccLen > 16 {
+		fail("%d accumulator components per lane (> 16)", l.AccLen)
+		return
+	}
+	// Local rows in order of first appearance; slotrow must not depend on the lane.
+	lrows := make([][]int, l.SG)
+	for lane := range l.SG {
+		var rows []int
+		slot := make([]int, l.AccLen)
+		for i, rc := range l.AccRC[lane] {
+			k := -1
+			for x, r := range rows {
+				if r == rc[0] {
+					k = x
+				}
+			}
+			if k < 0 {
+				k = len(rows)
+				rows = append(rows, rc[0])
+			}
+			slot[i] = k
+		}
+		lrows[lane] = rows
+		if lane == 0 {
+			l.SlotRow = slot
+			l.RL = len(rows)
+		} else {
+			for i := range slot {
+				if slot[i] != l.SlotRow[i] || len(rows) != l.RL {
+					fail("local row of a component depends on the lane (lane %d comp %d)", lane, i)
+					return
+				}
+			}
+		}
+	}
+	if l.RL > 15 {
+		fail("%d rows per lane", l.RL)
+		return
+	}
+	// Row groups: the lanes holding lane 0's local row 0 give the xor mask.
+	holders := func(row int) []int {
+		var ls []int
+		for lane := range l.SG {
+			for _, r := range lrows[lane] {
+				if r == row {
+					ls = append(ls, lane)
+					break
+				}
+			}
+		}
+		return ls
+	}
+	var mask uint32
+	for _, x := range holders(lrows[0][0]) {
+		mask |= uint32(x)
+	}
+	if mask >= 256 {
+		fail("row group spans lane bits %#x", mask)
+		return
+	}
+	nsub := 1
+	for b := mask; b != 0; b &= b - 1 {
+		nsub *= 2
+	}
+	for lane := range l.SG {
+		for k, row := range lrows[lane] {
+			hs := holders(row)
+			if len(hs) != nsub {
+				fail("row %d held by %d lanes, mask %#x implies %d", row, len(hs), mask, nsub)
+				return
+			}
+			for _, x := range hs {
+				if uint32(x^lane)&^mask != 0 || lrows[x][k] != row {
+					fail("row %d: lane %d is not lane %d ^ subset of %#x at the same local row", row, x, lane, mask)
+					return
+				}
+			}
+		}
+	}
+	l.XorMask = mask
+	l.Mode2 = true
+	// MODE 1: A component j ↔ accumulator component perm[j] in the same lane.
+	fail1 := func(f string, a ...any) { l.Mode1 = false; l.Why = fmt.Sprintf(f, a...) }
+	if l.N != l.K {
+		fail1("N (%d) != K (%d)", l.N, l.K)
+		return
+	}
+	if l.AccLen != l.ALen {
+		fail1("component counts acc %d, A %d", l.AccLen, l.ALen)
+		return
+	}
+	perm := make([]int, l.ALen)
+	for lane := range l.SG {
+		for j, rc := range l.ARC[lane] {
+			i := -1
+			for x, rc2 := range l.AccRC[lane] {
+				if rc2 == rc {
+					i = x
+				}
+			}
+			if i < 0 {
+				fail1("A element %v of lane %d is not in the lane's accumulator components", rc, lane)
+				return
+			}
+			if lane == 0 {
+				perm[j] = i
+			} else if perm[j] != i {
+				fail1("A→accumulator component map depends on the lane")
+				return
+			}
+		}
+	}
+	l.APerm = perm
+	l.Mode1 = true
+}
+
+// cmTile is one flash_cm configuration.
+type cmTile struct {
+	NSG, BC  int // subgroups per workgroup (BR = NSG·CM_M), keys per tile
+	Mode     int // 0 shared-memory softmax, 1 register softmax (MODE 2 is never chosen)
+	Prefetch bool
+}
+
+func (c cmTile) String() string {
+	pf := 0
+	if c.Prefetch {
+		pf = 1
+	}
+	return fmt.Sprintf("nsg%d-bc%d-mode%d-pf%d", c.NSG, c.BC, c.Mode, pf)
+}
+
+// cmMode1MinNq is the query length from which MODE 1 is chosen. On the H200
+// (bench/NOTES.md, bench/results/h200-2026-11-22-coopmat/run.log) MODE 1
+// reached 220–250 TFLOP/s at N ≥ 2048 but only ~40 at N = 512 and 1024
+// (not yet explained), where MODE 0 ran at 128–170 TFLOP/s (as at every N).
+// MODE 2 gave wrong results on NVIDIA and is never selected.
+const cmMode1MinNq = 2048
+
+// cmTiles lists the configurations to try for a problem, best first: the
+// H200 sweep's choices (bench/NOTES.md) — MODE 1 nsg8-bc64-pf1 at d ≤ 128
+// (nsg8-bc128-pf1 at d ≤ 64) for Nq ≥ cmMode1MinNq when the probe allows
+// register softmax, then MODE 0 nsg4-bc32-pf1 (any layout, the fallback).
+// MODE 1 at d > 128 was not measured: MODE 0 there.
+func cmTiles(l *cmLayout, d, dv, nq int) []cmTile {
+	var ts []cmTile
+	if l.Mode1 && nq >= cmMode1MinNq {
+		switch dm := max(d, dv); {
+		case dm <= 64:
+			ts = append(ts, cmTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
+		case dm <= 128:
+			ts = append(ts, cmTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
+		}
+	}
+	return append(ts, cmTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})
+}
+
+// cmCheckTile reports why tile c cannot run on a device with sharedMax
+// bytes of shared memory and workgroups of at most maxWG invocations.
+func cmCheckTile(l *cmLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
+	M, N, K := int(l.M), int(l.N), int(l.K)
+	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
+		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
+	}
+	if c.BC%N != 0 || c.BC%K != 0 {
+		return fmt.Errorf("BC %d not a multiple of N %d and K %d", c.BC, N, K)
+	}
+	switch c.Mode {
+	case 0:
+		lpr := 1
+		if l.SG >= M {
+			lpr = l.SG / M
+		}
+		if c.BC%lpr != 0 {
+			return fmt.Errorf("BC %d not a multiple of %d lanes per row", c.BC, lpr)
+		}
+	case 1:
+		if !l.Mode1 {
+			return fmt.Errorf("MODE 1 impossible: %s", l.Why)
+		}
+	default:
+		return fmt.Errorf("MODE %d is not used", c.Mode)
+	}
+	if wg := c.NSG * l.SG; wg > maxWG {
+		return fmt.Errorf("workgroup %d > %d", wg, maxWG)
+	}
+	if sh := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv); sh > sharedMax {
+		return fmt.Errorf("needs %d bytes of shared memory, device has %d", sh, sharedMax)
+	}
+	return nil
+}
+
+// chooseCMTile returns the first tile of cmTiles that fits.
+func chooseCMTile(l *cmLayout, d, dv, nq, sharedMax, maxWG int) (cmTile, error) {
+	var errs []string
+	for _, c := range cmTiles(l, d, dv, nq) {
+		err := cmCheckTile(l, c, d, dv, sharedMax, maxWG)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, c.String()+": "+err.Error())
+	}
+	return cmTile{}, fmt.Errorf("no flash_cm tile fits: %s", strings.Join(errs, "; "))
+}
+
+// cmVec reports whether flash_cm may use 16-byte loads (VEC): D, DV and
+// every Q/K/V/O stride multiples of 8 (the buffers are bound at offset 0).
+func cmVec(p *spec.Problem, pc shaders.Params) bool {
+	for _, v := range []uint32{uint32(p.D), uint32(p.Dv), pc.QB, pc.QS, pc.QH, pc.KB, pc.KS, pc.KH, pc.VB, pc.VS, pc.VH, pc.OB, pc.OS, pc.OH} {
+		if v%8 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// cmSpec is flash_cm's specialization for layout l, tile c and head dims.
+func cmSpec(l *cmLayout, c cmTile, d, dv int, vec bool) []device.Spec {
+	b2u := func(b bool) uint32 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	var rl, sLo, sHi, xm, pLo, pHi uint32 = 1, 0, 0, 0, 0, 0
+	if c.Mode == 1 {
+		sLo, sHi, pLo, pHi = l.packed()
+		rl, xm = uint32(max(l.RL, 1)), l.XorMask
+	}
+	return []device.Spec{
+		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
+		{ID: shaders.SpecDV, Value: uint32(dv)}, {ID: shaders.SpecBR, Value: uint32(c.NSG) * l.M},
+		{ID: shaders.SpecBC, Value: uint32(c.BC)}, {ID: shaders.SpecSubgroup, Value: uint32(l.SG)},
+		{ID: shaders.SpecCMM, Value: l.M}, {ID: shaders.SpecCMN, Value: l.N}, {ID: shaders.SpecCMK, Value: l.K},
+		{ID: shaders.SpecCMMode, Value: uint32(c.Mode)}, {ID: shaders.SpecCMLen, Value: uint32(l.AccLen)},
+		{ID: shaders.SpecCMRL, Value: rl}, {ID: shaders.SpecCMSlotLo, Value: sLo}, {ID: shaders.SpecCMSlotHi, Value: sHi},
+		{ID: shaders.SpecCMXorMask, Value: xm}, {ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
+		{ID: shaders.SpecCMVec, Value: b2u(vec)}, {ID: shaders.SpecCMPrefet, Value: b2u(vec && c.Prefetch)},
+	}
+}
+
+// ForwardKernel is the kernel the forward of p with storage dt runs:
+// "flash_cm" or the Backend's scalar kernel (Kernel's fallback). It runs
+// the layout probe if it has not run yet.
+func (b *Backend) ForwardKernel(ctx context.Context, p *spec.Problem, dt DType) string {
+	if b.cm == nil || dt != F16 {
+		return b.kernel
+	}
+	if _, _, err := b.flashCMPlan(ctx, p); err != nil {
+		return b.kernel
+	}
+	return shaders.KernelFlashCM
+}
+
+// flashCMPlan returns the layout and tile of flash_cm for p, or an error
+// when flash_cm cannot take p.
+func (b *Backend) flashCMPlan(ctx context.Context, p *spec.Problem) (*cmLayout, cmTile, error) {
+	l, err := b.flashCMLayout(ctx)
+	if err != nil {
+		return nil, cmTile{}, err
+	}
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	if err != nil {
+		return nil, cmTile{}, fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
+	}
+	return l, c, nil
+}
+
+// recordFlashCM records the flash_cm forward of p when it applies (f16
+// storage, flash_cm selected and supported, a tile fits); ok = false means
+// the caller records the scalar kernel instead. With Kernel "flash_cm" a
+// failing probe is returned as an error; a problem no tile fits (and every
+// f32 problem) falls back to the scalar kernel in both modes.
+func (b *Backend) recordFlashCM(r *device.Recorder, p *spec.Problem, dt DType, push []byte, q, k, v, o, lse *device.Buffer) (ok bool, err error) {
+	if b.cm == nil || dt != F16 {
+		return false, nil
+	}
+	l, err := b.flashCMLayout(context.Background())
+	if err != nil {
+		if b.cm.explicit {
+			return false, err
+		}
+		return false, nil
+	}
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	if err != nil {
+		return false, nil
+	}
+	vec := cmVec(p, params(p))
+	pl, err := b.cache.Get(pipeline.Key{
+		Name:          fmt.Sprintf("%s.f16(%s D=%d DV=%d VEC=%v)", shaders.KernelFlashCM, c, p.D, p.Dv, vec),
+		SPIRV:         b.cm.spirv,
+		Spec:          cmSpec(l, c, p.D, p.Dv, vec),
+		PushSize:      shaders.ParamsSize,
+		Bindings:      5,
+		SubgroupSize:  b.cm.reqSG,
+		FullSubgroups: b.cm.full,
+	})
+	if err != nil {
+		return false, fmt.Errorf("vkattn: pipeline %s.f16 %s: %w", shaders.KernelFlashCM, c, err)
+	}
+	br := c.NSG * int(l.M)
+	grid := [3]uint32{uint32((p.Nq + br - 1) / br), uint32(p.Hq), uint32(p.B)}
+	return true, b.dispatch(r, pl, push, grid, q, k, v, o, lse)
+}

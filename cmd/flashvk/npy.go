@@ -105,12 +105,43 @@ func readNpy(path string) (*npyArray, error) {
 // npyHeader parses the header with npyio, turning a panic on a malformed
 // header into an error. The returned reader decodes the data that follows.
 func npyHeader(r *bytes.Reader) (rd *npy.Reader, err error) {
+	if err := checkNpyPreamble(r); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			rd, err = nil, errors.New("malformed header")
 		}
 	}()
 	return npy.NewReader(r)
+}
+
+// checkNpyPreamble checks the magic, version and header length before
+// npyio sees the file: npyio allocates whatever header length the file
+// claims (a corrupt 4-byte length asks for gigabytes).
+func checkNpyPreamble(r *bytes.Reader) error {
+	raw := make([]byte, 12)
+	n, _ := r.ReadAt(raw, 0)
+	raw = raw[:n]
+	if n < 10 || string(raw[:6]) != "\x93NUMPY" {
+		return errors.New("no .npy magic")
+	}
+	var hlen, pre int
+	switch raw[6] {
+	case 1:
+		hlen, pre = int(binary.LittleEndian.Uint16(raw[8:10])), 10
+	case 2, 3:
+		if n < 12 {
+			return errors.New("truncated header")
+		}
+		hlen, pre = int(binary.LittleEndian.Uint32(raw[8:12])), 12
+	default:
+		return fmt.Errorf("unsupported .npy version %d", raw[6])
+	}
+	if hlen > int(r.Size())-pre {
+		return fmt.Errorf("header length %d runs past the end of the file", hlen)
+	}
+	return nil
 }
 
 // npyRead decodes the data after the header into x.

@@ -46,19 +46,24 @@ shaders-check:
 #   make build        the flashvk CLI into ./flashvk
 #   make test         every test (the README's test command; CI runs it with
 #                     FLASHVK_REQUIRE_VULKAN=1 FLASHVK_VALIDATION=1)
+#   make test-race    the concurrency tests under the race detector
 #   make test-vulkan  the Vulkan suites only, validation layer on
 #   make bench-cpu    the CPU backend's go benchmarks (benchstat format)
 
 GO ?= go
 GOTEST_TIMEOUT ?= 60m
 
-.PHONY: build test test-vulkan bench-cpu
+.PHONY: build test test-race test-vulkan bench-cpu
 
 build:
 	$(GO) build -o flashvk ./cmd/flashvk
 
 test:
 	$(GO) test -timeout $(GOTEST_TIMEOUT) ./...
+
+test-race:
+	$(GO) test -race -timeout $(GOTEST_TIMEOUT) -run 'Concurrent|Singleflight' ./device/ ./pipeline/
+	$(GO) test -race -timeout $(GOTEST_TIMEOUT) -run 'TestConformance(CPU|Vulkan)$$/concurrent' ./attention/
 
 test-vulkan:
 	FLASHVK_VALIDATION=1 $(GO) test -timeout $(GOTEST_TIMEOUT) ./device/... ./pipeline/ ./vkattn/ ./attention/ -run 'Vulkan|Device|Pipeline|Host|Step|Limits|Batch'

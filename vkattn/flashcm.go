@@ -600,7 +600,5 @@ func (b *Backend) recordFlashCM(r *device.Recorder, p *spec.Problem, dt DType, p
 	if err != nil {
 		return false, fmt.Errorf("vkattn: pipeline %s.f16 %s: %w", shaders.KernelFlashCM, c, err)
 	}
-	br := c.NSG * int(l.M)
-	grid := [3]uint32{uint32((p.Nq + br - 1) / br), uint32(p.Hq), uint32(p.B)}
-	return true, b.dispatch(r, pl, push, grid, q, k, v, o, lse)
+	return true, b.dispatch(r, pl, push, cmGrid(p, l, c), q, k, v, o, lse)
 }

@@ -312,8 +312,8 @@ func (b *Backend) recordForward(r *device.Recorder, s *scratch, p *spec.Problem,
 		if err != nil {
 			return err
 		}
-		grid := shaders.NaiveGrid(p.B, p.Hq, p.Nq)
-		for pass := range 3 {
+		grid := forwardGrid(shaders.KernelNaive, p, c)
+		for pass := range naivePasses {
 			pl, err := b.pipe(shaders.KernelNaive, dt, c, p.D, p.Dv, pass)
 			if err != nil {
 				return err
@@ -335,11 +335,7 @@ func (b *Backend) recordForward(r *device.Recorder, s *scratch, p *spec.Problem,
 		if err != nil {
 			return err
 		}
-		grid := shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.BR)
-		if b.kernel == shaders.KernelMinimal {
-			grid = shaders.MinimalGrid(p.B, p.Hq, p.Nq, c.BR)
-		}
-		return b.dispatch(r, pl, push, grid, q, k, v, o, lse)
+		return b.dispatch(r, pl, push, forwardGrid(b.kernel, p, c), q, k, v, o, lse)
 	}
 	return fmt.Errorf("%w: kernel %q", ErrInvalid, b.kernel)
 }
@@ -377,12 +373,13 @@ func (b *Backend) recordBackward(r *device.Recorder, s *scratch, p *spec.Problem
 	if err != nil {
 		return err
 	}
-	if err := b.dispatch(r, ppre, push, shaders.BwdPreGrid(p.B, p.Hq, p.Nq, cpre.BR), o, do, dbuf); err != nil {
+	grids := bwdGrids(p, cpre, ckv, cq)
+	if err := b.dispatch(r, ppre, push, grids[0], o, do, dbuf); err != nil {
 		return err
 	}
 	r.Barrier()
-	if err := b.dispatch(r, pkv, push, shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, ckv.BC), q, k, v, do, lse, dbuf, dk, dv); err != nil {
+	if err := b.dispatch(r, pkv, push, grids[1], q, k, v, do, lse, dbuf, dk, dv); err != nil {
 		return err
 	}
-	return b.dispatch(r, pq, push, shaders.BwdDQGrid(p.B, p.Hq, p.Nq, cq.BR), q, k, v, do, lse, dbuf, dq)
+	return b.dispatch(r, pq, push, grids[2], q, k, v, do, lse, dbuf, dq)
 }

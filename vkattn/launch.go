@@ -1,0 +1,123 @@
+package vkattn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/shaders"
+)
+
+// Launch is one compute dispatch a call records: the kernel, its grid
+// (workgroups in x, y, z), the invocations per workgroup (x; y = z = 1),
+// the tile and the shared memory per workgroup.
+type Launch struct {
+	Kernel      string
+	Grid        [3]uint32
+	Workgroup   int
+	BR, BC      int // query and key rows per tile (naive: BR = BC = 0)
+	SharedBytes int
+	// Mode describes a variant: flash_cm's tile ("nsg8-bc128-mode1-pf1"),
+	// the naive kernel's pass ("pass 1/3"); "" otherwise.
+	Mode string
+}
+
+// Launches lists the dispatches the forward (backward = false) or the
+// backward (backward = true) of p with storage dt records, in order, as
+// Forward and Backward record them: the grids come from the same functions
+// (forwardGrid, cmGrid, bwdGrids) and the tiles from Config and the
+// flash_cm tile choice. The grids are those of the whole problem; the host
+// path (ForwardHost, BackwardHost) dispatches problems too large for one
+// submission in chunks of MaxBatchChunk batches, each with z = the chunk's
+// batches. Like ForwardKernel it may run the flash_cm layout probe.
+func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt DType, backward bool) ([]Launch, error) {
+	if err := CheckProblem(p); err != nil {
+		return nil, err
+	}
+	if err := b.supports(dt); err != nil {
+		return nil, err
+	}
+	f16 := dt == F16
+	if backward {
+		var cs [3]shaders.Config
+		for i, k := range bwdKernels {
+			c, err := b.Config(k, p.D, p.Dv, dt)
+			if err != nil {
+				return nil, err
+			}
+			cs[i] = c
+		}
+		grids := bwdGrids(p, cs[0], cs[1], cs[2])
+		ls := make([]Launch, len(bwdKernels))
+		for i, k := range bwdKernels {
+			ls[i] = Launch{Kernel: k, Grid: grids[i], Workgroup: cs[i].WG, BR: cs[i].BR, BC: cs[i].BC,
+				SharedBytes: SharedBytes(k, cs[i], p.D, p.Dv, f16)}
+		}
+		return ls, nil
+	}
+	if b.cm != nil && dt == F16 { // as recordFlashCM decides
+		l, err := b.flashCMLayout(ctx)
+		if err != nil && b.cm.explicit {
+			return nil, err
+		}
+		if err == nil {
+			if c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+				return []Launch{{Kernel: shaders.KernelFlashCM, Grid: cmGrid(p, l, c), Workgroup: c.NSG * l.SG,
+					BR: c.NSG * int(l.M), BC: c.BC, Mode: c.String(),
+					SharedBytes: shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv)}}, nil
+			}
+		}
+	}
+	c, err := b.Config(b.kernel, p.D, p.Dv, dt)
+	if err != nil {
+		return nil, err
+	}
+	l := Launch{Kernel: b.kernel, Grid: forwardGrid(b.kernel, p, c), Workgroup: c.WG, BR: c.BR, BC: c.BC,
+		SharedBytes: SharedBytes(b.kernel, c, p.D, p.Dv, f16)}
+	if b.kernel != shaders.KernelNaive {
+		return []Launch{l}, nil
+	}
+	if err := b.checkNaive(p); err != nil {
+		return nil, err
+	}
+	l.BR, l.BC = 0, 0
+	ls := make([]Launch, naivePasses)
+	for pass := range ls {
+		ls[pass] = l
+		ls[pass].Mode = fmt.Sprintf("pass %d/%d", pass+1, naivePasses)
+	}
+	return ls, nil
+}
+
+// naivePasses is the number of dispatches of the naive kernel.
+const naivePasses = 3
+
+// bwdKernels are the backward's kernels in recording order.
+var bwdKernels = [3]string{shaders.KernelBwdPre, shaders.KernelBwdDKDV, shaders.KernelBwdDQ}
+
+// forwardGrid is the grid of the scalar forward kernel (naive, minimal or
+// flash) for p with configuration c.
+func forwardGrid(kernel string, p *spec.Problem, c shaders.Config) [3]uint32 {
+	switch kernel {
+	case shaders.KernelNaive:
+		return shaders.NaiveGrid(p.B, p.Hq, p.Nq)
+	case shaders.KernelMinimal:
+		return shaders.MinimalGrid(p.B, p.Hq, p.Nq, c.BR)
+	}
+	return shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.BR)
+}
+
+// cmGrid is flash_cm's grid: one workgroup per NSG·M query rows, head and
+// batch (the same layout as FlashFwdGrid).
+func cmGrid(p *spec.Problem, l *cmLayout, c cmTile) [3]uint32 {
+	return shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.NSG*int(l.M))
+}
+
+// bwdGrids are the grids of bwd_pre, bwd_dkdv and bwd_dq.
+func bwdGrids(p *spec.Problem, cpre, ckv, cq shaders.Config) [3][3]uint32 {
+	return [3][3]uint32{
+		shaders.BwdPreGrid(p.B, p.Hq, p.Nq, cpre.BR),
+		shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, ckv.BC),
+		shaders.BwdDQGrid(p.B, p.Hq, p.Nq, cq.BR),
+	}
+}

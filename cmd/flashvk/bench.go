@@ -309,6 +309,11 @@ outer:
 				TFLOPS: res.TFLOPS(), Iters: len(res.Times), Clock: res.Clock}
 			d := dev
 			r.Device = &d
+			if ls, err := launchesOf(ctx, j.e.Engine, p, pt.backward); err == nil {
+				r.Launch, r.Launches = mainLaunch(ls), ls
+			} else {
+				prog.note(fmt.Sprintf("%s: launch configuration: %s", label, oneLine(err.Error())))
+			}
 			if f.check {
 				if float64(p.B)*float64(p.Hq)*float64(p.Nq)*float64(p.Nk) > maxCheckScores {
 					prog.note(fmt.Sprintf("%s: too large for the float64 reference, not checked", label))

@@ -42,7 +42,8 @@ more result files (schema flashvk-bench/1):
   - the results table (median, p10, p90, TFLOP/s);
   - the errors against the float64 reference, when the results carry
     max_abs/rel_l2 (bench --check);
-  - the launch configuration per kernel, when the results carry "launch";
+  - the launch configuration of every dispatch, when the results carry
+    "launches" (or "launch");
   - the memory analysis of 'flashvk explain' for every shape of the grid.
 
 --markdown FILE writes the same tables as Markdown, with the charts as SVG
@@ -119,7 +120,7 @@ type sourceInfo struct {
 }
 
 type launchRow struct {
-	Series, Problem, Grid, Workgroup, Shared, Tile string
+	Series, Problem, Kernel, Grid, Workgroup, Shared, Tile string
 }
 
 type memRow struct {
@@ -235,18 +236,21 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 	// Launch configurations.
 	seenLaunch := map[string]bool{}
 	for _, r := range rep.Rows {
-		l := r.R.Launch
-		if l == nil {
-			continue
+		ls := r.R.Launches
+		if len(ls) == 0 && r.R.Launch != nil {
+			ls = []Launch{*r.R.Launch}
 		}
-		lr := launchRow{Series: r.Series, Problem: shapeLabel(&r.R), Grid: ints(l.Grid), Workgroup: ints(l.Workgroup), Tile: l.Tile}
-		if l.SharedBytes > 0 {
-			lr.Shared = fmt.Sprintf("%d (%s)", l.SharedBytes, bytesIEC(uint64(l.SharedBytes)))
-		}
-		id := fmt.Sprint(lr)
-		if !seenLaunch[id] {
-			seenLaunch[id] = true
-			rep.Launches = append(rep.Launches, lr)
+		for _, l := range ls {
+			lr := launchRow{Series: r.Series, Problem: shapeLabel(&r.R), Kernel: l.Kernel,
+				Grid: ints(l.Grid), Workgroup: ints(l.Workgroup), Tile: l.Tile}
+			if l.SharedBytes > 0 {
+				lr.Shared = fmt.Sprintf("%d (%s)", l.SharedBytes, bytesIEC(uint64(l.SharedBytes)))
+			}
+			id := fmt.Sprint(lr)
+			if !seenLaunch[id] {
+				seenLaunch[id] = true
+				rep.Launches = append(rep.Launches, lr)
+			}
 		}
 	}
 
@@ -504,8 +508,8 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 {{if .Launches}}
 <h2>Launch configuration</h2>
 <div class="scroll"><table>
-<tr><th class="l">series</th><th class="l">problem</th><th>grid</th><th>workgroup</th><th>shared memory (bytes)</th><th class="l">tile</th></tr>
-{{range .Launches}}<tr><td class="l">{{.Series}}</td><td class="l">{{.Problem}}</td><td>{{.Grid}}</td><td>{{.Workgroup}}</td><td>{{.Shared}}</td><td class="l">{{.Tile}}</td></tr>
+<tr><th class="l">series</th><th class="l">problem</th><th class="l">kernel</th><th>grid</th><th>workgroup</th><th>shared memory (bytes)</th><th class="l">tile</th></tr>
+{{range .Launches}}<tr><td class="l">{{.Series}}</td><td class="l">{{.Problem}}</td><td class="l">{{.Kernel}}</td><td>{{.Grid}}</td><td>{{.Workgroup}}</td><td>{{.Shared}}</td><td class="l">{{.Tile}}</td></tr>
 {{end}}</table></div>
 {{end}}
 
@@ -580,9 +584,9 @@ func (rep *report) writeMarkdown(path string) error {
 		}
 	}
 	if len(rep.Launches) > 0 {
-		fmt.Fprintln(&b, "\n## Launch configuration\n\n| series | problem | grid | workgroup | shared bytes | tile |\n|---|---|---:|---:|---:|---|")
+		fmt.Fprintln(&b, "\n## Launch configuration\n\n| series | problem | kernel | grid | workgroup | shared bytes | tile |\n|---|---|---|---:|---:|---:|---|")
 		for _, l := range rep.Launches {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", l.Series, l.Problem, l.Grid, l.Workgroup, l.Shared, l.Tile)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", l.Series, l.Problem, l.Kernel, l.Grid, l.Workgroup, l.Shared, l.Tile)
 		}
 	}
 	fmt.Fprintln(&b, "\n## Memory traffic: naive vs flash attention\n\nNaive attention writes and reads S and P (4·B·H·N² elements) besides Q, K, V, O; flash attention is assumed to read Q, K, V once and write O once.\n\n| problem | naive bytes | flash bytes | naive / flash | FLOPs | naive FLOP/B | flash FLOP/B |\n|---|---:|---:|---:|---:|---:|---:|")

@@ -61,13 +61,18 @@ type Result struct {
 	// Device repeats the device of this result (always written by
 	// flashvk; optional on input, where the file's device applies).
 	Device *DeviceInfo `json:"device,omitempty"`
-	// Launch is the kernel's launch configuration, when the backend
-	// reports it.
+	// Launch is the main kernel's launch configuration, when the backend
+	// reports it: the forward kernel, or bwd_dkdv for the backward.
 	Launch *Launch `json:"launch,omitempty"`
+	// Launches are all the dispatches of the measured call, in order
+	// (the backward: bwd_pre, bwd_dkdv, bwd_dq), when the backend reports
+	// them.
+	Launches []Launch `json:"launches,omitempty"`
 }
 
 // Launch is a compute dispatch's configuration.
 type Launch struct {
+	Kernel      string `json:"kernel,omitempty"`       // the dispatched kernel, e.g. "flash", "bwd_dkdv"; "cpu" for the CPU backend
 	Grid        []int  `json:"grid,omitempty"`         // workgroups dispatched (x, y, z)
 	Workgroup   []int  `json:"workgroup,omitempty"`    // invocations per workgroup (x, y, z)
 	SharedBytes int    `json:"shared_bytes,omitempty"` // shared memory per workgroup

@@ -1,0 +1,47 @@
+package attention
+
+import (
+	"context"
+
+	"github.com/flashvk/flashvk/vkattn"
+)
+
+// Launch is one compute dispatch of the Vulkan backend: kernel, grid,
+// workgroup size, tile and shared memory (see vkattn.Launch).
+type Launch = vkattn.Launch
+
+// Launches returns the dispatches the Vulkan backend records for the
+// forward (or, with backward, the backward) of attention on contiguous
+// tensors of shapes q, k, v in layout l and dtype dt with opt — the grids
+// and tiles the kernels run with on this engine's device. It returns nil
+// and no error on a backend other than Vulkan.
+func (e *Engine) Launches(ctx context.Context, q, k, v Shape, l Layout, dt DType, opt Options, backward bool) ([]Launch, error) {
+	vk := e.Vulkan()
+	if vk == nil {
+		return nil, nil
+	}
+	if err := e.supports(dt); err != nil {
+		return nil, err
+	}
+	scale, err := opt.scale(q.D)
+	if err != nil {
+		return nil, err
+	}
+	mask, err := opt.mask()
+	if err != nil {
+		return nil, err
+	}
+	p := &Problem{
+		B: q.B, Hq: q.H, Hkv: k.H, Nq: q.S, Nk: k.S, D: q.D, Dv: v.D, Scale: scale, Mask: mask,
+		Q: Contiguous(q, l), K: Contiguous(k, l), V: Contiguous(v, l), O: Contiguous(Shape{B: q.B, S: q.S, H: q.H, D: v.D}, l),
+	}
+	vdt := vkattn.F32
+	if dt == Float16 {
+		vdt = vkattn.F16
+	}
+	ls, err := vk.Launches(ctx, p, vdt, backward)
+	if err != nil {
+		return nil, vkErr(err)
+	}
+	return ls, nil
+}

@@ -42,7 +42,7 @@ type flashCM struct {
 	probeSPV []byte
 
 	once   sync.Once
-	layout *cmLayout
+	layout *CMLayout
 	err    error
 }
 
@@ -76,7 +76,7 @@ func cmSupport(info device.Info) (device.CoopMatShape, error) {
 	if !fixed && !info.ComputeFullSubgroups {
 		why = append(why, "variable subgroup size without computeFullSubgroups")
 	}
-	shape, err := cmShape(info)
+	shape, err := CMShape(info)
 	if err != nil {
 		why = append(why, err.Error())
 	}
@@ -101,11 +101,11 @@ func apiAtLeast(v string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
-// cmShape picks the subgroup-scope f16·f16+f32→f32 cooperative-matrix shape
+// CMShape picks the subgroup-scope f16·f16+f32→f32 cooperative-matrix shape
 // from the shapes the device reports (never assumed): 16×16×16 when
 // reported, else the largest with N == K, else any with N and K multiples
-// of 8 (ported from bench/gemm/probe.go).
-func cmShape(info device.Info) (device.CoopMatShape, error) {
+// of 8. bench/gemm uses it too.
+func CMShape(info device.Info) (device.CoopMatShape, error) {
 	var best *device.CoopMatShape
 	score := func(s device.CoopMatShape) int {
 		v := int(s.M * s.N * s.K)
@@ -165,7 +165,7 @@ func (b *Backend) initFlashCM(requested string) error {
 
 // flashCMLayout runs the probe once per Backend (thread-safe) and returns
 // the layout.
-func (b *Backend) flashCMLayout(ctx context.Context) (*cmLayout, error) {
+func (b *Backend) flashCMLayout(ctx context.Context) (*CMLayout, error) {
 	cm := b.cm
 	cm.once.Do(func() {
 		cm.layout, cm.err = b.runCMProbe(ctx)
@@ -176,12 +176,31 @@ func (b *Backend) flashCMLayout(ctx context.Context) (*cmLayout, error) {
 	return cm.layout, cm.err
 }
 
-// runCMProbe runs flash_cm_probe (one workgroup of one subgroup) and parses
-// its output.
-func (b *Backend) runCMProbe(ctx context.Context) (*cmLayout, error) {
-	d := b.dev
+// runCMProbe runs flash_cm_probe on the Backend's device (see RunCMProbe).
+func (b *Backend) runCMProbe(ctx context.Context) (*CMLayout, error) {
 	cm := b.cm
-	sg := int(b.info.SubgroupSize)
+	return runProbe(ctx, b.dev, cm.probeSPV, cm.shape, int(b.info.SubgroupSize), cm.reqSG, cm.full)
+}
+
+// RunCMProbe runs flash_cm_probe for coopmat shape (from CMShape) on d,
+// with the subgroup settings a Backend on d would use, and parses its
+// output (ParseCMProbe). bench/gemm uses it.
+func RunCMProbe(ctx context.Context, d *device.Device, shape device.CoopMatShape) (*CMLayout, error) {
+	info := d.Info()
+	spv, err := shaders.SPIRV(shaders.KernelFlashCMProbe, shaders.DTypeF16)
+	if err != nil {
+		return nil, fmt.Errorf("vkattn: %w", err)
+	}
+	var reqSG uint32
+	if info.SubgroupSizeControl {
+		reqSG = info.SubgroupSize
+	}
+	return runProbe(ctx, d, spv, shape, int(info.SubgroupSize), reqSG, info.ComputeFullSubgroups)
+}
+
+// runProbe runs flash_cm_probe (one workgroup of one subgroup of sg
+// invocations) and parses its output.
+func runProbe(ctx context.Context, d *device.Device, probeSPV []byte, shape device.CoopMatShape, sg int, reqSG uint32, full bool) (*CMLayout, error) {
 	n := shaders.FlashCMProbeFloats(sg)
 	buf, err := d.NewBuffer(int64(4 * n))
 	if err != nil {
@@ -191,12 +210,12 @@ func (b *Backend) runCMProbe(ctx context.Context) (*cmLayout, error) {
 	if err := d.Fill(ctx, buf, 0x7FC00000); err != nil { // NaN: unwritten
 		return nil, err
 	}
-	p, err := d.NewPipeline(device.PipelineDesc{Name: shaders.KernelFlashCMProbe, SPIRV: cm.probeSPV,
+	p, err := d.NewPipeline(device.PipelineDesc{Name: shaders.KernelFlashCMProbe, SPIRV: probeSPV,
 		Spec: []device.Spec{
 			{ID: shaders.SpecWorkgroupSize, Value: uint32(sg)},
-			{ID: shaders.SpecCMM, Value: cm.shape.M}, {ID: shaders.SpecCMN, Value: cm.shape.N}, {ID: shaders.SpecCMK, Value: cm.shape.K},
+			{ID: shaders.SpecCMM, Value: shape.M}, {ID: shaders.SpecCMN, Value: shape.N}, {ID: shaders.SpecCMK, Value: shape.K},
 		},
-		Bindings: 1, RequiredSubgroupSize: cm.reqSG, FullSubgroups: cm.full})
+		Bindings: 1, RequiredSubgroupSize: reqSG, FullSubgroups: full})
 	if err != nil {
 		return nil, err
 	}
@@ -212,13 +231,13 @@ func (b *Backend) runCMProbe(ctx context.Context) (*cmLayout, error) {
 	if err := device.Download(ctx, buf, 0, out); err != nil {
 		return nil, err
 	}
-	return parseCMProbe(out, cm.shape, sg)
+	return ParseCMProbe(out, shape, sg)
 }
 
-// cmLayout is what flash_cm_probe tells about the element layout of the
-// accumulator and A types, and the spec constants derived from it (ported
-// from bench/gemm/probe.go).
-type cmLayout struct {
+// CMLayout is what flash_cm_probe tells about the element layout of the
+// accumulator and A types, and the spec constants derived from it (also
+// used by bench/gemm).
+type CMLayout struct {
 	M, N, K      uint32
 	SG           int
 	AccLen, ALen int
@@ -232,7 +251,12 @@ type cmLayout struct {
 	APerm        []int
 }
 
-func (l *cmLayout) packed() (slotLo, slotHi, permLo, permHi uint32) {
+// cmLayout is the package's old name for CMLayout, still used by launch.go.
+type cmLayout = CMLayout
+
+// Packed packs SlotRow and APerm four bits per entry into the
+// CM_SLOT_LO/HI and CM_PERM_LO/HI spec constants.
+func (l *CMLayout) Packed() (slotLo, slotHi, permLo, permHi uint32) {
 	for i, v := range l.SlotRow {
 		if i < 8 {
 			slotLo |= uint32(v) << (4 * i)
@@ -250,15 +274,26 @@ func (l *cmLayout) packed() (slotLo, slotHi, permLo, permHi uint32) {
 	return
 }
 
-// parseCMProbe decodes flash_cm_probe's output: out[0] accumulator
+func (l *CMLayout) String() string {
+	s := fmt.Sprintf("coopmat %dx%dx%d subgroup %d: acc %d comps/lane, A %d comps/lane; ", l.M, l.N, l.K, l.SG, l.AccLen, l.ALen)
+	if l.Mode1 {
+		return s + fmt.Sprintf("register softmax and P OK (MODES 1, 2): RL=%d slotrow=%v xormask=%#x aperm=%v", l.RL, l.SlotRow, l.XorMask, l.APerm)
+	}
+	if l.Mode2 {
+		return s + fmt.Sprintf("register softmax OK (MODE 2): RL=%d slotrow=%v xormask=%#x; register P impossible: %s", l.RL, l.SlotRow, l.XorMask, l.Why)
+	}
+	return s + "register softmax impossible: " + l.Why
+}
+
+// ParseCMProbe decodes flash_cm_probe's output: out[0] accumulator
 // components per lane, out[1] A components per lane, out[2] subgroup size;
 // from out[8] 64 words per lane for the accumulator (256·row + col) then 64
 // per lane for A (32·row + col); NaN where not written.
-func parseCMProbe(out []float32, shape device.CoopMatShape, sg int) (*cmLayout, error) {
+func ParseCMProbe(out []float32, shape device.CoopMatShape, sg int) (*CMLayout, error) {
 	if len(out) < shaders.FlashCMProbeFloats(sg) {
 		return nil, fmt.Errorf("probe: %d words, want %d", len(out), shaders.FlashCMProbeFloats(sg))
 	}
-	l := &cmLayout{M: shape.M, N: shape.N, K: shape.K, SG: int(out[2]), AccLen: int(out[0]), ALen: int(out[1])}
+	l := &CMLayout{M: shape.M, N: shape.N, K: shape.K, SG: int(out[2]), AccLen: int(out[0]), ALen: int(out[1])}
 	if l.SG != sg {
 		return nil, fmt.Errorf("probe ran with subgroup %v, device reports %d", out[2], sg)
 	}
@@ -298,7 +333,7 @@ func parseCMProbe(out []float32, shape device.CoopMatShape, sg int) (*cmLayout, 
 
 // analyze decides whether the register softmax (MODE 1) applies and derives
 // its spec constants; see flash_cm.comp's header for the conditions.
-func (l *cmLayout) analyze() {
+func (l *CMLayout) analyze() {
 	fail := func(f string, a ...any) { l.Mode1, l.Mode2 = false, false; l.Why = fmt.Sprintf(f, a...) }
 	if l.AccLen > 16 {
 		fail("%d accumulator components per lane (> 16)", l.AccLen)
@@ -443,7 +478,7 @@ const cmMode1MinNq = 2048
 // (nsg8-bc128-pf1 at d ≤ 64) for Nq ≥ cmMode1MinNq when the probe allows
 // register softmax, then MODE 0 nsg4-bc32-pf1 (any layout, the fallback).
 // MODE 1 at d > 128 was not measured: MODE 0 there.
-func cmTiles(l *cmLayout, d, dv, nq int) []cmTile {
+func cmTiles(l *CMLayout, d, dv, nq int) []cmTile {
 	var ts []cmTile
 	if l.Mode1 && nq >= cmMode1MinNq {
 		switch dm := max(d, dv); {
@@ -458,7 +493,7 @@ func cmTiles(l *cmLayout, d, dv, nq int) []cmTile {
 
 // cmCheckTile reports why tile c cannot run on a device with sharedMax
 // bytes of shared memory and workgroups of at most maxWG invocations.
-func cmCheckTile(l *cmLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
+func cmCheckTile(l *CMLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
@@ -492,7 +527,7 @@ func cmCheckTile(l *cmLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
 }
 
 // chooseCMTile returns the first tile of cmTiles that fits.
-func chooseCMTile(l *cmLayout, d, dv, nq, sharedMax, maxWG int) (cmTile, error) {
+func chooseCMTile(l *CMLayout, d, dv, nq, sharedMax, maxWG int) (cmTile, error) {
 	var errs []string
 	for _, c := range cmTiles(l, d, dv, nq) {
 		err := cmCheckTile(l, c, d, dv, sharedMax, maxWG)
@@ -516,7 +551,7 @@ func cmVec(p *spec.Problem, pc shaders.Params) bool {
 }
 
 // cmSpec is flash_cm's specialization for layout l, tile c and head dims.
-func cmSpec(l *cmLayout, c cmTile, d, dv int, vec bool) []device.Spec {
+func cmSpec(l *CMLayout, c cmTile, d, dv int, vec bool) []device.Spec {
 	b2u := func(b bool) uint32 {
 		if b {
 			return 1
@@ -525,7 +560,7 @@ func cmSpec(l *cmLayout, c cmTile, d, dv int, vec bool) []device.Spec {
 	}
 	var rl, sLo, sHi, xm, pLo, pHi uint32 = 1, 0, 0, 0, 0, 0
 	if c.Mode == 1 {
-		sLo, sHi, pLo, pHi = l.packed()
+		sLo, sHi, pLo, pHi = l.Packed()
 		rl, xm = uint32(max(l.RL, 1)), l.XorMask
 	}
 	return []device.Spec{
@@ -555,7 +590,7 @@ func (b *Backend) ForwardKernel(ctx context.Context, p *spec.Problem, dt DType) 
 
 // flashCMPlan returns the layout and tile of flash_cm for p, or an error
 // when flash_cm cannot take p.
-func (b *Backend) flashCMPlan(ctx context.Context, p *spec.Problem) (*cmLayout, cmTile, error) {
+func (b *Backend) flashCMPlan(ctx context.Context, p *spec.Problem) (*CMLayout, cmTile, error) {
 	l, err := b.flashCMLayout(ctx)
 	if err != nil {
 		return nil, cmTile{}, err

@@ -102,7 +102,7 @@ func nvidiaProbe(sg int) []float32 {
 var shape16 = device.CoopMatShape{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"}
 
 func TestParseCMProbe(t *testing.T) {
-	l, err := parseCMProbe(nvidiaProbe(32), shape16, 32)
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestParseCMProbe(t *testing.T) {
 	if want := []int{0, 1, 2, 3, 4, 5, 6, 7}; !reflect.DeepEqual(l.APerm, want) {
 		t.Errorf("aperm %v, want %v", l.APerm, want)
 	}
-	sLo, sHi, pLo, pHi := l.packed()
+	sLo, sHi, pLo, pHi := l.Packed()
 	if sLo != 0x11001100 || sHi != 0 || pLo != 0x76543210 || pHi != 0 {
 		t.Errorf("packed %#x %#x %#x %#x", sLo, sHi, pLo, pHi)
 	}
@@ -127,7 +127,7 @@ func TestParseCMProbe(t *testing.T) {
 		a := out[8+(32+lane)*64:]
 		a[0], a[1], a[4], a[5] = a[4], a[5], a[0], a[1]
 	}
-	if l, err := parseCMProbe(out, shape16, 32); err != nil || !l.Mode1 || !reflect.DeepEqual(l.APerm, []int{4, 5, 2, 3, 0, 1, 6, 7}) {
+	if l, err := ParseCMProbe(out, shape16, 32); err != nil || !l.Mode1 || !reflect.DeepEqual(l.APerm, []int{4, 5, 2, 3, 0, 1, 6, 7}) {
 		t.Errorf("permuted A: %+v, %v", l, err)
 	}
 
@@ -136,12 +136,12 @@ func TestParseCMProbe(t *testing.T) {
 	acc := out[8+5*64:]
 	acc[0], acc[2] = acc[2], acc[0]
 	acc[1], acc[3] = acc[3], acc[1]
-	if l, err := parseCMProbe(out, shape16, 32); err != nil || l.Mode1 || l.Mode2 || l.Why == "" {
+	if l, err := ParseCMProbe(out, shape16, 32); err != nil || l.Mode1 || l.Mode2 || l.Why == "" {
 		t.Errorf("lane-dependent rows: %+v, %v", l, err)
 	}
 
 	// A probe that does not cover the shape it was run for is refused.
-	if l, err := parseCMProbe(nvidiaProbe(32), device.CoopMatShape{M: 16, N: 16, K: 16 * 2}, 32); err == nil {
+	if l, err := ParseCMProbe(nvidiaProbe(32), device.CoopMatShape{M: 16, N: 16, K: 16 * 2}, 32); err == nil {
 		t.Errorf("A covering half its elements accepted: %+v", l)
 	}
 
@@ -158,14 +158,14 @@ func TestParseCMProbe(t *testing.T) {
 		} else {
 			mod(out)
 		}
-		if _, err := parseCMProbe(out, shape16, 32); err == nil {
+		if _, err := ParseCMProbe(out, shape16, 32); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
 }
 
 func TestChooseCMTile(t *testing.T) {
-	l, err := parseCMProbe(nvidiaProbe(32), shape16, 32)
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestChooseCMTile(t *testing.T) {
 	mode0.Mode1, mode0.Why = false, "synthetic"
 	const sh, wg = 48 << 10, 1024
 	for _, c := range []struct {
-		l         *cmLayout
+		l         *CMLayout
 		d, dv, nq int
 		sh        int
 		want      string
@@ -212,7 +212,7 @@ func TestChooseCMTile(t *testing.T) {
 }
 
 func TestCMSpec(t *testing.T) {
-	l, err := parseCMProbe(nvidiaProbe(32), shape16, 32)
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/shaders"
+	"github.com/flashvk/flashvk/vkattn"
 )
 
 // attnShape is one attention problem (fp16 storage).
@@ -280,7 +281,7 @@ func (c cmCfg) String() string {
 func ceilTo(x, m int) int { return (x + m - 1) / m * m }
 
 // flashCMSharedBytes mirrors flash_cm.comp's shared arrays.
-func flashCMSharedBytes(l *cmLayout, c cmCfg, d, dv int) int {
+func flashCMSharedBytes(l *vkattn.CMLayout, c cmCfg, d, dv int) int {
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	dp := ceilTo(d, max(K, 8))
 	dvp := ceilTo(dv, max(N, 8))
@@ -299,7 +300,7 @@ func flashCMSharedBytes(l *cmLayout, c cmCfg, d, dv int) int {
 	return b + c.NSG*M*4
 }
 
-func newFlashCM(d *device.Device, l *cmLayout, c cmCfg, s attnShape) (*attnKernel, error) {
+func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*attnKernel, error) {
 	info := d.Info()
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if c.BC%N != 0 || c.BC%K != 0 {
@@ -329,7 +330,7 @@ func newFlashCM(d *device.Device, l *cmLayout, c cmCfg, s attnShape) (*attnKerne
 	if uint32(wg) > info.MaxWorkgroupInvocations {
 		return nil, fmt.Errorf("workgroup %d > %d", wg, info.MaxWorkgroupInvocations)
 	}
-	sLo, sHi, pLo, pHi := l.packed()
+	sLo, sHi, pLo, pHi := l.Packed()
 	rl := uint32(max(l.RL, 1))
 	b2u := func(b bool) uint32 {
 		if b {

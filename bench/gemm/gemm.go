@@ -9,6 +9,7 @@ import (
 
 	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/pipeline"
+	"github.com/flashvk/flashvk/vkattn"
 )
 
 // gemmVariant is one GEMM kernel configuration.
@@ -89,7 +90,7 @@ func newGemmPipeline(d *device.Device, v gemmVariant, sh device.CoopMatShape) (*
 
 func runGemm(ctx context.Context, d *device.Device, sizes []int, warm, iters int, logf func(string, ...any)) ([]gemmResult, error) {
 	info := d.Info()
-	sh, err := cmShape(info)
+	sh, err := vkattn.CMShape(info)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/vkattn"
 )
 
 // kcfg is a kernel family plus configuration: flash_cm (cm) or flash_cm2 (cm2).
@@ -44,7 +45,7 @@ func (k kcfg) family() string {
 
 type harness struct {
 	d     *device.Device
-	lay   *cmLayout
+	lay   *vkattn.CMLayout
 	rep   *report
 	logf  func(string, ...any)
 	pipes map[string]*attnKernel

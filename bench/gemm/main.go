@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/vkattn"
 )
 
 var (
@@ -143,13 +144,13 @@ func main() {
 	}
 	defer save()
 
-	var lay *cmLayout
+	var lay *vkattn.CMLayout
 	if on("probe") || on("check") || on("sweep") || on("grid") {
-		sh, err := cmShape(info)
+		sh, err := vkattn.CMShape(info)
 		if err != nil {
 			rep.Errors = append(rep.Errors, "probe: "+err.Error())
 			logf("probe: %v", err)
-		} else if lay, err = runProbe(ctx, d, sh); err != nil {
+		} else if lay, err = vkattn.RunCMProbe(ctx, d, sh); err != nil {
 			rep.Errors = append(rep.Errors, "probe: "+err.Error())
 			logf("probe: %v", err)
 		} else {

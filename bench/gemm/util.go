@@ -46,6 +46,15 @@ func randF16(rng *rand.Rand, n int, normal bool) []uint16 {
 
 func spec(id, v uint32) device.Spec { return device.Spec{ID: id, Value: v} }
 
+// subgroupReq is the RequiredSubgroupSize for kernels that assume the
+// device's default subgroup size.
+func subgroupReq(info device.Info) uint32 {
+	if info.SubgroupSizeControl || info.MinSubgroupSize == info.MaxSubgroupSize {
+		return info.SubgroupSize
+	}
+	return 0
+}
+
 // timing is the per-dispatch GPU time distribution of one kernel.
 type timing struct {
 	Median, P10, P90, Min time.Duration

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/flashvk/flashvk/attention"
 	"github.com/spf13/cobra"
 )
 
@@ -54,10 +56,15 @@ type analysis struct {
 	FlashMinMS   float64 `json:"flash_min_ms,omitempty"`
 	RateSource   string  `json:"rate_source,omitempty"`
 	// Device facts.
-	Device          string   `json:"device,omitempty"`
-	MaxSharedMemory uint32   `json:"max_shared_memory,omitempty"`
-	Tiles           string   `json:"tiles"`
-	Assumptions     []string `json:"assumptions"`
+	Device          string `json:"device,omitempty"`
+	MaxSharedMemory uint32 `json:"max_shared_memory,omitempty"`
+	// Backend is the backend the launch configuration is of ("vulkan",
+	// "cpu"); Tiles summarises it and Launches lists the Vulkan
+	// dispatches of the forward and the backward, in order.
+	Backend     string          `json:"backend,omitempty"`
+	Tiles       string          `json:"tiles"`
+	Launches    []explainLaunch `json:"launches,omitempty"`
+	Assumptions []string        `json:"assumptions"`
 }
 
 // analyze computes the memory traffic of naive and flash attention.
@@ -88,7 +95,7 @@ func analyze(p problem) analysis {
 		FlashElems: io,
 		Flops:      p.flops(false),
 		BwdFlops:   p.flops(true),
-		Tiles:      "tile configuration: available with the Vulkan backend",
+		Tiles:      "launch configuration: unknown",
 		Assumptions: []string{
 			"naive: S = scale·QKᵀ is written, read by the softmax, P is written and read by P·V (4 passes over Nq×Nk per head, in the storage dtype); Q, K, V are read and O written once; a causal mask does not shrink S",
 			"flash: Q, K and V are read once and O written once (the ideal: a real kernel streams K and V once per query tile, from L2 when they fit); the LSE (B·Hq·Nq float32) is not counted",
@@ -119,6 +126,7 @@ func (a *analysis) roofline(peakTFLOPS, bwGBs float64, source string) {
 type explainFlags struct {
 	shape        shapeFlags
 	device       string
+	backend      string
 	preset       string
 	peakTFLOPS   float64
 	bandwidthGBs float64
@@ -188,6 +196,9 @@ matrix). Otherwise only the intensities are printed.`,
 				}
 				an.Device, an.MaxSharedMemory = g.Name, g.MaxSharedMemory
 			}
+			if err := a.explainLaunches(cmd.Context(), &f, p, &an); err != nil {
+				return err
+			}
 			if f.json {
 				b, err := json.MarshalIndent(an, "", "  ")
 				if err != nil {
@@ -202,7 +213,8 @@ matrix). Otherwise only the intensities are printed.`,
 	}
 	f.shape.register(c, "float16")
 	fl := c.Flags()
-	fl.StringVar(&f.device, "device", "", "Vulkan device (index, name substring or vendor) whose limits to show")
+	fl.StringVar(&f.device, "device", "", "Vulkan device (index, name substring or vendor) whose limits and launch configuration to show")
+	fl.StringVar(&f.backend, "backend", "auto", "backend whose launch configuration to show: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
 	fl.StringVar(&f.preset, "device-preset", "", "use a known device's peak rates for the roofline: h200")
 	fl.Float64Var(&f.peakTFLOPS, "peak-tflops", 0, "peak compute rate in TFLOP/s for the roofline")
 	fl.Float64Var(&f.bandwidthGBs, "bandwidth-gbs", 0, "memory bandwidth in GB/s for the roofline")
@@ -277,10 +289,82 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 	}
 	fmt.Fprintf(w, "\n%s\n", a.Tiles)
 	if a.Device != "" {
-		fmt.Fprintf(w, "device    %s: at most %s of shared memory per workgroup\n", a.Device, bytesIEC(uint64(a.MaxSharedMemory)))
+		fmt.Fprintf(w, "device    %s: at most %s (%d bytes) of shared memory per workgroup\n", a.Device, bytesIEC(uint64(a.MaxSharedMemory)), a.MaxSharedMemory)
+	}
+	if len(a.Launches) > 0 {
+		fmt.Fprintln(w)
+		printLaunches(w, a.Launches, a.MaxSharedMemory)
 	}
 	fmt.Fprintln(w, "\nassumptions:")
 	for _, s := range a.Assumptions {
 		fmt.Fprintf(w, "  - %s\n", s)
 	}
+}
+
+// explainLaunches fills the launch configuration of p on the backend
+// f selects: the Vulkan dispatches (kernel, grid, workgroup, tiles, shared
+// memory) of the forward and the backward, or the CPU backend's tiles.
+func (a *app) explainLaunches(ctx context.Context, f *explainFlags, p problem, an *analysis) error {
+	kind := attention.Auto
+	switch strings.ToLower(f.backend) {
+	case "auto", "":
+		if f.device != "" {
+			kind = attention.Vulkan
+		}
+	case "cpu":
+		if f.device != "" {
+			return usagef("--device %q selects a Vulkan device: it does not apply to --backend cpu", f.device)
+		}
+		kind = attention.CPU
+	case "vulkan", "vk":
+		kind = attention.Vulkan
+	default:
+		return usagef("--backend %q: want auto, cpu or vulkan", f.backend)
+	}
+	cpuTilesLine := func(why string) {
+		br, bc := cpuTiles(p)
+		an.Backend = "cpu"
+		an.Tiles = fmt.Sprintf("cpu backend: tiles Br×Bc = %d×%d per worker (package cpu's defaults)%s", br, bc, why)
+	}
+	if kind == attention.CPU {
+		cpuTilesLine("")
+		return nil
+	}
+	e, err := attention.Open(attention.Config{Backend: kind, Device: f.device})
+	if err != nil {
+		return fmt.Errorf("vulkan: %s", oneLine(err.Error()))
+	}
+	defer e.Close()
+	in := e.Info()
+	if in.Kind != attention.Vulkan {
+		why := ""
+		if fb := e.Fallback(); fb != "" {
+			why = "; no Vulkan backend: " + oneLine(fb)
+		}
+		cpuTilesLine(why)
+		return nil
+	}
+	an.Backend = "vulkan"
+	an.Device = in.Device
+	an.MaxSharedMemory = uint32(e.Vulkan().Limits().SharedBytes)
+	var failed []string
+	for _, bwd := range []bool{false, true} {
+		dir := "fwd"
+		if bwd {
+			dir = "bwd"
+		}
+		ls, err := launchesOf(ctx, e, p, bwd)
+		if err != nil {
+			failed = append(failed, dir+": "+oneLine(err.Error()))
+			continue
+		}
+		for _, l := range ls {
+			an.Launches = append(an.Launches, explainLaunch{Direction: dir, Launch: l})
+		}
+	}
+	an.Tiles = fmt.Sprintf("launch configuration (vulkan backend, %s storage)", p.DType)
+	if len(failed) > 0 {
+		an.Tiles += ": " + strings.Join(failed, "; ")
+	}
+	return nil
 }

@@ -39,7 +39,8 @@ type Options struct {
 	// PipelineCache seeds the VkPipelineCache (see Device.PipelineCacheData).
 	// A blob from another device or driver is ignored.
 	PipelineCache []byte
-	// DefaultTimeout bounds waits whose context has no deadline; 0 means 60 s.
+	// DefaultTimeout bounds waits whose context has no deadline; 0 means 60 s
+	// (10 min on a CPU device such as lavapipe).
 	DefaultTimeout time.Duration
 	// SpinWait is how long a wait polls the fence before blocking in the
 	// driver: polling cuts the latency of short submissions (a blocking
@@ -174,6 +175,12 @@ func Open(opt Options) (*Device, error) {
 	}
 	if d.timeout <= 0 {
 		d.timeout = 60 * time.Second
+		if d.info.Type == "cpu" {
+			// A CPU device (lavapipe) shares the cores with its caller and
+			// compiles pipelines on first use: on a loaded 2-core machine a
+			// large submission can take minutes without being hung.
+			d.timeout = 10 * time.Minute
+		}
 	}
 	switch {
 	case opt.SpinWait == 0 && d.info.Type != "cpu":

@@ -213,7 +213,7 @@ func (r *Recorder) Timestamp(label string) {
 // ctx is cancelled or its deadline passes first, Submit returns an error
 // wrapping ErrTimeout and the context's error (the GPU work may still be
 // running; its resources are reclaimed once it finishes). Without a ctx
-// deadline, Options.DefaultTimeout (60 s) applies. VK_ERROR_DEVICE_LOST
+// deadline, Options.DefaultTimeout (60 s; 10 min on CPU devices) applies. VK_ERROR_DEVICE_LOST
 // yields ErrDeviceLost and the device refuses further work.
 func (d *Device) Submit(ctx context.Context, r *Recorder) (*Result, error) {
 	if r == nil || r.d != d {

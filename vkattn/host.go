@@ -116,10 +116,21 @@ func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k,
 	}
 	defer b.leave()
 	dt := dtypeOf[T]()
+	return hostChunks(b, p, dt, false, lse, func(c *spec.Problem, b0 int, lse []float32) error {
+		return forwardChunk(ctx, b, c, dt,
+			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse)
+	})
+}
+
+// hostChunks checks what every host call needs (a dtype the device runs,
+// an LSE of B·Hq·Nq) and runs fn on each run of whole batches that fits the
+// device's buffer and 32-bit addressing limits, with that chunk's problem,
+// first batch and LSE.
+func hostChunks(b *Backend, p *spec.Problem, dt DType, backward bool, lse []float32, fn func(c *spec.Problem, b0 int, lse []float32) error) error {
 	if err := b.supports(dt); err != nil {
 		return err
 	}
-	cb, err := b.MaxBatchChunk(p, dt, false)
+	cb, err := b.MaxBatchChunk(p, dt, backward)
 	if err != nil {
 		return err
 	}
@@ -128,10 +139,7 @@ func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k,
 	}
 	per := p.Hq * p.Nq
 	for b0 := 0; b0 < p.B; b0 += cb {
-		c := chunk(p, b0, min(cb, p.B-b0))
-		err := forwardChunk(ctx, b, c, dt,
-			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse[b0*per:])
-		if err != nil {
+		if err := fn(chunk(p, b0, min(cb, p.B-b0)), b0, lse[b0*per:]); err != nil {
 			return err
 		}
 	}
@@ -146,27 +154,11 @@ func BackwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k
 	}
 	defer b.leave()
 	dt := dtypeOf[T]()
-	if err := b.supports(dt); err != nil {
-		return err
-	}
-	cb, err := b.MaxBatchChunk(p, dt, true)
-	if err != nil {
-		return err
-	}
-	if want := p.B * p.Hq * p.Nq; len(lse) < want {
-		return fmt.Errorf("%w: lse: %d elements, want %d", ErrInvalid, len(lse), want)
-	}
-	per := p.Hq * p.Nq
-	for b0 := 0; b0 < p.B; b0 += cb {
-		c := chunk(p, b0, min(cb, p.B-b0))
-		err := backwardChunk(ctx, b, c, dt,
-			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse[b0*per:],
+	return hostChunks(b, p, dt, true, lse, func(c *spec.Problem, b0 int, lse []float32) error {
+		return backwardChunk(ctx, b, c, dt,
+			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse,
 			at(do, b0, p.O.Batch), at(dq, b0, p.Q.Batch), at(dk, b0, p.K.Batch), at(dv, b0, p.V.Batch))
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // hostCall tracks the pooled buffers of one host call.

@@ -2,6 +2,7 @@ package attentiontest
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ func RunConcurrent(t *testing.T, e *attention.Engine) {
 			var wg sync.WaitGroup
 			got := make([][4][]float32, workers)
 			for i := range ins {
-				wg.Go(func() { got[i] = run(t, e, ins[i], refs[i]) })
+				wg.Go(func() { got[i] = run(goroutineTB{t}, e, ins[i], refs[i]) })
 			}
 			wg.Wait()
 			for i := range ins {
@@ -48,8 +49,17 @@ func RunConcurrent(t *testing.T, e *attention.Engine) {
 
 // run is one forward and one backward of in; it must be safe to call from
 // several goroutines on distinct inputs.
-func run(t *testing.T, e *attention.Engine, in *Inputs, ref *Ref) [4][]float32 {
+func run(t testing.TB, e *attention.Engine, in *Inputs, ref *Ref) [4][]float32 {
 	f := in.forward(t, e)
 	g := in.backward(t, e, ref)
 	return [4][]float32{f.o, g[0], g[1], g[2]}
+}
+
+// goroutineTB lets the shared helpers fail from a goroutine other than the
+// test's: Fatalf reports the error and ends only that goroutine.
+type goroutineTB struct{ testing.TB }
+
+func (g goroutineTB) Fatalf(format string, args ...any) {
+	g.Errorf(format, args...)
+	runtime.Goexit()
 }

@@ -213,31 +213,9 @@ func (e *Engine) deviceProblem(q, k, v, o, lse *DeviceTensor, opt Options) (*Pro
 		}
 	}
 	qs, ks, vs := q.shape, k.shape, v.shape
-	switch {
-	case ks.B != qs.B:
-		return nil, fmt.Errorf("attention: k: batch %d ≠ q's %d: %w", ks.B, qs.B, ErrShape)
-	case vs.B != qs.B:
-		return nil, fmt.Errorf("attention: v: batch %d ≠ q's %d: %w", vs.B, qs.B, ErrShape)
-	case ks.D != qs.D:
-		return nil, fmt.Errorf("attention: k: head dim %d ≠ q's %d: %w", ks.D, qs.D, ErrShape)
-	case vs.S != ks.S:
-		return nil, fmt.Errorf("attention: v: sequence length %d ≠ k's %d: %w", vs.S, ks.S, ErrShape)
-	case vs.H != ks.H:
-		return nil, fmt.Errorf("attention: v: %d heads ≠ k's %d: %w", vs.H, ks.H, ErrShape)
-	case qs.H%ks.H != 0:
-		return nil, fmt.Errorf("attention: k: %d kv heads do not divide q's %d heads: %w", ks.H, qs.H, ErrShape)
-	}
-	scale, err := opt.scale(qs.D)
+	p, err := newProblem(qs, ks, vs, q.st, k.st, v.st, opt)
 	if err != nil {
 		return nil, err
-	}
-	mask, err := opt.mask()
-	if err != nil {
-		return nil, err
-	}
-	p := &Problem{
-		B: qs.B, Hq: qs.H, Hkv: ks.H, Nq: qs.S, Nk: ks.S, D: qs.D, Dv: vs.D,
-		Scale: scale, Mask: mask, Q: q.st, K: k.st, V: v.st,
 	}
 	if err := deviceLike("o", o, outShape(p), dt); err != nil {
 		return nil, err

@@ -23,18 +23,11 @@ func (e *Engine) Launches(ctx context.Context, q, k, v Shape, l Layout, dt DType
 	if err := e.supports(dt); err != nil {
 		return nil, err
 	}
-	scale, err := opt.scale(q.D)
+	p, err := newProblem(q, k, v, Contiguous(q, l), Contiguous(k, l), Contiguous(v, l), opt)
 	if err != nil {
 		return nil, err
 	}
-	mask, err := opt.mask()
-	if err != nil {
-		return nil, err
-	}
-	p := &Problem{
-		B: q.B, Hq: q.H, Hkv: k.H, Nq: q.S, Nk: k.S, D: q.D, Dv: v.D, Scale: scale, Mask: mask,
-		Q: Contiguous(q, l), K: Contiguous(k, l), V: Contiguous(v, l), O: Contiguous(Shape{B: q.B, S: q.S, H: q.H, D: v.D}, l),
-	}
+	p.O = Contiguous(outShape(p), l)
 	vdt := vkattn.F32
 	if dt == Float16 {
 		vdt = vkattn.F16

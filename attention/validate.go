@@ -104,32 +104,9 @@ func problem(q, k, v, o Tensor, lse []float32, opt Options, haveOut bool) (*Prob
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case k.Shape.B != q.Shape.B:
-		return nil, fmt.Errorf("attention: k: batch %d ≠ q's %d: %w", k.Shape.B, q.Shape.B, ErrShape)
-	case v.Shape.B != q.Shape.B:
-		return nil, fmt.Errorf("attention: v: batch %d ≠ q's %d: %w", v.Shape.B, q.Shape.B, ErrShape)
-	case k.Shape.D != q.Shape.D:
-		return nil, fmt.Errorf("attention: k: head dim %d ≠ q's %d: %w", k.Shape.D, q.Shape.D, ErrShape)
-	case v.Shape.S != k.Shape.S:
-		return nil, fmt.Errorf("attention: v: sequence length %d ≠ k's %d: %w", v.Shape.S, k.Shape.S, ErrShape)
-	case v.Shape.H != k.Shape.H:
-		return nil, fmt.Errorf("attention: v: %d heads ≠ k's %d: %w", v.Shape.H, k.Shape.H, ErrShape)
-	case q.Shape.H%k.Shape.H != 0:
-		return nil, fmt.Errorf("attention: k: %d kv heads do not divide q's %d heads: %w", k.Shape.H, q.Shape.H, ErrShape)
-	}
-	scale, err := opt.scale(q.Shape.D)
+	p, err := newProblem(q.Shape, k.Shape, v.Shape, qs, ks, vs, opt)
 	if err != nil {
 		return nil, err
-	}
-	mask, err := opt.mask()
-	if err != nil {
-		return nil, err
-	}
-	p := &Problem{
-		B: q.Shape.B, Hq: q.Shape.H, Hkv: k.Shape.H, Nq: q.Shape.S, Nk: k.Shape.S,
-		D: q.Shape.D, Dv: v.Shape.D, Scale: scale, Mask: mask,
-		Q: qs, K: ks, V: vs,
 	}
 	if !haveOut {
 		return p, nil
@@ -160,4 +137,38 @@ func layoutOf(t Tensor) Layout {
 		return BHSD
 	}
 	return BSHD
+}
+
+// newProblem checks that q, k and v agree (batch, head dims, key length,
+// kv heads dividing query heads), resolves the scale and mask of opt, and
+// builds the Problem with the operands' strides (O's is left to the caller).
+// Every entry point — host tensors, device tensors, launch queries — goes
+// through it.
+func newProblem(q, k, v Shape, qs, ks, vs Strides, opt Options) (*Problem, error) {
+	switch {
+	case k.B != q.B:
+		return nil, fmt.Errorf("attention: k: batch %d ≠ q's %d: %w", k.B, q.B, ErrShape)
+	case v.B != q.B:
+		return nil, fmt.Errorf("attention: v: batch %d ≠ q's %d: %w", v.B, q.B, ErrShape)
+	case k.D != q.D:
+		return nil, fmt.Errorf("attention: k: head dim %d ≠ q's %d: %w", k.D, q.D, ErrShape)
+	case v.S != k.S:
+		return nil, fmt.Errorf("attention: v: sequence length %d ≠ k's %d: %w", v.S, k.S, ErrShape)
+	case v.H != k.H:
+		return nil, fmt.Errorf("attention: v: %d heads ≠ k's %d: %w", v.H, k.H, ErrShape)
+	case q.H%k.H != 0:
+		return nil, fmt.Errorf("attention: k: %d kv heads do not divide q's %d heads: %w", k.H, q.H, ErrShape)
+	}
+	scale, err := opt.scale(q.D)
+	if err != nil {
+		return nil, err
+	}
+	mask, err := opt.mask()
+	if err != nil {
+		return nil, err
+	}
+	return &Problem{
+		B: q.B, Hq: q.H, Hkv: k.H, Nq: q.S, Nk: k.S, D: q.D, Dv: v.D,
+		Scale: scale, Mask: mask, Q: qs, K: ks, V: vs,
+	}, nil
 }

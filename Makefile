@@ -1,7 +1,8 @@
 # flashvk Makefile.
 #
-#   make shaders        rebuild shaders/*.spv (NAME.f32.spv and NAME.f16.spv for
-#                       every kernel) with the pinned glslang and validate each
+#   make shaders        rebuild shaders/*.spv (NAME.f32.spv, NAME.f16.spv and
+#                       NAME.bf16.spv for every kernel) with the pinned glslang
+#                       and validate each
 #                       with spirv-val (toolchain: scripts/toolchain.sh,
 #                       pinned in scripts/glslang.lock; GLSLANG and
 #                       SPIRV_TOOLS_DIR override it)
@@ -11,7 +12,7 @@
 #                       committed .spv differs (CI)
 
 SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq
-SHADER_DTYPES := f32 f16
+SHADER_DTYPES := f32 f16 bf16
 SPVDIR ?= shaders
 SHADER_SPV := $(foreach k,$(SHADER_KERNELS),$(foreach t,$(SHADER_DTYPES),$(SPVDIR)/$(k).$(t).spv))
 # Cooperative-matrix kernels: f16 storage only, Vulkan 1.3 (SPIR-V 1.6).
@@ -35,6 +36,10 @@ $(SPVDIR)/%.f32.spv: shaders/%.comp $(SHADER_DEPS)
 
 $(SPVDIR)/%.f16.spv: shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< f16 $@
+	@echo "  SPV  $@"
+
+$(SPVDIR)/%.bf16.spv: shaders/%.comp $(SHADER_DEPS)
+	@scripts/compile-shader.sh $< bf16 $@
 	@echo "  SPV  $@"
 
 shaders-check:

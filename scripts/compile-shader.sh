@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # compile-shader.sh SRC.comp DTYPE OUT.spv [TARGET_ENV]
-# Compiles one flashvk kernel for one storage type (f32 or f16) with the
+# Compiles one flashvk kernel for one storage type (f32, f16 or bf16) with the
 # pinned glslang (scripts/glslang.sh), no debug info, Vulkan 1.1 / SPIR-V 1.3
 # unless TARGET_ENV says otherwise (the cooperative-matrix kernels need
 # vulkan1.3 / SPIR-V 1.6), and validates the result with the pinned
 # spirv-val. OUT is written only when both succeed.
 set -euo pipefail
-[ $# -eq 3 ] || [ $# -eq 4 ] || { echo "usage: compile-shader.sh SRC.comp f32|f16 OUT.spv [vulkan1.1|vulkan1.3]" >&2; exit 2; }
+[ $# -eq 3 ] || [ $# -eq 4 ] || { echo "usage: compile-shader.sh SRC.comp f32|f16|bf16 OUT.spv [vulkan1.1|vulkan1.3]" >&2; exit 2; }
 src=$1 dtype=$2 out=$3 target_env=${4:-vulkan1.1}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 case "$dtype" in
 f32) defs=() ;;
 f16) defs=(-DSTORAGE_F16=1) ;;
-*) echo "compile-shader.sh: unknown dtype '$dtype' (want f32 or f16)" >&2; exit 2 ;;
+bf16) defs=(-DSTORAGE_BF16=1) ;;
+*) echo "compile-shader.sh: unknown dtype '$dtype' (want f32, f16 or bf16)" >&2; exit 2 ;;
 esac
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT

@@ -73,12 +73,12 @@ void main() {
 	STRIDED_BEGIN(e, BR * D)
 		uint r = e / D;
 		uint d = e - r * D;
-		sQ[r * LDK + d] = r < rows ? float(q_buf[q_base(b, r0 + r, h) + d]) : 0.0;
+		sQ[r * LDK + d] = r < rows ? LOAD(q_buf[q_base(b, r0 + r, h) + d]) : 0.0;
 	STRIDED_END
 	STRIDED_BEGIN(e, BR * DV)
 		uint r = e / DV;
 		uint d = e - r * DV;
-		sdO[r * LDV + d] = r < rows ? float(do_buf[o_base(b, r0 + r, h) + d]) : 0.0;
+		sdO[r * LDV + d] = r < rows ? LOAD(do_buf[o_base(b, r0 + r, h) + d]) : 0.0;
 	STRIDED_END
 	for (uint r = tid; r < BR; r += WG) {
 		sLSE[r] = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
@@ -106,12 +106,12 @@ void main() {
 		STRIDED_BEGIN(e, BC * D)
 			uint c = e / D;
 			uint d = e - c * D;
-			sK[c * LDK + d] = c < cols ? float(k_buf[k_base(b, c0 + c, kvh) + d]) : 0.0;
+			sK[c * LDK + d] = c < cols ? LOAD(k_buf[k_base(b, c0 + c, kvh) + d]) : 0.0;
 		STRIDED_END
 		STRIDED_BEGIN(e, BC * DV)
 			uint c = e / DV;
 			uint d = e - c * DV;
-			sV[c * LDV + d] = c < cols ? float(v_buf[v_base(b, c0 + c, kvh) + d]) : 0.0;
+			sV[c * LDV + d] = c < cols ? LOAD(v_buf[v_base(b, c0 + c, kvh) + d]) : 0.0;
 		STRIDED_END
 		barrier();
 
@@ -185,7 +185,7 @@ void main() {
 			[[unroll]] for (uint n = 0u; n < DN; ++n) {
 				uint d = tx + TX * n;
 				if (d < D) {
-					dq_buf[qb + d] = STYPE(dq[m * DN + n] * pc.scale);
+					dq_buf[qb + d] = STORE(dq[m * DN + n] * pc.scale);
 				}
 			}
 		}

@@ -32,7 +32,7 @@ void main() {
 		[[unroll]] for (uint d0 = 0u; d0 < DV; d0 += TPR) {
 			uint d = d0 + lane;
 			if (d < DV) {
-				x += float(do_buf[ob + d]) * float(o_buf[ob + d]);
+				x += LOAD(do_buf[ob + d]) * LOAD(o_buf[ob + d]);
 			}
 		}
 	}

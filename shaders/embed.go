@@ -5,16 +5,20 @@
 // descriptor bindings, dispatch grids, thread layouts and shared-memory
 // sizes. It is a leaf package (no flashvk imports).
 //
-// Every kernel is compiled twice: NAME.f32.spv (float32 buffers) and
-// NAME.f16.spv (float16 Q/K/V/O/dO/dQ/dK/dV buffers; LSE, D and scratch stay
-// float32; all math is fp32). The f16 modules need the device feature
-// storageBuffer16BitAccess (and declare no Float16 capability). Every module
+// Every kernel is compiled three times: NAME.f32.spv (float32 buffers),
+// NAME.f16.spv (float16 Q/K/V/O/dO/dQ/dK/dV buffers) and NAME.bf16.spv
+// (bfloat16 bits in uint16 Q/K/V/O/dO/dQ/dK/dV buffers: loads shift them
+// into a float32 exactly, stores round to nearest even with NaN kept, see
+// LOAD/STORE in params.glsl). LSE, D and scratch stay float32 and all math
+// is fp32 for every storage type. The f16 and bf16 modules need the device
+// feature storageBuffer16BitAccess (and declare neither the Float16 nor the
+// Int16 capability: bfloat16 is never computed through float16). Every module
 // is SPIR-V 1.3 (Vulkan 1.1) and uses one descriptor set (0) of storage
 // buffers, bindings 0 … Bindings(kernel)−1, plus the 80-byte push-constant
 // block Params.
 //
 // Device requirements and pipeline settings:
-//   - f16 modules: storageBuffer16BitAccess.
+//   - f16 and bf16 modules: storageBuffer16BitAccess.
 //   - flash and bwd_pre: subgroup shuffles (VK_SUBGROUP_FEATURE_SHUFFLE_BIT
 //     in the compute stage), a workgroup size that is a multiple of the
 //     subgroup size, and subgroups of exactly spec constant SUBGROUP
@@ -60,12 +64,13 @@ var Kernels = []string{KernelNaive, KernelMinimal, KernelFlash, KernelBwdPre, Ke
 
 // Storage types.
 const (
-	DTypeF32 = "f32"
-	DTypeF16 = "f16"
+	DTypeF32  = "f32"
+	DTypeF16  = "f16"
+	DTypeBF16 = "bf16" // bfloat16 bits in uint16 buffers
 )
 
 // DTypes lists the storage types every kernel is compiled for.
-var DTypes = []string{DTypeF32, DTypeF16}
+var DTypes = []string{DTypeF32, DTypeF16, DTypeBF16}
 
 // Specialization constant IDs.
 const (
@@ -161,14 +166,14 @@ func SpecIDs(kernel string) ([]uint32, error) {
 	return append([]uint32(nil), ids...), nil
 }
 
-// SPIRV returns the SPIR-V of kernel for storage type dtype ("f32" or
-// "f16"). The slice is a fresh copy.
+// SPIRV returns the SPIR-V of kernel for storage type dtype ("f32", "f16"
+// or "bf16"). The slice is a fresh copy.
 func SPIRV(kernel, dtype string) ([]byte, error) {
 	if _, ok := kernelBindings[kernel]; !ok {
 		return nil, fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
-	if dtype != DTypeF32 && dtype != DTypeF16 {
-		return nil, fmt.Errorf("shaders: unknown storage type %q (want %q or %q)", dtype, DTypeF32, DTypeF16)
+	if !slices.Contains(DTypes, dtype) {
+		return nil, fmt.Errorf("shaders: unknown storage type %q (want one of %v)", dtype, DTypes)
 	}
 	if !slices.Contains(KernelDTypes(kernel), dtype) {
 		return nil, fmt.Errorf("shaders: kernel %q is not built for storage type %q (only %v)", kernel, dtype, KernelDTypes(kernel))

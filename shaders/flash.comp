@@ -81,7 +81,7 @@ void main() {
 		uint d = e - r * D;
 		float x = 0.0;
 		if (r < rows) {
-			x = float(q_buf[q_base(b, r0 + r, h) + d]);
+			x = LOAD(q_buf[q_base(b, r0 + r, h) + d]);
 		}
 		sQ[r * LDQ + d] = x;
 	STRIDED_END
@@ -117,7 +117,7 @@ void main() {
 			uint d = e - c * D;
 			float x = 0.0;
 			if (c < cols) {
-				x = float(k_buf[k_base(b, c0 + c, kvh) + d]);
+				x = LOAD(k_buf[k_base(b, c0 + c, kvh) + d]);
 			}
 			sKV[c * LDQ + d] = x;
 		STRIDED_END
@@ -179,7 +179,7 @@ void main() {
 			uint d = e - c * DV;
 			float x = 0.0;
 			if (c < cols) {
-				x = float(v_buf[v_base(b, c0 + c, kvh) + d]);
+				x = LOAD(v_buf[v_base(b, c0 + c, kvh) + d]);
 			}
 			sKV[c * DV + d] = x;
 		STRIDED_END
@@ -212,7 +212,7 @@ void main() {
 			[[unroll]] for (uint j = 0u; j < DVN; ++j) {
 				uint dv = tc + TC * j;
 				if (dv < DV) {
-					o_buf[ob + dv] = STYPE(acc[i * DVN + j] * inv);
+					o_buf[ob + dv] = STORE(acc[i * DVN + j] * inv);
 				}
 			}
 			if (tc == 0u) {

@@ -54,11 +54,11 @@ void main() {
 		barrier();
 		STRIDED_BEGIN(e, BC * D)
 			uint c = e / D;
-			sK[e] = c < cols ? float(k_buf[k_base(b, c0 + c, kvh) + e - c * D]) : 0.0;
+			sK[e] = c < cols ? LOAD(k_buf[k_base(b, c0 + c, kvh) + e - c * D]) : 0.0;
 		STRIDED_END
 		STRIDED_BEGIN(e, BC * DV)
 			uint c = e / DV;
-			sV[e] = c < cols ? float(v_buf[v_base(b, c0 + c, kvh) + e - c * DV]) : 0.0;
+			sV[e] = c < cols ? LOAD(v_buf[v_base(b, c0 + c, kvh) + e - c * DV]) : 0.0;
 		STRIDED_END
 		barrier();
 		if (!live) {
@@ -74,7 +74,7 @@ void main() {
 		for (uint c = 0u; c < n; ++c) {
 			float x = 0.0;
 			UNROLLED_BEGIN(d, D)
-				x += float(q_buf[qb + d]) * sK[c * D + d];
+				x += LOAD(q_buf[qb + d]) * sK[c * D + d];
 			UNROLLED_END
 			x *= pc.scale;
 			sc[c] = x;
@@ -101,7 +101,7 @@ void main() {
 	if (live) {
 		float inv = l > 0.0 ? 1.0 / l : 0.0; // a row that saw no key: O = 0
 		UNROLLED_BEGIN(d, DV)
-			o_buf[o_base(b, i, h) + d] = STYPE(sO[ob + d] * inv);
+			o_buf[o_base(b, i, h) + d] = STORE(sO[ob + d] * inv);
 		UNROLLED_END
 		lse_buf[lse_index(b, h, i)] = l > 0.0 ? m + log(l) : NEG_INF;
 	}

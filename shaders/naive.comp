@@ -58,7 +58,7 @@ void main() {
 
 	if (PASS == 0u) {
 		for (uint d = tid; d < D; d += WG) {
-			sq[d] = float(q_buf[q_base(b, i, h) + d]);
+			sq[d] = LOAD(q_buf[q_base(b, i, h) + d]);
 		}
 		barrier();
 		for (uint j = tid; j < pc.Nk; j += WG) {
@@ -67,7 +67,7 @@ void main() {
 				uint kb = k_base(b, j, kvh);
 				x = 0.0;
 				UNROLLED_BEGIN(d, D)
-					x += sq[d] * float(k_buf[kb + d]);
+					x += sq[d] * LOAD(k_buf[kb + d]);
 				UNROLLED_END
 				x *= pc.scale;
 			}
@@ -97,9 +97,9 @@ void main() {
 		for (uint d = tid; d < DV; d += WG) {
 			float x = 0.0;
 			UNROLLED_BEGIN(j, n)
-				x += s_buf[row + j] * float(v_buf[v_base(b, j, kvh) + d]);
+				x += s_buf[row + j] * LOAD(v_buf[v_base(b, j, kvh) + d]);
 			UNROLLED_END
-			o_buf[o_base(b, i, h) + d] = STYPE(x);
+			o_buf[o_base(b, i, h) + d] = STORE(x);
 		}
 	}
 }

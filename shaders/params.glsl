@@ -6,8 +6,9 @@
 // the helpers every kernel uses: masking (key_limit / query_first), row base
 // offsets and LSE/D indexing.
 //
-// Compile-time define: STORAGE_F16 (set by the build for NAME.f16.spv) makes
-// the Q/K/V/O/dO/dQ/dK/dV buffers float16_t; otherwise float. LSE, D and
+// Compile-time defines: STORAGE_F16 (set by the build for NAME.f16.spv)
+// makes the Q/K/V/O/dO/dQ/dK/dV buffers float16_t, STORAGE_BF16 (for
+// NAME.bf16.spv) uint16_t holding bfloat16 bits; otherwise float. LSE, D and
 // scratch are always float32, and all math is fp32.
 //
 // Conventions (internal/spec): Q [B,Nq,Hq,D], K [B,Nk,Hkv,D], V [B,Nk,Hkv,DV],
@@ -20,10 +21,42 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
 
-#ifdef STORAGE_F16
+// Storage type STYPE of the Q/K/V/O/dO/dQ/dK/dV buffers; kernels read them
+// only through LOAD (STYPE → float, exact) and write them only through
+// STORE (float → STYPE, round to nearest even).
+#if defined(STORAGE_F16)
 #define STYPE float16_t
+#define LOAD(x) float(x)
+#define STORE(x) float16_t(x)
+#elif defined(STORAGE_BF16)
+// bfloat16 as raw uint16_t bits (16-bit storage only; no bfloat16 GLSL
+// type): a load shifts the bits into the top of a float32 (exact), a store
+// rounds to nearest even in integer arithmetic (bf16_round); the only
+// 16-bit operations are loads, stores and conversions, so the modules need
+// storageBuffer16BitAccess and no shaderInt16.
+#define STYPE uint16_t
+#define LOAD(x) uintBitsToFloat(uint(x) << 16)
+#define STORE(x) uint16_t(bf16_round(x))
 #else
 #define STYPE float
+#define LOAD(x) float(x)
+#define STORE(x) float(x)
+#endif
+
+#ifdef STORAGE_BF16
+// bf16_round returns the bits (in the low 16) of the bfloat16 nearest to x,
+// ties to even: overflow carries into the exponent and gives ±Inf, NaN
+// stays NaN (made quiet, sign kept) — bfloat16.FromFloat32 on the host does
+// the same. It returns a uint, not a uint16_t: a 16-bit return value would
+// need the Int16 capability.
+uint bf16_round(float x) {
+	uint u = floatBitsToUint(x);
+	if ((u & 0x7fffffffu) > 0x7f800000u) {
+		return (u >> 16) | 0x40u;
+	}
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return u >> 16;
+}
 #endif
 
 // Push constants: 20 × 4 = 80 bytes (the Vulkan minimum is 128).

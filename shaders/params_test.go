@@ -141,10 +141,7 @@ func TestBindingsAndCapabilities(t *testing.T) {
 				if b.Set != 0 || int(b.Binding) != i {
 					t.Errorf("%s: binding %d is set %d binding %d", name, i, b.Set, b.Binding)
 				}
-				want := "float32"
-				if dt == DTypeF16 {
-					want = "float16"
-				}
+				want := map[string]string{DTypeF32: "float32", DTypeF16: "float16", DTypeBF16: "uint16"}[dt]
 				for _, f := range float32Bindings[k] {
 					if f == i {
 						want = "float32"
@@ -157,18 +154,24 @@ func TestBindingsAndCapabilities(t *testing.T) {
 			if m.HasCapability(CapabilityFloat16) {
 				t.Errorf("%s: declares the Float16 capability (needs shaderFloat16)", name)
 			}
-			if got := m.HasCapability(CapabilityStorageBuffer16BitAccess); got != (dt == DTypeF16) {
+			if m.HasCapability(capabilityInt16) {
+				t.Errorf("%s: declares the Int16 capability (needs shaderInt16)", name)
+			}
+			if got := m.HasCapability(CapabilityStorageBuffer16BitAccess); got != (dt != DTypeF32) {
 				t.Errorf("%s: StorageBuffer16BitAccess capability = %v", name, got)
 			}
 		}
 	}
 }
 
+// capabilityInt16 is SPIR-V's Int16 capability (device feature shaderInt16).
+const capabilityInt16 = 22
+
 func TestSPIRVErrors(t *testing.T) {
 	if _, err := SPIRV("nope", DTypeF32); err == nil {
 		t.Error("unknown kernel: no error")
 	}
-	if _, err := SPIRV(KernelFlash, "bf16"); err == nil {
+	if _, err := SPIRV(KernelFlash, "f8"); err == nil {
 		t.Error("unknown dtype: no error")
 	}
 	if _, err := Reflect([]byte{1, 2, 3}); err == nil {

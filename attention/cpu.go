@@ -3,12 +3,14 @@ package attention
 import (
 	"context"
 
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/cpu"
 	"github.com/x448/float16"
 )
 
 // cpuBackend adapts package cpu (float32 FlashAttention) to Backend. fp16
-// operands are widened to float32 (exactly), computed, and rounded back.
+// and bf16 operands are widened to float32 (exactly), computed, and rounded
+// back to nearest even.
 type cpuBackend struct{ cfg cpu.Config }
 
 func newCPUBackend(workers int) *cpuBackend {
@@ -16,7 +18,7 @@ func newCPUBackend(workers int) *cpuBackend {
 }
 
 func (c *cpuBackend) Info() BackendInfo {
-	return BackendInfo{Kind: CPU, Name: "cpu", Device: "Go CPU backend", Kernel: "flash", DTypes: []DType{Float32, Float16}}
+	return BackendInfo{Kind: CPU, Name: "cpu", Device: "Go CPU backend", Kernel: "flash", DTypes: []DType{Float32, Float16, BFloat16}}
 }
 
 func (c *cpuBackend) Close() error { return nil }
@@ -43,7 +45,7 @@ func (c *cpuBackend) Backward(ctx context.Context, p *Problem, a *BackwardArgs) 
 }
 
 // widen returns t's data as float32 with t's strides: the slice itself for
-// Float32, an exact converted copy for Float16.
+// Float32, an exact converted copy for Float16 and BFloat16.
 func widen(t Tensor) []float32 {
 	switch d := t.Data.(type) {
 	case []float32:
@@ -54,23 +56,31 @@ func widen(t Tensor) []float32 {
 			out[i] = x.Float32()
 		}
 		return out
+	case []bfloat16.BFloat16:
+		return bfloat16.Float32s(d)
 	}
 	return nil
 }
 
 // narrowInto stores the rows of t's view from the float32 copy w (same
-// strides), rounding to nearest even for Float16. Elements outside the view
-// are left alone.
+// strides), rounding to nearest even for Float16 and BFloat16. Elements
+// outside the view are left alone.
 func narrowInto(t Tensor, w []float32) {
-	d, ok := t.Data.([]float16.Float16)
-	if !ok {
-		return
-	}
 	st, n := t.strides(), t.Shape.D
-	forEachRow(t.Shape, func(b, s, h int) {
-		off := st.Offset(b, s, h)
-		for i := off; i < off+n; i++ {
-			d[i] = float16.Fromfloat32(w[i])
-		}
-	})
+	switch d := t.Data.(type) {
+	case []float16.Float16:
+		forEachRow(t.Shape, func(b, s, h int) {
+			off := st.Offset(b, s, h)
+			for i := off; i < off+n; i++ {
+				d[i] = float16.Fromfloat32(w[i])
+			}
+		})
+	case []bfloat16.BFloat16:
+		forEachRow(t.Shape, func(b, s, h int) {
+			off := st.Offset(b, s, h)
+			for i := off; i < off+n; i++ {
+				d[i] = bfloat16.FromFloat32(w[i])
+			}
+		})
+	}
 }

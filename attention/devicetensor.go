@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/vkattn"
 	"github.com/x448/float16"
 )
@@ -48,7 +49,7 @@ func (e *Engine) NewDeviceTensor(dt DType, s Shape, l Layout) (*DeviceTensor, er
 	if l != BSHD && l != BHSD {
 		return nil, fmt.Errorf("attention: tensor: layout %v: %w", l, ErrOption)
 	}
-	if dt != Float32 && dt != Float16 {
+	if dt != Float32 && dt != Float16 && dt != BFloat16 {
 		return nil, fmt.Errorf("attention: tensor: %v: %w", dt, ErrDType)
 	}
 	if err := e.supports(dt); err != nil {
@@ -56,11 +57,7 @@ func (e *Engine) NewDeviceTensor(dt DType, s Shape, l Layout) (*DeviceTensor, er
 	}
 	d := &DeviceTensor{e: e, dt: dt, shape: s, layout: l, st: Contiguous(s, l)}
 	if vb, ok := e.b.(*vulkanBackend); ok {
-		vdt := vkattn.F32
-		if dt == Float16 {
-			vdt = vkattn.F16
-		}
-		vt, err := vb.vk.NewTensor(vdt, vkattn.Shape(s), d.st)
+		vt, err := vb.vk.NewTensor(vkDType(dt), vkattn.Shape(s), d.st)
 		if err != nil {
 			return nil, fmt.Errorf("attention: tensor %v: %w", s, vkErr(err))
 		}
@@ -139,6 +136,8 @@ func (d *DeviceTensor) Upload(ctx context.Context, src Tensor) error {
 		err = vkattn.Upload(ctx, d.vt, x[:n])
 	case []float16.Float16:
 		err = vkattn.Upload(ctx, d.vt, x[:n])
+	case []bfloat16.BFloat16:
+		err = vkattn.Upload(ctx, d.vt, x[:n])
 	}
 	return vkErr(err)
 }
@@ -173,6 +172,8 @@ func (d *DeviceTensor) Download(ctx context.Context, dst Tensor) error {
 	case []float32:
 		err = vkattn.Download(ctx, d.vt, x[:n])
 	case []float16.Float16:
+		err = vkattn.Download(ctx, d.vt, x[:n])
+	case []bfloat16.BFloat16:
 		err = vkattn.Download(ctx, d.vt, x[:n])
 	}
 	if err != nil {

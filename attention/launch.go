@@ -28,11 +28,7 @@ func (e *Engine) Launches(ctx context.Context, q, k, v Shape, l Layout, dt DType
 		return nil, err
 	}
 	p.O = Contiguous(outShape(p), l)
-	vdt := vkattn.F32
-	if dt == Float16 {
-		vdt = vkattn.F16
-	}
-	ls, err := vk.Launches(ctx, p, vdt, backward)
+	ls, err := vk.Launches(ctx, p, vkDType(dt), backward)
 	if err != nil {
 		return nil, vkErr(err)
 	}

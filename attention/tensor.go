@@ -3,6 +3,7 @@ package attention
 import (
 	"fmt"
 
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/x448/float16"
 )
@@ -16,6 +17,10 @@ const (
 	Float32 DType = iota + 1
 	// Float16 stores IEEE binary16 ([]float16.Float16 from github.com/x448/float16).
 	Float16
+	// BFloat16 stores bfloat16 ([]bfloat16.BFloat16 from
+	// github.com/flashvk/flashvk/bfloat16): float32's range with 8 bits of
+	// precision. Loads widen exactly to float32; stores round to nearest even.
+	BFloat16
 )
 
 // String names the type as PyTorch and numpy do.
@@ -25,6 +30,8 @@ func (d DType) String() string {
 		return "float32"
 	case Float16:
 		return "float16"
+	case BFloat16:
+		return "bfloat16"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -34,19 +41,22 @@ func (d DType) Size() int {
 	switch d {
 	case Float32:
 		return 4
-	case Float16:
+	case Float16, BFloat16:
 		return 2
 	}
 	return 0
 }
 
-// ParseDType accepts "float32"/"f32"/"fp32" and "float16"/"f16"/"fp16"/"half".
+// ParseDType accepts "float32"/"f32"/"fp32", "float16"/"f16"/"fp16"/"half"
+// and "bfloat16"/"bf16".
 func ParseDType(s string) (DType, error) {
 	switch s {
 	case "float32", "f32", "fp32":
 		return Float32, nil
 	case "float16", "f16", "fp16", "half":
 		return Float16, nil
+	case "bfloat16", "bf16":
+		return BFloat16, nil
 	}
 	return 0, fmt.Errorf("attention: dtype %q: %w", s, ErrDType)
 }
@@ -101,8 +111,8 @@ func Contiguous(s Shape, l Layout) Strides {
 	return spec.BSHD(s.S, s.H, s.D)
 }
 
-// Tensor is a host-memory operand. Data is []float32 (Float32) or
-// []float16.Float16 (Float16). A zero Strides means contiguous BSHD; set
+// Tensor is a host-memory operand. Data is []float32 (Float32),
+// []float16.Float16 (Float16) or []bfloat16.BFloat16 (BFloat16). A zero Strides means contiguous BSHD; set
 // Strides to address BHSD data or a view (e.g. Q inside a packed QKV
 // buffer) without copying.
 type Tensor struct {
@@ -121,6 +131,11 @@ func FromFloat16(data []float16.Float16, s Shape, l Layout) Tensor {
 	return Tensor{Shape: s, Strides: Contiguous(s, l), Data: data}
 }
 
+// FromBFloat16 wraps data as a contiguous tensor of the given shape and layout.
+func FromBFloat16(data []bfloat16.BFloat16, s Shape, l Layout) Tensor {
+	return Tensor{Shape: s, Strides: Contiguous(s, l), Data: data}
+}
+
 // NewTensor allocates a zeroed contiguous tensor.
 func NewTensor(dt DType, s Shape, l Layout) (Tensor, error) {
 	if err := s.check("tensor"); err != nil {
@@ -131,6 +146,8 @@ func NewTensor(dt DType, s Shape, l Layout) (Tensor, error) {
 		return FromFloat32(make([]float32, s.Len()), s, l), nil
 	case Float16:
 		return FromFloat16(make([]float16.Float16, s.Len()), s, l), nil
+	case BFloat16:
+		return FromBFloat16(make([]bfloat16.BFloat16, s.Len()), s, l), nil
 	}
 	return Tensor{}, fmt.Errorf("attention: tensor: %v: %w", dt, ErrDType)
 }
@@ -142,6 +159,8 @@ func (t Tensor) DType() DType {
 		return Float32
 	case []float16.Float16:
 		return Float16
+	case []bfloat16.BFloat16:
+		return BFloat16
 	}
 	return 0
 }
@@ -152,6 +171,8 @@ func (t Tensor) dataLen() int {
 	case []float32:
 		return len(d)
 	case []float16.Float16:
+		return len(d)
+	case []bfloat16.BFloat16:
 		return len(d)
 	}
 	return -1
@@ -166,7 +187,7 @@ func (t Tensor) strides() Strides {
 }
 
 // Float32s returns the tensor's elements as a contiguous BSHD float32 slice
-// (a copy; fp16 is converted exactly).
+// (a copy; fp16 and bf16 are converted exactly).
 func (t Tensor) Float32s() []float32 {
 	out := make([]float32, t.Shape.Len())
 	st := t.strides()
@@ -177,6 +198,10 @@ func (t Tensor) Float32s() []float32 {
 		case []float32:
 			copy(out[dst:dst+t.Shape.D], d[src:src+t.Shape.D])
 		case []float16.Float16:
+			for i := range t.Shape.D {
+				out[dst+i] = d[src+i].Float32()
+			}
+		case []bfloat16.BFloat16:
 			for i := range t.Shape.D {
 				out[dst+i] = d[src+i].Float32()
 			}
@@ -227,6 +252,8 @@ func scatter(dst, src Tensor) {
 			copy(d[i:i+n], src.Data.([]float32)[j:j+n])
 		case []float16.Float16:
 			copy(d[i:i+n], src.Data.([]float16.Float16)[j:j+n])
+		case []bfloat16.BFloat16:
+			copy(d[i:i+n], src.Data.([]bfloat16.BFloat16)[j:j+n])
 		}
 	})
 }

@@ -24,7 +24,7 @@ func checkOperand(name string, t Tensor, dt DType, output bool) (Strides, error)
 	}
 	got := t.DType()
 	if got == 0 {
-		return Strides{}, fmt.Errorf("attention: %s: data of type %T (want []float32 or []float16.Float16): %w", name, t.Data, ErrDType)
+		return Strides{}, fmt.Errorf("attention: %s: data of type %T (want []float32, []float16.Float16 or []bfloat16.BFloat16): %w", name, t.Data, ErrDType)
 	}
 	if dt != 0 && got != dt {
 		return Strides{}, fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", name, got, dt, ErrDType)

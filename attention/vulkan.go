@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/vkattn"
 	"github.com/x448/float16"
 )
@@ -52,9 +53,23 @@ func openVulkan(cfg Config) (*vulkanBackend, error) {
 			b.info.DTypes = append(b.info.DTypes, Float32)
 		case vkattn.F16:
 			b.info.DTypes = append(b.info.DTypes, Float16)
+		case vkattn.BF16:
+			b.info.DTypes = append(b.info.DTypes, BFloat16)
 		}
 	}
 	return b, nil
+}
+
+// vkDType is the vkattn storage type of dt (F32 for an unknown dt: callers
+// validated it).
+func vkDType(dt DType) vkattn.DType {
+	switch dt {
+	case Float16:
+		return vkattn.F16
+	case BFloat16:
+		return vkattn.BF16
+	}
+	return vkattn.F32
 }
 
 func (b *vulkanBackend) Info() BackendInfo {
@@ -112,6 +127,8 @@ func (b *vulkanBackend) Forward(ctx context.Context, p *Problem, a *ForwardArgs)
 		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]float32), a.V.Data.([]float32), a.O.Data.([]float32), a.LSE))
 	case []float16.Float16:
 		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]float16.Float16), a.V.Data.([]float16.Float16), a.O.Data.([]float16.Float16), a.LSE))
+	case []bfloat16.BFloat16:
+		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]bfloat16.BFloat16), a.V.Data.([]bfloat16.BFloat16), a.O.Data.([]bfloat16.BFloat16), a.LSE))
 	}
 	return fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)
 }
@@ -123,6 +140,9 @@ func (b *vulkanBackend) Backward(ctx context.Context, p *Problem, a *BackwardArg
 		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV)))
 	case []float16.Float16:
 		f := func(t Tensor) []float16.Float16 { return t.Data.([]float16.Float16) }
+		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV)))
+	case []bfloat16.BFloat16:
+		f := func(t Tensor) []bfloat16.BFloat16 { return t.Data.([]bfloat16.BFloat16) }
 		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV)))
 	}
 	return fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)
@@ -140,6 +160,9 @@ func (b *vulkanBackend) Benchmark(ctx context.Context, p *Problem, a *BackwardAr
 		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE)
 	case []float16.Float16:
 		f := func(t Tensor) []float16.Float16 { d, _ := t.Data.([]float16.Float16); return d }
+		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE)
+	case []bfloat16.BFloat16:
+		f := func(t Tensor) []bfloat16.BFloat16 { d, _ := t.Data.([]bfloat16.BFloat16); return d }
 		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE)
 	default:
 		return nil, fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)

@@ -36,6 +36,10 @@ const (
 	F32 DType = iota + 1
 	// F16 stores IEEE binary16 (as uint16 bits on the host).
 	F16
+	// BF16 stores bfloat16 (as bfloat16.BFloat16 on the host). Its kernels
+	// load it exactly into float32 and round stores to nearest even; it
+	// never runs on the f16-only cooperative-matrix kernels.
+	BF16
 )
 
 // Size is the element size in bytes.
@@ -43,19 +47,21 @@ func (d DType) Size() int {
 	switch d {
 	case F32:
 		return 4
-	case F16:
+	case F16, BF16:
 		return 2
 	}
 	return 0
 }
 
-// String is the shaders package's name of the type ("f32", "f16").
+// String is the shaders package's name of the type ("f32", "f16", "bf16").
 func (d DType) String() string {
 	switch d {
 	case F32:
 		return shaders.DTypeF32
 	case F16:
 		return shaders.DTypeF16
+	case BF16:
+		return shaders.DTypeBF16
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -189,7 +195,8 @@ func newBackend(dev *device.Device, owns bool, opts Options) (*Backend, error) {
 		cfgs:   map[cfgKey]cfgResult{},
 	}
 	if info.StorageBuffer16Bit {
-		b.dtypes = append(b.dtypes, F16)
+		// bf16 needs 16-bit storage only: its math is fp32 (no shaderFloat16).
+		b.dtypes = append(b.dtypes, F16, BF16)
 	}
 	maxBuf := min(info.MaxAllocation, info.MaxStorageBufferRange)
 	if info.MaxBufferSize > 0 {
@@ -290,7 +297,7 @@ func (b *Backend) Config(kernel string, d, dv int, dt DType) (shaders.Config, er
 	if r, ok := b.cfgs[k]; ok {
 		return r.c, r.err
 	}
-	c, err := shaders.DefaultConfig(kernel, d, dv, dt == F16, b.lim)
+	c, err := shaders.DefaultConfig(kernel, d, dv, dt.Size() == 2, b.lim)
 	if err != nil {
 		err = fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, d, dv, b.info.Name, err)
 	}

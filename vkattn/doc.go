@@ -45,8 +45,11 @@
 // cached per (kernel, D, Dv, dtype); Tiles and TileTable list them, and
 // FLASHVK_DEBUG_TILES=1 prints the table to stderr at Open.
 //
-// float16 storage is offered only when the device has
-// storageBuffer16BitAccess (DTypes); arithmetic is float32 either way.
+// float16 and bfloat16 storage are offered only when the device has
+// storageBuffer16BitAccess (DTypes); arithmetic is float32 for every storage
+// type. bfloat16 runs the scalar kernels' bf16 modules (exact loads into
+// float32, round-to-nearest-even stores), never flash_cm (f16 only) and never
+// through float16 (whose range is far smaller).
 //
 // # Backward and the training step
 //

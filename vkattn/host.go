@@ -108,7 +108,7 @@ func at[T any](s []T, b0 int, batchStride int) []T {
 }
 
 // ForwardHost computes O and LSE of host operands q, k, v (F32: float32,
-// F16: uint16 bits) into o (only o's view is written) and lse (contiguous
+// BF16: bfloat16.BFloat16, F16: other uint16 bits) into o (only o's view is written) and lse (contiguous
 // [B, Hq, Nq]).
 func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32) error {
 	if err := b.enter(); err != nil {

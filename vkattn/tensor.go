@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"reflect"
 
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/internal/spec"
 )
@@ -22,13 +23,16 @@ func (s Shape) String() string { return fmt.Sprintf("[B=%d S=%d H=%d D=%d]", s.B
 // the kernels compute offsets in 32 bits.
 const MaxElements = 1 << 32
 
-// Elem are the host element types: float32 for F32, and uint16 bit
-// patterns (uint16, float16.Float16, …) for F16.
+// Elem are the host element types: float32 for F32, bfloat16.BFloat16 for
+// BF16, and other uint16 bit patterns (uint16, float16.Float16, …) for F16.
 type Elem interface{ ~float32 | ~uint16 }
 
 func dtypeOf[T Elem]() DType {
-	if reflect.TypeFor[T]().Kind() == reflect.Float32 {
+	switch t := reflect.TypeFor[T](); {
+	case t.Kind() == reflect.Float32:
 		return F32
+	case t == reflect.TypeFor[bfloat16.BFloat16]():
+		return BF16
 	}
 	return F16
 }
@@ -91,7 +95,7 @@ func (b *Backend) NewTensor(dt DType, s Shape, st spec.Strides) (*Tensor, error)
 		return nil, err
 	}
 	defer b.leave()
-	if dt != F32 && dt != F16 {
+	if dt != F32 && dt != F16 && dt != BF16 {
 		return nil, fmt.Errorf("%w: tensor dtype %v", ErrInvalid, dt)
 	}
 	if err := b.supports(dt); err != nil {
@@ -169,7 +173,7 @@ func (t *Tensor) use(name string) error {
 
 // Upload copies src into the tensor's buffer from element 0 (src is laid
 // out like the tensor: len(src) ≤ Len()). T must match the dtype: float32
-// for F32, a uint16 type for F16.
+// for F32, bfloat16.BFloat16 for BF16, another uint16 type for F16.
 func Upload[T Elem](ctx context.Context, t *Tensor, src []T) error {
 	if err := t.use("upload"); err != nil {
 		return err
@@ -215,7 +219,8 @@ func Download[T Elem](ctx context.Context, t *Tensor, dst []T) error {
 }
 
 // Fill sets every 32-bit word of the buffer to word (0x7FC00000 poisons
-// float32 data with NaN; 0x7E007E00 float16 data).
+// float32 data with NaN; 0x7E007E00 float16 data; 0x7FC07FC0 bfloat16
+// data).
 func (t *Tensor) Fill(ctx context.Context, word uint32) error {
 	if err := t.use("fill"); err != nil {
 		return err

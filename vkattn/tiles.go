@@ -46,7 +46,7 @@ func TileTable(lim shaders.Limits, kernels []string, dts []DType) []TileRow {
 	for _, k := range kernels {
 		for _, dt := range dts {
 			for _, d := range TileHeadDims {
-				c, err := shaders.DefaultConfig(k, d, d, dt == F16, lim)
+				c, err := shaders.DefaultConfig(k, d, d, dt.Size() == 2, lim)
 				rows = append(rows, tileRow(k, d, dt, c, err))
 			}
 		}
@@ -57,7 +57,7 @@ func TileTable(lim shaders.Limits, kernels []string, dts []DType) []TileRow {
 func tileRow(k string, d int, dt DType, c shaders.Config, err error) TileRow {
 	r := TileRow{Kernel: k, D: d, DV: d, DType: dt, Config: c, Err: err}
 	if err == nil {
-		r.SharedBytes = SharedBytes(k, c, d, d, dt == F16)
+		r.SharedBytes = SharedBytes(k, c, d, d, dt.Size() == 2)
 	}
 	return r
 }

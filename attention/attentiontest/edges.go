@@ -9,14 +9,19 @@ import (
 )
 
 // RunEdges checks numerics at the edges, forward and backward: scores as
-// large as ±1e4 before scaling, NaN inputs, and fp16 values near the fp16
-// maximum. Rows without visible keys are covered by Cases.
+// large as ±1e4 before scaling, NaN inputs, fp16 values near the fp16
+// maximum, and bf16 values far outside fp16's range (bf16 has fp32's
+// exponent range, so it must never be computed through fp16). Rows without
+// visible keys are covered by Cases.
 func RunEdges(t *testing.T, e *attention.Engine) {
 	for _, dt := range dtypes(e) {
 		t.Run(dt.String()+"/large-scores", func(t *testing.T) { largeScores(t, e, dt) })
 		t.Run(dt.String()+"/nan", func(t *testing.T) { nanPropagation(t, e, dt) })
 		if dt == attention.Float16 {
 			t.Run("float16/near-max", func(t *testing.T) { nearMax(t, e) })
+		}
+		if dt == attention.BFloat16 {
+			t.Run("bfloat16/range", func(t *testing.T) { bf16Range(t, e) })
 		}
 	}
 }
@@ -60,7 +65,7 @@ func largeScores(t *testing.T, e *attention.Engine, dt attention.DType) {
 		t.Fatalf("inputs too small for this test: max |q·k| = %g", maxS)
 	}
 	tol := 4 * math.Pow(2, -24) * maxS * float64(c.Hq) / 8
-	if dt == attention.Float16 {
+	if dt != attention.Float32 {
 		tol = math.Max(tol, in.tolerance(t, ref).O)
 	}
 	out := in.forward(t, e)
@@ -103,8 +108,11 @@ func nanPropagation(t *testing.T, e *attention.Engine, dt attention.DType) {
 		}
 	}
 	tol := Float32Tol
-	if dt == attention.Float16 {
+	switch dt {
+	case attention.Float16:
 		tol = 4e-3
+	case attention.BFloat16:
+		tol = 8 * 4e-3 // bf16's ulp is 8× fp16's
 	}
 	Check(t, "o rows before the NaN key", clean, cleanRef, tol, seed)
 }
@@ -120,4 +128,31 @@ func nearMax(t *testing.T, e *attention.Engine) {
 	ref := in.Reference(t)
 	out := in.forward(t, e)
 	Check(t, "o", out.o, ref.O, math.Max(2*f16Floor, in.tolerance(t, ref).O), seed)
+}
+
+// bf16Range: bf16 values far outside fp16's range (fp16 overflows past 65504
+// and flushes below 6e-8 to zero), inside bf16's (fp32's). Forward: V ≈ 1e30,
+// Q ≈ 1e-20, K ≈ 1e20 (scores of ordinary size); O ≈ 1e30 must match the
+// reference. Backward: Q ≈ 1e-20, K ≈ 1e20, V ordinary, so dQ ≈ 1e20 and
+// dK ≈ 1e-20. Any pass through fp16 turns these into Inf, NaN or 0.
+func bf16Range(t *testing.T, e *attention.Engine) {
+	c := Case{B: 1, Hq: 2, Hkv: 1, Nq: 37, Nk: 45, D: 32, Dv: 32, Causal: true, Align: attention.BottomRight}
+	seed := Seed(t)
+	in := NewInputs(c, attention.BFloat16, seed)
+	in.q64 = scaleInputs(in.Q, 1e-20)
+	in.k64 = scaleInputs(in.K, 1e20)
+	ref := in.Reference(t)
+	tol := in.tolerance(t, ref)
+	g := in.backward(t, e, ref)
+	Check(t, "dq", g[0], ref.DQ, tol.DQ, seed)
+	Check(t, "dk", g[1], ref.DK, tol.DK, seed)
+	Check(t, "dv", g[2], ref.DV, tol.DV, seed)
+
+	in.v64 = scaleInputs(in.V, 1e30)
+	ref = in.Reference(t)
+	tol = in.tolerance(t, ref)
+	out := in.forward(t, e)
+	Check(t, "o", out.o, ref.O, tol.O, seed)
+	CheckLSE(t, out.lse, ref.LSE, tol.LSE, seed)
+	in.checkOutsideUntouched(t)
 }

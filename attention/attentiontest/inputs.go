@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/reference"
 	"github.com/x448/float16"
 )
 
 // sentinel fills the elements of an output buffer that lie outside the
-// output's view; they must survive every call unchanged (exact in fp16).
+// output's view; they must survive every call unchanged (exact in fp16 and
+// bf16).
 const sentinel = 7776
 
 // Inputs are one case's operands, drawn from a seeded normal distribution
@@ -75,8 +77,11 @@ func (in *Inputs) output(s attention.Shape) attention.Tensor {
 }
 
 func alloc(dt attention.DType, n int) any {
-	if dt == attention.Float16 {
+	switch dt {
+	case attention.Float16:
 		return make([]float16.Float16, n)
+	case attention.BFloat16:
+		return make([]bfloat16.BFloat16, n)
 	}
 	return make([]float32, n)
 }
@@ -86,6 +91,8 @@ func offset(buf any, off int) any {
 	case []float32:
 		return b[off:]
 	case []float16.Float16:
+		return b[off:]
+	case []bfloat16.BFloat16:
 		return b[off:]
 	}
 	return nil
@@ -112,6 +119,8 @@ func set(buf any, i int, x float32) {
 		b[i] = x
 	case []float16.Float16:
 		b[i] = float16.Fromfloat32(x)
+	case []bfloat16.BFloat16:
+		b[i] = bfloat16.FromFloat32(x)
 	}
 }
 
@@ -126,6 +135,8 @@ func poison(t attention.Tensor) {
 	case []float32:
 		n = len(b)
 	case []float16.Float16:
+		n = len(b)
+	case []bfloat16.BFloat16:
 		n = len(b)
 	}
 	for i := range n {
@@ -161,6 +172,12 @@ func (in *Inputs) checkOutsideUntouched(t testing.TB) {
 				}
 			}
 		case []float16.Float16:
+			for i, x := range b {
+				if !inside[i] && x.Float32() != sentinel {
+					bad++
+				}
+			}
+		case []bfloat16.BFloat16:
 			for i, x := range b {
 				if !inside[i] && x.Float32() != sentinel {
 					bad++

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/reference"
 	"github.com/x448/float16"
 )
@@ -16,6 +17,9 @@ const Float32Tol = 1e-5
 // be exact (one key per row, zero gradients): half an fp16 ulp at 1.
 const f16Floor = 1.0 / 4096
 
+// bf16Floor is the same for bf16: half a bf16 ulp at 1 (2^-9).
+const bf16Floor = 1.0 / 512
+
 // Tol are the rel_l2 bounds of one case.
 type Tol struct{ O, LSE, DQ, DK, DV float64 }
 
@@ -23,11 +27,15 @@ func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 	if in.DType == attention.Float32 {
 		return Tol{Float32Tol, Float32Tol, Float32Tol, Float32Tol, Float32Tol}
 	}
-	base := in.fp16Baseline()
-	bound := func(name string, got []float64, want []float64) float64 {
+	round, floor, name := r16, f16Floor, "fp16"
+	if in.DType == attention.BFloat16 {
+		round, floor, name = rb16, bf16Floor, "bf16"
+	}
+	base := in.lowPrecisionBaseline(round)
+	bound := func(out string, got []float64, want []float64) float64 {
 		e := reference.RelL2(got, want)
-		t.Logf("%s: PyTorch-style fp16 baseline rel_l2 %.3g", name, e)
-		return math.Max(2*e, f16Floor)
+		t.Logf("%s: PyTorch-style %s baseline rel_l2 %.3g", out, name, e)
+		return math.Max(2*e, floor)
 	}
 	return Tol{
 		O:   bound("o", base.O, ref.O),
@@ -41,10 +49,14 @@ func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 // r16 rounds to the nearest fp16 value.
 func r16(x float64) float64 { return float64(float16.Fromfloat32(float32(x)).Float32()) }
 
-// fp16Baseline emulates PyTorch's math attention in fp16 on the same fp16
-// inputs: every matrix product accumulated in fp32 and rounded to fp16, the
-// softmax computed in fp32 from fp16 scores and rounded to fp16.
-func (in *Inputs) fp16Baseline() *Ref {
+// rb16 rounds to the nearest bf16 value.
+func rb16(x float64) float64 { return float64(bfloat16.FromFloat32(float32(x)).Float32()) }
+
+// lowPrecisionBaseline emulates PyTorch's math attention in a 16-bit type
+// (round: r16 for fp16, rb16 for bf16) on the same 16-bit inputs: every
+// matrix product accumulated in fp32 and rounded to the 16-bit type, the
+// softmax computed in fp32 from rounded scores and rounded.
+func (in *Inputs) lowPrecisionBaseline(r16 func(float64) float64) *Ref {
 	c := in.Case
 	p := c.params()
 	scale := p.EffectiveScale()

@@ -85,6 +85,10 @@ type Options struct {
 	CacheDir string
 	// NoDiskCache disables the persisted pipeline cache.
 	NoDiskCache bool
+	// TuneCache is the tune cache file whose tuned configurations this
+	// device uses (see Tune): "" the default (DefaultTuneCachePath; none
+	// when FLASHVK_TUNE=off), TuneOff ("off") none.
+	TuneCache string
 }
 
 // Backend runs attention on one Vulkan device. It is safe for concurrent
@@ -101,6 +105,7 @@ type Backend struct {
 	reqSG   uint32
 	spirv   map[string][]byte // "kernel.dtype" → module (stable slices: the cache hashes them once)
 	cm      *flashCM          // flash_cm state, nil when not used (flashcm.go)
+	tune    *tuneState        // tuned configurations (tune.go)
 
 	cfgMu sync.Mutex
 	cfgs  map[cfgKey]cfgResult
@@ -216,6 +221,7 @@ func newBackend(dev *device.Device, owns bool, opts Options) (*Backend, error) {
 			b.spirv[k+"."+dt.String()] = spv
 		}
 	}
+	b.tune = openTune(info, opts)
 	if err := b.initFlashCM(opts.Kernel); err != nil {
 		return nil, err
 	}

@@ -595,7 +595,7 @@ func (b *Backend) flashCMPlan(ctx context.Context, p *spec.Problem) (*CMLayout, 
 	if err != nil {
 		return nil, cmTile{}, err
 	}
-	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	c, _, err := b.cmTileFor(ctx, l, p)
 	if err != nil {
 		return nil, cmTile{}, fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
 	}
@@ -618,7 +618,7 @@ func (b *Backend) recordFlashCM(r *device.Recorder, p *spec.Problem, dt DType, p
 		}
 		return false, nil
 	}
-	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	c, _, err := b.cmTileFor(context.Background(), l, p)
 	if err != nil {
 		return false, nil
 	}

@@ -20,6 +20,9 @@ type Launch struct {
 	// Mode describes a variant: flash_cm's tile ("nsg8-bc128-mode1-pf1"),
 	// the naive kernel's pass ("pass 1/3"); "" otherwise.
 	Mode string
+	// Source says where the configuration comes from: SourceTuned (the
+	// tune cache) or SourceDefault.
+	Source string
 }
 
 // Launches lists the dispatches the forward (backward = false) or the
@@ -40,18 +43,19 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt DType, backw
 	f16 := dt.Size() == 2 // 16-bit storage (f16 or bf16)
 	if backward {
 		var cs [3]shaders.Config
+		var src [3]string
 		for i, k := range bwdKernels {
-			c, err := b.Config(k, p.D, p.Dv, dt)
+			c, s, err := b.configFor(ctx, k, p, dt)
 			if err != nil {
 				return nil, err
 			}
-			cs[i] = c
+			cs[i], src[i] = c, s
 		}
 		grids := bwdGrids(p, cs[0], cs[1], cs[2])
 		ls := make([]Launch, len(bwdKernels))
 		for i, k := range bwdKernels {
 			ls[i] = Launch{Kernel: k, Grid: grids[i], Workgroup: cs[i].WG, BR: cs[i].BR, BC: cs[i].BC,
-				SharedBytes: SharedBytes(k, cs[i], p.D, p.Dv, f16)}
+				SharedBytes: SharedBytes(k, cs[i], p.D, p.Dv, f16), Source: src[i]}
 		}
 		return ls, nil
 	}
@@ -61,19 +65,19 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt DType, backw
 			return nil, err
 		}
 		if err == nil {
-			if c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+			if c, src, err := b.cmTileFor(ctx, l, p); err == nil {
 				return []Launch{{Kernel: shaders.KernelFlashCM, Grid: cmGrid(p, l, c), Workgroup: c.NSG * l.SG,
-					BR: c.NSG * int(l.M), BC: c.BC, Mode: c.String(),
+					BR: c.NSG * int(l.M), BC: c.BC, Mode: c.String(), Source: src,
 					SharedBytes: shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv)}}, nil
 			}
 		}
 	}
-	c, err := b.Config(b.kernel, p.D, p.Dv, dt)
+	c, src, err := b.configFor(ctx, b.kernel, p, dt)
 	if err != nil {
 		return nil, err
 	}
 	l := Launch{Kernel: b.kernel, Grid: forwardGrid(b.kernel, p, c), Workgroup: c.WG, BR: c.BR, BC: c.BC,
-		SharedBytes: SharedBytes(b.kernel, c, p.D, p.Dv, f16)}
+		SharedBytes: SharedBytes(b.kernel, c, p.D, p.Dv, f16), Source: src}
 	if b.kernel != shaders.KernelNaive {
 		return []Launch{l}, nil
 	}

@@ -327,7 +327,7 @@ func (b *Backend) recordForward(r *device.Recorder, s *scratch, p *spec.Problem,
 		}
 		return nil
 	case shaders.KernelMinimal, shaders.KernelFlash:
-		c, err := b.Config(b.kernel, p.D, p.Dv, dt)
+		c, _, err := b.configFor(context.Background(), b.kernel, p, dt)
 		if err != nil {
 			return err
 		}
@@ -349,11 +349,11 @@ func (b *Backend) recordBackward(r *device.Recorder, s *scratch, p *spec.Problem
 	if err != nil {
 		return err
 	}
-	ckv, err := b.Config(shaders.KernelBwdDKDV, p.D, p.Dv, dt)
+	ckv, _, err := b.configFor(context.Background(), shaders.KernelBwdDKDV, p, dt)
 	if err != nil {
 		return err
 	}
-	cq, err := b.Config(shaders.KernelBwdDQ, p.D, p.Dv, dt)
+	cq, _, err := b.configFor(context.Background(), shaders.KernelBwdDQ, p, dt)
 	if err != nil {
 		return err
 	}

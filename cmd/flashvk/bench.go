@@ -87,7 +87,7 @@ Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
 	fl.IntVar(&f.kvHeads, "kv-heads", 0, "key/value heads (default: H)")
 	fl.StringVar(&f.causal, "causal", "both", "causal mask: true, false or both")
 	fl.StringVar(&f.align, "align", "top-left", "causal alignment: top-left or bottom-right")
-	fl.StringSliceVar(&f.dtypes, "dtype", nil, "storage types: float16, float32 (default float16 where supported)")
+	fl.StringSliceVar(&f.dtypes, "dtype", nil, "storage types: float16, float32, bfloat16 (default float16 where supported)")
 	fl.BoolVar(&f.backward, "backward", false, "also benchmark the backward pass")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed calls before timing")
 	fl.IntVar(&f.iters, "iters", 20, "timed calls per point")

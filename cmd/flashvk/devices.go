@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,7 +18,8 @@ type deviceRow struct {
 	Backend string `json:"backend"` // "vulkan" or "cpu"
 	*GPUInfo
 	Name string `json:"name"`
-	// CPU row only.
+	// Threads: CPU row only. DTypes are the storage types flashvk's
+	// attention runs on the device (empty when it does not open).
 	Threads int      `json:"threads,omitempty"`
 	DTypes  []string `json:"dtypes,omitempty"`
 	// Runnable says whether flashvk's attention backend opens on it; Error
@@ -41,8 +41,16 @@ func (a *app) devicesCmd() *cobra.Command {
 		Short:   "List the Vulkan devices and the CPU backend with their capabilities",
 		Long: `List every Vulkan physical device (index, name, type, driver, Vulkan version,
 subgroup size, shared memory per workgroup, workgroup limits, device-local memory,
-float16/int8/bfloat16 support, cooperative-matrix shapes) and the CPU backend.
-The index is what --device takes (a name substring or a vendor works too).
+the device's shader arithmetic types, cooperative-matrix shapes) and the CPU
+backend. The index is what --device takes (a name substring or a vendor works
+too).
+
+FP16, INT8 and BF16 are Vulkan shader features: float16 arithmetic
+(shaderFloat16), int8 arithmetic (shaderInt8) and the bfloat16 shader type
+(VK_KHR_shader_bfloat16, shaderBFloat16Type); "-" on the CPU row. They are not
+what flashvk needs for a storage type: DTYPES lists the storage types flashvk
+runs there (fp16 and bf16 need only 16-bit storage buffers, math is fp32; bf16
+does not use the bfloat16 shader type).
 
 RUNS says whether flashvk's attention backend opens on the device. Without a
 Vulkan loader or device only the CPU row is listed, with a note: that is not
@@ -80,6 +88,9 @@ func (a *app) listDevices() *devicesReport {
 			row.Error = oneLine(err.Error())
 		} else {
 			row.Runnable = true
+			for _, d := range e.Info().DTypes {
+				row.DTypes = append(row.DTypes, d.String())
+			}
 			_ = e.Close()
 		}
 		rep.Devices = append(rep.Devices, row)
@@ -109,7 +120,7 @@ func (a *app) listDevices() *devicesReport {
 
 func printDevices(w io.Writer, rep *devicesReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tBACKEND\tNAME\tTYPE\tDRIVER\tVULKAN\tSUBGROUP\tSHARED/WG\tMAX WG\tMEMORY\tFP16\tINT8\tBF16\tCOOPMAT\tRUNS")
+	fmt.Fprintln(tw, "INDEX\tBACKEND\tNAME\tTYPE\tDRIVER\tVULKAN\tSUBGROUP\tSHARED/WG\tMAX WG\tMEMORY\tFP16\tINT8\tBF16\tCOOPMAT\tDTYPES\tRUNS")
 	yes := func(b bool) string {
 		if b {
 			return "yes"
@@ -118,9 +129,8 @@ func printDevices(w io.Writer, rep *devicesReport) {
 	}
 	for _, d := range rep.Devices {
 		if d.GPUInfo == nil {
-			fp16 := yes(slices.Contains(d.DTypes, "float16"))
-			fmt.Fprintf(tw, "-\t%s\t%s\tcpu\t%s, %d threads\t-\t-\t-\t-\t-\t%s\tno\tno\t-\t%s\n", d.Backend, d.Name,
-				runtime.Version(), d.Threads, fp16, yes(d.Runnable))
+			fmt.Fprintf(tw, "-\t%s\t%s\tcpu\t%s, %d threads\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", d.Backend, d.Name,
+				runtime.Version(), d.Threads, shortDTypes(d.DTypes), yes(d.Runnable))
 			continue
 		}
 		g := d.GPUInfo
@@ -131,9 +141,9 @@ func printDevices(w io.Writer, rep *devicesReport) {
 		if len(g.CoopMat2) > 0 {
 			cm += " +coopmat2"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, d.Backend, d.Name, g.Type,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, d.Backend, d.Name, g.Type,
 			g.driver(), g.APIVersion, g.SubgroupSize, bytesIEC(uint64(g.MaxSharedMemory)), g.MaxWorkgroupInvocations,
-			bytesIEC(g.DeviceLocalBytes), yes(g.Float16), yes(g.Int8), yes(g.BFloat16), cm, yes(d.Runnable))
+			bytesIEC(g.DeviceLocalBytes), yes(g.Float16), yes(g.Int8), yes(g.BFloat16), cm, shortDTypes(d.DTypes), yes(d.Runnable))
 	}
 	tw.Flush()
 	for _, d := range rep.Devices {
@@ -170,4 +180,17 @@ func bytesIEC(b uint64) string {
 		return fmt.Sprintf("%.0f KiB", float64(b)/k)
 	}
 	return fmt.Sprintf("%d B", b)
+}
+
+// shortDTypes lists storage types as benchmark names spell them
+// ("fp32,fp16,bf16"), "-" for none.
+func shortDTypes(dts []string) string {
+	if len(dts) == 0 {
+		return "-"
+	}
+	out := make([]string, len(dts))
+	for i, d := range dts {
+		out[i] = shortDType(d)
+	}
+	return strings.Join(out, ",")
 }

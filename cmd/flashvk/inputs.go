@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/x448/float16"
 )
 
@@ -20,6 +21,13 @@ func randomTensor(dt attention.DType, s attention.Shape, l attention.Layout, rng
 			x[i] = float16.Fromfloat32(float32(rng.NormFloat64()))
 		}
 		return attention.FromFloat16(x, s, l)
+	}
+	if dt == attention.BFloat16 {
+		x := make([]bfloat16.BFloat16, n)
+		for i := range x {
+			x[i] = bfloat16.FromFloat32(float32(rng.NormFloat64()))
+		}
+		return attention.FromBFloat16(x, s, l)
 	}
 	x := make([]float32, n)
 	for i := range x {
@@ -60,7 +68,8 @@ func shapeOf(d []int, l attention.Layout) attention.Shape {
 }
 
 // saveTensor writes t as a .npy file in layout l (converting when t is
-// stored otherwise).
+// stored otherwise). bfloat16 tensors are written as float32 (exact: numpy
+// has no bfloat16).
 func saveTensor(dir, name string, t attention.Tensor, l attention.Layout) error {
 	path := filepath.Join(dir, name)
 	if t.Strides == attention.Contiguous(t.Shape, l) {
@@ -89,7 +98,7 @@ func saveTensor(dir, name string, t attention.Tensor, l attention.Layout) error 
 		}
 		return writeNpy(path, dims(t.Shape, l), h)
 	}
-	return writeNpy(path, dims(t.Shape, l), dense.Data)
+	return writeNpy(path, dims(t.Shape, l), dense.Data) // float32 for float32 and bfloat16
 }
 
 // fileInputs are the operands read from .npy files.
@@ -187,4 +196,15 @@ func mkdirOut(dir string) error {
 		return fmt.Errorf("--out: %w", err)
 	}
 	return nil
+}
+
+// roundToBFloat16 returns a float32 tensor's values rounded to bfloat16
+// (nearest even), with t's shape and strides: how run reads float32 .npy
+// files for --dtype bf16 (numpy has no bfloat16).
+func roundToBFloat16(t attention.Tensor) attention.Tensor {
+	src, ok := t.Data.([]float32)
+	if !ok {
+		return t
+	}
+	return attention.Tensor{Shape: t.Shape, Strides: t.Strides, Data: bfloat16.Slice(src)}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/sbinet/npyio/npy"
 	"github.com/x448/float16"
 )
@@ -188,7 +189,9 @@ func npyDType(s string) (attention.DType, binary.ByteOrder, error) {
 
 // writeNpy writes a C-order float32, float16 or float64 array with the
 // given shape as a version 1.0 .npy file. (npyio writes only 1-D shapes
-// and no float16, so the header is formatted here, as numpy does.)
+// and no float16, so the header is formatted here, as numpy does.) numpy has
+// no bfloat16: []bfloat16.BFloat16 is written as float32 ('<f4'), which
+// holds every bfloat16 value exactly.
 func writeNpy(path string, shape []int, data any) error {
 	var descr string
 	var body []byte
@@ -205,6 +208,12 @@ func writeNpy(path string, shape []int, data any) error {
 		body = make([]byte, 2*len(x))
 		for i, v := range x {
 			binary.LittleEndian.PutUint16(body[2*i:], v.Bits())
+		}
+	case []bfloat16.BFloat16:
+		descr, count = "<f4", len(x)
+		body = make([]byte, 4*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint32(body[4*i:], math.Float32bits(v.Float32()))
 		}
 	case []float64:
 		descr, count = "<f8", len(x)

@@ -145,7 +145,7 @@ func (s *shapeFlags) register(c *cobra.Command, defaultDType string) {
 	f.IntVar(&s.nk, "nk", 0, "key/value length Nk (overrides --seq)")
 	f.IntVar(&s.dim, "dim", 64, "head dimension d of Q and K")
 	f.IntVar(&s.dv, "dv", 0, "head dimension of V and O (default: --dim)")
-	f.StringVar(&s.dtype, "dtype", defaultDType, "storage type: float32 or float16 (arithmetic is float32)")
+	f.StringVar(&s.dtype, "dtype", defaultDType, "storage type: float32, float16 or bfloat16 (bf16) (arithmetic is float32)")
 	f.StringVar(&s.layout, "layout", "bshd", "memory layout of the operands: bshd (FlashAttention) or bhsd (PyTorch)")
 	f.BoolVar(&s.causal, "causal", false, "causal mask")
 	f.StringVar(&s.align, "align", "top-left", "causal diagonal when Nq ≠ Nk: top-left (PyTorch is_causal) or bottom-right (FlashAttention-2)")
@@ -184,7 +184,7 @@ func (s *shapeFlags) resolve() (problem, error) {
 func parseDType(s string) (attention.DType, error) {
 	dt, err := attention.ParseDType(strings.ToLower(s))
 	if err != nil {
-		return 0, usagef("--dtype %q: want float32 or float16", s)
+		return 0, usagef("--dtype %q: want float32, float16 or bfloat16 (bf16)", s)
 	}
 	return dt, nil
 }

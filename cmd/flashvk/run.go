@@ -20,13 +20,17 @@ import (
 
 // Tolerances of run --check (rel_l2 against the float64 reference).
 const (
-	tolFloat32 = 1e-5
-	tolFloat16 = 2e-3
+	tolFloat32  = 1e-5
+	tolFloat16  = 2e-3
+	tolBFloat16 = 1.6e-2 // 8 × tolFloat16: bf16's ulp is 8 × fp16's
 )
 
 func tolerance(dt attention.DType) float64 {
-	if dt == attention.Float16 {
+	switch dt {
+	case attention.Float16:
 		return tolFloat16
+	case attention.BFloat16:
+		return tolBFloat16
 	}
 	return tolFloat32
 }
@@ -52,7 +56,10 @@ with --check, the error of every output against a float64 reference.
 Inputs: by default Q, K, V (and dO) are drawn from N(0, 1) with --seed and
 rounded to --dtype. With --q/--k/--v (and --do) they are read from .npy files
 (float32 or float16, C order, 4-D: [B, S, H, D] with --layout bshd, [B, H, S, D]
-with --layout bhsd); the sizes come from the file headers.
+with --layout bhsd); the sizes come from the file headers. numpy has no
+bfloat16: with --dtype bf16, float32 files are read and rounded to bfloat16
+(nearest even), and --out writes the bfloat16 outputs as float32 .npy files
+(exactly: every bfloat16 is a float32).
 
 --check compares O, LSE (and dQ, dK, dV) with package reference, a float64
 implementation run on the exact stored input values, and prints max_abs, rel_l2
@@ -64,17 +71,21 @@ very values flashvk stores. The bound on rel_l2 is
   float16: 2e-3  the outputs are rounded to float16 when stored, unit roundoff
                  2⁻¹¹ ≈ 4.9e-4 per element (rel_l2 ≈ 3e-4 for a correctly
                  rounded result): 2e-3 leaves a factor of ~4 for float32
-                 accumulation on top.
+                 accumulation on top;
+  bfloat16: 1.6e-2  the same with bfloat16's unit roundoff 2⁻⁸ ≈ 3.9e-3
+                 (8 × float16's).
 The exit status is 1 when any output fails.
 
 --out DIR writes o.npy, lse.npy ([B, Hq, Nq] float32) and with --backward
-dq.npy, dk.npy, dv.npy, in --layout and the input dtype. With --device all every
+dq.npy, dk.npy, dv.npy, in --layout and the input dtype (float32 for bf16).
+With --device all every
 Vulkan device and the CPU backend run the same inputs, and each writes to
 DIR/<device>/.
 
 Times are host wall-clock times of one call, including transfers.`,
 		Example: `  flashvk run --seq 1024 --heads 16 --dim 64 --causal --check
   flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype float16 --backward --check
+  flashvk run --seq 512 --dtype bf16 --backward --check
   flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd, &f) },
@@ -164,6 +175,14 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		in, fp, err := loadInputs(f.qFile, f.kFile, f.vFile, f.doFile, p.Layout)
 		if err != nil {
 			return err
+		}
+		if p.DType == attention.BFloat16 && fp.DType == attention.Float32 && cmd.Flags().Changed("dtype") {
+			// numpy has no bfloat16: round float32 files to it.
+			in.q, in.k, in.v = roundToBFloat16(in.q), roundToBFloat16(in.k), roundToBFloat16(in.v)
+			if in.hasDO {
+				in.do = roundToBFloat16(in.do)
+			}
+			fp.DType = attention.BFloat16
 		}
 		if err := agree(cmd, &f.shape, p, fp); err != nil {
 			return err
@@ -472,9 +491,13 @@ func (a *app) closeAll(es []*engine) {
 	}
 }
 
-// fmtBound formats a tolerance as 1e-5 or 2e-3.
+// fmtBound formats a tolerance as 1e-5, 2e-3 or 1.6e-2.
 func fmtBound(v float64) string {
-	return strings.NewReplacer("e-0", "e-", "e+0", "e+").Replace(fmt.Sprintf("%.0e", v))
+	s := fmt.Sprintf("%.0e", v)
+	if x, err := strconv.ParseFloat(s, 64); err != nil || x != v {
+		s = fmt.Sprintf("%.1e", v) // 1.6e-2
+	}
+	return strings.NewReplacer("e-0", "e-", "e+0", "e+").Replace(s)
 }
 
 // fmtTFLOPS formats a rate with four significant digits (tiny rates, as

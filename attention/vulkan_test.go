@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashvk/flashvk/attention"
 	"github.com/flashvk/flashvk/attention/attentiontest"
+	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/device/devicetest"
 	"github.com/flashvk/flashvk/internal/spec"
@@ -121,6 +122,10 @@ func randTensor(rng *rand.Rand, dt attention.DType, s attention.Shape, l attenti
 	case []float16.Float16:
 		for i := range d {
 			d[i] = float16.Fromfloat32(float32(rng.NormFloat64()))
+		}
+	case []bfloat16.BFloat16:
+		for i := range d {
+			d[i] = bfloat16.FromFloat32(float32(rng.NormFloat64()))
 		}
 	}
 	return t
@@ -258,6 +263,10 @@ func testRoundTrip(t *testing.T, e *attention.Engine) {
 			case []float16.Float16:
 				for i := range x {
 					x[i] = float16.Fromfloat32(42)
+				}
+			case []bfloat16.BFloat16:
+				for i := range x {
+					x[i] = bfloat16.FromFloat32(42)
 				}
 			}
 			if err := d.Download(ctx, dst); err != nil {

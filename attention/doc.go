@@ -32,8 +32,14 @@
 // (ErrShape, ErrStride, ErrLength, ErrDType, ErrOption, ErrBackend,
 // ErrClosed) and naming the argument; nothing panics on user input.
 //
+// Storage types: Float32 ([]float32), Float16 ([]float16.Float16) and
+// BFloat16 ([]bfloat16.BFloat16, package github.com/flashvk/flashvk/bfloat16).
+// All operands of a call share one type; LSE is always float32.
+//
 // Numerics: arithmetic and accumulation are float32 whatever the storage
-// type; a query row that sees no key (causal bottom-right alignment with
+// type: 16-bit inputs are widened exactly, outputs rounded to nearest even
+// (bfloat16 keeps float32's exponent range and is never computed through
+// float16); a query row that sees no key (causal bottom-right alignment with
 // Nq > Nk) gives O = 0, LSE = −Inf and zero gradients, never NaN. The
 // backward is deterministic: the same inputs give the same bits on every
 // run.

@@ -45,6 +45,10 @@
 // copies. LSE is contiguous [B, Hq, Nq]. Rows that see no key (bottom-right
 // causal with Nq > Nk) get O = 0, LSE = −Inf and zero gradients.
 //
+// Storage is float32 only: package attention widens float16 and bfloat16
+// operands to float32 exactly before calling in, and rounds the outputs back
+// to nearest even.
+//
 // The problem is assumed validated by the caller (package attention); the
 // backend still checks that every slice is long enough for its strides and
 // returns an error instead of panicking.

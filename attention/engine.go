@@ -30,6 +30,13 @@ type Config struct {
 	Validation bool
 	// Workers bounds the CPU backend's goroutines (0: GOMAXPROCS).
 	Workers int
+	// TuneCache is the tune cache file (written by `flashvk tune`) whose
+	// per-device tuned tile configurations the Vulkan backend uses: "" the
+	// default (os.UserCacheDir()/flashvk/tune-v1.json, or
+	// $FLASHVK_TUNE_CACHE; none when FLASHVK_TUNE=off), "off" none. A
+	// missing, corrupt or foreign file, or a configuration invalid on the
+	// device, leaves the defaults in use (see vkattn.Backend.TuneInfo).
+	TuneCache string
 }
 
 // Engine runs attention on one backend. It is safe for concurrent use;

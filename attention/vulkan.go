@@ -36,7 +36,7 @@ func openVulkan(cfg Config) (*vulkanBackend, error) {
 	if err := checkKernelName(cfg.Kernel); err != nil {
 		return nil, err
 	}
-	vk, err := vkattn.Open(vkattn.Options{Device: cfg.Device, Kernel: cfg.Kernel, Validation: cfg.Validation})
+	vk, err := vkattn.Open(vkattn.Options{Device: cfg.Device, Kernel: cfg.Kernel, Validation: cfg.Validation, TuneCache: cfg.TuneCache})
 	if err != nil {
 		return nil, fmt.Errorf("attention: backend vulkan: %w: %w", err, ErrBackend)
 	}

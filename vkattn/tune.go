@@ -374,7 +374,14 @@ func scalarFamily(kernel, dir string, active func(ctx context.Context, b *Backen
 			return ScalarTile(c), err
 		},
 		Candidates: func(_ context.Context, b *Backend, p *spec.Problem, dt DType) ([]Candidate, error) {
-			return scalarCandidates(b, kernel, p.D, p.Dv, dt), nil
+			cs := scalarCandidates(b, kernel, p.D, p.Dv, dt)
+			if def, err := b.Config(kernel, p.D, p.Dv, dt); err == nil {
+				nearestFirst(cs, func(c Candidate) []int {
+					t := c.(ScalarTile)
+					return []int{t.WG, t.BR, t.BC}
+				}, []int{def.WG, def.BR, def.BC})
+			}
+			return cs, nil
 		},
 		Parse: func(s string) (Candidate, error) { return ParseScalarTile(s) },
 		Check: func(_ context.Context, b *Backend, p *spec.Problem, dt DType, c Candidate) error {
@@ -433,6 +440,16 @@ func init() {
 					}
 				}
 			}
+			if def, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+				vec := func(t cmTile) []int {
+					pf := 1
+					if t.Prefetch {
+						pf = 2
+					}
+					return []int{t.NSG, t.BC, 1 << t.Mode, pf}
+				}
+				nearestFirst(out, func(c Candidate) []int { return vec(c.(cmTile)) }, vec(def))
+			}
 			return out, nil
 		},
 		Parse: func(s string) (Candidate, error) { return parseCMTile(s) },
@@ -453,6 +470,29 @@ func init() {
 	})
 	registerTuneFamily(scalarFamily(shaders.KernelBwdDKDV, DirBwd, dispatches(shaders.KernelBwdDKDV, DirBwd)))
 	registerTuneFamily(scalarFamily(shaders.KernelBwdDQ, DirBwd, dispatches(shaders.KernelBwdDQ, DirBwd)))
+}
+
+// nearestFirst orders cs by distance from a reference point in log2
+// space (stable), so that a bounded search (TuneOptions.MaxCandidates)
+// explores the default's neighbourhood first.
+func nearestFirst(cs []Candidate, vec func(Candidate) []int, ref []int) {
+	dist := func(c Candidate) float64 {
+		d := 0.0
+		for i, x := range vec(c) {
+			d += math.Abs(math.Log2(float64(max(x, 1))) - math.Log2(float64(max(ref[i], 1))))
+		}
+		return d
+	}
+	slices.SortStableFunc(cs, func(a, b Candidate) int {
+		da, db := dist(a), dist(b)
+		switch {
+		case da < db:
+			return -1
+		case da > db:
+			return 1
+		}
+		return 0
+	})
 }
 
 // familyNames lists the names of fs.

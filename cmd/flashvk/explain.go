@@ -59,6 +59,10 @@ type analysis struct {
 	// Device facts.
 	Device          string `json:"device,omitempty"`
 	MaxSharedMemory uint32 `json:"max_shared_memory,omitempty"`
+	// Tuning says where tuned configurations come from (the tune cache)
+	// and TuneWarnings why some were not used.
+	Tuning       string   `json:"tuning,omitempty"`
+	TuneWarnings []string `json:"tune_warnings,omitempty"`
 	// Backend is the backend the launch configuration is of ("vulkan",
 	// "cpu"); Tiles summarises it and Launches lists the Vulkan
 	// dispatches of the forward and the backward, in order.
@@ -297,6 +301,12 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 		fmt.Fprintln(w)
 		printLaunches(w, a.Launches, a.MaxSharedMemory)
 	}
+	if a.Tuning != "" {
+		fmt.Fprintf(w, "\ntuning    %s\n", a.Tuning)
+		for _, s := range a.TuneWarnings {
+			fmt.Fprintf(w, "          warning: %s\n", s)
+		}
+	}
 	fmt.Fprintln(w, "\nassumptions:")
 	for _, s := range a.Assumptions {
 		fmt.Fprintf(w, "  - %s\n", s)
@@ -368,5 +378,6 @@ func (a *app) explainLaunches(ctx context.Context, f *explainFlags, p problem, a
 	if len(failed) > 0 {
 		an.Tiles += ": " + strings.Join(failed, "; ")
 	}
+	an.Tuning, an.TuneWarnings = tuningLine(e.Vulkan().TuneInfo())
 	return nil
 }

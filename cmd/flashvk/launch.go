@@ -44,7 +44,7 @@ func launchesOf(ctx context.Context, e *attention.Engine, p problem, backward bo
 			tile = append(tile, l.Mode)
 		}
 		out[i] = Launch{Kernel: l.Kernel, Grid: []int{int(l.Grid[0]), int(l.Grid[1]), int(l.Grid[2])},
-			Workgroup: []int{l.Workgroup, 1, 1}, SharedBytes: l.SharedBytes, Tile: strings.Join(tile, " ")}
+			Workgroup: []int{l.Workgroup, 1, 1}, SharedBytes: l.SharedBytes, Tile: strings.Join(tile, " "), Source: l.Source}
 	}
 	return out, nil
 }
@@ -74,7 +74,7 @@ type explainLaunch struct {
 // printLaunches writes explain's launch table.
 func printLaunches(w io.Writer, ls []explainLaunch, sharedMax uint32) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\tkernel\tgrid (x×y×z)\tworkgroup\tshared B\tof limit\ttile\t")
+	fmt.Fprintln(tw, "\tkernel\tgrid (x×y×z)\tworkgroup\tshared B\tof limit\ttile\tconfig\t")
 	for _, l := range ls {
 		grid := strings.Trim(strings.ReplaceAll(fmt.Sprint(l.Grid), " ", "×"), "[]")
 		wg := "-"
@@ -88,7 +88,11 @@ func printLaunches(w io.Writer, ls []explainLaunch, sharedMax uint32) {
 		if grid == "" {
 			grid = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t\n", l.Direction, l.Kernel, grid, wg, l.SharedBytes, frac, l.Tile)
+		src := l.Source
+		if src == "" {
+			src = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", l.Direction, l.Kernel, grid, wg, l.SharedBytes, frac, l.Tile, src)
 	}
 	tw.Flush()
 }

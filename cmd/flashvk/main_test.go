@@ -42,7 +42,7 @@ func mustRun(t *testing.T, args ...string) string {
 func td(name string) string { return filepath.Join("testdata", name) }
 
 func TestHelpEverywhere(t *testing.T) {
-	for _, cmd := range [][]string{{}, {"devices"}, {"run"}, {"bench"}, {"compare"}, {"report"}, {"explain"}} {
+	for _, cmd := range [][]string{{}, {"devices"}, {"run"}, {"bench"}, {"compare"}, {"report"}, {"explain"}, {"tune"}} {
 		out := mustRun(t, append(cmd, "--help")...)
 		if !strings.Contains(out, "Usage:") {
 			t.Errorf("flashvk %v --help: no usage:\n%s", cmd, out)

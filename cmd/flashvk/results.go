@@ -77,6 +77,7 @@ type Launch struct {
 	Workgroup   []int  `json:"workgroup,omitempty"`    // invocations per workgroup (x, y, z)
 	SharedBytes int    `json:"shared_bytes,omitempty"` // shared memory per workgroup
 	Tile        string `json:"tile,omitempty"`         // free-form tile description, e.g. "Br=64 Bc=64"
+	Source      string `json:"source,omitempty"`       // "tuned" (from the tune cache, see flashvk tune) or "default"
 }
 
 // Metric is an error metric. JSON has no infinities or NaN, so a

@@ -105,7 +105,7 @@ V [B, Nk, Hkv, dv]; Hq must be a multiple of Hkv (grouped-query attention).`,
 	root.SetVersionTemplate("flashvk {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.Args = cobra.NoArgs
-	root.AddCommand(a.devicesCmd(), a.runCmd(), a.benchCmd(), a.compareCmd(), a.reportCmd(), a.explainCmd())
+	root.AddCommand(a.devicesCmd(), a.runCmd(), a.benchCmd(), a.compareCmd(), a.reportCmd(), a.explainCmd(), a.tuneCmd())
 	for _, c := range root.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	}

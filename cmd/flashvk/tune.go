@@ -1,0 +1,362 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/vkattn"
+	"github.com/spf13/cobra"
+)
+
+type tuneFlags struct {
+	device, kernel string
+	dtypes         []string
+	dims           []int
+	causal         string
+	dirs           []string
+	families       []string
+	n, tokens      int
+	hidden         int
+	warmup, iters  int
+	maxCandidates  int
+	cache          string
+	dryRun, show   bool
+	seed           uint64
+}
+
+func (a *app) tuneCmd() *cobra.Command {
+	var f tuneFlags
+	c := &cobra.Command{
+		Use:   "tune",
+		Short: "Find the fastest tile configurations of a Vulkan device and cache them",
+		Long: `Tune the Vulkan kernels' tile and workgroup configurations for one device.
+
+For each key (dtype, head dim d, causal or not, direction fwd|bwd) and each
+tunable kernel family the device runs there (flash: the scalar forward;
+flash_cm: the cooperative-matrix fp16 forward; bwd_dkdv and bwd_dq: the
+backward), every configuration legal within the device's shared-memory and
+workgroup limits is
+  1. verified against the float64 reference on a small awkward problem
+     (B=1, Hq=2, Hkv=1, Nq=150, Nk=203, causal bottom-right when causal):
+     a candidate with wrong results is rejected and never chosen;
+  2. timed with GPU timestamps (median after warm-up) on a representative
+     problem: N = Nq = Nk (--n, default 2048), B = tokens/N, H = hidden/d.
+The fastest verified candidate wins (the default is kept unless a candidate
+is more than 2% faster). Progress goes to stderr, the winners to stdout.
+
+Results are merged into the tune cache (default
+os.UserCacheDir()/flashvk/tune-v1.json, or $FLASHVK_TUNE_CACHE), keyed by
+device name, vendor/device IDs, driver and driver version and the pipeline
+cache UUID, so they apply only to the same device and driver. The library
+(attention.Open, vkattn.Open) uses them for matching problems (the entry
+whose N is nearest the problem's Nq); FLASHVK_TUNE=off or Config.TuneCache
+"off" disables them. 'flashvk explain' shows whether each launch is tuned.`,
+		Example: `  flashvk tune --dtype f16 --d 64,128
+  flashvk tune --dir fwd --n 4096 --dry-run
+  flashvk tune --show`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.tune(cmd, &f) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.device, "device", "", `Vulkan device: index, name substring or vendor ("nvidia", "lavapipe"…)`)
+	fl.StringVar(&f.kernel, "kernel", "", "forward kernel selection as for run (default: the fastest the device supports)")
+	fl.StringSliceVar(&f.dtypes, "dtype", nil, "storage types: f16, f32 (default: both where supported)")
+	fl.IntSliceVar(&f.dims, "d", []int{64, 128}, "head dims d (= dv)")
+	fl.StringVar(&f.causal, "causal", "both", "causal mask: true, false or both")
+	fl.StringSliceVar(&f.dirs, "dir", []string{"fwd", "bwd"}, "directions: fwd, bwd")
+	fl.StringSliceVar(&f.families, "family", nil, "tune only these kernel families (flash, flash_cm, bwd_dkdv, bwd_dq)")
+	fl.IntVar(&f.n, "n", 2048, "sequence length N = Nq = Nk of the timed problem")
+	fl.IntVar(&f.tokens, "tokens", 16384, "tokens B·N of the timed problem (B = tokens/N)")
+	fl.IntVar(&f.hidden, "hidden", 2048, "hidden size H·d of the timed problem (H = hidden/d)")
+	fl.IntVar(&f.warmup, "warmup", 3, "untimed runs per candidate (and at least 100 ms)")
+	fl.IntVar(&f.iters, "iters", 10, "timed runs per candidate (the median is used)")
+	fl.IntVar(&f.maxCandidates, "max-candidates", 0, "try at most this many candidates per key and family, the default first (0: all)")
+	fl.StringVar(&f.cache, "cache", "", "tune cache file (default $FLASHVK_TUNE_CACHE or os.UserCacheDir()/flashvk/tune-v1.json)")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "tune and print, but do not write the cache")
+	fl.BoolVar(&f.show, "show", false, "print the tune cache and exit")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random inputs")
+	fl.Lookup("causal").NoOptDefVal = "true"
+	return c
+}
+
+func (f *tuneFlags) cachePath() (string, error) {
+	if f.cache != "" {
+		return f.cache, nil
+	}
+	return vkattn.DefaultTuneCachePath()
+}
+
+func (f *tuneFlags) options() (vkattn.TuneOptions, error) {
+	var o vkattn.TuneOptions
+	for _, s := range f.dtypes {
+		switch strings.ToLower(s) {
+		case "f16", "fp16", "float16":
+			o.DTypes = append(o.DTypes, vkattn.F16)
+		case "f32", "fp32", "float32":
+			o.DTypes = append(o.DTypes, vkattn.F32)
+		default:
+			return o, usagef("--dtype %q: want f16 or f32", s)
+		}
+	}
+	for _, d := range f.dims {
+		if d < 1 || d > attention.MaxHeadDim {
+			return o, usagef("--d %d: want 1 … %d", d, attention.MaxHeadDim)
+		}
+	}
+	o.Dims = f.dims
+	switch strings.ToLower(f.causal) {
+	case "both", "":
+		o.Causal = []bool{false, true}
+	case "true", "1", "yes":
+		o.Causal = []bool{true}
+	case "false", "0", "no":
+		o.Causal = []bool{false}
+	default:
+		return o, usagef("--causal %q: want true, false or both", f.causal)
+	}
+	for _, d := range f.dirs {
+		switch d {
+		case vkattn.DirFwd, vkattn.DirBwd:
+			o.Dirs = append(o.Dirs, d)
+		default:
+			return o, usagef("--dir %q: want fwd or bwd", d)
+		}
+	}
+	var known []string
+	for _, fam := range vkattn.TuneFamilies() {
+		known = append(known, fam.Name)
+	}
+	for _, fam := range f.families {
+		if !slices.Contains(known, fam) {
+			return o, usagef("--family %q: want one of %s", fam, strings.Join(known, ", "))
+		}
+	}
+	o.Families = f.families
+	switch {
+	case f.n < 1 || f.tokens < 1 || f.hidden < 1:
+		return o, usagef("--n, --tokens and --hidden must be positive")
+	case f.warmup < 0 || f.iters < 1:
+		return o, usagef("--warmup must be ≥ 0 and --iters positive")
+	case f.maxCandidates < 0:
+		return o, usagef("--max-candidates must be ≥ 0")
+	}
+	o.N, o.Tokens, o.Hidden = f.n, f.tokens, f.hidden
+	o.Bench = vkattn.BenchOptions{Warmup: f.warmup, Iters: f.iters}
+	if f.warmup == 0 {
+		o.Bench.Warmup, o.Bench.MinWarmup = -1, -1
+	}
+	o.MaxCandidates = f.maxCandidates
+	o.Seed = f.seed
+	return o, nil
+}
+
+func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
+	path, err := f.cachePath()
+	if err != nil {
+		return err
+	}
+	if f.show {
+		return a.showTuneCache(path)
+	}
+	o, err := f.options()
+	if err != nil {
+		return err
+	}
+	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: f.device, Kernel: f.kernel, TuneCache: vkattn.TuneOff})
+	if err != nil {
+		return fmt.Errorf("tune needs a Vulkan device: %s", oneLine(err.Error()))
+	}
+	defer e.Close()
+	vk := e.Vulkan()
+	info := vk.Info()
+	if len(f.dtypes) > 0 {
+		for _, dt := range o.DTypes {
+			if !slices.Contains(vk.DTypes(), dt) {
+				return fmt.Errorf("%s does not run %v storage", info.Name, dt)
+			}
+		}
+	}
+	fmt.Fprintf(a.stderr, "tuning %s (driver %s %s) with kernel %s; timed problem N=%d, B·N=%d, H·d=%d\n",
+		info.Name, info.DriverName, info.DriverInfo, vk.Kernel(), o.N, o.Tokens, o.Hidden)
+	fmt.Fprintf(a.stderr, "tune cache %s\n", path)
+	o.Progress = func(ev vkattn.TuneEvent) { printTuneEvent(a.stderr, ev) }
+	start := time.Now()
+	rs, tuneErr := vk.Tune(cmd.Context(), o)
+	printTuneResults(a.stdout, rs)
+	var c *vkattn.TuneCache
+	if !f.dryRun {
+		var lerr error
+		c, lerr = vkattn.LoadTuneCache(path)
+		if lerr != nil {
+			fmt.Fprintf(a.stderr, "warning: %s; it is replaced\n", oneLine(lerr.Error()))
+		}
+	}
+	n := 0
+	var failed []string
+	for i := range rs {
+		r := &rs[i]
+		if r.Err != nil || r.Winner == "" {
+			msg := "no winner"
+			if r.Err != nil {
+				msg = oneLine(r.Err.Error())
+			}
+			failed = append(failed, fmt.Sprintf("%s: %s", r.Key, msg))
+			continue
+		}
+		if c != nil {
+			c.Tool = "flashvk " + version()
+			c.Put(r.Entry())
+			n++
+		}
+	}
+	fmt.Fprintf(a.stderr, "tuned %d keys in %s\n", len(rs), time.Since(start).Round(time.Millisecond))
+	for _, m := range failed {
+		fmt.Fprintf(a.stderr, "warning: %s\n", m)
+	}
+	switch {
+	case f.dryRun:
+		fmt.Fprintf(a.stderr, "dry run: %s not written\n", path)
+	case n > 0:
+		if err := c.Save(path); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stderr, "wrote %d entries to %s (%d in all)\n", n, path, len(c.Entries))
+	default:
+		fmt.Fprintf(a.stderr, "nothing to write to %s\n", path)
+	}
+	if tuneErr != nil {
+		return tuneErr
+	}
+	if len(rs) == 0 {
+		return fmt.Errorf("nothing to tune: no tunable kernel family runs the requested keys on %s", info.Name)
+	}
+	return nil
+}
+
+func tuneLabel(k vkattn.TuneKey) string {
+	mask := "non-causal"
+	if k.Causal {
+		mask = "causal"
+	}
+	return fmt.Sprintf("%s %s d=%d %s %s", k.Dir, k.DType, k.D, mask, k.Family)
+}
+
+func printTuneEvent(w io.Writer, ev vkattn.TuneEvent) {
+	cand := ev.Candidate
+	if ev.Default {
+		cand += " (default)"
+	}
+	head := fmt.Sprintf("[%s %d/%d] %s:", tuneLabel(ev.Key), ev.Index, ev.Count, cand)
+	switch ev.Status {
+	case vkattn.TuneTimed:
+		fmt.Fprintf(w, "%s verified (rel_l2 %.2g), %s, %s TFLOP/s\n", head, ev.RelL2, fmtMS(float64(ev.Median)/1e6), fmtTFLOPS(ev.TFLOPS))
+	case vkattn.TuneRejected:
+		fmt.Fprintf(w, "%s REJECTED: %s\n", head, oneLine(ev.Err.Error()))
+	default:
+		fmt.Fprintf(w, "%s failed: %s\n", head, oneLine(fmt.Sprint(ev.Err)))
+	}
+}
+
+// printTuneResults prints the winners against the defaults.
+func printTuneResults(w io.Writer, rs []vkattn.TuneResult) {
+	if len(rs) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "dir\tdtype\td\tcausal\tfamily\tN\tdefault\ttime\twinner\ttime\tTFLOP/s\tspeedup\t")
+	for _, r := range rs {
+		k := r.Key
+		dt, wt, tf, sp := "-", "-", "-", "-"
+		if r.DefaultTime > 0 {
+			dt = fmtMS(float64(r.DefaultTime) / 1e6)
+		}
+		winner := r.Winner
+		if winner == "" {
+			winner = "none"
+		} else {
+			wt = fmtMS(float64(r.WinnerTime) / 1e6)
+			tf = fmtTFLOPS(r.TFLOPS)
+		}
+		if s := r.Speedup(); s > 0 {
+			sp = fmt.Sprintf("%.2f×", s)
+		}
+		def := r.Default
+		if def == "" {
+			def = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Dir, k.DType, k.D, k.Causal, k.Family, r.N,
+			def, dt, winner, wt, tf, sp)
+	}
+	tw.Flush()
+}
+
+func (a *app) showTuneCache(path string) error {
+	c, err := vkattn.LoadTuneCache(path)
+	fmt.Fprintf(a.stdout, "tune cache %s (schema version %d)\n", path, vkattn.TuneCacheVersion)
+	if vkattn.TuneDisabled() {
+		fmt.Fprintln(a.stdout, "FLASHVK_TUNE=off: the library does not use it")
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "warning: %s; the library ignores it\n", oneLine(err.Error()))
+	}
+	if len(c.Entries) == 0 {
+		fmt.Fprintln(a.stdout, "no entries")
+		return nil
+	}
+	type group struct {
+		dev vkattn.DeviceKey
+		es  []vkattn.TuneEntry
+	}
+	var groups []*group
+	for _, e := range c.Entries {
+		i := slices.IndexFunc(groups, func(g *group) bool { return g.dev == e.Device })
+		if i < 0 {
+			groups = append(groups, &group{dev: e.Device})
+			i = len(groups) - 1
+		}
+		groups[i].es = append(groups[i].es, e)
+	}
+	for _, g := range groups {
+		d := g.dev
+		fmt.Fprintf(a.stdout, "\ndevice %s [%04x:%04x], driver %s (%s)", d.Name, d.VendorID, d.DeviceID, d.Driver, d.DriverVersion)
+		if d.PipelineCacheUUID != "" {
+			fmt.Fprintf(a.stdout, ", pipeline cache %s", d.PipelineCacheUUID)
+		}
+		fmt.Fprintln(a.stdout)
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "dir\tdtype\td\tcausal\tfamily\tN\tcandidate\tdefault\tmedian\tTFLOP/s\tspeedup\ttuned\t")
+		for _, e := range g.es {
+			k := e.Key
+			sp := "-"
+			if s := e.Speedup(); s > 0 {
+				sp = fmt.Sprintf("%.2f×", s)
+			}
+			dd := fmt.Sprint(k.D)
+			if k.DV != k.D {
+				dd += "/" + fmt.Sprint(k.DV)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Dir, k.DType, dd, k.Causal, k.Family, e.N,
+				e.Candidate, e.Default, fmtMS(e.MedianMS), fmtTFLOPS(e.TFLOPS), sp, e.Date)
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+// tuningLine describes a backend's tune cache for explain.
+func tuningLine(ti vkattn.TuneInfo) (string, []string) {
+	switch {
+	case ti.Off:
+		return "tuned configurations off (FLASHVK_TUNE=off): default tiles", ti.Warnings
+	case ti.File == "":
+		return "no tune cache: default tiles", ti.Warnings
+	case len(ti.Entries) == 0:
+		return fmt.Sprintf("no tuned configurations for this device in %s: default tiles (run `flashvk tune`)", ti.File), ti.Warnings
+	}
+	return fmt.Sprintf("%d tuned configurations for this device in %s", len(ti.Entries), ti.File), ti.Warnings
+}

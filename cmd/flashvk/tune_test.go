@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/flashvk/flashvk/device/devicetest"
+	"github.com/flashvk/flashvk/vkattn"
+)
+
+func TestTuneShow(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "none.json")
+	if out := mustRun(t, "tune", "--show", "--cache", missing); !strings.Contains(out, "no entries") || !strings.Contains(out, missing) {
+		t.Errorf("show of a missing cache:\n%s", out)
+	}
+	corrupt := filepath.Join(dir, "corrupt.json")
+	os.WriteFile(corrupt, []byte("{not json"), 0o644)
+	code, out, errs := flashvk(t, "tune", "--show", "--cache", corrupt)
+	if code != 0 || !strings.Contains(errs, "corrupt") || !strings.Contains(out, "no entries") {
+		t.Errorf("show of a corrupt cache: exit %d\n%s\n%s", code, out, errs)
+	}
+	c := &vkattn.TuneCache{}
+	c.Put(vkattn.TuneEntry{Device: vkattn.DeviceKey{Name: "GPU X", VendorID: 0x10de, Driver: "drv 1"},
+		Key: vkattn.TuneKey{Family: "flash", Dir: "fwd", DType: "f16", D: 128, DV: 128, Causal: true},
+		N:   2048, Candidate: "wg128-br64-bc32", Default: "wg128-br64-bc16", MedianMS: 2, DefaultMS: 3})
+	good := filepath.Join(dir, "good.json")
+	if err := c.Save(good); err != nil {
+		t.Fatal(err)
+	}
+	out = mustRun(t, "tune", "--show", "--cache", good)
+	for _, want := range []string{"GPU X", "wg128-br64-bc32", "wg128-br64-bc16", "1.50×", "2048"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestTuneBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"tune", "--dtype", "f64"}, {"tune", "--d", "0"}, {"tune", "--d", "512"}, {"tune", "--dir", "sideways"},
+		{"tune", "--causal", "maybe"}, {"tune", "--n", "0"}, {"tune", "--iters", "0"}, {"tune", "--family", "nope"},
+		{"tune", "--max-candidates", "-1"}, {"tune", "extra"},
+	} {
+		if code, _, errs := flashvk(t, args...); code != 2 {
+			t.Errorf("flashvk %v: exit %d, want 2\n%s", args, code, errs)
+		}
+	}
+}
+
+// TestTuneEndToEnd tunes a tiny problem on the Vulkan device, writes the
+// cache, and checks that explain reports the tuned launches.
+func TestTuneEndToEnd(t *testing.T) {
+	devicetest.Skip(t)
+	path := filepath.Join(t.TempDir(), "tune.json")
+	args := []string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--d", "16", "--causal=false", "--n", "32",
+		"--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--warmup", "0"}
+	code, out, errs := flashvk(t, append(args, "--dry-run")...)
+	if code != 0 || !strings.Contains(errs, "dry run") {
+		t.Fatalf("dry run: exit %d\n%s\n%s", code, out, errs)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("dry run wrote the cache: %v", err)
+	}
+	code, out, errs = flashvk(t, args...)
+	if code != 0 {
+		t.Fatalf("tune: exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{"(default): verified", "TFLOP/s", "wrote 3 entries to " + path} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("tune progress lacks %q:\n%s", want, errs)
+		}
+	}
+	for _, want := range []string{"winner", "speedup", "flash", "bwd_dkdv", "bwd_dq"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("tune table lacks %q:\n%s", want, out)
+		}
+	}
+	c, err := vkattn.LoadTuneCache(path)
+	if err != nil || len(c.Entries) != 3 {
+		t.Fatalf("cache: %+v, %v", c, err)
+	}
+	t.Setenv("FLASHVK_TUNE_CACHE", path)
+	var an analysis
+	if err := json.Unmarshal([]byte(mustRun(t, "explain", "--backend", "vulkan", "--seq", "40", "--dim", "16", "--heads", "1", "--dtype", "float32", "--json")), &an); err != nil {
+		t.Fatal(err)
+	}
+	tuned := 0
+	for _, l := range an.Launches {
+		if l.Source == vkattn.SourceTuned {
+			tuned++
+		}
+	}
+	if tuned != 3 || !strings.Contains(an.Tuning, "3 tuned configurations") {
+		t.Errorf("explain: %d tuned launches (want 3: flash, bwd_dkdv, bwd_dq), tuning %q: %+v", tuned, an.Tuning, an.Launches)
+	}
+	t.Setenv("FLASHVK_TUNE", "off")
+	out = mustRun(t, "explain", "--backend", "vulkan", "--seq", "40", "--dim", "16", "--heads", "1", "--dtype", "float32")
+	if regexp.MustCompile(`(?m)\stuned\s*$`).MatchString(out) || !strings.Contains(out, "FLASHVK_TUNE=off") {
+		t.Errorf("explain with FLASHVK_TUNE=off:\n%s", out)
+	}
+}

@@ -43,7 +43,9 @@
 // shaders.DefaultConfig for the device's limits (subgroup size, shared
 // memory, workgroup size — read from the device, never assumed) and are
 // cached per (kernel, D, Dv, dtype); Tiles and TileTable list them, and
-// FLASHVK_DEBUG_TILES=1 prints the table to stderr at Open.
+// FLASHVK_DEBUG_TILES=1 prints the table to stderr at Open. A tuned
+// configuration from the tune cache replaces them where one matches (see
+// Autotuning); Launches shows which is used.
 //
 // float16 and bfloat16 storage are offered only when the device has
 // storageBuffer16BitAccess (DTypes); arithmetic is float32 for every storage
@@ -70,6 +72,67 @@
 // per-iteration times are the differences (no host transfer, no submission
 // latency). Devices without compute-queue timestamps fall back to the
 // host-measured submission time (Clock "wall").
+//
+// # Autotuning
+//
+// Backend.Tune (the CLI: flashvk tune) searches, per key — storage type,
+// head dims, causal or not, direction fwd|bwd (TuneKey) — the launch
+// configurations of each tunable kernel family the Backend runs there:
+// every candidate legal within the device's shared-memory and workgroup
+// limits is verified against the float64 reference on a small awkward
+// problem (VerifyProblem; a candidate with wrong results is rejected and
+// never chosen), then timed with Bench on a representative problem
+// (TuneProblem: N = 2048, B·N = 16384, H·d = 2048 by default). The fastest
+// verified candidate wins (the default unless another is more than 2%
+// faster). Families of one direction are tuned in registration order,
+// each with the winners of the earlier ones in place (bwd_dq is timed with
+// the tuned bwd_dkdv).
+//
+// Results go to a versioned JSON cache (TuneCache, TuneEntry;
+// os.UserCacheDir()/flashvk/tune-v1.json or $FLASHVK_TUNE_CACHE; written
+// atomically), keyed by DeviceKey (name, vendor and device IDs, driver and
+// its version, pipeline cache UUID) and TuneKey, one entry per tuned N.
+// Open loads the entries of its device (Options.TuneCache names another
+// file; "off" or FLASHVK_TUNE=off disables them) and uses, for a problem
+// of a matching key, the entry whose N is nearest its Nq; otherwise the
+// defaults (shaders.DefaultConfig, chooseCMTile). A file that is corrupt
+// or of another schema version is ignored, and a cached configuration
+// that does not parse or does not fit the device is ignored for the
+// default: both with a warning in TuneInfo (and Options.Log), never an
+// error. Launch.Source says "tuned" or "default" for every dispatch.
+//
+// A family is a TuneFamily registered from an init function with
+// registerTuneFamily (tune.go registers flash, flash_cm, bwd_dkdv and
+// bwd_dq). It provides Active (does the Backend dispatch it for this
+// problem; dispatches(kernel, dir) answers from Launches), Default,
+// Candidates (legal configurations, each a Candidate whose String is
+// stable: the cache stores it), Parse (String back to a Candidate) and
+// Check (is a Candidate valid for a problem on this device). The kernel
+// code applies a tuned choice by asking Backend.tuned(ctx, name, p, dt),
+// which returns the cached (or, while tuning, the forced) Candidate only
+// when Parse and Check accept it. Adding the cooperative-matrix backward,
+// for example, takes: a String/parse pair for its tile type; in its tile
+// choice
+//
+//	if c, ok := b.tuned(ctx, "bwd_cm", p, dt); ok {
+//		tile = c.(bwdCMTile)
+//	} else {
+//		tile = <the default choice>
+//	}
+//
+// (and Source: SourceTuned/SourceDefault in its Launches); and
+//
+//	func init() {
+//		registerTuneFamily(&TuneFamily{Name: "bwd_cm", Dir: DirBwd,
+//			Active:     dispatches(shaders.KernelBwdCMDKDV, DirBwd),
+//			Default:    …, // the tile the Backend picks without tuning
+//			Candidates: …, // the tiles its check function accepts
+//			Parse:      func(s string) (Candidate, error) { return parseBwdCMTile(s) },
+//			Check:      …, // the tile check for p on b
+//		})
+//	}
+//
+// The tuner, the cache, the CLI and explain need no change.
 //
 // A Backend, its Tensors and its pipelines are safe for concurrent use.
 package vkattn

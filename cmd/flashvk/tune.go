@@ -20,7 +20,8 @@ type tuneFlags struct {
 	causal         string
 	dirs           []string
 	families       []string
-	n, tokens      int
+	ns             []int
+	tokens         int
 	hidden         int
 	warmup, iters  int
 	maxCandidates  int
@@ -70,7 +71,7 @@ whose N is nearest the problem's Nq); FLASHVK_TUNE=off or Config.TuneCache
 	fl.StringVar(&f.causal, "causal", "both", "causal mask: true, false or both")
 	fl.StringSliceVar(&f.dirs, "dir", []string{"fwd", "bwd"}, "directions: fwd, bwd")
 	fl.StringSliceVar(&f.families, "family", nil, "tune only these kernel families (flash, flash_cm, bwd_dkdv, bwd_dq)")
-	fl.IntVar(&f.n, "n", 2048, "sequence length N = Nq = Nk of the timed problem")
+	fl.IntSliceVar(&f.ns, "n", []int{2048}, "sequence lengths N = Nq = Nk of the timed problem (one cache entry per N; a problem uses the nearest)")
 	fl.IntVar(&f.tokens, "tokens", 16384, "tokens B·N of the timed problem (B = tokens/N)")
 	fl.IntVar(&f.hidden, "hidden", 2048, "hidden size H·d of the timed problem (H = hidden/d)")
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed runs per candidate (and at least 100 ms)")
@@ -138,14 +139,14 @@ func (f *tuneFlags) options() (vkattn.TuneOptions, error) {
 	}
 	o.Families = f.families
 	switch {
-	case f.n < 1 || f.tokens < 1 || f.hidden < 1:
+	case len(f.ns) == 0 || slices.Min(f.ns) < 1 || f.tokens < 1 || f.hidden < 1:
 		return o, usagef("--n, --tokens and --hidden must be positive")
 	case f.warmup < 0 || f.iters < 1:
 		return o, usagef("--warmup must be ≥ 0 and --iters positive")
 	case f.maxCandidates < 0:
 		return o, usagef("--max-candidates must be ≥ 0")
 	}
-	o.N, o.Tokens, o.Hidden = f.n, f.tokens, f.hidden
+	o.N, o.Tokens, o.Hidden = f.ns[0], f.tokens, f.hidden
 	o.Bench = vkattn.BenchOptions{Warmup: f.warmup, Iters: f.iters}
 	if f.warmup == 0 {
 		o.Bench.Warmup, o.Bench.MinWarmup = -1, -1
@@ -181,12 +182,21 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 			}
 		}
 	}
-	fmt.Fprintf(a.stderr, "tuning %s (driver %s %s) with kernel %s; timed problem N=%d, B·N=%d, H·d=%d\n",
-		info.Name, info.DriverName, info.DriverInfo, vk.Kernel(), o.N, o.Tokens, o.Hidden)
+	fmt.Fprintf(a.stderr, "tuning %s (driver %s %s) with kernel %s; timed problems N=%s, B·N=%d, H·d=%d\n",
+		info.Name, info.DriverName, info.DriverInfo, vk.Kernel(), joinInts(f.ns), o.Tokens, o.Hidden)
 	fmt.Fprintf(a.stderr, "tune cache %s\n", path)
 	o.Progress = func(ev vkattn.TuneEvent) { printTuneEvent(a.stderr, ev) }
 	start := time.Now()
-	rs, tuneErr := vk.Tune(cmd.Context(), o)
+	var rs []vkattn.TuneResult
+	var tuneErr error
+	for _, n := range f.ns {
+		o.N = n
+		r, err := vk.Tune(cmd.Context(), o)
+		rs = append(rs, r...)
+		if tuneErr = err; err != nil {
+			break
+		}
+	}
 	printTuneResults(a.stdout, rs)
 	var c *vkattn.TuneCache
 	if !f.dryRun {
@@ -214,7 +224,7 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 			n++
 		}
 	}
-	fmt.Fprintf(a.stderr, "tuned %d keys in %s\n", len(rs), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(a.stderr, "tuned %d (key, family) pairs in %s\n", len(rs), time.Since(start).Round(time.Millisecond))
 	for _, m := range failed {
 		fmt.Fprintf(a.stderr, "warning: %s\n", m)
 	}
@@ -238,6 +248,14 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 	return nil
 }
 
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}
+
 func tuneLabel(k vkattn.TuneKey) string {
 	mask := "non-causal"
 	if k.Causal {
@@ -251,7 +269,7 @@ func printTuneEvent(w io.Writer, ev vkattn.TuneEvent) {
 	if ev.Default {
 		cand += " (default)"
 	}
-	head := fmt.Sprintf("[%s %d/%d] %s:", tuneLabel(ev.Key), ev.Index, ev.Count, cand)
+	head := fmt.Sprintf("[%s N=%d %d/%d] %s:", tuneLabel(ev.Key), ev.N, ev.Index, ev.Count, cand)
 	switch ev.Status {
 	case vkattn.TuneTimed:
 		fmt.Fprintf(w, "%s verified (rel_l2 %.2g), %s, %s TFLOP/s\n", head, ev.RelL2, fmtMS(float64(ev.Median)/1e6), fmtTFLOPS(ev.TFLOPS))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/flashvk/flashvk/shaders"
 )
@@ -389,9 +390,27 @@ func scalarFamily(kernel, dir string, active func(ctx context.Context, b *Backen
 			if !ok {
 				return fmt.Errorf("%w: %T is not a scalar tile", ErrInvalid, c)
 			}
-			return shaders.CheckConfig(kernel, shaders.Config(sc), p.D, p.Dv, dt.Size() == 2, b.lim)
+			if err := shaders.CheckConfig(kernel, shaders.Config(sc), p.D, p.Dv, dt.Size() == 2, b.lim); err != nil {
+				return err
+			}
+			// lavapipe silently ends loops past LavapipeLoopLimit: a tuned
+			// tile must not cross it where the default does not.
+			if isLavapipe(b.info) {
+				n := shaders.LoopIterations(kernel, shaders.Config(sc), p.D, p.Dv, p.Nq, p.Nk, p.Group())
+				def, err := b.Config(kernel, p.D, p.Dv, dt)
+				if n > shaders.LavapipeLoopLimit && (err != nil || shaders.LoopIterations(kernel, def, p.D, p.Dv, p.Nq, p.Nk, p.Group()) <= shaders.LavapipeLoopLimit) {
+					return fmt.Errorf("%d loop iterations per invocation exceed lavapipe's limit of %d for Nq=%d Nk=%d", n, shaders.LavapipeLoopLimit, p.Nq, p.Nk)
+				}
+			}
+			return nil
 		},
 	}
+}
+
+// isLavapipe reports whether info is Mesa's lavapipe (llvmpipe).
+func isLavapipe(info device.Info) bool {
+	const driverIDLLVMPipe = 13 // VK_DRIVER_ID_MESA_LLVMPIPE
+	return info.DriverID == driverIDLLVMPipe || strings.Contains(strings.ToLower(info.Name), "llvmpipe")
 }
 
 // dispatches is an Active hook: whether the pass of direction dir of p

@@ -526,3 +526,43 @@ func TestTuneRejectsWrongResults(t *testing.T) {
 		}
 	}
 }
+
+// TestTuneLavapipeLoopLimit: on lavapipe a tuned scalar tile that would
+// cross the loop limit where the default does not is refused by Check.
+func TestTuneLavapipeLoopLimit(t *testing.T) {
+	info := device.Info{Name: "llvmpipe (LLVM 15.0.6, 256 bits)", SubgroupSize: 8, MaxSharedMemory: 32 << 10, MaxWorkgroupInvocations: 1024,
+		MaxWorkgroupSize: [3]uint32{1024, 1024, 1024}}
+	b := &Backend{info: info, lim: LimitsOf(info), cfgs: map[cfgKey]cfgResult{}}
+	f := tuneFamily(shaders.KernelFlash)
+	def, err := b.Config(shaders.KernelFlash, 64, 64, F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := ScalarTile{WG: 8, BR: 8, BC: 8}
+	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 64, D: 64, Dv: 64}
+	found := false
+	for nk := 1024; nk < 1<<20; nk += 1024 {
+		p.Nk = nk
+		nd := shaders.LoopIterations(shaders.KernelFlash, def, 64, 64, 64, nk, 1)
+		nc := shaders.LoopIterations(shaders.KernelFlash, shaders.Config(cand), 64, 64, 64, nk, 1)
+		if nd <= shaders.LavapipeLoopLimit && nc > shaders.LavapipeLoopLimit {
+			found = true
+			if err := f.Check(context.Background(), b, p, F32, cand); err == nil || !strings.Contains(err.Error(), "lavapipe") {
+				t.Errorf("Nk=%d: Check = %v, want the loop-limit refusal", nk, err)
+			}
+			break
+		}
+	}
+	if !found {
+		t.Fatal("no Nk separates the default from the candidate")
+	}
+	p.Nk = 256
+	if err := f.Check(context.Background(), b, p, F32, cand); err != nil {
+		t.Errorf("Nk=256: %v", err)
+	}
+	b.info.Name = "NVIDIA H200" // no such limit elsewhere
+	p.Nk = 1 << 19
+	if err := f.Check(context.Background(), b, p, F32, cand); err != nil {
+		t.Errorf("non-lavapipe: %v", err)
+	}
+}

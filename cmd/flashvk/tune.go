@@ -273,6 +273,8 @@ func printTuneEvent(w io.Writer, ev vkattn.TuneEvent) {
 	switch ev.Status {
 	case vkattn.TuneTimed:
 		fmt.Fprintf(w, "%s verified (rel_l2 %.2g), %s, %s TFLOP/s\n", head, ev.RelL2, fmtMS(float64(ev.Median)/1e6), fmtTFLOPS(ev.TFLOPS))
+	case vkattn.TuneConfirm:
+		fmt.Fprintf(w, "[%s N=%d] re-timed: default %s, %s %s\n", tuneLabel(ev.Key), ev.N, fmtMS(float64(ev.DefaultMedian)/1e6), ev.Candidate, fmtMS(float64(ev.Median)/1e6))
 	case vkattn.TuneRejected:
 		fmt.Fprintf(w, "%s REJECTED: %s\n", head, oneLine(ev.Err.Error()))
 	default:

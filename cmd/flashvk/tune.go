@@ -349,7 +349,7 @@ func (a *app) showTuneCache(path string) error {
 		}
 		fmt.Fprintln(a.stdout)
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "dir\tdtype\td\tcausal\tfamily\tN\tcandidate\tdefault\tmedian\tTFLOP/s\tspeedup\ttuned\t")
+		fmt.Fprintln(tw, "dir\tdtype\td\tcausal\tfamily\tN\tcandidate\tdefault\tmedian\tTFLOP/s\tspeedup\tdate\t")
 		for _, e := range g.es {
 			k := e.Key
 			sp := "-"

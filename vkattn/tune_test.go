@@ -574,3 +574,21 @@ func TestTuneLavapipeLoopLimit(t *testing.T) {
 		t.Errorf("non-lavapipe: %v", err)
 	}
 }
+
+// TestTuneNoFamily: a pass no family covers (the minimal forward) is
+// reported, not skipped silently.
+func TestTuneNoFamily(t *testing.T) {
+	dev := devicetest.Open(t)
+	b, err := New(dev, Options{Kernel: "minimal", TuneCache: TuneOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rs, err := b.Tune(context.Background(), TuneOptions{DTypes: []DType{F32}, Dims: []int{16}, Causal: []bool{false}, Dirs: []string{DirFwd}, N: 32, Tokens: 32, Hidden: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Err == nil || !strings.Contains(rs[0].Err.Error(), "minimal") || rs[0].Winner != "" {
+		t.Errorf("results %+v", rs)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/flashvk/flashvk/internal/spec"
@@ -264,8 +265,24 @@ func (tb *Backend) tuneKey(ctx context.Context, o TuneOptions, dev DeviceKey, dt
 			fams = append(fams, f)
 		}
 	}
+	if len(fams) == 0 && len(o.Families) > 0 {
+		return nil, ctx.Err() // filtered out
+	}
 	if len(fams) == 0 {
-		return nil, ctx.Err()
+		// Say so rather than skip silently (e.g. a pass whose kernels no
+		// family covers yet).
+		var ks []string
+		ls, err := tb.Launches(ctx, p, dt, dir == DirBwd)
+		for _, l := range ls {
+			ks = append(ks, l.Kernel)
+		}
+		why := fmt.Sprintf("no tunable kernel family among the kernels it dispatches (%s)", strings.Join(ks, ", "))
+		if err != nil {
+			why = err.Error()
+		}
+		r := TuneResult{Device: dev, N: p.Nq, B: p.B, H: p.Hq, Key: TuneKey{Family: "-", Dir: dir, DType: dt.String(), D: d, DV: d, Causal: causal},
+			Err: errors.New(why)}
+		return []TuneResult{r}, ctx.Err()
 	}
 	base := TuneResult{Device: dev, N: p.Nq, B: p.B, H: p.Hq}
 	fail := func(err error) ([]TuneResult, error) {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/device/devicetest"
@@ -589,6 +590,27 @@ func TestTuneNoFamily(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rs) != 1 || rs[0].Err == nil || !strings.Contains(rs[0].Err.Error(), "minimal") || rs[0].Winner != "" {
+		t.Errorf("results %+v", rs)
+	}
+}
+
+// TestTuneBudget: a spent budget decides the family in progress among
+// the candidates measured and leaves later keys untuned.
+func TestTuneBudget(t *testing.T) {
+	dev := devicetest.Open(t)
+	b, err := New(dev, Options{Kernel: "flash", TuneCache: TuneOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	o := TuneOptions{DTypes: []DType{F32}, Dims: []int{16}, Causal: []bool{false, true}, Dirs: []string{DirFwd}, N: 32, Tokens: 32, Hidden: 16,
+		Bench: BenchOptions{Warmup: 1, MinWarmup: -1, Iters: 2}, MaxCandidates: 3, Budget: 300 * time.Millisecond,
+		Progress: func(TuneEvent) { time.Sleep(400 * time.Millisecond) }}
+	rs, err := b.Tune(context.Background(), o)
+	if !errors.Is(err, ErrTuneBudget) {
+		t.Fatalf("err %v, want ErrTuneBudget", err)
+	}
+	if len(rs) != 1 || rs[0].Tried != 1 || rs[0].Candidates != 3 || rs[0].Winner != rs[0].Default || rs[0].Err != nil || rs[0].Key.Causal {
 		t.Errorf("results %+v", rs)
 	}
 }

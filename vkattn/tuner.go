@@ -44,11 +44,24 @@ type TuneOptions struct {
 	MaxCandidates int
 	// Families restricts tuning to these family names (default: all).
 	Families []string
+	// Budget bounds the search's time (0: none). Once spent, the family
+	// in progress is decided among the candidates measured so far
+	// (TuneResult.Tried < Candidates) and the remaining keys are not
+	// tuned: Tune returns what it has and an error wrapping
+	// ErrTuneBudget.
+	Budget time.Duration
 	// Seed of the random inputs.
 	Seed uint64
 	// Progress, when set, receives an event per candidate.
 	Progress func(TuneEvent)
+
+	deadline time.Time
 }
+
+func (o *TuneOptions) spent() bool { return !o.deadline.IsZero() && time.Now().After(o.deadline) }
+
+// ErrTuneBudget: TuneOptions.Budget ran out before every key was tuned.
+var ErrTuneBudget = errors.New("vkattn: tune: time budget spent")
 
 // Candidate outcomes (TuneEvent.Status).
 const (
@@ -92,6 +105,9 @@ type TuneResult struct {
 	WinnerTime time.Duration
 	TFLOPS     float64
 	Events     []TuneEvent
+	// Candidates is the number of candidates of the search, Tried how
+	// many were tried (fewer when TuneOptions.Budget ran out).
+	Candidates, Tried int
 	// Err says why the key could not be tuned (then Winner is "").
 	Err error
 }
@@ -233,11 +249,17 @@ func (b *Backend) Tune(ctx context.Context, o TuneOptions) ([]TuneResult, error)
 	}
 	defer tb.Close()
 	dev := DeviceKeyOf(b.info)
+	if o.Budget > 0 {
+		o.deadline = time.Now().Add(o.Budget)
+	}
 	var out []TuneResult
 	for _, dt := range o.DTypes {
 		for _, d := range o.Dims {
 			for _, causal := range o.Causal {
 				for _, dir := range o.Dirs {
+					if o.spent() {
+						return out, fmt.Errorf("%w (%v) before %v d=%d causal=%v %s", ErrTuneBudget, o.Budget, dt, d, causal, dir)
+					}
 					rs, err := tb.tuneKey(ctx, o, dev, dt, d, causal, dir)
 					out = append(out, rs...)
 					if err != nil {
@@ -338,11 +360,16 @@ func (tb *Backend) tuneKey(ctx context.Context, o TuneOptions, dev DeviceKey, dt
 			cands = cands[:o.MaxCandidates]
 		}
 		bound := math.NaN() // set by the default's verification
+		r.Candidates = len(cands)
 		for i, c := range cands {
 			if err := ctx.Err(); err != nil {
 				rs = append(rs, r)
 				return rs, err
 			}
+			if i > 0 && o.spent() {
+				break // decide among those measured
+			}
+			r.Tried++
 			ev := TuneEvent{Key: r.Key, N: p.Nq, Candidate: c.String(), Default: i == 0, Index: i + 1, Count: len(cands)}
 			tb.tune.setOverride(r.Key, c.String())
 			err := f.Check(ctx, tb, pv, dt, c)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -25,6 +26,7 @@ type tuneFlags struct {
 	hidden         int
 	warmup, iters  int
 	maxCandidates  int
+	budget         time.Duration
 	cache          string
 	dryRun, show   bool
 	seed           uint64
@@ -77,6 +79,7 @@ whose N is nearest the problem's Nq); FLASHVK_TUNE=off or Config.TuneCache
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed runs per candidate (and at least 100 ms)")
 	fl.IntVar(&f.iters, "iters", 10, "timed runs per candidate (the median is used)")
 	fl.IntVar(&f.maxCandidates, "max-candidates", 0, "try at most this many candidates per key and family, the default first (0: all)")
+	fl.DurationVar(&f.budget, "budget", 0, "stop after about this long (e.g. 9m): the key in progress is decided among the candidates measured, later keys are not tuned (0: no limit)")
 	fl.StringVar(&f.cache, "cache", "", "tune cache file (default $FLASHVK_TUNE_CACHE or os.UserCacheDir()/flashvk/tune-v1.json)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "tune and print, but do not write the cache")
 	fl.BoolVar(&f.show, "show", false, "print the tune cache and exit")
@@ -145,6 +148,8 @@ func (f *tuneFlags) options() (vkattn.TuneOptions, error) {
 		return o, usagef("--warmup must be ≥ 0 and --iters positive")
 	case f.maxCandidates < 0:
 		return o, usagef("--max-candidates must be ≥ 0")
+	case f.budget < 0:
+		return o, usagef("--budget must be ≥ 0")
 	}
 	o.N, o.Tokens, o.Hidden = f.ns[0], f.tokens, f.hidden
 	o.Bench = vkattn.BenchOptions{Warmup: f.warmup, Iters: f.iters}
@@ -152,6 +157,7 @@ func (f *tuneFlags) options() (vkattn.TuneOptions, error) {
 		o.Bench.Warmup, o.Bench.MinWarmup = -1, -1
 	}
 	o.MaxCandidates = f.maxCandidates
+	o.Budget = f.budget
 	o.Seed = f.seed
 	return o, nil
 }
@@ -191,6 +197,12 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 	var tuneErr error
 	for _, n := range f.ns {
 		o.N = n
+		if f.budget > 0 {
+			if o.Budget = f.budget - time.Since(start); o.Budget <= 0 {
+				tuneErr = fmt.Errorf("%w (%v) before N=%d", vkattn.ErrTuneBudget, f.budget, n)
+				break
+			}
+		}
 		r, err := vk.Tune(cmd.Context(), o)
 		rs = append(rs, r...)
 		if tuneErr = err; err != nil {
@@ -238,6 +250,10 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 		fmt.Fprintf(a.stderr, "wrote %d entries to %s (%d in all)\n", n, path, len(c.Entries))
 	default:
 		fmt.Fprintf(a.stderr, "nothing to write to %s\n", path)
+	}
+	if errors.Is(tuneErr, vkattn.ErrTuneBudget) {
+		fmt.Fprintf(a.stderr, "warning: %s: the remaining keys were not tuned\n", oneLine(tuneErr.Error()))
+		tuneErr = nil
 	}
 	if tuneErr != nil {
 		return tuneErr
@@ -288,7 +304,7 @@ func printTuneResults(w io.Writer, rs []vkattn.TuneResult) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "dir\tdtype\td\tcausal\tfamily\tN\tdefault\ttime\twinner\ttime\tTFLOP/s\tspeedup\t")
+	fmt.Fprintln(tw, "dir\tdtype\td\tcausal\tfamily\tN\ttried\tdefault\ttime\twinner\ttime\tTFLOP/s\tspeedup\t")
 	for _, r := range rs {
 		k := r.Key
 		dt, wt, tf, sp := "-", "-", "-", "-"
@@ -309,8 +325,8 @@ func printTuneResults(w io.Writer, rs []vkattn.TuneResult) {
 		if def == "" {
 			def = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Dir, k.DType, k.D, k.Causal, k.Family, r.N,
-			def, dt, winner, wt, tf, sp)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Dir, k.DType, k.D, k.Causal, k.Family, r.N,
+			r.Tried, r.Candidates, def, dt, winner, wt, tf, sp)
 	}
 	tw.Flush()
 }

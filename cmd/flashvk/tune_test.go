@@ -44,7 +44,7 @@ func TestTuneBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"tune", "--dtype", "f64"}, {"tune", "--d", "0"}, {"tune", "--d", "512"}, {"tune", "--dir", "sideways"},
 		{"tune", "--causal", "maybe"}, {"tune", "--n", "0"}, {"tune", "--iters", "0"}, {"tune", "--family", "nope"},
-		{"tune", "--max-candidates", "-1"}, {"tune", "extra"},
+		{"tune", "--max-candidates", "-1"}, {"tune", "--budget", "-1s"}, {"tune", "--budget", "soon"}, {"tune", "extra"},
 	} {
 		if code, _, errs := flashvk(t, args...); code != 2 {
 			t.Errorf("flashvk %v: exit %d, want 2\n%s", args, code, errs)

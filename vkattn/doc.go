@@ -86,7 +86,8 @@
 // verified candidate wins (the default unless another is more than 2%
 // faster). Families of one direction are tuned in registration order,
 // each with the winners of the earlier ones in place (bwd_dq is timed with
-// the tuned bwd_dkdv).
+// the tuned bwd_dkdv). A new winner is re-timed back to back with the
+// default before it is kept; TuneOptions.Budget bounds the search's time.
 //
 // Results go to a versioned JSON cache (TuneCache, TuneEntry;
 // os.UserCacheDir()/flashvk/tune-v1.json or $FLASHVK_TUNE_CACHE; written

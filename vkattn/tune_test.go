@@ -614,3 +614,82 @@ func TestTuneBudget(t *testing.T) {
 		t.Errorf("results %+v", rs)
 	}
 }
+
+// TestFlashCMFamily exercises the flash_cm family on a synthetic H200-like
+// backend (no device: the probe's layout is preset): default, candidates,
+// checks, and a tuned tile applied by Launches, an invalid one ignored.
+func TestFlashCMFamily(t *testing.T) {
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newB := func(l *CMLayout, entries ...TuneEntry) *Backend {
+		cm := &flashCM{shape: shape16}
+		cm.once.Do(func() { cm.layout = l })
+		info := h200Info()
+		return &Backend{info: info, lim: LimitsOf(info), kernel: shaders.KernelFlash, dtypes: []DType{F32, F16}, cm: cm,
+			cfgs: map[cfgKey]cfgResult{}, tune: &tuneState{file: "test.json", entries: entries}}
+	}
+	ctx := context.Background()
+	b := newB(l)
+	f := tuneFamily(shaders.KernelFlashCM)
+	p := TuneProblem(64, 64, 2048, 16384, 2048, false)
+	if !f.Active(ctx, b, p, F16) || f.Active(ctx, b, p, F32) {
+		t.Errorf("Active: f16 %v f32 %v, want true, false", f.Active(ctx, b, p, F16), f.Active(ctx, b, p, F32))
+	}
+	if fl := tuneFamily(shaders.KernelFlash); fl.Active(ctx, b, p, F16) || !fl.Active(ctx, b, p, F32) {
+		t.Error("flash family: want active for f32 only")
+	}
+	def, err := f.Default(ctx, b, p, F16)
+	if err != nil || def.String() != "nsg8-bc128-mode1-pf1" {
+		t.Fatalf("Default = %v, %v", def, err)
+	}
+	cs, err := f.Candidates(ctx, b, p, F16)
+	if err != nil || len(cs) < 10 || cs[0].String() != def.String() {
+		t.Fatalf("Candidates: %d, first %v, %v", len(cs), cs, err)
+	}
+	for _, c := range cs {
+		if err := f.Check(ctx, b, p, F16, c); err != nil {
+			t.Errorf("%v: %v", c, err)
+		}
+		back, err := f.Parse(c.String())
+		if err != nil || back != c {
+			t.Errorf("Parse(%v) = %v, %v", c, back, err)
+		}
+	}
+	if err := f.Check(ctx, b, p, F32, cs[0]); err == nil {
+		t.Error("Check accepted f32")
+	}
+	mode0 := *l
+	mode0.Mode1, mode0.Why = false, "synthetic"
+	b0 := newB(&mode0)
+	cs0, _ := f.Candidates(ctx, b0, p, F16)
+	for _, c := range cs0 {
+		if c.(cmTile).Mode != 0 {
+			t.Errorf("MODE 1 candidate %v on a layout without MODE 1", c)
+		}
+	}
+	if err := f.Check(ctx, b0, p, F16, cs[0]); err == nil {
+		t.Error("Check accepted MODE 1 on a layout without it")
+	}
+
+	// A tuned tile is dispatched; an invalid one falls back with a warning.
+	dev := DeviceKeyOf(h200Info())
+	key := TuneKey{Family: shaders.KernelFlashCM, Dir: DirFwd, DType: "f16", D: 64, DV: 64}
+	bad := key
+	bad.D, bad.DV = 256, 256
+	bt := newB(l, TuneEntry{Device: dev, Key: key, N: 2048, Candidate: "nsg4-bc64-mode1-pf0"},
+		TuneEntry{Device: dev, Key: bad, N: 2048, Candidate: "nsg8-bc128-mode1-pf1"})
+	ls, err := bt.Launches(ctx, p, F16, false)
+	if err != nil || len(ls) != 1 || ls[0].Mode != "nsg4-bc64-mode1-pf0" || ls[0].Source != SourceTuned || ls[0].BR != 64 {
+		t.Errorf("tuned launch %+v, %v", ls, err)
+	}
+	p256 := TuneProblem(256, 256, 2048, 16384, 2048, false)
+	ls, err = bt.Launches(ctx, p256, F16, false)
+	if err != nil || len(ls) != 1 || ls[0].Source != SourceDefault {
+		t.Errorf("invalid tuned tile: %+v, %v", ls, err)
+	}
+	if w := bt.TuneInfo().Warnings; len(w) != 1 || !strings.Contains(w[0], "nsg8-bc128-mode1-pf1") || !strings.Contains(w[0], "shared memory") {
+		t.Errorf("warnings %q", w)
+	}
+}

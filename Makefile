@@ -16,10 +16,10 @@ SHADER_DTYPES := f32 f16 bf16
 SPVDIR ?= shaders
 SHADER_SPV := $(foreach k,$(SHADER_KERNELS),$(foreach t,$(SHADER_DTYPES),$(SPVDIR)/$(k).$(t).spv))
 # Cooperative-matrix kernels: f16 storage only, Vulkan 1.3 (SPIR-V 1.6).
-CM_KERNELS := flash_cm flash_cm_probe
+CM_KERNELS := flash_cm flash_cm_probe bwd_cm_dkdv bwd_cm_dq
 CM_TARGET_ENV := vulkan1.3
 CM_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).f16.spv)
-SHADER_DEPS := shaders/params.glsl scripts/glslang.lock scripts/compile-shader.sh
+SHADER_DEPS := shaders/params.glsl shaders/cm_common.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check
 

@@ -21,17 +21,23 @@ const (
 	// KernelFlashCMProbe reports the coopmat element layout (one binding:
 	// a float32 buffer of FlashCMProbeFloats(subgroup) elements).
 	KernelFlashCMProbe = "flash_cm_probe"
+	// KernelBwdCMDKDV is the coopmat backward's dK/dV kernel (f16 only;
+	// bindings as bwd_dkdv).
+	KernelBwdCMDKDV = "bwd_cm_dkdv"
+	// KernelBwdCMDQ is the coopmat backward's dQ kernel (f16 only;
+	// bindings as bwd_dq).
+	KernelBwdCMDQ = "bwd_cm_dq"
 )
 
 // CoopMatKernels lists the cooperative-matrix kernels (not in Kernels: they
 // have no f32 build, no DefaultConfig and their own spec constants).
-var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe}
+var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV, KernelBwdCMDQ}
 
 // KernelDTypes lists the storage types kernel is built for (nil for an
 // unknown kernel).
 func KernelDTypes(kernel string) []string {
 	switch kernel {
-	case KernelFlashCM, KernelFlashCMProbe:
+	case KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV, KernelBwdCMDQ:
 		return []string{DTypeF16}
 	}
 	if _, ok := kernelBindings[kernel]; ok {
@@ -62,6 +68,9 @@ var (
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
 	probeSpecIDs = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
+	// bwdCMSpecIDs: the backward coopmat kernels declare flash_cm's IDs
+	// except PREFETCH (cm_common.glsl); they read 10–14 and 19–21.
+	bwdCMSpecIDs = flashCMSpecIDs[:len(flashCMSpecIDs)-1]
 )
 
 // FlashCMProbeFloats is the length of flash_cm_probe's output buffer
@@ -89,4 +98,33 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv int) int {
 		b += 4 + br*(bc+8)*2
 	}
 	return b + br*4
+}
+
+// BwdCMSharedBytes is the shared memory (bytes) of bwd_cm_dkdv (dkdv =
+// true) or bwd_cm_dq for coopmat shape m×n×k, nsg subgroups, mode and head
+// dims d, dv; br and bc are the spec constants BR and BC (bwd_cm_dkdv: br
+// query rows per step, bc = nsg·m keys; bwd_cm_dq: br = nsg·m query rows,
+// bc keys per tile). It mirrors the shared arrays of the two kernels.
+func BwdCMSharedBytes(dkdv bool, m, n, k, nsg, br, bc, mode, d, dv int) int {
+	pad := max(k, n, 8)
+	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
+	ldk4, ldv4 := ceilTo(d, pad)/8+1, ceilTo(dv, pad)/8+1
+	mp := m * n / 4
+	var b int
+	if dkdv {
+		b = 16*(max(bc*ldk4, mp)+bc*ldv4+br*ldk4+br*ldv4) + 8*br
+		if mode == 0 {
+			b += nsg * m * (8*(br+4) + 4*(br+8))
+		} else {
+			b += 4*2 + 2*2
+		}
+		return b
+	}
+	b = 16*max(br*ldk4, br*ldv4, bc*(ldk4+ldv4), mp) + 8*br
+	if mode == 0 {
+		b += nsg * m * (8*(bc+4) + 2*(bc+8))
+	} else {
+		b += 4*2 + 2
+	}
+	return b
 }

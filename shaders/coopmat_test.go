@@ -9,6 +9,8 @@ func TestCoopMatModules(t *testing.T) {
 	elems := map[string][]string{
 		KernelFlashCM:      {"float16", "float16", "float16", "float16", "float32"},
 		KernelFlashCMProbe: {"float32"},
+		KernelBwdCMDKDV:    {"float16", "float16", "float16", "float16", "float32", "float32", "float16", "float16"},
+		KernelBwdCMDQ:      {"float16", "float16", "float16", "float16", "float32", "float32", "float16"},
 	}
 	for _, k := range CoopMatKernels {
 		if got := KernelDTypes(k); !reflect.DeepEqual(got, []string{DTypeF16}) {
@@ -82,6 +84,42 @@ func TestFlashCMSharedBytesMatchSPIRV(t *testing.T) {
 		// The Go mirror rounds MODE 1's half scalar up to 4 bytes.
 		if want := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv); got > want || want-got > 2 {
 			t.Errorf("%+v: SPIR-V shared %d bytes, FlashCMSharedBytes %d", c, got, want)
+		}
+	}
+}
+
+func TestBwdCMSharedBytesMatchSPIRV(t *testing.T) {
+	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ} {
+		spv, err := SPIRV(k, DTypeF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Reflect(spv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dkdv := k == KernelBwdCMDKDV
+		for _, c := range []struct{ m, sg, nsg, step, mode, d, dv int }{
+			{16, 32, 4, 32, 1, 128, 128}, {16, 32, 4, 64, 1, 64, 64}, {16, 32, 2, 32, 0, 128, 128},
+			{16, 32, 1, 16, 0, 256, 256}, {8, 8, 2, 16, 0, 96, 40}, {16, 32, 2, 16, 0, 1, 1}, {16, 32, 8, 32, 1, 64, 80},
+		} {
+			br, bc := c.step, c.nsg*c.m // dkdv: BR query rows per step, BC keys
+			if !dkdv {
+				br, bc = c.nsg*c.m, c.step
+			}
+			spec := map[uint32]uint32{
+				SpecWorkgroupSize: uint32(c.sg * c.nsg), SpecD: uint32(c.d), SpecDV: uint32(c.dv), SpecBR: uint32(br),
+				SpecBC: uint32(bc), SpecSubgroup: uint32(c.sg), SpecCMM: uint32(c.m), SpecCMN: uint32(c.m), SpecCMK: uint32(c.m),
+				SpecCMMode: uint32(c.mode), SpecCMLen: 8,
+			}
+			got, err := m.SharedBytes(spec)
+			if err != nil {
+				t.Fatalf("%s %+v: %v", k, c, err)
+			}
+			// The Go mirror rounds MODE 1's one-element scratch arrays up.
+			if want := BwdCMSharedBytes(dkdv, c.m, c.m, c.m, c.nsg, br, bc, c.mode, c.d, c.dv); got > want || want-got > 8 {
+				t.Errorf("%s %+v: SPIR-V shared %d bytes, BwdCMSharedBytes %d", k, c, got, want)
+			}
 		}
 	}
 }

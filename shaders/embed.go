@@ -127,6 +127,8 @@ var kernelBindings = map[string]int{
 	// Cooperative-matrix kernels (f16 only; coopmat.go).
 	KernelFlashCM:      5,
 	KernelFlashCMProbe: 1,
+	KernelBwdCMDKDV:    8,
+	KernelBwdCMDQ:      7,
 }
 
 // kernelSpecIDs are the specialization constants each module declares
@@ -144,6 +146,8 @@ var (
 		KernelBwdDQ:        sharedSpecIDs,
 		KernelFlashCM:      flashCMSpecIDs,
 		KernelFlashCMProbe: probeSpecIDs,
+		KernelBwdCMDKDV:    bwdCMSpecIDs,
+		KernelBwdCMDQ:      bwdCMSpecIDs,
 	}
 )
 

@@ -40,6 +40,8 @@ type flashCM struct {
 	full     bool
 	spirv    []byte
 	probeSPV []byte
+	bwdKV    []byte // bwd_cm_dkdv.f16 (bwdcm.go)
+	bwdQ     []byte // bwd_cm_dq.f16
 
 	once   sync.Once
 	layout *CMLayout
@@ -155,7 +157,16 @@ func (b *Backend) initFlashCM(requested string) error {
 	if err != nil {
 		return fmt.Errorf("vkattn: %w", err)
 	}
-	cm := &flashCM{explicit: explicit, shape: shape, spirv: spv, probeSPV: probe, full: b.info.ComputeFullSubgroups}
+	bkv, err := shaders.SPIRV(shaders.KernelBwdCMDKDV, shaders.DTypeF16)
+	if err != nil {
+		return fmt.Errorf("vkattn: %w", err)
+	}
+	bq, err := shaders.SPIRV(shaders.KernelBwdCMDQ, shaders.DTypeF16)
+	if err != nil {
+		return fmt.Errorf("vkattn: %w", err)
+	}
+	cm := &flashCM{explicit: explicit, shape: shape, spirv: spv, probeSPV: probe, bwdKV: bkv, bwdQ: bq,
+		full: b.info.ComputeFullSubgroups}
 	if b.info.SubgroupSizeControl {
 		cm.reqSG = b.info.SubgroupSize
 	}

@@ -42,6 +42,19 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt DType, backw
 	}
 	f16 := dt.Size() == 2 // 16-bit storage (f16 or bf16)
 	if backward {
+		plan, cm, err := b.bwdCMPlanFor(ctx, p, dt)
+		if err != nil {
+			return nil, err
+		}
+		if cm {
+			c, err := b.Config(shaders.KernelBwdPre, p.D, p.Dv, dt)
+			if err != nil {
+				return nil, err
+			}
+			pre := Launch{Kernel: shaders.KernelBwdPre, Grid: shaders.BwdPreGrid(p.B, p.Hq, p.Nq, c.BR), Workgroup: c.WG,
+				BR: c.BR, BC: c.BC, SharedBytes: SharedBytes(shaders.KernelBwdPre, c, p.D, p.Dv, f16)}
+			return append([]Launch{pre}, bwdCMLaunches(p, plan)...), nil
+		}
 		var cs [3]shaders.Config
 		var src [3]string
 		for i, k := range bwdKernels {

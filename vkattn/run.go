@@ -349,6 +349,25 @@ func (b *Backend) recordBackward(r *device.Recorder, s *scratch, p *spec.Problem
 	if err != nil {
 		return err
 	}
+	plan, cm, err := b.bwdCMPlanFor(context.Background(), p, dt)
+	if err != nil {
+		return err
+	}
+	if cm {
+		ppre, err := b.pipe(shaders.KernelBwdPre, dt, cpre, p.D, p.Dv, 0)
+		if err != nil {
+			return err
+		}
+		dbuf, err := s.get(BackwardScratchBytes(p))
+		if err != nil {
+			return err
+		}
+		if err := b.dispatch(r, ppre, push, shaders.BwdPreGrid(p.B, p.Hq, p.Nq, cpre.BR), o, do, dbuf); err != nil {
+			return err
+		}
+		r.Barrier()
+		return b.recordBwdCM(r, p, plan, push, q, k, v, do, lse, dbuf, dq, dk, dv)
+	}
 	ckv, _, err := b.configFor(context.Background(), shaders.KernelBwdDKDV, p, dt)
 	if err != nil {
 		return err

@@ -1,0 +1,264 @@
+#version 450
+// bwd_cm_dkdv: FlashAttention-2 backward, dK and dV, on cooperative
+// matrices (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage only
+// (-DSTORAGE_F16=1, Vulkan 1.3). Deterministic like bwd_dkdv: every dK/dV
+// row is written by one workgroup, no atomics, a fixed loop order (query
+// heads of the group in order, then query tiles in order).
+//
+// Bindings (set 0), as bwd_dkdv:
+//   0 Q [B,Nq,Hq,D] f16   1 K [B,Nk,Hkv,D] f16   2 V [B,Nk,Hkv,DV] f16
+//   3 dO [B,Nq,Hq,DV] f16 (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
+//   f32 (bwd_pre)   6 dK f16 (K's strides, written)   7 dV f16 (V's strides,
+//   written)
+// Push constants: Params. Grid: (ceil(Nk/BC), Hkv, B).
+// Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR query rows
+//   per step (a multiple of CM_N and CM_K); 4 BC = NSG·CM_M keys per
+//   workgroup (each subgroup owns CM_M keys); 5 SUBGROUP; 10–14, 19–21 as
+//   cm_common.glsl (MODE 1 needs CM_N == CM_K and the probe's aperm).
+//
+// Per key tile (K_j, V_j resident in shared memory) and query step i:
+//   Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ (fp32 accumulators, CM_M keys × BR
+//   queries per subgroup); Pᵀ = exp2(Sᵀ·scale·log2e − LSE_i·log2e) (0 where
+//   masked or LSE = −inf), dSᵀ = Pᵀ ∘ (dPᵀ − D_i), both rounded to fp16 as
+//   A operands; dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i (fp32); finally dK ·= scale.
+//   MODE 1 does the elementwise step in registers (the accumulator layout
+//   from flash_cm_probe: component i at row rowOf[i], column colOf[i]; A
+//   component j = accumulator component aperm(j)); MODE 0 through shared
+//   memory (any layout).
+//
+// Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
+//   16·(max(BC·LDK4, CM_M·CM_N/4) + BC·LDV4 + BR·LDK4 + BR·LDV4) + 8·BR
+//   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8))
+#extension GL_GOOGLE_include_directive : require
+#include "params.glsl"
+#include "cm_common.glsl"
+
+layout(std430, binding = 0) readonly buffer QBuf { float16_t q_buf[]; };
+layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
+layout(std430, binding = 1) readonly buffer KBuf { float16_t k_buf[]; };
+layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
+layout(std430, binding = 2) readonly buffer VBuf { float16_t v_buf[]; };
+layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
+layout(std430, binding = 3) readonly buffer dOBuf { float16_t do_buf[]; };
+layout(std430, binding = 3) readonly buffer dOBufV { uvec4 do_vec[]; };
+layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
+layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
+layout(std430, binding = 6) writeonly buffer dKBuf { float16_t dk_buf[]; };
+layout(std430, binding = 6) writeonly buffer dKBufV { uvec4 dk_vec[]; };
+layout(std430, binding = 7) writeonly buffer dVBuf { float16_t dv_buf[]; };
+layout(std430, binding = 7) writeonly buffer dVBufV { uvec4 dv_vec[]; };
+
+CM_FETCH(fetch_q, q_buf, q_vec, q_base, D)
+CM_FETCH(fetch_k, k_buf, k_vec, k_base, D)
+CM_FETCH(fetch_v, v_buf, v_vec, v_base, DV)
+CM_FETCH(fetch_do, do_buf, do_vec, o_base, DV)
+CM_STORE(store_dk, dk_buf, dk_vec, k_base, D)
+CM_STORE(store_dv, dv_buf, dv_vec, v_base, DV)
+
+const uint KB = NSG * CM_M;                  // keys per workgroup (= BC)
+const uint NST = BR / CM_N;                  // Sᵀ/dPᵀ accumulators per subgroup
+const uint NKC = BR / CM_K;                  // query chunks of the dV/dK products
+const uint NDK = DP / CM_N;                  // dK accumulators
+const uint NDV = DVP / CM_N;                 // dV accumulators
+const uint NKF = DP / CM_K;                  // feature chunks of Sᵀ
+const uint NVF = DVP / CM_K;                 // feature chunks of dPᵀ
+const uint MAP4 = CM_M * CM_N / 4u;
+const uint SK_N = KB * LDK4 > MAP4 ? KB * LDK4 : MAP4;
+shared uvec4 sK[SK_N];
+shared uvec4 sV[KB * LDV4];
+shared uvec4 sQ[BR * LDK4];
+shared uvec4 sdO[BR * LDV4];
+shared float sL[BR];  // LSE·log2e of the step's rows (−inf past Nq)
+shared float sDr[BR]; // D of the step's rows
+
+// MODE 0 scratch, per subgroup: Sᵀ and dPᵀ (fp32), Pᵀ and dSᵀ (fp16).
+const uint LDS = BR + 4u;
+const uint LDP = BR + 8u;
+const uint S0_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
+const uint P0_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
+shared float sS[S0_N];
+shared float sdP[S0_N];
+shared float16_t sP[P0_N];
+shared float16_t sdS[P0_N];
+
+void main() {
+	uint tid = thread_index();
+	uint sg = gl_SubgroupID;
+	uint lane = gl_SubgroupInvocationID;
+	uint kvh = gl_WorkGroupID.y;
+	uint b = gl_WorkGroupID.z;
+	uint c0 = gl_WorkGroupID.x * KB;
+	uint cols = min(KB, pc.Nk - c0);
+	uint sgk = sg * CM_M; // the subgroup's first key within the tile
+	float sl2 = pc.scale * LOG2E;
+
+	uint rowOf[CM_LEN];
+	uint colOf[CM_LEN];
+	if (MODE == 1u) {
+		CM_LAYOUT_MAP(sK, rowOf, colOf)
+	}
+
+	// K_j and V_j stay in shared memory for the whole kernel.
+	for (uint e = tid; e < KB * DP8; e += WG) {
+		uint r = e / DP8;
+		uint c4 = e - r * DP8;
+		sK[r * LDK4 + c4] = r < cols ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
+	}
+	for (uint e = tid; e < KB * DVP8; e += WG) {
+		uint r = e / DVP8;
+		uint c4 = e - r * DVP8;
+		sV[r * LDV4 + c4] = r < cols ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+	}
+
+	ACC dK[NDK];
+	ACC dV[NDV];
+	[[unroll]] for (uint j = 0u; j < NDK; ++j) {
+		dK[j] = ACC(0.0);
+	}
+	[[unroll]] for (uint j = 0u; j < NDV; ++j) {
+		dV[j] = ACC(0.0);
+	}
+
+	// Query rows that see a key of the tile: query_first(c0) … Nq−1.
+	uint qfirst = query_first(c0);
+	uint qt0 = qfirst / BR;
+	uint nqt = (pc.Nq + BR - 1u) / BR;
+	if (cols == 0u || qfirst >= pc.Nq) {
+		nqt = 0u; // no query row sees these keys: dK = dV = 0
+	}
+
+	for (uint g = 0u; g < pc.group; ++g) {
+		uint h = kvh * pc.group + g;
+		for (uint qt = qt0; qt < nqt; ++qt) {
+			uint r0 = qt * BR;
+			uint rows = min(BR, pc.Nq - r0);
+			barrier(); // every subgroup is done with the previous step's tiles
+			for (uint e = tid; e < BR * DP8; e += WG) {
+				uint r = e / DP8;
+				uint c4 = e - r * DP8;
+				sQ[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
+			}
+			for (uint e = tid; e < BR * DVP8; e += WG) {
+				uint r = e / DVP8;
+				uint c4 = e - r * DVP8;
+				sdO[r * LDV4 + c4] = r < rows ? fetch_do(b, r0 + r, h, c4) : uvec4(0u);
+			}
+			for (uint r = tid; r < BR; r += WG) {
+				float l = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
+				sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
+				sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
+			}
+			barrier();
+
+			// No mask needed when the step's first row sees every key of the tile.
+			bool need_mask = key_limit(r0) < c0 + KB;
+
+			ACC S[NST];
+			ACC dP[NST];
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				S[t] = ACC(0.0);
+				dP[t] = ACC(0.0);
+			}
+			[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
+				MATA kA;
+				coopMatLoad(kA, sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+				[[unroll]] for (uint t = 0u; t < NST; ++t) {
+					MATB qB;
+					coopMatLoad(qB, sQ, (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
+					S[t] = coopMatMulAdd(kA, qB, S[t]);
+				}
+			}
+			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
+				MATA vA;
+				coopMatLoad(vA, sV, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+				[[unroll]] for (uint t = 0u; t < NST; ++t) {
+					MATB oB;
+					coopMatLoad(oB, sdO, (t * CM_N) * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutColumnMajor);
+					dP[t] = coopMatMulAdd(vA, oB, dP[t]);
+				}
+			}
+
+			MATA pA[NKC];
+			MATA dsA[NKC];
+			if (MODE == 1u) {
+				[[unroll]] for (uint t = 0u; t < NST; ++t) {
+					[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+						uint col = t * CM_N + colOf[i];
+						float l2 = sL[col];
+						bool vis = l2 != NEG_INF && !(need_mask && c0 + sgk + rowOf[i] >= key_limit(r0 + col));
+						float p = vis ? exp2(S[t][i] * sl2 - l2) : 0.0;
+						S[t][i] = p;
+						dP[t][i] = p * (dP[t][i] - sDr[col]);
+					}
+					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+						pA[t][j] = float16_t(S[t][aperm(j)]);
+						dsA[t][j] = float16_t(dP[t][aperm(j)]);
+					}
+				}
+			} else {
+				[[unroll]] for (uint t = 0u; t < NST; ++t) {
+					coopMatStore(S[t], sS, sgk * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
+					coopMatStore(dP[t], sdP, sgk * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
+				}
+				subgroupMemoryBarrierShared();
+				subgroupBarrier();
+				for (uint e = lane; e < CM_M * BR; e += SUBGROUP) {
+					uint kr = e / BR;
+					uint col = e - kr * BR;
+					float l2 = sL[col];
+					bool vis = l2 != NEG_INF && !(need_mask && c0 + sgk + kr >= key_limit(r0 + col));
+					uint si = (sgk + kr) * LDS + col;
+					float p = vis ? exp2(sS[si] * sl2 - l2) : 0.0;
+					uint pi = (sgk + kr) * LDP + col;
+					sP[pi] = float16_t(p);
+					sdS[pi] = float16_t(p * (sdP[si] - sDr[col]));
+				}
+				subgroupMemoryBarrierShared();
+				subgroupBarrier();
+				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+					coopMatLoad(pA[t], sP, sgk * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
+					coopMatLoad(dsA[t], sdS, sgk * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
+				}
+			}
+
+			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+				[[unroll]] for (uint j = 0u; j < NDV; ++j) {
+					MATB oB;
+					coopMatLoad(oB, sdO, (t * CM_K) * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+					dV[j] = coopMatMulAdd(pA[t], oB, dV[j]);
+				}
+				[[unroll]] for (uint j = 0u; j < NDK; ++j) {
+					MATB qB;
+					coopMatLoad(qB, sQ, (t * CM_K) * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+					dK[j] = coopMatMulAdd(dsA[t], qB, dK[j]);
+				}
+			}
+		}
+	}
+
+	// dK·scale, dV → fp16 → shared (over K_j, V_j) → global.
+	barrier();
+	[[unroll]] for (uint j = 0u; j < NDK; ++j) {
+		ACC16 o16 = ACC16(dK[j] * pc.scale);
+		coopMatStore(o16, sK, sgk * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+	}
+	[[unroll]] for (uint j = 0u; j < NDV; ++j) {
+		ACC16 o16 = ACC16(dV[j]);
+		coopMatStore(o16, sV, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+	}
+	barrier();
+	for (uint e = tid; e < KB * DP8; e += WG) {
+		uint r = e / DP8;
+		uint c4 = e - r * DP8;
+		if (r < cols) {
+			store_dk(b, c0 + r, kvh, c4, sK[r * LDK4 + c4]);
+		}
+	}
+	for (uint e = tid; e < KB * DVP8; e += WG) {
+		uint r = e / DVP8;
+		uint c4 = e - r * DVP8;
+		if (r < cols) {
+			store_dv(b, c0 + r, kvh, c4, sV[r * LDV4 + c4]);
+		}
+	}
+}

@@ -1,0 +1,235 @@
+#version 450
+// bwd_cm_dq: FlashAttention-2 backward, dQ, on cooperative matrices
+// (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage only
+// (-DSTORAGE_F16=1, Vulkan 1.3). Deterministic like bwd_dq: every dQ row is
+// written by one workgroup, no atomics, key tiles in order.
+//
+// Bindings (set 0), as bwd_dq:
+//   0 Q [B,Nq,Hq,D] f16   1 K [B,Nk,Hkv,D] f16   2 V [B,Nk,Hkv,DV] f16
+//   3 dO [B,Nq,Hq,DV] f16 (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
+//   f32 (bwd_pre)   6 dQ f16 (Q's strides, written)
+// Push constants: Params. Grid: (ceil(Nq/BR), Hq, B).
+// Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
+//   query rows per workgroup (each subgroup owns CM_M rows); 4 BC keys per
+//   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 10–14, 19–21 as
+//   cm_common.glsl.
+//
+// Q_i and dO_i are held as A operands in registers; per key tile (K_j, V_j
+// through shared memory): S = Q_i K_jᵀ, dP = dO_i V_jᵀ (fp32), P = exp2(S·
+// scale·log2e − LSE·log2e) (0 where masked or LSE = −inf), dS = P ∘ (dP −
+// D) rounded to fp16, dQ_i += dS K_j (fp32); finally dQ ·= scale. MODE 1
+// does the elementwise step in registers, MODE 0 through shared memory.
+//
+// Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
+//   16·max(BR·LDK4, BR·LDV4, BC·(LDK4+LDV4), CM_M·CM_N/4) + 8·BR
+//   + MODE 0: NSG·CM_M·(8·(BC+4) + 2·(BC+8))
+#extension GL_GOOGLE_include_directive : require
+#include "params.glsl"
+#include "cm_common.glsl"
+
+layout(std430, binding = 0) readonly buffer QBuf { float16_t q_buf[]; };
+layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
+layout(std430, binding = 1) readonly buffer KBuf { float16_t k_buf[]; };
+layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
+layout(std430, binding = 2) readonly buffer VBuf { float16_t v_buf[]; };
+layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
+layout(std430, binding = 3) readonly buffer dOBuf { float16_t do_buf[]; };
+layout(std430, binding = 3) readonly buffer dOBufV { uvec4 do_vec[]; };
+layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
+layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
+layout(std430, binding = 6) writeonly buffer dQBuf { float16_t dq_buf[]; };
+layout(std430, binding = 6) writeonly buffer dQBufV { uvec4 dq_vec[]; };
+
+CM_FETCH(fetch_q, q_buf, q_vec, q_base, D)
+CM_FETCH(fetch_k, k_buf, k_vec, k_base, D)
+CM_FETCH(fetch_v, v_buf, v_vec, v_base, DV)
+CM_FETCH(fetch_do, do_buf, do_vec, o_base, DV)
+CM_STORE(store_dq, dq_buf, dq_vec, q_base, D)
+
+const uint NQF = DP / CM_K;   // Q fragments (A)
+const uint NOF = DVP / CM_K;  // dO fragments (A)
+const uint NST = BC / CM_N;   // S/dP accumulators per subgroup
+const uint NKC = BC / CM_K;   // key chunks of dS·K
+const uint NDQ = DP / CM_N;   // dQ accumulators
+const uint KOFF = 0u;
+const uint VOFF = BC * LDK4;
+const uint SKV_A = BR * LDK4 > BR * LDV4 ? BR * LDK4 : BR * LDV4;
+const uint SKV_B = BC * (LDK4 + LDV4);
+const uint SKV_C = CM_M * CM_N / 4u;
+const uint SKV_AB = SKV_A > SKV_B ? SKV_A : SKV_B;
+const uint SKV_N = SKV_AB > SKV_C ? SKV_AB : SKV_C;
+shared uvec4 sKV[SKV_N];
+shared float sL[BR];  // LSE·log2e of the workgroup's rows (−inf past Nq)
+shared float sDr[BR]; // D of the rows
+
+// MODE 0 scratch, per subgroup: S and dP (fp32), dS (fp16).
+const uint LDS = BC + 4u;
+const uint LDP = BC + 8u;
+const uint S0_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
+const uint P0_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
+shared float sS[S0_N];
+shared float sdP[S0_N];
+shared float16_t sdS[P0_N];
+
+void main() {
+	uint tid = thread_index();
+	uint sg = gl_SubgroupID;
+	uint lane = gl_SubgroupInvocationID;
+	uint h = gl_WorkGroupID.y;
+	uint b = gl_WorkGroupID.z;
+	uint kvh = kv_head(h);
+	uint r0 = gl_WorkGroupID.x * BR;
+	uint rows = min(BR, pc.Nq - r0);
+	uint sgr = sg * CM_M; // the subgroup's first row within the tile
+	float sl2 = pc.scale * LOG2E;
+
+	uint rowOf[CM_LEN];
+	uint colOf[CM_LEN];
+	if (MODE == 1u) {
+		CM_LAYOUT_MAP(sKV, rowOf, colOf)
+	}
+
+	// Q_i, then dO_i: → shared (zero past Nq) → A fragments.
+	for (uint e = tid; e < BR * DP8; e += WG) {
+		uint r = e / DP8;
+		uint c4 = e - r * DP8;
+		sKV[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
+	}
+	for (uint r = tid; r < BR; r += WG) {
+		float l = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
+		sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
+		sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
+	}
+	barrier();
+	MATA qA[NQF];
+	[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+		coopMatLoad(qA[kk], sKV, sgr * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+	}
+	barrier();
+	for (uint e = tid; e < BR * DVP8; e += WG) {
+		uint r = e / DVP8;
+		uint c4 = e - r * DVP8;
+		sKV[r * LDV4 + c4] = r < rows ? fetch_do(b, r0 + r, h, c4) : uvec4(0u);
+	}
+	barrier();
+	MATA oA[NOF];
+	[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
+		coopMatLoad(oA[kk], sKV, sgr * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+	}
+
+	// MODE 1: LSE·log2e, D and key limit of each accumulator component's row.
+	float lOf[CM_LEN];
+	float dOf[CM_LEN];
+	uint limOf[CM_LEN];
+	if (MODE == 1u) {
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+			uint r = sgr + rowOf[i];
+			lOf[i] = sL[r];
+			dOf[i] = sDr[r];
+			limOf[i] = r < rows ? key_limit(r0 + r) : 0u;
+		}
+	}
+
+	ACC dQ[NDQ];
+	[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
+		dQ[j] = ACC(0.0);
+	}
+
+	uint lim_lo = key_limit(r0);
+	uint ntiles = (key_limit(r0 + rows - 1u) + BC - 1u) / BC;
+	for (uint kt = 0u; kt < ntiles; ++kt) {
+		uint c0 = kt * BC;
+		barrier(); // every subgroup is done with the previous tile (and with dO_i)
+		for (uint e = tid; e < BC * DP8; e += WG) {
+			uint r = e / DP8;
+			uint c4 = e - r * DP8;
+			sKV[KOFF + r * LDK4 + c4] = c0 + r < pc.Nk ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
+		}
+		for (uint e = tid; e < BC * DVP8; e += WG) {
+			uint r = e / DVP8;
+			uint c4 = e - r * DVP8;
+			sKV[VOFF + r * LDV4 + c4] = c0 + r < pc.Nk ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+		}
+		barrier();
+		// Masking (causal, or the tail past Nk) is needed when the
+		// workgroup's first row does not see every key of the tile.
+		bool need_mask = c0 + BC > lim_lo;
+
+		ACC S[NST];
+		ACC dP[NST];
+		[[unroll]] for (uint t = 0u; t < NST; ++t) {
+			S[t] = ACC(0.0);
+			dP[t] = ACC(0.0);
+			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+				MATB kB;
+				coopMatLoad(kB, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
+				S[t] = coopMatMulAdd(qA[kk], kB, S[t]);
+			}
+			[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
+				MATB vB;
+				coopMatLoad(vB, sKV, VOFF + (t * CM_N) * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutColumnMajor);
+				dP[t] = coopMatMulAdd(oA[kk], vB, dP[t]);
+			}
+		}
+
+		MATA dsA[NKC];
+		if (MODE == 1u) {
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+					bool vis = lOf[i] != NEG_INF && !(need_mask && c0 + t * CM_N + colOf[i] >= limOf[i]);
+					float p = vis ? exp2(S[t][i] * sl2 - lOf[i]) : 0.0;
+					dP[t][i] = p * (dP[t][i] - dOf[i]);
+				}
+				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+					dsA[t][j] = float16_t(dP[t][aperm(j)]);
+				}
+			}
+		} else {
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				coopMatStore(S[t], sS, sgr * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
+				coopMatStore(dP[t], sdP, sgr * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
+			}
+			subgroupMemoryBarrierShared();
+			subgroupBarrier();
+			for (uint e = lane; e < CM_M * BC; e += SUBGROUP) {
+				uint rr = e / BC;
+				uint col = e - rr * BC;
+				uint r = sgr + rr;
+				float l2 = sL[r];
+				uint lim = r < rows ? key_limit(r0 + r) : 0u;
+				bool vis = l2 != NEG_INF && !(need_mask && c0 + col >= lim);
+				uint si = r * LDS + col;
+				float p = vis ? exp2(sS[si] * sl2 - l2) : 0.0;
+				sdS[r * LDP + col] = float16_t(p * (sdP[si] - sDr[r]));
+			}
+			subgroupMemoryBarrierShared();
+			subgroupBarrier();
+			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+				coopMatLoad(dsA[t], sdS, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
+			}
+		}
+
+		[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+			[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
+				MATB kB;
+				coopMatLoad(kB, sKV, KOFF + (t * CM_K) * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+				dQ[j] = coopMatMulAdd(dsA[t], kB, dQ[j]);
+			}
+		}
+	}
+
+	// dQ·scale → fp16 → shared → global.
+	barrier();
+	[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
+		ACC16 o16 = ACC16(dQ[j] * pc.scale);
+		coopMatStore(o16, sKV, sgr * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+	}
+	barrier();
+	for (uint e = tid; e < BR * DP8; e += WG) {
+		uint r = e / DP8;
+		uint c4 = e - r * DP8;
+		if (r < rows) {
+			store_dq(b, r0 + r, h, c4, sKV[r * LDK4 + c4]);
+		}
+	}
+}

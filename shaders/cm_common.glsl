@@ -1,0 +1,116 @@
+// cm_common.glsl: what the cooperative-matrix backward kernels (bwd_cm_dkdv,
+// bwd_cm_dq) share: the coopmat spec constants (ids 10–21, the meaning of
+// flash_cm.comp's), the matrix types, the element-layout decoders and the
+// 16-byte tile fetch. Include after params.glsl; fp16 storage only.
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#ifndef STORAGE_F16
+#error cooperative-matrix kernels are fp16-only: compile with -DSTORAGE_F16=1
+#endif
+
+layout(constant_id = 10) const uint CM_M = 16;
+layout(constant_id = 11) const uint CM_N = 16;
+layout(constant_id = 12) const uint CM_K = 16;
+layout(constant_id = 13) const uint MODE = 0;      // 0 elementwise through shared memory, 1 in registers
+layout(constant_id = 14) const uint CM_LEN = 8;    // accumulator components per invocation
+layout(constant_id = 15) const uint RL = 1;        // (flash_cm only)
+layout(constant_id = 16) const uint SLOTROW_LO = 0; // (flash_cm only)
+layout(constant_id = 17) const uint SLOTROW_HI = 0; // (flash_cm only)
+layout(constant_id = 18) const uint XORMASK = 0;   // (flash_cm only)
+layout(constant_id = 19) const uint APERM_LO = 0;  // A component j = accumulator component aperm(j)
+layout(constant_id = 20) const uint APERM_HI = 0;
+layout(constant_id = 21) const uint VEC = 1;       // 16-byte global access (D, DV, strides multiples of 8)
+
+const uint NSG = WG / SUBGROUP;
+// Head dims padded with zero features to the coopmat K (and N) and to
+// 16-byte chunks; tiles in shared memory are uvec4 rows with one chunk of
+// padding (LDK4, LDV4) so that fragment loads of consecutive rows fall in
+// different banks (the padded GEMM ran 2.4× faster than the unpadded one on
+// the H200, bench/NOTES.md).
+const uint PADK = CM_K > CM_N ? CM_K : CM_N;
+const uint PAD = PADK > 8u ? PADK : 8u;
+const uint DP = (D + PAD - 1u) / PAD * PAD;
+const uint DVP = (DV + PAD - 1u) / PAD * PAD;
+const uint DP8 = DP / 8u;
+const uint DVP8 = DVP / 8u;
+const uint LDK4 = DP8 + 1u;
+const uint LDV4 = DVP8 + 1u;
+
+#define ACC coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
+#define ACC16 coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
+#define MATA coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
+#define MATB coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
+
+uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }
+
+uvec4 pack8(float16_t x[8]) {
+	return uvec4(packFloat2x16(f16vec2(x[0], x[1])), packFloat2x16(f16vec2(x[2], x[3])),
+		packFloat2x16(f16vec2(x[4], x[5])), packFloat2x16(f16vec2(x[6], x[7])));
+}
+
+// CM_FETCH(name, sbuf, vbuf, BASE, DIM) defines uvec4 name(b, s, h, c4):
+// features 8·c4 … 8·c4+7 of row (b, s, h) of the operand in sbuf (scalar
+// view) / vbuf (uvec4 view) whose row offset BASE gives, zero past DIM.
+#define CM_FETCH(name, sbuf, vbuf, BASE, DIM) \
+	uvec4 name(uint b, uint s, uint h, uint c4) { \
+		uint base = BASE(b, s, h); \
+		if (VEC != 0u) { \
+			return c4 < (DIM) / 8u ? vbuf[(base >> 3u) + c4] : uvec4(0u); \
+		} \
+		float16_t x[8]; \
+		[[unroll]] for (uint u = 0u; u < 8u; ++u) { \
+			uint d = c4 * 8u + u; \
+			x[u] = d < (DIM) ? sbuf[base + d] : float16_t(0.0); \
+		} \
+		return pack8(x); \
+	}
+
+// CM_STORE(name, sbuf, vbuf, BASE, DIM) defines void name(b, s, h, c4, w):
+// writes the 8 features of chunk c4 held in w to row (b, s, h), those < DIM.
+#define CM_STORE(name, sbuf, vbuf, BASE, DIM) \
+	void name(uint b, uint s, uint h, uint c4, uvec4 w) { \
+		uint base = BASE(b, s, h); \
+		if (VEC != 0u) { \
+			if (c4 < (DIM) / 8u) { \
+				vbuf[(base >> 3u) + c4] = w; \
+			} \
+			return; \
+		} \
+		[[unroll]] for (uint u = 0u; u < 4u; ++u) { \
+			f16vec2 pr = unpackFloat2x16(w[u]); \
+			uint d = c4 * 8u + 2u * u; \
+			if (d < (DIM)) { \
+				sbuf[base + d] = pr.x; \
+			} \
+			if (d + 1u < (DIM)) { \
+				sbuf[base + d + 1u] = pr.y; \
+			} \
+		} \
+	}
+
+// cm_layout_map fills rowOf/colOf: component i of this invocation holds
+// row rowOf[i], column colOf[i] of every CM_M×CM_N accumulator. It loads a
+// matrix whose elements encode their own coordinates from scratch (≥
+// CM_M·CM_N/4 uvec4), which it overwrites; call in uniform control flow
+// between barriers.
+#define CM_LAYOUT_MAP(scratch, rowOf, colOf) \
+	{ \
+		for (uint e = tid; e < CM_M * CM_N / 4u; e += WG) { \
+			uvec4 w; \
+			[[unroll]] for (uint u = 0u; u < 4u; ++u) { \
+				uint x = e * 4u + u; \
+				w[u] = floatBitsToUint(float((x / CM_N) * 256u + x % CM_N)); \
+			} \
+			scratch[e] = w; \
+		} \
+		barrier(); \
+		ACC mapM; \
+		coopMatLoad(mapM, scratch, 0u, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor); \
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+			uint v = uint(mapM[i]); \
+			rowOf[i] = v >> 8u; \
+			colOf[i] = v & 255u; \
+		} \
+		barrier(); \
+	}

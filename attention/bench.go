@@ -44,6 +44,11 @@ type BenchResult struct {
 	// Flops is the call's FLOP count (FlashAttention convention: forward
 	// 4·B·Hq·Nq·Nk·d, halved when causal; backward 2.5× that).
 	Flops float64
+	// Retimed counts timed series the backend discarded because they had
+	// a step (a clock change during timing); Unsteady says the kept series
+	// still has one, so its median is not a steady-state time.
+	Retimed  int
+	Unsteady bool
 }
 
 // Median is the median time.

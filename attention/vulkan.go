@@ -170,5 +170,5 @@ func (b *vulkanBackend) Benchmark(ctx context.Context, p *Problem, a *BackwardAr
 	if err != nil {
 		return nil, vkErr(err)
 	}
-	return &BenchResult{Times: r.Times, Clock: r.Clock}, nil
+	return &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady}, nil
 }

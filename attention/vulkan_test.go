@@ -67,11 +67,12 @@ func TestConformanceVulkanNaive(t *testing.T) {
 	attentiontest.RunForward(t, openVulkan(t, "naive"))
 }
 
-// TestConformanceVulkanCoopmat runs the forward suite with Kernel
-// "flash_cm": float16 forwards on cooperative matrices (MODE 0 below
-// Nq 2048; the long cases reach MODE 1 where the probe allows it), float32
-// on the scalar flash kernel in the same engine. Skipped on devices without
-// cooperative-matrix support (lavapipe).
+// TestConformanceVulkanCoopmat runs the forward and backward suites with
+// Kernel "flash_cm": float16 forwards on cooperative matrices (MODE 0 below
+// Nq 2048; the long cases reach MODE 1 where the probe allows it), float16
+// backwards on bwd_cm_dkdv + bwd_cm_dq, the other dtypes on the scalar
+// kernels in the same engine; then bitwise determinism. Skipped on devices
+// without cooperative-matrix support (CI's lavapipe).
 func TestConformanceVulkanCoopmat(t *testing.T) {
 	devicetest.Skip(t)
 	opt := devicetest.Options(t)
@@ -101,15 +102,23 @@ func TestConformanceVulkanCoopmat(t *testing.T) {
 				vk.ForwardKernel(context.Background(), p, vkattn.F16), vk.ForwardKernel(context.Background(), p, vkattn.F32))
 		}
 	}
+	for _, d := range []int{64, 128, 256} {
+		p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 512, Nk: 512, D: d, Dv: d}
+		t.Logf("d %d backward: f16 runs %s, f32 runs %s", d,
+			vk.BackwardKernel(context.Background(), p, vkattn.F16), vk.BackwardKernel(context.Background(), p, vkattn.F32))
+	}
+	long := []attentiontest.Case{
+		{Name: "long", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 128, Dv: 128},
+		{Name: "long", B: 1, Hq: 2, Hkv: 2, Nq: 2100, Nk: 2060, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight},
+		{Name: "long", B: 1, Hq: 1, Hkv: 1, Nq: 2048, Nk: 1500, D: 96, Dv: 96, Causal: true, Align: attention.TopLeft},
+		{Name: "long", B: 1, Hq: 1, Hkv: 1, Nq: 2048, Nk: 2048, D: 256, Dv: 256},
+	}
 	attentiontest.RunForward(t, e)
-	t.Run("long", func(t *testing.T) {
-		attentiontest.RunForwardCases(t, e, []attentiontest.Case{
-			{Name: "long", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 128, Dv: 128},
-			{Name: "long", B: 1, Hq: 2, Hkv: 2, Nq: 2100, Nk: 2060, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight},
-			{Name: "long", B: 1, Hq: 1, Hkv: 1, Nq: 2048, Nk: 1500, D: 96, Dv: 96, Causal: true, Align: attention.TopLeft},
-			{Name: "long", B: 1, Hq: 1, Hkv: 1, Nq: 2048, Nk: 2048, D: 256, Dv: 256},
-		})
-	})
+	t.Run("long", func(t *testing.T) { attentiontest.RunForwardCases(t, e, long) })
+	// The backward of f16 problems runs bwd_cm_dkdv + bwd_cm_dq here.
+	t.Run("backward", func(t *testing.T) { attentiontest.RunBackward(t, e) })
+	t.Run("deterministic", func(t *testing.T) { attentiontest.RunDeterminism(t, e, 10) })
+	t.Run("backward-long", func(t *testing.T) { attentiontest.RunBackwardCases(t, e, long[:3]) })
 }
 
 func randTensor(rng *rand.Rand, dt attention.DType, s attention.Shape, l attention.Layout) attention.Tensor {

@@ -121,8 +121,9 @@ func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv, sharedMax, maxWG int) (bwdCM
 // bwdCMPlan is the coopmat backward of one problem: the layout and the
 // tiles of the two kernels.
 type bwdCMPlan struct {
-	l      *CMLayout
-	kv, dq bwdCMTile
+	l            *CMLayout
+	kv, dq       bwdCMTile
+	kvSrc, dqSrc string // SourceTuned or SourceDefault
 }
 
 // bwdCMPlanFor returns the coopmat backward plan for p with storage dt, or
@@ -139,15 +140,19 @@ func (b *Backend) bwdCMPlanFor(ctx context.Context, p *spec.Problem, dt DType) (
 		}
 		return bwdCMPlan{}, false, nil
 	}
-	kv, err := chooseBwdCMTile(l, true, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
-	if err != nil {
+	plan = bwdCMPlan{l: l, kvSrc: SourceDefault, dqSrc: SourceDefault}
+	// A tuned tile (vkattn/bwdcm_tune.go) wins, even where no default fits.
+	if t, ok := b.tuned(ctx, shaders.KernelBwdCMDKDV, p, dt); ok {
+		plan.kv, plan.kvSrc = t.(bwdCMTile), SourceTuned
+	} else if plan.kv, err = chooseBwdCMTile(l, true, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
 		return bwdCMPlan{}, false, nil
 	}
-	dq, err := chooseBwdCMTile(l, false, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
-	if err != nil {
+	if t, ok := b.tuned(ctx, shaders.KernelBwdCMDQ, p, dt); ok {
+		plan.dq, plan.dqSrc = t.(bwdCMTile), SourceTuned
+	} else if plan.dq, err = chooseBwdCMTile(l, false, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
 		return bwdCMPlan{}, false, nil
 	}
-	return bwdCMPlan{l: l, kv: kv, dq: dq}, true, nil
+	return plan, true, nil
 }
 
 // bwdCMSpec is the specialization of bwd_cm_dkdv (dkdv) or bwd_cm_dq.
@@ -229,10 +234,11 @@ func bwdCMLaunches(p *spec.Problem, pl bwdCMPlan) []Launch {
 		dkdv   bool
 		c      bwdCMTile
 		grid   [3]uint32
-	}{{shaders.KernelBwdCMDKDV, true, pl.kv, gkv}, {shaders.KernelBwdCMDQ, false, pl.dq, gq}} {
+		src    string
+	}{{shaders.KernelBwdCMDKDV, true, pl.kv, gkv, pl.kvSrc}, {shaders.KernelBwdCMDQ, false, pl.dq, gq, pl.dqSrc}} {
 		br, bc := x.c.brbc(x.dkdv, m)
 		ls = append(ls, Launch{Kernel: x.kernel, Grid: x.grid, Workgroup: x.c.NSG * l.SG, BR: br, BC: bc,
-			Mode:        x.c.String(),
+			Mode: x.c.String(), Source: x.src,
 			SharedBytes: shaders.BwdCMSharedBytes(x.dkdv, m, n, k, x.c.NSG, br, bc, x.c.Mode, p.D, p.Dv)})
 	}
 	return ls

@@ -52,7 +52,7 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt DType, backw
 				return nil, err
 			}
 			pre := Launch{Kernel: shaders.KernelBwdPre, Grid: shaders.BwdPreGrid(p.B, p.Hq, p.Nq, c.BR), Workgroup: c.WG,
-				BR: c.BR, BC: c.BC, SharedBytes: SharedBytes(shaders.KernelBwdPre, c, p.D, p.Dv, f16)}
+				BR: c.BR, BC: c.BC, SharedBytes: SharedBytes(shaders.KernelBwdPre, c, p.D, p.Dv, f16), Source: SourceDefault}
 			return append([]Launch{pre}, bwdCMLaunches(p, plan)...), nil
 		}
 		var cs [3]shaders.Config

@@ -166,9 +166,12 @@ func RunForwardCases(t *testing.T, e *attention.Engine, cases []Case) {
 
 // RunBackward checks dQ, dK and dV on every case, using the reference's O
 // and LSE as the forward results (so the backward is judged on its own).
-func RunBackward(t *testing.T, e *attention.Engine) {
+func RunBackward(t *testing.T, e *attention.Engine) { RunBackwardCases(t, e, Cases()) }
+
+// RunBackwardCases is RunBackward on the given cases.
+func RunBackwardCases(t *testing.T, e *attention.Engine, cases []Case) {
 	for _, dt := range dtypes(e) {
-		for _, c := range Cases() {
+		for _, c := range cases {
 			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
 				seed := Seed(t)
 				in := NewInputs(c, dt, seed)

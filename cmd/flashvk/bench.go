@@ -307,6 +307,13 @@ outer:
 				D: p.D, Dv: p.Dv, Causal: p.Causal, Align: p.Align.String(), Kernel: j.e.kernel(),
 				MedianMS: ms(res.Median()), P10MS: ms(res.Quantile(0.1)), P90MS: ms(res.Quantile(0.9)),
 				TFLOPS: res.TFLOPS(), Iters: len(res.Times), Clock: res.Clock}
+			for _, t := range res.Times {
+				r.TimesMS = append(r.TimesMS, ms(t))
+			}
+			r.Retimed, r.Unsteady = res.Retimed, res.Unsteady
+			if res.Unsteady {
+				prog.note(fmt.Sprintf("%s: the times still have a step after %d re-timings (GPU clock change?): the median is not a steady-state time", label, res.Retimed))
+			}
 			d := dev
 			r.Device = &d
 			if ls, err := launchesOf(ctx, j.e.Engine, p, pt.backward); err == nil {

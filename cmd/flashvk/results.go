@@ -54,6 +54,13 @@ type Result struct {
 	TFLOPS    float64 `json:"tflops"` // FlashAttention FLOP convention over the median time
 	Iters     int     `json:"iters"`
 	Clock     string  `json:"clock"` // "gpu-timestamps", "wall", "cuda-events"
+	// TimesMS are the per-iteration times in call order (flashvk only), so
+	// that a bimodal or drifting series can be seen, not only its quantiles.
+	TimesMS []float64 `json:"times_ms,omitempty"`
+	// Retimed counts timed series discarded for a step (a GPU clock change
+	// during timing); Unsteady marks a kept series that still has one.
+	Retimed  int  `json:"retimed,omitempty"`
+	Unsteady bool `json:"unsteady,omitempty"`
 	// MaxAbs and RelL2 are the errors against a float64 reference, when
 	// the run checked them (bwd: the worst of dQ, dK, dV).
 	MaxAbs *Metric `json:"max_abs,omitempty"`

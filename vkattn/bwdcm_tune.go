@@ -1,0 +1,76 @@
+package vkattn
+
+// Tuning of the coopmat backward (bwd_cm_dkdv, bwd_cm_dq): two tune
+// families (tune.go's registry). Drop-in for vkattn/; bwdCMPlanFor applies
+// the tuned tiles (see the patch next to this file).
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/shaders"
+)
+
+func parseBwdCMTile(s string) (bwdCMTile, error) {
+	var c bwdCMTile
+	if _, err := fmt.Sscanf(s, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s {
+		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN)", ErrInvalid, s)
+	}
+	return c, nil
+}
+
+func bwdCMFamily(kernel string, dkdv bool) *TuneFamily {
+	layout := func(ctx context.Context, b *Backend, dt DType) (*CMLayout, error) {
+		if b.cm == nil || dt != F16 {
+			return nil, fmt.Errorf("%w: coopmat backward not in use", ErrUnsupported)
+		}
+		return b.flashCMLayout(ctx)
+	}
+	return &TuneFamily{
+		Name: kernel, Dir: DirBwd, Active: dispatches(kernel, DirBwd),
+		Default: func(ctx context.Context, b *Backend, p *spec.Problem, dt DType) (Candidate, error) {
+			l, err := layout(ctx, b, dt)
+			if err != nil {
+				return nil, err
+			}
+			c, err := chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+			return c, err
+		},
+		Candidates: func(ctx context.Context, b *Backend, p *spec.Problem, dt DType) ([]Candidate, error) {
+			l, err := layout(ctx, b, dt)
+			if err != nil {
+				return nil, err
+			}
+			var out []Candidate
+			for _, nsg := range []int{1, 2, 4, 8} {
+				for _, step := range []int{16, 32, 64, 128} {
+					for _, mode := range []int{0, 1} {
+						c := bwdCMTile{NSG: nsg, Step: step, Mode: mode}
+						if bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+							out = append(out, c)
+						}
+					}
+				}
+			}
+			return out, nil
+		},
+		Parse: func(s string) (Candidate, error) { return parseBwdCMTile(s) },
+		Check: func(ctx context.Context, b *Backend, p *spec.Problem, dt DType, c Candidate) error {
+			t, ok := c.(bwdCMTile)
+			if !ok {
+				return fmt.Errorf("%w: %T is not a coopmat backward tile", ErrInvalid, c)
+			}
+			l, err := layout(ctx, b, dt)
+			if err != nil {
+				return err
+			}
+			return bwdCMCheckTile(l, dkdv, t, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+		},
+	}
+}
+
+func init() {
+	registerTuneFamily(bwdCMFamily(shaders.KernelBwdCMDKDV, true))
+	registerTuneFamily(bwdCMFamily(shaders.KernelBwdCMDQ, false))
+}

@@ -1,26 +1,28 @@
 #version 450
 // bwd_cm_dkdv: FlashAttention-2 backward, dK and dV, on cooperative
-// matrices (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage only
-// (-DSTORAGE_F16=1, Vulkan 1.3). Deterministic like bwd_dkdv: every dK/dV
+// matrices (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage
+// (-DSTORAGE_F16=1) or bf16 (-DSTORAGE_BF16=1, glslang ≥ 16; cm_types.glsl),
+// Vulkan 1.3. Deterministic like bwd_dkdv: every dK/dV
 // row is written by one workgroup, no atomics, a fixed loop order (query
 // heads of the group in order, then query tiles in order).
 //
 // Bindings (set 0), as bwd_dkdv:
-//   0 Q [B,Nq,Hq,D] f16   1 K [B,Nk,Hkv,D] f16   2 V [B,Nk,Hkv,DV] f16
-//   3 dO [B,Nq,Hq,DV] f16 (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
-//   f32 (bwd_pre)   6 dK f16 (K's strides, written)   7 dV f16 (V's strides,
+//   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
+//   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
+//   f32 (bwd_pre)   6 dK (K's strides, written)   7 dV (V's strides,
 //   written)
 // Push constants: Params. Grid: (ceil(Nk/BC), Hkv, B).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR query rows
 //   per step (a multiple of CM_N and CM_K); 4 BC = NSG·CM_M keys per
 //   workgroup (each subgroup owns CM_M keys); 5 SUBGROUP; 10–14, 19–21 as
-//   cm_common.glsl (MODE 1 needs CM_N == CM_K and the probe's aperm).
+//   cm_common.glsl (MODE 1 needs CM_N == CM_K and the probe's aperm);
+//   23 KVREG (below).
 //
 // Per key tile (K_j, V_j resident in shared memory) and query step i:
 //   Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ (fp32 accumulators, CM_M keys × BR
 //   queries per subgroup); Pᵀ = exp2(Sᵀ·scale·log2e − LSE_i·log2e) (0 where
-//   masked or LSE = −inf), dSᵀ = Pᵀ ∘ (dPᵀ − D_i), both rounded to fp16 as
-//   A operands; dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i (fp32); finally dK ·= scale.
+//   masked or LSE = −inf), dSᵀ = Pᵀ ∘ (dPᵀ − D_i), both rounded (nearest
+//   even) to the storage type as A operands; dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i (fp32); finally dK ·= scale.
 //   MODE 1 does the elementwise step in registers (the accumulator layout
 //   from flash_cm_probe: component i at row rowOf[i], column colOf[i]; A
 //   component j = accumulator component aperm(j)); MODE 0 through shared
@@ -33,19 +35,24 @@
 #include "params.glsl"
 #include "cm_common.glsl"
 
-layout(std430, binding = 0) readonly buffer QBuf { float16_t q_buf[]; };
+// 23 KVREG: 1 keeps the subgroup's K_j and V_j rows as A fragments in
+// registers for the whole kernel (fewer shared-memory loads per step, more
+// registers), 0 reloads them from shared memory at every step.
+layout(constant_id = 23) const uint KVREG = 0;
+
+layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
 layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
-layout(std430, binding = 1) readonly buffer KBuf { float16_t k_buf[]; };
+layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
 layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
-layout(std430, binding = 2) readonly buffer VBuf { float16_t v_buf[]; };
+layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
 layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
-layout(std430, binding = 3) readonly buffer dOBuf { float16_t do_buf[]; };
+layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
 layout(std430, binding = 3) readonly buffer dOBufV { uvec4 do_vec[]; };
 layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
 layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
-layout(std430, binding = 6) writeonly buffer dKBuf { float16_t dk_buf[]; };
+layout(std430, binding = 6) writeonly buffer dKBuf { STYPE dk_buf[]; };
 layout(std430, binding = 6) writeonly buffer dKBufV { uvec4 dk_vec[]; };
-layout(std430, binding = 7) writeonly buffer dVBuf { float16_t dv_buf[]; };
+layout(std430, binding = 7) writeonly buffer dVBuf { STYPE dv_buf[]; };
 layout(std430, binding = 7) writeonly buffer dVBufV { uvec4 dv_vec[]; };
 
 CM_FETCH(fetch_q, q_buf, q_vec, q_base, D)
@@ -71,15 +78,15 @@ shared uvec4 sdO[BR * LDV4];
 shared float sL[BR];  // LSE·log2e of the step's rows (−inf past Nq)
 shared float sDr[BR]; // D of the step's rows
 
-// MODE 0 scratch, per subgroup: Sᵀ and dPᵀ (fp32), Pᵀ and dSᵀ (fp16).
+// MODE 0 scratch, per subgroup: Sᵀ and dPᵀ (fp32), Pᵀ and dSᵀ (CM_T).
 const uint LDS = BR + 4u;
 const uint LDP = BR + 8u;
 const uint S0_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
 const uint P0_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
 shared float sS[S0_N];
 shared float sdP[S0_N];
-shared float16_t sP[P0_N];
-shared float16_t sdS[P0_N];
+shared CM_T sP[P0_N];
+shared CM_T sdS[P0_N];
 
 void main() {
 	uint tid = thread_index();
@@ -108,6 +115,18 @@ void main() {
 		uint r = e / DVP8;
 		uint c4 = e - r * DVP8;
 		sV[r * LDV4 + c4] = r < cols ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+	}
+
+	MATA kR[KVREG != 0u ? NKF : 1u];
+	MATA vR[KVREG != 0u ? NVF : 1u];
+	if (KVREG != 0u) {
+		barrier();
+		[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
+			coopMatLoad(kR[kk], sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
+			coopMatLoad(vR[kk], sV, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+		}
 	}
 
 	ACC dK[NDK];
@@ -161,7 +180,11 @@ void main() {
 			}
 			[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
 				MATA kA;
-				coopMatLoad(kA, sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+				if (KVREG != 0u) {
+					kA = kR[kk];
+				} else {
+					coopMatLoad(kA, sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+				}
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
 					MATB qB;
 					coopMatLoad(qB, sQ, (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
@@ -170,7 +193,11 @@ void main() {
 			}
 			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
 				MATA vA;
-				coopMatLoad(vA, sV, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+				if (KVREG != 0u) {
+					vA = vR[kk];
+				} else {
+					coopMatLoad(vA, sV, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+				}
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
 					MATB oB;
 					coopMatLoad(oB, sdO, (t * CM_N) * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutColumnMajor);
@@ -191,8 +218,8 @@ void main() {
 						dP[t][i] = p * (dP[t][i] - sDr[col]);
 					}
 					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-						pA[t][j] = float16_t(S[t][aperm(j)]);
-						dsA[t][j] = float16_t(dP[t][aperm(j)]);
+						pA[t][j] = CM_TO(S[t][aperm(j)]);
+						dsA[t][j] = CM_TO(dP[t][aperm(j)]);
 					}
 				}
 			} else {
@@ -210,8 +237,8 @@ void main() {
 					uint si = (sgk + kr) * LDS + col;
 					float p = vis ? exp2(sS[si] * sl2 - l2) : 0.0;
 					uint pi = (sgk + kr) * LDP + col;
-					sP[pi] = float16_t(p);
-					sdS[pi] = float16_t(p * (sdP[si] - sDr[col]));
+					sP[pi] = CM_TO(p);
+					sdS[pi] = CM_TO(p * (sdP[si] - sDr[col]));
 				}
 				subgroupMemoryBarrierShared();
 				subgroupBarrier();
@@ -236,14 +263,14 @@ void main() {
 		}
 	}
 
-	// dK·scale, dV → fp16 → shared (over K_j, V_j) → global.
+	// dK·scale, dV → storage type → shared (over K_j, V_j) → global.
 	barrier();
 	[[unroll]] for (uint j = 0u; j < NDK; ++j) {
-		ACC16 o16 = ACC16(dK[j] * pc.scale);
+		ACC16 o16 = CM_NARROW(dK[j] * pc.scale);
 		coopMatStore(o16, sK, sgk * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 	}
 	[[unroll]] for (uint j = 0u; j < NDV; ++j) {
-		ACC16 o16 = ACC16(dV[j]);
+		ACC16 o16 = CM_NARROW(dV[j]);
 		coopMatStore(o16, sV, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 	}
 	barrier();

@@ -3,28 +3,43 @@ package shaders
 // Cooperative-matrix kernels (VK_KHR_cooperative_matrix): flash_cm, the
 // FlashAttention-2 forward on the matrix units, and flash_cm_probe, which
 // reports the element→invocation layout of the coopmat types flash_cm uses
-// (the host derives flash_cm's layout spec constants from it). Both are
-// built for f16 storage only (NAME.f16.spv), with --target-env vulkan1.3
-// (SPIR-V 1.6), by `make shaders`. See flash_cm.comp's header and the
-// integration section of bench/NOTES.md.
+// (the host derives flash_cm's layout spec constants from it), and the
+// backward's bwd_cm_dkdv and bwd_cm_dq. Each is built for f16 storage
+// (NAME.f16.spv: float16_t buffers and operands) and for bf16 storage
+// (NAME.bf16.spv: uint16 buffers of bfloat16 bits, bfloat16_t operands via
+// GL_EXT_bfloat16, compiled with the pinned glslang 16 of
+// scripts/toolchain.sh), with --target-env vulkan1.3 (SPIR-V 1.6), by
+// `make shaders`; one source serves both (cm_types.glsl). In both, the
+// accumulators, the softmax and every elementwise step are fp32; P and dS
+// are rounded to the storage type (nearest even; bf16 in integer
+// arithmetic, never through fp16) for the MMAs, and results are rounded to
+// it on store. See flash_cm.comp's header and the integration section of
+// bench/NOTES.md.
 //
-// Device requirements: a subgroup-scope f16·f16+f32→f32 cooperative-matrix
-// shape (device.Info.CoopMat; CM_N and CM_K multiples of 8), shaderFloat16,
-// storageBuffer16BitAccess, subgroup shuffles, and subgroups of exactly
-// SUBGROUP invocations (RequiredSubgroupSize where the size may vary, full
-// subgroups).
+// Device requirements: a subgroup-scope f16·f16+f32→f32 (bf16 modules:
+// bf16·bf16+f32→f32) cooperative-matrix shape (device.Info.CoopMat; CM_N
+// and CM_K multiples of 8), shaderFloat16 (glslang declares the Float16
+// capability for bfloat16 types too), storageBuffer16BitAccess, subgroup
+// shuffles, and subgroups of exactly SUBGROUP invocations
+// (RequiredSubgroupSize where the size may vary, full subgroups). bf16
+// modules also need VK_KHR_shader_bfloat16's shaderBFloat16Type and
+// shaderBFloat16CooperativeMatrix (device.Info.BFloat16,
+// BFloat16CoopMat), and they convert fp32 accumulators to a bf16
+// CM_M×CM_N accumulator to store results, so the device must report a
+// bf16 matrix of that size (vkattn checks both). The probe of each storage
+// type reports its own A layout (bf16's may differ from fp16's).
 
 // Cooperative-matrix kernel names.
 const (
-	// KernelFlashCM is the coopmat FlashAttention-2 forward (f16 only).
+	// KernelFlashCM is the coopmat FlashAttention-2 forward (f16, bf16).
 	KernelFlashCM = "flash_cm"
 	// KernelFlashCMProbe reports the coopmat element layout (one binding:
 	// a float32 buffer of FlashCMProbeFloats(subgroup) elements).
 	KernelFlashCMProbe = "flash_cm_probe"
-	// KernelBwdCMDKDV is the coopmat backward's dK/dV kernel (f16 only;
+	// KernelBwdCMDKDV is the coopmat backward's dK/dV kernel (f16, bf16;
 	// bindings as bwd_dkdv).
 	KernelBwdCMDKDV = "bwd_cm_dkdv"
-	// KernelBwdCMDQ is the coopmat backward's dQ kernel (f16 only;
+	// KernelBwdCMDQ is the coopmat backward's dQ kernel (f16, bf16;
 	// bindings as bwd_dq).
 	KernelBwdCMDQ = "bwd_cm_dq"
 )
@@ -38,7 +53,7 @@ var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV
 func KernelDTypes(kernel string) []string {
 	switch kernel {
 	case KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV, KernelBwdCMDQ:
-		return []string{DTypeF16}
+		return []string{DTypeF16, DTypeBF16}
 	}
 	if _, ok := kernelBindings[kernel]; ok {
 		return append([]string(nil), DTypes...)
@@ -61,6 +76,7 @@ const (
 	SpecCMPermHi  uint32 = 20 // … 8–15
 	SpecCMVec     uint32 = 21 // 16-byte loads (D, DV, strides multiples of 8)
 	SpecCMPrefet  uint32 = 22 // register prefetch of the next K/V tile (VEC only)
+	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
 )
 
 var (
@@ -70,7 +86,8 @@ var (
 	probeSpecIDs = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	// bwdCMSpecIDs: the backward coopmat kernels declare flash_cm's IDs
 	// except PREFETCH (cm_common.glsl); they read 10–14 and 19–21.
-	bwdCMSpecIDs = flashCMSpecIDs[:len(flashCMSpecIDs)-1]
+	bwdCMSpecIDs   = flashCMSpecIDs[:len(flashCMSpecIDs)-1]
+	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg)
 )
 
 // FlashCMProbeFloats is the length of flash_cm_probe's output buffer

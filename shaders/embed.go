@@ -27,9 +27,10 @@
 //     subgroup size control (drivers that may vary the size, e.g. Intel).
 //   - Tiles: DefaultConfig picks (WG, BR, BC) from the device's limits;
 //     CheckConfig validates others; SpecEntries gives the constants.
-//   - flash_cm and flash_cm_probe (CoopMatKernels, see coopmat.go): f16
-//     only (NAME.f16.spv), SPIR-V 1.6 (Vulkan 1.3), KHR cooperative
-//     matrices, shaderFloat16; not in Kernels, DTypes does not apply.
+//   - flash_cm, flash_cm_probe, bwd_cm_dkdv, bwd_cm_dq (CoopMatKernels,
+//     see coopmat.go): f16 and bf16 (NAME.f16.spv, NAME.bf16.spv; no f32),
+//     SPIR-V 1.6 (Vulkan 1.3), KHR cooperative matrices, shaderFloat16,
+//     bf16 also VK_KHR_shader_bfloat16; not in Kernels (KernelDTypes).
 //   - lavapipe: an invocation may run at most LavapipeLoopLimit loop
 //     iterations (see LoopIterations); past it results are silently wrong.
 package shaders
@@ -124,7 +125,7 @@ var kernelBindings = map[string]int{
 	KernelBwdPre:  3,
 	KernelBwdDKDV: 8,
 	KernelBwdDQ:   7,
-	// Cooperative-matrix kernels (f16 only; coopmat.go).
+	// Cooperative-matrix kernels (f16 and bf16; coopmat.go).
 	KernelFlashCM:      5,
 	KernelFlashCMProbe: 1,
 	KernelBwdCMDKDV:    8,
@@ -146,7 +147,7 @@ var (
 		KernelBwdDQ:        sharedSpecIDs,
 		KernelFlashCM:      flashCMSpecIDs,
 		KernelFlashCMProbe: probeSpecIDs,
-		KernelBwdCMDKDV:    bwdCMSpecIDs,
+		KernelBwdCMDKDV:    bwdCMKVSpecIDs,
 		KernelBwdCMDQ:      bwdCMSpecIDs,
 	}
 )

@@ -26,11 +26,16 @@ import (
 //	bwd_cm_dq:   NSG subgroups own NSG·M query rows; Step keys per tile.
 type bwdCMTile struct {
 	NSG, Step int
-	Mode      int // 0 elementwise through shared memory, 1 in registers
+	Mode      int  // 0 elementwise through shared memory, 1 in registers
+	KVReg     bool // bwd_cm_dkdv only: K_j, V_j fragments held in registers
 }
 
 func (c bwdCMTile) String() string {
-	return fmt.Sprintf("nsg%d-step%d-mode%d", c.NSG, c.Step, c.Mode)
+	s := fmt.Sprintf("nsg%d-step%d-mode%d", c.NSG, c.Step, c.Mode)
+	if c.KVReg {
+		s += "-kv1"
+	}
+	return s
 }
 
 // brbc are the kernel's spec constants BR and BC for tile c.
@@ -41,9 +46,13 @@ func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
 	return c.NSG * m, c.Step
 }
 
-// bwdCMMode restricts bwdCMTiles to one MODE when ≥ 0 (tests only: they
-// check both modes on devices whose layout allows MODE 1).
-var bwdCMMode = -1
+// bwdCMMode restricts bwdCMTiles to one MODE when ≥ 0, and bwdCMKV makes
+// its bwd_cm_dkdv tiles keep K and V in registers (tests only: they check
+// every variant on devices whose layout allows it).
+var (
+	bwdCMMode = -1
+	bwdCMKV   = false
+)
 
 // bwdCMTiles lists the configurations to try, best first (the first that
 // fits is used): MODE 1 where the probe allows it, larger tiles for smaller
@@ -62,15 +71,20 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 	for _, mode := range modes {
 		switch {
 		case dkdv && dm <= 64:
-			ts = append(ts, bwdCMTile{4, 64, mode}, bwdCMTile{4, 32, mode})
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		case dkdv && dm <= 128:
-			ts = append(ts, bwdCMTile{4, 16, mode}, bwdCMTile{2, 32, mode})
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dm <= 64:
-			ts = append(ts, bwdCMTile{4, 64, mode}, bwdCMTile{4, 32, mode})
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		case dm <= 128:
-			ts = append(ts, bwdCMTile{4, 32, mode})
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		}
-		ts = append(ts, bwdCMTile{2, 16, mode}, bwdCMTile{1, 16, mode})
+		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
+	}
+	if bwdCMKV && dkdv {
+		for i := range ts {
+			ts[i].KVReg = true
+		}
 	}
 	return ts
 }
@@ -82,6 +96,9 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv, sharedMax, maxWG
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward takes 1 … %d)", d, dv, shaders.MaxHeadDim)
+	}
+	if c.KVReg && !dkdv {
+		return fmt.Errorf("KVReg applies to bwd_cm_dkdv only")
 	}
 	if c.NSG < 1 || c.Step < 1 || c.Step%N != 0 || c.Step%K != 0 {
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
@@ -161,10 +178,7 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, vec bool) []devic
 	if c.Mode == 1 {
 		_, _, pLo, pHi = l.Packed()
 	}
-	vecV := uint32(0)
-	if vec {
-		vecV = 1
-	}
+	vecV := b2u(vec)
 	br, bc := c.brbc(dkdv, int(l.M))
 	return []device.Spec{
 		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
@@ -173,8 +187,15 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, vec bool) []devic
 		{ID: shaders.SpecCMM, Value: l.M}, {ID: shaders.SpecCMN, Value: l.N}, {ID: shaders.SpecCMK, Value: l.K},
 		{ID: shaders.SpecCMMode, Value: uint32(c.Mode)}, {ID: shaders.SpecCMLen, Value: uint32(l.AccLen)},
 		{ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
-		{ID: shaders.SpecCMVec, Value: vecV},
+		{ID: shaders.SpecCMVec, Value: vecV}, {ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)},
 	}
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // bwdCMGrids are the grids of bwd_cm_dkdv and bwd_cm_dq for plan pl.

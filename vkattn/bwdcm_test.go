@@ -46,11 +46,15 @@ func TestBwdCM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	modes := []int{0}
-	if l.Mode1 {
-		modes = append(modes, 1)
+	type variant struct {
+		mode int
+		kv   bool
 	}
-	defer func() { bwdCMMode = -1 }()
+	vars := []variant{{0, false}, {0, true}}
+	if l.Mode1 {
+		vars = append(vars, variant{1, false}, variant{1, true})
+	}
+	defer func() { bwdCMMode, bwdCMKV = -1, false }()
 	type pc struct {
 		b, hq, hkv, nq, nk, d, dv int
 		mask                      spec.Mask
@@ -64,10 +68,10 @@ func TestBwdCM(t *testing.T) {
 		{1, 1, 1, 64, 64, 80, 48, spec.MaskCausalTopLeft},
 		{1, 1, 1, 45, 45, 256, 256, spec.MaskNone},
 	}
-	for _, mode := range modes {
+	for _, vr := range vars {
 		for i, c := range cases {
-			t.Run(fmt.Sprintf("mode%d/%d-%dx%dx%d-q%d-k%d-d%d-dv%d-m%d", mode, i, c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask), func(t *testing.T) {
-				bwdCMMode = mode
+			t.Run(fmt.Sprintf("mode%d-kv%v/%d-%dx%dx%d-q%d-k%d-d%d-dv%d-m%d", vr.mode, vr.kv, i, c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask), func(t *testing.T) {
+				bwdCMMode, bwdCMKV = vr.mode, vr.kv
 				h := newHostProblem(uint64(100+i), c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask)
 				p := h.p
 				if _, ok, err := b.bwdCMPlanFor(ctx, p, F16); !ok || err != nil {

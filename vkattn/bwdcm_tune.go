@@ -7,6 +7,7 @@ package vkattn
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/flashvk/flashvk/shaders"
@@ -14,7 +15,9 @@ import (
 
 func parseBwdCMTile(s string) (bwdCMTile, error) {
 	var c bwdCMTile
-	if _, err := fmt.Sscanf(s, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s {
+	base, kv := strings.CutSuffix(s, "-kv1")
+	c.KVReg = kv
+	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s {
 		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN)", ErrInvalid, s)
 	}
 	return c, nil
@@ -46,9 +49,11 @@ func bwdCMFamily(kernel string, dkdv bool) *TuneFamily {
 			for _, nsg := range []int{1, 2, 4, 8} {
 				for _, step := range []int{16, 32, 64, 128} {
 					for _, mode := range []int{0, 1} {
-						c := bwdCMTile{NSG: nsg, Step: step, Mode: mode}
-						if bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
-							out = append(out, c)
+						for _, kv := range []bool{false, true} {
+							c := bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv}
+							if bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+								out = append(out, c)
+							}
 						}
 					}
 				}

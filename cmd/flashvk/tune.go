@@ -42,6 +42,7 @@ func (a *app) tuneCmd() *cobra.Command {
 For each key (dtype, head dim d, causal or not, direction fwd|bwd) and each
 tunable kernel family the device runs there (flash: the scalar forward;
 flash_cm: the cooperative-matrix fp16 forward; bwd_dkdv and bwd_dq: the
+scalar backward; bwd_cm_dkdv and bwd_cm_dq: the cooperative-matrix fp16
 backward), every configuration legal within the device's shared-memory and
 workgroup limits is
   1. verified against the float64 reference on a small awkward problem
@@ -72,7 +73,7 @@ whose N is nearest the problem's Nq); FLASHVK_TUNE=off or Config.TuneCache
 	fl.IntSliceVar(&f.dims, "d", []int{64, 128}, "head dims d (= dv)")
 	fl.StringVar(&f.causal, "causal", "both", "causal mask: true, false or both")
 	fl.StringSliceVar(&f.dirs, "dir", []string{"fwd", "bwd"}, "directions: fwd, bwd")
-	fl.StringSliceVar(&f.families, "family", nil, "tune only these kernel families (flash, flash_cm, bwd_dkdv, bwd_dq)")
+	fl.StringSliceVar(&f.families, "family", nil, "tune only these kernel families (flash, flash_cm, bwd_dkdv, bwd_dq, bwd_cm_dkdv, bwd_cm_dq)")
 	fl.IntSliceVar(&f.ns, "n", []int{2048}, "sequence lengths N = Nq = Nk of the timed problem (one cache entry per N; a problem uses the nearest)")
 	fl.IntVar(&f.tokens, "tokens", 16384, "tokens B·N of the timed problem (B = tokens/N)")
 	fl.IntVar(&f.hidden, "hidden", 2048, "hidden size H·d of the timed problem (H = hidden/d)")

@@ -6,8 +6,11 @@
 #                       with spirv-val (toolchain: scripts/toolchain.sh,
 #                       pinned in scripts/glslang.lock; GLSLANG and
 #                       SPIRV_TOOLS_DIR override it)
-#                       plus the f16-only cooperative-matrix kernels
-#                       (CM_KERNELS: NAME.f16.spv, --target-env vulkan1.3)
+#                       plus the cooperative-matrix kernels (CM_KERNELS:
+#                       NAME.f16.spv and NAME.bf16.spv, --target-env
+#                       vulkan1.3; the bf16 ones with the pinned glslang 16,
+#                       FLASHVK_TOOLCHAIN=16, GLSLANG16 / SPIRV_TOOLS16_DIR
+#                       override it)
 #   make shaders-check  rebuild into a temporary folder and fail if any
 #                       committed .spv differs (CI)
 
@@ -15,20 +18,26 @@ SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq
 SHADER_DTYPES := f32 f16 bf16
 SPVDIR ?= shaders
 SHADER_SPV := $(foreach k,$(SHADER_KERNELS),$(foreach t,$(SHADER_DTYPES),$(SPVDIR)/$(k).$(t).spv))
-# Cooperative-matrix kernels: f16 storage only, Vulkan 1.3 (SPIR-V 1.6).
+# Cooperative-matrix kernels: f16 and bf16 storage, Vulkan 1.3 (SPIR-V 1.6);
+# bf16 (GL_EXT_bfloat16) needs glslang 16.
 CM_KERNELS := flash_cm flash_cm_probe bwd_cm_dkdv bwd_cm_dq
 CM_TARGET_ENV := vulkan1.3
 CM_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).f16.spv)
-SHADER_DEPS := shaders/params.glsl shaders/cm_common.glsl scripts/glslang.lock scripts/compile-shader.sh
+CM_BF16_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).bf16.spv)
+SHADER_DEPS := shaders/params.glsl shaders/cm_common.glsl shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check
 
-shaders: $(SHADER_SPV) $(CM_SPV)
+shaders: $(SHADER_SPV) $(CM_SPV) $(CM_BF16_SPV)
 
 # Explicit rules (they win over the patterns below for these targets).
 $(CM_SPV): $(SPVDIR)/%.f16.spv: shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< f16 $@ $(CM_TARGET_ENV)
 	@echo "  SPV  $@"
+
+$(CM_BF16_SPV): $(SPVDIR)/%.bf16.spv: shaders/%.comp $(SHADER_DEPS)
+	@FLASHVK_TOOLCHAIN=16 scripts/compile-shader.sh $< bf16 $@ $(CM_TARGET_ENV)
+	@echo "  SPV  $@ (glslang 16)"
 
 $(SPVDIR)/%.f32.spv: shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< f32 $@

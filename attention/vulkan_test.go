@@ -70,9 +70,13 @@ func TestConformanceVulkanNaive(t *testing.T) {
 // TestConformanceVulkanCoopmat runs the forward and backward suites with
 // Kernel "flash_cm": float16 forwards on cooperative matrices (MODE 0 below
 // Nq 2048; the long cases reach MODE 1 where the probe allows it), float16
-// backwards on bwd_cm_dkdv + bwd_cm_dq, the other dtypes on the scalar
-// kernels in the same engine; then bitwise determinism. Skipped on devices
-// without cooperative-matrix support (CI's lavapipe).
+// backwards on bwd_cm_dkdv + bwd_cm_dq; bfloat16 the same with the bf16
+// modules where the device has bf16 cooperative matrices and
+// VK_KHR_shader_bfloat16 (the H200), else on the scalar kernels; float32 on
+// the scalar kernels in the same engine; then bitwise determinism. Every
+// dtype the engine offers runs, each with its own tolerance (bf16: twice
+// the PyTorch-style bf16 baseline). Skipped on devices without
+// cooperative-matrix support (CI's lavapipe).
 func TestConformanceVulkanCoopmat(t *testing.T) {
 	devicetest.Skip(t)
 	opt := devicetest.Options(t)
@@ -98,14 +102,16 @@ func TestConformanceVulkanCoopmat(t *testing.T) {
 	for _, nq := range []int{100, 4096} {
 		for _, d := range []int{64, 128, 256} {
 			p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: nq, Nk: nq, D: d, Dv: d}
-			t.Logf("Nq %d d %d: f16 runs %s, f32 runs %s", nq, d,
-				vk.ForwardKernel(context.Background(), p, vkattn.F16), vk.ForwardKernel(context.Background(), p, vkattn.F32))
+			t.Logf("Nq %d d %d: f16 runs %s, bf16 runs %s, f32 runs %s", nq, d,
+				vk.ForwardKernel(context.Background(), p, vkattn.F16), vk.ForwardKernel(context.Background(), p, vkattn.BF16),
+				vk.ForwardKernel(context.Background(), p, vkattn.F32))
 		}
 	}
 	for _, d := range []int{64, 128, 256} {
 		p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 512, Nk: 512, D: d, Dv: d}
-		t.Logf("d %d backward: f16 runs %s, f32 runs %s", d,
-			vk.BackwardKernel(context.Background(), p, vkattn.F16), vk.BackwardKernel(context.Background(), p, vkattn.F32))
+		t.Logf("d %d backward: f16 runs %s, bf16 runs %s, f32 runs %s", d,
+			vk.BackwardKernel(context.Background(), p, vkattn.F16), vk.BackwardKernel(context.Background(), p, vkattn.BF16),
+			vk.BackwardKernel(context.Background(), p, vkattn.F32))
 	}
 	long := []attentiontest.Case{
 		{Name: "long", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 128, Dv: 128},
@@ -115,7 +121,8 @@ func TestConformanceVulkanCoopmat(t *testing.T) {
 	}
 	attentiontest.RunForward(t, e)
 	t.Run("long", func(t *testing.T) { attentiontest.RunForwardCases(t, e, long) })
-	// The backward of f16 problems runs bwd_cm_dkdv + bwd_cm_dq here.
+	// The backward of f16 (and, with bf16 coopmat, bf16) problems runs
+	// bwd_cm_dkdv + bwd_cm_dq here.
 	t.Run("backward", func(t *testing.T) { attentiontest.RunBackward(t, e) })
 	t.Run("deterministic", func(t *testing.T) { attentiontest.RunDeterminism(t, e, 10) })
 	t.Run("backward-long", func(t *testing.T) { attentiontest.RunBackwardCases(t, e, long[:3]) })

@@ -667,3 +667,31 @@ func TestStatsDuringUse(t *testing.T) {
 	require.NoError(t, b.Close())
 	assert.EqualValues(t, 0, d.Stats().Live.Buffers)
 }
+
+// TestBFloat16Features: Open enables VK_KHR_shader_bfloat16's features
+// wherever the device supports them (the opened device's Info reports what
+// was enabled; it must equal what enumeration reported), and a bf16
+// cooperative-matrix shape is only usable with shaderBFloat16CooperativeMatrix.
+// On the H200 all three flags are true; on lavapipe all false.
+func TestBFloat16Features(t *testing.T) {
+	devicetest.Skip(t)
+	d, err := device.Open(devicetest.Options(t))
+	require.NoError(t, err)
+	defer d.Close()
+	inf := d.Info()
+	infos, err := device.Devices()
+	require.NoError(t, err)
+	enum := infos[inf.Index]
+	t.Logf("%s: shaderBFloat16Type %v, DotProduct %v, CooperativeMatrix %v", inf.Name, inf.BFloat16, inf.BFloat16DotProduct, inf.BFloat16CoopMat)
+	assert.Equal(t, enum.BFloat16, inf.BFloat16, "shaderBFloat16Type supported but not enabled")
+	assert.Equal(t, enum.BFloat16DotProduct, inf.BFloat16DotProduct)
+	assert.Equal(t, enum.BFloat16CoopMat, inf.BFloat16CoopMat, "shaderBFloat16CooperativeMatrix supported but not enabled")
+	if inf.BFloat16CoopMat {
+		assert.NotEmpty(t, inf.CoopMat, "bf16 cooperative matrices without VK_KHR_cooperative_matrix")
+	}
+	for _, s := range inf.CoopMat {
+		if s.A == "bf16" || s.B == "bf16" {
+			t.Logf("  bf16 coopmat %s", s)
+		}
+	}
+}

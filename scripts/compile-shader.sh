@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # compile-shader.sh SRC.comp DTYPE OUT.spv [TARGET_ENV]
+# (FLASHVK_TOOLCHAIN=16 in the environment: the pinned glslang 16 toolchain,
+# for the bf16 cooperative-matrix modules)
 # Compiles one flashvk kernel for one storage type (f32, f16 or bf16) with the
 # pinned glslang (scripts/glslang.sh), no debug info, Vulkan 1.1 / SPIR-V 1.3
 # unless TARGET_ENV says otherwise (the cooperative-matrix kernels need

@@ -10,13 +10,28 @@
 # Versions and .deb hashes are pinned in scripts/glslang.lock (see its
 # header for the rules).
 #
+# A second toolchain, glslang 16 (GL_EXT_bfloat16, which glslang 15 lacks)
+# with the spirv-tools it was built against (SPV_KHR_bfloat16 validation),
+# builds only the bf16 cooperative-matrix modules (Makefile CM_BF16_SPV).
+# Its two .debs come from Debian unstable, whose packages vanish when it
+# moves on, so the lock pins each by pool path, sha256 and sha1 ("glslang16"
+# lines) and they are fetched with curl/wget from the first source that
+# has them: the Debian mirror's pool (while the version is in sid/testing),
+# then snapshot.debian.org by sha1 (/file/SHA1, permanent) and by archive
+# timestamp. The sha256 is always checked. Both tools are self-contained
+# (libc6 >= 2.38, libstdc++6 >= 13.1) and run through the glslang 15
+# toolchain's trixie loader and runtime libraries.
+#
 # Usage:
 #   scripts/toolchain.sh root               ensure the toolchain, print its root
 #   scripts/toolchain.sh run TOOL [ARGS]    run TOOL (glslangValidator,
 #                                           spirv-val, spirv-dis, ...)
+#   scripts/toolchain.sh root16             ensure the glslang 16 toolchain, print its root
+#   scripts/toolchain.sh run16 TOOL [ARGS]  run TOOL of the glslang 16 toolchain
 #   scripts/toolchain.sh versions           print the pinned and used versions
 #   scripts/toolchain.sh update-lock        re-pin to the archive's current
-#                                           trixie versions (then `make shaders`)
+#                                           trixie versions (then `make shaders`;
+#                                           the glslang16 lines are edited by hand)
 #
 # Environment:
 #   FLASHVK_CACHE            cache folder (default ${XDG_CACHE_HOME:-~/.cache}/flashvk)
@@ -25,6 +40,8 @@
 #                            http://deb.debian.org/debian)
 #   FLASHVK_DEBIAN_SUITE     suite to fetch from (default trixie)
 #   FLASHVK_TOOLCHAIN_STRICT 1: runtime libraries must match the lock too
+#   FLASHVK_SNAPSHOT         snapshot.debian.org base (default
+#                            https://snapshot.debian.org)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,14 +56,21 @@ warn() { echo "toolchain.sh: warning: $*" >&2; }
 [ "$(uname -m)" = x86_64 ] || die "only x86_64 hosts are supported (set GLSLANG and SPIRV_TOOLS_DIR to your own glslang >= 15 / spirv-tools instead)"
 
 # lock_entries prints "package version sha256 role" lines of the lock.
-lock_entries() { grep -vE '^[[:space:]]*(#|$|glslang-version)' "$lock"; }
+lock_entries() { grep -vE '^[[:space:]]*(#|$|glslang-version|glslang16)' "$lock"; }
 lock_glslang_version() { awk '$1=="glslang-version"{print $2}' "$lock"; }
+# lock16_entries prints "package version pool-path sha256 sha1" lines of the
+# glslang 16 toolchain; lock16 KEY prints the value of line "glslang16-KEY".
+lock16_entries() { awk '$1=="glslang16"{print $2, $3, $4, $5, $6}' "$lock"; }
+lock16() { awk -v k="glslang16-$1" '$1==k{print $2}' "$lock"; }
 
 # The cache folder is keyed by the lock's content, so re-pinning never reuses
 # an old unpack.
 lock_key=$( (lock_entries; lock_glslang_version) | sha256sum | cut -c1-16)
 cache="$cache_base/glslang-$suite-$lock_key"
 root="$cache/root"
+lock16_key=$( (echo "$lock_key"; lock16_entries; lock16 version) | sha256sum | cut -c1-16)
+cache16="$cache_base/glslang16-$lock16_key"
+root16="$cache16/root"
 
 detect_mirror() {
 	if [ -n "${FLASHVK_DEBIAN_MIRROR:-}" ]; then
@@ -104,6 +128,83 @@ run_tool() {
 	local tool=$1
 	shift
 	exec "$root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/$triplet" "$root/usr/bin/$tool" "$@"
+}
+
+# run_tool16 TOOL ARGS... runs a tool of the glslang 16 root with the
+# glslang 15 root's loader and runtime libraries.
+run_tool16() {
+	local tool=$1
+	shift
+	exec "$root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/$triplet" "$root16/usr/bin/$tool" "$@"
+}
+
+# fetch URL OUT downloads URL to OUT (curl, wget, apt's apt-helper or
+# python3, the first found); fails quietly.
+fetch() {
+	if command -v curl >/dev/null; then
+		curl -fsSL --retry 2 --connect-timeout 20 --max-time 300 -o "$2" "$1" 2>/dev/null
+	elif command -v wget >/dev/null; then
+		wget -q --tries=2 --timeout=20 -O "$2" "$1"
+	elif [ -x /usr/lib/apt/apt-helper ]; then
+		/usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file "$1" "$2" >/dev/null 2>&1
+	elif command -v python3 >/dev/null; then
+		python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$1" "$2" 2>/dev/null
+	else
+		die "none of curl, wget, apt-helper, python3 found (needed to fetch the glslang 16 .debs)"
+	fi
+}
+
+ensure16() {
+	ensure
+	[ -f "$root16/.complete" ] && return 0
+	command -v dpkg >/dev/null || die "dpkg not found: set GLSLANG16 and SPIRV_TOOLS16_DIR to glslang >= $(lock16 version) / spirv-tools with SPV_KHR_bfloat16"
+	[ -n "$(lock16 version)" ] || die "$lock has no glslang16-version line"
+	mkdir -p "$cache16"
+	exec 8>"$cache16/.lock"
+	flock 8
+	[ -f "$root16/.complete" ] && return 0
+	local work
+	work=$(mktemp -d "$cache16/.work.XXXXXX")
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" EXIT
+	mkdir -p "$work/root"
+	local mirror snap ts pkg ver path sha sha1 deb got ok url used=()
+	mirror=$(detect_mirror)
+	snap=${FLASHVK_SNAPSHOT:-https://snapshot.debian.org}
+	snap=${snap%/}
+	ts=$(lock16 snapshot)
+	while read -r pkg ver path sha sha1; do
+		deb="$work/${path##*/}"
+		ok=
+		for url in "$mirror/$path" "$snap/file/$sha1" ${ts:+"$snap/archive/debian/$ts/$path"}; do
+			rm -f "$deb"
+			if fetch "$url" "$deb"; then
+				got=$(sha256sum "$deb" | cut -d' ' -f1)
+				if [ "$got" = "$sha" ]; then
+					ok=$url
+					break
+				fi
+				warn "$url: sha256 $got differs from the lock's $sha; trying the next source"
+			fi
+		done
+		[ -n "$ok" ] || die "pinned $pkg=$ver ($path, sha256 $sha) is neither on $mirror nor on $snap"
+		echo "toolchain.sh: fetched $pkg $ver from $ok" >&2
+		dpkg -x "$deb" "$work/root"
+		used+=("$pkg $ver")
+	done < <(lock16_entries)
+	local want have
+	want=$(lock16 version)
+	have=$("$root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/$triplet" \
+		"$work/root/usr/bin/glslangValidator" --version | sed -nE 's/^Glslang Version: [0-9]+:([0-9.]+).*/\1/p')
+	[ "$have" = "$want" ] || die "unpacked glslang 16 reports version '$have', the lock wants '$want'"
+	printf '%s\n' "${used[@]}" >"$work/root/.versions"
+	touch "$work/root/.complete"
+	rm -rf "$root16"
+	mv "$work/root" "$root16"
+	rm -rf "$work"
+	trap - EXIT
+	exec 8>&-
+	echo "toolchain.sh: installed glslang $have into $root16" >&2
 }
 
 ensure() {
@@ -178,6 +279,7 @@ update_lock() {
 	have=$("$work/root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$work/root/usr/lib/$triplet" \
 		"$work/root/usr/bin/glslangValidator" --version | sed -nE 's/^Glslang Version: [0-9]+:([0-9.]+).*/\1/p')
 	echo "glslang-version $have" >>"$out"
+	grep -E '^glslang16' "$lock" >>"$out" || true
 	cp "$out" "$lock"
 	echo "toolchain.sh: wrote $lock (glslang $have); now run 'make shaders' and review the SPIR-V diff" >&2
 }
@@ -194,18 +296,32 @@ run)
 	ensure
 	run_tool "$@"
 	;;
+root16)
+	ensure16
+	echo "$root16"
+	;;
+run16)
+	[ $# -ge 1 ] || die "usage: toolchain.sh run16 TOOL [ARGS...]"
+	ensure16
+	run_tool16 "$@"
+	;;
 versions)
 	echo "lock ($lock):"
 	lock_entries | awk '{printf "  %s %s (%s)\n", $1, $2, $4}'
 	echo "  glslang-version $(lock_glslang_version)"
+	lock16_entries | awk '{printf "  %s %s (glslang 16 toolchain)\n", $1, $2}'
+	echo "  glslang16-version $(lock16 version)"
 	ensure
 	echo "unpacked ($root):"
 	sed 's/^/  /' "$root/.versions"
+	ensure16
+	echo "unpacked ($root16):"
+	sed 's/^/  /' "$root16/.versions"
 	;;
 update-lock)
 	update_lock
 	;;
 *)
-	die "usage: toolchain.sh {root|run TOOL [ARGS]|versions|update-lock}"
+	die "usage: toolchain.sh {root|run TOOL [ARGS]|root16|run16 TOOL [ARGS]|versions|update-lock}"
 	;;
 esac

@@ -1,13 +1,14 @@
 #version 450
 // bwd_cm_dq: FlashAttention-2 backward, dQ, on cooperative matrices
-// (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage only
-// (-DSTORAGE_F16=1, Vulkan 1.3). Deterministic like bwd_dq: every dQ row is
+// (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage
+// (-DSTORAGE_F16=1) or bf16 (-DSTORAGE_BF16=1, glslang ≥ 16; cm_types.glsl),
+// Vulkan 1.3. Deterministic like bwd_dq: every dQ row is
 // written by one workgroup, no atomics, key tiles in order.
 //
 // Bindings (set 0), as bwd_dq:
-//   0 Q [B,Nq,Hq,D] f16   1 K [B,Nk,Hkv,D] f16   2 V [B,Nk,Hkv,DV] f16
-//   3 dO [B,Nq,Hq,DV] f16 (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
-//   f32 (bwd_pre)   6 dQ f16 (Q's strides, written)
+//   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
+//   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
+//   f32 (bwd_pre)   6 dQ (Q's strides, written)
 // Push constants: Params. Grid: (ceil(Nq/BR), Hq, B).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
 //   query rows per workgroup (each subgroup owns CM_M rows); 4 BC keys per
@@ -17,7 +18,7 @@
 // Q_i and dO_i are held as A operands in registers; per key tile (K_j, V_j
 // through shared memory): S = Q_i K_jᵀ, dP = dO_i V_jᵀ (fp32), P = exp2(S·
 // scale·log2e − LSE·log2e) (0 where masked or LSE = −inf), dS = P ∘ (dP −
-// D) rounded to fp16, dQ_i += dS K_j (fp32); finally dQ ·= scale. MODE 1
+// D) rounded (nearest even) to the storage type, dQ_i += dS K_j (fp32); finally dQ ·= scale. MODE 1
 // does the elementwise step in registers, MODE 0 through shared memory.
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
@@ -27,17 +28,17 @@
 #include "params.glsl"
 #include "cm_common.glsl"
 
-layout(std430, binding = 0) readonly buffer QBuf { float16_t q_buf[]; };
+layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
 layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
-layout(std430, binding = 1) readonly buffer KBuf { float16_t k_buf[]; };
+layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
 layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
-layout(std430, binding = 2) readonly buffer VBuf { float16_t v_buf[]; };
+layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
 layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
-layout(std430, binding = 3) readonly buffer dOBuf { float16_t do_buf[]; };
+layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
 layout(std430, binding = 3) readonly buffer dOBufV { uvec4 do_vec[]; };
 layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
 layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
-layout(std430, binding = 6) writeonly buffer dQBuf { float16_t dq_buf[]; };
+layout(std430, binding = 6) writeonly buffer dQBuf { STYPE dq_buf[]; };
 layout(std430, binding = 6) writeonly buffer dQBufV { uvec4 dq_vec[]; };
 
 CM_FETCH(fetch_q, q_buf, q_vec, q_base, D)
@@ -62,14 +63,14 @@ shared uvec4 sKV[SKV_N];
 shared float sL[BR];  // LSE·log2e of the workgroup's rows (−inf past Nq)
 shared float sDr[BR]; // D of the rows
 
-// MODE 0 scratch, per subgroup: S and dP (fp32), dS (fp16).
+// MODE 0 scratch, per subgroup: S and dP (fp32), dS (CM_T).
 const uint LDS = BC + 4u;
 const uint LDP = BC + 8u;
 const uint S0_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
 const uint P0_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
 shared float sS[S0_N];
 shared float sdP[S0_N];
-shared float16_t sdS[P0_N];
+shared CM_T sdS[P0_N];
 
 void main() {
 	uint tid = thread_index();
@@ -181,7 +182,7 @@ void main() {
 					dP[t][i] = p * (dP[t][i] - dOf[i]);
 				}
 				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-					dsA[t][j] = float16_t(dP[t][aperm(j)]);
+					dsA[t][j] = CM_TO(dP[t][aperm(j)]);
 				}
 			}
 		} else {
@@ -200,7 +201,7 @@ void main() {
 				bool vis = l2 != NEG_INF && !(need_mask && c0 + col >= lim);
 				uint si = r * LDS + col;
 				float p = vis ? exp2(sS[si] * sl2 - l2) : 0.0;
-				sdS[r * LDP + col] = float16_t(p * (sdP[si] - sDr[r]));
+				sdS[r * LDP + col] = CM_TO(p * (sdP[si] - sDr[r]));
 			}
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
@@ -218,10 +219,10 @@ void main() {
 		}
 	}
 
-	// dQ·scale → fp16 → shared → global.
+	// dQ·scale → storage type → shared → global.
 	barrier();
 	[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
-		ACC16 o16 = ACC16(dQ[j] * pc.scale);
+		ACC16 o16 = CM_NARROW(dQ[j] * pc.scale);
 		coopMatStore(o16, sKV, sgr * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 	}
 	barrier();

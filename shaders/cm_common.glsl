@@ -1,13 +1,12 @@
 // cm_common.glsl: what the cooperative-matrix backward kernels (bwd_cm_dkdv,
 // bwd_cm_dq) share: the coopmat spec constants (ids 10–21, the meaning of
 // flash_cm.comp's), the matrix types, the element-layout decoders and the
-// 16-byte tile fetch. Include after params.glsl; fp16 storage only.
+// 16-byte tile fetch. Include after params.glsl; fp16 or bf16 storage
+// (cm_types.glsl).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#ifndef STORAGE_F16
-#error cooperative-matrix kernels are fp16-only: compile with -DSTORAGE_F16=1
-#endif
+#include "cm_types.glsl"
 
 layout(constant_id = 10) const uint CM_M = 16;
 layout(constant_id = 11) const uint CM_N = 16;
@@ -38,15 +37,16 @@ const uint LDK4 = DP8 + 1u;
 const uint LDV4 = DVP8 + 1u;
 
 #define ACC coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
-#define ACC16 coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
-#define MATA coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
-#define MATB coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
+#define ACC16 coopmat<CM_T, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
+#define MATA coopmat<CM_T, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
+#define MATB coopmat<CM_T, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
+CM_TYPE_FUNCS
 
 uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }
 
-uvec4 pack8(float16_t x[8]) {
-	return uvec4(packFloat2x16(f16vec2(x[0], x[1])), packFloat2x16(f16vec2(x[2], x[3])),
-		packFloat2x16(f16vec2(x[4], x[5])), packFloat2x16(f16vec2(x[6], x[7])));
+uvec4 pack8(CM_RAWT x[8]) {
+	return uvec4(CM_PACK2(x[0], x[1]), CM_PACK2(x[2], x[3]),
+		CM_PACK2(x[4], x[5]), CM_PACK2(x[6], x[7]));
 }
 
 // CM_FETCH(name, sbuf, vbuf, BASE, DIM) defines uvec4 name(b, s, h, c4):
@@ -58,10 +58,10 @@ uvec4 pack8(float16_t x[8]) {
 		if (VEC != 0u) { \
 			return c4 < (DIM) / 8u ? vbuf[(base >> 3u) + c4] : uvec4(0u); \
 		} \
-		float16_t x[8]; \
+		CM_RAWT x[8]; \
 		[[unroll]] for (uint u = 0u; u < 8u; ++u) { \
 			uint d = c4 * 8u + u; \
-			x[u] = d < (DIM) ? sbuf[base + d] : float16_t(0.0); \
+			x[u] = d < (DIM) ? CM_RAW(sbuf[base + d]) : CM_RAW0; \
 		} \
 		return pack8(x); \
 	}
@@ -78,13 +78,13 @@ uvec4 pack8(float16_t x[8]) {
 			return; \
 		} \
 		[[unroll]] for (uint u = 0u; u < 4u; ++u) { \
-			f16vec2 pr = unpackFloat2x16(w[u]); \
+			CM_UNPACK2(w[u]); \
 			uint d = c4 * 8u + 2u * u; \
 			if (d < (DIM)) { \
-				sbuf[base + d] = pr.x; \
+				sbuf[base + d] = CM_LO; \
 			} \
 			if (d + 1u < (DIM)) { \
-				sbuf[base + d + 1u] = pr.y; \
+				sbuf[base + d + 1u] = CM_HI; \
 			} \
 		} \
 	}

@@ -13,43 +13,77 @@ func TestCoopMatModules(t *testing.T) {
 		KernelBwdCMDQ:      {"float16", "float16", "float16", "float16", "float32", "float32", "float16"},
 	}
 	for _, k := range CoopMatKernels {
-		if got := KernelDTypes(k); !reflect.DeepEqual(got, []string{DTypeF16}) {
-			t.Errorf("%s: KernelDTypes %v, want [f16]", k, got)
+		if got := KernelDTypes(k); !reflect.DeepEqual(got, []string{DTypeF16, DTypeBF16}) {
+			t.Errorf("%s: KernelDTypes %v, want [f16 bf16]", k, got)
 		}
 		if _, err := SPIRV(k, DTypeF32); err == nil {
-			t.Errorf("%s: SPIRV(f32) succeeded; the kernel is f16-only", k)
+			t.Errorf("%s: SPIRV(f32) succeeded; the kernel has no f32 build", k)
 		}
-		spv, err := SPIRV(k, DTypeF16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := Reflect(spv)
-		if err != nil {
-			t.Fatalf("%s: %v", k, err)
-		}
-		if m.Version != 0x00010600 {
-			t.Errorf("%s: SPIR-V version %#x, want 1.6 (Vulkan 1.3)", k, m.Version)
-		}
-		n, _ := Bindings(k)
-		if n != len(elems[k]) {
-			t.Fatalf("%s: Bindings %d, want %d", k, n, len(elems[k]))
-		}
-		// Some bindings are declared twice (scalar and uvec4 views): check
-		// every declaration against the binding's element type (uvec4 views
-		// reflect as "other").
-		seen := map[uint32]bool{}
-		for _, b := range m.Bindings {
-			if b.Set != 0 || int(b.Binding) >= n {
-				t.Errorf("%s: binding set %d binding %d out of range (%d bindings)", k, b.Set, b.Binding, n)
-				continue
+		for _, dt := range []string{DTypeF16, DTypeBF16} {
+			spv, err := SPIRV(k, dt)
+			if err != nil {
+				t.Fatal(err)
 			}
-			seen[b.Binding] = true
-			if want := elems[k][b.Binding]; b.Elem != want && b.Elem != "other" {
-				t.Errorf("%s: binding %d holds %s, want %s", k, b.Binding, b.Elem, want)
+			m, err := Reflect(spv)
+			if err != nil {
+				t.Fatalf("%s.%s: %v", k, dt, err)
 			}
-		}
-		if len(seen) != n {
-			t.Errorf("%s: %d distinct bindings, Go declares %d", k, len(seen), n)
+			if m.Version != 0x00010600 {
+				t.Errorf("%s.%s: SPIR-V version %#x, want 1.6 (Vulkan 1.3)", k, dt, m.Version)
+			}
+			if !m.HasCapability(CapabilityCooperativeMatrix) {
+				t.Errorf("%s.%s: no CooperativeMatrixKHR capability", k, dt)
+			}
+			bf := dt == DTypeBF16
+			if m.HasCapability(CapabilityBFloat16Type) != bf || m.HasCapability(CapabilityBFloat16CooperativeMatrix) != bf {
+				t.Errorf("%s.%s: BFloat16TypeKHR %v, BFloat16CooperativeMatrixKHR %v; want %v", k, dt,
+					m.HasCapability(CapabilityBFloat16Type), m.HasCapability(CapabilityBFloat16CooperativeMatrix), bf)
+			}
+			// bf16 is never computed through fp16: the bf16 modules declare
+			// no IEEE half type (glslang still declares the Float16
+			// capability for bfloat16 types), the f16 modules no bfloat16.
+			halves, bfloats := 0, 0
+			for _, ty := range m.types {
+				if ty.op == opTypeFloat && ty.width == 16 {
+					if len(ty.ops) >= 2 && ty.ops[1] == fpEncodingBFloat16 {
+						bfloats++
+					} else {
+						halves++
+					}
+				}
+			}
+			if bf && (halves != 0 || bfloats != 1) || !bf && (bfloats != 0 || halves != 1) {
+				t.Errorf("%s.%s: %d float16 and %d bfloat16 types", k, dt, halves, bfloats)
+			}
+			n, _ := Bindings(k)
+			if n != len(elems[k]) {
+				t.Fatalf("%s: Bindings %d, want %d", k, n, len(elems[k]))
+			}
+			// Some bindings are declared twice (scalar and uvec4 views): check
+			// every declaration against the binding's element type (uvec4 views
+			// reflect as "other"); bf16 buffers hold uint16 bits.
+			seen := map[uint32]bool{}
+			for _, b := range m.Bindings {
+				if b.Set != 0 || int(b.Binding) >= n {
+					t.Errorf("%s.%s: binding set %d binding %d out of range (%d bindings)", k, dt, b.Set, b.Binding, n)
+					continue
+				}
+				seen[b.Binding] = true
+				want := elems[k][b.Binding]
+				if bf && want == "float16" {
+					want = "uint16"
+				}
+				if b.Elem != want && b.Elem != "other" {
+					t.Errorf("%s.%s: binding %d holds %s, want %s", k, dt, b.Binding, b.Elem, want)
+				}
+			}
+			if len(seen) != n {
+				t.Errorf("%s.%s: %d distinct bindings, Go declares %d", k, dt, len(seen), n)
+			}
+			ids, _ := SpecIDs(k)
+			if got := m.SpecIDs(); !reflect.DeepEqual(got, ids) {
+				t.Errorf("%s.%s: spec IDs %v, Go declares %v", k, dt, got, ids)
+			}
 		}
 	}
 	if _, err := SPIRV(KernelFlash, DTypeF32); err != nil {
@@ -61,7 +95,15 @@ func TestCoopMatModules(t *testing.T) {
 }
 
 func TestFlashCMSharedBytesMatchSPIRV(t *testing.T) {
-	spv, err := SPIRV(KernelFlashCM, DTypeF16)
+	for _, dt := range []string{DTypeF16, DTypeBF16} {
+		t.Run(dt, func(t *testing.T) { testFlashCMSharedBytes(t, dt) })
+	}
+}
+
+// testFlashCMSharedBytes: the bf16 module has the f16 one's shared arrays
+// (16-bit elements), so FlashCMSharedBytes serves both.
+func testFlashCMSharedBytes(t *testing.T, dt string) {
+	spv, err := SPIRV(KernelFlashCM, dt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +131,15 @@ func TestFlashCMSharedBytesMatchSPIRV(t *testing.T) {
 }
 
 func TestBwdCMSharedBytesMatchSPIRV(t *testing.T) {
+	for _, dt := range []string{DTypeF16, DTypeBF16} {
+		t.Run(dt, func(t *testing.T) { testBwdCMSharedBytes(t, dt) })
+	}
+}
+
+// testBwdCMSharedBytes: as testFlashCMSharedBytes, for the backward.
+func testBwdCMSharedBytes(t *testing.T, dt string) {
 	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ} {
-		spv, err := SPIRV(k, DTypeF16)
+		spv, err := SPIRV(k, dt)
 		if err != nil {
 			t.Fatal(err)
 		}

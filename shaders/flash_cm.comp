@@ -1,13 +1,15 @@
 #version 450
 // flash_cm: FlashAttention-2 forward on cooperative matrices
-// (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage only (compile
-// with -DSTORAGE_F16=1, target Vulkan 1.3); S = Q·Kᵀ and O += P·V on the
-// matrix units with fp32 accumulators, online softmax in fp32 (exp2 domain),
-// P rounded to fp16 for P·V, LSE out.
+// (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage (compile with
+// -DSTORAGE_F16=1) or bf16 storage (-DSTORAGE_BF16=1: uint16 buffers of
+// bfloat16 bits, bfloat16_t operands, glslang ≥ 16; see cm_types.glsl),
+// target Vulkan 1.3; S = Q·Kᵀ and O += P·V on the matrix units with fp32
+// accumulators, online softmax in fp32 (exp2 domain), P rounded to the
+// storage type (nearest even) for P·V, LSE out.
 //
 // Bindings (set 0), as the scalar flash kernel:
-//   0 Q [B,Nq,Hq,D] f16   1 K [B,Nk,Hkv,D] f16   2 V [B,Nk,Hkv,DV] f16
-//   3 O [B,Nq,Hq,DV] f16 (written)   4 LSE [B,Hq,Nq] f32 (written; −inf and
+//   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
+//   3 O [B,Nq,Hq,DV] (written)   4 LSE [B,Hq,Nq] f32 (written; −inf and
 //   an O row of 0 for a row that sees no key)
 // Push constants: Params (params.glsl). Grid: (ceil(Nq/BR), Hq, B).
 //
@@ -18,7 +20,8 @@
 //     (a multiple of CM_N and CM_K)   5 SUBGROUP (the subgroup size; the
 //     pipeline must require it and full subgroups)
 //   10 CM_M, 11 CM_N, 12 CM_K: the coopmat shape, one the device reports
-//     for f16·f16+f32→f32 at subgroup scope (CM_N, CM_K multiples of 8)
+//     for f16·f16+f32→f32 (bf16: bf16·bf16+f32→f32) at subgroup scope
+//     (CM_N, CM_K multiples of 8)
 //   13 MODE: 0 softmax through shared memory (any device); 1 softmax in
 //     registers (needs the element layout conditions below); 2 softmax in
 //     registers, P to the A operand through shared memory (needs the
@@ -32,7 +35,7 @@
 //     slotrow(i) (4 bits each, LO = components 0–7, HI = 8–15), the same
 //     for all invocations; the invocations holding a row are lane ^ s for
 //     every subset s of the bits of XORMASK, each at the same local row;
-//     CM_N == CM_K and component j of the fp16 CM_M×CM_K A matrix is
+//     CM_N == CM_K and component j of the 16-bit CM_M×CM_K A matrix is
 //     component aperm(j) of the accumulator in the same invocation.
 //   21 VEC: 1 when D, DV and every Q/K/V/O stride are multiples of 8
 //     (16-byte global loads and stores), else 0 (scalar, any stride)
@@ -57,10 +60,8 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#ifndef STORAGE_F16
-#error flash_cm is fp16-only: compile with -DSTORAGE_F16=1
-#endif
 #include "params.glsl"
+#include "cm_types.glsl"
 
 layout(constant_id = 10) const uint CM_M = 16;
 layout(constant_id = 11) const uint CM_N = 16;
@@ -76,13 +77,13 @@ layout(constant_id = 20) const uint APERM_HI = 0;
 layout(constant_id = 21) const uint VEC = 1;
 layout(constant_id = 22) const uint PREFETCH = 0;
 
-layout(std430, binding = 0) readonly buffer QBuf { float16_t q_buf[]; };
+layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
 layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
-layout(std430, binding = 1) readonly buffer KBuf { float16_t k_buf[]; };
+layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
 layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
-layout(std430, binding = 2) readonly buffer VBuf { float16_t v_buf[]; };
+layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
 layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
-layout(std430, binding = 3) writeonly buffer OBuf { float16_t o_buf[]; };
+layout(std430, binding = 3) writeonly buffer OBuf { STYPE o_buf[]; };
 layout(std430, binding = 3) writeonly buffer OBufV { uvec4 o_vec[]; };
 layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
 
@@ -116,7 +117,7 @@ const uint LDP = BC + 8u;
 const uint SS_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
 const uint SP_N = MODE != 1u ? NSG * CM_M * LDP : 1u;
 shared float sS[SS_N];
-shared float16_t sP[SP_N];
+shared CM_T sP[SP_N];
 shared float sRow[NSG * CM_M];
 
 // Prefetch registers.
@@ -132,18 +133,19 @@ const uint RPL = CM_M > RSTEP ? CM_M / RSTEP : 1u;
 const uint CPL = BC / LPR;
 
 #define ACC coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
-#define ACC16 coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
-#define MATA coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
-#define MATB coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
+#define ACC16 coopmat<CM_T, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
+#define MATA coopmat<CM_T, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
+#define MATB coopmat<CM_T, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
+CM_TYPE_FUNCS
 
 uint slotrow(uint i) { return i < 8u ? (SLOTROW_LO >> (4u * i)) & 15u : (SLOTROW_HI >> (4u * (i - 8u))) & 15u; }
 uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }
 
 uint g_b, g_h, g_kvh;
 
-uvec4 pack8(float16_t x[8]) {
-	return uvec4(packFloat2x16(f16vec2(x[0], x[1])), packFloat2x16(f16vec2(x[2], x[3])),
-		packFloat2x16(f16vec2(x[4], x[5])), packFloat2x16(f16vec2(x[6], x[7])));
+uvec4 pack8(CM_RAWT x[8]) {
+	return uvec4(CM_PACK2(x[0], x[1]), CM_PACK2(x[2], x[3]),
+		CM_PACK2(x[4], x[5]), CM_PACK2(x[6], x[7]));
 }
 
 // fetch_*: 16-byte chunk c4 (features 8·c4 … 8·c4+7, zero beyond the head
@@ -153,10 +155,10 @@ uvec4 fetch_q(uint s, uint c4) {
 	if (VEC != 0u) {
 		return c4 < D / 8u ? q_vec[(base >> 3u) + c4] : uvec4(0u);
 	}
-	float16_t x[8];
+	CM_RAWT x[8];
 	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
 		uint d = c4 * 8u + u;
-		x[u] = d < D ? q_buf[base + d] : float16_t(0.0);
+		x[u] = d < D ? CM_RAW(q_buf[base + d]) : CM_RAW0;
 	}
 	return pack8(x);
 }
@@ -165,10 +167,10 @@ uvec4 fetch_k(uint s, uint c4) {
 	if (VEC != 0u) {
 		return c4 < D / 8u ? k_vec[(base >> 3u) + c4] : uvec4(0u);
 	}
-	float16_t x[8];
+	CM_RAWT x[8];
 	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
 		uint d = c4 * 8u + u;
-		x[u] = d < D ? k_buf[base + d] : float16_t(0.0);
+		x[u] = d < D ? CM_RAW(k_buf[base + d]) : CM_RAW0;
 	}
 	return pack8(x);
 }
@@ -177,10 +179,10 @@ uvec4 fetch_v(uint s, uint c4) {
 	if (VEC != 0u) {
 		return c4 < DV / 8u ? v_vec[(base >> 3u) + c4] : uvec4(0u);
 	}
-	float16_t x[8];
+	CM_RAWT x[8];
 	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
 		uint d = c4 * 8u + u;
-		x[u] = d < DV ? v_buf[base + d] : float16_t(0.0);
+		x[u] = d < DV ? CM_RAW(v_buf[base + d]) : CM_RAW0;
 	}
 	return pack8(x);
 }
@@ -392,10 +394,10 @@ void main() {
 				}
 				if (MODE == 1u) {
 					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-						pA[t][j] = float16_t(S[t][aperm(j)]);
+						pA[t][j] = CM_TO(S[t][aperm(j)]);
 					}
 				} else {
-					coopMatStore(ACC16(S[t]), sP, sgr * LDP + t * CM_N, LDP, gl_CooperativeMatrixLayoutRowMajor);
+					coopMatStore(CM_NARROW(S[t]), sP, sgr * LDP + t * CM_N, LDP, gl_CooperativeMatrixLayoutRowMajor);
 				}
 			}
 			if (MODE == 2u) {
@@ -454,7 +456,7 @@ void main() {
 				[[unroll]] for (uint j = 0u; j < CPL; ++j) {
 					float p = exp2(x[j] - muse);
 					lsum += p;
-					sP[pbase + lr + LPR * j] = float16_t(p);
+					sP[pbase + lr + LPR * j] = CM_TO(p);
 				}
 				l0[q] = l0[q] * alpha + lsum;
 				if (lr == 0u) {
@@ -527,10 +529,10 @@ void main() {
 		}
 	}
 
-	// O → fp16 → shared → global.
+	// O → 16-bit storage type → shared → global.
 	barrier(); // all subgroups are done with the K/V tiles
 	[[unroll]] for (uint j = 0u; j < NOT; ++j) {
-		ACC16 o16 = ACC16(O[j]);
+		ACC16 o16 = CM_NARROW(O[j]);
 		coopMatStore(o16, sKV, sgr * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 	}
 	barrier();
@@ -546,13 +548,13 @@ void main() {
 				}
 			} else {
 				[[unroll]] for (uint u = 0u; u < 4u; ++u) {
-					f16vec2 pr = unpackFloat2x16(w[u]);
+					CM_UNPACK2(w[u]);
 					uint d = c4 * 8u + 2u * u;
 					if (d < DV) {
-						o_buf[base + d] = pr.x;
+						o_buf[base + d] = CM_LO;
 					}
 					if (d + 1u < DV) {
-						o_buf[base + d + 1u] = pr.y;
+						o_buf[base + d + 1u] = CM_HI;
 					}
 				}
 			}

@@ -59,6 +59,15 @@ const (
 	CapabilityGroupNonUniform          = 61
 	CapabilityGroupNonUniformShuffle   = 65
 	CapabilityStorageBuffer16BitAccess = 4433
+	// CapabilityBFloat16Type and CapabilityBFloat16CooperativeMatrix
+	// (SPV_KHR_bfloat16) need VkPhysicalDeviceShaderBfloat16FeaturesKHR's
+	// shaderBFloat16Type and shaderBFloat16CooperativeMatrix.
+	CapabilityBFloat16Type              = 5116
+	CapabilityBFloat16CooperativeMatrix = 5118
+	CapabilityCooperativeMatrix         = 6022
+
+	// fpEncodingBFloat16 is OpTypeFloat's FP Encoding operand BFloat16KHR.
+	fpEncodingBFloat16 = 0
 )
 
 // Module is the reflection of one compiled kernel.
@@ -101,7 +110,8 @@ type Block struct {
 type Member struct {
 	Name   string
 	Offset uint32
-	// Kind is "uint32", "int32", "float32", "float16", ... or "other".
+	// Kind is "uint32", "int32", "float32", "float16", "bfloat16", ... or
+	// "other".
 	Kind string
 	Size uint32
 }
@@ -260,6 +270,9 @@ func Reflect(spv []byte) (*Module, error) {
 			}
 			return fmt.Sprintf("uint%d", t.width), t.width / 8
 		case opTypeFloat:
+			if len(t.ops) >= 2 && t.ops[1] == fpEncodingBFloat16 {
+				return "bfloat16", t.width / 8
+			}
 			return fmt.Sprintf("float%d", t.width), t.width / 8
 		}
 		return "other", 0

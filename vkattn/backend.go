@@ -38,7 +38,9 @@ const (
 	F16
 	// BF16 stores bfloat16 (as bfloat16.BFloat16 on the host). Its kernels
 	// load it exactly into float32 and round stores to nearest even; it
-	// never runs on the f16-only cooperative-matrix kernels.
+	// runs the cooperative-matrix kernels' own bf16 modules (bfloat16
+	// operands, fp32 accumulators) where the device supports them, never
+	// the fp16 ones.
 	BF16
 )
 
@@ -72,7 +74,7 @@ type Options struct {
 	// index, a vendor or a name substring.
 	Device string
 	// Kernel is the forward kernel: "" or "flash", "minimal", "naive", or
-	// "flash_cm" (cooperative matrices, f16 only; "" picks it where the
+	// "flash_cm" (cooperative matrices, f16 and bf16; "" picks it where the
 	// device supports it, see flashcm.go).
 	Kernel string
 	// Validation enables the Khronos validation layer (see
@@ -104,7 +106,8 @@ type Backend struct {
 	maxBuf  int64 // largest storage buffer, bytes
 	reqSG   uint32
 	spirv   map[string][]byte // "kernel.dtype" → module (stable slices: the cache hashes them once)
-	cm      *flashCM          // flash_cm state, nil when not used (flashcm.go)
+	cm      *flashCM          // flash_cm state (f16), nil when not used (flashcm.go)
+	cmBF    *flashCM          // flash_cm state (bf16 modules), nil when not used
 	tune    *tuneState        // tuned configurations (tune.go)
 
 	cfgMu sync.Mutex
@@ -265,10 +268,10 @@ func (b *Backend) Info() device.Info { return b.info }
 func (b *Backend) Limits() shaders.Limits { return b.lim }
 
 // Kernel is the forward kernel ("flash", "minimal" or "naive"), or
-// "flash_cm" when f16 forwards run on cooperative matrices (f32 and
-// problems flash_cm cannot take still run flash; see ForwardKernel).
+// "flash_cm" when f16 (or bf16) forwards run on cooperative matrices (f32
+// and problems flash_cm cannot take still run flash; see ForwardKernel).
 func (b *Backend) Kernel() string {
-	if b.cm != nil {
+	if b.cm != nil || b.cmBF != nil {
 		return shaders.KernelFlashCM
 	}
 	return b.kernel

@@ -117,14 +117,15 @@ func TestBF16Tensor(t *testing.T) {
 	if err := Download(ctx, x, make([]float16.Float16, 3)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("bf16 tensor into float16: %v", err)
 	}
-	// bf16 never runs flash_cm, whatever the device offers.
+	// bf16 runs flash_cm only with its own bf16 modules, where the device
+	// has bf16 cooperative matrices (TestBF16CMSelection, TestBF16CM).
 	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 64, Nk: 64, D: 64, Dv: 64, Scale: 0.125,
 		Q: spec.BSHD(64, 1, 64), K: spec.BSHD(64, 1, 64), V: spec.BSHD(64, 1, 64), O: spec.BSHD(64, 1, 64)}
-	if k := b.ForwardKernel(ctx, p, BF16); k == shaders.KernelFlashCM {
-		t.Errorf("bf16 forward kernel %q", k)
+	if k := b.ForwardKernel(ctx, p, BF16); k == shaders.KernelFlashCM && b.cmBF == nil {
+		t.Errorf("bf16 forward kernel %q without bf16 coopmat", k)
 	}
 	ls, err := b.Launches(ctx, p, BF16, false)
-	if err != nil || len(ls) != 1 || ls[0].Kernel == shaders.KernelFlashCM {
+	if err != nil || len(ls) != 1 || ls[0].Kernel == shaders.KernelFlashCM && b.cmBF == nil {
 		t.Errorf("bf16 launches %+v, %v", ls, err)
 	}
 }

@@ -1,13 +1,14 @@
 package vkattn
 
 // The backward on KHR cooperative matrices (shaders/bwd_cm_dkdv.comp and
-// bwd_cm_dq.comp), f16 storage only: bwd_pre (scalar, bandwidth-bound),
-// then bwd_cm_dkdv and bwd_cm_dq. It is selected exactly where flash_cm is
-// (b.cm non-nil: Kernel "" or "flash_cm" on a device with a suitable
-// coopmat shape) and uses flash_cm's layout probe for MODE 1 (elementwise
-// step in registers); MODE 0 (through shared memory) runs on any layout.
-// f32 problems, devices without cooperative matrices and problems no tile
-// fits run the scalar bwd_dkdv/bwd_dq.
+// bwd_cm_dq.comp), f16 and bf16 storage (each with its own modules):
+// bwd_pre (scalar, bandwidth-bound), then bwd_cm_dkdv and bwd_cm_dq. It is
+// selected exactly where flash_cm is for the storage type (b.cmFor(dt)
+// non-nil: Kernel "" or "flash_cm" on a device with a suitable coopmat
+// shape, for bf16 also VK_KHR_shader_bfloat16) and uses that type's layout
+// probe for MODE 1 (elementwise step in registers); MODE 0 (through shared
+// memory) runs on any layout. f32 problems, devices without cooperative
+// matrices and problems no tile fits run the scalar bwd_dkdv/bwd_dq.
 
 import (
 	"context"
@@ -138,6 +139,7 @@ func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv, sharedMax, maxWG int) (bwdCM
 // bwdCMPlan is the coopmat backward of one problem: the layout and the
 // tiles of the two kernels.
 type bwdCMPlan struct {
+	cm           *flashCM // the storage type's modules
 	l            *CMLayout
 	kv, dq       bwdCMTile
 	kvSrc, dqSrc string // SourceTuned or SourceDefault
@@ -147,24 +149,32 @@ type bwdCMPlan struct {
 // ok = false when the scalar backward runs instead. err is non-nil only
 // when Kernel is "flash_cm" and its layout probe failed.
 func (b *Backend) bwdCMPlanFor(ctx context.Context, p *spec.Problem, dt DType) (plan bwdCMPlan, ok bool, err error) {
-	if b.cm == nil || dt != F16 {
+	cm := b.cmFor(dt)
+	if cm == nil {
 		return bwdCMPlan{}, false, nil
 	}
-	l, err := b.flashCMLayout(ctx)
+	l, err := b.cmLayout(ctx, cm)
 	if err != nil {
-		if b.cm.explicit {
+		if cm.explicit {
 			return bwdCMPlan{}, false, err
 		}
 		return bwdCMPlan{}, false, nil
 	}
-	plan = bwdCMPlan{l: l, kvSrc: SourceDefault, dqSrc: SourceDefault}
-	// A tuned tile (vkattn/bwdcm_tune.go) wins, even where no default fits.
-	if t, ok := b.tuned(ctx, shaders.KernelBwdCMDKDV, p, dt); ok {
+	plan = bwdCMPlan{cm: cm, l: l, kvSrc: SourceDefault, dqSrc: SourceDefault}
+	// A tuned tile (vkattn/bwdcm_tune.go) wins, even where no default fits
+	// (f16 only: tuning covers f16 and f32).
+	tuned := func(kernel string) (Candidate, bool) {
+		if dt != F16 {
+			return nil, false
+		}
+		return b.tuned(ctx, kernel, p, dt)
+	}
+	if t, ok := tuned(shaders.KernelBwdCMDKDV); ok {
 		plan.kv, plan.kvSrc = t.(bwdCMTile), SourceTuned
 	} else if plan.kv, err = chooseBwdCMTile(l, true, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
 		return bwdCMPlan{}, false, nil
 	}
-	if t, ok := b.tuned(ctx, shaders.KernelBwdCMDQ, p, dt); ok {
+	if t, ok := tuned(shaders.KernelBwdCMDQ); ok {
 		plan.dq, plan.dqSrc = t.(bwdCMTile), SourceTuned
 	} else if plan.dq, err = chooseBwdCMTile(l, false, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
 		return bwdCMPlan{}, false, nil
@@ -204,23 +214,24 @@ func bwdCMGrids(p *spec.Problem, pl bwdCMPlan) (kv, dq [3]uint32) {
 	return shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, pl.kv.NSG*m), shaders.BwdDQGrid(p.B, p.Hq, p.Nq, pl.dq.NSG*m)
 }
 
-// bwdCMPipe returns the pipeline of one coopmat backward kernel.
-func (b *Backend) bwdCMPipe(l *CMLayout, dkdv bool, c bwdCMTile, p *spec.Problem, vec bool) (*device.Pipeline, error) {
-	kernel, spv, nb := shaders.KernelBwdCMDQ, b.cm.bwdQ, 7
+// bwdCMPipe returns the pipeline of one coopmat backward kernel of cm's
+// storage type.
+func (b *Backend) bwdCMPipe(cm *flashCM, l *CMLayout, dkdv bool, c bwdCMTile, p *spec.Problem, vec bool) (*device.Pipeline, error) {
+	kernel, spv, nb := shaders.KernelBwdCMDQ, cm.bwdQ, 7
 	if dkdv {
-		kernel, spv, nb = shaders.KernelBwdCMDKDV, b.cm.bwdKV, 8
+		kernel, spv, nb = shaders.KernelBwdCMDKDV, cm.bwdKV, 8
 	}
 	pl, err := b.cache.Get(pipeline.Key{
-		Name:          fmt.Sprintf("%s.f16(%s D=%d DV=%d VEC=%v)", kernel, c, p.D, p.Dv, vec),
+		Name:          fmt.Sprintf("%s.%v(%s D=%d DV=%d VEC=%v)", kernel, cm.dt, c, p.D, p.Dv, vec),
 		SPIRV:         spv,
 		Spec:          bwdCMSpec(l, dkdv, c, p.D, p.Dv, vec),
 		PushSize:      shaders.ParamsSize,
 		Bindings:      nb,
-		SubgroupSize:  b.cm.reqSG,
-		FullSubgroups: b.cm.full,
+		SubgroupSize:  cm.reqSG,
+		FullSubgroups: cm.full,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("vkattn: pipeline %s.f16 %s: %w", kernel, c, err)
+		return nil, fmt.Errorf("vkattn: pipeline %s.%v %s: %w", kernel, cm.dt, c, err)
 	}
 	return pl, nil
 }
@@ -229,11 +240,11 @@ func (b *Backend) bwdCMPipe(l *CMLayout, dkdv bool, c bwdCMTile, p *spec.Problem
 // bwd_pre and its barrier).
 func (b *Backend) recordBwdCM(r *device.Recorder, p *spec.Problem, pl bwdCMPlan, push []byte, q, k, v, do, lse, dbuf, dq, dk, dv *device.Buffer) error {
 	vec := cmVec(p, params(p))
-	pkv, err := b.bwdCMPipe(pl.l, true, pl.kv, p, vec)
+	pkv, err := b.bwdCMPipe(pl.cm, pl.l, true, pl.kv, p, vec)
 	if err != nil {
 		return err
 	}
-	pq, err := b.bwdCMPipe(pl.l, false, pl.dq, p, vec)
+	pq, err := b.bwdCMPipe(pl.cm, pl.l, false, pl.dq, p, vec)
 	if err != nil {
 		return err
 	}

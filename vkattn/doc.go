@@ -50,8 +50,12 @@
 // float16 and bfloat16 storage are offered only when the device has
 // storageBuffer16BitAccess (DTypes); arithmetic is float32 for every storage
 // type. bfloat16 runs the scalar kernels' bf16 modules (exact loads into
-// float32, round-to-nearest-even stores), never flash_cm (f16 only) and never
-// through float16 (whose range is far smaller).
+// float32, round-to-nearest-even stores) or, on devices with bf16
+// cooperative matrices and VK_KHR_shader_bfloat16 (shaderBFloat16Type,
+// shaderBFloat16CooperativeMatrix), flash_cm and the coopmat backward's bf16
+// modules (bfloat16 operands, fp32 accumulators and softmax, P and dS
+// rounded to nearest even); never through float16 (whose range is far
+// smaller).
 //
 // # Backward and the training step
 //

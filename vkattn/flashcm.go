@@ -1,26 +1,36 @@
 package vkattn
 
 // flash_cm: the FlashAttention-2 forward on KHR cooperative matrices
-// (shaders/flash_cm.comp), f16 storage only. Selection (Options.Kernel):
+// (shaders/flash_cm.comp), for f16 storage (fp16 operands) and for bf16
+// storage (bfloat16 operands: its own modules, NAME.bf16.spv, never the
+// fp16 ones). Selection (Options.Kernel), per storage type:
 //
 //   - "" (auto): flash_cm for f16 forwards on devices that support it (see
-//     cmSupport), the scalar flash kernel for f32, for devices without
-//     cooperative matrices (lavapipe) and for problems flash_cm cannot take;
-//     if the layout probe fails, the scalar kernel too.
+//     cmSupport) and for bf16 forwards on devices that support its bf16
+//     build (cmSupportFor(info, BF16): a bf16·bf16+f32→f32 shape and
+//     VK_KHR_shader_bfloat16's shaderBFloat16Type and
+//     shaderBFloat16CooperativeMatrix enabled); the scalar flash kernel for
+//     f32, for devices without cooperative matrices (lavapipe; bf16 too
+//     where the device has f16 coopmat but not bf16) and for problems
+//     flash_cm cannot take; if the layout probe fails, the scalar kernel
+//     too.
 //   - "flash_cm": the same, but Open fails with ErrUnsupported when the
-//     device cannot run flash_cm, and a failing probe is an error.
+//     device cannot run flash_cm for f16, and a failing probe (f16, or bf16
+//     where bf16 coopmat is supported) is an error.
 //   - "flash", "minimal", "naive": never flash_cm.
 //
 // The element layout of the coopmat types (which invocation holds which
-// element) is read once per Backend by running flash_cm_probe (lazily, on
-// the first f16 forward) and turned into flash_cm's layout spec constants;
-// see bench/NOTES.md ("Integrating flash_cm into vkattn") and
-// flash_cm.comp's header.
+// element) is read once per Backend and storage type by running that
+// type's flash_cm_probe (lazily, on the first forward or backward) and
+// turned into flash_cm's layout spec constants; see bench/NOTES.md
+// ("Integrating flash_cm into vkattn") and flash_cm.comp's header.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,32 +41,49 @@ import (
 	"github.com/flashvk/flashvk/shaders"
 )
 
-// flashCM is a Backend's flash_cm state (nil when not selected or not
-// supported).
+// flashCM is a Backend's flash_cm state for one storage type (nil when not
+// selected or not supported): Backend.cm for F16, Backend.cmBF for BF16.
 type flashCM struct {
-	explicit bool // Options.Kernel == "flash_cm"
+	dt       DType // F16 or BF16: the storage type of the modules below
+	explicit bool  // Options.Kernel == "flash_cm"
 	shape    device.CoopMatShape
 	reqSG    uint32
 	full     bool
 	spirv    []byte
 	probeSPV []byte
-	bwdKV    []byte // bwd_cm_dkdv.f16 (bwdcm.go)
-	bwdQ     []byte // bwd_cm_dq.f16
+	bwdKV    []byte // bwd_cm_dkdv.<dt> (bwdcm.go)
+	bwdQ     []byte // bwd_cm_dq.<dt>
 
 	once   sync.Once
 	layout *CMLayout
 	err    error
 }
 
-// cmSupport checks that info can run flash_cm and returns the coopmat
-// shape it would use.
-func cmSupport(info device.Info) (device.CoopMatShape, error) {
+// cmSupport checks that info can run flash_cm for f16 storage and returns
+// the coopmat shape it would use.
+func cmSupport(info device.Info) (device.CoopMatShape, error) { return cmSupportFor(info, F16) }
+
+// cmSupportFor checks that info can run the coopmat kernels for storage dt
+// (F16 or BF16) and returns the coopmat shape they would use.
+func cmSupportFor(info device.Info, dt DType) (device.CoopMatShape, error) {
 	var why []string
+	if dt != F16 && dt != BF16 {
+		return device.CoopMatShape{}, fmt.Errorf("%w: flash_cm has no %v build", ErrUnsupported, dt)
+	}
 	if !apiAtLeast(info.APIVersion, 1, 3) {
 		why = append(why, fmt.Sprintf("Vulkan %q < 1.3 (SPIR-V 1.6 modules)", info.APIVersion))
 	}
 	if !info.Float16 {
+		// bf16 modules too: glslang declares Float16 for bfloat16 types.
 		why = append(why, "no shaderFloat16")
+	}
+	if dt == BF16 {
+		if !info.BFloat16 {
+			why = append(why, "no shaderBFloat16Type (VK_KHR_shader_bfloat16)")
+		}
+		if !info.BFloat16CoopMat {
+			why = append(why, "no shaderBFloat16CooperativeMatrix (VK_KHR_shader_bfloat16)")
+		}
 	}
 	if !info.StorageBuffer16Bit {
 		why = append(why, "no storageBuffer16BitAccess")
@@ -78,12 +105,12 @@ func cmSupport(info device.Info) (device.CoopMatShape, error) {
 	if !fixed && !info.ComputeFullSubgroups {
 		why = append(why, "variable subgroup size without computeFullSubgroups")
 	}
-	shape, err := CMShape(info)
+	shape, err := CMShapeFor(info, dt)
 	if err != nil {
 		why = append(why, err.Error())
 	}
 	if len(why) > 0 {
-		return device.CoopMatShape{}, fmt.Errorf("%w: flash_cm on %s: %s", ErrUnsupported, info.Name, strings.Join(why, "; "))
+		return device.CoopMatShape{}, fmt.Errorf("%w: flash_cm (%v) on %s: %s", ErrUnsupported, dt, info.Name, strings.Join(why, "; "))
 	}
 	return shape, nil
 }
@@ -107,7 +134,18 @@ func apiAtLeast(v string, major, minor int) bool {
 // from the shapes the device reports (never assumed): 16×16×16 when
 // reported, else the largest with N == K, else any with N and K multiples
 // of 8. bench/gemm uses it too.
-func CMShape(info device.Info) (device.CoopMatShape, error) {
+func CMShape(info device.Info) (device.CoopMatShape, error) { return CMShapeFor(info, F16) }
+
+// CMShapeFor is CMShape for the coopmat kernels of storage dt: f16·f16 or
+// bf16·bf16 (+f32→f32). For BF16 the device must also report a bf16 matrix
+// of M×N (as the A or B matrix of some subgroup shape): the kernels convert
+// fp32 M×N accumulators to bf16 ones to store results, and a matrix type
+// must match a reported size.
+func CMShapeFor(info device.Info, dt DType) (device.CoopMatShape, error) {
+	et := "f16"
+	if dt == BF16 {
+		et = "bf16"
+	}
 	var best *device.CoopMatShape
 	score := func(s device.CoopMatShape) int {
 		v := int(s.M * s.N * s.K)
@@ -120,10 +158,13 @@ func CMShape(info device.Info) (device.CoopMatShape, error) {
 		return v
 	}
 	for i, s := range info.CoopMat {
-		if s.Scope != "subgroup" || s.A != "f16" || s.B != "f16" || s.C != "f32" || s.Result != "f32" {
+		if s.Scope != "subgroup" || s.A != et || s.B != et || s.C != "f32" || s.Result != "f32" {
 			continue
 		}
 		if s.M == 0 || s.N == 0 || s.K == 0 || s.N%8 != 0 || s.K%8 != 0 || s.M > 64 {
+			continue
+		}
+		if dt == BF16 && !hasSubgroupMatrix(info, "bf16", s.M, s.N) {
 			continue
 		}
 		if best == nil || score(s) > score(*best) {
@@ -131,74 +172,123 @@ func CMShape(info device.Info) (device.CoopMatShape, error) {
 		}
 	}
 	if best == nil {
-		return device.CoopMatShape{}, fmt.Errorf("no subgroup f16·f16+f32→f32 cooperative-matrix shape with N, K multiples of 8 (reported: %v)", info.CoopMat)
+		extra := ""
+		if dt == BF16 {
+			extra = " and a bf16 M×N matrix"
+		}
+		return device.CoopMatShape{}, fmt.Errorf("no subgroup %s·%s+f32→f32 cooperative-matrix shape with N, K multiples of 8%s (reported: %v)", et, et, extra, info.CoopMat)
 	}
 	return *best, nil
 }
 
-// initFlashCM sets b.cm for the kernel selection requested (Options.Kernel).
+// hasSubgroupMatrix reports whether some subgroup-scope shape of info has
+// a matrix of component type t and rows×cols (A: M×K, B: K×N, C and
+// Result: M×N).
+func hasSubgroupMatrix(info device.Info, t string, rows, cols uint32) bool {
+	for _, s := range info.CoopMat {
+		if s.Scope != "subgroup" {
+			continue
+		}
+		if s.A == t && s.M == rows && s.K == cols || s.B == t && s.K == rows && s.N == cols ||
+			(s.C == t || s.Result == t) && s.M == rows && s.N == cols {
+			return true
+		}
+	}
+	return false
+}
+
+// initFlashCM sets b.cm (f16) and b.cmBF (bf16) for the kernel selection
+// requested (Options.Kernel). With "flash_cm" a device that cannot run the
+// f16 build is an error; the bf16 build is used where supported, else bf16
+// runs the scalar kernels (as f32 does).
 func (b *Backend) initFlashCM(requested string) error {
 	if requested != "" && requested != shaders.KernelFlashCM {
 		return nil
 	}
 	explicit := requested == shaders.KernelFlashCM
-	shape, err := cmSupport(b.info)
-	if err != nil {
-		if explicit {
-			return err
-		}
-		return nil
-	}
-	spv, err := shaders.SPIRV(shaders.KernelFlashCM, shaders.DTypeF16)
-	if err != nil {
-		return fmt.Errorf("vkattn: %w", err)
-	}
-	probe, err := shaders.SPIRV(shaders.KernelFlashCMProbe, shaders.DTypeF16)
-	if err != nil {
-		return fmt.Errorf("vkattn: %w", err)
-	}
-	bkv, err := shaders.SPIRV(shaders.KernelBwdCMDKDV, shaders.DTypeF16)
-	if err != nil {
-		return fmt.Errorf("vkattn: %w", err)
-	}
-	bq, err := shaders.SPIRV(shaders.KernelBwdCMDQ, shaders.DTypeF16)
-	if err != nil {
-		return fmt.Errorf("vkattn: %w", err)
-	}
-	cm := &flashCM{explicit: explicit, shape: shape, spirv: spv, probeSPV: probe, bwdKV: bkv, bwdQ: bq,
-		full: b.info.ComputeFullSubgroups}
-	if b.info.SubgroupSizeControl {
-		cm.reqSG = b.info.SubgroupSize
+	cm, err := b.newFlashCM(F16, explicit)
+	if err != nil && (explicit || !errors.Is(err, ErrUnsupported)) {
+		return err
 	}
 	b.cm = cm
+	if slices.Contains(b.dtypes, BF16) {
+		if bf, err := b.newFlashCM(BF16, explicit); err == nil {
+			b.cmBF = bf
+		} else if !errors.Is(err, ErrUnsupported) {
+			return err
+		}
+	}
 	return nil
 }
 
-// flashCMLayout runs the probe once per Backend (thread-safe) and returns
-// the layout.
+// newFlashCM returns the coopmat state for storage dt, or ErrUnsupported
+// when the device cannot run dt's coopmat modules.
+func (b *Backend) newFlashCM(dt DType, explicit bool) (*flashCM, error) {
+	shape, err := cmSupportFor(b.info, dt)
+	if err != nil {
+		return nil, err
+	}
+	cm := &flashCM{dt: dt, explicit: explicit, shape: shape, full: b.info.ComputeFullSubgroups}
+	for _, x := range []struct {
+		kernel string
+		dst    *[]byte
+	}{{shaders.KernelFlashCM, &cm.spirv}, {shaders.KernelFlashCMProbe, &cm.probeSPV},
+		{shaders.KernelBwdCMDKDV, &cm.bwdKV}, {shaders.KernelBwdCMDQ, &cm.bwdQ}} {
+		spv, err := shaders.SPIRV(x.kernel, dt.String())
+		if err != nil {
+			return nil, fmt.Errorf("vkattn: %w", err)
+		}
+		*x.dst = spv
+	}
+	if b.info.SubgroupSizeControl {
+		cm.reqSG = b.info.SubgroupSize
+	}
+	return cm, nil
+}
+
+// cmFor is the coopmat state of storage dt: b.cm for F16, b.cmBF for BF16,
+// nil for F32 or where the coopmat kernels are not used for dt. bf16 never
+// runs the fp16 modules.
+func (b *Backend) cmFor(dt DType) *flashCM {
+	switch dt {
+	case F16:
+		return b.cm
+	case BF16:
+		return b.cmBF
+	}
+	return nil
+}
+
+// flashCMLayout runs the f16 probe once per Backend (thread-safe) and
+// returns the layout (cmLayout for any storage type).
 func (b *Backend) flashCMLayout(ctx context.Context) (*CMLayout, error) {
-	cm := b.cm
+	return b.cmLayout(ctx, b.cm)
+}
+
+// cmLayout runs cm's probe (its storage type's flash_cm_probe) once per
+// Backend and storage type (thread-safe) and returns the layout.
+func (b *Backend) cmLayout(ctx context.Context, cm *flashCM) (*CMLayout, error) {
 	cm.once.Do(func() {
-		cm.layout, cm.err = b.runCMProbe(ctx)
+		cm.layout, cm.err = runProbe(ctx, b.dev, cm.probeSPV, cm.shape, int(b.info.SubgroupSize), cm.reqSG, cm.full)
 		if cm.err != nil {
-			cm.err = fmt.Errorf("%w: flash_cm layout probe on %s: %w", ErrUnsupported, b.info.Name, cm.err)
+			cm.err = fmt.Errorf("%w: flash_cm %v layout probe on %s: %w", ErrUnsupported, cm.dt, b.info.Name, cm.err)
 		}
 	})
 	return cm.layout, cm.err
-}
-
-// runCMProbe runs flash_cm_probe on the Backend's device (see RunCMProbe).
-func (b *Backend) runCMProbe(ctx context.Context) (*CMLayout, error) {
-	cm := b.cm
-	return runProbe(ctx, b.dev, cm.probeSPV, cm.shape, int(b.info.SubgroupSize), cm.reqSG, cm.full)
 }
 
 // RunCMProbe runs flash_cm_probe for coopmat shape (from CMShape) on d,
 // with the subgroup settings a Backend on d would use, and parses its
 // output (ParseCMProbe). bench/gemm uses it.
 func RunCMProbe(ctx context.Context, d *device.Device, shape device.CoopMatShape) (*CMLayout, error) {
+	return RunCMProbeFor(ctx, d, shape, F16)
+}
+
+// RunCMProbeFor is RunCMProbe with the probe of storage dt (F16: fp16 A
+// matrices; BF16: bfloat16 A matrices, shape from CMShapeFor(info, BF16)).
+func RunCMProbeFor(ctx context.Context, d *device.Device, shape device.CoopMatShape, dt DType) (*CMLayout, error) {
 	info := d.Info()
-	spv, err := shaders.SPIRV(shaders.KernelFlashCMProbe, shaders.DTypeF16)
+	spv, err := shaders.SPIRV(shaders.KernelFlashCMProbe, dt.String())
 	if err != nil {
 		return nil, fmt.Errorf("vkattn: %w", err)
 	}
@@ -587,26 +677,43 @@ func cmSpec(l *CMLayout, c cmTile, d, dv int, vec bool) []device.Spec {
 }
 
 // ForwardKernel is the kernel the forward of p with storage dt runs:
-// "flash_cm" or the Backend's scalar kernel (Kernel's fallback). It runs
-// the layout probe if it has not run yet.
+// "flash_cm" (f16, or bf16 where its coopmat build is supported) or the
+// Backend's scalar kernel (Kernel's fallback). It runs the layout probe if
+// it has not run yet.
 func (b *Backend) ForwardKernel(ctx context.Context, p *spec.Problem, dt DType) string {
-	if b.cm == nil || dt != F16 {
+	if b.cmFor(dt) == nil {
 		return b.kernel
 	}
-	if _, _, err := b.flashCMPlan(ctx, p); err != nil {
+	if _, _, err := b.flashCMPlan(ctx, p, dt); err != nil {
 		return b.kernel
 	}
 	return shaders.KernelFlashCM
 }
 
-// flashCMPlan returns the layout and tile of flash_cm for p, or an error
-// when flash_cm cannot take p.
-func (b *Backend) flashCMPlan(ctx context.Context, p *spec.Problem) (*CMLayout, cmTile, error) {
-	l, err := b.flashCMLayout(ctx)
+// cmTileDT is flash_cm's tile for p with cm's storage type: for f16 (b.cm)
+// a tuned one when valid (cmTileFor), else chooseCMTile's; bf16 always
+// takes chooseCMTile's (tuning covers f16 and f32 only, and an f16 tile
+// may assume an f16 layout).
+func (b *Backend) cmTileDT(ctx context.Context, cm *flashCM, l *CMLayout, p *spec.Problem) (cmTile, string, error) {
+	if cm == b.cm {
+		return b.cmTileFor(ctx, l, p)
+	}
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	return c, SourceDefault, err
+}
+
+// flashCMPlan returns the layout and tile of flash_cm for p with storage
+// dt, or an error when flash_cm cannot take p.
+func (b *Backend) flashCMPlan(ctx context.Context, p *spec.Problem, dt DType) (*CMLayout, cmTile, error) {
+	cm := b.cmFor(dt)
+	if cm == nil {
+		return nil, cmTile{}, fmt.Errorf("%w: flash_cm has no %v build in use on %s", ErrUnsupported, dt, b.info.Name)
+	}
+	l, err := b.cmLayout(ctx, cm)
 	if err != nil {
 		return nil, cmTile{}, err
 	}
-	c, _, err := b.cmTileFor(ctx, l, p)
+	c, _, err := b.cmTileDT(ctx, cm, l, p)
 	if err != nil {
 		return nil, cmTile{}, fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
 	}
@@ -614,37 +721,39 @@ func (b *Backend) flashCMPlan(ctx context.Context, p *spec.Problem) (*CMLayout, 
 }
 
 // recordFlashCM records the flash_cm forward of p when it applies (f16
-// storage, flash_cm selected and supported, a tile fits); ok = false means
-// the caller records the scalar kernel instead. With Kernel "flash_cm" a
-// failing probe is returned as an error; a problem no tile fits (and every
-// f32 problem) falls back to the scalar kernel in both modes.
+// storage, or bf16 where its coopmat build is supported; flash_cm selected
+// and supported, a tile fits); ok = false means the caller records the
+// scalar kernel instead. With Kernel "flash_cm" a failing probe is
+// returned as an error; a problem no tile fits (and every f32 problem)
+// falls back to the scalar kernel in both modes.
 func (b *Backend) recordFlashCM(r *device.Recorder, p *spec.Problem, dt DType, push []byte, q, k, v, o, lse *device.Buffer) (ok bool, err error) {
-	if b.cm == nil || dt != F16 {
+	cm := b.cmFor(dt)
+	if cm == nil {
 		return false, nil
 	}
-	l, err := b.flashCMLayout(context.Background())
+	l, err := b.cmLayout(context.Background(), cm)
 	if err != nil {
-		if b.cm.explicit {
+		if cm.explicit {
 			return false, err
 		}
 		return false, nil
 	}
-	c, _, err := b.cmTileFor(context.Background(), l, p)
+	c, _, err := b.cmTileDT(context.Background(), cm, l, p)
 	if err != nil {
 		return false, nil
 	}
 	vec := cmVec(p, params(p))
 	pl, err := b.cache.Get(pipeline.Key{
-		Name:          fmt.Sprintf("%s.f16(%s D=%d DV=%d VEC=%v)", shaders.KernelFlashCM, c, p.D, p.Dv, vec),
-		SPIRV:         b.cm.spirv,
+		Name:          fmt.Sprintf("%s.%v(%s D=%d DV=%d VEC=%v)", shaders.KernelFlashCM, cm.dt, c, p.D, p.Dv, vec),
+		SPIRV:         cm.spirv,
 		Spec:          cmSpec(l, c, p.D, p.Dv, vec),
 		PushSize:      shaders.ParamsSize,
 		Bindings:      5,
-		SubgroupSize:  b.cm.reqSG,
-		FullSubgroups: b.cm.full,
+		SubgroupSize:  cm.reqSG,
+		FullSubgroups: cm.full,
 	})
 	if err != nil {
-		return false, fmt.Errorf("vkattn: pipeline %s.f16 %s: %w", shaders.KernelFlashCM, c, err)
+		return false, fmt.Errorf("vkattn: pipeline %s.%v %s: %w", shaders.KernelFlashCM, cm.dt, c, err)
 	}
 	return true, b.dispatch(r, pl, push, cmGrid(p, l, c), q, k, v, o, lse)
 }

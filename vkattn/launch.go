@@ -72,13 +72,13 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt DType, backw
 		}
 		return ls, nil
 	}
-	if b.cm != nil && dt == F16 { // as recordFlashCM decides
-		l, err := b.flashCMLayout(ctx)
-		if err != nil && b.cm.explicit {
+	if cm := b.cmFor(dt); cm != nil { // as recordFlashCM decides
+		l, err := b.cmLayout(ctx, cm)
+		if err != nil && cm.explicit {
 			return nil, err
 		}
 		if err == nil {
-			if c, src, err := b.cmTileFor(ctx, l, p); err == nil {
+			if c, src, err := b.cmTileDT(ctx, cm, l, p); err == nil {
 				return []Launch{{Kernel: shaders.KernelFlashCM, Grid: cmGrid(p, l, c), Workgroup: c.NSG * l.SG,
 					BR: c.NSG * int(l.M), BC: c.BC, Mode: c.String(), Source: src,
 					SharedBytes: shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv)}}, nil

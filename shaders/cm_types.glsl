@@ -1,0 +1,61 @@
+// cm_types.glsl: the storage-type-dependent pieces of the
+// cooperative-matrix kernels (flash_cm, bwd_cm_dkdv, bwd_cm_dq), so that one
+// source serves fp16 and bf16. Include after params.glsl (STYPE, LOAD/STORE,
+// bf16_round). Nothing here emits code for fp16: the f16 modules are what
+// they were before the bf16 variant existed.
+//
+//   CM_T          element type of the A/B operands and of the 16-bit
+//                 accumulators used to store results (float16_t, bfloat16_t)
+//   CM_TO(x)      fp32 → CM_T, rounded to nearest even (for bf16 computed
+//                 in integer arithmetic first, so that the conversion itself
+//                 is exact whatever rounding the driver's OpFConvert uses)
+//   CM_RAWT       type of one raw 16-bit element in a function-local array
+//                 (fp16: float16_t; bf16: its bits in a uint, since a
+//                 function-local uint16_t would need the Int16 capability)
+//   CM_RAW(v)     a storage element → CM_RAWT;  CM_RAW0: a zero CM_RAWT
+//   CM_PACK2(a, b) two CM_RAWT → one uint (a in the low half)
+//   CM_UNPACK2(w) declares the pair of 16-bit elements held in uint w;
+//                 CM_LO / CM_HI are its low / high element as STYPE
+//   CM_NARROW(a)  fp32 accumulator (ACC) → CM_T accumulator (ACC16; bf16:
+//                 every component rounded to nearest even first)
+//   CM_TYPE_FUNCS defines the functions the macros above use; expand it
+//                 once, after the coopmat constants and ACC/ACC16.
+// bf16 modules need GL_EXT_bfloat16 (glslang ≥ 16; SPV_KHR_bfloat16,
+// capabilities BFloat16TypeKHR and BFloat16CooperativeMatrixKHR).
+#if defined(STORAGE_F16)
+#define CM_T float16_t
+#define CM_TO(x) float16_t(x)
+#define CM_RAWT float16_t
+#define CM_RAW(v) (v)
+#define CM_RAW0 float16_t(0.0)
+#define CM_PACK2(a, b) packFloat2x16(f16vec2(a, b))
+#define CM_UNPACK2(w) f16vec2 pr = unpackFloat2x16(w)
+#define CM_LO pr.x
+#define CM_HI pr.y
+#define CM_NARROW(a) ACC16(a)
+#define CM_TYPE_FUNCS
+#elif defined(STORAGE_BF16)
+#extension GL_EXT_bfloat16 : require
+#define CM_T bfloat16_t
+// bf16_rne: x rounded to the nearest bfloat16 (ties to even, NaN kept), as
+// a float32 (exactly representable in bfloat16).
+float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
+#define CM_TO(x) bfloat16_t(bf16_rne(x))
+#define CM_RAWT uint
+#define CM_RAW(v) uint(v)
+#define CM_RAW0 0u
+#define CM_PACK2(a, b) ((a) | ((b) << 16u))
+#define CM_UNPACK2(w) uint pr = (w)
+#define CM_LO uint16_t(pr & 0xffffu)
+#define CM_HI uint16_t(pr >> 16u)
+#define CM_NARROW(a) acc_to_bf16(a)
+#define CM_TYPE_FUNCS \
+	ACC16 acc_to_bf16(ACC a) { \
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+			a[i] = bf16_rne(a[i]); \
+		} \
+		return ACC16(a); \
+	}
+#else
+#error cooperative-matrix kernels need -DSTORAGE_F16=1 or -DSTORAGE_BF16=1
+#endif

@@ -18,6 +18,10 @@ type BenchOptions struct {
 	// Rotate cycles through this many independent input sets so caches do
 	// not flatter the timing (default 1; backends keep them resident).
 	Rotate int
+	// PerKernel also times every kernel of the call (Vulkan only; a
+	// barrier and a timestamp after each dispatch, so kernels that could
+	// overlap run one after the other) into BenchResult.Kernels.
+	PerKernel bool
 }
 
 func (o BenchOptions) withDefaults() BenchOptions {
@@ -49,6 +53,16 @@ type BenchResult struct {
 	// still has one, so its median is not a steady-state time.
 	Retimed  int
 	Unsteady bool
+	// Kernels are the per-kernel times (BenchOptions.PerKernel), in
+	// dispatch order; nil otherwise and on the CPU backend.
+	Kernels []KernelTimes
+}
+
+// KernelTimes are one kernel's times, one per timed call; Name is the
+// backend's name of the dispatch (kernel, dtype and configuration).
+type KernelTimes struct {
+	Name  string
+	Times []time.Duration
 }
 
 // Median is the median time.

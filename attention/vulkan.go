@@ -151,7 +151,7 @@ func (b *vulkanBackend) Backward(ctx context.Context, p *Problem, a *BackwardArg
 // Benchmark keeps o.Rotate copies of the inputs resident and times each
 // call with GPU timestamps around its kernels (see vkattn.Bench).
 func (b *vulkanBackend) Benchmark(ctx context.Context, p *Problem, a *BackwardArgs, o BenchOptions) (*BenchResult, error) {
-	opt := vkattn.BenchOptions{Warmup: o.Warmup, Iters: o.Iters, Rotate: o.Rotate, Backward: o.Backward}
+	opt := vkattn.BenchOptions{Warmup: o.Warmup, Iters: o.Iters, Rotate: o.Rotate, Backward: o.Backward, PerKernel: o.PerKernel}
 	var r *vkattn.BenchResult
 	var err error
 	switch q := a.Q.Data.(type) {
@@ -170,5 +170,9 @@ func (b *vulkanBackend) Benchmark(ctx context.Context, p *Problem, a *BackwardAr
 	if err != nil {
 		return nil, vkErr(err)
 	}
-	return &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady}, nil
+	res := &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady}
+	for _, k := range r.Kernels {
+		res.Kernels = append(res.Kernels, KernelTimes{Name: k.Name, Times: k.Times})
+	}
+	return res, nil
 }

@@ -34,7 +34,15 @@ type Recorder struct {
 	pipes   []*Pipeline
 	buffers []*Buffer
 	err     error
+	// stampEach: every Dispatch ends with a barrier and a timestamp.
+	stampEach bool
 }
+
+// StampDispatches makes every later Dispatch end with a compute barrier and
+// a timestamp labelled with the pipeline's name, so that the Result breaks
+// the submission's GPU time down by kernel. The barriers serialise kernels
+// that could overlap: use it to profile, not for headline times.
+func (r *Recorder) StampDispatches(on bool) { r.stampEach = on }
 
 // Record starts a new command recording.
 func (d *Device) Record() *Recorder { return &Recorder{d: d} }
@@ -107,6 +115,10 @@ func (r *Recorder) Dispatch(p *Pipeline, push []byte, groups [3]uint32, bufs ...
 	}
 	r.pipes = append(r.pipes, p)
 	r.ops = append(r.ops, op)
+	if r.stampEach {
+		r.Barrier()
+		r.Timestamp(p.name)
+	}
 	return nil
 }
 

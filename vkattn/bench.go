@@ -22,6 +22,10 @@ type BenchOptions struct {
 	// Retries is how many times a timed series with a step (see Steady)
 	// is discarded and timed again (default 2; negative: never).
 	Retries int
+	// PerKernel also times each dispatch (a barrier and a timestamp after
+	// every kernel: kernels that could overlap are serialised) into
+	// BenchResult.Kernels.
+	PerKernel bool
 	// Iters timed submissions follow (default 20).
 	Iters int
 	// Rotate is the number of input sets BenchmarkHost uploads and cycles
@@ -66,6 +70,32 @@ type BenchResult struct {
 	// its median).
 	Retimed  int
 	Unsteady bool
+	// Kernels are the per-dispatch times (BenchOptions.PerKernel), in
+	// recording order.
+	Kernels []KernelTimes
+}
+
+// KernelTimes are one dispatch's times, one per timed iteration; Name is
+// its pipeline's name (kernel, dtype and configuration).
+type KernelTimes struct {
+	Name  string
+	Times []time.Duration
+}
+
+// addKernelTimes appends one iteration's per-dispatch times: the time from
+// each timestamp to the next, labelled by the later one ("end" excluded).
+func (res *BenchResult) addKernelTimes(st []device.Timestamp) {
+	var k int
+	for i := 1; i < len(st); i++ {
+		if st[i].Label == "end" {
+			continue
+		}
+		if k == len(res.Kernels) {
+			res.Kernels = append(res.Kernels, KernelTimes{Name: st[i].Label})
+		}
+		res.Kernels[k].Times = append(res.Kernels[k].Times, st[i].Time-st[i-1].Time)
+		k++
+	}
 }
 
 // Steady reports whether a timed series has no step: the median of its
@@ -146,6 +176,7 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 	for i, set := range sets {
 		r := b.dev.Record()
 		r.Timestamp("start")
+		r.StampDispatches(o.PerKernel)
 		var err error
 		switch {
 		case o.Step:
@@ -182,7 +213,7 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		res.Times = res.Times[:0]
+		res.Times, res.Kernels = res.Times[:0], nil
 		for range o.Iters {
 			out, err := submit()
 			if err != nil {
@@ -193,6 +224,9 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 				t = out.Elapsed("start", "end")
 			}
 			res.Times = append(res.Times, t)
+			if o.PerKernel {
+				res.addKernelTimes(out.Timestamps())
+			}
 		}
 		if Steady(res.Times) {
 			return res, nil

@@ -317,7 +317,8 @@ func TestBench(t *testing.T) {
 	if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []BenchOptions{{Iters: 3, Rotate: 2}, {Iters: 3, Backward: true}, {Iters: 2, Step: true, Warmup: -1}} {
+	for _, o := range []BenchOptions{{Iters: 3, Rotate: 2}, {Iters: 3, Backward: true}, {Iters: 2, Step: true, Warmup: -1},
+		{Iters: 2, Backward: true, PerKernel: true}} {
 		r, err := BenchmarkHost(ctx, b, h.p, o, h.q, h.k, h.v, h.o, h.dO, h.lse)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
@@ -332,6 +333,20 @@ func TestBench(t *testing.T) {
 		}
 		if b.Info().TimestampValidBits > 0 && r.Clock != "gpu-timestamps" {
 			t.Errorf("clock %q", r.Clock)
+		}
+		if o.PerKernel && b.Info().TimestampValidBits > 0 {
+			ls, err := b.Launches(ctx, h.p, F32, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Kernels) != len(ls) {
+				t.Fatalf("%d per-kernel series for %d launches", len(r.Kernels), len(ls))
+			}
+			for i, k := range r.Kernels {
+				if !strings.HasPrefix(k.Name, ls[i].Kernel+".") || len(k.Times) != o.Iters {
+					t.Errorf("kernel %d: %q with %d times, want %s.* with %d", i, k.Name, len(k.Times), ls[i].Kernel, o.Iters)
+				}
+			}
 		}
 		t.Logf("%+v: %s %v", o, r.Clock, r.Times)
 	}

@@ -44,6 +44,7 @@ type benchFlags struct {
 	warmup, iters, rotate  int
 	jsonPath               string
 	benchfmt, check        bool
+	perKernel              bool
 	progress               string
 	seed                   uint64
 }
@@ -92,6 +93,7 @@ Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
 	fl.IntVar(&f.warmup, "warmup", 3, "untimed calls before timing")
 	fl.IntVar(&f.iters, "iters", 20, "timed calls per point")
 	fl.IntVar(&f.rotate, "rotate", 1, "independent input sets cycled through (defeats caches)")
+	fl.BoolVar(&f.perKernel, "per-kernel", false, "also time each kernel of a call (Vulkan: a barrier and a timestamp after every dispatch, so kernels that could overlap are serialised); JSON \"kernels\"")
 	fl.StringVar(&f.jsonPath, "json", "", `write results to this file ("-": stdout, instead of the table)`)
 	fl.BoolVar(&f.benchfmt, "benchfmt", false, "print Go benchmark-format lines (for benchstat) instead of the table")
 	fl.BoolVar(&f.check, "check", false, "also record max_abs and rel_l2 against the float64 reference (small points only)")
@@ -291,7 +293,7 @@ outer:
 				}
 			}
 			res, err := j.e.Benchmark(ctx, q, k, v, p.options(),
-				attention.BenchOptions{Warmup: f.warmup, Iters: f.iters, Backward: pt.backward, Rotate: f.rotate})
+				attention.BenchOptions{Warmup: f.warmup, Iters: f.iters, Backward: pt.backward, Rotate: f.rotate, PerKernel: f.perKernel})
 			done++
 			if err != nil {
 				if ctx.Err() != nil {
@@ -311,6 +313,11 @@ outer:
 				r.TimesMS = append(r.TimesMS, ms(t))
 			}
 			r.Retimed, r.Unsteady = res.Retimed, res.Unsteady
+			for _, k := range res.Kernels {
+				kr := (&attention.BenchResult{Times: k.Times})
+				r.Kernels = append(r.Kernels, KernelResult{Name: k.Name, MedianMS: ms(kr.Median()), P10MS: ms(kr.Quantile(0.1))})
+				prog.note(fmt.Sprintf("%s: kernel %s: median %s", label, k.Name, fmtMS(ms(kr.Median()))))
+			}
 			if res.Unsteady {
 				prog.note(fmt.Sprintf("%s: the times still have a step after %d re-timings (GPU clock change?): the median is not a steady-state time", label, res.Retimed))
 			}

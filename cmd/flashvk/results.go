@@ -61,6 +61,8 @@ type Result struct {
 	// during timing); Unsteady marks a kept series that still has one.
 	Retimed  int  `json:"retimed,omitempty"`
 	Unsteady bool `json:"unsteady,omitempty"`
+	// Kernels are per-kernel times (bench --per-kernel).
+	Kernels []KernelResult `json:"kernels,omitempty"`
 	// MaxAbs and RelL2 are the errors against a float64 reference, when
 	// the run checked them (bwd: the worst of dQ, dK, dV).
 	MaxAbs *Metric `json:"max_abs,omitempty"`
@@ -201,4 +203,12 @@ func readResults(path string) (*ResultsFile, error) {
 		}
 	}
 	return &f, nil
+}
+
+// KernelResult is one kernel's time within a benchmarked call (bench
+// --per-kernel): Name is the dispatch's pipeline (kernel, dtype, tile).
+type KernelResult struct {
+	Name     string  `json:"name"`
+	MedianMS float64 `json:"median_ms"`
+	P10MS    float64 `json:"p10_ms"`
 }

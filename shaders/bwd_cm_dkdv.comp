@@ -16,7 +16,7 @@
 //   per step (a multiple of CM_N and CM_K); 4 BC = NSG·CM_M keys per
 //   workgroup (each subgroup owns CM_M keys); 5 SUBGROUP; 10–14, 19–21 as
 //   cm_common.glsl (MODE 1 needs CM_N == CM_K and the probe's aperm);
-//   23 KVREG (below).
+//   22 PREFETCH, 23 KVREG (below).
 //
 // Per key tile (K_j, V_j resident in shared memory) and query step i:
 //   Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ (fp32 accumulators, CM_M keys × BR
@@ -39,6 +39,10 @@
 // registers for the whole kernel (fewer shared-memory loads per step, more
 // registers), 0 reloads them from shared memory at every step.
 layout(constant_id = 23) const uint KVREG = 0;
+// 22 PREFETCH: 1 loads the next step's Q, dO, LSE and D into registers
+// while the current step computes (global latency hidden behind the
+// MMAs), 0 loads them between the step's barriers.
+layout(constant_id = 22) const uint PREFETCH = 0;
 
 layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
 layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
@@ -61,6 +65,37 @@ CM_FETCH(fetch_v, v_buf, v_vec, v_base, DV)
 CM_FETCH(fetch_do, do_buf, do_vec, o_base, DV)
 CM_STORE(store_dk, dk_buf, dk_vec, k_base, D)
 CM_STORE(store_dv, dv_buf, dv_vec, v_base, DV)
+
+// Prefetch registers: this invocation's share of one step's tiles.
+const uint NPQ = (BR * DP8 + WG - 1u) / WG;
+const uint NPO = (BR * DVP8 + WG - 1u) / WG;
+const uint NPL = (BR + WG - 1u) / WG;
+
+// PREFETCH_STEP(s) loads step s's Q and dO chunks, LSE·log2e and D into
+// pq, po, pl, pd (zero / −inf past Nq).
+#define PREFETCH_STEP(s) \
+	{ \
+		uint pg = (s) / nqs; \
+		uint ph = kvh * pc.group + pg; \
+		uint pr0 = (qt0 + (s) - pg * nqs) * BR; \
+		uint prows = min(BR, pc.Nq - pr0); \
+		[[unroll]] for (uint i = 0u; i < NPQ; ++i) { \
+			uint e = tid + i * WG; \
+			uint r = e / DP8; \
+			pq[i] = (e < BR * DP8 && r < prows) ? fetch_q(b, pr0 + r, ph, e - r * DP8) : uvec4(0u); \
+		} \
+		[[unroll]] for (uint i = 0u; i < NPO; ++i) { \
+			uint e = tid + i * WG; \
+			uint r = e / DVP8; \
+			po[i] = (e < BR * DVP8 && r < prows) ? fetch_do(b, pr0 + r, ph, e - r * DVP8) : uvec4(0u); \
+		} \
+		[[unroll]] for (uint i = 0u; i < NPL; ++i) { \
+			uint r = tid + i * WG; \
+			float l = r < prows ? lse_buf[lse_index(b, ph, pr0 + r)] : NEG_INF; \
+			pl[i] = l == NEG_INF ? NEG_INF : l * LOG2E; \
+			pd[i] = r < prows ? d_buf[lse_index(b, ph, pr0 + r)] : 0.0; \
+		} \
+	}
 
 const uint KB = NSG * CM_M;                  // keys per workgroup (= BC)
 const uint NST = BR / CM_N;                  // Sᵀ/dPᵀ accumulators per subgroup
@@ -146,28 +181,68 @@ void main() {
 		nqt = 0u; // no query row sees these keys: dK = dV = 0
 	}
 
-	for (uint g = 0u; g < pc.group; ++g) {
+	// Steps: query heads of the group in order, query tiles qt0 … nqt−1 in
+	// order within each (a fixed order: the sums are deterministic).
+	uint nqs = nqt > qt0 ? nqt - qt0 : 0u;
+	uint nsteps = pc.group * nqs;
+	uvec4 pq[NPQ];
+	uvec4 po[NPO];
+	float pl[NPL];
+	float pd[NPL];
+	if (PREFETCH != 0u && nsteps > 0u) {
+		PREFETCH_STEP(0u)
+	}
+	for (uint st = 0u; st < nsteps; ++st) {
+		uint g = st / nqs;
 		uint h = kvh * pc.group + g;
-		for (uint qt = qt0; qt < nqt; ++qt) {
-			uint r0 = qt * BR;
-			uint rows = min(BR, pc.Nq - r0);
+		uint r0 = (qt0 + st - g * nqs) * BR;
+		uint rows = min(BR, pc.Nq - r0);
+		{
 			barrier(); // every subgroup is done with the previous step's tiles
-			for (uint e = tid; e < BR * DP8; e += WG) {
-				uint r = e / DP8;
-				uint c4 = e - r * DP8;
-				sQ[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
-			}
-			for (uint e = tid; e < BR * DVP8; e += WG) {
-				uint r = e / DVP8;
-				uint c4 = e - r * DVP8;
-				sdO[r * LDV4 + c4] = r < rows ? fetch_do(b, r0 + r, h, c4) : uvec4(0u);
-			}
-			for (uint r = tid; r < BR; r += WG) {
-				float l = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
-				sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
-				sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
+			if (PREFETCH != 0u) {
+				[[unroll]] for (uint i = 0u; i < NPQ; ++i) {
+					uint e = tid + i * WG;
+					uint r = e / DP8;
+					if (e < BR * DP8) {
+						sQ[r * LDK4 + (e - r * DP8)] = pq[i];
+					}
+				}
+				[[unroll]] for (uint i = 0u; i < NPO; ++i) {
+					uint e = tid + i * WG;
+					uint r = e / DVP8;
+					if (e < BR * DVP8) {
+						sdO[r * LDV4 + (e - r * DVP8)] = po[i];
+					}
+				}
+				[[unroll]] for (uint i = 0u; i < NPL; ++i) {
+					uint r = tid + i * WG;
+					if (r < BR) {
+						sL[r] = pl[i];
+						sDr[r] = pd[i];
+					}
+				}
+			} else {
+				for (uint e = tid; e < BR * DP8; e += WG) {
+					uint r = e / DP8;
+					uint c4 = e - r * DP8;
+					sQ[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
+				}
+				for (uint e = tid; e < BR * DVP8; e += WG) {
+					uint r = e / DVP8;
+					uint c4 = e - r * DVP8;
+					sdO[r * LDV4 + c4] = r < rows ? fetch_do(b, r0 + r, h, c4) : uvec4(0u);
+				}
+				for (uint r = tid; r < BR; r += WG) {
+					float l = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
+					sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
+					sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
+				}
 			}
 			barrier();
+			// The next step's tiles load into registers while this one computes.
+			if (PREFETCH != 0u && st + 1u < nsteps) {
+				PREFETCH_STEP(st + 1u)
+			}
 
 			// No mask needed when the step's first row sees every key of the tile.
 			bool need_mask = key_limit(r0) < c0 + KB;

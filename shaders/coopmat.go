@@ -75,7 +75,7 @@ const (
 	SpecCMPermLo  uint32 = 19 // A→accumulator component map 0–7
 	SpecCMPermHi  uint32 = 20 // … 8–15
 	SpecCMVec     uint32 = 21 // 16-byte loads (D, DV, strides multiples of 8)
-	SpecCMPrefet  uint32 = 22 // register prefetch of the next K/V tile (VEC only)
+	SpecCMPrefet  uint32 = 22 // flash_cm: register prefetch of the next K/V tile (VEC only); bwd_cm_dkdv: of the next Q/dO step
 	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
 )
 
@@ -87,7 +87,7 @@ var (
 	// bwdCMSpecIDs: the backward coopmat kernels declare flash_cm's IDs
 	// except PREFETCH (cm_common.glsl); they read 10–14 and 19–21.
 	bwdCMSpecIDs   = flashCMSpecIDs[:len(flashCMSpecIDs)-1]
-	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg)
+	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPrefet, SpecCMKVReg)
 )
 
 // FlashCMProbeFloats is the length of flash_cm_probe's output buffer

@@ -29,12 +29,16 @@ type bwdCMTile struct {
 	NSG, Step int
 	Mode      int  // 0 elementwise through shared memory, 1 in registers
 	KVReg     bool // bwd_cm_dkdv only: K_j, V_j fragments held in registers
+	Prefetch  bool // bwd_cm_dkdv only: next step's Q, dO loaded into registers during the current one
 }
 
 func (c bwdCMTile) String() string {
 	s := fmt.Sprintf("nsg%d-step%d-mode%d", c.NSG, c.Step, c.Mode)
 	if c.KVReg {
 		s += "-kv1"
+	}
+	if c.Prefetch {
+		s += "-pf1"
 	}
 	return s
 }
@@ -47,12 +51,13 @@ func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
 	return c.NSG * m, c.Step
 }
 
-// bwdCMMode restricts bwdCMTiles to one MODE when ≥ 0, and bwdCMKV makes
-// its bwd_cm_dkdv tiles keep K and V in registers (tests only: they check
-// every variant on devices whose layout allows it).
+// bwdCMMode restricts bwdCMTiles to one MODE when ≥ 0, and bwdCMKV and
+// bwdCMPF set KVReg and Prefetch on its bwd_cm_dkdv tiles (tests only: they
+// check every variant on devices whose layout allows it).
 var (
 	bwdCMMode = -1
 	bwdCMKV   = false
+	bwdCMPF   = false
 )
 
 // bwdCMTiles lists the configurations to try, best first (the first that
@@ -82,9 +87,9 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 		}
 		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
 	}
-	if bwdCMKV && dkdv {
+	if dkdv && (bwdCMKV || bwdCMPF) {
 		for i := range ts {
-			ts[i].KVReg = true
+			ts[i].KVReg, ts[i].Prefetch = bwdCMKV, bwdCMPF
 		}
 	}
 	return ts
@@ -98,8 +103,8 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv, sharedMax, maxWG
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward takes 1 … %d)", d, dv, shaders.MaxHeadDim)
 	}
-	if c.KVReg && !dkdv {
-		return fmt.Errorf("KVReg applies to bwd_cm_dkdv only")
+	if (c.KVReg || c.Prefetch) && !dkdv {
+		return fmt.Errorf("KVReg and Prefetch apply to bwd_cm_dkdv only")
 	}
 	if c.NSG < 1 || c.Step < 1 || c.Step%N != 0 || c.Step%K != 0 {
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
@@ -198,6 +203,7 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, vec bool) []devic
 		{ID: shaders.SpecCMMode, Value: uint32(c.Mode)}, {ID: shaders.SpecCMLen, Value: uint32(l.AccLen)},
 		{ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
 		{ID: shaders.SpecCMVec, Value: vecV}, {ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)},
+		{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)},
 	}
 }
 

@@ -47,14 +47,14 @@ func TestBwdCM(t *testing.T) {
 		t.Fatal(err)
 	}
 	type variant struct {
-		mode int
-		kv   bool
+		mode   int
+		kv, pf bool
 	}
-	vars := []variant{{0, false}, {0, true}}
+	vars := []variant{{0, false, false}, {0, true, true}}
 	if l.Mode1 {
-		vars = append(vars, variant{1, false}, variant{1, true})
+		vars = append(vars, variant{1, false, false}, variant{1, true, false}, variant{1, false, true})
 	}
-	defer func() { bwdCMMode, bwdCMKV = -1, false }()
+	defer func() { bwdCMMode, bwdCMKV, bwdCMPF = -1, false, false }()
 	type pc struct {
 		b, hq, hkv, nq, nk, d, dv int
 		mask                      spec.Mask
@@ -70,8 +70,8 @@ func TestBwdCM(t *testing.T) {
 	}
 	for _, vr := range vars {
 		for i, c := range cases {
-			t.Run(fmt.Sprintf("mode%d-kv%v/%d-%dx%dx%d-q%d-k%d-d%d-dv%d-m%d", vr.mode, vr.kv, i, c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask), func(t *testing.T) {
-				bwdCMMode, bwdCMKV = vr.mode, vr.kv
+			t.Run(fmt.Sprintf("mode%d-kv%v-pf%v/%d-%dx%dx%d-q%d-k%d-d%d-dv%d-m%d", vr.mode, vr.kv, vr.pf, i, c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask), func(t *testing.T) {
+				bwdCMMode, bwdCMKV, bwdCMPF = vr.mode, vr.kv, vr.pf
 				h := newHostProblem(uint64(100+i), c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask)
 				p := h.p
 				if _, ok, err := b.bwdCMPlanFor(ctx, p, F16); !ok || err != nil {

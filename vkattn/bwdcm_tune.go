@@ -15,8 +15,9 @@ import (
 
 func parseBwdCMTile(s string) (bwdCMTile, error) {
 	var c bwdCMTile
-	base, kv := strings.CutSuffix(s, "-kv1")
-	c.KVReg = kv
+	base, pf := strings.CutSuffix(s, "-pf1")
+	base, kv := strings.CutSuffix(base, "-kv1")
+	c.KVReg, c.Prefetch = kv, pf
 	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s {
 		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN)", ErrInvalid, s)
 	}
@@ -50,9 +51,11 @@ func bwdCMFamily(kernel string, dkdv bool) *TuneFamily {
 				for _, step := range []int{16, 32, 64, 128} {
 					for _, mode := range []int{0, 1} {
 						for _, kv := range []bool{false, true} {
-							c := bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv}
-							if bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
-								out = append(out, c)
+							for _, pf := range []bool{false, true} {
+								c := bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf}
+								if bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+									out = append(out, c)
+								}
 							}
 						}
 					}

@@ -7,6 +7,8 @@ package vkattn
 import (
 	"context"
 	"fmt"
+	"math/bits"
+	"slices"
 	"strings"
 
 	"github.com/flashvk/flashvk/internal/spec"
@@ -61,6 +63,22 @@ func bwdCMFamily(kernel string, dkdv bool) *TuneFamily {
 					}
 				}
 			}
+			// Nearest the default first (MaxCandidates keeps a neighbourhood).
+			if def, err := chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+				dist := func(c Candidate) int {
+					t := c.(bwdCMTile)
+					lg := func(x int) int { return bits.Len(uint(x)) }
+					d := abs(lg(t.NSG)-lg(def.NSG)) + abs(lg(t.Step)-lg(def.Step)) + 2*abs(t.Mode-def.Mode)
+					if t.KVReg != def.KVReg {
+						d++
+					}
+					if t.Prefetch != def.Prefetch {
+						d++
+					}
+					return d
+				}
+				slices.SortStableFunc(out, func(a, b Candidate) int { return dist(a) - dist(b) })
+			}
 			return out, nil
 		},
 		Parse: func(s string) (Candidate, error) { return parseBwdCMTile(s) },
@@ -81,4 +99,11 @@ func bwdCMFamily(kernel string, dkdv bool) *TuneFamily {
 func init() {
 	registerTuneFamily(bwdCMFamily(shaders.KernelBwdCMDKDV, true))
 	registerTuneFamily(bwdCMFamily(shaders.KernelBwdCMDQ, false))
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

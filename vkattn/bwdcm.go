@@ -51,8 +51,8 @@ func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
 	return c.NSG * m, c.Step
 }
 
-// bwdCMMode restricts bwdCMTiles to one MODE when ≥ 0, and bwdCMKV and
-// bwdCMPF set KVReg and Prefetch on its bwd_cm_dkdv tiles (tests only: they
+// bwdCMMode restricts bwdCMTiles to one MODE when ≥ 0; then bwdCMKV and
+// bwdCMPF set KVReg and Prefetch of its bwd_cm_dkdv tiles (tests only: they
 // check every variant on devices whose layout allows it).
 var (
 	bwdCMMode = -1
@@ -87,9 +87,15 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 		}
 		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
 	}
-	if dkdv && (bwdCMKV || bwdCMPF) {
-		for i := range ts {
-			ts[i].KVReg, ts[i].Prefetch = bwdCMKV, bwdCMPF
+	// bwd_cm_dkdv prefetches the next step (H200, bench/NOTES.md: −15% at
+	// d64, −24% at d128 of the kernel's time) and at d ≤ 64 also keeps K
+	// and V in registers (the tuner's pick there).
+	for i := range ts {
+		if dkdv {
+			ts[i].Prefetch, ts[i].KVReg = true, dm <= 64
+			if bwdCMMode >= 0 { // a test picks the variant
+				ts[i].KVReg, ts[i].Prefetch = bwdCMKV, bwdCMPF
+			}
 		}
 	}
 	return ts

@@ -248,25 +248,6 @@ func (b *Backend) bwdCMPipe(cm *flashCM, l *CMLayout, dkdv bool, c bwdCMTile, p 
 	return pl, nil
 }
 
-// recordBwdCM records the coopmat dK/dV and dQ kernels of plan pl (after
-// bwd_pre and its barrier).
-func (b *Backend) recordBwdCM(r *device.Recorder, p *spec.Problem, pl bwdCMPlan, push []byte, q, k, v, do, lse, dbuf, dq, dk, dv *device.Buffer) error {
-	vec := cmVec(p, params(p))
-	pkv, err := b.bwdCMPipe(pl.cm, pl.l, true, pl.kv, p, vec)
-	if err != nil {
-		return err
-	}
-	pq, err := b.bwdCMPipe(pl.cm, pl.l, false, pl.dq, p, vec)
-	if err != nil {
-		return err
-	}
-	gkv, gq := bwdCMGrids(p, pl)
-	if err := b.dispatch(r, pkv, push, gkv, q, k, v, do, lse, dbuf, dk, dv); err != nil {
-		return err
-	}
-	return b.dispatch(r, pq, push, gq, q, k, v, do, lse, dbuf, dq)
-}
-
 // bwdCMLaunches describes the two coopmat dispatches of plan pl.
 func bwdCMLaunches(p *spec.Problem, pl bwdCMPlan) []Launch {
 	l := pl.l

@@ -340,8 +340,11 @@ func (b *Backend) recordForward(r *device.Recorder, s *scratch, p *spec.Problem,
 	return fmt.Errorf("%w: kernel %q", ErrInvalid, b.kernel)
 }
 
-// recordBackward records bwd_pre, a barrier, then bwd_dkdv and bwd_dq
-// (independent: both only read what bwd_pre and the forward wrote).
+// recordBackward records bwd_pre, a barrier, then the dK/dV and dQ
+// kernels (independent: both only read what bwd_pre and the forward
+// wrote): bwd_cm_dkdv + bwd_cm_dq where the coopmat backward applies,
+// bwd_dkdv + bwd_dq otherwise. Every pipeline is resolved before anything
+// is recorded.
 func (b *Backend) recordBackward(r *device.Recorder, s *scratch, p *spec.Problem, dt DType, q, k, v, o, lse, do, dq, dk, dv *device.Buffer) error {
 	pc := params(p)
 	push := pc.Bytes()
@@ -349,56 +352,53 @@ func (b *Backend) recordBackward(r *device.Recorder, s *scratch, p *spec.Problem
 	if err != nil {
 		return err
 	}
-	plan, cm, err := b.bwdCMPlanFor(context.Background(), p, dt)
-	if err != nil {
-		return err
-	}
-	if cm {
-		ppre, err := b.pipe(shaders.KernelBwdPre, dt, cpre, p.D, p.Dv, 0)
-		if err != nil {
-			return err
-		}
-		dbuf, err := s.get(BackwardScratchBytes(p))
-		if err != nil {
-			return err
-		}
-		if err := b.dispatch(r, ppre, push, shaders.BwdPreGrid(p.B, p.Hq, p.Nq, cpre.BR), o, do, dbuf); err != nil {
-			return err
-		}
-		r.Barrier()
-		return b.recordBwdCM(r, p, plan, push, q, k, v, do, lse, dbuf, dq, dk, dv)
-	}
-	ckv, _, err := b.configFor(context.Background(), shaders.KernelBwdDKDV, p, dt)
-	if err != nil {
-		return err
-	}
-	cq, _, err := b.configFor(context.Background(), shaders.KernelBwdDQ, p, dt)
-	if err != nil {
-		return err
-	}
 	ppre, err := b.pipe(shaders.KernelBwdPre, dt, cpre, p.D, p.Dv, 0)
 	if err != nil {
 		return err
 	}
-	pkv, err := b.pipe(shaders.KernelBwdDKDV, dt, ckv, p.D, p.Dv, 0)
+	plan, cm, err := b.bwdCMPlanFor(context.Background(), p, dt)
 	if err != nil {
 		return err
 	}
-	pq, err := b.pipe(shaders.KernelBwdDQ, dt, cq, p.D, p.Dv, 0)
-	if err != nil {
-		return err
+	var pkv, pq *device.Pipeline
+	var gkv, gq [3]uint32
+	if cm {
+		vec := cmVec(p, pc)
+		if pkv, err = b.bwdCMPipe(plan.cm, plan.l, true, plan.kv, p, vec); err != nil {
+			return err
+		}
+		if pq, err = b.bwdCMPipe(plan.cm, plan.l, false, plan.dq, p, vec); err != nil {
+			return err
+		}
+		gkv, gq = bwdCMGrids(p, plan)
+	} else {
+		ckv, _, err := b.configFor(context.Background(), shaders.KernelBwdDKDV, p, dt)
+		if err != nil {
+			return err
+		}
+		cq, _, err := b.configFor(context.Background(), shaders.KernelBwdDQ, p, dt)
+		if err != nil {
+			return err
+		}
+		if pkv, err = b.pipe(shaders.KernelBwdDKDV, dt, ckv, p.D, p.Dv, 0); err != nil {
+			return err
+		}
+		if pq, err = b.pipe(shaders.KernelBwdDQ, dt, cq, p.D, p.Dv, 0); err != nil {
+			return err
+		}
+		g := bwdGrids(p, cpre, ckv, cq)
+		gkv, gq = g[1], g[2]
 	}
 	dbuf, err := s.get(BackwardScratchBytes(p))
 	if err != nil {
 		return err
 	}
-	grids := bwdGrids(p, cpre, ckv, cq)
-	if err := b.dispatch(r, ppre, push, grids[0], o, do, dbuf); err != nil {
+	if err := b.dispatch(r, ppre, push, shaders.BwdPreGrid(p.B, p.Hq, p.Nq, cpre.BR), o, do, dbuf); err != nil {
 		return err
 	}
 	r.Barrier()
-	if err := b.dispatch(r, pkv, push, grids[1], q, k, v, do, lse, dbuf, dk, dv); err != nil {
+	if err := b.dispatch(r, pkv, push, gkv, q, k, v, do, lse, dbuf, dk, dv); err != nil {
 		return err
 	}
-	return b.dispatch(r, pq, push, grids[2], q, k, v, do, lse, dbuf, dq)
+	return b.dispatch(r, pq, push, gq, q, k, v, do, lse, dbuf, dq)
 }

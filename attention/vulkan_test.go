@@ -68,8 +68,9 @@ func TestConformanceVulkanNaive(t *testing.T) {
 }
 
 // TestConformanceVulkanCoopmat runs the forward and backward suites with
-// Kernel "flash_cm": float16 forwards on cooperative matrices (MODE 0 below
-// Nq 2048; the long cases reach MODE 1 where the probe allows it), float16
+// Kernel "flash_cm": float16 forwards on cooperative matrices (MODE 1 where
+// the probe allows it, small tiles below Nq 2048 and large ones in the long
+// cases; MODE 0 elsewhere), float16
 // backwards on bwd_cm_dkdv + bwd_cm_dq; bfloat16 the same with the bf16
 // modules where the device has bf16 cooperative matrices and
 // VK_KHR_shader_bfloat16 (the H200), else on the scalar kernels; float32 on

@@ -567,26 +567,34 @@ func (c cmTile) String() string {
 	return fmt.Sprintf("nsg%d-bc%d-mode%d-pf%d", c.NSG, c.BC, c.Mode, pf)
 }
 
-// cmMode1MinNq is the query length from which MODE 1 is chosen. On the H200
-// (bench/NOTES.md, bench/results/h200-2026-11-22-coopmat/run.log) MODE 1
-// reached 220–250 TFLOP/s at N ≥ 2048 but only ~40 at N = 512 and 1024
-// (not yet explained), where MODE 0 ran at 128–170 TFLOP/s (as at every N).
-// MODE 2 gave wrong results on NVIDIA and is never selected.
-const cmMode1MinNq = 2048
+// cmLargeNq is the query length from which the large MODE 1 tiles are
+// chosen. Session 1 saw MODE 1 at ~40 TFLOP/s for N < 2048 and kept MODE 0
+// there; that was the H200's clock step (bench/NOTES.md, session 2): with
+// steady timings the tuner (bench/results/h200-2026-11-22-tuned) found MODE 1
+// 1.25–1.51× faster than MODE 0 at N = 1024 with smaller tiles (more
+// workgroups for the short sequences). MODE 2 gave wrong results on NVIDIA
+// and is never selected.
+const cmLargeNq = 2048
 
-// cmTiles lists the configurations to try for a problem, best first: the
-// H200 sweep's choices (bench/NOTES.md) — MODE 1 nsg8-bc64-pf1 at d ≤ 128
-// (nsg8-bc128-pf1 at d ≤ 64) for Nq ≥ cmMode1MinNq when the probe allows
-// register softmax, then MODE 0 nsg4-bc32-pf1 (any layout, the fallback).
-// MODE 1 at d > 128 was not measured: MODE 0 there.
+// cmTiles lists the configurations to try for a problem, best first, when
+// the probe allows register softmax (MODE 1): the H200 tuner's choices —
+// Nq ≥ cmLargeNq: nsg8-bc128 at d ≤ 64, nsg8-bc64 at d ≤ 128; below:
+// nsg4-bc32 at d ≤ 64, nsg8-bc32 at d ≤ 128 (all with prefetch); then MODE 0
+// nsg4-bc32-pf1 (any layout, the fallback). MODE 1 at d > 128 was not
+// measured: MODE 0 there. The tune cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int) []cmTile {
 	var ts []cmTile
-	if l.Mode1 && nq >= cmMode1MinNq {
+	if l.Mode1 {
+		large := nq >= cmLargeNq
 		switch dm := max(d, dv); {
-		case dm <= 64:
+		case dm <= 64 && large:
 			ts = append(ts, cmTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
-		case dm <= 128:
+		case dm <= 64:
+			ts = append(ts, cmTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
+		case dm <= 128 && large:
 			ts = append(ts, cmTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
+		case dm <= 128:
+			ts = append(ts, cmTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
 		}
 	}
 	return append(ts, cmTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})

@@ -183,8 +183,8 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 64, 64, 16384, sh, "nsg8-bc128-mode1-pf1"},
 		{l, 40, 64, 8192, sh, "nsg8-bc128-mode1-pf1"},
 		{l, 96, 96, 4096, sh, "nsg8-bc64-mode1-pf1"},
-		{l, 128, 128, 2047, sh, "nsg4-bc32-mode0-pf1"}, // MODE 1 measured slow at N 512/1024
-		{l, 64, 64, 512, sh, "nsg4-bc32-mode0-pf1"},
+		{l, 128, 128, 2047, sh, "nsg8-bc32-mode1-pf1"}, // short sequences: smaller MODE 1 tiles
+		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1"},
 		{l, 256, 256, 4096, sh, "nsg4-bc32-mode0-pf1"}, // MODE 1 at d > 128 not measured
 		{l, 128, 128, 4096, 32 << 10, "nsg4-bc32-mode0-pf1"},
 		{&mode0, 128, 128, 4096, sh, "nsg4-bc32-mode0-pf1"},

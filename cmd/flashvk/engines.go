@@ -21,7 +21,7 @@ func (b *backendFlags) register(c *cobra.Command) {
 	f := c.Flags()
 	f.StringVar(&b.backend, "backend", "auto", "backend: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
 	f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend`)
-	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, flash_cm (float16, cooperative matrices), minimal or naive (default: the fastest the device supports)")
+	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, flash_cm (cooperative matrices: float16, and bfloat16 where the device has bf16 ones), minimal or naive (default: the fastest the device supports)")
 	f.IntVar(&b.workers, "workers", 0, "CPU backend goroutines (default GOMAXPROCS)")
 	f.BoolVar(&b.validation, "validation", false, "enable the Khronos Vulkan validation layer and report its messages")
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/flashvk/flashvk/vkattn"
 )
 
 // BenchOptions control Engine.Benchmark.
@@ -60,10 +62,7 @@ type BenchResult struct {
 
 // KernelTimes are one kernel's times, one per timed call; Name is the
 // backend's name of the dispatch (kernel, dtype and configuration).
-type KernelTimes struct {
-	Name  string
-	Times []time.Duration
-}
+type KernelTimes = vkattn.KernelTimes
 
 // Median is the median time.
 func (r *BenchResult) Median() time.Duration { return r.Quantile(0.5) }

@@ -170,9 +170,5 @@ func (b *vulkanBackend) Benchmark(ctx context.Context, p *Problem, a *BackwardAr
 	if err != nil {
 		return nil, vkErr(err)
 	}
-	res := &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady}
-	for _, k := range r.Kernels {
-		res.Kernels = append(res.Kernels, KernelTimes{Name: k.Name, Times: k.Times})
-	}
-	return res, nil
+	return &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady, Kernels: r.Kernels}, nil
 }

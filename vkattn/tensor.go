@@ -175,30 +175,20 @@ func (t *Tensor) use(name string) error {
 // out like the tensor: len(src) ≤ Len()). T must match the dtype: float32
 // for F32, bfloat16.BFloat16 for BF16, another uint16 type for F16.
 func Upload[T Elem](ctx context.Context, t *Tensor, src []T) error {
-	if err := t.use("upload"); err != nil {
-		return err
-	}
-	defer t.life.release()
-	if err := t.b.enter(); err != nil {
-		return err
-	}
-	defer t.b.leave()
-	if dt := dtypeOf[T](); dt != t.dt {
-		return fmt.Errorf("%w: upload: %v data into a %v tensor", ErrInvalid, dt, t.dt)
-	}
-	if int64(len(src)) > t.elems {
-		return fmt.Errorf("%w: upload: %d elements into a tensor of %d", ErrInvalid, len(src), t.elems)
-	}
-	if err := device.Upload(ctx, t.buf, 0, src); err != nil {
-		return fmt.Errorf("vkattn: upload: %w", err)
-	}
-	return nil
+	return transfer[T](t, "upload", len(src), func() error { return device.Upload(ctx, t.buf, 0, src) })
 }
 
 // Download copies len(dst) ≤ Len() elements from element 0 of the tensor's
 // buffer into dst.
 func Download[T Elem](ctx context.Context, t *Tensor, dst []T) error {
-	if err := t.use("download"); err != nil {
+	return transfer[T](t, "download", len(dst), func() error { return device.Download(ctx, t.buf, 0, dst) })
+}
+
+// transfer runs move (an upload or a download of n elements of type T)
+// with t and its Backend held, once T is t's dtype and n ≤ Len(); op names
+// the call in errors.
+func transfer[T Elem](t *Tensor, op string, n int, move func() error) error {
+	if err := t.use(op); err != nil {
 		return err
 	}
 	defer t.life.release()
@@ -206,14 +196,24 @@ func Download[T Elem](ctx context.Context, t *Tensor, dst []T) error {
 		return err
 	}
 	defer t.b.leave()
-	if dt := dtypeOf[T](); dt != t.dt {
-		return fmt.Errorf("%w: download: %v tensor into %v data", ErrInvalid, t.dt, dt)
+	dt := dtypeOf[T]()
+	if op == "upload" {
+		if dt != t.dt {
+			return fmt.Errorf("%w: upload: %v data into a %v tensor", ErrInvalid, dt, t.dt)
+		}
+		if int64(n) > t.elems {
+			return fmt.Errorf("%w: upload: %d elements into a tensor of %d", ErrInvalid, n, t.elems)
+		}
+	} else {
+		if dt != t.dt {
+			return fmt.Errorf("%w: download: %v tensor into %v data", ErrInvalid, t.dt, dt)
+		}
+		if int64(n) > t.elems {
+			return fmt.Errorf("%w: download: %d elements from a tensor of %d", ErrInvalid, n, t.elems)
+		}
 	}
-	if int64(len(dst)) > t.elems {
-		return fmt.Errorf("%w: download: %d elements from a tensor of %d", ErrInvalid, len(dst), t.elems)
-	}
-	if err := device.Download(ctx, t.buf, 0, dst); err != nil {
-		return fmt.Errorf("vkattn: download: %w", err)
+	if err := move(); err != nil {
+		return fmt.Errorf("vkattn: %s: %w", op, err)
 	}
 	return nil
 }

@@ -13,7 +13,6 @@ package vkattn
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/flashvk/flashvk/device"
 	"github.com/flashvk/flashvk/internal/spec"
@@ -136,15 +135,11 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv, sharedMax, maxWG
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
 func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv, sharedMax, maxWG int) (bwdCMTile, error) {
-	var errs []string
-	for _, c := range bwdCMTiles(l, dkdv, d, dv) {
-		err := bwdCMCheckTile(l, dkdv, c, d, dv, sharedMax, maxWG)
-		if err == nil {
-			return c, nil
-		}
-		errs = append(errs, c.String()+": "+err.Error())
+	c, err := firstFit(bwdCMTiles(l, dkdv, d, dv), func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, sharedMax, maxWG) })
+	if err != nil {
+		return bwdCMTile{}, fmt.Errorf("no tile fits: %w", err)
 	}
-	return bwdCMTile{}, fmt.Errorf("no tile fits: %s", strings.Join(errs, "; "))
+	return c, nil
 }
 
 // bwdCMPlan is the coopmat backward of one problem: the layout and the

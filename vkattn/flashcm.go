@@ -637,15 +637,26 @@ func cmCheckTile(l *CMLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
 
 // chooseCMTile returns the first tile of cmTiles that fits.
 func chooseCMTile(l *CMLayout, d, dv, nq, sharedMax, maxWG int) (cmTile, error) {
+	c, err := firstFit(cmTiles(l, d, dv, nq), func(c cmTile) error { return cmCheckTile(l, c, d, dv, sharedMax, maxWG) })
+	if err != nil {
+		return cmTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)
+	}
+	return c, nil
+}
+
+// firstFit returns the first candidate check accepts, or an error listing
+// why each was refused.
+func firstFit[T fmt.Stringer](cands []T, check func(T) error) (T, error) {
 	var errs []string
-	for _, c := range cmTiles(l, d, dv, nq) {
-		err := cmCheckTile(l, c, d, dv, sharedMax, maxWG)
+	for _, c := range cands {
+		err := check(c)
 		if err == nil {
 			return c, nil
 		}
 		errs = append(errs, c.String()+": "+err.Error())
 	}
-	return cmTile{}, fmt.Errorf("no flash_cm tile fits: %s", strings.Join(errs, "; "))
+	var zero T
+	return zero, errors.New(strings.Join(errs, "; "))
 }
 
 // cmVec reports whether flash_cm may use 16-byte loads (VEC): D, DV and

@@ -42,35 +42,33 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt DType, backw
 	}
 	f16 := dt.Size() == 2 // 16-bit storage (f16 or bf16)
 	if backward {
+		cpre, spre, err := b.configFor(ctx, shaders.KernelBwdPre, p, dt)
+		if err != nil {
+			return nil, err
+		}
+		scalar := func(k string, grid [3]uint32, c shaders.Config, src string) Launch {
+			return Launch{Kernel: k, Grid: grid, Workgroup: c.WG, BR: c.BR, BC: c.BC,
+				SharedBytes: SharedBytes(k, c, p.D, p.Dv, f16), Source: src}
+		}
 		plan, cm, err := b.bwdCMPlanFor(ctx, p, dt)
 		if err != nil {
 			return nil, err
 		}
 		if cm {
-			c, err := b.Config(shaders.KernelBwdPre, p.D, p.Dv, dt)
-			if err != nil {
-				return nil, err
-			}
-			pre := Launch{Kernel: shaders.KernelBwdPre, Grid: shaders.BwdPreGrid(p.B, p.Hq, p.Nq, c.BR), Workgroup: c.WG,
-				BR: c.BR, BC: c.BC, SharedBytes: SharedBytes(shaders.KernelBwdPre, c, p.D, p.Dv, f16), Source: SourceDefault}
+			pre := scalar(shaders.KernelBwdPre, shaders.BwdPreGrid(p.B, p.Hq, p.Nq, cpre.BR), cpre, spre)
 			return append([]Launch{pre}, bwdCMLaunches(p, plan)...), nil
 		}
-		var cs [3]shaders.Config
-		var src [3]string
-		for i, k := range bwdKernels {
-			c, s, err := b.configFor(ctx, k, p, dt)
-			if err != nil {
-				return nil, err
-			}
-			cs[i], src[i] = c, s
+		ckv, skv, err := b.configFor(ctx, shaders.KernelBwdDKDV, p, dt)
+		if err != nil {
+			return nil, err
 		}
-		grids := bwdGrids(p, cs[0], cs[1], cs[2])
-		ls := make([]Launch, len(bwdKernels))
-		for i, k := range bwdKernels {
-			ls[i] = Launch{Kernel: k, Grid: grids[i], Workgroup: cs[i].WG, BR: cs[i].BR, BC: cs[i].BC,
-				SharedBytes: SharedBytes(k, cs[i], p.D, p.Dv, f16), Source: src[i]}
+		cq, sq, err := b.configFor(ctx, shaders.KernelBwdDQ, p, dt)
+		if err != nil {
+			return nil, err
 		}
-		return ls, nil
+		g := bwdGrids(p, cpre, ckv, cq)
+		return []Launch{scalar(shaders.KernelBwdPre, g[0], cpre, spre), scalar(shaders.KernelBwdDKDV, g[1], ckv, skv),
+			scalar(shaders.KernelBwdDQ, g[2], cq, sq)}, nil
 	}
 	if cm := b.cmFor(dt); cm != nil { // as recordFlashCM decides
 		l, err := b.cmLayout(ctx, cm)
@@ -108,9 +106,6 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt DType, backw
 
 // naivePasses is the number of dispatches of the naive kernel.
 const naivePasses = 3
-
-// bwdKernels are the backward's kernels in recording order.
-var bwdKernels = [3]string{shaders.KernelBwdPre, shaders.KernelBwdDKDV, shaders.KernelBwdDQ}
 
 // forwardGrid is the grid of the scalar forward kernel (naive, minimal or
 // flash) for p with configuration c.

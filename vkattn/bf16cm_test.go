@@ -292,15 +292,8 @@ func TestBF16CM(t *testing.T) {
 			checkClose(t, "o", bfloat16.Float32s(o), ro, tol)
 			checkClose(t, "lse", lse, rlse, 1e-4)
 		})
-		o32 := make([]float32, len(ro))
-		for j := range ro {
-			o32[j] = float32(ro[j])
-		}
-		lse32 := make([]float32, len(rlse))
-		for j := range rlse {
-			lse32[j] = float32(rlse[j])
-		}
-		obf := toBF(o32)
+		lse32 := to32(rlse)
+		obf := toBF(to32(ro))
 		rdq, rdk, rdv, err := reference.Backward(rp, q64, k64, v64, do64)
 		if err != nil {
 			t.Fatal(err)

@@ -84,15 +84,8 @@ func TestBwdCM(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				o32 := make([]float32, len(o))
-				for j := range o {
-					o32[j] = float32(o[j])
-				}
-				lse32 := make([]float32, len(lse))
-				for j := range lse {
-					lse32[j] = float32(lse[j])
-				}
-				o16 := toF16(o32)
+				lse32 := to32(lse)
+				o16 := toF16(to32(o))
 				run := func() (dq, dk, dv []uint16) {
 					dq = slices.Repeat([]uint16{0x7e00}, len(q)) // NaN: unwritten
 					dk = slices.Repeat([]uint16{0x7e00}, len(k))

@@ -45,6 +45,15 @@ func randn(rng *rand.Rand, n int) []float32 {
 	return x
 }
 
+// to32 rounds float64 reference values to float32.
+func to32(x []float64) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = float32(v)
+	}
+	return out
+}
+
 func to64(x []float32) []float64 {
 	out := make([]float64, len(x))
 	for i, v := range x {

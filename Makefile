@@ -1,6 +1,6 @@
 # flashvk Makefile.
 #
-#   make shaders        rebuild shaders/*.spv (NAME.f32.spv, NAME.f16.spv and
+#   make shaders        rebuild internal/shaders/*.spv (NAME.f32.spv, NAME.f16.spv and
 #                       NAME.bf16.spv for every kernel) with the pinned glslang
 #                       and validate each
 #                       with spirv-val (toolchain: scripts/toolchain.sh,
@@ -16,7 +16,7 @@
 
 SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq
 SHADER_DTYPES := f32 f16 bf16
-SPVDIR ?= shaders
+SPVDIR ?= internal/shaders
 SHADER_SPV := $(foreach k,$(SHADER_KERNELS),$(foreach t,$(SHADER_DTYPES),$(SPVDIR)/$(k).$(t).spv))
 # Cooperative-matrix kernels: f16 and bf16 storage, Vulkan 1.3 (SPIR-V 1.6);
 # bf16 (GL_EXT_bfloat16) needs glslang 16.
@@ -24,37 +24,37 @@ CM_KERNELS := flash_cm flash_cm_probe bwd_cm_dkdv bwd_cm_dq
 CM_TARGET_ENV := vulkan1.3
 CM_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).f16.spv)
 CM_BF16_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).bf16.spv)
-SHADER_DEPS := shaders/params.glsl shaders/cm_common.glsl shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
+SHADER_DEPS := internal/shaders/params.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check
 
 shaders: $(SHADER_SPV) $(CM_SPV) $(CM_BF16_SPV)
 
 # Explicit rules (they win over the patterns below for these targets).
-$(CM_SPV): $(SPVDIR)/%.f16.spv: shaders/%.comp $(SHADER_DEPS)
+$(CM_SPV): $(SPVDIR)/%.f16.spv: internal/shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< f16 $@ $(CM_TARGET_ENV)
 	@echo "  SPV  $@"
 
-$(CM_BF16_SPV): $(SPVDIR)/%.bf16.spv: shaders/%.comp $(SHADER_DEPS)
+$(CM_BF16_SPV): $(SPVDIR)/%.bf16.spv: internal/shaders/%.comp $(SHADER_DEPS)
 	@FLASHVK_TOOLCHAIN=16 scripts/compile-shader.sh $< bf16 $@ $(CM_TARGET_ENV)
 	@echo "  SPV  $@ (glslang 16)"
 
-$(SPVDIR)/%.f32.spv: shaders/%.comp $(SHADER_DEPS)
+$(SPVDIR)/%.f32.spv: internal/shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< f32 $@
 	@echo "  SPV  $@"
 
-$(SPVDIR)/%.f16.spv: shaders/%.comp $(SHADER_DEPS)
+$(SPVDIR)/%.f16.spv: internal/shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< f16 $@
 	@echo "  SPV  $@"
 
-$(SPVDIR)/%.bf16.spv: shaders/%.comp $(SHADER_DEPS)
+$(SPVDIR)/%.bf16.spv: internal/shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< bf16 $@
 	@echo "  SPV  $@"
 
 shaders-check:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(MAKE) --no-print-directory shaders SPVDIR="$$tmp" && \
-	scripts/shaders-check.sh shaders "$$tmp"
+	scripts/shaders-check.sh internal/shaders "$$tmp"
 
 # ---- build and test -------------------------------------------------------
 #   make build        the flashvk CLI into ./flashvk

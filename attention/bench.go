@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/vkattn"
 )
 
 // BenchOptions control Engine.Benchmark.

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/flashvk/flashvk/bfloat16"
-	"github.com/flashvk/flashvk/cpu"
+	"github.com/flashvk/flashvk/internal/cpu"
 	"github.com/x448/float16"
 )
 

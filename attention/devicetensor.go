@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/flashvk/flashvk/bfloat16"
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/vkattn"
 	"github.com/x448/float16"
 )
 

@@ -3,7 +3,7 @@ package attention
 import (
 	"context"
 
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/vkattn"
 )
 
 // Launch is one compute dispatch of the Vulkan backend: kernel, grid,

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/internal/device"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/device/devicetest"
+	"github.com/flashvk/flashvk/internal/device/devicetest"
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/internal/vkattn"
 	"github.com/flashvk/flashvk/reference"
-	"github.com/flashvk/flashvk/vkattn"
 )
 
 // TestTuneCacheEngine: an engine opened on a tune cache dispatches the

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/flashvk/flashvk/bfloat16"
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/vkattn"
 	"github.com/x448/float16"
 )
 

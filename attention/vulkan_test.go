@@ -13,11 +13,11 @@ import (
 	"github.com/flashvk/flashvk/attention"
 	"github.com/flashvk/flashvk/attention/attentiontest"
 	"github.com/flashvk/flashvk/bfloat16"
-	"github.com/flashvk/flashvk/device"
-	"github.com/flashvk/flashvk/device/devicetest"
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/device/devicetest"
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/internal/vkattn"
 	"github.com/flashvk/flashvk/reference"
-	"github.com/flashvk/flashvk/vkattn"
 	"github.com/x448/float16"
 )
 

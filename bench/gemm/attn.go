@@ -8,9 +8,9 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/flashvk/flashvk/device"
-	"github.com/flashvk/flashvk/shaders"
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/vkattn"
 )
 
 // attnShape is one attention problem (fp16 storage).

@@ -7,9 +7,9 @@ import (
 	"math/rand/v2"
 	"strings"
 
-	"github.com/flashvk/flashvk/device"
-	"github.com/flashvk/flashvk/pipeline"
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/pipeline"
+	"github.com/flashvk/flashvk/internal/vkattn"
 )
 
 // gemmVariant is one GEMM kernel configuration.

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashvk/flashvk/device"
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/vkattn"
 )
 
 // kcfg is a kernel family plus configuration: flash_cm (cm) or flash_cm2 (cm2).

@@ -31,8 +31,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashvk/flashvk/device"
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/vkattn"
 )
 
 var (

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/internal/device"
 	"github.com/x448/float16"
 )
 

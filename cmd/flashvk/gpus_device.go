@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/internal/device"
 )
 
 // listGPUs lists the machine's Vulkan devices through package device.

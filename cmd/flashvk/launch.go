@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/cpu"
+	"github.com/flashvk/flashvk/internal/cpu"
 )
 
 // cpuTiles describes the CPU backend's tiles for p (package cpu's defaults,

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashvk/flashvk/device/devicetest"
-	"github.com/flashvk/flashvk/shaders"
+	"github.com/flashvk/flashvk/internal/device/devicetest"
+	"github.com/flashvk/flashvk/internal/shaders"
 )
 
 // TestExplainLaunches: on a Vulkan device explain lists the real

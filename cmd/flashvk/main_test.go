@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashvk/flashvk/device"
+	"github.com/flashvk/flashvk/internal/device"
 	"github.com/sbinet/npyio/npy"
 	"github.com/x448/float16"
 )

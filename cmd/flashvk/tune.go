@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/vkattn"
 	"github.com/spf13/cobra"
 )
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashvk/flashvk/device/devicetest"
-	"github.com/flashvk/flashvk/vkattn"
+	"github.com/flashvk/flashvk/internal/device/devicetest"
+	"github.com/flashvk/flashvk/internal/vkattn"
 )
 
 func TestTuneShow(t *testing.T) {

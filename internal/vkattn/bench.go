@@ -1,0 +1,336 @@
+package vkattn
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// BenchOptions control Bench.
+type BenchOptions struct {
+	// Warmup untimed submissions run first (default 3; negative: none).
+	// Warm-up continues past Warmup until MinWarmup has elapsed, so that
+	// short kernels are timed at steady GPU clocks.
+	Warmup int
+	// MinWarmup is the least host time spent warming up (default 500 ms;
+	// negative: none); at most 1000 extra submissions are made for it.
+	MinWarmup time.Duration
+	// Retries is how many times a timed series with a step (see Steady)
+	// is discarded and timed again (default 2; negative: never).
+	Retries int
+	// PerKernel also times each dispatch (a barrier and a timestamp after
+	// every kernel: kernels that could overlap are serialised) into
+	// BenchResult.Kernels.
+	PerKernel bool
+	// Iters timed submissions follow (default 20).
+	Iters int
+	// Rotate is the number of input sets BenchmarkHost uploads and cycles
+	// through (default 1; Bench cycles through the sets it is given).
+	Rotate int
+	// Backward times the backward (bwd_pre, bwd_dkdv, bwd_dq) instead of
+	// the forward; Step times forward + backward in one submission.
+	Backward, Step bool
+}
+
+func (o BenchOptions) withDefaults() BenchOptions {
+	if o.Warmup < 0 {
+		o.Warmup = 0
+	} else if o.Warmup == 0 {
+		o.Warmup = 3
+	}
+	if o.Iters <= 0 {
+		o.Iters = 20
+	}
+	if o.Rotate <= 0 {
+		o.Rotate = 1
+	}
+	if o.MinWarmup == 0 {
+		o.MinWarmup = 500 * time.Millisecond
+	}
+	if o.Retries == 0 {
+		o.Retries = 2
+	} else if o.Retries < 0 {
+		o.Retries = 0
+	}
+	return o
+}
+
+// BenchResult are per-iteration kernel times.
+type BenchResult struct {
+	Times []time.Duration
+	// Clock is "gpu-timestamps", or "wall" (host time of each submission)
+	// on devices whose compute queue has no timestamps.
+	Clock string
+	// Retimed counts the timed series discarded because they had a step;
+	// Unsteady says the kept series still has one (report it, do not trust
+	// its median).
+	Retimed  int
+	Unsteady bool
+	// Kernels are the per-dispatch times (BenchOptions.PerKernel), in
+	// recording order.
+	Kernels []KernelTimes
+}
+
+// KernelTimes are one dispatch's times, one per timed iteration; Name is
+// its pipeline's name (kernel, dtype and configuration).
+type KernelTimes struct {
+	Name  string
+	Times []time.Duration
+}
+
+// addKernelTimes appends one iteration's per-dispatch times: the time from
+// each timestamp to the next, labelled by the later one ("end" excluded).
+func (res *BenchResult) addKernelTimes(st []device.Timestamp) {
+	var k int
+	for i := 1; i < len(st); i++ {
+		if st[i].Label == "end" {
+			continue
+		}
+		if k == len(res.Kernels) {
+			res.Kernels = append(res.Kernels, KernelTimes{Name: st[i].Label})
+		}
+		res.Kernels[k].Times = append(res.Kernels[k].Times, st[i].Time-st[i-1].Time)
+		k++
+	}
+}
+
+// Steady reports whether a timed series has no step: the median of its
+// first quarter is within 20% of the median of its last quarter. On the
+// H200 the GPU leaves a low clock state in one step some 0.1–0.5 s after
+// work resumes (bench/NOTES.md): the kernel runs 3–5× slower until then
+// and at full speed after, which a warm-up of fixed length does not always
+// cover.
+func Steady(times []time.Duration) bool {
+	n := len(times) / 4
+	if n < 2 {
+		return true
+	}
+	med := func(x []time.Duration) time.Duration {
+		s := slices.Clone(x)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	a, b := med(times[:n]), med(times[len(times)-n:])
+	return float64(a) <= 1.2*float64(b) && float64(b) <= 1.2*float64(a)
+}
+
+// Operands are the resident tensors of one benchmark input set. Forward
+// uses Q, K, V, O, LSE; Backward Q, K, V, O, LSE, DO, DQ, DK, DV; Step all
+// (O and LSE written by its forward).
+type Operands struct {
+	Q, K, V, O, LSE, DO, DQ, DK, DV *Tensor
+}
+
+func (s *Operands) bindings(p *spec.Problem, o BenchOptions) []binding {
+	switch {
+	case o.Step:
+		return []binding{
+			{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
+			{oSpec(p, "do"), s.DO, false}, {oSpec(p, "o"), s.O, true}, {lseSpec(p), s.LSE, true},
+			{qSpec(p, "dq"), s.DQ, true}, {kSpec(p, "dk"), s.DK, true}, {vSpec(p, "dv"), s.DV, true},
+		}
+	case o.Backward:
+		return []binding{
+			{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
+			{oSpec(p, "o"), s.O, false}, {lseSpec(p), s.LSE, false}, {oSpec(p, "do"), s.DO, false},
+			{qSpec(p, "dq"), s.DQ, true}, {kSpec(p, "dk"), s.DK, true}, {vSpec(p, "dv"), s.DV, true},
+		}
+	}
+	return []binding{
+		{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
+		{oSpec(p, "o"), s.O, true}, {lseSpec(p), s.LSE, true},
+	}
+}
+
+// Bench times the forward (or backward, or step) of p on resident input
+// sets, cycling through them: one submission per iteration, each with a
+// GPU timestamp before the first kernel and after the last; the result
+// is the time between the two. Warm-up submissions (at least o.Warmup,
+// and for at least o.MinWarmup) are not timed.
+func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o BenchOptions) (*BenchResult, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.leave()
+	o = o.withDefaults()
+	if len(sets) == 0 {
+		return nil, fmt.Errorf("%w: bench: no input sets", ErrInvalid)
+	}
+	var dt DType
+	for i := range sets {
+		d, release, err := b.acquire(p, sets[i].bindings(p, o))
+		if err != nil {
+			return nil, fmt.Errorf("bench: set %d: %w", i, err)
+		}
+		defer release()
+		dt = d
+	}
+	s := &scratch{b: b}
+	ok := true
+	defer func() { s.done(ok) }()
+	recs := make([]*device.Recorder, len(sets))
+	for i, set := range sets {
+		r := b.dev.Record()
+		r.Timestamp("start")
+		r.StampDispatches(o.PerKernel)
+		var err error
+		switch {
+		case o.Step:
+			err = b.recordStep(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.DO.buf, set.O.buf, set.LSE.buf, set.DQ.buf, set.DK.buf, set.DV.buf)
+		case o.Backward:
+			err = b.recordBackward(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.O.buf, set.LSE.buf, set.DO.buf, set.DQ.buf, set.DK.buf, set.DV.buf)
+		default:
+			err = b.recordForward(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.O.buf, set.LSE.buf)
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.Timestamp("end")
+		recs[i] = r
+	}
+	res := &BenchResult{Clock: "gpu-timestamps"}
+	if b.info.TimestampValidBits == 0 {
+		res.Clock = "wall"
+	}
+	next := 0
+	submit := func() (*device.Result, error) {
+		out, err := b.dev.Submit(ctx, recs[next%len(recs)])
+		next++
+		if err != nil {
+			ok = !submitted(err)
+			return nil, fmt.Errorf("vkattn: bench: %w", err)
+		}
+		return out, nil
+	}
+	start := time.Now()
+	for i := 0; i < o.Warmup || (time.Since(start) < o.MinWarmup && i < o.Warmup+1000); i++ {
+		if _, err := submit(); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		res.Times, res.Kernels = res.Times[:0], nil
+		for range o.Iters {
+			out, err := submit()
+			if err != nil {
+				return nil, err
+			}
+			t := out.Wall()
+			if res.Clock != "wall" {
+				t = out.Elapsed("start", "end")
+			}
+			res.Times = append(res.Times, t)
+			if o.PerKernel {
+				res.addKernelTimes(out.Timestamps())
+			}
+		}
+		if Steady(res.Times) {
+			return res, nil
+		}
+		if attempt == o.Retries {
+			res.Unsteady = true
+			return res, nil
+		}
+		res.Retimed++
+	}
+}
+
+// BenchmarkHost uploads o.Rotate copies of the inputs (q, k, v, and for
+// the backward o, lse and do; do also for the step) into separate resident
+// tensors, allocates the outputs once, and runs Bench. Host transfers are
+// not timed.
+func BenchmarkHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, o BenchOptions, q, k, v, out, do []T, lse []float32) (*BenchResult, error) {
+	o = o.withDefaults()
+	if err := CheckProblem(p); err != nil {
+		return nil, err
+	}
+	dt := dtypeOf[T]()
+	var all []*Tensor
+	defer func() {
+		for _, t := range all {
+			t.Close()
+		}
+	}()
+	alloc := func(op operandSpec) (*Tensor, error) {
+		d := dt
+		if op.dt != 0 {
+			d = op.dt
+		}
+		t, err := b.NewTensor(d, op.shape, op.st)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", op.name, err)
+		}
+		all = append(all, t)
+		return t, nil
+	}
+	load := func(op operandSpec, data []T) (*Tensor, error) {
+		t, err := alloc(op)
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(data)) < t.elems {
+			return nil, fmt.Errorf("%w: bench: %s: slice of %d elements, the view needs %d", ErrInvalid, op.name, len(data), t.elems)
+		}
+		return t, Upload(ctx, t, data[:t.elems])
+	}
+	shared := Operands{}
+	var err error
+	if !o.Backward || o.Step {
+		if shared.O, err = alloc(oSpec(p, "o")); err != nil {
+			return nil, err
+		}
+		if shared.LSE, err = alloc(lseSpec(p)); err != nil {
+			return nil, err
+		}
+	}
+	if o.Backward || o.Step {
+		if shared.DQ, err = alloc(qSpec(p, "dq")); err != nil {
+			return nil, err
+		}
+		if shared.DK, err = alloc(kSpec(p, "dk")); err != nil {
+			return nil, err
+		}
+		if shared.DV, err = alloc(vSpec(p, "dv")); err != nil {
+			return nil, err
+		}
+	}
+	sets := make([]Operands, o.Rotate)
+	for i := range sets {
+		s := shared
+		if s.Q, err = load(qSpec(p, "q"), q); err != nil {
+			return nil, err
+		}
+		if s.K, err = load(kSpec(p, "k"), k); err != nil {
+			return nil, err
+		}
+		if s.V, err = load(vSpec(p, "v"), v); err != nil {
+			return nil, err
+		}
+		if o.Backward || o.Step {
+			if s.DO, err = load(oSpec(p, "do"), do); err != nil {
+				return nil, err
+			}
+		}
+		if o.Backward && !o.Step {
+			if s.O, err = load(oSpec(p, "o"), out); err != nil {
+				return nil, err
+			}
+			if s.LSE, err = alloc(lseSpec(p)); err != nil {
+				return nil, err
+			}
+			n := p.B * p.Hq * p.Nq
+			if len(lse) < n {
+				return nil, fmt.Errorf("%w: bench: lse: %d elements, want %d", ErrInvalid, len(lse), n)
+			}
+			if err := Upload(ctx, s.LSE, lse[:n]); err != nil {
+				return nil, err
+			}
+		}
+		sets[i] = s
+	}
+	return b.Bench(ctx, p, sets, o)
+}

@@ -1,0 +1,131 @@
+package vkattn
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/flashvk/flashvk/bfloat16"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/x448/float16"
+)
+
+func TestDTypeOf(t *testing.T) {
+	if dtypeOf[float32]() != F32 || dtypeOf[uint16]() != F16 || dtypeOf[float16.Float16]() != F16 || dtypeOf[bfloat16.BFloat16]() != BF16 {
+		t.Error("dtypeOf")
+	}
+	if BF16.Size() != 2 || BF16.String() != shaders.DTypeBF16 {
+		t.Errorf("BF16: size %d, string %q", BF16.Size(), BF16.String())
+	}
+}
+
+// TestBF16StoreRounding checks the kernels' bf16 stores bit for bit: with
+// Q = 0 and two keys, every forward kernel computes O = (V0 + V1)/2 exactly
+// in fp32 (V0 and V1 bf16 values of one binade), which is a bf16 tie half
+// the time; the stored O must be bfloat16.FromFloat32 of it (nearest, ties
+// to even), and a NaN in V must come out NaN.
+func TestBF16StoreRounding(t *testing.T) {
+	ctx := context.Background()
+	const dv = 64
+	rng := rand.New(rand.NewPCG(3, 4))
+	v := make([]bfloat16.BFloat16, 2*dv)
+	want := make([]float32, dv)
+	for d := range dv {
+		// Same sign and exponent, random mantissas; exponents from tiny
+		// (far below fp16's range) to huge (far above it).
+		exp := uint16(1 + rng.IntN(250))
+		sign := uint16(rng.IntN(2)) << 15
+		a := bfloat16.BFloat16(sign | exp<<7 | uint16(rng.IntN(128)))
+		b := bfloat16.BFloat16(sign | exp<<7 | uint16(rng.IntN(128)))
+		v[d], v[dv+d] = a, b
+		want[d] = (a.Float32() + b.Float32()) / 2 // exact in fp32
+	}
+	v[5] = bfloat16.NaN
+	for _, kernel := range []string{"flash", "minimal", "naive"} {
+		t.Run(kernel, func(t *testing.T) {
+			b := openBackend(t, kernel)
+			if !slices.Contains(b.DTypes(), BF16) {
+				t.Skip("no 16-bit storage")
+			}
+			const nq, d = 3, 8
+			p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: nq, Nk: 2, D: d, Dv: dv, Scale: 0.5,
+				Q: spec.BSHD(nq, 1, d), K: spec.BSHD(2, 1, d), V: spec.BSHD(2, 1, dv), O: spec.BSHD(nq, 1, dv)}
+			q := make([]bfloat16.BFloat16, nq*d)
+			k := make([]bfloat16.BFloat16, 2*d)
+			for i := range k {
+				k[i] = bfloat16.FromFloat32(float32(rng.NormFloat64()))
+			}
+			o := make([]bfloat16.BFloat16, nq*dv)
+			lse := make([]float32, nq)
+			if err := ForwardHost(ctx, b, p, q, k, v, o, lse); err != nil {
+				t.Fatal(err)
+			}
+			for i := range nq {
+				for c := range dv {
+					got := o[i*dv+c]
+					if c == 5 {
+						if !got.IsNaN() {
+							t.Errorf("o[%d][5] = %v, want NaN", i, got)
+						}
+						continue
+					}
+					if w := bfloat16.FromFloat32(want[c]); got != w {
+						t.Errorf("o[%d][%d] = %#04x, want %#04x (round to nearest even of %g)", i, c, uint16(got), uint16(w), want[c])
+					}
+				}
+				if math.Abs(float64(lse[i])-math.Ln2) > 1e-6 {
+					t.Errorf("lse[%d] = %v, want ln 2", i, lse[i])
+				}
+			}
+		})
+	}
+}
+
+// bf16 tensors take bfloat16.BFloat16 data only: raw uint16 is F16's.
+func TestBF16Tensor(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t, "")
+	if slices.Contains(b.DTypes(), BF16) != b.Info().StorageBuffer16Bit {
+		t.Fatalf("dtypes %v with storageBuffer16BitAccess %v", b.DTypes(), b.Info().StorageBuffer16Bit)
+	}
+	if !slices.Contains(b.DTypes(), BF16) {
+		t.Skip("no 16-bit storage")
+	}
+	x, err := b.NewTensor(BF16, Shape{B: 1, S: 3, H: 1, D: 5}, spec.Strides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	src := bfloat16.Slice([]float32{1, -2, 3e38, 1e-38, 0.1, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+	if err := Upload(ctx, x, src); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]bfloat16.BFloat16, len(src))
+	if err := Download(ctx, x, got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, src) {
+		t.Errorf("round trip %v, want %v", got, src)
+	}
+	if err := Upload(ctx, x, make([]uint16, 3)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("uint16 into a bf16 tensor: %v", err)
+	}
+	if err := Download(ctx, x, make([]float16.Float16, 3)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("bf16 tensor into float16: %v", err)
+	}
+	// bf16 runs flash_cm only with its own bf16 modules, where the device
+	// has bf16 cooperative matrices (TestBF16CMSelection, TestBF16CM).
+	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 64, Nk: 64, D: 64, Dv: 64, Scale: 0.125,
+		Q: spec.BSHD(64, 1, 64), K: spec.BSHD(64, 1, 64), V: spec.BSHD(64, 1, 64), O: spec.BSHD(64, 1, 64)}
+	if k := b.ForwardKernel(ctx, p, BF16); k == shaders.KernelFlashCM && b.cmBF == nil {
+		t.Errorf("bf16 forward kernel %q without bf16 coopmat", k)
+	}
+	ls, err := b.Launches(ctx, p, BF16, false)
+	if err != nil || len(ls) != 1 || ls[0].Kernel == shaders.KernelFlashCM && b.cmBF == nil {
+		t.Errorf("bf16 launches %+v, %v", ls, err)
+	}
+}

@@ -1,0 +1,327 @@
+package vkattn
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flashvk/flashvk/bfloat16"
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/reference"
+)
+
+// h200InfoBF16 is h200Info with what the H200 reports for bfloat16:
+// VK_KHR_shader_bfloat16 (type and cooperative-matrix features enabled)
+// and a bf16·bf16+f32→f32 16×16×16 subgroup shape.
+func h200InfoBF16() device.Info {
+	info := h200Info()
+	info.BFloat16, info.BFloat16CoopMat = true, true
+	info.CoopMat = append(info.CoopMat,
+		device.CoopMatShape{M: 16, N: 8, K: 16, A: "bf16", B: "bf16", C: "f32", Result: "f32", Scope: "subgroup"},
+		device.CoopMatShape{M: 16, N: 16, K: 16, A: "bf16", B: "bf16", C: "f32", Result: "f32", Scope: "subgroup"})
+	return info
+}
+
+func TestCMSupportBF16(t *testing.T) {
+	s, err := cmSupportFor(h200InfoBF16(), BF16)
+	if err != nil || s.M != 16 || s.N != 16 || s.K != 16 || s.A != "bf16" || s.B != "bf16" || s.C != "f32" || s.Result != "f32" {
+		t.Fatalf("H200-like: shape %v, err %v; want 16x16x16 bf16*bf16+f32->f32", s, err)
+	}
+	// The f16 choice is unchanged by the bf16 shapes, and never bf16.
+	if s, err := cmSupportFor(h200InfoBF16(), F16); err != nil || s.A != "f16" || s.N != 16 {
+		t.Errorf("f16 on the bf16 H200: %v, %v", s, err)
+	}
+	if _, err := cmSupportFor(h200InfoBF16(), F32); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("f32: %v, want ErrUnsupported", err)
+	}
+	for name, mod := range map[string]func(*device.Info){
+		"plain H200 info (no bf16)": func(i *device.Info) { *i = h200Info() },
+		"no shaderBFloat16Type":     func(i *device.Info) { i.BFloat16 = false },
+		"no shaderBFloat16CooperativeMatrix": func(i *device.Info) {
+			i.BFloat16CoopMat = false
+		},
+		"only f16 shapes": func(i *device.Info) { i.CoopMat = h200Info().CoopMat },
+		"bf16 with bf16 accumulators only": func(i *device.Info) {
+			i.CoopMat = []device.CoopMatShape{{M: 16, N: 16, K: 16, A: "bf16", B: "bf16", C: "bf16", Result: "bf16", Scope: "subgroup"}}
+		},
+		"bf16 at workgroup scope only": func(i *device.Info) {
+			i.CoopMat = []device.CoopMatShape{{M: 16, N: 16, K: 16, A: "bf16", B: "bf16", C: "f32", Result: "f32", Scope: "workgroup"}}
+		},
+		"bf16 N not a multiple of 8": func(i *device.Info) {
+			i.CoopMat = []device.CoopMatShape{{M: 16, N: 4, K: 16, A: "bf16", B: "bf16", C: "f32", Result: "f32", Scope: "subgroup"}}
+		},
+		// 16×8×32: no bf16 16×8 matrix (A is 16×32, B 32×8) for the
+		// results' bf16 accumulators.
+		"no bf16 MxN matrix": func(i *device.Info) {
+			i.CoopMat = []device.CoopMatShape{{M: 16, N: 8, K: 32, A: "bf16", B: "bf16", C: "f32", Result: "f32", Scope: "subgroup"}}
+		},
+		"no shaderFloat16": func(i *device.Info) { i.Float16 = false },
+		"no 16-bit storage": func(i *device.Info) {
+			i.StorageBuffer16Bit = false
+		},
+		"Vulkan 1.2": func(i *device.Info) { i.APIVersion = "1.2.198" },
+	} {
+		info := h200InfoBF16()
+		mod(&info)
+		if s, err := cmSupportFor(info, BF16); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: shape %v, err %v, want ErrUnsupported", name, s, err)
+		} else if !strings.Contains(err.Error(), "bf16") {
+			t.Errorf("%s: error %q does not name bf16", name, err)
+		}
+	}
+	// A shape with N == K whose bf16 M×N matrix exists as its own A or B.
+	info := h200InfoBF16()
+	info.CoopMat = []device.CoopMatShape{{M: 16, N: 8, K: 8, A: "bf16", B: "bf16", C: "f32", Result: "f32", Scope: "subgroup"}}
+	if s, err := cmSupportFor(info, BF16); err != nil || s.N != 8 || s.K != 8 {
+		t.Errorf("16x8x8 bf16: %v, %v", s, err)
+	}
+	for _, c := range []struct {
+		rows, cols uint32
+		want       bool
+	}{{16, 16, true}, {16, 8, true}, {8, 16, false}, {32, 16, false}} {
+		if got := hasSubgroupMatrix(h200InfoBF16(), "bf16", c.rows, c.cols); got != c.want {
+			t.Errorf("hasSubgroupMatrix bf16 %dx%d = %v", c.rows, c.cols, got)
+		}
+	}
+}
+
+// syntheticCMBackend is a Backend on info without a device, for selection
+// tests: the coopmat states of initFlashCM with their layout probes
+// replaced by the NVIDIA layout (nvidiaProbe).
+func syntheticCMBackend(t *testing.T, info device.Info, kernel string) (*Backend, error) {
+	t.Helper()
+	b := &Backend{info: info, lim: LimitsOf(info), kernel: shaders.KernelFlash, cfgs: map[cfgKey]cfgResult{},
+		dtypes: []DType{F32}}
+	if info.StorageBuffer16Bit {
+		b.dtypes = append(b.dtypes, F16, BF16)
+	}
+	if err := b.initFlashCM(kernel); err != nil {
+		return nil, err
+	}
+	for _, cm := range []*flashCM{b.cm, b.cmBF} {
+		if cm == nil {
+			continue
+		}
+		l, err := ParseCMProbe(nvidiaProbe(32), cm.shape, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.once.Do(func() { cm.layout = l })
+	}
+	return b, nil
+}
+
+// TestBF16CMSelection: on an H200-like device bf16 runs flash_cm and the
+// coopmat backward with the bf16 modules (never the f16 ones); where the
+// device has f16 but not bf16 cooperative matrices, bf16 runs the scalar
+// kernels while f16 keeps flash_cm.
+func TestBF16CMSelection(t *testing.T) {
+	ctx := context.Background()
+	p := &spec.Problem{B: 1, Hq: 2, Hkv: 1, Nq: 4096, Nk: 4096, D: 128, Dv: 128, Scale: 0.125,
+		Q: spec.BSHD(4096, 2, 128), K: spec.BSHD(4096, 1, 128), V: spec.BSHD(4096, 1, 128), O: spec.BSHD(4096, 2, 128)}
+	for _, kernel := range []string{"", shaders.KernelFlashCM} {
+		b, err := syntheticCMBackend(t, h200InfoBF16(), kernel)
+		if err != nil {
+			t.Fatalf("kernel %q: %v", kernel, err)
+		}
+		if b.cm == nil || b.cmBF == nil || b.cm.dt != F16 || b.cmBF.dt != BF16 || b.cmFor(F32) != nil {
+			t.Fatalf("kernel %q: cm %+v cmBF %+v", kernel, b.cm, b.cmBF)
+		}
+		if b.cmFor(F16) != b.cm || b.cmFor(BF16) != b.cmBF {
+			t.Error("cmFor does not map F16 → cm, BF16 → cmBF")
+		}
+		if b.cmBF.explicit != (kernel == shaders.KernelFlashCM) {
+			t.Errorf("kernel %q: explicit %v", kernel, b.cmBF.explicit)
+		}
+		for _, x := range []struct {
+			kernel  string
+			bf, f16 []byte
+		}{
+			{shaders.KernelFlashCM, b.cmBF.spirv, b.cm.spirv},
+			{shaders.KernelFlashCMProbe, b.cmBF.probeSPV, b.cm.probeSPV},
+			{shaders.KernelBwdCMDKDV, b.cmBF.bwdKV, b.cm.bwdKV},
+			{shaders.KernelBwdCMDQ, b.cmBF.bwdQ, b.cm.bwdQ},
+		} {
+			want, err := shaders.SPIRV(x.kernel, shaders.DTypeBF16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(x.bf, want) || bytes.Equal(x.bf, x.f16) {
+				t.Errorf("bf16 %s: not the bf16 module", x.kernel)
+			}
+			m, err := shaders.Reflect(x.bf)
+			if err != nil || !m.HasCapability(shaders.CapabilityBFloat16CooperativeMatrix) {
+				t.Errorf("bf16 %s: no BFloat16CooperativeMatrixKHR capability (%v)", x.kernel, err)
+			}
+		}
+		if b.Kernel() != shaders.KernelFlashCM {
+			t.Errorf("Kernel %q", b.Kernel())
+		}
+		for _, dt := range []DType{F16, BF16} {
+			if k := b.ForwardKernel(ctx, p, dt); k != shaders.KernelFlashCM {
+				t.Errorf("kernel %q: %v forward runs %q", kernel, dt, k)
+			}
+			if k := b.BackwardKernel(ctx, p, dt); k != "bwd_cm" {
+				t.Errorf("kernel %q: %v backward runs %q", kernel, dt, k)
+			}
+			ls, err := b.Launches(ctx, p, dt, false)
+			if err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Mode != "nsg8-bc64-mode1-pf1" {
+				t.Errorf("kernel %q: %v forward launches %+v, %v", kernel, dt, ls, err)
+			}
+			ls, err = b.Launches(ctx, p, dt, true)
+			if err != nil || len(ls) != 3 || ls[1].Kernel != shaders.KernelBwdCMDKDV || ls[2].Kernel != shaders.KernelBwdCMDQ {
+				t.Errorf("kernel %q: %v backward launches %+v, %v", kernel, dt, ls, err)
+			}
+			plan, ok, err := b.bwdCMPlanFor(ctx, p, dt)
+			if !ok || err != nil || plan.cm != b.cmFor(dt) {
+				t.Errorf("kernel %q: %v backward plan uses %+v (ok %v, %v)", kernel, dt, plan.cm, ok, err)
+			}
+		}
+		if k := b.ForwardKernel(ctx, p, F32); k != shaders.KernelFlash {
+			t.Errorf("f32 forward runs %q", k)
+		}
+		if k := b.BackwardKernel(ctx, p, F32); k != "bwd" {
+			t.Errorf("f32 backward runs %q", k)
+		}
+	}
+
+	// f16 coopmat without bf16 coopmat: bf16 runs the scalar kernels, in
+	// both modes ("flash_cm" does not fail for it).
+	for _, kernel := range []string{"", shaders.KernelFlashCM} {
+		b, err := syntheticCMBackend(t, h200Info(), kernel)
+		if err != nil {
+			t.Fatalf("kernel %q on plain H200 info: %v", kernel, err)
+		}
+		if b.cm == nil || b.cmBF != nil || b.cmFor(BF16) != nil {
+			t.Fatalf("kernel %q: cm %v cmBF %v", kernel, b.cm != nil, b.cmBF != nil)
+		}
+		if k := b.ForwardKernel(ctx, p, BF16); k != shaders.KernelFlash {
+			t.Errorf("kernel %q: bf16 forward without bf16 coopmat runs %q", kernel, k)
+		}
+		if k := b.BackwardKernel(ctx, p, BF16); k != "bwd" {
+			t.Errorf("kernel %q: bf16 backward without bf16 coopmat runs %q", kernel, k)
+		}
+		if ls, err := b.Launches(ctx, p, BF16, false); err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlash {
+			t.Errorf("kernel %q: bf16 launches %+v, %v", kernel, ls, err)
+		}
+		if k := b.ForwardKernel(ctx, p, F16); k != shaders.KernelFlashCM {
+			t.Errorf("kernel %q: f16 forward runs %q", kernel, k)
+		}
+	}
+	// A scalar kernel never uses either.
+	b, err := syntheticCMBackend(t, h200InfoBF16(), shaders.KernelFlash)
+	if err != nil || b.cm != nil || b.cmBF != nil {
+		t.Errorf("kernel flash: cm %v cmBF %v (%v)", b != nil && b.cm != nil, b != nil && b.cmBF != nil, err)
+	}
+}
+
+// TestBF16CM runs the bf16 cooperative-matrix forward and backward on the
+// test device where it has them (an NVIDIA H200: run it there; lavapipe has
+// no bf16 cooperative matrices and skips) on awkward problems against the
+// float64 reference on the bf16-rounded inputs, in each backward MODE the
+// bf16 layout allows, and checks bitwise repeatability of the gradients.
+// Bounds: rel_l2 ≤ 1.6e-2 on O (the CLI's bf16 check bound) and ≤ 3.2e-2 on
+// the gradients (TestBwdCM's fp16 bound × 8, bf16's unit roundoff over
+// fp16's); the FlashAttention-2 criterion itself is the conformance
+// suite's (attention.TestConformanceVulkanCoopmat runs bf16 there).
+func TestBF16CM(t *testing.T) {
+	b := openBackend(t, "")
+	if b.cmBF == nil {
+		_, err := cmSupportFor(b.info, BF16)
+		t.Skipf("%s: no bf16 cooperative-matrix kernels: %v", b.info.Name, err)
+	}
+	ctx := context.Background()
+	l, err := b.cmLayout(ctx, b.cmBF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bf16 layout: %v", l)
+	if lf, err := b.flashCMLayout(ctx); err == nil {
+		if !slices.Equal(lf.APerm, l.APerm) || lf.Mode1 != l.Mode1 {
+			t.Logf("bf16 A layout differs from f16's: f16 %v", lf)
+		}
+	}
+	modes := []int{0}
+	if l.Mode1 {
+		modes = append(modes, 1)
+	}
+	defer func() { bwdCMMode = -1 }()
+	const tol, gtol = 1.6e-2, 3.2e-2
+	toBF := func(x []float32) []bfloat16.BFloat16 { return bfloat16.Slice(x) }
+	cases := []struct {
+		b, hq, hkv, nq, nk, d, dv int
+		mask                      spec.Mask
+	}{
+		{1, 2, 2, 77, 77, 64, 64, spec.MaskNone},
+		{2, 4, 2, 150, 130, 64, 64, spec.MaskCausalBottomRight},
+		{1, 2, 1, 130, 150, 128, 128, spec.MaskCausalTopLeft},
+		{1, 1, 1, 200, 70, 40, 40, spec.MaskCausalBottomRight},
+		{1, 1, 1, 64, 64, 80, 48, spec.MaskCausalTopLeft},
+		{1, 1, 1, 45, 45, 256, 256, spec.MaskNone},
+		{1, 2, 1, 2100, 2060, 64, 64, spec.MaskCausalBottomRight}, // flash_cm MODE 1 where the layout allows
+		{1, 1, 1, 2048, 2048, 128, 128, spec.MaskNone},
+	}
+	for i, c := range cases {
+		name := fmt.Sprintf("%d-%dx%dx%d-q%d-k%d-d%d-dv%d-m%d", i, c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask)
+		h := newHostProblem(uint64(300+i), c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask)
+		p := h.p
+		q, k, v, dO := toBF(h.q), toBF(h.k), toBF(h.v), toBF(h.dO)
+		q64, k64, v64, do64 := to64(bfloat16.Float32s(q)), to64(bfloat16.Float32s(k)), to64(bfloat16.Float32s(v)), to64(bfloat16.Float32s(dO))
+		rp := h.ref()
+		ro, rlse, err := reference.Forward(rp, q64, k64, v64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run("fwd/"+name, func(t *testing.T) {
+			if kn := b.ForwardKernel(ctx, p, BF16); kn != shaders.KernelFlashCM {
+				t.Fatalf("bf16 forward runs %q", kn)
+			}
+			ls, _ := b.Launches(ctx, p, BF16, false)
+			t.Logf("launch %+v", ls)
+			o := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(h.o)) // NaN: unwritten
+			lse := make([]float32, len(h.lse))
+			if err := ForwardHost(ctx, b, p, q, k, v, o, lse); err != nil {
+				t.Fatal(err)
+			}
+			checkClose(t, "o", bfloat16.Float32s(o), ro, tol)
+			checkClose(t, "lse", lse, rlse, 1e-4)
+		})
+		lse32 := to32(rlse)
+		obf := toBF(to32(ro))
+		rdq, rdk, rdv, err := reference.Backward(rp, q64, k64, v64, do64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range modes {
+			t.Run(fmt.Sprintf("bwd-mode%d/%s", mode, name), func(t *testing.T) {
+				bwdCMMode = mode
+				if kn := b.BackwardKernel(ctx, p, BF16); kn != "bwd_cm" {
+					t.Fatalf("bf16 backward runs %q", kn)
+				}
+				run := func() (dq, dk, dv []bfloat16.BFloat16) {
+					dq = slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(q))
+					dk = slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(k))
+					dv = slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(v))
+					if err := BackwardHost(ctx, b, p, q, k, v, obf, lse32, dO, dq, dk, dv); err != nil {
+						t.Fatal(err)
+					}
+					return dq, dk, dv
+				}
+				dq, dk, dv := run()
+				checkClose(t, "dq", bfloat16.Float32s(dq), rdq, gtol)
+				checkClose(t, "dk", bfloat16.Float32s(dk), rdk, gtol)
+				checkClose(t, "dv", bfloat16.Float32s(dv), rdv, gtol)
+				dq2, dk2, dv2 := run()
+				if !slices.Equal(dq, dq2) || !slices.Equal(dk, dk2) || !slices.Equal(dv, dv2) {
+					t.Error("gradients differ bitwise between two runs")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package vkattn
+
+import (
+	"context"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/device/devicetest"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// h200Info is a synthetic device.Info shaped like the H200's (the features
+// flash_cm looks at).
+func h200Info() device.Info {
+	return device.Info{
+		Name: "synthetic H200", APIVersion: "1.4.312",
+		SubgroupSize: 32, MinSubgroupSize: 32, MaxSubgroupSize: 32, SubgroupSizeControl: true, ComputeFullSubgroups: true,
+		SubgroupOps:     device.SubgroupOps{Shuffle: true},
+		MaxSharedMemory: 48 << 10, MaxWorkgroupInvocations: 1024, MaxWorkgroupSize: [3]uint32{1024, 1024, 64},
+		Float16: true, StorageBuffer16Bit: true, VulkanMemoryModel: true,
+		CoopMat: []device.CoopMatShape{
+			{M: 16, N: 8, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"},
+			{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f16", Result: "f16", Scope: "subgroup"},
+			{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"},
+			{M: 16, N: 16, K: 32, A: "i8", B: "i8", C: "i32", Result: "i32", Scope: "subgroup"},
+		},
+	}
+}
+
+func TestCMSupport(t *testing.T) {
+	s, err := cmSupport(h200Info())
+	if err != nil || s.M != 16 || s.N != 16 || s.K != 16 || s.C != "f32" {
+		t.Fatalf("H200-like: shape %v, err %v; want 16x16x16 f16*f16+f32->f32", s, err)
+	}
+	// Shapes come from the device: without 16×16×16 another one is used.
+	info := h200Info()
+	info.CoopMat = []device.CoopMatShape{{M: 16, N: 8, K: 8, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"},
+		{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "workgroup"}}
+	if s, err := cmSupport(info); err != nil || s.N != 8 || s.K != 8 {
+		t.Errorf("16x8x8 only: shape %v, err %v", s, err)
+	}
+	for name, mod := range map[string]func(*device.Info){
+		"no coopmat (lavapipe)": func(i *device.Info) { i.CoopMat = nil },
+		"only f16 accumulators": func(i *device.Info) { i.CoopMat = i.CoopMat[1:2] },
+		"only workgroup scope": func(i *device.Info) {
+			i.CoopMat = []device.CoopMatShape{{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "workgroup"}}
+		},
+		"N not a multiple of 8": func(i *device.Info) {
+			i.CoopMat = []device.CoopMatShape{{M: 16, N: 4, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"}}
+		},
+		"no shaderFloat16":       func(i *device.Info) { i.Float16 = false },
+		"no 16-bit storage":      func(i *device.Info) { i.StorageBuffer16Bit = false },
+		"no memory model":        func(i *device.Info) { i.VulkanMemoryModel = false },
+		"Vulkan 1.2":             func(i *device.Info) { i.APIVersion = "1.2.198" },
+		"no shuffle":             func(i *device.Info) { i.SubgroupOps.Shuffle = false },
+		"variable size, no ctrl": func(i *device.Info) { i.MinSubgroupSize, i.SubgroupSizeControl = 8, false },
+	} {
+		info := h200Info()
+		mod(&info)
+		if _, err := cmSupport(info); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: err %v, want ErrUnsupported", name, err)
+		}
+	}
+	for v, want := range map[string]bool{"1.3.0": true, "1.4.1": true, "2.0.0": true, "1.2.9": false, "": false, "x.y": false} {
+		if apiAtLeast(v, 1, 3) != want {
+			t.Errorf("apiAtLeast(%q, 1, 3) != %v", v, want)
+		}
+	}
+}
+
+// nvidiaProbe is flash_cm_probe's output for the NVIDIA (mma.m16n8k16)
+// layout of 16×16 fp32 accumulators and fp16 A matrices on 32 lanes:
+// lane l holds rows g = l/4 and g+8, columns 2t, 2t+1 (t = l%4) of both
+// 8-column halves, in the same order for both types.
+func nvidiaProbe(sg int) []float32 {
+	out := make([]float32, shaders.FlashCMProbeFloats(sg))
+	for i := range out {
+		out[i] = float32(math.NaN())
+	}
+	out[0], out[1], out[2] = 8, 8, float32(sg)
+	for lane := range sg {
+		g, tt := lane/4, lane%4
+		var rc [][2]int
+		for h := range 2 {
+			for _, r := range []int{g, g + 8} {
+				rc = append(rc, [2]int{r, 8*h + 2*tt}, [2]int{r, 8*h + 2*tt + 1})
+			}
+		}
+		for i, x := range rc {
+			out[8+lane*64+i] = float32(256*x[0] + x[1])
+			out[8+(sg+lane)*64+i] = float32(32*x[0] + x[1])
+		}
+	}
+	return out
+}
+
+var shape16 = device.CoopMatShape{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"}
+
+func TestParseCMProbe(t *testing.T) {
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Mode1 || !l.Mode2 || l.RL != 2 || l.XorMask != 3 || l.AccLen != 8 || l.ALen != 8 {
+		t.Fatalf("layout %+v (why %q), want MODE 1, RL 2, xormask 3", l, l.Why)
+	}
+	if want := []int{0, 0, 1, 1, 0, 0, 1, 1}; !reflect.DeepEqual(l.SlotRow, want) {
+		t.Errorf("slotrow %v, want %v", l.SlotRow, want)
+	}
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 7}; !reflect.DeepEqual(l.APerm, want) {
+		t.Errorf("aperm %v, want %v", l.APerm, want)
+	}
+	sLo, sHi, pLo, pHi := l.Packed()
+	if sLo != 0x11001100 || sHi != 0 || pLo != 0x76543210 || pHi != 0 {
+		t.Errorf("packed %#x %#x %#x %#x", sLo, sHi, pLo, pHi)
+	}
+
+	// A's components in another order than the accumulator's: MODE 1 with
+	// a permutation.
+	out := nvidiaProbe(32)
+	for lane := range 32 {
+		a := out[8+(32+lane)*64:]
+		a[0], a[1], a[4], a[5] = a[4], a[5], a[0], a[1]
+	}
+	if l, err := ParseCMProbe(out, shape16, 32); err != nil || !l.Mode1 || !reflect.DeepEqual(l.APerm, []int{4, 5, 2, 3, 0, 1, 6, 7}) {
+		t.Errorf("permuted A: %+v, %v", l, err)
+	}
+
+	// The local row of a component depends on the lane: no register softmax.
+	out = nvidiaProbe(32)
+	acc := out[8+5*64:]
+	acc[0], acc[2] = acc[2], acc[0]
+	acc[1], acc[3] = acc[3], acc[1]
+	if l, err := ParseCMProbe(out, shape16, 32); err != nil || l.Mode1 || l.Mode2 || l.Why == "" {
+		t.Errorf("lane-dependent rows: %+v, %v", l, err)
+	}
+
+	// A probe that does not cover the shape it was run for is refused.
+	if l, err := ParseCMProbe(nvidiaProbe(32), device.CoopMatShape{M: 16, N: 16, K: 16 * 2}, 32); err == nil {
+		t.Errorf("A covering half its elements accepted: %+v", l)
+	}
+
+	for name, mod := range map[string]func([]float32){
+		"unwritten":   func(o []float32) { o[8+3*64+2] = float32(math.NaN()) },
+		"subgroup":    func(o []float32) { o[2] = 64 },
+		"length":      func(o []float32) { o[0] = 0 },
+		"replicated":  func(o []float32) { copy(o[8+64:8+64+8], o[8:8+8]) },
+		"short slice": nil,
+	} {
+		out := nvidiaProbe(32)
+		if mod == nil {
+			out = out[:100]
+		} else {
+			mod(out)
+		}
+		if _, err := ParseCMProbe(out, shape16, 32); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestChooseCMTile(t *testing.T) {
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode0 := *l
+	mode0.Mode1, mode0.Why = false, "synthetic"
+	const sh, wg = 48 << 10, 1024
+	for _, c := range []struct {
+		l         *CMLayout
+		d, dv, nq int
+		sh        int
+		want      string
+	}{
+		{l, 128, 128, 4096, sh, "nsg8-bc64-mode1-pf1"},
+		{l, 128, 128, 2048, sh, "nsg8-bc64-mode1-pf1"},
+		{l, 64, 64, 16384, sh, "nsg8-bc128-mode1-pf1"},
+		{l, 40, 64, 8192, sh, "nsg8-bc128-mode1-pf1"},
+		{l, 96, 96, 4096, sh, "nsg8-bc64-mode1-pf1"},
+		{l, 128, 128, 2047, sh, "nsg8-bc32-mode1-pf1"}, // short sequences: smaller MODE 1 tiles
+		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1"},
+		{l, 256, 256, 4096, sh, "nsg4-bc32-mode0-pf1"}, // MODE 1 at d > 128 not measured
+		{l, 128, 128, 4096, 32 << 10, "nsg4-bc32-mode0-pf1"},
+		{&mode0, 128, 128, 4096, sh, "nsg4-bc32-mode0-pf1"},
+		{l, 256, 256, 4096, 32 << 10, ""}, // nothing fits: scalar flash
+		{l, 300, 64, 4096, sh, ""},
+	} {
+		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, c.sh, wg)
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("d %d dv %d nq %d shared %d: chose %v, want none", c.d, c.dv, c.nq, c.sh, got)
+			}
+			continue
+		}
+		if err != nil || got.String() != c.want {
+			t.Errorf("d %d dv %d nq %d shared %d: %v (%v), want %s", c.d, c.dv, c.nq, c.sh, got, err, c.want)
+		}
+	}
+	// MODE 2 is never chosen, and a checked tile never is MODE 2.
+	if err := cmCheckTile(l, cmTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, sh, wg); err == nil {
+		t.Error("MODE 2 accepted")
+	}
+	if err := cmCheckTile(l, cmTile{NSG: 64, BC: 32}, 64, 64, 1<<30, wg); err == nil {
+		t.Error("workgroup of 2048 accepted")
+	}
+}
+
+func TestCMSpec(t *testing.T) {
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := shaders.SpecIDs(shaders.KernelFlashCM)
+	get := func(sp []device.Spec, id uint32) uint32 {
+		for _, s := range sp {
+			if s.ID == id {
+				return s.Value
+			}
+		}
+		t.Fatalf("spec %d missing", id)
+		return 0
+	}
+	sp := cmSpec(l, cmTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true}, 128, 96, true)
+	if len(sp) != len(ids) {
+		t.Fatalf("%d spec constants, flash_cm declares %d", len(sp), len(ids))
+	}
+	for i, s := range sp {
+		if s.ID != ids[i] {
+			t.Errorf("spec %d has ID %d, want %d", i, s.ID, ids[i])
+		}
+	}
+	for id, want := range map[uint32]uint32{0: 256, 1: 128, 2: 96, 3: 128, 4: 64, 5: 32, 10: 16, 11: 16, 12: 16, 13: 1, 14: 8,
+		15: 2, 16: 0x11001100, 17: 0, 18: 3, 19: 0x76543210, 20: 0, 21: 1, 22: 1} {
+		if got := get(sp, id); got != want {
+			t.Errorf("MODE 1 spec %d = %#x, want %#x", id, got, want)
+		}
+	}
+	sp = cmSpec(l, cmTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}, 64, 64, false)
+	for id, want := range map[uint32]uint32{0: 128, 3: 64, 13: 0, 15: 1, 16: 0, 18: 0, 19: 0, 21: 0, 22: 0} {
+		if got := get(sp, id); got != want {
+			t.Errorf("MODE 0 spec %d = %#x, want %#x", id, got, want)
+		}
+	}
+}
+
+func TestCMVec(t *testing.T) {
+	p := &spec.Problem{B: 2, Hq: 4, Hkv: 2, Nq: 10, Nk: 12, D: 64, Dv: 64, Scale: 1}
+	p.Q = spec.Strides{Batch: 10 * 4 * 64, Seq: 4 * 64, Head: 64}
+	p.K = spec.Strides{Batch: 12 * 2 * 64, Seq: 2 * 64, Head: 64}
+	p.V, p.O = p.K, p.Q
+	if !cmVec(p, params(p)) {
+		t.Error("contiguous d 64: no VEC")
+	}
+	p.Q.Seq = 4*64 + 4
+	if cmVec(p, params(p)) {
+		t.Error("Q seq stride 260: VEC")
+	}
+	p.Q.Seq, p.D, p.Dv = 4*64, 60, 60
+	if cmVec(p, params(p)) {
+		t.Error("d 60: VEC")
+	}
+}
+
+// TestFlashCMSelection checks the kernel selection on the test device:
+// without cooperative matrices (lavapipe) "" keeps the scalar flash kernel
+// and "flash_cm" is refused; with them both report flash_cm, f32 runs
+// flash.
+func TestFlashCMSelection(t *testing.T) {
+	if _, err := forwardKernel(shaders.KernelFlashCM); err != nil {
+		t.Fatal(err)
+	}
+	dev := devicetest.Open(t)
+	_, supErr := cmSupport(dev.Info())
+	b := openBackend(t, "")
+	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 64, Nk: 64, D: 64, Dv: 64, Scale: 1}
+	if supErr != nil {
+		t.Logf("no flash_cm here: %v", supErr)
+		if b.Kernel() != shaders.KernelFlash || b.ForwardKernel(context.Background(), p, F16) != shaders.KernelFlash {
+			t.Errorf("auto without coopmat: Kernel %q", b.Kernel())
+		}
+		_, err := New(dev, Options{Kernel: shaders.KernelFlashCM})
+		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "flash_cm") {
+			t.Errorf("explicit flash_cm without coopmat: %v", err)
+		}
+		return
+	}
+	if b.Kernel() != shaders.KernelFlashCM {
+		t.Errorf("auto with coopmat: Kernel %q", b.Kernel())
+	}
+	if k := b.ForwardKernel(context.Background(), p, F32); k != shaders.KernelFlash {
+		t.Errorf("f32 forward runs %q", k)
+	}
+	if k := b.ForwardKernel(context.Background(), p, F16); k != shaders.KernelFlashCM {
+		t.Errorf("f16 forward runs %q (probe: %v)", k, b.cm.err)
+	}
+	if l := b.cm.layout; l != nil {
+		t.Logf("flash_cm layout: RL %d slotrow %v xormask %#x aperm %v mode1 %v %s", l.RL, l.SlotRow, l.XorMask, l.APerm, l.Mode1, l.Why)
+	}
+	if b2 := openBackend(t, shaders.KernelFlash); b2.Kernel() != shaders.KernelFlash {
+		t.Errorf("explicit flash: Kernel %q", b2.Kernel())
+	}
+}

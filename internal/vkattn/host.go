@@ -1,0 +1,333 @@
+package vkattn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// Host-slice entry points. Each operand is a slice addressed by the
+// problem's strides from element 0 (the attention package's Tensor.Data):
+// the kernels read the uploaded slice as it is, so strided views need no
+// repacking. Outputs are written only inside their views.
+
+// MaxBatchChunk returns how many whole batches of p the host path puts in
+// one submission: all of them unless an operand (or the naive score matrix,
+// or the backward's D) of that many batches would exceed 32-bit element
+// offsets or the device's largest storage buffer, or the grid's z
+// dimension. It fails with ErrTooLarge when even one batch does not fit.
+func (b *Backend) MaxBatchChunk(p *spec.Problem, dt DType, backward bool) (int, error) {
+	if err := CheckProblem(p); err != nil {
+		return 0, err
+	}
+	kernel := b.kernel
+	if backward {
+		kernel = ""
+	}
+	return maxBatchChunk(p, dt, kernel, backward, b.maxBuf, b.info.MaxWorkgroupCount[2])
+}
+
+// maxBatchChunk is MaxBatchChunk for given limits: maxBuf bytes per
+// buffer, maxZ workgroups in z; kernel is the forward kernel ("" when
+// only the backward runs).
+func maxBatchChunk(p *spec.Problem, dt DType, kernel string, backward bool, maxBuf int64, maxZ uint32) (int, error) {
+	cb := p.B
+	if maxZ > 0 {
+		cb = min(cb, int(maxZ))
+	}
+	limit := func(size int64) int64 { return min(int64(MaxElements), maxBuf/size) }
+	ops := []operandSpec{qSpec(p, "q"), kSpec(p, "k"), vSpec(p, "v"), oSpec(p, "o"), lseSpec(p)}
+	if backward {
+		ops = append(ops, oSpec(p, "do"), qSpec(p, "dq"), kSpec(p, "dk"), vSpec(p, "dv"))
+	}
+	for _, op := range ops {
+		size := int64(dt.Size())
+		if op.dt != 0 {
+			size = int64(op.dt.Size())
+		}
+		one := op.shape
+		one.B = 1
+		e1, ok := extent(one, op.st)
+		if !ok {
+			return 0, fmt.Errorf("%w: %s: shape %v with strides %+v is empty, negative or overflows", ErrInvalid, op.name, op.shape, op.st)
+		}
+		l := limit(size)
+		if e1 > l {
+			return 0, fmt.Errorf("%w: %s: one batch of shape %v with strides %+v spans %d elements (%d bytes); the kernels address at most %d elements and the device's largest storage buffer is %d bytes",
+				ErrTooLarge, op.name, op.shape, op.st, e1, e1*size, int64(MaxElements), maxBuf)
+		}
+		if op.st.Batch > 0 {
+			cb = min(cb, int((l-e1)/int64(op.st.Batch))+1)
+		}
+	}
+	perBatch := func(name string, bytes int64) error {
+		if bytes > maxBuf || bytes/4 > MaxElements {
+			return fmt.Errorf("%w: %s of one batch needs %d bytes; the device's largest storage buffer is %d bytes",
+				ErrTooLarge, name, bytes, maxBuf)
+		}
+		cb = min(cb, int(min(maxBuf, 4*MaxElements)/bytes))
+		return nil
+	}
+	if kernel == shaders.KernelNaive {
+		one := *p
+		one.B = 1
+		if err := perBatch("naive kernel: score matrix B·Hq·Nq·Nk·4", NaiveScratchBytes(&one)); err != nil {
+			return 0, err
+		}
+	}
+	if backward {
+		one := *p
+		one.B = 1
+		if err := perBatch("backward: D scratch B·Hq·Nq·4", BackwardScratchBytes(&one)); err != nil {
+			return 0, err
+		}
+	}
+	return max(cb, 1), nil
+}
+
+// chunk is the problem restricted to batches b0 … b0+p.B−1.
+func chunk(p *spec.Problem, b0, n int) *spec.Problem {
+	c := *p
+	c.B = n
+	return &c
+}
+
+// at returns s from the element offset of batch b0 of strides st.
+func at[T any](s []T, b0 int, batchStride int) []T {
+	if b0 == 0 {
+		return s
+	}
+	off := b0 * batchStride
+	if off > len(s) {
+		return nil
+	}
+	return s[off:]
+}
+
+// ForwardHost computes O and LSE of host operands q, k, v (F32: float32,
+// BF16: bfloat16.BFloat16, F16: other uint16 bits) into o (only o's view is written) and lse (contiguous
+// [B, Hq, Nq]).
+func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.leave()
+	dt := dtypeOf[T]()
+	return hostChunks(b, p, dt, false, lse, func(c *spec.Problem, b0 int, lse []float32) error {
+		return forwardChunk(ctx, b, c, dt,
+			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse)
+	})
+}
+
+// hostChunks checks what every host call needs (a dtype the device runs,
+// an LSE of B·Hq·Nq) and runs fn on each run of whole batches that fits the
+// device's buffer and 32-bit addressing limits, with that chunk's problem,
+// first batch and LSE.
+func hostChunks(b *Backend, p *spec.Problem, dt DType, backward bool, lse []float32, fn func(c *spec.Problem, b0 int, lse []float32) error) error {
+	if err := b.supports(dt); err != nil {
+		return err
+	}
+	cb, err := b.MaxBatchChunk(p, dt, backward)
+	if err != nil {
+		return err
+	}
+	if want := p.B * p.Hq * p.Nq; len(lse) < want {
+		return fmt.Errorf("%w: lse: %d elements, want %d", ErrInvalid, len(lse), want)
+	}
+	per := p.Hq * p.Nq
+	for b0 := 0; b0 < p.B; b0 += cb {
+		if err := fn(chunk(p, b0, min(cb, p.B-b0)), b0, lse[b0*per:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BackwardHost computes dQ, dK, dV (written only inside their views, which
+// have the strides of Q, K, V) from host q, k, v, o, lse and do.
+func BackwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.leave()
+	dt := dtypeOf[T]()
+	return hostChunks(b, p, dt, true, lse, func(c *spec.Problem, b0 int, lse []float32) error {
+		return backwardChunk(ctx, b, c, dt,
+			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse,
+			at(do, b0, p.O.Batch), at(dq, b0, p.Q.Batch), at(dk, b0, p.K.Batch), at(dv, b0, p.V.Batch))
+	})
+}
+
+// hostCall tracks the pooled buffers of one host call.
+type hostCall struct {
+	s       *scratch
+	tainted bool // a transfer or submission may still be running
+}
+
+func (h *hostCall) fail(err error) error {
+	if submitted(err) {
+		h.tainted = true
+	}
+	return fmt.Errorf("vkattn: %w", err)
+}
+
+func (h *hostCall) finish() { h.s.done(!h.tainted) }
+
+// upload puts an input operand (its slice up to the view's extent) into a
+// pooled buffer.
+func upload[T Elem](ctx context.Context, h *hostCall, op operandSpec, data []T) (*device.Buffer, error) {
+	n, ok := extent(op.shape, op.st)
+	if !ok || int64(len(data)) < n {
+		return nil, fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, op.name, len(data), n)
+	}
+	buf, err := h.s.get(n * int64(dtypeOf[T]().Size()))
+	if err != nil {
+		return nil, err
+	}
+	if err := device.Upload(ctx, buf, 0, data[:n]); err != nil {
+		return nil, h.fail(err)
+	}
+	return buf, nil
+}
+
+// output allocates a pooled buffer for an output operand.
+func output(h *hostCall, op operandSpec, size int) (*device.Buffer, error) {
+	n, ok := extent(op.shape, op.st)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: bad view", ErrInvalid, op.name)
+	}
+	return h.s.get(n * int64(size))
+}
+
+// download copies an output's view from buf into data: directly when the
+// view is dense, else through a temporary whose view rows are scattered,
+// so that elements of data outside the view keep their values.
+func download[T Elem](ctx context.Context, h *hostCall, op operandSpec, buf *device.Buffer, data []T) error {
+	n, ok := extent(op.shape, op.st)
+	if !ok || int64(len(data)) < n {
+		return fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, op.name, len(data), n)
+	}
+	if dense(op.shape, n) {
+		if err := device.Download(ctx, buf, 0, data[:n]); err != nil {
+			return h.fail(err)
+		}
+		return nil
+	}
+	tmp := make([]T, n)
+	if err := device.Download(ctx, buf, 0, tmp); err != nil {
+		return h.fail(err)
+	}
+	s, st := op.shape, op.st
+	for bi := range s.B {
+		for si := range s.S {
+			for hi := range s.H {
+				off := st.Offset(bi, si, hi)
+				copy(data[off:off+s.D], tmp[off:off+s.D])
+			}
+		}
+	}
+	return nil
+}
+
+func forwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt DType, q, k, v, o []T, lse []float32) (err error) {
+	h := &hostCall{s: &scratch{b: b}}
+	defer h.finish()
+	// Check the outputs before moving any data.
+	if n, _ := extent(oSpec(p, "o").shape, p.O); int64(len(o)) < n {
+		return fmt.Errorf("%w: o: slice of %d elements, the view needs %d", ErrInvalid, len(o), n)
+	}
+	qb, err := upload(ctx, h, qSpec(p, "q"), q)
+	if err != nil {
+		return err
+	}
+	kb, err := upload(ctx, h, kSpec(p, "k"), k)
+	if err != nil {
+		return err
+	}
+	vb, err := upload(ctx, h, vSpec(p, "v"), v)
+	if err != nil {
+		return err
+	}
+	ob, err := output(h, oSpec(p, "o"), dt.Size())
+	if err != nil {
+		return err
+	}
+	nl := p.B * p.Hq * p.Nq
+	lb, err := h.s.get(4 * int64(nl))
+	if err != nil {
+		return err
+	}
+	r := b.dev.Record()
+	if err := b.recordForward(r, h.s, p, dt, qb, kb, vb, ob, lb); err != nil {
+		return err
+	}
+	if _, err := b.dev.Submit(ctx, r); err != nil {
+		return h.fail(err)
+	}
+	if err := download(ctx, h, oSpec(p, "o"), ob, o); err != nil {
+		return err
+	}
+	if err := device.Download(ctx, lb, 0, lse[:nl]); err != nil {
+		return h.fail(err)
+	}
+	return nil
+}
+
+func backwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt DType, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
+	h := &hostCall{s: &scratch{b: b}}
+	defer h.finish()
+	for _, out := range []struct {
+		op operandSpec
+		n  int
+	}{{qSpec(p, "dq"), len(dq)}, {kSpec(p, "dk"), len(dk)}, {vSpec(p, "dv"), len(dv)}} {
+		if n, _ := extent(out.op.shape, out.op.st); int64(out.n) < n {
+			return fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, out.op.name, out.n, n)
+		}
+	}
+	var bufs [6]*device.Buffer
+	for i, in := range []struct {
+		op   operandSpec
+		data []T
+	}{{qSpec(p, "q"), q}, {kSpec(p, "k"), k}, {vSpec(p, "v"), v}, {oSpec(p, "o"), o}, {oSpec(p, "do"), do}} {
+		buf, err := upload(ctx, h, in.op, in.data)
+		if err != nil {
+			return err
+		}
+		bufs[i] = buf
+	}
+	nl := p.B * p.Hq * p.Nq
+	lb, err := upload(ctx, h, lseSpec(p), lse[:nl])
+	if err != nil {
+		return err
+	}
+	bufs[5] = lb
+	dqb, err := output(h, qSpec(p, "dq"), dt.Size())
+	if err != nil {
+		return err
+	}
+	dkb, err := output(h, kSpec(p, "dk"), dt.Size())
+	if err != nil {
+		return err
+	}
+	dvb, err := output(h, vSpec(p, "dv"), dt.Size())
+	if err != nil {
+		return err
+	}
+	r := b.dev.Record()
+	if err := b.recordBackward(r, h.s, p, dt, bufs[0], bufs[1], bufs[2], bufs[3], bufs[5], bufs[4], dqb, dkb, dvb); err != nil {
+		return err
+	}
+	if _, err := b.dev.Submit(ctx, r); err != nil {
+		return h.fail(err)
+	}
+	if err := download(ctx, h, qSpec(p, "dq"), dqb, dq); err != nil {
+		return err
+	}
+	if err := download(ctx, h, kSpec(p, "dk"), dkb, dk); err != nil {
+		return err
+	}
+	return download(ctx, h, vSpec(p, "dv"), dvb, dv)
+}

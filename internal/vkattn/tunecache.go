@@ -1,0 +1,247 @@
+package vkattn
+
+// The tune cache file: tuned configurations per device, driver and key,
+// written by the tuner (flashvk tune) and read by Open.
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/flashvk/flashvk/internal/device"
+)
+
+// TuneCacheVersion is the schema version of the tune cache file. A file of
+// another version is ignored (with a warning) and replaced by the next
+// tune.
+const TuneCacheVersion = 1
+
+// TuneCacheName is the cache file's name under os.UserCacheDir()/flashvk.
+const TuneCacheName = "tune-v1.json"
+
+// ErrTuneCache: the tune cache file is unreadable, corrupt or of another
+// schema version.
+var ErrTuneCache = errors.New("vkattn: tune cache")
+
+// DeviceKey identifies a device and its driver: a tuned configuration
+// applies only where every field matches.
+type DeviceKey struct {
+	Name              string `json:"name"`
+	VendorID          uint32 `json:"vendor_id"`
+	DeviceID          uint32 `json:"device_id"`
+	Driver            string `json:"driver"`
+	DriverVersion     string `json:"driver_version"`
+	PipelineCacheUUID string `json:"pipeline_cache_uuid,omitempty"`
+}
+
+// DeviceKeyOf is the key of a device.
+func DeviceKeyOf(info device.Info) DeviceKey {
+	k := DeviceKey{Name: info.Name, VendorID: info.VendorID, DeviceID: info.DeviceID,
+		Driver: strings.TrimSpace(info.DriverName + " " + info.DriverInfo), DriverVersion: info.DriverVersion}
+	if info.PipelineCacheUUID != ([16]byte{}) {
+		k.PipelineCacheUUID = hex.EncodeToString(info.PipelineCacheUUID[:])
+	}
+	return k
+}
+
+// TuneEntry is one tuned choice: on Device, for Key, at sequence length N
+// (B·H as the tuner's representative problem), Candidate was the fastest
+// verified configuration.
+type TuneEntry struct {
+	Device DeviceKey `json:"device"`
+	Key    TuneKey   `json:"key"`
+	// N is the sequence length (Nq = Nk) tuned at; B and H the batch and
+	// heads of that problem.
+	N int `json:"n"`
+	B int `json:"b,omitempty"`
+	H int `json:"h,omitempty"`
+	// Candidate is the chosen configuration (TuneFamily.Parse reads it).
+	Candidate string `json:"candidate"`
+	// Default is the configuration used without tuning, for reference.
+	Default string `json:"default,omitempty"`
+	// MedianMS and DefaultMS are the measured medians of the pass (all of
+	// its kernels) with Candidate and with Default.
+	MedianMS  float64 `json:"median_ms"`
+	DefaultMS float64 `json:"default_ms,omitempty"`
+	TFLOPS    float64 `json:"tflops,omitempty"`
+	// Date is when it was tuned (RFC 3339, UTC).
+	Date string `json:"date,omitempty"`
+}
+
+// Speedup is DefaultMS / MedianMS (0 when unknown).
+func (e TuneEntry) Speedup() float64 {
+	if e.MedianMS <= 0 || e.DefaultMS <= 0 {
+		return 0
+	}
+	return e.DefaultMS / e.MedianMS
+}
+
+// TuneCache is the tune cache file's content.
+type TuneCache struct {
+	Version int         `json:"version"`
+	Tool    string      `json:"tool,omitempty"`
+	Entries []TuneEntry `json:"entries"`
+}
+
+// DefaultTuneCachePath is the tune cache file used when Options.TuneCache
+// is "": $FLASHVK_TUNE_CACHE, else os.UserCacheDir()/flashvk/tune-v1.json.
+func DefaultTuneCachePath() (string, error) {
+	if p := os.Getenv("FLASHVK_TUNE_CACHE"); p != "" {
+		return p, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("vkattn: tune cache: %w", err)
+	}
+	return filepath.Join(base, "flashvk", TuneCacheName), nil
+}
+
+// TuneDisabled reports whether the environment disables the tune cache
+// (FLASHVK_TUNE=off, 0, false or no).
+func TuneDisabled() bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv("FLASHVK_TUNE"))) {
+	case "off", "0", "false", "no":
+		return true
+	}
+	return false
+}
+
+// LoadTuneCache reads a tune cache file. A missing file is an empty cache
+// (no error); an unreadable or corrupt file, or one of another schema
+// version, returns an empty cache and an error wrapping ErrTuneCache (the
+// caller warns and goes on: a bad cache is never fatal).
+func LoadTuneCache(path string) (*TuneCache, error) {
+	empty := &TuneCache{Version: TuneCacheVersion}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return empty, nil
+	}
+	if err != nil {
+		return empty, fmt.Errorf("%w: %w", ErrTuneCache, err)
+	}
+	var probe struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return empty, fmt.Errorf("%w: %s: corrupt: %w", ErrTuneCache, path, err)
+	}
+	if probe.Version == nil {
+		return empty, fmt.Errorf("%w: %s: no schema version", ErrTuneCache, path)
+	}
+	if *probe.Version != TuneCacheVersion {
+		return empty, fmt.Errorf("%w: %s: schema version %d, this flashvk reads %d", ErrTuneCache, path, *probe.Version, TuneCacheVersion)
+	}
+	var c TuneCache
+	if err := json.Unmarshal(data, &c); err != nil {
+		return empty, fmt.Errorf("%w: %s: corrupt: %w", ErrTuneCache, path, err)
+	}
+	// Drop malformed entries rather than the whole file.
+	c.Entries = slices.DeleteFunc(c.Entries, func(e TuneEntry) bool {
+		return e.Candidate == "" || e.N < 1 || e.Key.Family == "" || e.Key.D < 1 || e.Key.DV < 1
+	})
+	return &c, nil
+}
+
+// Save writes the cache to path atomically: into a temporary file in the
+// same directory, synced, then renamed over path (readers see the old or
+// the new file, never a partial one).
+func (c *TuneCache) Save(path string) error {
+	c.Version = TuneCacheVersion
+	if c.Entries == nil {
+		c.Entries = []TuneEntry{}
+	}
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTuneCache, err)
+	}
+	data = append(data, '\n')
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("%w: %w", ErrTuneCache, err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrTuneCache, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("%w: writing %s: %w", ErrTuneCache, path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("%w: writing %s: %w", ErrTuneCache, path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("%w: writing %s: %w", ErrTuneCache, path, err)
+	}
+	return nil
+}
+
+// Put adds e, replacing an entry of the same device, key and N.
+func (c *TuneCache) Put(e TuneEntry) {
+	for i := range c.Entries {
+		o := &c.Entries[i]
+		if o.Device == e.Device && o.Key == e.Key && o.N == e.N {
+			*o = e
+			return
+		}
+	}
+	c.Entries = append(c.Entries, e)
+}
+
+// ForDevice returns the entries of device k.
+func (c *TuneCache) ForDevice(k DeviceKey) []TuneEntry {
+	var out []TuneEntry
+	for _, e := range c.Entries {
+		if e.Device == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// openTune loads the tune cache for a new Backend per opts and the
+// environment. Problems become warnings, never errors.
+func openTune(info device.Info, opts Options) *tuneState {
+	t := &tuneState{log: opts.Log}
+	path := opts.TuneCache
+	if path == TuneOff || (path == "" && TuneDisabled()) {
+		t.off = true
+		return t
+	}
+	if path == "" {
+		p, err := DefaultTuneCachePath()
+		if err != nil {
+			t.warn(err.Error() + "; tuned configurations not used")
+			return t
+		}
+		path = p
+	}
+	t.file = path
+	c, err := LoadTuneCache(path)
+	if err != nil {
+		t.warn(err.Error() + "; ignored (default configurations are used; `flashvk tune` rewrites it)")
+	}
+	t.entries = c.ForDevice(DeviceKeyOf(info))
+	return t
+}
+
+// TuneOff as Options.TuneCache disables the tune cache.
+const TuneOff = "off"

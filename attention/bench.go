@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/flashvk/flashvk/internal/vkattn"
+	"github.com/flashvk/flashvk/internal/spec"
 )
 
 // BenchOptions control Engine.Benchmark.
@@ -61,8 +61,11 @@ type BenchResult struct {
 }
 
 // KernelTimes are one kernel's times, one per timed call; Name is the
-// backend's name of the dispatch (kernel, dtype and configuration).
-type KernelTimes = vkattn.KernelTimes
+// dispatch's Launch.Name (kernel, dtype, configuration and head dims).
+type KernelTimes struct {
+	Name  string
+	Times []time.Duration
+}
 
 // Median is the median time.
 func (r *BenchResult) Median() time.Duration { return r.Quantile(0.5) }
@@ -87,10 +90,10 @@ func (r *BenchResult) TFLOPS() float64 {
 	return r.Flops / m.Seconds() / 1e12
 }
 
-// Benchmarker is implemented by backends that time kernels themselves (the
+// benchmarker is implemented by backends that time kernels themselves (the
 // Vulkan backend keeps inputs resident and reads GPU timestamps).
-type Benchmarker interface {
-	Benchmark(ctx context.Context, p *Problem, a *BackwardArgs, o BenchOptions) (*BenchResult, error)
+type benchmarker interface {
+	Benchmark(ctx context.Context, p *spec.Problem, a *backwardArgs, o BenchOptions) (*BenchResult, error)
 }
 
 // Benchmark times the forward (or, with o.Backward, the backward) of the
@@ -114,16 +117,16 @@ func (e *Engine) Benchmark(ctx context.Context, q, k, v Tensor, opt Options, o B
 		return nil, fmt.Errorf("attention: benchmark: %w", err)
 	}
 	p.O = out.O.strides()
-	a := &BackwardArgs{Q: q, K: k, V: v, O: out.O, LSE: out.LSE, DO: out.O}
+	a := &backwardArgs{Q: q, K: k, V: v, O: out.O, LSE: out.LSE, DO: out.O}
 	flops := p.Flops()
 	if o.Backward {
 		// Gradients share their primals' strides: time on dense copies.
 		flops *= 2.5
-		a = &BackwardArgs{Q: densify(q), K: densify(k), V: densify(v), O: densify(out.O), LSE: out.LSE, DO: densify(out.O),
+		a = &backwardArgs{Q: densify(q), K: densify(k), V: densify(v), O: densify(out.O), LSE: out.LSE, DO: densify(out.O),
 			DQ: zerosLike(q), DK: zerosLike(k), DV: zerosLike(v)}
 		p.Q, p.K, p.V, p.O = a.Q.Strides, a.K.Strides, a.V.Strides, a.O.Strides
 	}
-	if bm, ok := e.b.(Benchmarker); ok {
+	if bm, ok := e.b.(benchmarker); ok {
 		r, err := bm.Benchmark(ctx, p, a, o)
 		if err != nil {
 			return nil, err
@@ -137,7 +140,7 @@ func (e *Engine) Benchmark(ctx context.Context, q, k, v Tensor, opt Options, o B
 		if o.Backward {
 			err = e.b.Backward(ctx, p, a)
 		} else {
-			err = e.b.Forward(ctx, p, &ForwardArgs{Q: a.Q, K: a.K, V: a.V, O: a.O, LSE: a.LSE})
+			err = e.b.Forward(ctx, p, &forwardArgs{Q: a.Q, K: a.K, V: a.V, O: a.O, LSE: a.LSE})
 		}
 		if err != nil {
 			return nil, err

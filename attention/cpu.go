@@ -2,9 +2,11 @@ package attention
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/cpu"
+	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/x448/float16"
 )
 
@@ -18,12 +20,24 @@ func newCPUBackend(workers int) *cpuBackend {
 }
 
 func (c *cpuBackend) Info() BackendInfo {
-	return BackendInfo{Kind: CPU, Name: "cpu", Device: "Go CPU backend", Kernel: "flash", DTypes: []DType{Float32, Float16, BFloat16}}
+	return BackendInfo{Kind: CPU, Name: "cpu", Device: "Go CPU backend", Kernel: "cpu", DTypes: []DType{Float32, Float16, BFloat16}}
+}
+
+// plan describes the CPU backend's work: one "launch", its tile per worker
+// goroutine (package cpu's defaults, clamped to the sequence lengths).
+func (c *cpuBackend) plan(_ context.Context, p *spec.Problem, _ DType, backward bool) (*Plan, error) {
+	pass := "fwd"
+	if backward {
+		pass = "bwd"
+	}
+	br, bc := max(min(cpu.DefaultBr, p.Nq), 1), max(min(cpu.DefaultBc, p.Nk), 1)
+	return &Plan{Pass: pass, Family: "cpu", Launches: []Launch{{Kernel: "cpu", TileRows: br, TileCols: bc,
+		Config: fmt.Sprintf("br%d-bc%d per worker", br, bc), Source: SourceDefault}}}, nil
 }
 
 func (c *cpuBackend) Close() error { return nil }
 
-func (c *cpuBackend) Forward(ctx context.Context, p *Problem, a *ForwardArgs) error {
+func (c *cpuBackend) Forward(ctx context.Context, p *spec.Problem, a *forwardArgs) error {
 	o := widen(a.O)
 	if err := cpu.ForwardWith(ctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), o, a.LSE); err != nil {
 		return err
@@ -32,7 +46,7 @@ func (c *cpuBackend) Forward(ctx context.Context, p *Problem, a *ForwardArgs) er
 	return nil
 }
 
-func (c *cpuBackend) Backward(ctx context.Context, p *Problem, a *BackwardArgs) error {
+func (c *cpuBackend) Backward(ctx context.Context, p *spec.Problem, a *backwardArgs) error {
 	dq, dk, dv := widen(a.DQ), widen(a.DK), widen(a.DV)
 	err := cpu.BackwardWith(ctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), widen(a.O), a.LSE, widen(a.DO), dq, dk, dv)
 	if err != nil {

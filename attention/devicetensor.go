@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/flashvk/flashvk/bfloat16"
-	"github.com/flashvk/flashvk/internal/vkattn"
-	"github.com/x448/float16"
+	"github.com/flashvk/flashvk/internal/spec"
 )
 
 // DeviceTensor is an operand that lives on the engine's device (a Vulkan
@@ -27,9 +25,25 @@ type DeviceTensor struct {
 	shape  Shape
 	layout Layout
 	st     Strides
-	vt     *vkattn.Tensor // Vulkan
-	host   Tensor         // other backends
+	dev    deviceBuffer // on a deviceBackend
+	host   Tensor       // other backends
 	closed atomic.Bool
+}
+
+// deviceBackend is a backend whose operands can live on its device.
+type deviceBackend interface {
+	newDeviceBuffer(dt DType, s Shape, st Strides) (deviceBuffer, error)
+	forwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse *DeviceTensor) error
+	backwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor) error
+	stepDevice(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor) error
+}
+
+// deviceBuffer is a DeviceTensor's storage on a deviceBackend; transfers
+// move the first n elements of a dense host tensor of its dtype.
+type deviceBuffer interface {
+	upload(ctx context.Context, src Tensor, n int) error
+	download(ctx context.Context, dst Tensor, n int) error
+	close() error
 }
 
 // LSEShape is the shape of the LSE as a DeviceTensor (store it in BHSD
@@ -43,7 +57,7 @@ func (e *Engine) NewDeviceTensor(dt DType, s Shape, l Layout) (*DeviceTensor, er
 	if e == nil || e.closed.Load() {
 		return nil, fmt.Errorf("attention: engine: %w", ErrClosed)
 	}
-	if err := s.check("tensor"); err != nil {
+	if err := checkShape("tensor", s); err != nil {
 		return nil, err
 	}
 	if l != BSHD && l != BHSD {
@@ -56,12 +70,12 @@ func (e *Engine) NewDeviceTensor(dt DType, s Shape, l Layout) (*DeviceTensor, er
 		return nil, err
 	}
 	d := &DeviceTensor{e: e, dt: dt, shape: s, layout: l, st: Contiguous(s, l)}
-	if vb, ok := e.b.(*vulkanBackend); ok {
-		vt, err := vb.vk.NewTensor(vkDType(dt), vkattn.Shape(s), d.st)
+	if db, ok := e.b.(deviceBackend); ok {
+		buf, err := db.newDeviceBuffer(dt, s, d.st)
 		if err != nil {
-			return nil, fmt.Errorf("attention: tensor %v: %w", s, vkErr(err))
+			return nil, fmt.Errorf("attention: tensor %v: %w", s, err)
 		}
-		d.vt = vt
+		d.dev = buf
 		return d, nil
 	}
 	t, err := NewTensor(dt, s, l)
@@ -87,8 +101,8 @@ func (d *DeviceTensor) Close() error {
 	if d == nil || d.closed.Swap(true) {
 		return nil
 	}
-	if d.vt != nil {
-		return vkErr(d.vt.Close())
+	if d.dev != nil {
+		return d.dev.close()
 	}
 	return nil
 }
@@ -121,7 +135,7 @@ func (d *DeviceTensor) Upload(ctx context.Context, src Tensor) error {
 	if err != nil {
 		return err
 	}
-	if d.vt == nil {
+	if d.dev == nil {
 		scatter(d.host, src)
 		return nil
 	}
@@ -130,16 +144,7 @@ func (d *DeviceTensor) Upload(ctx context.Context, src Tensor) error {
 		scatter(dense, src)
 		src = dense
 	}
-	n := d.shape.Len() // d is dense: its extent is its length
-	switch x := src.Data.(type) {
-	case []float32:
-		err = vkattn.Upload(ctx, d.vt, x[:n])
-	case []float16.Float16:
-		err = vkattn.Upload(ctx, d.vt, x[:n])
-	case []bfloat16.BFloat16:
-		err = vkattn.Upload(ctx, d.vt, x[:n])
-	}
-	return vkErr(err)
+	return d.dev.upload(ctx, src, d.shape.Len()) // d is dense: its extent is its length
 }
 
 // Download copies d into dst (same shape and dtype, any non-overlapping
@@ -158,7 +163,7 @@ func (d *DeviceTensor) Download(ctx context.Context, dst Tensor) error {
 	if err != nil {
 		return err
 	}
-	if d.vt == nil {
+	if d.dev == nil {
 		scatter(dst, d.host)
 		return nil
 	}
@@ -167,17 +172,8 @@ func (d *DeviceTensor) Download(ctx context.Context, dst Tensor) error {
 	if !direct {
 		target, _ = NewTensor(d.dt, d.shape, d.layout)
 	}
-	n := d.shape.Len()
-	switch x := target.Data.(type) {
-	case []float32:
-		err = vkattn.Download(ctx, d.vt, x[:n])
-	case []float16.Float16:
-		err = vkattn.Download(ctx, d.vt, x[:n])
-	case []bfloat16.BFloat16:
-		err = vkattn.Download(ctx, d.vt, x[:n])
-	}
-	if err != nil {
-		return vkErr(err)
+	if err := d.dev.download(ctx, target, d.shape.Len()); err != nil {
+		return err
 	}
 	if !direct {
 		scatter(dst, target)
@@ -198,7 +194,7 @@ type namedDT struct {
 
 // deviceProblem validates device operands as problem validates host ones:
 // the same checks, errors and sentinels.
-func (e *Engine) deviceProblem(q, k, v, o, lse *DeviceTensor, opt Options) (*Problem, error) {
+func (e *Engine) deviceProblem(q, k, v, o, lse *DeviceTensor, opt Options) (*spec.Problem, error) {
 	for _, a := range []namedDT{{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}} {
 		if err := e.use(a.name, a.t); err != nil {
 			return nil, err
@@ -238,7 +234,7 @@ func deviceLike(name string, t *DeviceTensor, want Shape, dt DType) error {
 	return nil
 }
 
-func (e *Engine) checkLSE(lse *DeviceTensor, p *Problem) error {
+func (e *Engine) checkLSE(lse *DeviceTensor, p *spec.Problem) error {
 	want := LSEShape(p.B, p.Hq, p.Nq)
 	if err := deviceLike("lse", lse, want, Float32); err != nil {
 		return err
@@ -294,14 +290,14 @@ func (e *Engine) ForwardDevice(ctx context.Context, q, k, v, o, lse *DeviceTenso
 	if err := e.supports(q.dt); err != nil {
 		return err
 	}
-	if vb, ok := e.b.(*vulkanBackend); ok {
-		return vkErr(vb.vk.Forward(ctx, p, q.vt, k.vt, v.vt, o.vt, lse.vt))
+	if db, ok := e.b.(deviceBackend); ok {
+		return db.forwardDevice(ctx, p, q, k, v, o, lse)
 	}
-	return e.b.Forward(ctx, p, &ForwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32)})
+	return e.b.Forward(ctx, p, &forwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32)})
 }
 
 // backwardProblem validates the operands of BackwardDevice and TrainStep.
-func (e *Engine) backwardProblem(q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, opt Options) (*Problem, error) {
+func (e *Engine) backwardProblem(q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, opt Options) (*spec.Problem, error) {
 	p, err := e.deviceProblem(q, k, v, o, lse, opt)
 	if err != nil {
 		return nil, err
@@ -334,10 +330,10 @@ func (e *Engine) BackwardDevice(ctx context.Context, q, k, v, o, lse, do, dq, dk
 	if err := distinctOutputs(all[6:], all); err != nil {
 		return err
 	}
-	if vb, ok := e.b.(*vulkanBackend); ok {
-		return vkErr(vb.vk.Backward(ctx, p, q.vt, k.vt, v.vt, o.vt, lse.vt, do.vt, dq.vt, dk.vt, dv.vt))
+	if db, ok := e.b.(deviceBackend); ok {
+		return db.backwardDevice(ctx, p, q, k, v, o, lse, do, dq, dk, dv)
 	}
-	return e.b.Backward(ctx, p, &BackwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32),
+	return e.b.Backward(ctx, p, &backwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32),
 		DO: do.host, DQ: dq.host, DK: dk.host, DV: dv.host})
 }
 
@@ -357,13 +353,13 @@ func (e *Engine) TrainStep(ctx context.Context, q, k, v, do, o, lse, dq, dk, dv 
 	if err := distinctOutputs(all[4:], all); err != nil {
 		return err
 	}
-	if vb, ok := e.b.(*vulkanBackend); ok {
-		return vkErr(vb.vk.Step(ctx, p, q.vt, k.vt, v.vt, do.vt, o.vt, lse.vt, dq.vt, dk.vt, dv.vt))
+	if db, ok := e.b.(deviceBackend); ok {
+		return db.stepDevice(ctx, p, q, k, v, do, o, lse, dq, dk, dv)
 	}
 	lsed := lse.host.Data.([]float32)
-	if err := e.b.Forward(ctx, p, &ForwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed}); err != nil {
+	if err := e.b.Forward(ctx, p, &forwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed}); err != nil {
 		return err
 	}
-	return e.b.Backward(ctx, p, &BackwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed,
+	return e.b.Backward(ctx, p, &backwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed,
 		DO: do.host, DQ: dq.host, DK: dk.host, DV: dv.host})
 }

@@ -8,41 +8,68 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// Config chooses and configures the backend of an Engine.
+// Config chooses and configures the backend of an Engine. Open fills the
+// fields left at their zero value from the environment (see Open); an
+// explicit value is never overridden.
 type Config struct {
-	// Backend: Auto (default) uses a Vulkan device when one can be opened
-	// and falls back to the CPU otherwise; CPU or Vulkan force one (Vulkan
-	// fails with ErrBackend when no device exists).
+	// Backend: Auto (default) runs on a hardware Vulkan device (discrete,
+	// integrated or virtual GPU) when there is one, else on the Go CPU
+	// backend; a software Vulkan device (a CPU implementation such as
+	// lavapipe) runs only when Device names it or Backend is Vulkan. CPU or
+	// Vulkan force one (Vulkan fails with ErrBackend when no device opens).
 	Backend BackendKind
-	// Device selects the Vulkan device: "" or "best", an index ("0"), a
-	// name substring, or a vendor ("nvidia", "amd", "intel", "lavapipe").
+	// Device selects the Vulkan device: "" (Auto: the best hardware
+	// device; Vulkan: the best device), "best", "gpu", an index ("0"), a
+	// name substring, or a vendor or driver ("nvidia", "amd", "intel",
+	// "lavapipe"). A named device that does not exist is an error, never
+	// another device or the CPU. Environment: FLASHVK_DEVICE.
 	Device string
 	// Kernel selects the Vulkan forward kernel: "" (the fastest the device
-	// supports: flash_cm for float16 on devices with cooperative matrices,
-	// flash otherwise), "flash", "flash_cm" (float16 forwards on cooperative
-	// matrices, flash for float32; opening fails without device support),
-	// "minimal" or "naive".
+	// runs for each problem: flash_cm for float16 and bfloat16 on devices
+	// with cooperative matrices, flash otherwise), "flash", "flash_cm",
+	// "minimal" or "naive" (see Kernels). Naming one makes the engine
+	// Vulkan, and a problem or device the kernel cannot run an error. The
+	// CPU backend has no kernel choice: a Kernel with Backend CPU is an
+	// error.
 	Kernel string
 	// Validation enables the Khronos validation layer; its messages are
 	// collected and reported by Close.
 	Validation bool
 	// Workers bounds the CPU backend's goroutines (0: GOMAXPROCS).
 	Workers int
-	// TuneCache is the tune cache file (written by `flashvk tune`) whose
-	// per-device tuned tile configurations the Vulkan backend uses: "" the
-	// default (os.UserCacheDir()/flashvk/tune-v1.json, or
-	// $FLASHVK_TUNE_CACHE; none when FLASHVK_TUNE=off), "off" none. A
-	// missing, corrupt or foreign file, or a configuration invalid on the
-	// device, leaves the defaults in use (see vkattn.Backend.TuneInfo).
+	// TuneCache is the tune cache file (written by `flashvk tune`, see
+	// TuneCache) whose tuned tile configurations for this device the Vulkan
+	// backend uses: "" the default (DefaultTuneCachePath), TuneOff ("off")
+	// none. A missing, corrupt or foreign file, or a configuration invalid
+	// on the device, leaves the defaults in use, with a warning in
+	// Engine.TuneInfo. Environment: FLASHVK_TUNE_CACHE=PATH, FLASHVK_TUNE=off.
 	TuneCache string
+	// VulkanLibrary is the Vulkan loader library to open ("":
+	// libvulkan.so.1). Environment: FLASHVK_VULKAN_LIBRARY.
+	VulkanLibrary string
+	// PipelineCacheDir is where the driver's compiled pipelines are kept
+	// between runs ("": os.UserCacheDir()/flashvk/pipelines; "off": not
+	// kept). Environment: FLASHVK_PIPELINE_CACHE_DIR.
+	PipelineCacheDir string
+	// SpinWait is how long a wait for the GPU polls before blocking in
+	// the driver (0: 200 µs on GPUs, none on CPU devices; negative: never).
+	// Environment: FLASHVK_SPIN_WAIT (e.g. "50us").
+	SpinWait time.Duration
+	// Log receives validation messages and tune cache warnings (nil:
+	// discarded; Engine.TuneInfo keeps the warnings).
+	Log func(string)
 }
+
+// TuneOff as Config.TuneCache disables tuned configurations.
+const TuneOff = "off"
 
 // Engine runs attention on one backend. It is safe for concurrent use;
 // Close it when done.
 type Engine struct {
-	b      Backend
+	b      backend
 	closed atomic.Bool
 	once   sync.Once
 	err    error
@@ -50,50 +77,114 @@ type Engine struct {
 	fallback string
 }
 
-// Open starts an engine on the backend cfg selects. With Backend Auto the
-// environment variable FLASHVK_BACKEND ("cpu", "vulkan" or "auto")
-// overrides the choice; Auto tries Vulkan and falls back to the CPU,
-// recording why in Fallback.
+// Open starts an engine on the backend cfg selects. Fields of cfg left at
+// their zero value are first taken from the environment: FLASHVK_BACKEND
+// ("cpu", "vulkan" or "auto", for Backend), FLASHVK_DEVICE,
+// FLASHVK_TUNE_CACHE / FLASHVK_TUNE=off, FLASHVK_VULKAN_LIBRARY,
+// FLASHVK_PIPELINE_CACHE_DIR and FLASHVK_SPIN_WAIT. With Backend Auto, a
+// named Device or Kernel means Vulkan; otherwise Open tries the best
+// hardware Vulkan device and runs on the CPU when there is none or it
+// cannot be opened, saying why in Fallback.
 func Open(cfg Config) (*Engine, error) {
-	kind := cfg.Backend
-	if kind == Auto {
-		switch env := strings.ToLower(strings.TrimSpace(os.Getenv("FLASHVK_BACKEND"))); env {
-		case "", "auto":
-		case "cpu":
-			kind = CPU
-		case "vulkan", "vk":
-			kind = Vulkan
-		default:
-			return nil, fmt.Errorf("attention: FLASHVK_BACKEND=%q (want cpu, vulkan or auto): %w", env, ErrOption)
-		}
+	cfg, err := cfg.withEnv(os.LookupEnv)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkKernelName(cfg.Kernel); err != nil {
 		return nil, err
 	}
-	switch kind {
+	switch cfg.Backend {
 	case CPU:
-		return NewEngine(newCPUBackend(cfg.Workers)), nil
+		if cfg.Kernel != "" {
+			return nil, fmt.Errorf("attention: config: kernel %q is a Vulkan kernel; the CPU backend has no kernel choice: %w", cfg.Kernel, ErrOption)
+		}
+		if cfg.Device != "" {
+			return nil, fmt.Errorf("attention: config: device %q selects a Vulkan device; it does not apply to the CPU backend: %w", cfg.Device, ErrOption)
+		}
+		return newEngine(newCPUBackend(cfg.Workers)), nil
 	case Vulkan:
-		b, err := openVulkan(cfg)
-		if err != nil {
-			return nil, err
-		}
-		return NewEngine(b), nil
+		return openVulkanEngine(cfg)
 	case Auto:
-		b, err := openVulkan(cfg)
-		if err == nil {
-			return NewEngine(b), nil
+		if cfg.Device != "" || cfg.Kernel != "" {
+			return openVulkanEngine(cfg)
 		}
-		e := NewEngine(newCPUBackend(cfg.Workers))
-		e.fallback = err.Error()
-		return e, nil
+		hw := cfg
+		hw.Device = "gpu"
+		if b, err := openVulkan(hw); err == nil {
+			return newEngine(b), nil
+		} else {
+			e := newEngine(newCPUBackend(cfg.Workers))
+			e.fallback = err.Error()
+			return e, nil
+		}
 	}
 	return nil, fmt.Errorf("attention: config: backend %v: %w", cfg.Backend, ErrOption)
 }
 
-// NewEngine wraps a Backend: the engine validates every call before the
-// backend sees it.
-func NewEngine(b Backend) *Engine { return &Engine{b: b} }
+// Kernels lists the Vulkan forward kernel families Config.Kernel accepts.
+func Kernels() []string { return []string{"flash", "flash_cm", "minimal", "naive"} }
+
+func checkKernelName(k string) error {
+	if k == "" || slices.Contains(Kernels(), k) {
+		return nil
+	}
+	return fmt.Errorf("attention: config: kernel %q (want one of %s): %w", k, strings.Join(Kernels(), ", "), ErrOption)
+}
+
+func openVulkanEngine(cfg Config) (*Engine, error) {
+	b, err := openVulkan(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newEngine(b), nil
+}
+
+// withEnv fills the zero fields of c from the environment (lookup is
+// os.LookupEnv outside tests).
+func (c Config) withEnv(lookup func(string) (string, bool)) (Config, error) {
+	get := func(k string) string { v, _ := lookup(k); return strings.TrimSpace(v) }
+	if c.Backend == Auto {
+		switch v := strings.ToLower(get("FLASHVK_BACKEND")); v {
+		case "", "auto":
+		case "cpu":
+			c.Backend = CPU
+		case "vulkan", "vk":
+			c.Backend = Vulkan
+		default:
+			return c, fmt.Errorf("attention: FLASHVK_BACKEND=%q (want cpu, vulkan or auto): %w", v, ErrOption)
+		}
+	}
+	if c.Device == "" && c.Backend != CPU {
+		c.Device = get("FLASHVK_DEVICE")
+	}
+	if c.TuneCache == "" {
+		switch strings.ToLower(get("FLASHVK_TUNE")) {
+		case "off", "0", "false", "no":
+			c.TuneCache = TuneOff
+		default:
+			c.TuneCache = get("FLASHVK_TUNE_CACHE")
+		}
+	}
+	if c.VulkanLibrary == "" {
+		c.VulkanLibrary = get("FLASHVK_VULKAN_LIBRARY")
+	}
+	if c.PipelineCacheDir == "" {
+		c.PipelineCacheDir = get("FLASHVK_PIPELINE_CACHE_DIR")
+	}
+	if v := get("FLASHVK_SPIN_WAIT"); c.SpinWait == 0 && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("attention: FLASHVK_SPIN_WAIT=%q: %v: %w", v, err, ErrOption)
+		}
+		c.SpinWait = d
+		if d == 0 {
+			c.SpinWait = -1
+		}
+	}
+	return c, nil
+}
+
+func newEngine(b backend) *Engine { return &Engine{b: b} }
 
 // Info describes the engine's backend.
 func (e *Engine) Info() BackendInfo { return e.b.Info() }
@@ -174,7 +265,7 @@ func (e *Engine) ForwardInto(ctx context.Context, q, k, v, o Tensor, lse []float
 	if err := e.supports(q.DType()); err != nil {
 		return err
 	}
-	return e.b.Forward(ctx, p, &ForwardArgs{Q: q, K: k, V: v, O: o, LSE: lse})
+	return e.b.Forward(ctx, p, &forwardArgs{Q: q, K: k, V: v, O: o, LSE: lse})
 }
 
 // Grads are the results of a backward call: dQ like Q, dK like K, dV like V
@@ -235,13 +326,13 @@ func (e *Engine) BackwardInto(ctx context.Context, q, k, v, o Tensor, lse []floa
 	if err != nil {
 		return err
 	}
-	a := &BackwardArgs{Q: q, K: k, V: v, O: o, LSE: lse, DO: do, DQ: dq, DK: dk, DV: dv}
+	a := &backwardArgs{Q: q, K: k, V: v, O: o, LSE: lse, DO: do, DQ: dq, DK: dk, DV: dv}
 	if dos == p.O && dqs == p.Q && dks == p.K && dvs == p.V {
 		return e.b.Backward(ctx, p, a)
 	}
 	// The backends take gradients laid out like their primals: repack
 	// everything densely (BSHD), run, and scatter the gradients back.
-	dense := &BackwardArgs{
+	dense := &backwardArgs{
 		Q: densify(q), K: densify(k), V: densify(v), O: densify(o), LSE: lse, DO: densify(do),
 	}
 	dense.DQ, dense.DK, dense.DV = zerosLike(dq), zerosLike(dk), zerosLike(dv)

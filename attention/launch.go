@@ -1,36 +1,76 @@
 package attention
 
-import (
-	"context"
+import "context"
 
-	"github.com/flashvk/flashvk/internal/vkattn"
+// Plan is how one pass of a problem runs on an engine: the kernel family
+// that runs it, its dispatches in recording order, and why the families
+// tried before it did not take the problem. The Vulkan backend records
+// exactly these dispatches; explain, benchmarks and the tuner read them.
+type Plan struct {
+	// Pass is "fwd" or "bwd".
+	Pass string
+	// Family is the kernel family ("flash_cm", "flash", "bwd_cm", "bwd",
+	// …; "cpu" on the CPU backend).
+	Family   string
+	Launches []Launch
+	// Declined: "family: reason" for each family tried first.
+	Declined []string
+}
+
+// Configuration sources (Launch.Source).
+const (
+	SourceDefault = "default"
+	SourceTuned   = "tuned"
 )
 
-// Launch is one compute dispatch of the Vulkan backend: kernel, grid,
-// workgroup size, tile and shared memory (see vkattn.Launch).
-type Launch = vkattn.Launch
+// Launch is one compute dispatch (on the CPU backend: its tile per
+// worker).
+type Launch struct {
+	// Kernel is the compute kernel ("flash_cm", "bwd_cm_dkdv", …).
+	Kernel string `json:"kernel"`
+	// Name is the pipeline's full name: kernel, dtype, configuration and
+	// head dims (per-kernel benchmark times carry it).
+	Name string `json:"name,omitempty"`
+	// Grid is the number of workgroups in x, y, z and Workgroup the
+	// invocations per workgroup (zero on the CPU backend).
+	Grid      [3]int `json:"grid"`
+	Workgroup int    `json:"workgroup"`
+	// TileRows and TileCols are the query and key rows of a tile (0 where
+	// the kernel has none); SharedBytes is the shared memory per workgroup.
+	TileRows    int `json:"tile_rows"`
+	TileCols    int `json:"tile_cols"`
+	SharedBytes int `json:"shared_bytes"`
+	// Config is the tile or variant as the tune cache spells it
+	// ("nsg8-bc64-mode1-pf1", "wg64-br64-bc16", …); Source says where it
+	// came from: "tuned" (the tune cache) or "default".
+	Config string `json:"config,omitempty"`
+	Source string `json:"source,omitempty"`
+}
 
-// Launches returns the dispatches the Vulkan backend records for the
-// forward (or, with backward, the backward) of attention on contiguous
-// tensors of shapes q, k, v in layout l and dtype dt with opt — the grids
-// and tiles the kernels run with on this engine's device. It returns nil
-// and no error on a backend other than Vulkan.
-func (e *Engine) Launches(ctx context.Context, q, k, v Shape, l Layout, dt DType, opt Options, backward bool) ([]Launch, error) {
-	vk := e.Vulkan()
-	if vk == nil {
-		return nil, nil
+// Plan returns how the forward (or, with backward, the backward) of
+// attention on contiguous tensors of shapes q, k, v in layout l and dtype
+// dt with opt runs on this engine: the kernels, grids and tiles of each
+// dispatch. On Vulkan it may run the cooperative-matrix layout probe (once
+// per engine and dtype) and waits for it under ctx.
+func (e *Engine) Plan(ctx context.Context, q, k, v Shape, l Layout, dt DType, opt Options, backward bool) (*Plan, error) {
+	if err := e.check(ctx); err != nil {
+		return nil, err
 	}
 	if err := e.supports(dt); err != nil {
 		return nil, err
+	}
+	for _, a := range []struct {
+		name string
+		s    Shape
+	}{{"q", q}, {"k", k}, {"v", v}} {
+		if err := checkShape(a.name, a.s); err != nil {
+			return nil, err
+		}
 	}
 	p, err := newProblem(q, k, v, Contiguous(q, l), Contiguous(k, l), Contiguous(v, l), opt)
 	if err != nil {
 		return nil, err
 	}
 	p.O = Contiguous(outShape(p), l)
-	ls, err := vk.Launches(ctx, p, vkDType(dt), backward)
-	if err != nil {
-		return nil, vkErr(err)
-	}
-	return ls, nil
+	return e.b.plan(ctx, p, dt, backward)
 }

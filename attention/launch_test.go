@@ -7,7 +7,7 @@ import (
 	"github.com/flashvk/flashvk/attention"
 )
 
-func TestLaunches(t *testing.T) {
+func TestPlan(t *testing.T) {
 	ctx := context.Background()
 	q := attention.Shape{B: 2, S: 100, H: 4, D: 32}
 	kv := attention.Shape{B: 2, S: 100, H: 2, D: 32}
@@ -16,16 +16,21 @@ func TestLaunches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cpuE.Close()
-	if ls, err := cpuE.Launches(ctx, q, kv, kv, attention.BSHD, attention.Float32, attention.Options{}, false); ls != nil || err != nil {
-		t.Errorf("cpu engine: %v, %v; want nil, nil", ls, err)
+	pl, err := cpuE.Plan(ctx, q, kv, kv, attention.BSHD, attention.Float32, attention.Options{}, false)
+	if err != nil || pl.Family != "cpu" || len(pl.Launches) != 1 || pl.Launches[0].TileRows != 64 || pl.Pass != "fwd" {
+		t.Errorf("cpu engine: %+v, %v", pl, err)
+	}
+	if _, err := cpuE.Plan(ctx, q, attention.Shape{B: 2, S: 100, H: 3, D: 32}, kv, attention.BSHD, attention.Float32, attention.Options{}, false); err == nil {
+		t.Error("3 kv heads for 4 query heads: no error")
 	}
 	e := openVulkan(t, "flash")
-	fwd, err := e.Launches(ctx, q, kv, kv, attention.BSHD, attention.Float32, attention.Options{Causal: true}, false)
-	if err != nil || len(fwd) != 1 || fwd[0].Kernel != "flash" || fwd[0].Grid[1] != 4 || fwd[0].Grid[2] != 2 {
-		t.Errorf("forward launches %+v, %v", fwd, err)
+	fwd, err := e.Plan(ctx, q, kv, kv, attention.BSHD, attention.Float32, attention.Options{Causal: true}, false)
+	if err != nil || fwd.Family != "flash" || len(fwd.Launches) != 1 || fwd.Launches[0].Kernel != "flash" ||
+		fwd.Launches[0].Grid[1] != 4 || fwd.Launches[0].Grid[2] != 2 || fwd.Launches[0].Name == "" {
+		t.Errorf("forward plan %+v, %v", fwd, err)
 	}
-	bwd, err := e.Launches(ctx, q, kv, kv, attention.BSHD, attention.Float32, attention.Options{}, true)
-	if err != nil || len(bwd) != 3 || bwd[1].Kernel != "bwd_dkdv" || bwd[1].Grid[1] != 2 {
-		t.Errorf("backward launches %+v, %v", bwd, err)
+	bwd, err := e.Plan(ctx, q, kv, kv, attention.BSHD, attention.Float32, attention.Options{}, true)
+	if err != nil || bwd.Family != "bwd" || len(bwd.Launches) != 3 || bwd.Launches[1].Kernel != "bwd_dkdv" || bwd.Launches[1].Grid[1] != 2 {
+		t.Errorf("backward plan %+v, %v", bwd, err)
 	}
 }

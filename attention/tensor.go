@@ -8,44 +8,23 @@ import (
 	"github.com/x448/float16"
 )
 
-// DType is the element type of a tensor in memory. Arithmetic is always
-// float32 (with float32 accumulation), whatever the storage type.
-type DType uint8
+// DType is the element type of a tensor in memory: Float32, Float16 or
+// BFloat16. Arithmetic is always float32 (with float32 accumulation),
+// whatever the storage type; LSE is always float32. Its methods: String
+// ("float32", "float16", "bfloat16", as PyTorch and numpy name them), Short
+// ("f32", "f16", "bf16") and Size (bytes per element).
+type DType = spec.DType
 
 const (
 	// Float32 stores IEEE binary32 ([]float32).
-	Float32 DType = iota + 1
+	Float32 = spec.Float32
 	// Float16 stores IEEE binary16 ([]float16.Float16 from github.com/x448/float16).
-	Float16
+	Float16 = spec.Float16
 	// BFloat16 stores bfloat16 ([]bfloat16.BFloat16 from
 	// github.com/flashvk/flashvk/bfloat16): float32's range with 8 bits of
 	// precision. Loads widen exactly to float32; stores round to nearest even.
-	BFloat16
+	BFloat16 = spec.BFloat16
 )
-
-// String names the type as PyTorch and numpy do.
-func (d DType) String() string {
-	switch d {
-	case Float32:
-		return "float32"
-	case Float16:
-		return "float16"
-	case BFloat16:
-		return "bfloat16"
-	}
-	return fmt.Sprintf("DType(%d)", uint8(d))
-}
-
-// Size is the element size in bytes (0 for an unknown type).
-func (d DType) Size() int {
-	switch d {
-	case Float32:
-		return 4
-	case Float16, BFloat16:
-		return 2
-	}
-	return 0
-}
 
 // ParseDType accepts "float32"/"f32"/"fp32", "float16"/"f16"/"fp16"/"half"
 // and "bfloat16"/"bf16".
@@ -90,14 +69,10 @@ func ParseLayout(s string) (Layout, error) {
 	return 0, fmt.Errorf("attention: layout %q: %w", s, ErrOption)
 }
 
-// Shape is the logical shape of an operand: batch, sequence length, heads,
-// and feature (head) dimension, whatever the memory order.
-type Shape struct{ B, S, H, D int }
-
-// Len is the number of elements B·S·H·D.
-func (s Shape) Len() int { return s.B * s.S * s.H * s.D }
-
-func (s Shape) String() string { return fmt.Sprintf("[B=%d S=%d H=%d D=%d]", s.B, s.S, s.H, s.D) }
+// Shape is the logical shape of an operand, whatever the memory order:
+// fields B (batch), S (sequence length), H (heads) and D (feature, i.e.
+// head, dimension); Len is B·S·H·D.
+type Shape = spec.Shape
 
 // Strides are element strides of the batch, sequence and head dimensions;
 // the feature dimension is always contiguous.
@@ -138,7 +113,7 @@ func FromBFloat16(data []bfloat16.BFloat16, s Shape, l Layout) Tensor {
 
 // NewTensor allocates a zeroed contiguous tensor.
 func NewTensor(dt DType, s Shape, l Layout) (Tensor, error) {
-	if err := s.check("tensor"); err != nil {
+	if err := checkShape("tensor", s); err != nil {
 		return Tensor{}, err
 	}
 	switch dt {
@@ -221,7 +196,9 @@ func forEachRow(s Shape, f func(b, seq, h int)) {
 	}
 }
 
-func (s Shape) check(name string) error {
+// checkShape refuses a shape with a dimension below 1; name is the
+// argument's name in the error.
+func checkShape(name string, s Shape) error {
 	if s.B < 1 || s.S < 1 || s.H < 1 || s.D < 1 {
 		return fmt.Errorf("attention: %s: shape %v has a dimension < 1: %w", name, s, ErrShape)
 	}

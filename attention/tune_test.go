@@ -9,65 +9,59 @@ import (
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/internal/device/devicetest"
-	"github.com/flashvk/flashvk/internal/spec"
-	"github.com/flashvk/flashvk/internal/vkattn"
 	"github.com/flashvk/flashvk/reference"
 )
 
-// TestTuneCacheEngine: an engine opened on a tune cache dispatches the
-// tuned configuration it names (Launches says "tuned"), still computes
-// correct results, and ignores an entry that is invalid on the device
-// (with a warning); Config.TuneCache "off" ignores the cache.
+// tuneRef is the tuner's float64 verifier: package reference.
+func tuneRef(p attention.ReferenceProblem, q, k, v, do []float64, backward bool) ([][]float64, error) {
+	rp := reference.Params(p)
+	if backward {
+		dq, dk, dv, err := reference.Backward(rp, q, k, v, do)
+		return [][]float64{dq, dk, dv}, err
+	}
+	o, lse, err := reference.Forward(rp, q, k, v)
+	return [][]float64{o, lse}, err
+}
+
+// TestTuneCacheEngine: Engine.Tune searches a tiny problem; an engine
+// opened on a cache naming non-default candidates plans them ("tuned"),
+// still computes correct results, and ignores an entry that is invalid on
+// the device (with a warning); Config.TuneCache "off" ignores the cache.
 func TestTuneCacheEngine(t *testing.T) {
-	devicetest.Skip(t)
+	plain := openVulkan(t, "flash")
 	ctx := context.Background()
 	const d = 16
-	plain, err := attention.Open(attention.Config{Backend: attention.Vulkan, Kernel: "flash", TuneCache: "off"})
+	cpuE, _ := attention.Open(attention.Config{Backend: attention.CPU})
+	defer cpuE.Close()
+	if _, err := cpuE.Tune(ctx, attention.TuneOptions{Reference: tuneRef}); err == nil {
+		t.Error("Tune on the CPU backend: no error")
+	}
+	if _, err := plain.Tune(ctx, attention.TuneOptions{}); err == nil {
+		t.Error("Tune without a Reference: no error")
+	}
+	rs, err := plain.Tune(ctx, attention.TuneOptions{DTypes: []attention.DType{attention.Float32}, Dims: []int{d}, Causal: []bool{true},
+		N: 64, Tokens: 64, Hidden: 2 * d, Warmup: 1, Iters: 2, MaxCandidates: 2, Reference: tuneRef})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer plain.Close()
-	vk := plain.Vulkan()
-	// A legal non-default flash tile and backward tiles from the registry.
-	sp := &spec.Problem{B: 1, Hq: 2, Hkv: 1, Nq: 50, Nk: 70, D: d, Dv: d, Scale: 0.25, Mask: spec.MaskCausalBottomRight}
+	c := &attention.TuneCache{}
 	pick := map[string]string{}
-	defaults := map[string]string{}
-	for _, f := range vkattn.TuneFamilies() {
-		if !f.Active(ctx, vk, sp, vkattn.F32) {
-			continue
+	for _, r := range rs {
+		if r.Err != nil || r.Winner == "" || len(r.Events) < 2 || r.Device.Name == "" {
+			t.Fatalf("%s: %+v", r.Key, r)
 		}
-		def, err := f.Default(ctx, vk, sp, vkattn.F32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs, err := f.Candidates(ctx, vk, sp, vkattn.F32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range cs {
-			if c.String() != def.String() {
-				pick[f.Name], defaults[f.Name] = c.String(), def.String()
-				break
-			}
-		}
+		en := r.Entry()
+		en.Candidate = r.Events[1].Candidate // a verified non-default candidate
+		pick[r.Key.Family] = en.Candidate
+		c.Put(en)
 	}
 	if len(pick) != 3 {
-		t.Fatalf("picked %v, want flash, bwd_dkdv and bwd_dq", pick)
-	}
-	c := &vkattn.TuneCache{}
-	dev := vkattn.DeviceKeyOf(vk.Info())
-	for fam, cand := range pick {
-		dir := vkattn.DirFwd
-		if strings.HasPrefix(fam, "bwd") {
-			dir = vkattn.DirBwd
-		}
-		c.Put(vkattn.TuneEntry{Device: dev, Key: vkattn.TuneKey{Family: fam, Dir: dir, DType: "f32", D: d, DV: d, Causal: true},
-			N: 2048, Candidate: cand, Default: defaults[fam]})
+		t.Fatalf("tuned %v, want flash, bwd_dkdv and bwd_dq", pick)
 	}
 	// An entry for a key of this device that no device can run.
-	c.Put(vkattn.TuneEntry{Device: dev, Key: vkattn.TuneKey{Family: "flash", Dir: vkattn.DirFwd, DType: "f32", D: 32, DV: 32, Causal: true},
-		N: 2048, Candidate: "wg8192-br128-bc64"})
+	bad := rs[0].Entry()
+	bad.Key.D, bad.Key.DV, bad.Candidate = 32, 32, "wg8192-br128-bc64"
+	c.Put(bad)
 	path := filepath.Join(t.TempDir(), "tune.json")
 	if err := c.Save(path); err != nil {
 		t.Fatal(err)
@@ -77,21 +71,23 @@ func TestTuneCacheEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
+	if ti := e.TuneInfo(); ti.File != path || len(ti.Entries) != 4 || ti.Off {
+		t.Errorf("TuneInfo %+v", ti)
+	}
 	q := attention.Shape{B: 1, S: 50, H: 2, D: d}
 	k := attention.Shape{B: 1, S: 70, H: 1, D: d}
 	opt := attention.Options{Causal: true, Align: attention.BottomRight}
 	for _, bwd := range []bool{false, true} {
-		ls, err := e.Launches(ctx, q, k, k, attention.BSHD, attention.Float32, opt, bwd)
+		pl, err := e.Plan(ctx, q, k, k, attention.BSHD, attention.Float32, opt, bwd)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range ls {
+		for _, l := range pl.Launches {
 			want, ok := pick[l.Kernel]
-			got := vkattn.ScalarTile{WG: l.Workgroup, BR: l.BR, BC: l.BC}.String()
 			switch {
-			case ok && (l.Source != vkattn.SourceTuned || got != want):
-				t.Errorf("%s: %s (%s), want the tuned %s", l.Kernel, got, l.Source, want)
-			case !ok && l.Source != vkattn.SourceDefault:
+			case ok && (l.Source != attention.SourceTuned || l.Config != want):
+				t.Errorf("%s: %s (%s), want the tuned %s", l.Kernel, l.Config, l.Source, want)
+			case !ok && l.Source != attention.SourceDefault:
 				t.Errorf("%s: source %q", l.Kernel, l.Source)
 			}
 		}
@@ -99,7 +95,7 @@ func TestTuneCacheEngine(t *testing.T) {
 	// Results with the tuned tiles.
 	rng := rand.New(rand.NewPCG(11, 12))
 	rnd := func(s attention.Shape) ([]float32, []float64) {
-		x := make([]float32, s.B*s.S*s.H*s.D)
+		x := make([]float32, s.Len())
 		x64 := make([]float64, len(x))
 		for i := range x {
 			x[i] = float32(rng.NormFloat64())
@@ -133,18 +129,33 @@ func TestTuneCacheEngine(t *testing.T) {
 			t.Errorf("%s: rel_l2 %.3g with tuned tiles", name, e)
 		}
 	}
-	// The invalid entry (d = 32): default tile, a warning, correct result.
+	// The invalid entry (d = 32): default tile, a warning.
 	q32 := attention.Shape{B: 1, S: 20, H: 1, D: 32}
-	ls, err := e.Launches(ctx, q32, q32, q32, attention.BSHD, attention.Float32, opt, false)
-	if err != nil || ls[0].Source != vkattn.SourceDefault {
-		t.Errorf("invalid entry: %+v, %v", ls, err)
+	pl, err := e.Plan(ctx, q32, q32, q32, attention.BSHD, attention.Float32, opt, false)
+	if err != nil || pl.Launches[0].Source != attention.SourceDefault {
+		t.Errorf("invalid entry: %+v, %v", pl, err)
 	}
-	if w := e.Vulkan().TuneInfo().Warnings; len(w) != 1 || !strings.Contains(w[0], "wg8192-br128-bc64") {
+	if w := e.TuneInfo().Warnings; len(w) != 1 || !strings.Contains(w[0], "wg8192-br128-bc64") {
 		t.Errorf("warnings %q", w)
 	}
 	// Off.
-	ls, _ = plain.Launches(ctx, q, k, k, attention.BSHD, attention.Float32, opt, false)
-	if ls[0].Source != vkattn.SourceDefault {
-		t.Errorf("TuneCache off: %+v", ls[0])
+	off, err := attention.Open(attention.Config{Backend: attention.Vulkan, Kernel: "flash", TuneCache: attention.TuneOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	pl, _ = off.Plan(ctx, q, k, k, attention.BSHD, attention.Float32, opt, false)
+	if pl.Launches[0].Source != attention.SourceDefault || !off.TuneInfo().Off {
+		t.Errorf("TuneCache off: %+v %+v", pl.Launches[0], off.TuneInfo())
+	}
+	// FLASHVK_TUNE=off in the environment, and a corrupt file: a warning.
+	t.Setenv("FLASHVK_TUNE", "off")
+	env, err := attention.Open(attention.Config{Backend: attention.Vulkan, Kernel: "flash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	if !env.TuneInfo().Off {
+		t.Errorf("FLASHVK_TUNE=off: %+v", env.TuneInfo())
 	}
 }

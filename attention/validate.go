@@ -9,13 +9,6 @@ import (
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
-// Problem is a validated attention call as the backends see it: sizes,
-// strides, resolved scale and mask.
-type Problem = spec.Problem
-
-// Mask is the resolved mask of a Problem.
-type Mask = spec.Mask
-
 // checkOperand validates one tensor against its expected dtype and returns
 // its resolved strides. name is the argument's name in errors.
 func checkOperand(name string, t Tensor, dt DType, output bool) (Strides, error) {
@@ -29,7 +22,7 @@ func checkOperand(name string, t Tensor, dt DType, output bool) (Strides, error)
 	if dt != 0 && got != dt {
 		return Strides{}, fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", name, got, dt, ErrDType)
 	}
-	if err := t.Shape.check(name); err != nil {
+	if err := checkShape(name, t.Shape); err != nil {
 		return Strides{}, err
 	}
 	if t.Shape.D > MaxHeadDim {
@@ -90,7 +83,7 @@ func overlapping(s Shape, st Strides) bool {
 
 // problem validates q, k, v (and o and lse when non-nil) and builds the
 // Problem. o may be the zero Tensor (forward allocating its own output).
-func problem(q, k, v, o Tensor, lse []float32, opt Options, haveOut bool) (*Problem, error) {
+func problem(q, k, v, o Tensor, lse []float32, opt Options, haveOut bool) (*spec.Problem, error) {
 	dt := q.DType()
 	qs, err := checkOperand("q", q, 0, false)
 	if err != nil {
@@ -128,7 +121,7 @@ func checkLike(name string, t Tensor, want Shape, dt DType, output bool) (Stride
 	return checkOperand(name, t, dt, output)
 }
 
-func outShape(p *Problem) Shape { return Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv} }
+func outShape(p *spec.Problem) Shape { return Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv} }
 
 // layoutOf returns BHSD when t is dense BHSD, else BSHD; outputs are
 // allocated in the layout of the input they derive from.
@@ -144,7 +137,7 @@ func layoutOf(t Tensor) Layout {
 // builds the Problem with the operands' strides (O's is left to the caller).
 // Every entry point — host tensors, device tensors, launch queries — goes
 // through it.
-func newProblem(q, k, v Shape, qs, ks, vs Strides, opt Options) (*Problem, error) {
+func newProblem(q, k, v Shape, qs, ks, vs Strides, opt Options) (*spec.Problem, error) {
 	switch {
 	case k.B != q.B:
 		return nil, fmt.Errorf("attention: k: batch %d ≠ q's %d: %w", k.B, q.B, ErrShape)
@@ -167,7 +160,7 @@ func newProblem(q, k, v Shape, qs, ks, vs Strides, opt Options) (*Problem, error
 	if err != nil {
 		return nil, err
 	}
-	return &Problem{
+	return &spec.Problem{
 		B: q.B, Hq: q.H, Hkv: k.H, Nq: q.S, Nk: k.S, D: q.D, Dv: v.D,
 		Scale: scale, Mask: mask, Q: qs, K: ks, V: vs,
 	}, nil

@@ -1,76 +1,182 @@
+//go:build cgo
+
 package attention
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/flashvk/flashvk/bfloat16"
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/flashvk/flashvk/internal/vkattn"
 	"github.com/x448/float16"
 )
 
-// vulkanBackend adapts vkattn (the Vulkan kernels) to Backend and
-// Benchmarker. Host tensors are uploaded as they are (their strides go to
+// vulkanBackend adapts vkattn (the Vulkan kernels) to the engine's
+// interfaces. Host tensors are uploaded as they are (their strides go to
 // the kernels), outputs downloaded into their views.
 type vulkanBackend struct {
 	vk         *vkattn.Backend
 	info       BackendInfo
 	validation bool
+
+	tmu      sync.Mutex
+	tuneFile string // "" when off
+	tuneOff  bool
+	tuneKey  DeviceKey
+	tuneEnts []TuneEntry
+	tuneWarn []string
 }
 
-var _ Benchmarker = (*vulkanBackend)(nil)
-
-func checkKernelName(k string) error {
-	switch k {
-	case "", "flash", "flash_cm", "minimal", "naive":
-		return nil
+// openVulkan opens the Vulkan backend cfg describes (the environment
+// already applied); errors wrap ErrBackend (or ErrOption for a kernel the
+// device cannot run) and the device's error.
+func openVulkan(cfg Config) (backend, error) {
+	vo := vkattn.Options{Device: cfg.Device, Library: cfg.VulkanLibrary, Kernel: cfg.Kernel, Validation: cfg.Validation,
+		Log: cfg.Log, SpinWait: cfg.SpinWait, CacheDir: cfg.PipelineCacheDir}
+	if cfg.PipelineCacheDir == "off" {
+		vo.CacheDir, vo.NoDiskCache = "", true
 	}
-	return fmt.Errorf("attention: config: kernel %q (want flash, flash_cm, minimal or naive): %w", k, ErrOption)
-}
-
-// openVulkan opens the Vulkan backend cfg describes; errors wrap ErrBackend
-// and the device's error.
-func openVulkan(cfg Config) (*vulkanBackend, error) {
-	if err := checkKernelName(cfg.Kernel); err != nil {
-		return nil, err
-	}
-	vk, err := vkattn.Open(vkattn.Options{Device: cfg.Device, Kernel: cfg.Kernel, Validation: cfg.Validation, TuneCache: cfg.TuneCache})
+	vk, err := vkattn.Open(vo)
 	if err != nil {
-		return nil, fmt.Errorf("attention: backend vulkan: %w: %w", err, ErrBackend)
+		s := ErrBackend
+		if errors.Is(err, vkattn.ErrInvalid) {
+			s = ErrOption
+		}
+		return nil, fmt.Errorf("attention: backend vulkan: %w: %w", err, s)
 	}
 	di := vk.Info()
+	dev := deviceInfo(di)
 	b := &vulkanBackend{vk: vk, validation: cfg.Validation}
 	b.info = BackendInfo{
-		Kind: Vulkan, Name: "vulkan", Device: di.Name,
-		Driver: strings.TrimSpace(di.DriverName + " " + di.DriverInfo),
-		Kernel: vk.Kernel(),
+		Kind: Vulkan, Name: "vulkan", Device: di.Name, Driver: strings.TrimSpace(di.DriverName + " " + di.DriverInfo),
+		Kernel: vk.Kernel(), DTypes: vk.DTypes(), Vulkan: &dev,
 	}
-	for _, dt := range vk.DTypes() {
-		switch dt {
-		case vkattn.F32:
-			b.info.DTypes = append(b.info.DTypes, Float32)
-		case vkattn.F16:
-			b.info.DTypes = append(b.info.DTypes, Float16)
-		case vkattn.BF16:
-			b.info.DTypes = append(b.info.DTypes, BFloat16)
-		}
-	}
+	b.loadTuned(cfg)
 	return b, nil
 }
 
-// vkDType is the vkattn storage type of dt (F32 for an unknown dt: callers
-// validated it).
-func vkDType(dt DType) vkattn.DType {
-	switch dt {
-	case Float16:
-		return vkattn.F16
-	case BFloat16:
-		return vkattn.BF16
+// loadTuned hands the backend the tune cache's entries for its device.
+// Problems with the file become warnings, never errors.
+func (b *vulkanBackend) loadTuned(cfg Config) {
+	b.tuneKey = deviceKeyOf(b.vk.Info())
+	file, err := tuneCacheFile(cfg)
+	switch {
+	case err != nil:
+		b.tuneWarn = append(b.tuneWarn, err.Error()+"; tuned configurations not used")
+		return
+	case file == "":
+		b.tuneOff = true
+		return
 	}
-	return vkattn.F32
+	b.tuneFile = file
+	c, err := LoadTuneCache(file)
+	if err != nil {
+		b.tuneWarn = append(b.tuneWarn, err.Error()+"; ignored (default configurations are used; `flashvk tune` rewrites it)")
+	}
+	b.tuneEnts = c.ForDevice(b.tuneKey)
+	var tuned []vkattn.Tuned
+	for _, e := range b.tuneEnts {
+		if k, ok := vkTuneKey(e.Key); ok {
+			tuned = append(tuned, vkattn.Tuned{Key: k, N: e.N, Candidate: e.Candidate})
+		}
+	}
+	b.vk.SetTuned(file, tuned)
+	for _, w := range b.tuneWarn {
+		if cfg.Log != nil {
+			cfg.Log("flashvk: " + w)
+		}
+	}
 }
+
+func deviceKeyOf(info device.Info) DeviceKey {
+	k := DeviceKey{Name: info.Name, VendorID: info.VendorID, DeviceID: info.DeviceID,
+		Driver: strings.TrimSpace(info.DriverName + " " + info.DriverInfo), DriverVersion: info.DriverVersion}
+	if info.PipelineCacheUUID != ([16]byte{}) {
+		k.PipelineCacheUUID = hex.EncodeToString(info.PipelineCacheUUID[:])
+	}
+	return k
+}
+
+// vkTuneKey converts a cache key (false for one this build cannot read).
+func vkTuneKey(k TuneKey) (vkattn.TuneKey, bool) {
+	dir, err := vkattn.ParseDir(k.Dir)
+	if err != nil {
+		return vkattn.TuneKey{}, false
+	}
+	var dt DType
+	for _, d := range []DType{Float32, Float16, BFloat16} {
+		if d.Short() == k.DType {
+			dt = d
+		}
+	}
+	if dt == 0 {
+		return vkattn.TuneKey{}, false
+	}
+	return vkattn.TuneKey{Stage: k.Family, Dir: dir, DType: dt, D: k.D, DV: k.DV, Causal: k.Causal}, true
+}
+
+func publicTuneKey(k vkattn.TuneKey) TuneKey {
+	return TuneKey{Family: k.Stage, Dir: k.Dir.String(), DType: k.DType.Short(), D: k.D, DV: k.DV, Causal: k.Causal}
+}
+
+// vulkanDevices lists the Vulkan devices; errors wrap ErrBackend.
+func vulkanDevices(cfg Config) ([]DeviceInfo, error) {
+	infos, err := device.Devices(cfg.VulkanLibrary)
+	if err != nil {
+		return nil, fmt.Errorf("attention: devices: %w: %w", err, ErrBackend)
+	}
+	auto, autoErr := device.Select(infos, "gpu")
+	out := make([]DeviceInfo, len(infos))
+	for i, in := range infos {
+		out[i] = deviceInfo(in)
+		out[i].Auto = autoErr == nil && in.Index == auto
+	}
+	return out, nil
+}
+
+// deviceInfo flattens a device.Info.
+func deviceInfo(in device.Info) DeviceInfo {
+	g := DeviceInfo{
+		Index: in.Index, Name: in.Name, Vendor: in.Vendor, Type: in.Type, Software: in.Type == "cpu",
+		DriverName: in.DriverName, DriverInfo: in.DriverInfo, APIVersion: in.APIVersion,
+		SubgroupSize: in.SubgroupSize, MaxSharedMemory: in.MaxSharedMemory, MaxWorkgroupSize: in.MaxWorkgroupSize,
+		MaxWorkgroupInvocations: in.MaxWorkgroupInvocations, MaxAllocation: in.MaxAllocation,
+		DeviceLocalBytes: in.DeviceLocalBytes(), Float16: in.Float16, Int8: in.Int8, BFloat16: in.BFloat16,
+		CoopMat: []string{}, CoopMat2: []string{},
+	}
+	for _, h := range in.Heaps {
+		if !h.DeviceLocal {
+			g.HostBytes += h.Size
+		}
+	}
+	for _, s := range in.CoopMat {
+		g.CoopMat = append(g.CoopMat, fmt.Sprintf("%dx%dx%d %s·%s+%s→%s (%s)", s.M, s.N, s.K, s.A, s.B, s.C, s.Result, s.Scope))
+	}
+	c2 := in.CoopMat2
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{
+		{c2.WorkgroupScope, "workgroup-scope"}, {c2.FlexibleDimensions, "flexible-dimensions"},
+		{c2.Reductions, "reductions"}, {c2.Conversions, "conversions"}, {c2.PerElementOps, "per-element-ops"},
+		{c2.TensorAddressing, "tensor-addressing"}, {c2.BlockLoads, "block-loads"},
+	} {
+		if f.on {
+			g.CoopMat2 = append(g.CoopMat2, f.name)
+		}
+	}
+	return g
+}
+
+// TuneFamilies lists the tunable stages of the Vulkan kernel families, in
+// tuning order.
+func TuneFamilies() []string { return vkattn.TunableNames() }
 
 func (b *vulkanBackend) Info() BackendInfo {
 	i := b.info
@@ -88,15 +194,6 @@ func (b *vulkanBackend) Close() error {
 		}
 	}
 	return err
-}
-
-// Vulkan returns the engine's vkattn backend, or nil when the engine does
-// not run on Vulkan (for tools that want its tile table or device).
-func (e *Engine) Vulkan() *vkattn.Backend {
-	if b, ok := e.b.(*vulkanBackend); ok {
-		return b.vk
-	}
-	return nil
 }
 
 // vkErr maps a vkattn or device error onto the package's sentinels.
@@ -121,7 +218,7 @@ func vkErr(err error) error {
 	return fmt.Errorf("attention: vulkan: %w: %w", err, s)
 }
 
-func (b *vulkanBackend) Forward(ctx context.Context, p *Problem, a *ForwardArgs) error {
+func (b *vulkanBackend) Forward(ctx context.Context, p *spec.Problem, a *forwardArgs) error {
 	switch q := a.Q.Data.(type) {
 	case []float32:
 		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]float32), a.V.Data.([]float32), a.O.Data.([]float32), a.LSE))
@@ -133,7 +230,7 @@ func (b *vulkanBackend) Forward(ctx context.Context, p *Problem, a *ForwardArgs)
 	return fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)
 }
 
-func (b *vulkanBackend) Backward(ctx context.Context, p *Problem, a *BackwardArgs) error {
+func (b *vulkanBackend) Backward(ctx context.Context, p *spec.Problem, a *backwardArgs) error {
 	switch q := a.Q.Data.(type) {
 	case []float32:
 		f := func(t Tensor) []float32 { return t.Data.([]float32) }
@@ -148,9 +245,28 @@ func (b *vulkanBackend) Backward(ctx context.Context, p *Problem, a *BackwardArg
 	return fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)
 }
 
+// plan is vkattn's Plan for the pass.
+func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, backward bool) (*Plan, error) {
+	dir := vkattn.Fwd
+	if backward {
+		dir = vkattn.Bwd
+	}
+	vp, err := b.vk.Plan(ctx, p, dt, dir)
+	if err != nil {
+		return nil, vkErr(err)
+	}
+	pl := &Plan{Pass: vp.Dir.String(), Family: vp.Family, Declined: vp.Declined}
+	for _, l := range vp.Launches {
+		pl.Launches = append(pl.Launches, Launch{Kernel: l.Kernel, Name: l.Name(),
+			Grid: [3]int{int(l.Grid[0]), int(l.Grid[1]), int(l.Grid[2])}, Workgroup: l.Workgroup,
+			TileRows: l.BR, TileCols: l.BC, SharedBytes: l.SharedBytes, Config: l.Config, Source: l.Source})
+	}
+	return pl, nil
+}
+
 // Benchmark keeps o.Rotate copies of the inputs resident and times each
 // call with GPU timestamps around its kernels (see vkattn.Bench).
-func (b *vulkanBackend) Benchmark(ctx context.Context, p *Problem, a *BackwardArgs, o BenchOptions) (*BenchResult, error) {
+func (b *vulkanBackend) Benchmark(ctx context.Context, p *spec.Problem, a *backwardArgs, o BenchOptions) (*BenchResult, error) {
 	opt := vkattn.BenchOptions{Warmup: o.Warmup, Iters: o.Iters, Rotate: o.Rotate, Backward: o.Backward, PerKernel: o.PerKernel}
 	var r *vkattn.BenchResult
 	var err error
@@ -170,5 +286,117 @@ func (b *vulkanBackend) Benchmark(ctx context.Context, p *Problem, a *BackwardAr
 	if err != nil {
 		return nil, vkErr(err)
 	}
-	return &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady, Kernels: r.Kernels}, nil
+	res := &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady}
+	for _, k := range r.Kernels {
+		res.Kernels = append(res.Kernels, KernelTimes{Name: k.Name, Times: k.Times})
+	}
+	return res, nil
+}
+
+// tune runs vkattn's search and converts its results.
+func (b *vulkanBackend) tune(ctx context.Context, o TuneOptions) ([]TuneResult, error) {
+	vo := vkattn.TuneOptions{Dims: o.Dims, Causal: o.Causal, N: o.N, Tokens: o.Tokens, Hidden: o.Hidden,
+		MaxCandidates: o.MaxCandidates, Stages: o.Families, Budget: o.Budget, Seed: o.Seed,
+		Bench: vkattn.BenchOptions{Warmup: o.Warmup, Iters: o.Iters}}
+	if o.Warmup < 0 {
+		vo.Bench.Warmup, vo.Bench.MinWarmup = -1, -1
+	}
+	vo.DTypes = o.DTypes
+	for _, d := range o.Dirs {
+		dir, err := vkattn.ParseDir(d)
+		if err != nil {
+			return nil, fmt.Errorf("attention: tune: %w: %w", err, ErrOption)
+		}
+		vo.Dirs = append(vo.Dirs, dir)
+	}
+	ref := o.Reference
+	vo.Reference = func(p *spec.Problem, q, k, v, do []float64, backward bool) ([][]float64, error) {
+		return ref(ReferenceProblem{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
+			Scale: float64(p.Scale), Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}, q, k, v, do, backward)
+	}
+	if o.Progress != nil {
+		vo.Progress = func(ev vkattn.TuneEvent) { o.Progress(publicTuneEvent(ev)) }
+	}
+	rs, err := b.vk.Tune(ctx, vo)
+	out := make([]TuneResult, len(rs))
+	for i, r := range rs {
+		out[i] = TuneResult{Device: b.tuneKey, Key: publicTuneKey(r.Key), N: r.N, B: r.B, H: r.H,
+			Default: r.Default, DefaultTime: r.DefaultTime, Winner: r.Winner, WinnerTime: r.WinnerTime, TFLOPS: r.TFLOPS,
+			Candidates: r.Candidates, Tried: r.Tried, Err: r.Err}
+		for _, ev := range r.Events {
+			out[i].Events = append(out[i].Events, publicTuneEvent(ev))
+		}
+	}
+	if errors.Is(err, vkattn.ErrTuneBudget) {
+		err = fmt.Errorf("%w: %w", ErrTuneBudget, err)
+	} else if err != nil {
+		err = vkErr(err)
+	}
+	return out, err
+}
+
+func publicTuneEvent(ev vkattn.TuneEvent) TuneEvent {
+	return TuneEvent{Key: publicTuneKey(ev.Key), N: ev.N, Candidate: ev.Candidate, Default: ev.Default, Index: ev.Index,
+		Count: ev.Count, Status: ev.Status, RelL2: ev.RelL2, Bound: ev.Bound, Err: ev.Err, Median: ev.Median,
+		TFLOPS: ev.TFLOPS, DefaultMedian: ev.DefaultMedian}
+}
+
+func (b *vulkanBackend) tuneInfo() TuneInfo {
+	b.tmu.Lock()
+	defer b.tmu.Unlock()
+	return TuneInfo{File: b.tuneFile, Off: b.tuneOff, Device: b.tuneKey,
+		Entries:  append([]TuneEntry(nil), b.tuneEnts...),
+		Warnings: append(append([]string(nil), b.tuneWarn...), b.vk.TuneWarnings()...)}
+}
+
+// Device-resident operands (devicetensor.go).
+
+type vulkanBuffer struct{ t *vkattn.Tensor }
+
+func (b *vulkanBackend) newDeviceBuffer(dt DType, s Shape, st Strides) (deviceBuffer, error) {
+	t, err := b.vk.NewTensor(dt, s, st)
+	if err != nil {
+		return nil, vkErr(err)
+	}
+	return vulkanBuffer{t}, nil
+}
+
+func (v vulkanBuffer) upload(ctx context.Context, src Tensor, n int) error {
+	switch x := src.Data.(type) {
+	case []float32:
+		return vkErr(vkattn.Upload(ctx, v.t, x[:n]))
+	case []float16.Float16:
+		return vkErr(vkattn.Upload(ctx, v.t, x[:n]))
+	case []bfloat16.BFloat16:
+		return vkErr(vkattn.Upload(ctx, v.t, x[:n]))
+	}
+	return fmt.Errorf("attention: upload: data of type %T: %w", src.Data, ErrDType)
+}
+
+func (v vulkanBuffer) download(ctx context.Context, dst Tensor, n int) error {
+	switch x := dst.Data.(type) {
+	case []float32:
+		return vkErr(vkattn.Download(ctx, v.t, x[:n]))
+	case []float16.Float16:
+		return vkErr(vkattn.Download(ctx, v.t, x[:n]))
+	case []bfloat16.BFloat16:
+		return vkErr(vkattn.Download(ctx, v.t, x[:n]))
+	}
+	return fmt.Errorf("attention: download: data of type %T: %w", dst.Data, ErrDType)
+}
+
+func (v vulkanBuffer) close() error { return vkErr(v.t.Close()) }
+
+func vt(d *DeviceTensor) *vkattn.Tensor { return d.dev.(vulkanBuffer).t }
+
+func (b *vulkanBackend) forwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse *DeviceTensor) error {
+	return vkErr(b.vk.Forward(ctx, p, vt(q), vt(k), vt(v), vt(o), vt(lse)))
+}
+
+func (b *vulkanBackend) backwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor) error {
+	return vkErr(b.vk.Backward(ctx, p, vt(q), vt(k), vt(v), vt(o), vt(lse), vt(do), vt(dq), vt(dk), vt(dv)))
+}
+
+func (b *vulkanBackend) stepDevice(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor) error {
+	return vkErr(b.vk.Step(ctx, p, vt(q), vt(k), vt(v), vt(do), vt(o), vt(lse), vt(dq), vt(dk), vt(dv)))
 }

@@ -3,6 +3,7 @@ package attention_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -13,30 +14,39 @@ import (
 	"github.com/flashvk/flashvk/attention"
 	"github.com/flashvk/flashvk/attention/attentiontest"
 	"github.com/flashvk/flashvk/bfloat16"
-	"github.com/flashvk/flashvk/internal/device"
-	"github.com/flashvk/flashvk/internal/device/devicetest"
-	"github.com/flashvk/flashvk/internal/spec"
-	"github.com/flashvk/flashvk/internal/vkattn"
 	"github.com/flashvk/flashvk/reference"
 	"github.com/x448/float16"
 )
 
-// openVulkan opens a Vulkan engine for t with devicetest's rules: skipped
-// without a device (failed with FLASHVK_REQUIRE_VULKAN=1), the validation
-// layer on per FLASHVK_VALIDATION (default: when installed), and Close —
-// which reports validation messages as an error — failing t.
+// requireVulkan reports whether FLASHVK_REQUIRE_VULKAN=1 turns a missing
+// Vulkan device from a skip into a failure.
+func requireVulkan() bool { return os.Getenv("FLASHVK_REQUIRE_VULKAN") == "1" }
+
+// skipWithoutVulkan skips t (or, with FLASHVK_REQUIRE_VULKAN=1, fails it)
+// when this machine or binary has no Vulkan device, saying why.
+func skipWithoutVulkan(t *testing.T) {
+	t.Helper()
+	if _, err := attention.Devices(attention.Config{}); err != nil {
+		if requireVulkan() {
+			t.Fatalf("FLASHVK_REQUIRE_VULKAN=1 but no Vulkan device: %v", err)
+		}
+		t.Skipf("no Vulkan device (set FLASHVK_REQUIRE_VULKAN=1 to fail instead): %v", err)
+	}
+}
+
+// openVulkan opens a Vulkan engine on the best device (FLASHVK_DEVICE
+// names another) with kernel selection kernel: skipped without a device
+// (failed with FLASHVK_REQUIRE_VULKAN=1), the validation layer on with
+// FLASHVK_VALIDATION=1, and Close — which reports validation messages as
+// an error — failing t.
 func openVulkan(t *testing.T, kernel string) *attention.Engine {
 	t.Helper()
-	devicetest.Skip(t)
-	opt := devicetest.Options(t)
-	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: opt.Select, Kernel: kernel, Validation: opt.Validation})
+	skipWithoutVulkan(t)
+	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Kernel: kernel, Validation: os.Getenv("FLASHVK_VALIDATION") == "1"})
 	if err != nil {
-		if (errors.Is(err, device.ErrNoVulkan) || errors.Is(err, device.ErrNoDevice)) && !devicetest.Require() {
-			t.Skipf("no Vulkan device: %v", err)
-		}
-		t.Fatalf("open vulkan (%s): %v", kernel, err)
+		t.Fatalf("open vulkan (%q): %v", kernel, err)
 	}
-	if !errors.Is(err, nil) || e.Info().Kind != attention.Vulkan {
+	if e.Info().Kind != attention.Vulkan {
 		t.Fatalf("open vulkan: got %+v", e.Info())
 	}
 	t.Cleanup(func() {
@@ -79,17 +89,10 @@ func TestConformanceVulkanNaive(t *testing.T) {
 // the PyTorch-style bf16 baseline). Skipped on devices without
 // cooperative-matrix support (CI's lavapipe).
 func TestConformanceVulkanCoopmat(t *testing.T) {
-	devicetest.Skip(t)
-	opt := devicetest.Options(t)
-	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: opt.Select, Kernel: "flash_cm", Validation: opt.Validation})
+	skipWithoutVulkan(t)
+	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Validation: os.Getenv("FLASHVK_VALIDATION") == "1"})
 	if err != nil {
-		if errors.Is(err, vkattn.ErrUnsupported) {
-			t.Skipf("device cannot run flash_cm (no KHR cooperative matrices or a required feature): %v", err)
-		}
-		if (errors.Is(err, device.ErrNoVulkan) || errors.Is(err, device.ErrNoDevice)) && !devicetest.Require() {
-			t.Skipf("no Vulkan device: %v", err)
-		}
-		t.Fatalf("open vulkan (flash_cm): %v", err)
+		t.Fatalf("open vulkan: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := e.Close(); err != nil {
@@ -97,22 +100,24 @@ func TestConformanceVulkanCoopmat(t *testing.T) {
 		}
 	})
 	if k := e.Info().Kernel; k != "flash_cm" {
-		t.Fatalf("Info().Kernel = %q, want flash_cm", k)
+		t.Skipf("%s prefers %q: no cooperative-matrix kernels here", e.Info().Device, k)
 	}
-	vk := e.Vulkan()
+	ctx := context.Background()
 	for _, nq := range []int{100, 4096} {
 		for _, d := range []int{64, 128, 256} {
-			p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: nq, Nk: nq, D: d, Dv: d}
-			t.Logf("Nq %d d %d: f16 runs %s, bf16 runs %s, f32 runs %s", nq, d,
-				vk.ForwardKernel(context.Background(), p, vkattn.F16), vk.ForwardKernel(context.Background(), p, vkattn.BF16),
-				vk.ForwardKernel(context.Background(), p, vkattn.F32))
+			s := attention.Shape{B: 1, S: nq, H: 1, D: d}
+			for _, bwd := range []bool{false, true} {
+				var fams []string
+				for _, dt := range []attention.DType{attention.Float16, attention.BFloat16, attention.Float32} {
+					pl, err := e.Plan(ctx, s, s, s, attention.BSHD, dt, attention.Options{}, bwd)
+					if err != nil {
+						t.Fatalf("plan %v Nq %d d %d: %v", dt, nq, d, err)
+					}
+					fams = append(fams, fmt.Sprintf("%v runs %s", dt, pl.Family))
+				}
+				t.Logf("Nq %d d %d backward %v: %s", nq, d, bwd, strings.Join(fams, ", "))
+			}
 		}
-	}
-	for _, d := range []int{64, 128, 256} {
-		p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 512, Nk: 512, D: d, Dv: d}
-		t.Logf("d %d backward: f16 runs %s, bf16 runs %s, f32 runs %s", d,
-			vk.BackwardKernel(context.Background(), p, vkattn.F16), vk.BackwardKernel(context.Background(), p, vkattn.BF16),
-			vk.BackwardKernel(context.Background(), p, vkattn.F32))
 	}
 	long := []attentiontest.Case{
 		{Name: "long", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 128, Dv: 128},
@@ -474,8 +479,9 @@ func TestFiniteDifferenceVulkan(t *testing.T) {
 }
 
 // TestOpenSelection covers Open's backend choice: FLASHVK_BACKEND
-// overrides Auto, Auto falls back to the CPU with a reason, and Vulkan
-// fails with ErrBackend when no device matches.
+// overrides Auto; a named device that does not exist is an error, never the
+// CPU; a kernel name with the CPU backend is an error; Auto runs on the
+// CPU only where no hardware device opens, saying why.
 func TestOpenSelection(t *testing.T) {
 	t.Setenv("FLASHVK_BACKEND", "cpu")
 	e, err := attention.Open(attention.Config{})
@@ -489,17 +495,41 @@ func TestOpenSelection(t *testing.T) {
 	}
 	os.Unsetenv("FLASHVK_BACKEND")
 	const nowhere = "no-such-device-7f3a"
-	e, err = attention.Open(attention.Config{Device: nowhere})
-	if err != nil || e.Info().Kind != attention.CPU || e.Fallback() == "" {
-		t.Errorf("auto on a missing device: %v %+v fallback %q", err, e.Info(), e.Fallback())
-	}
-	t.Logf("fallback: %s", e.Fallback())
-	e.Close()
-	_, err = attention.Open(attention.Config{Backend: attention.Vulkan, Device: nowhere})
-	if !errors.Is(err, attention.ErrBackend) {
-		t.Errorf("vulkan on a missing device: %v", err)
+	for _, kind := range []attention.BackendKind{attention.Auto, attention.Vulkan} {
+		if e, err := attention.Open(attention.Config{Backend: kind, Device: nowhere}); !errors.Is(err, attention.ErrBackend) {
+			t.Errorf("%v on a missing device: %v %+v (want ErrBackend, no fallback)", kind, err, e)
+		} else {
+			t.Logf("%v on a missing device: %v", kind, err)
+		}
 	}
 	if _, err := attention.Open(attention.Config{Backend: attention.Vulkan, Kernel: "turbo"}); !errors.Is(err, attention.ErrOption) {
 		t.Errorf("bad kernel: %v", err)
 	}
+	if _, err := attention.Open(attention.Config{Backend: attention.CPU, Kernel: "flash"}); !errors.Is(err, attention.ErrOption) {
+		t.Errorf("kernel with the CPU backend: %v", err)
+	}
+	if _, err := attention.Open(attention.Config{Backend: attention.CPU, Device: "0"}); !errors.Is(err, attention.ErrOption) {
+		t.Errorf("device with the CPU backend: %v", err)
+	}
+	// Auto: the hardware device Devices marks, else the CPU with a reason
+	// (a software device such as lavapipe only when named).
+	e, err = attention.Open(attention.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	devs, _ := attention.Devices(attention.Config{})
+	auto := slices.IndexFunc(devs, func(d attention.DeviceInfo) bool { return d.Auto })
+	switch {
+	case auto >= 0 && (e.Info().Kind != attention.Vulkan || e.Info().Device != devs[auto].Name):
+		t.Errorf("auto: engine %+v, Devices marks %q", e.Info(), devs[auto].Name)
+	case auto < 0 && (e.Info().Kind != attention.CPU || e.Fallback() == ""):
+		t.Errorf("auto without a hardware device: engine %+v fallback %q", e.Info(), e.Fallback())
+	}
+	for _, d := range devs {
+		if d.Auto && d.Software {
+			t.Errorf("Devices marks the software device %q for Auto", d.Name)
+		}
+	}
+	t.Logf("auto: %s %s (fallback: %s)", e.Info().Name, e.Info().Device, e.Fallback())
 }

@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Command gemm finds the Vulkan matrix-unit (tensor-core) ceiling of a GPU
 // with fp16 GEMM kernels on VK_KHR_cooperative_matrix and
 // VK_NV_cooperative_matrix2, and checks and times flashvk's coopmat

@@ -16,8 +16,10 @@ import (
 // deviceRow is one line of `flashvk devices`.
 type deviceRow struct {
 	Backend string `json:"backend"` // "vulkan" or "cpu"
-	*GPUInfo
+	*attention.DeviceInfo
 	Name string `json:"name"`
+	// Auto marks the row Config{} / --backend auto runs on.
+	Auto bool `json:"auto"`
 	// Threads: CPU row only. DTypes are the storage types flashvk's
 	// attention runs on the device (empty when it does not open).
 	Threads int      `json:"threads,omitempty"`
@@ -52,7 +54,11 @@ what flashvk needs for a storage type: DTYPES lists the storage types flashvk
 runs there (fp16 and bf16 need only 16-bit storage buffers, math is fp32; bf16
 does not use the bfloat16 shader type).
 
-RUNS says whether flashvk's attention backend opens on the device. Without a
+RUNS says whether flashvk's attention backend opens on the device. AUTO marks
+where --backend auto (the default of every command) runs: the best hardware
+Vulkan device (discrete, integrated or virtual GPU), else the Go CPU backend.
+A software Vulkan device (type cpu, such as Mesa's lavapipe) runs only when
+named (--device lavapipe, FLASHVK_DEVICE) or with --backend vulkan. Without a
 Vulkan loader or device only the CPU row is listed, with a note: that is not
 an error.`,
 		Args: cobra.NoArgs,
@@ -82,7 +88,7 @@ func (a *app) listDevices() *devicesReport {
 	}
 	for i := range gpus {
 		g := &gpus[i]
-		row := deviceRow{Backend: "vulkan", GPUInfo: g, Name: g.Name}
+		row := deviceRow{Backend: "vulkan", DeviceInfo: g, Name: g.Name, Auto: g.Auto}
 		e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: strconv.Itoa(g.Index)})
 		if err != nil {
 			row.Error = oneLine(err.Error())
@@ -95,7 +101,12 @@ func (a *app) listDevices() *devicesReport {
 		}
 		rep.Devices = append(rep.Devices, row)
 	}
-	cpu := deviceRow{Backend: "cpu", Name: "Go CPU backend", Threads: runtime.GOMAXPROCS(0), Runnable: true}
+	cpu := deviceRow{Backend: "cpu", Name: "Go CPU backend", Threads: runtime.GOMAXPROCS(0), Runnable: true, Auto: true}
+	for i := range rep.Devices {
+		d := &rep.Devices[i]
+		d.Auto = d.Auto && d.Runnable // Auto falls back to the CPU when its device does not open
+		cpu.Auto = cpu.Auto && !d.Auto
+	}
 	if e, err := attention.Open(attention.Config{Backend: attention.CPU}); err == nil {
 		in := e.Info()
 		cpu.Name = in.Device
@@ -120,7 +131,7 @@ func (a *app) listDevices() *devicesReport {
 
 func printDevices(w io.Writer, rep *devicesReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tBACKEND\tNAME\tTYPE\tDRIVER\tVULKAN\tSUBGROUP\tSHARED/WG\tMAX WG\tMEMORY\tFP16\tINT8\tBF16\tCOOPMAT\tDTYPES\tRUNS")
+	fmt.Fprintln(tw, "INDEX\tBACKEND\tNAME\tTYPE\tDRIVER\tVULKAN\tSUBGROUP\tSHARED/WG\tMAX WG\tMEMORY\tFP16\tINT8\tBF16\tCOOPMAT\tDTYPES\tRUNS\tAUTO")
 	yes := func(b bool) string {
 		if b {
 			return "yes"
@@ -128,12 +139,16 @@ func printDevices(w io.Writer, rep *devicesReport) {
 		return "no"
 	}
 	for _, d := range rep.Devices {
-		if d.GPUInfo == nil {
-			fmt.Fprintf(tw, "-\t%s\t%s\tcpu\t%s, %d threads\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", d.Backend, d.Name,
-				runtime.Version(), d.Threads, shortDTypes(d.DTypes), yes(d.Runnable))
+		auto := "-"
+		if d.Auto {
+			auto = "auto"
+		}
+		if d.DeviceInfo == nil {
+			fmt.Fprintf(tw, "-\t%s\t%s\tcpu\t%s, %d threads\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\t%s\n", d.Backend, d.Name,
+				runtime.Version(), d.Threads, shortDTypes(d.DTypes), yes(d.Runnable), auto)
 			continue
 		}
-		g := d.GPUInfo
+		g := d.DeviceInfo
 		cm := "-"
 		if len(g.CoopMat) > 0 {
 			cm = fmt.Sprintf("%d shapes", len(g.CoopMat))
@@ -141,13 +156,13 @@ func printDevices(w io.Writer, rep *devicesReport) {
 		if len(g.CoopMat2) > 0 {
 			cm += " +coopmat2"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, d.Backend, d.Name, g.Type,
-			g.driver(), g.APIVersion, g.SubgroupSize, bytesIEC(uint64(g.MaxSharedMemory)), g.MaxWorkgroupInvocations,
-			bytesIEC(g.DeviceLocalBytes), yes(g.Float16), yes(g.Int8), yes(g.BFloat16), cm, shortDTypes(d.DTypes), yes(d.Runnable))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, d.Backend, d.Name, g.Type,
+			g.Driver(), g.APIVersion, g.SubgroupSize, bytesIEC(uint64(g.MaxSharedMemory)), g.MaxWorkgroupInvocations,
+			bytesIEC(g.DeviceLocalBytes), yes(g.Float16), yes(g.Int8), yes(g.BFloat16), cm, shortDTypes(d.DTypes), yes(d.Runnable), auto)
 	}
 	tw.Flush()
 	for _, d := range rep.Devices {
-		if d.GPUInfo != nil && len(d.CoopMat) > 0 {
+		if d.DeviceInfo != nil && len(d.CoopMat) > 0 {
 			fmt.Fprintf(w, "\ncooperative matrices of device %d (M×N×K A·B+C→Result):\n", d.Index)
 			for _, s := range d.CoopMat {
 				fmt.Fprintf(w, "  %s\n", s)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -66,10 +65,20 @@ type analysis struct {
 	// Backend is the backend the launch configuration is of ("vulkan",
 	// "cpu"); Tiles summarises it and Launches lists the Vulkan
 	// dispatches of the forward and the backward, in order.
-	Backend     string          `json:"backend,omitempty"`
-	Tiles       string          `json:"tiles"`
-	Launches    []explainLaunch `json:"launches,omitempty"`
-	Assumptions []string        `json:"assumptions"`
+	Backend  string          `json:"backend,omitempty"`
+	Tiles    string          `json:"tiles"`
+	Launches []explainLaunch `json:"launches,omitempty"`
+	// Plans say which kernel family runs each pass and why the families
+	// tried first did not.
+	Plans       []explainPlan `json:"plans,omitempty"`
+	Assumptions []string      `json:"assumptions"`
+}
+
+// explainPlan is the family choice of one pass.
+type explainPlan struct {
+	Direction string   `json:"direction"`
+	Family    string   `json:"family"`
+	Declined  []string `json:"declined,omitempty"`
 }
 
 // analyze computes the memory traffic of naive and flash attention.
@@ -191,17 +200,6 @@ only the intensities are printed.`,
 				return usagef("give both --peak-tflops and --bandwidth-gbs (or --device-preset h200)")
 			}
 			an.roofline(peak, bw, src)
-			if f.device != "" {
-				gpus, err := a.gpus()
-				if err != nil {
-					return fmt.Errorf("--device %s: %s", f.device, oneLine(err.Error()))
-				}
-				g, err := selectGPU(gpus, f.device)
-				if err != nil {
-					return err
-				}
-				an.Device, an.MaxSharedMemory = g.Name, g.MaxSharedMemory
-			}
 			if err := a.explainLaunches(cmd.Context(), &f, p, &an); err != nil {
 				return err
 			}
@@ -226,42 +224,6 @@ only the intensities are printed.`,
 	fl.Float64Var(&f.bandwidthGBs, "bandwidth-gbs", 0, "memory bandwidth in GB/s for the roofline")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	return c
-}
-
-// selectGPU picks a device by index, name substring, vendor or driver.
-func selectGPU(gpus []GPUInfo, sel string) (*GPUInfo, error) {
-	if len(gpus) == 0 {
-		return nil, fmt.Errorf("--device %s: no Vulkan device", sel)
-	}
-	if sel == "" || sel == "best" {
-		for i := range gpus {
-			if gpus[i].Type == "discrete" {
-				return &gpus[i], nil
-			}
-		}
-		return &gpus[0], nil
-	}
-	if i, err := strconv.Atoi(sel); err == nil {
-		for j := range gpus {
-			if gpus[j].Index == i {
-				return &gpus[j], nil
-			}
-		}
-		return nil, fmt.Errorf("--device %d: no such device (%d devices)", i, len(gpus))
-	}
-	s := strings.ToLower(sel)
-	if s == "lavapipe" {
-		s = "llvmpipe"
-	}
-	for i := range gpus {
-		g := &gpus[i]
-		for _, field := range []string{g.Name, g.Vendor, g.DriverName} {
-			if strings.Contains(strings.ToLower(field), s) {
-				return g, nil
-			}
-		}
-	}
-	return nil, fmt.Errorf("--device %q: matches no device", sel)
 }
 
 func printAnalysis(w io.Writer, p problem, a *analysis) {
@@ -301,6 +263,15 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 		fmt.Fprintln(w)
 		printLaunches(w, a.Launches, a.MaxSharedMemory)
 	}
+	for _, pl := range a.Plans {
+		fmt.Fprintf(w, "\n%s  runs %s", pl.Direction, pl.Family)
+		if len(pl.Declined) > 0 {
+			fmt.Fprintf(w, "; not %s", strings.Join(pl.Declined, "; not "))
+		}
+	}
+	if len(a.Plans) > 0 {
+		fmt.Fprintln(w)
+	}
 	if a.Tuning != "" {
 		fmt.Fprintf(w, "\ntuning    %s\n", a.Tuning)
 		for _, s := range a.TuneWarnings {
@@ -314,70 +285,59 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 }
 
 // explainLaunches fills the launch configuration of p on the backend
-// f selects: the Vulkan dispatches (kernel, grid, workgroup, tiles, shared
-// memory) of the forward and the backward, or the CPU backend's tiles.
+// f selects: the plan of the forward and of the backward (kernel family,
+// and each dispatch's kernel, grid, workgroup, tile and shared memory) on
+// a Vulkan device, or the CPU backend's tiles.
 func (a *app) explainLaunches(ctx context.Context, f *explainFlags, p problem, an *analysis) error {
 	kind := attention.Auto
 	switch strings.ToLower(f.backend) {
 	case "auto", "":
-		if f.device != "" {
-			kind = attention.Vulkan
-		}
 	case "cpu":
-		if f.device != "" {
-			return usagef("--device %q selects a Vulkan device: it does not apply to --backend cpu", f.device)
-		}
 		kind = attention.CPU
 	case "vulkan", "vk":
 		kind = attention.Vulkan
 	default:
 		return usagef("--backend %q: want auto, cpu or vulkan", f.backend)
 	}
-	cpuTilesLine := func(why string) {
-		br, bc := cpuTiles(p)
-		an.Backend = "cpu"
-		an.Tiles = fmt.Sprintf("cpu backend: tiles Br×Bc = %d×%d per worker (package cpu's defaults)%s", br, bc, why)
-	}
-	if kind == attention.CPU {
-		cpuTilesLine("")
-		return nil
+	if kind == attention.CPU && f.device != "" {
+		return usagef("--device %q selects a Vulkan device: it does not apply to --backend cpu", f.device)
 	}
 	e, err := attention.Open(attention.Config{Backend: kind, Device: f.device})
 	if err != nil {
-		return fmt.Errorf("vulkan: %s", oneLine(err.Error()))
+		return err
 	}
 	defer e.Close()
 	in := e.Info()
-	if in.Kind != attention.Vulkan {
-		why := ""
-		if fb := e.Fallback(); fb != "" {
-			why = "; no Vulkan backend: " + oneLine(fb)
-		}
-		cpuTilesLine(why)
-		return nil
+	an.Backend = in.Name
+	why := ""
+	if fb := e.Fallback(); fb != "" {
+		why = "; no Vulkan backend: " + oneLine(fb)
 	}
-	an.Backend = "vulkan"
-	an.Device = in.Device
-	an.MaxSharedMemory = uint32(e.Vulkan().Limits().SharedBytes)
+	if in.Vulkan != nil {
+		an.Device, an.MaxSharedMemory = in.Device, in.Vulkan.MaxSharedMemory
+	}
 	var failed []string
 	for _, bwd := range []bool{false, true} {
 		dir := "fwd"
 		if bwd {
 			dir = "bwd"
 		}
-		ls, err := launchesOf(ctx, e, p, bwd)
+		pl, err := e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), bwd)
 		if err != nil {
 			failed = append(failed, dir+": "+oneLine(err.Error()))
 			continue
 		}
-		for _, l := range ls {
+		an.Plans = append(an.Plans, explainPlan{Direction: dir, Family: pl.Family, Declined: pl.Declined})
+		for _, l := range resultLaunches(pl) {
 			an.Launches = append(an.Launches, explainLaunch{Direction: dir, Launch: l})
 		}
 	}
-	an.Tiles = fmt.Sprintf("launch configuration (vulkan backend, %s storage)", p.DType)
+	an.Tiles = fmt.Sprintf("launch configuration (%s backend, %s storage)%s", in.Name, p.DType, why)
 	if len(failed) > 0 {
 		an.Tiles += ": " + strings.Join(failed, "; ")
 	}
-	an.Tuning, an.TuneWarnings = tuningLine(e.Vulkan().TuneInfo())
+	if in.Kind == attention.Vulkan {
+		an.Tuning, an.TuneWarnings = tuningLine(e.TuneInfo())
+	}
 	return nil
 }

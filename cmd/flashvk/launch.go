@@ -8,58 +8,50 @@ import (
 	"text/tabwriter"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/internal/cpu"
 )
 
-// cpuTiles describes the CPU backend's tiles for p (package cpu's defaults,
-// clamped to the sequence lengths as cpu does).
-func cpuTiles(p problem) (br, bc int) {
-	return max(min(cpu.DefaultBr, p.Nq), 1), max(min(cpu.DefaultBc, p.Nk), 1)
-}
-
-// cpuLaunch is the CPU backend's "launch": its tile per worker goroutine.
-func cpuLaunch(p problem) Launch {
-	br, bc := cpuTiles(p)
-	return Launch{Kernel: "cpu", Tile: fmt.Sprintf("Br=%d Bc=%d per worker", br, bc)}
-}
-
 // launchesOf returns the dispatches of p's forward (or backward) on e, in
-// recording order: the Vulkan backend's real grids and tiles, or the CPU
-// backend's tile.
+// recording order: the engine's plan (the Vulkan backend's real grids and
+// tiles, or the CPU backend's tile per worker).
 func launchesOf(ctx context.Context, e *attention.Engine, p problem, backward bool) ([]Launch, error) {
-	if e.Info().Kind != attention.Vulkan {
-		return []Launch{cpuLaunch(p)}, nil
-	}
-	ls, err := e.Launches(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), backward)
+	pl, err := e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), backward)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Launch, len(ls))
-	for i, l := range ls {
-		var tile []string
-		if l.BR > 0 || l.BC > 0 {
-			tile = append(tile, fmt.Sprintf("Br=%d Bc=%d", l.BR, l.BC))
-		}
-		if l.Mode != "" {
-			tile = append(tile, l.Mode)
-		}
-		out[i] = Launch{Kernel: l.Kernel, Grid: []int{int(l.Grid[0]), int(l.Grid[1]), int(l.Grid[2])},
-			Workgroup: []int{l.Workgroup, 1, 1}, SharedBytes: l.SharedBytes, Tile: strings.Join(tile, " "), Source: l.Source}
-	}
-	return out, nil
+	return resultLaunches(pl), nil
 }
 
-// mainLaunch is the dispatch a result's "launch" shows: the forward kernel
-// (the first dispatch), or for the backward bwd_dkdv, which does most of
-// its work.
+// resultLaunches converts a plan's launches to the results schema's.
+func resultLaunches(pl *attention.Plan) []Launch {
+	out := make([]Launch, len(pl.Launches))
+	for i, l := range pl.Launches {
+		var tile []string
+		if l.TileRows > 0 || l.TileCols > 0 {
+			tile = append(tile, fmt.Sprintf("Br=%d Bc=%d", l.TileRows, l.TileCols))
+		}
+		if l.Config != "" {
+			tile = append(tile, l.Config)
+		}
+		out[i] = Launch{Kernel: l.Kernel, Tile: strings.Join(tile, " "), Source: l.Source, SharedBytes: l.SharedBytes}
+		if l.Workgroup > 0 {
+			out[i].Grid, out[i].Workgroup = l.Grid[:], []int{l.Workgroup, 1, 1}
+		}
+	}
+	return out
+}
+
+// mainLaunch is the dispatch a result's "launch" shows: the first, or in a
+// backward the dK/dV kernel ("…_dkdv": bwd_dkdv or bwd_cm_dkdv), which
+// does most of its work.
 func mainLaunch(ls []Launch) *Launch {
 	if len(ls) == 0 {
 		return nil
 	}
 	m := ls[0]
 	for _, l := range ls {
-		if l.Kernel == "bwd_dkdv" {
+		if strings.HasSuffix(l.Kernel, "_dkdv") {
 			m = l
+			break
 		}
 	}
 	return &m

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/attention"
 	"github.com/sbinet/npyio/npy"
 	"github.com/x448/float16"
 )
@@ -41,6 +42,18 @@ func mustRun(t *testing.T, args ...string) string {
 
 func td(name string) string { return filepath.Join("testdata", name) }
 
+// skipWithoutVulkan skips t (or, with FLASHVK_REQUIRE_VULKAN=1, fails it)
+// when there is no Vulkan device, saying why.
+func skipWithoutVulkan(t *testing.T) {
+	t.Helper()
+	if _, err := attention.Devices(attention.Config{}); err != nil {
+		if os.Getenv("FLASHVK_REQUIRE_VULKAN") == "1" {
+			t.Fatalf("FLASHVK_REQUIRE_VULKAN=1 but no Vulkan device: %v", err)
+		}
+		t.Skipf("no Vulkan device (set FLASHVK_REQUIRE_VULKAN=1 to fail instead): %v", err)
+	}
+}
+
 func TestHelpEverywhere(t *testing.T) {
 	for _, cmd := range [][]string{{}, {"devices"}, {"run"}, {"bench"}, {"compare"}, {"report"}, {"explain"}, {"tune"}} {
 		out := mustRun(t, append(cmd, "--help")...)
@@ -61,7 +74,7 @@ func TestDevices(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^-\s+cpu\s`).MatchString(out) {
 		t.Errorf("devices: no cpu row:\n%s", out)
 	}
-	gpus, err := device.Devices()
+	gpus, err := attention.Devices(attention.Config{})
 	if os.Getenv("FLASHVK_REQUIRE_VULKAN") == "1" && len(gpus) == 0 {
 		t.Fatalf("FLASHVK_REQUIRE_VULKAN=1 but no Vulkan device: %v", err)
 	}
@@ -98,7 +111,7 @@ func TestDevices(t *testing.T) {
 func TestDevicesNoVulkan(t *testing.T) {
 	var out, errb bytes.Buffer
 	a := newApp(&out, &errb)
-	a.gpus = func() ([]GPUInfo, error) { return nil, device.ErrNoVulkan }
+	a.gpus = func() ([]attention.DeviceInfo, error) { return nil, fmt.Errorf("no loader: %w", attention.ErrBackend) }
 	if code := a.execute(context.Background(), []string{"devices"}); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -487,7 +500,7 @@ func TestDeviceAll(t *testing.T) {
 	if !strings.Contains(out, "Go CPU backend") || !strings.Contains(out, "PASS") {
 		t.Errorf("run --device all:\n%s", out)
 	}
-	gpus, _ := device.Devices()
+	gpus, _ := attention.Devices(attention.Config{})
 	for _, g := range gpus {
 		ran := strings.Contains(out, g.Name)
 		if !ran && (os.Getenv("FLASHVK_REQUIRE_VULKAN") == "1" || !strings.Contains(errs, "skipping")) {

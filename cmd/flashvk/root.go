@@ -5,18 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"strings"
 
+	"github.com/flashvk/flashvk/attention"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 // app carries what every command shares: the output streams and the
 // hooks tests replace.
 type app struct {
 	stdout, stderr io.Writer
-	// gpus lists the Vulkan devices (see gpus.go).
-	gpus func() ([]GPUInfo, error)
+	// gpus lists the Vulkan devices (attention.Devices; tests replace it).
+	gpus func() ([]attention.DeviceInfo, error)
 	// stderrTTY reports whether stderr is a terminal (progress bars).
 	stderrTTY bool
 }
@@ -40,7 +43,16 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *app {
-	return &app{stdout: stdout, stderr: stderr, gpus: listGPUs, stderrTTY: isTerminal(stderr)}
+	return &app{stdout: stdout, stderr: stderr, gpus: listDevices, stderrTTY: isTerminal(stderr)}
+}
+
+// listDevices lists the Vulkan devices with the environment's loader.
+func listDevices() ([]attention.DeviceInfo, error) { return attention.Devices(attention.Config{}) }
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func (a *app) execute(ctx context.Context, args []string) (code int) {

@@ -4,13 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/internal/vkattn"
+	"github.com/flashvk/flashvk/reference"
 	"github.com/spf13/cobra"
 )
 
@@ -93,17 +94,20 @@ func (f *tuneFlags) cachePath() (string, error) {
 	if f.cache != "" {
 		return f.cache, nil
 	}
-	return vkattn.DefaultTuneCachePath()
+	if p := os.Getenv("FLASHVK_TUNE_CACHE"); p != "" {
+		return p, nil
+	}
+	return attention.DefaultTuneCachePath()
 }
 
-func (f *tuneFlags) options() (vkattn.TuneOptions, error) {
-	var o vkattn.TuneOptions
+func (f *tuneFlags) options() (attention.TuneOptions, error) {
+	var o attention.TuneOptions
 	for _, s := range f.dtypes {
 		switch strings.ToLower(s) {
 		case "f16", "fp16", "float16":
-			o.DTypes = append(o.DTypes, vkattn.F16)
+			o.DTypes = append(o.DTypes, attention.Float16)
 		case "f32", "fp32", "float32":
-			o.DTypes = append(o.DTypes, vkattn.F32)
+			o.DTypes = append(o.DTypes, attention.Float32)
 		default:
 			return o, usagef("--dtype %q: want f16 or f32", s)
 		}
@@ -126,16 +130,13 @@ func (f *tuneFlags) options() (vkattn.TuneOptions, error) {
 	}
 	for _, d := range f.dirs {
 		switch d {
-		case vkattn.DirFwd, vkattn.DirBwd:
+		case "fwd", "bwd":
 			o.Dirs = append(o.Dirs, d)
 		default:
 			return o, usagef("--dir %q: want fwd or bwd", d)
 		}
 	}
-	var known []string
-	for _, fam := range vkattn.TuneFamilies() {
-		known = append(known, fam.Name)
-	}
+	known := attention.TuneFamilies()
 	for _, fam := range f.families {
 		if !slices.Contains(known, fam) {
 			return o, usagef("--family %q: want one of %s", fam, strings.Join(known, ", "))
@@ -153,10 +154,11 @@ func (f *tuneFlags) options() (vkattn.TuneOptions, error) {
 		return o, usagef("--budget must be ≥ 0")
 	}
 	o.N, o.Tokens, o.Hidden = f.ns[0], f.tokens, f.hidden
-	o.Bench = vkattn.BenchOptions{Warmup: f.warmup, Iters: f.iters}
+	o.Warmup, o.Iters = f.warmup, f.iters
 	if f.warmup == 0 {
-		o.Bench.Warmup, o.Bench.MinWarmup = -1, -1
+		o.Warmup = -1
 	}
+	o.Reference = tuneReference
 	o.MaxCandidates = f.maxCandidates
 	o.Budget = f.budget
 	o.Seed = f.seed
@@ -175,46 +177,45 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 	if err != nil {
 		return err
 	}
-	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: f.device, Kernel: f.kernel, TuneCache: vkattn.TuneOff})
+	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: f.device, Kernel: f.kernel, TuneCache: attention.TuneOff})
 	if err != nil {
 		return fmt.Errorf("tune needs a Vulkan device: %s", oneLine(err.Error()))
 	}
 	defer e.Close()
-	vk := e.Vulkan()
-	info := vk.Info()
+	info := e.Info()
 	if len(f.dtypes) > 0 {
 		for _, dt := range o.DTypes {
-			if !slices.Contains(vk.DTypes(), dt) {
-				return fmt.Errorf("%s does not run %v storage", info.Name, dt)
+			if !slices.Contains(info.DTypes, dt) {
+				return fmt.Errorf("%s does not run %v storage", info.Device, dt)
 			}
 		}
 	}
-	fmt.Fprintf(a.stderr, "tuning %s (driver %s %s) with kernel %s; timed problems N=%s, B·N=%d, H·d=%d\n",
-		info.Name, info.DriverName, info.DriverInfo, vk.Kernel(), joinInts(f.ns), o.Tokens, o.Hidden)
+	fmt.Fprintf(a.stderr, "tuning %s (driver %s) with kernel %s; timed problems N=%s, B·N=%d, H·d=%d\n",
+		info.Device, info.Driver, info.Kernel, joinInts(f.ns), o.Tokens, o.Hidden)
 	fmt.Fprintf(a.stderr, "tune cache %s\n", path)
-	o.Progress = func(ev vkattn.TuneEvent) { printTuneEvent(a.stderr, ev) }
+	o.Progress = func(ev attention.TuneEvent) { printTuneEvent(a.stderr, ev) }
 	start := time.Now()
-	var rs []vkattn.TuneResult
+	var rs []attention.TuneResult
 	var tuneErr error
 	for _, n := range f.ns {
 		o.N = n
 		if f.budget > 0 {
 			if o.Budget = f.budget - time.Since(start); o.Budget <= 0 {
-				tuneErr = fmt.Errorf("%w (%v) before N=%d", vkattn.ErrTuneBudget, f.budget, n)
+				tuneErr = fmt.Errorf("%w (%v) before N=%d", attention.ErrTuneBudget, f.budget, n)
 				break
 			}
 		}
-		r, err := vk.Tune(cmd.Context(), o)
+		r, err := e.Tune(cmd.Context(), o)
 		rs = append(rs, r...)
 		if tuneErr = err; err != nil {
 			break
 		}
 	}
 	printTuneResults(a.stdout, rs)
-	var c *vkattn.TuneCache
+	var c *attention.TuneCache
 	if !f.dryRun {
 		var lerr error
-		c, lerr = vkattn.LoadTuneCache(path)
+		c, lerr = attention.LoadTuneCache(path)
 		if lerr != nil {
 			fmt.Fprintf(a.stderr, "warning: %s; it is replaced\n", oneLine(lerr.Error()))
 		}
@@ -252,7 +253,7 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 	default:
 		fmt.Fprintf(a.stderr, "nothing to write to %s\n", path)
 	}
-	if errors.Is(tuneErr, vkattn.ErrTuneBudget) {
+	if errors.Is(tuneErr, attention.ErrTuneBudget) {
 		fmt.Fprintf(a.stderr, "warning: %s: the remaining keys were not tuned\n", oneLine(tuneErr.Error()))
 		tuneErr = nil
 	}
@@ -260,7 +261,7 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 		return tuneErr
 	}
 	if len(rs) == 0 {
-		return fmt.Errorf("nothing to tune: no tunable kernel family runs the requested keys on %s", info.Name)
+		return fmt.Errorf("nothing to tune: no tunable kernel family runs the requested keys on %s", info.Device)
 	}
 	return nil
 }
@@ -273,7 +274,7 @@ func joinInts(xs []int) string {
 	return strings.Join(s, ",")
 }
 
-func tuneLabel(k vkattn.TuneKey) string {
+func tuneLabel(k attention.TuneKey) string {
 	mask := "non-causal"
 	if k.Causal {
 		mask = "causal"
@@ -281,18 +282,18 @@ func tuneLabel(k vkattn.TuneKey) string {
 	return fmt.Sprintf("%s %s d=%d %s %s", k.Dir, k.DType, k.D, mask, k.Family)
 }
 
-func printTuneEvent(w io.Writer, ev vkattn.TuneEvent) {
+func printTuneEvent(w io.Writer, ev attention.TuneEvent) {
 	cand := ev.Candidate
 	if ev.Default {
 		cand += " (default)"
 	}
 	head := fmt.Sprintf("[%s N=%d %d/%d] %s:", tuneLabel(ev.Key), ev.N, ev.Index, ev.Count, cand)
 	switch ev.Status {
-	case vkattn.TuneTimed:
+	case attention.TuneTimed:
 		fmt.Fprintf(w, "%s verified (rel_l2 %.2g), %s, %s TFLOP/s\n", head, ev.RelL2, fmtMS(float64(ev.Median)/1e6), fmtTFLOPS(ev.TFLOPS))
-	case vkattn.TuneConfirm:
+	case attention.TuneConfirm:
 		fmt.Fprintf(w, "[%s N=%d] re-timed: default %s, %s %s\n", tuneLabel(ev.Key), ev.N, fmtMS(float64(ev.DefaultMedian)/1e6), ev.Candidate, fmtMS(float64(ev.Median)/1e6))
-	case vkattn.TuneRejected:
+	case attention.TuneRejected:
 		fmt.Fprintf(w, "%s REJECTED: %s\n", head, oneLine(ev.Err.Error()))
 	default:
 		fmt.Fprintf(w, "%s failed: %s\n", head, oneLine(fmt.Sprint(ev.Err)))
@@ -300,7 +301,7 @@ func printTuneEvent(w io.Writer, ev vkattn.TuneEvent) {
 }
 
 // printTuneResults prints the winners against the defaults.
-func printTuneResults(w io.Writer, rs []vkattn.TuneResult) {
+func printTuneResults(w io.Writer, rs []attention.TuneResult) {
 	if len(rs) == 0 {
 		return
 	}
@@ -333,9 +334,9 @@ func printTuneResults(w io.Writer, rs []vkattn.TuneResult) {
 }
 
 func (a *app) showTuneCache(path string) error {
-	c, err := vkattn.LoadTuneCache(path)
-	fmt.Fprintf(a.stdout, "tune cache %s (schema version %d)\n", path, vkattn.TuneCacheVersion)
-	if vkattn.TuneDisabled() {
+	c, err := attention.LoadTuneCache(path)
+	fmt.Fprintf(a.stdout, "tune cache %s (schema version %d)\n", path, attention.TuneCacheVersion)
+	if tuneDisabled() {
 		fmt.Fprintln(a.stdout, "FLASHVK_TUNE=off: the library does not use it")
 	}
 	if err != nil {
@@ -346,8 +347,8 @@ func (a *app) showTuneCache(path string) error {
 		return nil
 	}
 	type group struct {
-		dev vkattn.DeviceKey
-		es  []vkattn.TuneEntry
+		dev attention.DeviceKey
+		es  []attention.TuneEntry
 	}
 	var groups []*group
 	for _, e := range c.Entries {
@@ -386,7 +387,7 @@ func (a *app) showTuneCache(path string) error {
 }
 
 // tuningLine describes a backend's tune cache for explain.
-func tuningLine(ti vkattn.TuneInfo) (string, []string) {
+func tuningLine(ti attention.TuneInfo) (string, []string) {
 	switch {
 	case ti.Off:
 		return "tuned configurations off (FLASHVK_TUNE=off): default tiles", ti.Warnings
@@ -396,4 +397,25 @@ func tuningLine(ti vkattn.TuneInfo) (string, []string) {
 		return fmt.Sprintf("no tuned configurations for this device in %s: default tiles (run `flashvk tune`)", ti.File), ti.Warnings
 	}
 	return fmt.Sprintf("%d tuned configurations for this device in %s", len(ti.Entries), ti.File), ti.Warnings
+}
+
+// tuneDisabled reports whether the environment turns the tune cache off
+// for the library (FLASHVK_TUNE=off, 0, false or no).
+func tuneDisabled() bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv("FLASHVK_TUNE"))) {
+	case "off", "0", "false", "no":
+		return true
+	}
+	return false
+}
+
+// tuneReference is the tuner's float64 verifier: package reference.
+func tuneReference(p attention.ReferenceProblem, q, k, v, do []float64, backward bool) ([][]float64, error) {
+	rp := reference.Params(p)
+	if backward {
+		dq, dk, dv, err := reference.Backward(rp, q, k, v, do)
+		return [][]float64{dq, dk, dv}, err
+	}
+	o, lse, err := reference.Forward(rp, q, k, v)
+	return [][]float64{o, lse}, err
 }

@@ -8,8 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashvk/flashvk/internal/device/devicetest"
-	"github.com/flashvk/flashvk/internal/vkattn"
+	"github.com/flashvk/flashvk/attention"
 )
 
 func TestTuneShow(t *testing.T) {
@@ -24,9 +23,9 @@ func TestTuneShow(t *testing.T) {
 	if code != 0 || !strings.Contains(errs, "corrupt") || !strings.Contains(out, "no entries") {
 		t.Errorf("show of a corrupt cache: exit %d\n%s\n%s", code, out, errs)
 	}
-	c := &vkattn.TuneCache{}
-	c.Put(vkattn.TuneEntry{Device: vkattn.DeviceKey{Name: "GPU X", VendorID: 0x10de, Driver: "drv 1"},
-		Key: vkattn.TuneKey{Family: "flash", Dir: "fwd", DType: "f16", D: 128, DV: 128, Causal: true},
+	c := &attention.TuneCache{}
+	c.Put(attention.TuneEntry{Device: attention.DeviceKey{Name: "GPU X", VendorID: 0x10de, Driver: "drv 1"},
+		Key: attention.TuneKey{Family: "flash", Dir: "fwd", DType: "f16", D: 128, DV: 128, Causal: true},
 		N:   2048, Candidate: "wg128-br64-bc32", Default: "wg128-br64-bc16", MedianMS: 2, DefaultMS: 3})
 	good := filepath.Join(dir, "good.json")
 	if err := c.Save(good); err != nil {
@@ -55,7 +54,7 @@ func TestTuneBadFlags(t *testing.T) {
 // TestTuneEndToEnd tunes a tiny problem on the Vulkan device, writes the
 // cache, and checks that explain reports the tuned launches.
 func TestTuneEndToEnd(t *testing.T) {
-	devicetest.Skip(t)
+	skipWithoutVulkan(t)
 	path := filepath.Join(t.TempDir(), "tune.json")
 	args := []string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--d", "16", "--causal=false", "--n", "32",
 		"--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--warmup", "0"}
@@ -80,7 +79,7 @@ func TestTuneEndToEnd(t *testing.T) {
 			t.Errorf("tune table lacks %q:\n%s", want, out)
 		}
 	}
-	c, err := vkattn.LoadTuneCache(path)
+	c, err := attention.LoadTuneCache(path)
 	if err != nil || len(c.Entries) != 3 {
 		t.Fatalf("cache: %+v, %v", c, err)
 	}
@@ -91,7 +90,7 @@ func TestTuneEndToEnd(t *testing.T) {
 	}
 	tuned := 0
 	for _, l := range an.Launches {
-		if l.Source == vkattn.SourceTuned {
+		if l.Source == attention.SourceTuned {
 			tuned++
 		}
 	}

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package device
 
 /*
@@ -16,18 +18,45 @@ import (
 	"unsafe"
 )
 
-// loadVulkan opens the Vulkan loader once per process.
-func loadVulkan() error {
-	var buf [512]C.char
-	if C.fvk_load(&buf[0], C.size_t(len(buf))) != 0 {
-		return fmt.Errorf("%w: %s (install libvulkan1 and a driver, or set FLASHVK_VULKAN_LIBRARY)", ErrNoVulkan, C.GoString(&buf[0]))
+var (
+	loadMu   sync.Mutex
+	loadedAs string // the library the loaded loader was asked for ("" = default)
+	loaded   bool
+)
+
+// loadVulkan opens the Vulkan loader library ("" = libvulkan.so.1, then
+// libvulkan.so) once per process; asking for another library after one
+// was opened is an error.
+func loadVulkan(library string) error {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if loaded {
+		if library != loadedAs {
+			return fmt.Errorf("%w: the Vulkan loader %q is open already; this process cannot also open %q", ErrNoVulkan, loaderName(loadedAs), loaderName(library))
+		}
+		return nil
 	}
+	var buf [512]C.char
+	lib := C.CString(library)
+	defer C.free(unsafe.Pointer(lib))
+	if C.fvk_load(lib, &buf[0], C.size_t(len(buf))) != 0 {
+		return fmt.Errorf("%w: %s (install libvulkan1 and a driver, or name the loader library)", ErrNoVulkan, C.GoString(&buf[0]))
+	}
+	loaded, loadedAs = true, library
 	return nil
 }
 
-// ValidationAvailable reports whether VK_LAYER_KHRONOS_validation is installed.
-func ValidationAvailable() bool {
-	if loadVulkan() != nil {
+func loaderName(library string) string {
+	if library == "" {
+		return "libvulkan.so.1"
+	}
+	return library
+}
+
+// ValidationAvailable reports whether VK_LAYER_KHRONOS_validation is
+// installed, as the loader library ("": the default) sees it.
+func ValidationAvailable(library string) bool {
+	if loadVulkan(library) != nil {
 		return false
 	}
 	name := C.CString("VK_LAYER_KHRONOS_validation")
@@ -35,9 +64,10 @@ func ValidationAvailable() bool {
 	return C.fvk_layer_available(name) != 0
 }
 
-// LoaderVersion returns the Vulkan loader's instance version, e.g. "1.3.239".
-func LoaderVersion() (string, error) {
-	if err := loadVulkan(); err != nil {
+// LoaderVersion returns the instance version of the Vulkan loader library
+// ("": the default), e.g. "1.3.239".
+func LoaderVersion(library string) (string, error) {
+	if err := loadVulkan(library); err != nil {
 		return "", err
 	}
 	return apiVersionString(uint32(C.fvk_loader_version())), nil
@@ -50,11 +80,11 @@ type instance struct {
 	handle cgo.Handle
 }
 
-func newInstance(validation bool, sink *logSink) (*instance, error) {
-	if err := loadVulkan(); err != nil {
+func newInstance(library string, validation bool, sink *logSink) (*instance, error) {
+	if err := loadVulkan(library); err != nil {
 		return nil, err
 	}
-	if validation && !ValidationAvailable() {
+	if validation && !ValidationAvailable(library) {
 		return nil, fmt.Errorf("%w (install vulkan-validationlayers)", ErrNoValidation)
 	}
 	if sink == nil {

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package device
 
 /*
@@ -9,7 +11,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,13 +24,18 @@ import (
 type Options struct {
 	// Select chooses the physical device:
 	//   "" or "best"    the highest-ranked device (discrete > integrated >
-	//                   virtual > cpu, then device-local memory); when empty,
-	//                   the FLASHVK_DEVICE environment variable is used if set
+	//                   virtual > cpu, then device-local memory)
+	//   "gpu"           the best hardware device (discrete, integrated or
+	//                   virtual: not a CPU implementation such as lavapipe)
 	//   "0", "1", …     an index into Devices()
 	//   "nvidia", "amd", "intel", "lavapipe"/"llvmpipe", "cpu",
 	//   "discrete", "integrated"   the best device of that vendor or type
 	//   anything else   a case-insensitive substring of the device name
 	Select string
+	// Library is the Vulkan loader library to open ("": libvulkan.so.1,
+	// then libvulkan.so). A process opens one loader: a later Open naming
+	// another fails.
+	Library string
 	// Validation enables VK_LAYER_KHRONOS_validation. Open fails with
 	// ErrNoValidation when the layer is missing. Warnings and errors are
 	// kept (see Device.ValidationErrors) and all messages go to Log.
@@ -47,8 +53,7 @@ type Options struct {
 	// wait costs tens of microseconds on NVIDIA) at the price of a busy
 	// CPU core. 0 means DefaultSpinWait on GPUs and no spinning on CPU
 	// devices (where it would steal cycles from the driver's threads);
-	// negative disables spinning. FLASHVK_SPIN_WAIT (e.g. "50us")
-	// overrides both.
+	// negative disables spinning.
 	SpinWait time.Duration
 }
 
@@ -95,12 +100,13 @@ type Device struct {
 	validationOn bool
 }
 
-// Devices lists the physical devices of this machine. It creates and
+// Devices lists the physical devices of this machine through the Vulkan
+// loader library ("": the default, see Options.Library). It creates and
 // destroys a temporary Vulkan instance. Without a Vulkan loader it returns
 // an error wrapping ErrNoVulkan; with a loader but no devices, an empty list
 // and an error wrapping ErrNoDevice.
-func Devices() ([]Info, error) {
-	in, err := newInstance(false, nil)
+func Devices(library string) ([]Info, error) {
+	in, err := newInstance(library, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +127,7 @@ func Devices() ([]Info, error) {
 // Open creates a Device on the selected physical device.
 func Open(opt Options) (*Device, error) {
 	sink := &logSink{log: opt.Log}
-	in, err := newInstance(opt.Validation, sink)
+	in, err := newInstance(opt.Library, opt.Validation, sink)
 	if err != nil {
 		return nil, err
 	}
@@ -147,11 +153,7 @@ func Open(opt Options) (*Device, error) {
 	for i := 0; i < n; i++ {
 		infos[i], cinfos[i] = in.query(i)
 	}
-	sel := opt.Select
-	if sel == "" {
-		sel = os.Getenv("FLASHVK_DEVICE")
-	}
-	idx, err := Select(infos, sel)
+	idx, err := Select(infos, opt.Select)
 	if err != nil {
 		return nil, err
 	}
@@ -187,9 +189,6 @@ func Open(opt Options) (*Device, error) {
 		d.spin = DefaultSpinWait
 	case opt.SpinWait > 0:
 		d.spin = opt.SpinWait
-	}
-	if v, err := time.ParseDuration(os.Getenv("FLASHVK_SPIN_WAIT")); err == nil {
-		d.spin = max(v, 0)
 	}
 	if r := VkResult(C.fvk_device_create(in.c, C.uint32_t(idx), ci, cache, cacheLen, &d.c)); r != 0 {
 		return nil, fmt.Errorf("device: open %s: %w", infos[idx].Name, vkErr("vkCreateDevice", r))

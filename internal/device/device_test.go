@@ -1,3 +1,5 @@
+//go:build cgo
+
 package device_test
 
 import (
@@ -52,7 +54,7 @@ const nanBits = 0x7FC00000
 
 func TestDevices(t *testing.T) {
 	devicetest.Skip(t)
-	infos, err := device.Devices()
+	infos, err := device.Devices("")
 	require.NoError(t, err)
 	require.NotEmpty(t, infos)
 	for i, inf := range infos {
@@ -99,7 +101,7 @@ func TestOpenCloseTwice(t *testing.T) {
 
 func TestOpenSelect(t *testing.T) {
 	devicetest.Skip(t)
-	infos, err := device.Devices()
+	infos, err := device.Devices("")
 	require.NoError(t, err)
 	first := infos[0]
 	word := strings.Fields(first.Name)[0]
@@ -679,7 +681,7 @@ func TestBFloat16Features(t *testing.T) {
 	require.NoError(t, err)
 	defer d.Close()
 	inf := d.Info()
-	infos, err := device.Devices()
+	infos, err := device.Devices("")
 	require.NoError(t, err)
 	enum := infos[inf.Index]
 	t.Logf("%s: shaderBFloat16Type %v, DotProduct %v, CooperativeMatrix %v", inf.Name, inf.BFloat16, inf.BFloat16DotProduct, inf.BFloat16CoopMat)

@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package device is flashvk's Vulkan compute runtime: device discovery and
 // selection, storage buffers, host transfers, compute pipelines, command
 // recording and submission with timeouts, GPU timestamps and object

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package device
 
 // MarkLost simulates VK_ERROR_DEVICE_LOST on d (tests only): the path a

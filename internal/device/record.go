@@ -1,3 +1,5 @@
+//go:build cgo
+
 package device
 
 /*
@@ -58,6 +60,43 @@ func (r *Recorder) Err() error { return r.err }
 
 // Len is the number of recorded commands.
 func (r *Recorder) Len() int { return len(r.ops) }
+
+// Command describes one recorded command.
+type Command struct {
+	// Kind is "dispatch", "barrier", "copy", "fill" or "timestamp".
+	Kind string
+	// Pipeline, Groups and Buffers describe a dispatch: the pipeline's
+	// name, the workgroups and the number of buffers bound.
+	Pipeline string
+	Groups   [3]uint32
+	Buffers  int
+}
+
+// Commands lists what has been recorded, in order (for tools and tests
+// that check a recording against a plan).
+func (r *Recorder) Commands() []Command {
+	out := make([]Command, 0, len(r.ops))
+	next := 0 // index into r.pipes, one per dispatch
+	for _, op := range r.ops {
+		var c Command
+		switch op.kind {
+		case C.FVK_OP_DISPATCH:
+			c = Command{Kind: "dispatch", Pipeline: r.pipes[next].name, Buffers: int(op.nbufs),
+				Groups: [3]uint32{uint32(op.groups[0]), uint32(op.groups[1]), uint32(op.groups[2])}}
+			next++
+		case C.FVK_OP_BARRIER:
+			c.Kind = "barrier"
+		case C.FVK_OP_COPY:
+			c.Kind = "copy"
+		case C.FVK_OP_FILL:
+			c.Kind = "fill"
+		case C.FVK_OP_TIMESTAMP:
+			c.Kind = "timestamp"
+		}
+		out = append(out, c)
+	}
+	return out
+}
 
 func (r *Recorder) fail(err error) error {
 	if r.err == nil {

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package device_test
 
 import (
@@ -44,12 +46,13 @@ func TestSelect(t *testing.T) {
 // skip (or fail when FLASHVK_REQUIRE_VULKAN=1).
 func TestNoVulkan(t *testing.T) {
 	if os.Getenv("FLASHVK_TEST_NO_VULKAN_CHILD") == "1" {
-		_, err := device.Devices()
+		lib := devicetest.Library()
+		_, err := device.Devices(lib)
 		require.ErrorIs(t, err, device.ErrNoVulkan)
-		_, err = device.Open(device.Options{})
+		_, err = device.Open(device.Options{Library: lib})
 		require.ErrorIs(t, err, device.ErrNoVulkan)
-		assert.False(t, device.ValidationAvailable())
-		_, err = device.LoaderVersion()
+		assert.False(t, device.ValidationAvailable(lib))
+		_, err = device.LoaderVersion(lib)
 		require.ErrorIs(t, err, device.ErrNoVulkan)
 		devicetest.Skip(t) // skips, or fails under FLASHVK_REQUIRE_VULKAN=1
 		t.Fatal("not reached")
@@ -75,7 +78,7 @@ func TestNoVulkan(t *testing.T) {
 // with a workgroup size that is not a multiple of the subgroup size.
 func TestValidationReportsErrors(t *testing.T) {
 	devicetest.Skip(t)
-	if !device.ValidationAvailable() {
+	if !device.ValidationAvailable(devicetest.Library()) {
 		t.Skip("validation layer not installed")
 	}
 	var logged []string

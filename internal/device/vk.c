@@ -45,60 +45,57 @@ void fvk_instance_counters(fvk_instance *in, fvk_counters *out) { copy_counters(
 
 // ---- Loader -----------------------------------------------------------------------
 
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void *g_lib;
-static char g_load_err[512];
 static PFN_vkGetInstanceProcAddr g_gipa;
 static PFN_vkCreateInstance g_CreateInstance;
 static PFN_vkEnumerateInstanceVersion g_EnumerateInstanceVersion;
 static PFN_vkEnumerateInstanceLayerProperties g_EnumerateInstanceLayerProperties;
 static PFN_vkEnumerateInstanceExtensionProperties g_EnumerateInstanceExtensionProperties;
 
-static void load_once(void) {
+// fvk_load is called under the Go side's lock. A loader once opened stays
+// (its library is never closed); a failed attempt can be retried.
+int fvk_load(const char *path, char *err, size_t errlen) {
+	if (g_gipa) return 0;
 	const char *names[2];
 	int n = 0;
-	const char *env = getenv("FLASHVK_VULKAN_LIBRARY");
-	if (env && *env) {
-		names[n++] = env; // an explicit choice: no fallback
+	if (path && *path) {
+		names[n++] = path; // an explicit choice: no fallback
 	} else {
 		names[n++] = "libvulkan.so.1";
 		names[n++] = "libvulkan.so";
 	}
 	char errs[512] = {0};
-	for (int i = 0; i < n && !g_lib; i++) {
-		g_lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-		if (!g_lib) {
+	void *lib = NULL;
+	for (int i = 0; i < n && !lib; i++) {
+		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+		if (!lib) {
 			const char *e = dlerror();
 			size_t l = strlen(errs);
 			snprintf(errs + l, sizeof errs - l, "%s%s", l ? "; " : "", e ? e : names[i]);
 		}
 	}
-	if (!g_lib) {
-		snprintf(g_load_err, sizeof g_load_err, "dlopen: %s", errs);
-		return;
+	if (!lib) {
+		snprintf(err, errlen, "dlopen: %s", errs);
+		return -1;
 	}
-	g_gipa = (PFN_vkGetInstanceProcAddr)dlsym(g_lib, "vkGetInstanceProcAddr");
-	if (!g_gipa) {
-		snprintf(g_load_err, sizeof g_load_err, "vkGetInstanceProcAddr not found in the Vulkan loader");
-		return;
+	PFN_vkGetInstanceProcAddr gipa = (PFN_vkGetInstanceProcAddr)dlsym(lib, "vkGetInstanceProcAddr");
+	if (!gipa) {
+		snprintf(err, errlen, "vkGetInstanceProcAddr not found in the Vulkan loader");
+		return -1;
 	}
-	g_CreateInstance = (PFN_vkCreateInstance)g_gipa(NULL, "vkCreateInstance");
-	g_EnumerateInstanceVersion = (PFN_vkEnumerateInstanceVersion)g_gipa(NULL, "vkEnumerateInstanceVersion");
+	g_CreateInstance = (PFN_vkCreateInstance)gipa(NULL, "vkCreateInstance");
+	g_EnumerateInstanceVersion = (PFN_vkEnumerateInstanceVersion)gipa(NULL, "vkEnumerateInstanceVersion");
 	g_EnumerateInstanceLayerProperties =
-	    (PFN_vkEnumerateInstanceLayerProperties)g_gipa(NULL, "vkEnumerateInstanceLayerProperties");
+	    (PFN_vkEnumerateInstanceLayerProperties)gipa(NULL, "vkEnumerateInstanceLayerProperties");
 	g_EnumerateInstanceExtensionProperties =
-	    (PFN_vkEnumerateInstanceExtensionProperties)g_gipa(NULL, "vkEnumerateInstanceExtensionProperties");
+	    (PFN_vkEnumerateInstanceExtensionProperties)gipa(NULL, "vkEnumerateInstanceExtensionProperties");
 	if (!g_CreateInstance || !g_EnumerateInstanceLayerProperties || !g_EnumerateInstanceExtensionProperties) {
-		snprintf(g_load_err, sizeof g_load_err, "the Vulkan loader lacks global entry points");
-		g_gipa = NULL;
+		snprintf(err, errlen, "the Vulkan loader lacks global entry points");
+		return -1;
 	}
-}
-
-int fvk_load(char *err, size_t errlen) {
-	pthread_once(&g_once, load_once);
-	if (g_gipa) return 0;
-	snprintf(err, errlen, "%s", g_load_err);
-	return -1;
+	g_lib = lib;
+	g_gipa = gipa;
+	return 0;
 }
 
 uint32_t fvk_loader_version(void) {

@@ -125,9 +125,11 @@ struct fvk_instance;
 void fvk_instance_counters(struct fvk_instance *in, fvk_counters *out);
 
 // ---- Loader -------------------------------------------------------------------
-// fvk_load opens the Vulkan loader once per process. Returns 0 on success;
-// otherwise writes a message to err.
-int fvk_load(char *err, size_t errlen);
+// fvk_load opens the Vulkan loader (path, or libvulkan.so.1 then
+// libvulkan.so when path is NULL or empty) unless one is open already; the
+// caller serialises calls. Returns 0 on success; on failure -1 and the
+// reason in err.
+int fvk_load(const char *path, char *err, size_t errlen);
 uint32_t fvk_loader_version(void);
 int fvk_layer_available(const char *name);
 

@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package pipeline turns SPIR-V into cached compute pipelines for a
 // device.Device. It is pure Go on top of package device.
 //

@@ -131,7 +131,9 @@ type BwdLayout struct {
 	M  int // rows per thread: rows/T
 }
 
-func bwdLayout(wg, rows int) (BwdLayout, error) {
+// BwdTileLayout derives the thread layout of bwd_dkdv (rows = its BC key
+// rows) or bwd_dq (rows = its BR query rows) for a workgroup of wg.
+func BwdTileLayout(wg, rows int) (BwdLayout, error) {
 	if !isPow2(wg) || !isPow2(rows) {
 		return BwdLayout{}, fmt.Errorf("shaders: backward kernels need power-of-two WG and tile rows (got %d, %d)", wg, rows)
 	}
@@ -178,7 +180,7 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 			return fmt.Errorf("shaders: bwd_pre needs WG/BR a power of two ≤ the subgroup size %d (got %d)", lim.Subgroup, tpr)
 		}
 	case KernelBwdDKDV:
-		if _, err := bwdLayout(c.WG, c.BC); err != nil {
+		if _, err := BwdTileLayout(c.WG, c.BC); err != nil {
 			return err
 		}
 		if !isPow2(c.BR) {
@@ -186,7 +188,7 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 		}
 		shared = BwdDKDVSharedBytes(c.BR, c.BC, d, dv, f16)
 	case KernelBwdDQ:
-		if _, err := bwdLayout(c.WG, c.BR); err != nil {
+		if _, err := BwdTileLayout(c.WG, c.BR); err != nil {
 			return err
 		}
 		if !isPow2(c.BC) {
@@ -201,150 +203,6 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 			kernel, c.WG, c.BR, c.BC, d, dv, shared, lim.SharedBytes)
 	}
 	return nil
-}
-
-// Register budgets (fp32 values per thread) used by DefaultConfig.
-const (
-	flashRegBudget = 96
-	bwdRegBudget   = 96
-)
-
-// tuned are configurations measured fastest on an NVIDIA H200 (subgroup 32,
-// 48 KiB of shared memory per workgroup; f32, B·H = 64, N = 2048, no mask),
-// by kernel and the largest head dim max(D, DV) they apply to. DefaultConfig
-// takes the first entry whose bound covers the head dims and that passes
-// CheckConfig on the device, else falls back to its generic search.
-var tuned = map[string][]struct {
-	maxDim int
-	c      Config
-}{
-	KernelFlash: {
-		{32, Config{64, 32, 32}},   // 16.9 TFLOP/s
-		{64, Config{64, 64, 16}},   // 18.2
-		{96, Config{128, 64, 32}},  // 15.6
-		{128, Config{128, 64, 16}}, // 14.0
-		{256, Config{64, 16, 16}},  // 2.1 (the only D=256 tile in 48 KiB)
-	},
-	KernelBwdDKDV: {
-		{32, Config{64, 16, 8}},
-		{64, Config{64, 8, 64}},
-		{96, Config{128, 8, 16}},
-		{128, Config{256, 16, 16}},
-		{256, Config{128, 8, 8}},
-	},
-	KernelBwdDQ: {
-		{32, Config{64, 16, 8}},
-		{64, Config{64, 64, 8}},
-		{96, Config{128, 16, 8}},
-		{128, Config{128, 16, 8}},
-		{256, Config{128, 8, 8}},
-	},
-}
-
-// DefaultConfig picks a tile configuration for kernel: a tuned one (see
-// tuned) when it suits the device, else the largest tile (BR·BC) that
-// passes CheckConfig and keeps per-thread state within a register budget,
-// preferring, among equals, larger workgroups (up to 128) and then less
-// shared memory.
-func DefaultConfig(kernel string, d, dv int, f16 bool, lim Limits) (Config, error) {
-	sg := lim.Subgroup
-	if sg < 1 {
-		return Config{}, fmt.Errorf("shaders: subgroup size %d", sg)
-	}
-	for _, t := range tuned[kernel] {
-		if max(d, dv) <= t.maxDim {
-			if CheckConfig(kernel, t.c, d, dv, f16, lim) == nil {
-				return t.c, nil
-			}
-			break
-		}
-	}
-	top := 128
-	if lim.MaxWorkgroupSize > 0 {
-		top = min(top, lim.MaxWorkgroupSize)
-	}
-	top = max(top, sg)
-	var wgs []int // top, top/2, …, 1 (CheckConfig drops the invalid ones)
-	for wg := top; wg >= 1; wg /= 2 {
-		wgs = append(wgs, wg)
-	}
-	pow2 := []int{256, 128, 64, 32, 16, 8, 4, 2, 1}
-	switch kernel {
-	case KernelNaive:
-		c := Config{WG: wgs[0], BR: 1, BC: 1}
-		return c, CheckConfig(kernel, c, d, dv, f16, lim)
-	case KernelBwdPre:
-		wg := max(128, sg)
-		tpr := min(sg, 32)
-		c := Config{WG: wg, BR: wg / tpr, BC: 1}
-		return c, CheckConfig(kernel, c, d, dv, f16, lim)
-	case KernelMinimal:
-		// One thread per query row: the largest BR·BC that fits, WG ≥ BR.
-		for _, area := range []int{2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1} {
-			for _, br := range []int{64, 32, 16, 8, 4, 2, 1} {
-				bc := area / br
-				if bc < 1 || bc > 32 || br*bc != area {
-					continue
-				}
-				c := Config{WG: max(br, min(64, wgs[0])), BR: br, BC: bc}
-				if CheckConfig(kernel, c, d, dv, f16, lim) == nil {
-					return c, nil
-				}
-			}
-		}
-		return Config{}, fmt.Errorf("shaders: no minimal tile fits D=%d DV=%d in %d bytes", d, dv, lim.SharedBytes)
-	}
-	best, bestScore := Config{}, [3]int{}
-	found := false
-	for _, wg := range wgs {
-		for _, br := range pow2 {
-			for _, bc := range pow2 {
-				if br > 128 || bc > 64 {
-					continue
-				}
-				c := Config{WG: wg, BR: br, BC: bc}
-				if CheckConfig(kernel, c, d, dv, f16, lim) != nil {
-					continue
-				}
-				var shared, regs int
-				switch kernel {
-				case KernelFlash:
-					l, _ := FlashFwdLayout(c, dv, sg)
-					regs = l.Registers()
-					if regs > flashRegBudget {
-						continue
-					}
-					shared = FlashFwdSharedBytes(br, bc, d, dv, f16)
-				case KernelBwdDKDV:
-					l, _ := bwdLayout(wg, bc)
-					regs = l.M*(ceilDiv(d, l.TX)+ceilDiv(dv, l.TX)) + l.M*ceilDiv(br, l.TX)
-					if regs > bwdRegBudget || br > 64 {
-						continue
-					}
-					shared = BwdDKDVSharedBytes(br, bc, d, dv, f16)
-				case KernelBwdDQ:
-					l, _ := bwdLayout(wg, br)
-					regs = l.M*ceilDiv(d, l.TX) + l.M*ceilDiv(bc, l.TX)
-					if regs > bwdRegBudget || bc > 64 {
-						continue
-					}
-					shared = BwdDQSharedBytes(br, bc, d, dv, f16)
-				default:
-					return Config{}, fmt.Errorf("shaders: unknown kernel %q", kernel)
-				}
-				score := [3]int{br * bc, wg, -shared}
-				if !found || score[0] > bestScore[0] ||
-					(score[0] == bestScore[0] && (score[1] > bestScore[1] ||
-						(score[1] == bestScore[1] && score[2] > bestScore[2]))) {
-					best, bestScore, found = c, score, true
-				}
-			}
-		}
-	}
-	if !found {
-		return Config{}, fmt.Errorf("shaders: no %s tile fits D=%d DV=%d in %d bytes of shared memory (subgroup %d)", kernel, d, dv, lim.SharedBytes, sg)
-	}
-	return best, nil
 }
 
 // SpecEntry is one specialization constant value.

@@ -98,7 +98,7 @@ func TestBwdLayoutMatchesSPIRV(t *testing.T) {
 	mods := reflectAll(t)
 	for _, wg := range []int{32, 64, 128, 256} {
 		for _, rows := range []int{1, 2, 4, 8, 16, 32, 64} {
-			l, err := bwdLayout(wg, rows)
+			l, err := BwdTileLayout(wg, rows)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,44 +149,6 @@ var (
 	limNVIDIA   = Limits{SharedBytes: 49152, Subgroup: 32, MaxWorkgroupSize: 1024}
 	limAMD      = Limits{SharedBytes: 65536, Subgroup: 64, MaxWorkgroupSize: 1024}
 )
-
-// TestDefaultConfig: every kernel has a valid default for every head dim
-// on the devices we know.
-func TestDefaultConfig(t *testing.T) {
-	for _, lim := range []Limits{limLavapipe, limNVIDIA, limAMD} {
-		for _, k := range Kernels {
-			for _, d := range []int{1, 16, 40, 64, 80, 96, 128, 160, 192, 256} {
-				for _, dv := range []int{d, 1 + d/3} {
-					for _, f16 := range []bool{false, true} {
-						c, err := DefaultConfig(k, d, dv, f16, lim)
-						if err != nil {
-							t.Errorf("%s D=%d DV=%d %+v: %v", k, d, dv, lim, err)
-							continue
-						}
-						if err := CheckConfig(k, c, d, dv, f16, lim); err != nil {
-							t.Errorf("%s: DefaultConfig %+v fails CheckConfig: %v", k, c, err)
-						}
-					}
-				}
-			}
-		}
-	}
-	// A few expectations that document the choices.
-	for _, x := range []struct {
-		k     string
-		d     int
-		lim   Limits
-		wantC Config
-	}{
-		{KernelFlash, 128, limNVIDIA, Config{128, 64, 16}},
-		{KernelFlash, 64, limLavapipe, Config{64, 64, 16}},
-	} {
-		c, err := DefaultConfig(x.k, x.d, x.d, false, x.lim)
-		if err != nil || c != x.wantC {
-			t.Errorf("%s D=%d subgroup %d: DefaultConfig = %+v (%v), expected %+v", x.k, x.d, x.lim.Subgroup, c, err, x.wantC)
-		}
-	}
-}
 
 func TestCheckConfigRejects(t *testing.T) {
 	bad := []struct {

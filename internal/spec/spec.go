@@ -12,7 +12,73 @@
 //   - Query head h reads key/value head h / (Hq/Hkv) (GQA; Hkv = 1 is MQA).
 package spec
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
+
+// DType is the storage type of the operands Q, K, V, O and their
+// gradients; arithmetic is float32 whatever the storage type, and LSE is
+// always float32.
+type DType uint8
+
+const (
+	// Float32 stores IEEE binary32.
+	Float32 DType = iota + 1
+	// Float16 stores IEEE binary16.
+	Float16
+	// BFloat16 stores bfloat16: float32's exponent range, 8 bits of
+	// precision. Loads widen exactly; stores round to nearest even.
+	BFloat16
+)
+
+// String names the type as PyTorch and numpy do ("float32", "float16",
+// "bfloat16").
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case Float16:
+		return "float16"
+	case BFloat16:
+		return "bfloat16"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// Short is the short name ("f32", "f16", "bf16") that SPIR-V module names
+// and tune keys use; "" for an unknown type.
+func (d DType) Short() string {
+	switch d {
+	case Float32:
+		return "f32"
+	case Float16:
+		return "f16"
+	case BFloat16:
+		return "bf16"
+	}
+	return ""
+}
+
+// Size is the element size in bytes (0 for an unknown type).
+func (d DType) Size() int {
+	switch d {
+	case Float32:
+		return 4
+	case Float16, BFloat16:
+		return 2
+	}
+	return 0
+}
+
+// Shape is the logical shape of an operand: batch, sequence length,
+// heads and feature (head) dimension, whatever the memory order.
+type Shape struct{ B, S, H, D int }
+
+// Len is the number of elements B·S·H·D.
+func (s Shape) Len() int { return s.B * s.S * s.H * s.D }
+
+func (s Shape) String() string { return fmt.Sprintf("[B=%d S=%d H=%d D=%d]", s.B, s.S, s.H, s.D) }
 
 // Mask selects which keys a query may see.
 type Mask uint32

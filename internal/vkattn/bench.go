@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -125,6 +127,17 @@ type Operands struct {
 	Q, K, V, O, LSE, DO, DQ, DK, DV *Tensor
 }
 
+// bufs are the set's buffers by operand (nil for tensors not given).
+func (s *Operands) bufs() operandBufs {
+	var bufs operandBufs
+	for op, t := range map[Operand]*Tensor{OpQ: s.Q, OpK: s.K, OpV: s.V, OpO: s.O, OpLSE: s.LSE, OpDO: s.DO, OpDQ: s.DQ, OpDK: s.DK, OpDV: s.DV} {
+		if t != nil {
+			bufs[op] = t.buf
+		}
+	}
+	return bufs
+}
+
 func (s *Operands) bindings(p *spec.Problem, o BenchOptions) []binding {
 	switch {
 	case o.Step:
@@ -160,7 +173,7 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 	if len(sets) == 0 {
 		return nil, fmt.Errorf("%w: bench: no input sets", ErrInvalid)
 	}
-	var dt DType
+	var dt spec.DType
 	for i := range sets {
 		d, release, err := b.acquire(p, sets[i].bindings(p, o))
 		if err != nil {
@@ -168,6 +181,10 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 		}
 		defer release()
 		dt = d
+	}
+	pls, err := b.passes(ctx, p, dt, o.Step || !o.Backward, o.Step || o.Backward)
+	if err != nil {
+		return nil, err
 	}
 	s := &scratch{b: b}
 	ok := true
@@ -177,16 +194,7 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 		r := b.dev.Record()
 		r.Timestamp("start")
 		r.StampDispatches(o.PerKernel)
-		var err error
-		switch {
-		case o.Step:
-			err = b.recordStep(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.DO.buf, set.O.buf, set.LSE.buf, set.DQ.buf, set.DK.buf, set.DV.buf)
-		case o.Backward:
-			err = b.recordBackward(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.O.buf, set.LSE.buf, set.DO.buf, set.DQ.buf, set.DK.buf, set.DV.buf)
-		default:
-			err = b.recordForward(r, s, p, dt, set.Q.buf, set.K.buf, set.V.buf, set.O.buf, set.LSE.buf)
-		}
-		if err != nil {
+		if err := b.recordPasses(r, s, p, pls, set.bufs()); err != nil {
 			return nil, err
 		}
 		r.Timestamp("end")

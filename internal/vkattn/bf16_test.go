@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -15,11 +17,11 @@ import (
 )
 
 func TestDTypeOf(t *testing.T) {
-	if dtypeOf[float32]() != F32 || dtypeOf[uint16]() != F16 || dtypeOf[float16.Float16]() != F16 || dtypeOf[bfloat16.BFloat16]() != BF16 {
+	if dtypeOf[float32]() != spec.Float32 || dtypeOf[uint16]() != spec.Float16 || dtypeOf[float16.Float16]() != spec.Float16 || dtypeOf[bfloat16.BFloat16]() != spec.BFloat16 {
 		t.Error("dtypeOf")
 	}
-	if BF16.Size() != 2 || BF16.String() != shaders.DTypeBF16 {
-		t.Errorf("BF16: size %d, string %q", BF16.Size(), BF16.String())
+	if spec.BFloat16.Size() != 2 || spec.BFloat16.Short() != shaders.DTypeBF16 {
+		t.Errorf("BF16: size %d, short name %q", spec.BFloat16.Size(), spec.BFloat16.Short())
 	}
 }
 
@@ -48,7 +50,7 @@ func TestBF16StoreRounding(t *testing.T) {
 	for _, kernel := range []string{"flash", "minimal", "naive"} {
 		t.Run(kernel, func(t *testing.T) {
 			b := openBackend(t, kernel)
-			if !slices.Contains(b.DTypes(), BF16) {
+			if !slices.Contains(b.DTypes(), spec.BFloat16) {
 				t.Skip("no 16-bit storage")
 			}
 			const nq, d = 3, 8
@@ -85,17 +87,17 @@ func TestBF16StoreRounding(t *testing.T) {
 	}
 }
 
-// bf16 tensors take bfloat16.BFloat16 data only: raw uint16 is F16's.
+// bf16 tensors take bfloat16.BFloat16 data only: raw uint16 is spec.Float16's.
 func TestBF16Tensor(t *testing.T) {
 	ctx := context.Background()
 	b := openBackend(t, "")
-	if slices.Contains(b.DTypes(), BF16) != b.Info().StorageBuffer16Bit {
+	if slices.Contains(b.DTypes(), spec.BFloat16) != b.Info().StorageBuffer16Bit {
 		t.Fatalf("dtypes %v with storageBuffer16BitAccess %v", b.DTypes(), b.Info().StorageBuffer16Bit)
 	}
-	if !slices.Contains(b.DTypes(), BF16) {
+	if !slices.Contains(b.DTypes(), spec.BFloat16) {
 		t.Skip("no 16-bit storage")
 	}
-	x, err := b.NewTensor(BF16, Shape{B: 1, S: 3, H: 1, D: 5}, spec.Strides{})
+	x, err := b.NewTensor(spec.BFloat16, spec.Shape{B: 1, S: 3, H: 1, D: 5}, spec.Strides{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +123,12 @@ func TestBF16Tensor(t *testing.T) {
 	// has bf16 cooperative matrices (TestBF16CMSelection, TestBF16CM).
 	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 64, Nk: 64, D: 64, Dv: 64, Scale: 0.125,
 		Q: spec.BSHD(64, 1, 64), K: spec.BSHD(64, 1, 64), V: spec.BSHD(64, 1, 64), O: spec.BSHD(64, 1, 64)}
-	if k := b.ForwardKernel(ctx, p, BF16); k == shaders.KernelFlashCM && b.cmBF == nil {
-		t.Errorf("bf16 forward kernel %q without bf16 coopmat", k)
+	noCM := b.cm[spec.BFloat16] == nil
+	if k := familyOf(ctx, b, p, spec.BFloat16, Fwd); k == shaders.KernelFlashCM && noCM {
+		t.Errorf("bf16 forward family %q without bf16 coopmat", k)
 	}
-	ls, err := b.Launches(ctx, p, BF16, false)
-	if err != nil || len(ls) != 1 || ls[0].Kernel == shaders.KernelFlashCM && b.cmBF == nil {
+	ls, err := b.Launches(ctx, p, spec.BFloat16, false)
+	if err != nil || len(ls) != 1 || ls[0].Kernel == shaders.KernelFlashCM && noCM || ls[0].DType != spec.BFloat16 {
 		t.Errorf("bf16 launches %+v, %v", ls, err)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -29,15 +31,15 @@ func h200InfoBF16() device.Info {
 }
 
 func TestCMSupportBF16(t *testing.T) {
-	s, err := cmSupportFor(h200InfoBF16(), BF16)
+	s, err := cmSupportFor(h200InfoBF16(), spec.BFloat16)
 	if err != nil || s.M != 16 || s.N != 16 || s.K != 16 || s.A != "bf16" || s.B != "bf16" || s.C != "f32" || s.Result != "f32" {
 		t.Fatalf("H200-like: shape %v, err %v; want 16x16x16 bf16*bf16+f32->f32", s, err)
 	}
 	// The f16 choice is unchanged by the bf16 shapes, and never bf16.
-	if s, err := cmSupportFor(h200InfoBF16(), F16); err != nil || s.A != "f16" || s.N != 16 {
+	if s, err := cmSupportFor(h200InfoBF16(), spec.Float16); err != nil || s.A != "f16" || s.N != 16 {
 		t.Errorf("f16 on the bf16 H200: %v, %v", s, err)
 	}
-	if _, err := cmSupportFor(h200InfoBF16(), F32); !errors.Is(err, ErrUnsupported) {
+	if _, err := cmSupportFor(h200InfoBF16(), spec.Float32); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("f32: %v, want ErrUnsupported", err)
 	}
 	for name, mod := range map[string]func(*device.Info){
@@ -69,16 +71,16 @@ func TestCMSupportBF16(t *testing.T) {
 	} {
 		info := h200InfoBF16()
 		mod(&info)
-		if s, err := cmSupportFor(info, BF16); !errors.Is(err, ErrUnsupported) {
+		if s, err := cmSupportFor(info, spec.BFloat16); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%s: shape %v, err %v, want ErrUnsupported", name, s, err)
-		} else if !strings.Contains(err.Error(), "bf16") {
-			t.Errorf("%s: error %q does not name bf16", name, err)
+		} else if !strings.Contains(err.Error(), "bfloat16") {
+			t.Errorf("%s: error %q does not name bfloat16", name, err)
 		}
 	}
 	// A shape with N == K whose bf16 M×N matrix exists as its own A or B.
 	info := h200InfoBF16()
 	info.CoopMat = []device.CoopMatShape{{M: 16, N: 8, K: 8, A: "bf16", B: "bf16", C: "f32", Result: "f32", Scope: "subgroup"}}
-	if s, err := cmSupportFor(info, BF16); err != nil || s.N != 8 || s.K != 8 {
+	if s, err := cmSupportFor(info, spec.BFloat16); err != nil || s.N != 8 || s.K != 8 {
 		t.Errorf("16x8x8 bf16: %v, %v", s, err)
 	}
 	for _, c := range []struct {
@@ -91,30 +93,14 @@ func TestCMSupportBF16(t *testing.T) {
 	}
 }
 
-// syntheticCMBackend is a Backend on info without a device, for selection
-// tests: the coopmat states of initFlashCM with their layout probes
-// replaced by the NVIDIA layout (nvidiaProbe).
-func syntheticCMBackend(t *testing.T, info device.Info, kernel string) (*Backend, error) {
-	t.Helper()
-	b := &Backend{info: info, lim: LimitsOf(info), kernel: shaders.KernelFlash, cfgs: map[cfgKey]cfgResult{},
-		dtypes: []DType{F32}}
-	if info.StorageBuffer16Bit {
-		b.dtypes = append(b.dtypes, F16, BF16)
+// nvidiaLayout is the NVIDIA coopmat layout of a 16×16×16 shape
+// (nvidiaProbe), for synthetic backends.
+func nvidiaLayout(t *testing.T) *CMLayout {
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := b.initFlashCM(kernel); err != nil {
-		return nil, err
-	}
-	for _, cm := range []*flashCM{b.cm, b.cmBF} {
-		if cm == nil {
-			continue
-		}
-		l, err := ParseCMProbe(nvidiaProbe(32), cm.shape, 32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cm.once.Do(func() { cm.layout = l })
-	}
-	return b, nil
+	return l
 }
 
 // TestBF16CMSelection: on an H200-like device bf16 runs flash_cm and the
@@ -126,98 +112,97 @@ func TestBF16CMSelection(t *testing.T) {
 	p := &spec.Problem{B: 1, Hq: 2, Hkv: 1, Nq: 4096, Nk: 4096, D: 128, Dv: 128, Scale: 0.125,
 		Q: spec.BSHD(4096, 2, 128), K: spec.BSHD(4096, 1, 128), V: spec.BSHD(4096, 1, 128), O: spec.BSHD(4096, 2, 128)}
 	for _, kernel := range []string{"", shaders.KernelFlashCM} {
-		b, err := syntheticCMBackend(t, h200InfoBF16(), kernel)
-		if err != nil {
-			t.Fatalf("kernel %q: %v", kernel, err)
-		}
-		if b.cm == nil || b.cmBF == nil || b.cm.dt != F16 || b.cmBF.dt != BF16 || b.cmFor(F32) != nil {
-			t.Fatalf("kernel %q: cm %+v cmBF %+v", kernel, b.cm, b.cmBF)
-		}
-		if b.cmFor(F16) != b.cm || b.cmFor(BF16) != b.cmBF {
-			t.Error("cmFor does not map F16 → cm, BF16 → cmBF")
-		}
-		if b.cmBF.explicit != (kernel == shaders.KernelFlashCM) {
-			t.Errorf("kernel %q: explicit %v", kernel, b.cmBF.explicit)
-		}
-		for _, x := range []struct {
-			kernel  string
-			bf, f16 []byte
-		}{
-			{shaders.KernelFlashCM, b.cmBF.spirv, b.cm.spirv},
-			{shaders.KernelFlashCMProbe, b.cmBF.probeSPV, b.cm.probeSPV},
-			{shaders.KernelBwdCMDKDV, b.cmBF.bwdKV, b.cm.bwdKV},
-			{shaders.KernelBwdCMDQ, b.cmBF.bwdQ, b.cm.bwdQ},
-		} {
-			want, err := shaders.SPIRV(x.kernel, shaders.DTypeBF16)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(x.bf, want) || bytes.Equal(x.bf, x.f16) {
-				t.Errorf("bf16 %s: not the bf16 module", x.kernel)
-			}
-			m, err := shaders.Reflect(x.bf)
-			if err != nil || !m.HasCapability(shaders.CapabilityBFloat16CooperativeMatrix) {
-				t.Errorf("bf16 %s: no BFloat16CooperativeMatrixKHR capability (%v)", x.kernel, err)
-			}
+		b := syntheticBackend(t, h200InfoBF16(), kernel, nvidiaLayout(t))
+		if b.cm[spec.Float16] == nil || b.cm[spec.BFloat16] == nil || b.cm[spec.Float32] != nil {
+			t.Fatalf("kernel %q: coopmat states %v", kernel, b.cm)
 		}
 		if b.Kernel() != shaders.KernelFlashCM {
 			t.Errorf("Kernel %q", b.Kernel())
 		}
-		for _, dt := range []DType{F16, BF16} {
-			if k := b.ForwardKernel(ctx, p, dt); k != shaders.KernelFlashCM {
-				t.Errorf("kernel %q: %v forward runs %q", kernel, dt, k)
-			}
-			if k := b.BackwardKernel(ctx, p, dt); k != "bwd_cm" {
-				t.Errorf("kernel %q: %v backward runs %q", kernel, dt, k)
-			}
+		for _, dt := range []spec.DType{spec.Float16, spec.BFloat16} {
 			ls, err := b.Launches(ctx, p, dt, false)
-			if err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Mode != "nsg8-bc64-mode1-pf1" {
+			if err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Config != "nsg8-bc64-mode1-pf1" || ls[0].DType != dt {
 				t.Errorf("kernel %q: %v forward launches %+v, %v", kernel, dt, ls, err)
 			}
 			ls, err = b.Launches(ctx, p, dt, true)
 			if err != nil || len(ls) != 3 || ls[1].Kernel != shaders.KernelBwdCMDKDV || ls[2].Kernel != shaders.KernelBwdCMDQ {
 				t.Errorf("kernel %q: %v backward launches %+v, %v", kernel, dt, ls, err)
 			}
-			plan, ok, err := b.bwdCMPlanFor(ctx, p, dt)
-			if !ok || err != nil || plan.cm != b.cmFor(dt) {
-				t.Errorf("kernel %q: %v backward plan uses %+v (ok %v, %v)", kernel, dt, plan.cm, ok, err)
+			for _, l := range ls {
+				if l.DType != dt {
+					t.Errorf("kernel %q: %v backward launch %s uses the %v module", kernel, dt, l.Kernel, l.DType)
+				}
 			}
 		}
-		if k := b.ForwardKernel(ctx, p, F32); k != shaders.KernelFlash {
+		// The bf16 launches carry the bf16 modules, with bfloat16
+		// cooperative matrices.
+		for _, dir := range []Dir{Fwd, Bwd} {
+			pl, err := b.Plan(ctx, p, spec.BFloat16, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range pl.Launches {
+				if l.Kernel == shaders.KernelBwdPre {
+					continue
+				}
+				want, err := shaders.SPIRV(l.Kernel, "bf16")
+				if err != nil {
+					t.Fatal(err)
+				}
+				f16, _ := shaders.SPIRV(l.Kernel, "f16")
+				if !bytes.Equal(l.key.SPIRV, want) || bytes.Equal(l.key.SPIRV, f16) {
+					t.Errorf("bf16 %s: not the bf16 module", l.Kernel)
+				}
+				m, err := shaders.Reflect(l.key.SPIRV)
+				if err != nil || !m.HasCapability(shaders.CapabilityBFloat16CooperativeMatrix) {
+					t.Errorf("bf16 %s: no BFloat16CooperativeMatrixKHR capability (%v)", l.Kernel, err)
+				}
+			}
+		}
+		if k := familyOf(ctx, b, p, spec.Float32, Fwd); k != shaders.KernelFlash && kernel == "" {
 			t.Errorf("f32 forward runs %q", k)
 		}
-		if k := b.BackwardKernel(ctx, p, F32); k != "bwd" {
+		if k := familyOf(ctx, b, p, spec.Float32, Bwd); k != "bwd" {
 			t.Errorf("f32 backward runs %q", k)
 		}
 	}
+	// Named flash_cm has no f32 build: an f32 forward is an error, not
+	// another kernel's result.
+	bn := syntheticBackend(t, h200InfoBF16(), shaders.KernelFlashCM, nvidiaLayout(t))
+	if _, err := bn.Plan(ctx, p, spec.Float32, Fwd); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("named flash_cm, f32 forward: %v, want ErrUnsupported", err)
+	}
 
-	// f16 coopmat without bf16 coopmat: bf16 runs the scalar kernels, in
-	// both modes ("flash_cm" does not fail for it).
-	for _, kernel := range []string{"", shaders.KernelFlashCM} {
-		b, err := syntheticCMBackend(t, h200Info(), kernel)
-		if err != nil {
-			t.Fatalf("kernel %q on plain H200 info: %v", kernel, err)
-		}
-		if b.cm == nil || b.cmBF != nil || b.cmFor(BF16) != nil {
-			t.Fatalf("kernel %q: cm %v cmBF %v", kernel, b.cm != nil, b.cmBF != nil)
-		}
-		if k := b.ForwardKernel(ctx, p, BF16); k != shaders.KernelFlash {
-			t.Errorf("kernel %q: bf16 forward without bf16 coopmat runs %q", kernel, k)
-		}
-		if k := b.BackwardKernel(ctx, p, BF16); k != "bwd" {
-			t.Errorf("kernel %q: bf16 backward without bf16 coopmat runs %q", kernel, k)
-		}
-		if ls, err := b.Launches(ctx, p, BF16, false); err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlash {
-			t.Errorf("kernel %q: bf16 launches %+v, %v", kernel, ls, err)
-		}
-		if k := b.ForwardKernel(ctx, p, F16); k != shaders.KernelFlashCM {
-			t.Errorf("kernel %q: f16 forward runs %q", kernel, k)
-		}
+	// f16 coopmat without bf16 coopmat: bf16 runs the scalar kernels
+	// automatically; with flash_cm named, a bf16 forward is an error.
+	b := syntheticBackend(t, h200Info(), "", nvidiaLayout(t))
+	if b.cm[spec.Float16] == nil || b.cm[spec.BFloat16] != nil {
+		t.Fatalf("coopmat states %v", b.cm)
+	}
+	if k := familyOf(ctx, b, p, spec.BFloat16, Fwd); k != shaders.KernelFlash {
+		t.Errorf("bf16 forward without bf16 coopmat runs %q", k)
+	}
+	if k := familyOf(ctx, b, p, spec.BFloat16, Bwd); k != "bwd" {
+		t.Errorf("bf16 backward without bf16 coopmat runs %q", k)
+	}
+	if k := familyOf(ctx, b, p, spec.Float16, Fwd); k != shaders.KernelFlashCM {
+		t.Errorf("f16 forward runs %q", k)
+	}
+	bn = syntheticBackend(t, h200Info(), shaders.KernelFlashCM, nvidiaLayout(t))
+	if _, err := bn.Plan(ctx, p, spec.BFloat16, Fwd); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("named flash_cm without bf16 coopmat, bf16 forward: %v, want ErrUnsupported", err)
 	}
 	// A scalar kernel never uses either.
-	b, err := syntheticCMBackend(t, h200InfoBF16(), shaders.KernelFlash)
-	if err != nil || b.cm != nil || b.cmBF != nil {
-		t.Errorf("kernel flash: cm %v cmBF %v (%v)", b != nil && b.cm != nil, b != nil && b.cmBF != nil, err)
+	bs := syntheticBackend(t, h200InfoBF16(), shaders.KernelFlash, nvidiaLayout(t))
+	if bs.cm != nil {
+		t.Errorf("kernel flash: coopmat states %v", bs.cm)
+	}
+	for _, dt := range []spec.DType{spec.Float16, spec.BFloat16} {
+		for _, dir := range []Dir{Fwd, Bwd} {
+			if k := familyOf(ctx, bs, p, dt, dir); k != "flash" && k != "bwd" {
+				t.Errorf("kernel flash: %v %v runs %q", dt, dir, k)
+			}
+		}
 	}
 }
 
@@ -232,17 +217,17 @@ func TestBF16CMSelection(t *testing.T) {
 // suite's (attention.TestConformanceVulkanCoopmat runs bf16 there).
 func TestBF16CM(t *testing.T) {
 	b := openBackend(t, "")
-	if b.cmBF == nil {
-		_, err := cmSupportFor(b.info, BF16)
+	if b.cm[spec.BFloat16] == nil {
+		_, err := cmSupportFor(b.info, spec.BFloat16)
 		t.Skipf("%s: no bf16 cooperative-matrix kernels: %v", b.info.Name, err)
 	}
 	ctx := context.Background()
-	l, err := b.cmLayout(ctx, b.cmBF)
+	l, err := b.cmLayout(ctx, spec.BFloat16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("bf16 layout: %v", l)
-	if lf, err := b.flashCMLayout(ctx); err == nil {
+	if lf, err := b.cmLayout(ctx, spec.Float16); err == nil {
 		if !slices.Equal(lf.APerm, l.APerm) || lf.Mode1 != l.Mode1 {
 			t.Logf("bf16 A layout differs from f16's: f16 %v", lf)
 		}
@@ -251,7 +236,6 @@ func TestBF16CM(t *testing.T) {
 	if l.Mode1 {
 		modes = append(modes, 1)
 	}
-	defer func() { bwdCMMode = -1 }()
 	const tol, gtol = 1.6e-2, 3.2e-2
 	toBF := func(x []float32) []bfloat16.BFloat16 { return bfloat16.Slice(x) }
 	cases := []struct {
@@ -279,10 +263,10 @@ func TestBF16CM(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Run("fwd/"+name, func(t *testing.T) {
-			if kn := b.ForwardKernel(ctx, p, BF16); kn != shaders.KernelFlashCM {
+			if kn := familyOf(ctx, b, p, spec.BFloat16, Fwd); kn != shaders.KernelFlashCM {
 				t.Fatalf("bf16 forward runs %q", kn)
 			}
-			ls, _ := b.Launches(ctx, p, BF16, false)
+			ls, _ := b.Launches(ctx, p, spec.BFloat16, false)
 			t.Logf("launch %+v", ls)
 			o := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(h.o)) // NaN: unwritten
 			lse := make([]float32, len(h.lse))
@@ -300,8 +284,9 @@ func TestBF16CM(t *testing.T) {
 		}
 		for _, mode := range modes {
 			t.Run(fmt.Sprintf("bwd-mode%d/%s", mode, name), func(t *testing.T) {
-				bwdCMMode = mode
-				if kn := b.BackwardKernel(ctx, p, BF16); kn != "bwd_cm" {
+				forceBwdCM(t, b, l, p, spec.BFloat16, mode, false, false)
+				defer b.tune.clearOverrides()
+				if kn := familyOf(ctx, b, p, spec.BFloat16, Bwd); kn != "bwd_cm" {
 					t.Fatalf("bf16 backward runs %q", kn)
 				}
 				run := func() (dq, dk, dv []bfloat16.BFloat16) {

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -6,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/flashvk/flashvk/reference"
 	"github.com/x448/float16"
@@ -27,6 +30,35 @@ func fromF16(x []uint16) []float32 {
 	return out
 }
 
+// forceBwdCM makes b's coopmat backward of problems like p run in mode
+// (and its dK/dV kernel with the kv and pf variants): the first default
+// tile of that mode that fits, forced as the tuner forces candidates.
+func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, mode int, kv, pf bool) {
+	t.Helper()
+	for _, dkdv := range []bool{true, false} {
+		var cands []bwdCMTile
+		for _, c := range bwdCMTiles(l, dkdv, p.D, p.Dv) {
+			if c.Mode == mode {
+				if dkdv {
+					c.KVReg, c.Prefetch = kv, pf
+				}
+				cands = append(cands, c)
+			}
+		}
+		c, err := firstFit(cands, func(c bwdCMTile) error {
+			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+		})
+		if err != nil {
+			t.Fatalf("mode %d kv %v pf %v: %v", mode, kv, pf, err)
+		}
+		stage := shaders.KernelBwdCMDQ
+		if dkdv {
+			stage = shaders.KernelBwdCMDKDV
+		}
+		force(b, stage, p, dt, c)
+	}
+}
+
 // TestBwdCM runs the cooperative-matrix backward in each MODE the device's
 // layout allows on awkward problems (tails, GQA, causal both alignments,
 // Nq ≠ Nk, head dims 40/64/96/128/256, D ≠ Dv) against the float64
@@ -38,11 +70,11 @@ func fromF16(x []uint16) []float32 {
 // the GPU or on Mesa 26's lavapipe (bench/gemm/lavapipe26.sh).
 func TestBwdCM(t *testing.T) {
 	b := openBackend(t, "")
-	if b.cm == nil {
+	if b.cm[spec.Float16] == nil {
 		t.Skipf("%s: no cooperative-matrix backward (no suitable KHR coopmat shape)", b.info.Name)
 	}
 	ctx := context.Background()
-	l, err := b.flashCMLayout(ctx)
+	l, err := b.cmLayout(ctx, spec.Float16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +86,6 @@ func TestBwdCM(t *testing.T) {
 	if l.Mode1 {
 		vars = append(vars, variant{1, false, false}, variant{1, true, false}, variant{1, false, true})
 	}
-	defer func() { bwdCMMode, bwdCMKV, bwdCMPF = -1, false, false }()
 	type pc struct {
 		b, hq, hkv, nq, nk, d, dv int
 		mask                      spec.Mask
@@ -71,11 +102,12 @@ func TestBwdCM(t *testing.T) {
 	for _, vr := range vars {
 		for i, c := range cases {
 			t.Run(fmt.Sprintf("mode%d-kv%v-pf%v/%d-%dx%dx%d-q%d-k%d-d%d-dv%d-m%d", vr.mode, vr.kv, vr.pf, i, c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask), func(t *testing.T) {
-				bwdCMMode, bwdCMKV, bwdCMPF = vr.mode, vr.kv, vr.pf
 				h := newHostProblem(uint64(100+i), c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask)
 				p := h.p
-				if _, ok, err := b.bwdCMPlanFor(ctx, p, F16); !ok || err != nil {
-					t.Fatalf("the coopmat backward does not take this problem (err %v)", err)
+				forceBwdCM(t, b, l, p, spec.Float16, vr.mode, vr.kv, vr.pf)
+				defer b.tune.clearOverrides()
+				if pl, err := b.Plan(ctx, p, spec.Float16, Bwd); err != nil || pl.Family != "bwd_cm" {
+					t.Fatalf("the coopmat backward does not take this problem (%+v, %v)", pl, err)
 				}
 				q, k, v, dO := toF16(h.q), toF16(h.k), toF16(h.v), toF16(h.dO)
 				rp := h.ref()

@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package vkattn is flashvk's Vulkan attention backend: it runs the GLSL
 // kernels of package shaders (forward: flash, minimal or naive; backward:
 // bwd_pre, bwd_dkdv, bwd_dq) on a device.Device through a pipeline.Cache.

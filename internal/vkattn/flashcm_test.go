@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -33,7 +35,7 @@ func h200Info() device.Info {
 }
 
 func TestCMSupport(t *testing.T) {
-	s, err := cmSupport(h200Info())
+	s, err := cmSupportFor(h200Info(), spec.Float16)
 	if err != nil || s.M != 16 || s.N != 16 || s.K != 16 || s.C != "f32" {
 		t.Fatalf("H200-like: shape %v, err %v; want 16x16x16 f16*f16+f32->f32", s, err)
 	}
@@ -41,7 +43,7 @@ func TestCMSupport(t *testing.T) {
 	info := h200Info()
 	info.CoopMat = []device.CoopMatShape{{M: 16, N: 8, K: 8, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"},
 		{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "workgroup"}}
-	if s, err := cmSupport(info); err != nil || s.N != 8 || s.K != 8 {
+	if s, err := cmSupportFor(info, spec.Float16); err != nil || s.N != 8 || s.K != 8 {
 		t.Errorf("16x8x8 only: shape %v, err %v", s, err)
 	}
 	for name, mod := range map[string]func(*device.Info){
@@ -62,7 +64,7 @@ func TestCMSupport(t *testing.T) {
 	} {
 		info := h200Info()
 		mod(&info)
-		if _, err := cmSupport(info); !errors.Is(err, ErrUnsupported) {
+		if _, err := cmSupportFor(info, spec.Float16); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%s: err %v, want ErrUnsupported", name, err)
 		}
 	}
@@ -272,19 +274,22 @@ func TestCMVec(t *testing.T) {
 // and "flash_cm" is refused; with them both report flash_cm, f32 runs
 // flash.
 func TestFlashCMSelection(t *testing.T) {
-	if _, err := forwardKernel(shaders.KernelFlashCM); err != nil {
-		t.Fatal(err)
-	}
 	dev := devicetest.Open(t)
-	_, supErr := cmSupport(dev.Info())
+	_, supErr := cmSupportFor(dev.Info(), spec.Float16)
 	b := openBackend(t, "")
-	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 64, Nk: 64, D: 64, Dv: 64, Scale: 1}
+	ctx := context.Background()
+	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 64, Nk: 64, D: 64, Dv: 64, Scale: 1,
+		Q: spec.BSHD(64, 1, 64), K: spec.BSHD(64, 1, 64), V: spec.BSHD(64, 1, 64), O: spec.BSHD(64, 1, 64)}
 	if supErr != nil {
 		t.Logf("no flash_cm here: %v", supErr)
-		if b.Kernel() != shaders.KernelFlash || b.ForwardKernel(context.Background(), p, F16) != shaders.KernelFlash {
+		if b.Kernel() != shaders.KernelFlash || familyOf(ctx, b, p, spec.Float16, Fwd) != shaders.KernelFlash {
 			t.Errorf("auto without coopmat: Kernel %q", b.Kernel())
 		}
-		_, err := New(dev, Options{Kernel: shaders.KernelFlashCM})
+		pl, err := b.Plan(ctx, p, spec.Float16, Fwd)
+		if err != nil || len(pl.Declined) != 1 || !strings.HasPrefix(pl.Declined[0], "flash_cm: ") {
+			t.Errorf("auto without coopmat: plan %+v, %v: want flash_cm declined with a reason", pl, err)
+		}
+		_, err = New(dev, Options{Kernel: shaders.KernelFlashCM})
 		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "flash_cm") {
 			t.Errorf("explicit flash_cm without coopmat: %v", err)
 		}
@@ -293,13 +298,13 @@ func TestFlashCMSelection(t *testing.T) {
 	if b.Kernel() != shaders.KernelFlashCM {
 		t.Errorf("auto with coopmat: Kernel %q", b.Kernel())
 	}
-	if k := b.ForwardKernel(context.Background(), p, F32); k != shaders.KernelFlash {
+	if k := familyOf(ctx, b, p, spec.Float32, Fwd); k != shaders.KernelFlash {
 		t.Errorf("f32 forward runs %q", k)
 	}
-	if k := b.ForwardKernel(context.Background(), p, F16); k != shaders.KernelFlashCM {
-		t.Errorf("f16 forward runs %q (probe: %v)", k, b.cm.err)
+	if k := familyOf(ctx, b, p, spec.Float16, Fwd); k != shaders.KernelFlashCM {
+		t.Errorf("f16 forward runs %q (probe: %v)", k, b.cm[spec.Float16].err)
 	}
-	if l := b.cm.layout; l != nil {
+	if l := b.cm[spec.Float16].layout; l != nil {
 		t.Logf("flash_cm layout: RL %d slotrow %v xormask %#x aperm %v mode1 %v %s", l.RL, l.SlotRow, l.XorMask, l.APerm, l.Mode1, l.Why)
 	}
 	if b2 := openBackend(t, shaders.KernelFlash); b2.Kernel() != shaders.KernelFlash {

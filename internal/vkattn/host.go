@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -5,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/flashvk/flashvk/internal/device"
-	"github.com/flashvk/flashvk/internal/shaders"
+
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
@@ -15,25 +17,32 @@ import (
 // repacking. Outputs are written only inside their views.
 
 // MaxBatchChunk returns how many whole batches of p the host path puts in
-// one submission: all of them unless an operand (or the naive score matrix,
-// or the backward's D) of that many batches would exceed 32-bit element
-// offsets or the device's largest storage buffer, or the grid's z
-// dimension. It fails with ErrTooLarge when even one batch does not fit.
-func (b *Backend) MaxBatchChunk(p *spec.Problem, dt DType, backward bool) (int, error) {
+// one submission: all of them unless an operand (or a scratch buffer of
+// the pass's plan: the naive score matrix, the backward's D) of that many
+// batches would exceed 32-bit element offsets or the device's largest
+// storage buffer, or the grid's z dimension. It fails with ErrTooLarge
+// when even one batch does not fit.
+func (b *Backend) MaxBatchChunk(ctx context.Context, p *spec.Problem, dt spec.DType, backward bool) (int, error) {
 	if err := CheckProblem(p); err != nil {
 		return 0, err
 	}
-	kernel := b.kernel
+	one := *p
+	one.B = 1
+	dir := Fwd
 	if backward {
-		kernel = ""
+		dir = Bwd
 	}
-	return maxBatchChunk(p, dt, kernel, backward, b.maxBuf, b.info.MaxWorkgroupCount[2])
+	pl, err := b.Plan(ctx, &one, dt, dir)
+	if err != nil {
+		return 0, err
+	}
+	return maxBatchChunk(p, dt, backward, pl.Scratch, b.maxBuf, b.info.MaxWorkgroupCount[2])
 }
 
-// maxBatchChunk is MaxBatchChunk for given limits: maxBuf bytes per
-// buffer, maxZ workgroups in z; kernel is the forward kernel ("" when
-// only the backward runs).
-func maxBatchChunk(p *spec.Problem, dt DType, kernel string, backward bool, maxBuf int64, maxZ uint32) (int, error) {
+// maxBatchChunk is MaxBatchChunk for given limits: scratch are the bytes
+// of each scratch buffer per batch, maxBuf bytes per buffer, maxZ
+// workgroups in z.
+func maxBatchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Operand]int64, maxBuf int64, maxZ uint32) (int, error) {
 	cb := p.B
 	if maxZ > 0 {
 		cb = min(cb, int(maxZ))
@@ -63,27 +72,12 @@ func maxBatchChunk(p *spec.Problem, dt DType, kernel string, backward bool, maxB
 			cb = min(cb, int((l-e1)/int64(op.st.Batch))+1)
 		}
 	}
-	perBatch := func(name string, bytes int64) error {
+	for op, bytes := range scratch { // float32 buffers
 		if bytes > maxBuf || bytes/4 > MaxElements {
-			return fmt.Errorf("%w: %s of one batch needs %d bytes; the device's largest storage buffer is %d bytes",
-				ErrTooLarge, name, bytes, maxBuf)
+			return 0, fmt.Errorf("%w: scratch %v of one batch needs %d bytes; the device's largest storage buffer is %d bytes",
+				ErrTooLarge, op, bytes, maxBuf)
 		}
 		cb = min(cb, int(min(maxBuf, 4*MaxElements)/bytes))
-		return nil
-	}
-	if kernel == shaders.KernelNaive {
-		one := *p
-		one.B = 1
-		if err := perBatch("naive kernel: score matrix B·Hq·Nq·Nk·4", NaiveScratchBytes(&one)); err != nil {
-			return 0, err
-		}
-	}
-	if backward {
-		one := *p
-		one.B = 1
-		if err := perBatch("backward: D scratch B·Hq·Nq·4", BackwardScratchBytes(&one)); err != nil {
-			return 0, err
-		}
 	}
 	return max(cb, 1), nil
 }
@@ -107,8 +101,8 @@ func at[T any](s []T, b0 int, batchStride int) []T {
 	return s[off:]
 }
 
-// ForwardHost computes O and LSE of host operands q, k, v (F32: float32,
-// BF16: bfloat16.BFloat16, F16: other uint16 bits) into o (only o's view is written) and lse (contiguous
+// ForwardHost computes O and LSE of host operands q, k, v (spec.Float32: float32,
+// spec.BFloat16: bfloat16.BFloat16, spec.Float16: other uint16 bits) into o (only o's view is written) and lse (contiguous
 // [B, Hq, Nq]).
 func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32) error {
 	if err := b.enter(); err != nil {
@@ -116,7 +110,7 @@ func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k,
 	}
 	defer b.leave()
 	dt := dtypeOf[T]()
-	return hostChunks(b, p, dt, false, lse, func(c *spec.Problem, b0 int, lse []float32) error {
+	return hostChunks(ctx, b, p, dt, false, lse, func(c *spec.Problem, b0 int, lse []float32) error {
 		return forwardChunk(ctx, b, c, dt,
 			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse)
 	})
@@ -126,11 +120,11 @@ func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k,
 // an LSE of B·Hq·Nq) and runs fn on each run of whole batches that fits the
 // device's buffer and 32-bit addressing limits, with that chunk's problem,
 // first batch and LSE.
-func hostChunks(b *Backend, p *spec.Problem, dt DType, backward bool, lse []float32, fn func(c *spec.Problem, b0 int, lse []float32) error) error {
+func hostChunks(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, backward bool, lse []float32, fn func(c *spec.Problem, b0 int, lse []float32) error) error {
 	if err := b.supports(dt); err != nil {
 		return err
 	}
-	cb, err := b.MaxBatchChunk(p, dt, backward)
+	cb, err := b.MaxBatchChunk(ctx, p, dt, backward)
 	if err != nil {
 		return err
 	}
@@ -154,7 +148,7 @@ func BackwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k
 	}
 	defer b.leave()
 	dt := dtypeOf[T]()
-	return hostChunks(b, p, dt, true, lse, func(c *spec.Problem, b0 int, lse []float32) error {
+	return hostChunks(ctx, b, p, dt, true, lse, func(c *spec.Problem, b0 int, lse []float32) error {
 		return backwardChunk(ctx, b, c, dt,
 			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse,
 			at(do, b0, p.O.Batch), at(dq, b0, p.Q.Batch), at(dk, b0, p.K.Batch), at(dv, b0, p.V.Batch))
@@ -232,7 +226,7 @@ func download[T Elem](ctx context.Context, h *hostCall, op operandSpec, buf *dev
 	return nil
 }
 
-func forwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt DType, q, k, v, o []T, lse []float32) (err error) {
+func forwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, q, k, v, o []T, lse []float32) (err error) {
 	h := &hostCall{s: &scratch{b: b}}
 	defer h.finish()
 	// Check the outputs before moving any data.
@@ -260,8 +254,12 @@ func forwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt D
 	if err != nil {
 		return err
 	}
+	pls, err := b.passes(ctx, p, dt, true, false)
+	if err != nil {
+		return err
+	}
 	r := b.dev.Record()
-	if err := b.recordForward(r, h.s, p, dt, qb, kb, vb, ob, lb); err != nil {
+	if err := b.recordPasses(r, h.s, p, pls, operandBufs{OpQ: qb, OpK: kb, OpV: vb, OpO: ob, OpLSE: lb}); err != nil {
 		return err
 	}
 	if _, err := b.dev.Submit(ctx, r); err != nil {
@@ -276,7 +274,7 @@ func forwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt D
 	return nil
 }
 
-func backwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt DType, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
+func backwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
 	h := &hostCall{s: &scratch{b: b}}
 	defer h.finish()
 	for _, out := range []struct {
@@ -316,8 +314,13 @@ func backwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt 
 	if err != nil {
 		return err
 	}
+	pls, err := b.passes(ctx, p, dt, false, true)
+	if err != nil {
+		return err
+	}
 	r := b.dev.Record()
-	if err := b.recordBackward(r, h.s, p, dt, bufs[0], bufs[1], bufs[2], bufs[3], bufs[5], bufs[4], dqb, dkb, dvb); err != nil {
+	if err := b.recordPasses(r, h.s, p, pls, operandBufs{OpQ: bufs[0], OpK: bufs[1], OpV: bufs[2], OpO: bufs[3], OpDO: bufs[4], OpLSE: bufs[5],
+		OpDQ: dqb, OpDK: dkb, OpDV: dvb}); err != nil {
 		return err
 	}
 	if _, err := b.dev.Submit(ctx, r); err != nil {

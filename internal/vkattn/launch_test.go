@@ -1,19 +1,114 @@
+//go:build cgo
+
 package vkattn
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
 )
 
-// TestLaunches checks Launches against the shaders grid functions and the
-// device's limits for a few shapes and every kernel.
-func TestLaunches(t *testing.T) {
+// allocOperands allocates every operand tensor of p (contents undefined).
+func allocOperands(t *testing.T, b *Backend, p *spec.Problem, dt spec.DType) Operands {
+	t.Helper()
+	alloc := func(op operandSpec) *Tensor {
+		d := dt
+		if op.dt != 0 {
+			d = op.dt
+		}
+		x, err := b.NewTensor(d, op.shape, op.st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Close() })
+		return x
+	}
+	return Operands{Q: alloc(qSpec(p, "q")), K: alloc(kSpec(p, "k")), V: alloc(vSpec(p, "v")), O: alloc(oSpec(p, "o")),
+		LSE: alloc(lseSpec(p)), DO: alloc(oSpec(p, "do")), DQ: alloc(qSpec(p, "dq")), DK: alloc(kSpec(p, "dk")), DV: alloc(vSpec(p, "dv"))}
+}
+
+// TestPlanMatchesRecording: for every kernel family the device runs (each
+// kernel selection, dtype, pass and a few shapes) the recorder dispatches
+// exactly the plan's launches — the pipelines Launch.Name names, with
+// their grids and bindings, and a barrier where the plan says — so that
+// what explain prints is what runs. Every launch fits the device's limits.
+func TestPlanMatchesRecording(t *testing.T) {
+	ctx := context.Background()
+	seen := map[string]bool{}
+	for _, kernel := range append([]string{""}, ForwardKernels()...) {
+		dev := openBackend(t, "")
+		b, err := New(dev.dev, Options{Kernel: kernel})
+		if err != nil {
+			t.Logf("kernel %q: %v", kernel, err) // e.g. flash_cm without cooperative matrices
+			continue
+		}
+		defer b.Close()
+		lim := b.Limits()
+		for _, sh := range []struct{ b, hq, hkv, nq, nk, d int }{{1, 8, 8, 256, 256, 64}, {2, 4, 2, 100, 77, 40}, {1, 2, 2, 513, 300, 128}} {
+			p := bshdProblem(sh.b, sh.hq, sh.hkv, sh.nq, sh.nk, sh.d)
+			for _, dt := range b.DTypes() {
+				set := allocOperands(t, b, p, dt)
+				for _, dir := range []Dir{Fwd, Bwd} {
+					name := fmt.Sprintf("kernel %q %v %v %+v", kernel, dt, dir, sh)
+					pl, err := b.Plan(ctx, p, dt, dir)
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					seen[pl.Family] = true
+					r := b.dev.Record()
+					s := &scratch{b: b}
+					if err := b.recordPasses(r, s, p, []*Plan{pl}, set.bufs()); err != nil {
+						t.Fatalf("%s: record: %v", name, err)
+					}
+					s.done(true)
+					var got []string
+					for _, c := range r.Commands() {
+						if c.Kind == "dispatch" {
+							got = append(got, fmt.Sprintf("%s grid %v buffers %d", c.Pipeline, c.Groups, c.Buffers))
+						} else {
+							got = append(got, c.Kind)
+						}
+					}
+					var want []string
+					for _, l := range pl.Launches {
+						if l.Barrier {
+							want = append(want, "barrier")
+						}
+						want = append(want, fmt.Sprintf("%s grid %v buffers %d", l.Name(), l.Grid, len(l.Bindings)))
+						if n, err := shaders.Bindings(l.Kernel); err != nil || n != len(l.Bindings) {
+							t.Errorf("%s: %s binds %d buffers, the module declares %d (%v)", name, l.Kernel, len(l.Bindings), n, err)
+						}
+						if l.SharedBytes > lim.SharedBytes || l.Workgroup > lim.MaxWorkgroupSize || l.Workgroup < 1 {
+							t.Errorf("%s: launch %+v exceeds the limits %+v", name, l, lim)
+						}
+						if l.Family != pl.Family || l.DType != dt {
+							t.Errorf("%s: launch %s of family %q dtype %v in a %q %v plan", name, l.Kernel, l.Family, l.DType, pl.Family, dt)
+						}
+					}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Errorf("%s (%s):\n recorded %q\n planned  %q", name, pl.Family, got, want)
+					}
+				}
+			}
+		}
+	}
+	for _, f := range []string{"flash", "minimal", "naive", "bwd"} {
+		if !seen[f] {
+			t.Errorf("family %s was never planned", f)
+		}
+	}
+	t.Logf("families planned and recorded: %v", seen)
+}
+
+// TestScalarGrids checks the scalar families' launches against the
+// shaders package's grid functions and the default tiles.
+func TestScalarGrids(t *testing.T) {
 	ctx := context.Background()
 	for _, kernel := range []string{"flash", "minimal", "naive"} {
 		b := openBackend(t, kernel)
-		lim := b.Limits()
 		for _, p := range []struct{ b, hq, hkv, n, d int }{{1, 8, 8, 2048, 64}, {2, 4, 2, 100, 40}, {1, 2, 2, 513, 128}} {
 			prob := bshdProblem(p.b, p.hq, p.hkv, p.n, p.n, p.d)
 			for _, dt := range b.DTypes() {
@@ -23,7 +118,7 @@ func TestLaunches(t *testing.T) {
 				}
 				wantN := 1
 				if kernel == shaders.KernelNaive {
-					wantN = 3
+					wantN = naivePasses
 				}
 				if len(fwd) != wantN {
 					t.Fatalf("%s: %d forward launches, want %d", kernel, len(fwd), wantN)
@@ -44,9 +139,6 @@ func TestLaunches(t *testing.T) {
 				for _, l := range fwd {
 					if l.Kernel != kernel || l.Grid != want || l.Workgroup != c.WG {
 						t.Errorf("%s %v %+v: launch %+v, want grid %v WG %d", kernel, dt, p, l, want, c.WG)
-					}
-					if l.SharedBytes > lim.SharedBytes || l.Workgroup > lim.MaxWorkgroupSize {
-						t.Errorf("%s %v %+v: launch %+v exceeds the limits %+v", kernel, dt, p, l, lim)
 					}
 				}
 				bwd, err := b.Launches(ctx, prob, dt, true)
@@ -76,18 +168,18 @@ func TestLaunches(t *testing.T) {
 					if l.Kernel != w.k || l.Grid != w.grid || l.Workgroup != cfg(w.k).WG {
 						t.Errorf("%v %+v backward %d: %+v, want %s grid %v", dt, p, i, l, w.k, w.grid)
 					}
-					if l.SharedBytes > lim.SharedBytes {
-						t.Errorf("%v %+v: %+v exceeds %d shared bytes", dt, p, l, lim.SharedBytes)
-					}
 				}
 			}
 		}
 	}
 }
 
-func TestLaunchesInvalid(t *testing.T) {
+func TestPlanInvalid(t *testing.T) {
 	b := openBackend(t, "")
-	if _, err := b.Launches(context.Background(), nil, F32, false); err == nil {
+	if _, err := b.Plan(context.Background(), nil, spec.Float32, Fwd); err == nil {
 		t.Error("nil problem: no error")
+	}
+	if _, err := New(b.dev, Options{Kernel: "fast"}); err == nil {
+		t.Error("unknown kernel accepted")
 	}
 }

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -7,7 +9,7 @@ import (
 	"math"
 
 	"github.com/flashvk/flashvk/internal/device"
-	"github.com/flashvk/flashvk/internal/pipeline"
+
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
 )
@@ -45,25 +47,25 @@ func CheckProblem(p *spec.Problem) error {
 // operand of a problem.
 type operandSpec struct {
 	name  string
-	shape Shape
+	shape spec.Shape
 	st    spec.Strides
-	dt    DType // 0: the problem's storage type
+	dt    spec.DType // 0: the problem's storage type
 }
 
 func qSpec(p *spec.Problem, name string) operandSpec {
-	return operandSpec{name, Shape{p.B, p.Nq, p.Hq, p.D}, p.Q, 0}
+	return operandSpec{name, spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D}, p.Q, 0}
 }
 func kSpec(p *spec.Problem, name string) operandSpec {
-	return operandSpec{name, Shape{p.B, p.Nk, p.Hkv, p.D}, p.K, 0}
+	return operandSpec{name, spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.D}, p.K, 0}
 }
 func vSpec(p *spec.Problem, name string) operandSpec {
-	return operandSpec{name, Shape{p.B, p.Nk, p.Hkv, p.Dv}, p.V, 0}
+	return operandSpec{name, spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.Dv}, p.V, 0}
 }
 func oSpec(p *spec.Problem, name string) operandSpec {
-	return operandSpec{name, Shape{p.B, p.Nq, p.Hq, p.Dv}, p.O, 0}
+	return operandSpec{name, spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv}, p.O, 0}
 }
 func lseSpec(p *spec.Problem) operandSpec {
-	return operandSpec{"lse", LSEShape(p), LSEStrides(p), F32}
+	return operandSpec{"lse", LSEShape(p), LSEStrides(p), spec.Float32}
 }
 
 // binding is one tensor argument of a resident call.
@@ -76,7 +78,7 @@ type binding struct {
 // acquire checks the tensors against p and takes them for the call; the
 // returned release gives them back. Outputs must be distinct from every
 // other argument.
-func (b *Backend) acquire(p *spec.Problem, args []binding) (DType, func(), error) {
+func (b *Backend) acquire(p *spec.Problem, args []binding) (spec.DType, func(), error) {
 	if err := CheckProblem(p); err != nil {
 		return 0, nil, err
 	}
@@ -86,7 +88,7 @@ func (b *Backend) acquire(p *spec.Problem, args []binding) (DType, func(), error
 			t.life.release()
 		}
 	}
-	dt := DType(0)
+	dt := spec.DType(0)
 	for i, a := range args {
 		t := a.t
 		if err := t.use(a.spec.name); err != nil {
@@ -152,9 +154,7 @@ func (b *Backend) Forward(ctx context.Context, p *spec.Problem, q, k, v, o, lse 
 		return err
 	}
 	defer release()
-	return b.run(ctx, p, dt, func(r *device.Recorder, s *scratch) error {
-		return b.recordForward(r, s, p, dt, q.buf, k.buf, v.buf, o.buf, lse.buf)
-	})
+	return b.run(ctx, p, dt, true, false, operandBufs{OpQ: q.buf, OpK: k.buf, OpV: v.buf, OpO: o.buf, OpLSE: lse.buf})
 }
 
 // Backward computes dQ, dK and dV from resident Q, K, V, O, LSE and dO.
@@ -172,9 +172,8 @@ func (b *Backend) Backward(ctx context.Context, p *spec.Problem, q, k, v, o, lse
 		return err
 	}
 	defer release()
-	return b.run(ctx, p, dt, func(r *device.Recorder, s *scratch) error {
-		return b.recordBackward(r, s, p, dt, q.buf, k.buf, v.buf, o.buf, lse.buf, do.buf, dq.buf, dk.buf, dv.buf)
-	})
+	return b.run(ctx, p, dt, false, true, operandBufs{OpQ: q.buf, OpK: k.buf, OpV: v.buf, OpO: o.buf, OpLSE: lse.buf,
+		OpDO: do.buf, OpDQ: dq.buf, OpDK: dk.buf, OpDV: dv.buf})
 }
 
 // Step is the training step: the forward (O, LSE), a barrier and the
@@ -194,17 +193,8 @@ func (b *Backend) Step(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse
 		return err
 	}
 	defer release()
-	return b.run(ctx, p, dt, func(r *device.Recorder, s *scratch) error {
-		return b.recordStep(r, s, p, dt, q.buf, k.buf, v.buf, do.buf, o.buf, lse.buf, dq.buf, dk.buf, dv.buf)
-	})
-}
-
-func (b *Backend) recordStep(r *device.Recorder, s *scratch, p *spec.Problem, dt DType, q, k, v, do, o, lse, dq, dk, dv *device.Buffer) error {
-	if err := b.recordForward(r, s, p, dt, q, k, v, o, lse); err != nil {
-		return err
-	}
-	r.Barrier()
-	return b.recordBackward(r, s, p, dt, q, k, v, o, lse, do, dq, dk, dv)
+	return b.run(ctx, p, dt, true, true, operandBufs{OpQ: q.buf, OpK: k.buf, OpV: v.buf, OpO: o.buf, OpLSE: lse.buf,
+		OpDO: do.buf, OpDQ: dq.buf, OpDK: dk.buf, OpDV: dv.buf})
 }
 
 // scratch holds the pooled buffers one submission uses.
@@ -237,15 +227,56 @@ func (s *scratch) done(ok bool) {
 	s.bufs = nil
 }
 
-// run records with rec and submits once.
-func (b *Backend) run(ctx context.Context, p *spec.Problem, dt DType, rec func(*device.Recorder, *scratch) error) error {
+// passes returns the plans of a submission: the forward (fwd), the
+// backward (bwd), or both in order (a training step).
+func (b *Backend) passes(ctx context.Context, p *spec.Problem, dt spec.DType, fwd, bwd bool) ([]*Plan, error) {
+	var pls []*Plan
+	for _, x := range []struct {
+		on  bool
+		dir Dir
+	}{{fwd, Fwd}, {bwd, Bwd}} {
+		if !x.on {
+			continue
+		}
+		pl, err := b.Plan(ctx, p, dt, x.dir)
+		if err != nil {
+			return nil, err
+		}
+		pls = append(pls, pl)
+	}
+	return pls, nil
+}
+
+// recordPasses records the plans one after the other, a barrier between
+// two (the backward reads the forward's O and LSE).
+func (b *Backend) recordPasses(r *device.Recorder, s *scratch, p *spec.Problem, pls []*Plan, bufs operandBufs) error {
+	pc := params(p)
+	push := pc.Bytes()
+	for i, pl := range pls {
+		if i > 0 {
+			r.Barrier()
+		}
+		if err := b.record(r, s, pl, push, bufs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run plans the passes (fwd, bwd or both) of p, records them and submits
+// once.
+func (b *Backend) run(ctx context.Context, p *spec.Problem, dt spec.DType, fwd, bwd bool, bufs operandBufs) error {
+	pls, err := b.passes(ctx, p, dt, fwd, bwd)
+	if err != nil {
+		return err
+	}
 	s := &scratch{b: b}
 	r := b.dev.Record()
-	if err := rec(r, s); err != nil {
+	if err := b.recordPasses(r, s, p, pls, bufs); err != nil {
 		s.done(true)
 		return err
 	}
-	_, err := b.dev.Submit(ctx, r)
+	_, err = b.dev.Submit(ctx, r)
 	s.done(err == nil || !submitted(err))
 	if err != nil {
 		return fmt.Errorf("vkattn: %w", err)
@@ -256,149 +287,4 @@ func (b *Backend) run(ctx context.Context, p *spec.Problem, dt DType, rec func(*
 // submitted reports whether a Submit error may leave GPU work running.
 func submitted(err error) bool {
 	return errors.Is(err, device.ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// dispatch checks the grid and records one dispatch.
-func (b *Backend) dispatch(r *device.Recorder, pl *device.Pipeline, push []byte, grid [3]uint32, bufs ...*device.Buffer) error {
-	if err := pipeline.CheckGroups(b.info, grid); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrTooLarge, pl.Name(), err)
-	}
-	if err := r.Dispatch(pl, push, grid, bufs...); err != nil {
-		return fmt.Errorf("vkattn: %w", err)
-	}
-	return nil
-}
-
-// NaiveScratchBytes is the naive kernel's score matrix: 4·B·Hq·Nq·Nk bytes.
-func NaiveScratchBytes(p *spec.Problem) int64 {
-	return 4 * int64(p.B) * int64(p.Hq) * int64(p.Nq) * int64(p.Nk)
-}
-
-// BackwardScratchBytes is the backward's extra device memory: the float32
-// D = rowsum(dO∘O) of every query row, 4·B·Hq·Nq bytes.
-func BackwardScratchBytes(p *spec.Problem) int64 { return 4 * int64(p.B) * int64(p.Hq) * int64(p.Nq) }
-
-// checkNaive refuses problems whose naive score matrix does not fit.
-func (b *Backend) checkNaive(p *spec.Problem) error {
-	n := NaiveScratchBytes(p)
-	if n/4 > MaxElements {
-		return fmt.Errorf("%w: naive kernel: score matrix B·Hq·Nq·Nk = %d elements exceeds 32-bit offsets; use the flash kernel",
-			ErrTooLarge, n/4)
-	}
-	if n > b.maxBuf {
-		return fmt.Errorf("%w: naive kernel: score matrix B·Hq·Nq·Nk·4 = %d bytes exceeds the largest storage buffer of %s (%d bytes); use the flash kernel",
-			ErrTooLarge, n, b.info.Name, b.maxBuf)
-	}
-	return nil
-}
-
-// recordForward records the forward kernel(s) of p.
-func (b *Backend) recordForward(r *device.Recorder, s *scratch, p *spec.Problem, dt DType, q, k, v, o, lse *device.Buffer) error {
-	pc := params(p)
-	push := pc.Bytes()
-	if ok, err := b.recordFlashCM(r, p, dt, push, q, k, v, o, lse); ok || err != nil {
-		return err
-	}
-	switch b.kernel {
-	case shaders.KernelNaive:
-		if err := b.checkNaive(p); err != nil {
-			return err
-		}
-		c, err := b.Config(shaders.KernelNaive, p.D, p.Dv, dt)
-		if err != nil {
-			return err
-		}
-		sc, err := s.get(NaiveScratchBytes(p))
-		if err != nil {
-			return err
-		}
-		grid := forwardGrid(shaders.KernelNaive, p, c)
-		for pass := range naivePasses {
-			pl, err := b.pipe(shaders.KernelNaive, dt, c, p.D, p.Dv, pass)
-			if err != nil {
-				return err
-			}
-			if pass > 0 {
-				r.Barrier()
-			}
-			if err := b.dispatch(r, pl, push, grid, q, k, v, o, lse, sc); err != nil {
-				return err
-			}
-		}
-		return nil
-	case shaders.KernelMinimal, shaders.KernelFlash:
-		c, _, err := b.configFor(context.Background(), b.kernel, p, dt)
-		if err != nil {
-			return err
-		}
-		pl, err := b.pipe(b.kernel, dt, c, p.D, p.Dv, 0)
-		if err != nil {
-			return err
-		}
-		return b.dispatch(r, pl, push, forwardGrid(b.kernel, p, c), q, k, v, o, lse)
-	}
-	return fmt.Errorf("%w: kernel %q", ErrInvalid, b.kernel)
-}
-
-// recordBackward records bwd_pre, a barrier, then the dK/dV and dQ
-// kernels (independent: both only read what bwd_pre and the forward
-// wrote): bwd_cm_dkdv + bwd_cm_dq where the coopmat backward applies,
-// bwd_dkdv + bwd_dq otherwise. Every pipeline is resolved before anything
-// is recorded.
-func (b *Backend) recordBackward(r *device.Recorder, s *scratch, p *spec.Problem, dt DType, q, k, v, o, lse, do, dq, dk, dv *device.Buffer) error {
-	pc := params(p)
-	push := pc.Bytes()
-	cpre, err := b.Config(shaders.KernelBwdPre, p.D, p.Dv, dt)
-	if err != nil {
-		return err
-	}
-	ppre, err := b.pipe(shaders.KernelBwdPre, dt, cpre, p.D, p.Dv, 0)
-	if err != nil {
-		return err
-	}
-	plan, cm, err := b.bwdCMPlanFor(context.Background(), p, dt)
-	if err != nil {
-		return err
-	}
-	var pkv, pq *device.Pipeline
-	var gkv, gq [3]uint32
-	if cm {
-		vec := cmVec(p, pc)
-		if pkv, err = b.bwdCMPipe(plan.cm, plan.l, true, plan.kv, p, vec); err != nil {
-			return err
-		}
-		if pq, err = b.bwdCMPipe(plan.cm, plan.l, false, plan.dq, p, vec); err != nil {
-			return err
-		}
-		gkv, gq = bwdCMGrids(p, plan)
-	} else {
-		ckv, _, err := b.configFor(context.Background(), shaders.KernelBwdDKDV, p, dt)
-		if err != nil {
-			return err
-		}
-		cq, _, err := b.configFor(context.Background(), shaders.KernelBwdDQ, p, dt)
-		if err != nil {
-			return err
-		}
-		if pkv, err = b.pipe(shaders.KernelBwdDKDV, dt, ckv, p.D, p.Dv, 0); err != nil {
-			return err
-		}
-		if pq, err = b.pipe(shaders.KernelBwdDQ, dt, cq, p.D, p.Dv, 0); err != nil {
-			return err
-		}
-		g := bwdGrids(p, cpre, ckv, cq)
-		gkv, gq = g[1], g[2]
-	}
-	dbuf, err := s.get(BackwardScratchBytes(p))
-	if err != nil {
-		return err
-	}
-	if err := b.dispatch(r, ppre, push, shaders.BwdPreGrid(p.B, p.Hq, p.Nq, cpre.BR), o, do, dbuf); err != nil {
-		return err
-	}
-	r.Barrier()
-	if err := b.dispatch(r, pkv, push, gkv, q, k, v, do, lse, dbuf, dk, dv); err != nil {
-		return err
-	}
-	return b.dispatch(r, pq, push, gq, q, k, v, do, lse, dbuf, dq)
 }

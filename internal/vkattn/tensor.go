@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -11,42 +13,34 @@ import (
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
-// Shape is a tensor's logical shape: batch, sequence, heads, feature.
-type Shape struct{ B, S, H, D int }
-
-// Len is B·S·H·D.
-func (s Shape) Len() int { return s.B * s.S * s.H * s.D }
-
-func (s Shape) String() string { return fmt.Sprintf("[B=%d S=%d H=%d D=%d]", s.B, s.S, s.H, s.D) }
-
 // MaxElements bounds a tensor's extent (1 + its largest element offset):
 // the kernels compute offsets in 32 bits.
 const MaxElements = 1 << 32
 
-// Elem are the host element types: float32 for F32, bfloat16.BFloat16 for
-// BF16, and other uint16 bit patterns (uint16, float16.Float16, …) for F16.
+// Elem are the host element types: float32 for spec.Float32, bfloat16.BFloat16 for
+// spec.BFloat16, and other uint16 bit patterns (uint16, float16.Float16, …) for spec.Float16.
 type Elem interface{ ~float32 | ~uint16 }
 
-func dtypeOf[T Elem]() DType {
+func dtypeOf[T Elem]() spec.DType {
 	switch t := reflect.TypeFor[T](); {
 	case t.Kind() == reflect.Float32:
-		return F32
+		return spec.Float32
 	case t == reflect.TypeFor[bfloat16.BFloat16]():
-		return BF16
+		return spec.BFloat16
 	}
-	return F16
+	return spec.Float16
 }
 
 // LSEShape is the shape of the LSE (and of the backward's D) as a Tensor:
 // [B, Nq, Hq, 1], stored as contiguous [B, Hq, Nq] (LSEStrides).
-func LSEShape(p *spec.Problem) Shape { return Shape{B: p.B, S: p.Nq, H: p.Hq, D: 1} }
+func LSEShape(p *spec.Problem) spec.Shape { return spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: 1} }
 
 // LSEStrides are the strides of contiguous [B, Hq, Nq] for LSEShape.
 func LSEStrides(p *spec.Problem) spec.Strides { return spec.BHSD(p.Nq, p.Hq, 1) }
 
 // extent returns 1 + the largest element offset of shape s with strides
 // st, and false on negative strides, empty shapes or overflow past 2^62.
-func extent(s Shape, st spec.Strides) (int64, bool) {
+func extent(s spec.Shape, st spec.Strides) (int64, bool) {
 	if s.B < 1 || s.S < 1 || s.H < 1 || s.D < 1 || st.Batch < 0 || st.Seq < 0 || st.Head < 0 {
 		return 0, false
 	}
@@ -66,22 +60,22 @@ func extent(s Shape, st spec.Strides) (int64, bool) {
 
 // sameAddressing reports whether strides a and b address the same
 // elements for shape s (strides of dimensions of extent 1 do not matter).
-func sameAddressing(s Shape, a, b spec.Strides) bool {
+func sameAddressing(s spec.Shape, a, b spec.Strides) bool {
 	return (s.B <= 1 || a.Batch == b.Batch) && (s.S <= 1 || a.Seq == b.Seq) && (s.H <= 1 || a.Head == b.Head)
 }
 
 // dense reports whether a non-overlapping view of shape s with extent ext
 // covers every element of [0, ext).
-func dense(s Shape, ext int64) bool { return ext == int64(s.Len()) }
+func dense(s spec.Shape, ext int64) bool { return ext == int64(s.Len()) }
 
 // Tensor is a device-resident operand: a storage buffer holding a view of
-// shape Shape with element strides Strides (feature stride 1) in DType.
+// shape spec.Shape with element strides Strides (feature stride 1) in spec.DType.
 // Methods are safe for concurrent use; Close waits for calls using it.
 type Tensor struct {
 	b     *Backend
 	buf   *device.Buffer
-	dt    DType
-	shape Shape
+	dt    spec.DType
+	shape spec.Shape
 	st    spec.Strides
 	elems int64
 	life  gate
@@ -90,12 +84,12 @@ type Tensor struct {
 // NewTensor allocates a tensor (contents undefined). Zero strides mean
 // contiguous BSHD. It fails with ErrTooLarge when the view's extent
 // exceeds MaxElements or the device's largest storage buffer.
-func (b *Backend) NewTensor(dt DType, s Shape, st spec.Strides) (*Tensor, error) {
+func (b *Backend) NewTensor(dt spec.DType, s spec.Shape, st spec.Strides) (*Tensor, error) {
 	if err := b.enter(); err != nil {
 		return nil, err
 	}
 	defer b.leave()
-	if dt != F32 && dt != F16 && dt != BF16 {
+	if dt != spec.Float32 && dt != spec.Float16 && dt != spec.BFloat16 {
 		return nil, fmt.Errorf("%w: tensor dtype %v", ErrInvalid, dt)
 	}
 	if err := b.supports(dt); err != nil {
@@ -117,7 +111,7 @@ func (b *Backend) NewTensor(dt DType, s Shape, st spec.Strides) (*Tensor, error)
 
 // checkExtent returns the extent of a view, refusing views the kernels
 // cannot address or the device cannot hold in one buffer.
-func (b *Backend) checkExtent(name string, s Shape, st spec.Strides, dt DType) (int64, error) {
+func (b *Backend) checkExtent(name string, s spec.Shape, st spec.Strides, dt spec.DType) (int64, error) {
 	n, ok := extent(s, st)
 	if !ok {
 		return 0, fmt.Errorf("%w: %s: shape %v with strides %+v is empty, negative or overflows", ErrInvalid, name, s, st)
@@ -133,11 +127,11 @@ func (b *Backend) checkExtent(name string, s Shape, st spec.Strides, dt DType) (
 	return n, nil
 }
 
-// DType is the storage type.
-func (t *Tensor) DType() DType { return t.dt }
+// spec.DType is the storage type.
+func (t *Tensor) DType() spec.DType { return t.dt }
 
-// Shape is the logical shape.
-func (t *Tensor) Shape() Shape { return t.shape }
+// spec.Shape is the logical shape.
+func (t *Tensor) Shape() spec.Shape { return t.shape }
 
 // Strides are the element strides.
 func (t *Tensor) Strides() spec.Strides { return t.st }
@@ -173,7 +167,7 @@ func (t *Tensor) use(name string) error {
 
 // Upload copies src into the tensor's buffer from element 0 (src is laid
 // out like the tensor: len(src) ≤ Len()). T must match the dtype: float32
-// for F32, bfloat16.BFloat16 for BF16, another uint16 type for F16.
+// for spec.Float32, bfloat16.BFloat16 for spec.BFloat16, another uint16 type for spec.Float16.
 func Upload[T Elem](ctx context.Context, t *Tensor, src []T) error {
 	return transfer[T](t, "upload", len(src), func() error { return device.Upload(ctx, t.buf, 0, src) })
 }

@@ -1,7 +1,8 @@
+//go:build cgo
+
 package vkattn
 
 import (
-	"bytes"
 	"errors"
 	"math"
 	"strings"
@@ -20,39 +21,44 @@ var limitSets = []struct {
 	{"amd", shaders.Limits{SharedBytes: 65536, Subgroup: 64, MaxWorkgroupSize: 1024}},
 }
 
-// TestTileTableRespectsLimits checks every default tile against the
-// limits it was chosen for: it passes CheckConfig, fits shared memory and
-// the workgroup limit, and the subgroup kernels get whole subgroups.
-func TestTileTableRespectsLimits(t *testing.T) {
+// TestDefaultConfig: every scalar kernel has a valid default for every
+// head dim on the devices we know, within the limits it was chosen for.
+func TestDefaultConfig(t *testing.T) {
 	for _, ls := range limitSets {
-		t.Run(ls.name, func(t *testing.T) {
-			rows := TileTable(ls.lim, shaders.Kernels, []DType{F32, F16})
-			if want := len(shaders.Kernels) * 2 * len(TileHeadDims); len(rows) != want {
-				t.Fatalf("%d rows, want %d", len(rows), want)
-			}
-			for _, r := range rows {
-				if r.Err != nil {
-					t.Errorf("%s %v d=%d: %v", r.Kernel, r.DType, r.D, r.Err)
-					continue
-				}
-				c := r.Config
-				if err := shaders.CheckConfig(r.Kernel, c, r.D, r.DV, r.DType == F16, ls.lim); err != nil {
-					t.Errorf("%s %v d=%d %+v: %v", r.Kernel, r.DType, r.D, c, err)
-				}
-				if r.SharedBytes > ls.lim.SharedBytes {
-					t.Errorf("%s d=%d %+v: %d shared bytes > %d", r.Kernel, r.D, c, r.SharedBytes, ls.lim.SharedBytes)
-				}
-				if c.WG < 1 || c.WG > ls.lim.MaxWorkgroupSize {
-					t.Errorf("%s d=%d: WG %d outside 1…%d", r.Kernel, r.D, c.WG, ls.lim.MaxWorkgroupSize)
-				}
-				if (r.Kernel == shaders.KernelFlash || r.Kernel == shaders.KernelBwdPre) && c.WG%ls.lim.Subgroup != 0 {
-					t.Errorf("%s d=%d: WG %d not a multiple of the subgroup %d", r.Kernel, r.D, c.WG, ls.lim.Subgroup)
+		for _, k := range shaders.Kernels {
+			for _, d := range []int{1, 16, 40, 64, 80, 96, 128, 160, 192, 256} {
+				for _, dv := range []int{d, 1 + d/3} {
+					for _, f16 := range []bool{false, true} {
+						c, err := defaultConfig(k, d, dv, f16, ls.lim)
+						if err != nil {
+							t.Errorf("%s %s D=%d DV=%d: %v", ls.name, k, d, dv, err)
+							continue
+						}
+						if err := shaders.CheckConfig(k, c, d, dv, f16, ls.lim); err != nil {
+							t.Errorf("%s %s: defaultConfig %+v fails CheckConfig: %v", ls.name, k, c, err)
+						}
+						if (k == shaders.KernelFlash || k == shaders.KernelBwdPre) && c.WG%ls.lim.Subgroup != 0 {
+							t.Errorf("%s %s d=%d: WG %d not a multiple of the subgroup %d", ls.name, k, d, c.WG, ls.lim.Subgroup)
+						}
+					}
 				}
 			}
-			var buf bytes.Buffer
-			FormatTiles(&buf, rows)
-			t.Logf("tiles for %s %+v:\n%s", ls.name, ls.lim, buf.String())
-		})
+		}
+	}
+	// A few expectations that document the choices.
+	for _, x := range []struct {
+		k     string
+		d     int
+		lim   shaders.Limits
+		wantC shaders.Config
+	}{
+		{shaders.KernelFlash, 128, limitSets[1].lim, shaders.Config{WG: 128, BR: 64, BC: 16}},
+		{shaders.KernelFlash, 64, limitSets[0].lim, shaders.Config{WG: 64, BR: 64, BC: 16}},
+	} {
+		c, err := defaultConfig(x.k, x.d, x.d, false, x.lim)
+		if err != nil || c != x.wantC {
+			t.Errorf("%s D=%d subgroup %d: defaultConfig = %+v (%v), expected %+v", x.k, x.d, x.lim.Subgroup, c, err, x.wantC)
+		}
 	}
 }
 
@@ -77,43 +83,47 @@ func TestMaxBatchChunk(t *testing.T) {
 	const big = int64(1) << 40
 	// Everything fits: one chunk.
 	p := bshdProblem(4, 8, 8, 1024, 1024, 64)
-	if n, err := maxBatchChunk(p, F32, shaders.KernelFlash, true, big, 65535); err != nil || n != 4 {
+	bwd := map[Operand]int64{OpD: BackwardScratchBytes(&spec.Problem{B: 1, Hq: 8, Nq: 1024})}
+	if n, err := maxBatchChunk(p, spec.Float32, true, bwd, big, 65535); err != nil || n != 4 {
 		t.Errorf("fits: %d, %v; want 4", n, err)
 	}
 	// 128 MiB buffers: each batch of Q is 8·1024·64·4 = 2 MiB; B = 100
 	// needs 200 MiB → chunks of 64.
 	p = bshdProblem(100, 8, 8, 1024, 1024, 64)
-	if n, err := maxBatchChunk(p, F32, shaders.KernelFlash, false, 128<<20, 65535); err != nil || n != 64 {
+	if n, err := maxBatchChunk(p, spec.Float32, false, nil, 128<<20, 65535); err != nil || n != 64 {
 		t.Errorf("128 MiB: %d, %v; want 64", n, err)
 	}
 	// The grid's z dimension bounds the chunk too.
-	if n, err := maxBatchChunk(p, F32, shaders.KernelFlash, false, big, 7); err != nil || n != 7 {
+	if n, err := maxBatchChunk(p, spec.Float32, false, nil, big, 7); err != nil || n != 7 {
 		t.Errorf("maxZ 7: %d, %v; want 7", n, err)
 	}
 	// 32-bit offsets: one batch of 2^20·64·128 = 2^33 elements.
 	p = bshdProblem(1, 64, 64, 1<<20, 16, 128)
-	_, err := maxBatchChunk(p, F16, shaders.KernelFlash, false, big, 65535)
+	_, err := maxBatchChunk(p, spec.Float16, false, nil, big, 65535)
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "8589934592 elements") {
 		t.Errorf("uint32 overflow: %v", err)
 	}
 	// f16 batches of 2^30 elements: 2^32 elements hold 4 of them.
 	p = bshdProblem(9, 1, 1, 1<<24, 16, 64)
-	if n, err := maxBatchChunk(p, F16, shaders.KernelFlash, false, big, 65535); err != nil || n != 4 {
+	if n, err := maxBatchChunk(p, spec.Float16, false, nil, big, 65535); err != nil || n != 4 {
 		t.Errorf("32-bit chunks: %d, %v; want 4", n, err)
 	}
 	// Naive: 8192² scores ·4 = 256 MiB > 128 MiB.
 	p = bshdProblem(1, 1, 1, 8192, 8192, 8)
-	_, err = maxBatchChunk(p, F32, shaders.KernelNaive, false, 128<<20, 65535)
-	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "268435456 bytes") || !strings.Contains(err.Error(), "naive") {
+	one := *p
+	_, err = maxBatchChunk(p, spec.Float32, false, map[Operand]int64{OpScores: NaiveScratchBytes(&one)}, 128<<20, 65535)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "268435456 bytes") || !strings.Contains(err.Error(), "scores") {
 		t.Errorf("naive scratch: %v", err)
 	}
 	// …while flash runs it.
-	if _, err := maxBatchChunk(p, F32, shaders.KernelFlash, false, 128<<20, 65535); err != nil {
+	if _, err := maxBatchChunk(p, spec.Float32, false, nil, 128<<20, 65535); err != nil {
 		t.Errorf("flash, same problem: %v", err)
 	}
 	// Naive with B = 4 of 64 MiB each: chunks of 2.
 	p = bshdProblem(4, 1, 1, 4096, 4096, 8)
-	if n, err := maxBatchChunk(p, F32, shaders.KernelNaive, false, 128<<20, 65535); err != nil || n != 2 {
+	one = *p
+	one.B = 1
+	if n, err := maxBatchChunk(p, spec.Float32, false, map[Operand]int64{OpScores: NaiveScratchBytes(&one)}, 128<<20, 65535); err != nil || n != 2 {
 		t.Errorf("naive chunks: %d, %v; want 2", n, err)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 // The tuner: for each key, every legal candidate of each active family is
@@ -18,20 +20,19 @@ import (
 
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
-	"github.com/flashvk/flashvk/reference"
 	"github.com/x448/float16"
 )
 
 // TuneOptions control Tune. Zero fields take the defaults noted.
 type TuneOptions struct {
-	// DTypes to tune (default: F16 and F32 where the device runs them).
-	DTypes []DType
+	// DTypes to tune (default: spec.Float16 and spec.Float32 where the device runs them).
+	DTypes []spec.DType
 	// Dims are the head dims d (= dv) to tune (default 64 and 128).
 	Dims []int
 	// Causal lists the masks to tune (default non-causal and causal).
 	Causal []bool
-	// Dirs are DirFwd and/or DirBwd (default both).
-	Dirs []string
+	// Dirs are Fwd and/or Bwd (default both).
+	Dirs []Dir
 	// The timed problem: N = Nq = Nk (default 2048), B = Tokens/N
 	// (Tokens default 16384), H = Hidden/d heads (Hidden default 2048):
 	// the FlashAttention-2 benchmark grid's shape at N.
@@ -42,8 +43,13 @@ type TuneOptions struct {
 	// MaxCandidates bounds the candidates tried per key and family, the
 	// default configuration included (0: all).
 	MaxCandidates int
-	// Families restricts tuning to these family names (default: all).
-	Families []string
+	// Stages restricts tuning to these tunable stages (default: all).
+	Stages []string
+	// Reference computes the float64 results candidates are verified
+	// against (required): O and LSE of the forward, or with backward dQ,
+	// dK and dV given dO. It is injected so that the backend does not link
+	// a float64 implementation.
+	Reference Reference
 	// Budget bounds the search's time (0: none). Once spent, the family
 	// in progress is decided among the candidates measured so far
 	// (TuneResult.Tried < Candidates) and the remaining keys are not
@@ -59,6 +65,11 @@ type TuneOptions struct {
 }
 
 func (o *TuneOptions) spent() bool { return !o.deadline.IsZero() && time.Now().After(o.deadline) }
+
+// Reference computes exact results of a small problem p from float64
+// inputs (laid out densely as BSHD): the forward's O and LSE, or with
+// backward the gradients dQ, dK, dV of dO.
+type Reference func(p *spec.Problem, q, k, v, do []float64, backward bool) ([][]float64, error)
 
 // ErrTuneBudget: TuneOptions.Budget ran out before every key was tuned.
 var ErrTuneBudget = errors.New("vkattn: tune: time budget spent")
@@ -93,7 +104,6 @@ type TuneEvent struct {
 
 // TuneResult is the outcome of one key and family.
 type TuneResult struct {
-	Device  DeviceKey
 	Key     TuneKey
 	N, B, H int
 	// Default and DefaultTime: the untuned configuration and its median
@@ -119,15 +129,6 @@ func (r *TuneResult) Speedup() float64 {
 	}
 	return float64(r.DefaultTime) / float64(r.WinnerTime)
 }
-
-// Entry is the cache entry of a successful result.
-func (r *TuneResult) Entry() TuneEntry {
-	return TuneEntry{Device: r.Device, Key: r.Key, N: r.N, B: r.B, H: r.H, Candidate: r.Winner, Default: r.Default,
-		MedianMS: ms(r.WinnerTime), DefaultMS: ms(r.DefaultTime), TFLOPS: r.TFLOPS,
-		Date: time.Now().UTC().Format(time.RFC3339)}
-}
-
-func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // tuneTestHook, set by tests, may replace a candidate's verification error
 // (to simulate a kernel that computes wrong results).
@@ -168,7 +169,7 @@ func TuneProblem(d, dv, n, tokens, hidden int, causal bool) *spec.Problem {
 
 func (o TuneOptions) withDefaults(b *Backend) TuneOptions {
 	if len(o.DTypes) == 0 {
-		for _, dt := range []DType{F16, F32} {
+		for _, dt := range []spec.DType{spec.Float16, spec.Float32} {
 			if b.supports(dt) == nil {
 				o.DTypes = append(o.DTypes, dt)
 			}
@@ -181,7 +182,7 @@ func (o TuneOptions) withDefaults(b *Backend) TuneOptions {
 		o.Causal = []bool{false, true}
 	}
 	if len(o.Dirs) == 0 {
-		o.Dirs = []string{DirFwd, DirBwd}
+		o.Dirs = []Dir{Fwd, Bwd}
 	}
 	if o.N <= 0 {
 		o.N = 2048
@@ -214,41 +215,40 @@ func (b *Backend) Tune(ctx context.Context, o TuneOptions) ([]TuneResult, error)
 	defer b.leave()
 	o = o.withDefaults(b)
 	for _, dir := range o.Dirs {
-		if dir != DirFwd && dir != DirBwd {
-			return nil, fmt.Errorf("%w: tune direction %q (want fwd or bwd)", ErrInvalid, dir)
+		if dir != Fwd && dir != Bwd {
+			return nil, fmt.Errorf("%w: tune direction %d (want Fwd or Bwd)", ErrInvalid, dir)
 		}
+	}
+	if o.Reference == nil {
+		return nil, fmt.Errorf("%w: tune: no Reference to verify candidates against", ErrInvalid)
 	}
 	for _, d := range o.Dims {
 		if d < 1 || d > shaders.MaxHeadDim {
 			return nil, fmt.Errorf("%w: tune head dim %d (1 … %d)", ErrInvalid, d, shaders.MaxHeadDim)
 		}
 	}
-	for _, name := range o.Families {
-		if tuneFamily(name) == nil {
-			return nil, fmt.Errorf("%w: tune family %q (known: %s)", ErrInvalid, name, familyNames(TuneFamilies()))
+	for _, name := range o.Stages {
+		if tunableByName(name) == nil {
+			return nil, fmt.Errorf("%w: tune stage %q (known: %s)", ErrInvalid, name, strings.Join(TunableNames(), ", "))
 		}
 	}
 	for _, dt := range o.DTypes {
 		if err := b.supports(dt); err != nil {
 			return nil, err
 		}
-		if dt != F32 && dt != F16 {
+		if dt != spec.Float32 && dt != spec.Float16 {
 			return nil, fmt.Errorf("%w: tuning %v storage is not supported (f32, f16)", ErrUnsupported, dt)
 		}
 	}
-	kernel := b.kernel
-	if b.cm != nil {
-		kernel = ""
-		if b.cm.explicit {
-			kernel = shaders.KernelFlashCM
-		}
+	kernel := ""
+	if b.explicit != nil {
+		kernel = b.explicit.name
 	}
-	tb, err := New(b.dev, Options{Kernel: kernel, TuneCache: TuneOff, NoDiskCache: true})
+	tb, err := New(b.dev, Options{Kernel: kernel, NoDiskCache: true})
 	if err != nil {
 		return nil, err
 	}
 	defer tb.Close()
-	dev := DeviceKeyOf(b.info)
 	if o.Budget > 0 {
 		o.deadline = time.Now().Add(o.Budget)
 	}
@@ -260,7 +260,7 @@ func (b *Backend) Tune(ctx context.Context, o TuneOptions) ([]TuneResult, error)
 					if o.spent() {
 						return out, fmt.Errorf("%w (%v) before %v d=%d causal=%v %s", ErrTuneBudget, o.Budget, dt, d, causal, dir)
 					}
-					rs, err := tb.tuneKey(ctx, o, dev, dt, d, causal, dir)
+					rs, err := tb.tuneKey(ctx, o, dt, d, causal, dir)
 					out = append(out, rs...)
 					if err != nil {
 						return out, err
@@ -272,29 +272,44 @@ func (b *Backend) Tune(ctx context.Context, o TuneOptions) ([]TuneResult, error)
 	return out, nil
 }
 
-// tuneKey tunes every active family of one (dtype, d, causal, direction)
-// on the private backend tb.
-func (tb *Backend) tuneKey(ctx context.Context, o TuneOptions, dev DeviceKey, dt DType, d int, causal bool, dir string) ([]TuneResult, error) {
+// planUses reports whether the plan of the pass dir of p runs stage.
+func (b *Backend) planUses(ctx context.Context, p *spec.Problem, dt spec.DType, dir Dir, stage string) bool {
+	pl, err := b.Plan(ctx, p, dt, dir)
+	return err == nil && slices.ContainsFunc(pl.Launches, func(l Launch) bool { return l.Tunable == stage })
+}
+
+// TunableNames lists the names of the tunable stages.
+func TunableNames() []string {
+	var ns []string
+	for _, t := range Tunables() {
+		ns = append(ns, t.Name)
+	}
+	return ns
+}
+
+// tuneKey tunes every stage the plans of one (dtype, d, causal, direction)
+// run, on the private backend tb.
+func (tb *Backend) tuneKey(ctx context.Context, o TuneOptions, dt spec.DType, d int, causal bool, dir Dir) ([]TuneResult, error) {
 	defer tb.tune.clearOverrides()
 	p := TuneProblem(d, d, o.N, o.Tokens, o.Hidden, causal)
 	pv := VerifyProblem(d, d, causal)
-	var fams []*TuneFamily
-	for _, f := range TuneFamilies() {
-		if f.Dir != dir || (len(o.Families) > 0 && !slices.Contains(o.Families, f.Name)) {
+	var fams []*Tunable
+	for _, f := range Tunables() {
+		if f.Dir != dir || (len(o.Stages) > 0 && !slices.Contains(o.Stages, f.Name)) {
 			continue
 		}
-		if f.Active(ctx, tb, p, dt) && f.Active(ctx, tb, pv, dt) {
+		if tb.planUses(ctx, p, dt, dir, f.Name) && tb.planUses(ctx, pv, dt, dir, f.Name) {
 			fams = append(fams, f)
 		}
 	}
-	if len(fams) == 0 && len(o.Families) > 0 {
+	if len(fams) == 0 && len(o.Stages) > 0 {
 		return nil, ctx.Err() // filtered out
 	}
 	if len(fams) == 0 {
 		// Say so rather than skip silently (e.g. a pass whose kernels no
 		// family covers yet).
 		var ks []string
-		ls, err := tb.Launches(ctx, p, dt, dir == DirBwd)
+		ls, err := tb.Launches(ctx, p, dt, dir == Bwd)
 		for _, l := range ls {
 			ks = append(ks, l.Kernel)
 		}
@@ -302,11 +317,11 @@ func (tb *Backend) tuneKey(ctx context.Context, o TuneOptions, dev DeviceKey, dt
 		if err != nil {
 			why = err.Error()
 		}
-		r := TuneResult{Device: dev, N: p.Nq, B: p.B, H: p.Hq, Key: TuneKey{Family: "-", Dir: dir, DType: dt.String(), D: d, DV: d, Causal: causal},
+		r := TuneResult{N: p.Nq, B: p.B, H: p.Hq, Key: TuneKey{Stage: "-", Dir: dir, DType: dt, D: d, DV: d, Causal: causal},
 			Err: errors.New(why)}
 		return []TuneResult{r}, ctx.Err()
 	}
-	base := TuneResult{Device: dev, N: p.Nq, B: p.B, H: p.Hq}
+	base := TuneResult{N: p.Nq, B: p.B, H: p.Hq}
 	fail := func(err error) ([]TuneResult, error) {
 		var rs []TuneResult
 		for _, f := range fams {
@@ -317,20 +332,20 @@ func (tb *Backend) tuneKey(ctx context.Context, o TuneOptions, dev DeviceKey, dt
 		}
 		return rs, ctx.Err()
 	}
-	vc, err := tb.newVerifyCase(ctx, pv, dt, dir == DirBwd, o.Seed)
+	vc, err := tb.newVerifyCase(ctx, pv, dt, dir == Bwd, o.Seed, o.Reference)
 	if err != nil {
 		return fail(fmt.Errorf("verification problem: %w", err))
 	}
 	defer vc.close()
-	set, closeSet, err := tb.timingOperands(ctx, p, dt, dir == DirBwd, o.Seed)
+	set, closeSet, err := tb.timingOperands(ctx, p, dt, dir == Bwd, o.Seed)
 	if err != nil {
 		return fail(fmt.Errorf("timed problem: %w", err))
 	}
 	defer closeSet()
 	bo := o.Bench
-	bo.Backward, bo.Step = dir == DirBwd, false
+	bo.Backward, bo.Step = dir == Bwd, false
 	flops := p.Flops()
-	if dir == DirBwd {
+	if dir == Bwd {
 		flops *= 2.5
 	}
 	var rs []TuneResult
@@ -467,8 +482,8 @@ func (tb *Backend) tuneKey(ctx context.Context, o TuneOptions, dev DeviceKey, dt
 // verifyBound is the rel_l2 limit of a candidate: float32 storage 1e-5
 // (the conformance suite's); float16 twice the default configuration's
 // error (defErr; at least half an fp16 ulp at 1), and at most 1e-2.
-func verifyBound(dt DType, defErr float64) float64 {
-	if dt == F32 {
+func verifyBound(dt spec.DType, defErr float64) float64 {
+	if dt == spec.Float32 {
 		return 1e-5
 	}
 	if math.IsNaN(defErr) || defErr > 5e-3 {
@@ -490,11 +505,11 @@ func median(ts []time.Duration) time.Duration {
 }
 
 // round rounds x to the storage type's precision.
-func round(dt DType, x []float64) []float64 {
+func round(dt spec.DType, x []float64) []float64 {
 	out := make([]float64, len(x))
 	for i, v := range x {
 		switch dt {
-		case F16:
+		case spec.Float16:
 			out[i] = float64(float16.Fromfloat32(float32(v)).Float32())
 		default:
 			out[i] = float64(float32(v))
@@ -505,13 +520,13 @@ func round(dt DType, x []float64) []float64 {
 
 func upload64(ctx context.Context, t *Tensor, x []float64) error {
 	switch t.dt {
-	case F32:
+	case spec.Float32:
 		s := make([]float32, len(x))
 		for i, v := range x {
 			s[i] = float32(v)
 		}
 		return Upload(ctx, t, s)
-	case F16:
+	case spec.Float16:
 		s := make([]float16.Float16, len(x))
 		for i, v := range x {
 			s[i] = float16.Fromfloat32(float32(v))
@@ -524,7 +539,7 @@ func upload64(ctx context.Context, t *Tensor, x []float64) error {
 func download64(ctx context.Context, t *Tensor, n int) ([]float64, error) {
 	out := make([]float64, n)
 	switch t.dt {
-	case F32:
+	case spec.Float32:
 		s := make([]float32, n)
 		if err := Download(ctx, t, s); err != nil {
 			return nil, err
@@ -532,7 +547,7 @@ func download64(ctx context.Context, t *Tensor, n int) ([]float64, error) {
 		for i, v := range s {
 			out[i] = float64(v)
 		}
-	case F16:
+	case spec.Float16:
 		s := make([]float16.Float16, n)
 		if err := Download(ctx, t, s); err != nil {
 			return nil, err
@@ -564,7 +579,7 @@ type verifyCase struct {
 	ref                             [][]float64 // fwd: O, LSE; bwd: dQ, dK, dV
 }
 
-func (tb *Backend) newVerifyCase(ctx context.Context, p *spec.Problem, dt DType, backward bool, seed uint64) (_ *verifyCase, err error) {
+func (tb *Backend) newVerifyCase(ctx context.Context, p *spec.Problem, dt spec.DType, backward bool, seed uint64, ref Reference) (_ *verifyCase, err error) {
 	vc := &verifyCase{p: p, backward: backward}
 	defer func() {
 		if err != nil {
@@ -576,13 +591,15 @@ func (tb *Backend) newVerifyCase(ctx context.Context, p *spec.Problem, dt DType,
 	k := round(dt, randn64(rng, p.B*p.Nk*p.Hkv*p.D))
 	v := round(dt, randn64(rng, p.B*p.Nk*p.Hkv*p.Dv))
 	do := round(dt, randn64(rng, p.B*p.Nq*p.Hq*p.Dv))
-	rp := reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv, Scale: float64(p.Scale),
-		Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}
-	o, lse, err := reference.Forward(rp, q, k, v)
+	fwd, err := ref(p, q, k, v, nil, false)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reference: %w", err)
 	}
-	alloc := func(op operandSpec, dt DType) (*Tensor, error) {
+	if len(fwd) != 2 {
+		return nil, fmt.Errorf("%w: reference: %d forward results, want O and LSE", ErrInvalid, len(fwd))
+	}
+	o, lse := fwd[0], fwd[1]
+	alloc := func(op operandSpec, dt spec.DType) (*Tensor, error) {
 		if op.dt != 0 {
 			dt = op.dt
 		}
@@ -618,11 +635,14 @@ func (tb *Backend) newVerifyCase(ctx context.Context, p *spec.Problem, dt DType,
 		vc.ref = [][]float64{o, lse}
 		return vc, nil
 	}
-	dq, dk, dv, err := reference.Backward(rp, q, k, v, do)
+	grads, err := ref(p, q, k, v, do, true)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reference: %w", err)
 	}
-	vc.ref = [][]float64{dq, dk, dv}
+	if len(grads) != 3 {
+		return nil, fmt.Errorf("%w: reference: %d backward results, want dQ, dK and dV", ErrInvalid, len(grads))
+	}
+	vc.ref = grads
 	if vc.o, err = load(oSpec(p, "o"), round(dt, o)); err != nil {
 		return nil, err
 	}
@@ -653,7 +673,7 @@ func (vc *verifyCase) run(ctx context.Context, tb *Backend) (float64, error) {
 	}
 	for _, t := range outs {
 		word := uint32(0x7FC00000)
-		if t.dt == F16 {
+		if t.dt == spec.Float16 {
 			word = 0x7E007E00
 		}
 		if err := t.Fill(ctx, word); err != nil {
@@ -675,13 +695,38 @@ func (vc *verifyCase) run(ctx context.Context, tb *Backend) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		e := reference.RelL2(got, vc.ref[i])
+		e := relL2(got, vc.ref[i])
 		if math.IsNaN(e) {
 			e = math.Inf(1)
 		}
 		worst = math.Max(worst, e)
 	}
 	return worst, nil
+}
+
+// relL2 is ‖got − want‖₂ / ‖want‖₂ over the finite entries of want
+// (an infinite one must be matched exactly, else the error is +Inf; NaN on
+// a length mismatch; the absolute error when want is zero).
+func relL2(got, want []float64) float64 {
+	if len(got) != len(want) {
+		return math.NaN()
+	}
+	var num, den float64
+	for i, w := range want {
+		if math.IsInf(w, 0) {
+			if got[i] != w {
+				return math.Inf(1)
+			}
+			continue
+		}
+		d := got[i] - w
+		num += d * d
+		den += w * w
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
 }
 
 func (vc *verifyCase) close() {
@@ -693,7 +738,7 @@ func (vc *verifyCase) close() {
 
 // timingOperands uploads random inputs of p (and for the backward O and
 // LSE from one forward) and allocates the outputs.
-func (tb *Backend) timingOperands(ctx context.Context, p *spec.Problem, dt DType, backward bool, seed uint64) (Operands, func(), error) {
+func (tb *Backend) timingOperands(ctx context.Context, p *spec.Problem, dt spec.DType, backward bool, seed uint64) (Operands, func(), error) {
 	var ts []*Tensor
 	closeAll := func() {
 		for _, t := range ts {

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package vkattn
 
 import (
@@ -11,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flashvk/flashvk/internal/device"
 	"github.com/flashvk/flashvk/internal/device/devicetest"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
@@ -35,6 +38,46 @@ func openBackend(t *testing.T, kernel string) *Backend {
 		}
 	})
 	return b
+}
+
+// syntheticBackend is a Backend on a device description only, with the
+// kernel selection kernel: Plan, Launches, tile choices and the tunable
+// stages work; nothing runs (layout, when non-nil, stands in for every
+// coopmat storage type's probe).
+func syntheticBackend(t *testing.T, info device.Info, kernel string, layout *CMLayout, tuned ...Tuned) *Backend {
+	t.Helper()
+	b := &Backend{info: info, lim: LimitsOf(info), dtypes: []spec.DType{spec.Float32},
+		modules: map[string][]byte{}, cfgs: map[cfgKey]cfgResult{}, tune: &tuneState{}}
+	if info.StorageBuffer16Bit {
+		b.dtypes = append(b.dtypes, spec.Float16, spec.BFloat16)
+	}
+	if err := b.initChains(kernel); err != nil {
+		t.Fatalf("synthetic backend (kernel %q): %v", kernel, err)
+	}
+	for _, cm := range b.cm {
+		cm.layout = layout
+		if layout == nil {
+			cm.err = errors.New("synthetic backend: no layout")
+		}
+	}
+	b.SetTuned("test.json", tuned)
+	return b
+}
+
+// familyOf is the family that runs the pass dir of p on b ("" when none
+// does).
+func familyOf(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, dir Dir) string {
+	pl, err := b.Plan(ctx, p, dt, dir)
+	if err != nil {
+		return ""
+	}
+	return pl.Family
+}
+
+// force makes b's plans use configuration c for stage on problems of p's
+// key, as the tuner does.
+func force(b *Backend, stage string, p *spec.Problem, dt spec.DType, c Candidate) {
+	b.tune.setOverride(tuneKeyOf(tunableByName(stage), p, dt), c.String())
 }
 
 func randn(rng *rand.Rand, n int) []float32 {
@@ -129,9 +172,9 @@ func TestHostKernels(t *testing.T) {
 	}
 }
 
-func resident(t *testing.T, b *Backend, s Shape, st spec.Strides, data []float32) *Tensor {
+func resident(t *testing.T, b *Backend, s spec.Shape, st spec.Strides, data []float32) *Tensor {
 	t.Helper()
-	x, err := b.NewTensor(F32, s, st)
+	x, err := b.NewTensor(spec.Float32, s, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +210,7 @@ func TestStepMatchesForwardBackward(t *testing.T) {
 	b := openBackend(t, "")
 	h := newHostProblem(2, 2, 4, 1, 40, 33, 16, 24, spec.MaskCausalTopLeft)
 	p := h.p
-	qs, ks, vs, os := Shape{p.B, p.Nq, p.Hq, p.D}, Shape{p.B, p.Nk, p.Hkv, p.D}, Shape{p.B, p.Nk, p.Hkv, p.Dv}, Shape{p.B, p.Nq, p.Hq, p.Dv}
+	qs, ks, vs, os := spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D}, spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.D}, spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.Dv}, spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv}
 	q, k, v := resident(t, b, qs, p.Q, h.q), resident(t, b, ks, p.K, h.k), resident(t, b, vs, p.V, h.v)
 	do := resident(t, b, os, p.O, h.dO)
 	type outs struct{ o, lse, dq, dk, dv *Tensor }
@@ -230,7 +273,7 @@ func TestBatchChunks(t *testing.T) {
 	saved := b.maxBuf
 	b.maxBuf = 2 * 24 * 2 * 8 * 4 // two batches of Q
 	defer func() { b.maxBuf = saved }()
-	if n, err := b.MaxBatchChunk(p, F32, true); err != nil || n != 2 {
+	if n, err := b.MaxBatchChunk(context.Background(), p, spec.Float32, true); err != nil || n != 2 {
 		t.Fatalf("chunk %d, %v; want 2", n, err)
 	}
 	for _, x := range [][]float32{h.o, h.lse, h.dq, h.dk, h.dv} {
@@ -255,12 +298,12 @@ func TestBatchChunks(t *testing.T) {
 // score matrices beyond the largest buffer, are refused with clear errors.
 func TestLimits(t *testing.T) {
 	b := openBackend(t, "naive")
-	_, err := b.NewTensor(F16, Shape{B: 1, S: 1 << 20, H: 64, D: 128}, spec.Strides{})
+	_, err := b.NewTensor(spec.Float16, spec.Shape{B: 1, S: 1 << 20, H: 64, D: 128}, spec.Strides{})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "32-bit") {
 		t.Errorf("2^33 elements: %v", err)
 	}
 	n := int(b.MaxBufferBytes()/4) + 1
-	_, err = b.NewTensor(F32, Shape{B: 1, S: n, H: 1, D: 1}, spec.Strides{})
+	_, err = b.NewTensor(spec.Float32, spec.Shape{B: 1, S: n, H: 1, D: 1}, spec.Strides{})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Errorf("beyond the largest buffer: %v", err)
 	}
@@ -344,7 +387,7 @@ func TestBench(t *testing.T) {
 			t.Errorf("clock %q", r.Clock)
 		}
 		if o.PerKernel && b.Info().TimestampValidBits > 0 {
-			ls, err := b.Launches(ctx, h.p, F32, true)
+			ls, err := b.Launches(ctx, h.p, spec.Float32, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -363,7 +406,7 @@ func TestBench(t *testing.T) {
 
 func TestClose(t *testing.T) {
 	b := openBackend(t, "")
-	x, err := b.NewTensor(F32, Shape{1, 4, 1, 4}, spec.Strides{})
+	x, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 4, H: 1, D: 4}, spec.Strides{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +422,7 @@ func TestClose(t *testing.T) {
 	if err := Upload(context.Background(), x, make([]uint16, 16)); !errors.Is(err, ErrClosed) {
 		t.Errorf("upload to closed tensor: %v", err)
 	}
-	y, _ := b.NewTensor(F32, Shape{1, 4, 1, 4}, spec.Strides{})
+	y, _ := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 4, H: 1, D: 4}, spec.Strides{})
 	if err := Upload(context.Background(), y, make([]uint16, 16)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("f16 data into f32 tensor: %v", err)
 	}
@@ -389,7 +432,7 @@ func TestClose(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.NewTensor(F32, Shape{1, 1, 1, 1}, spec.Strides{}); !errors.Is(err, ErrClosed) {
+	if _, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: 1}, spec.Strides{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("NewTensor after Close: %v", err)
 	}
 	h := newHostProblem(6, 1, 1, 1, 4, 4, 4, 4, spec.MaskNone)
@@ -414,12 +457,7 @@ func TestOpenOptions(t *testing.T) {
 	if lim.Subgroup != int(info.SubgroupSize) || lim.SharedBytes != int(info.MaxSharedMemory) {
 		t.Errorf("limits %+v do not come from the device %+v", lim, info)
 	}
-	if slices.Contains(b.DTypes(), F16) != info.StorageBuffer16Bit {
+	if slices.Contains(b.DTypes(), spec.Float16) != info.StorageBuffer16Bit {
 		t.Errorf("dtypes %v with storageBuffer16BitAccess %v", b.DTypes(), info.StorageBuffer16Bit)
-	}
-	for _, r := range b.Tiles() {
-		if r.Err != nil {
-			t.Errorf("%s %v d=%d: %v", r.Kernel, r.DType, r.D, r.Err)
-		}
 	}
 }

@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package devicetest opens Vulkan devices for tests.
 //
 // Open skips the test when no Vulkan device exists, unless the environment
@@ -26,22 +28,26 @@ import (
 // Require reports whether FLASHVK_REQUIRE_VULKAN=1 is set.
 func Require() bool { return os.Getenv("FLASHVK_REQUIRE_VULKAN") == "1" }
 
+// Library is the Vulkan loader tests open: FLASHVK_VULKAN_LIBRARY, or ""
+// for the default.
+func Library() string { return os.Getenv("FLASHVK_VULKAN_LIBRARY") }
+
 // Options returns the device options tests use: device selection from
-// FLASHVK_DEVICE and validation per FLASHVK_VALIDATION (default: on when
-// the layer is installed). It fails t when FLASHVK_VALIDATION=1 and the
-// layer is missing.
+// FLASHVK_DEVICE, the loader from FLASHVK_VULKAN_LIBRARY and validation
+// per FLASHVK_VALIDATION (default: on when the layer is installed). It
+// fails t when FLASHVK_VALIDATION=1 and the layer is missing.
 func Options(t testing.TB) device.Options {
 	t.Helper()
-	opt := device.Options{Select: os.Getenv("FLASHVK_DEVICE")}
+	opt := device.Options{Select: os.Getenv("FLASHVK_DEVICE"), Library: Library()}
 	switch v := os.Getenv("FLASHVK_VALIDATION"); v {
 	case "1":
-		if !device.ValidationAvailable() {
+		if !device.ValidationAvailable(opt.Library) {
 			t.Fatalf("FLASHVK_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed (apt install vulkan-validationlayers)")
 		}
 		opt.Validation = true
 	case "0":
 	default:
-		opt.Validation = device.ValidationAvailable()
+		opt.Validation = device.ValidationAvailable(opt.Library)
 	}
 	return opt
 }
@@ -54,7 +60,7 @@ var (
 // probe checks once per process whether any Vulkan device exists.
 func probe() string {
 	skipOnce.Do(func() {
-		_, err := device.Devices()
+		_, err := device.Devices(Library())
 		switch {
 		case err == nil:
 		case errors.Is(err, device.ErrNoVulkan), errors.Is(err, device.ErrNoDevice):

@@ -1,19 +1,15 @@
-package vkattn
+package attention
 
 // The tune cache file: tuned configurations per device, driver and key,
-// written by the tuner (flashvk tune) and read by Open.
+// written by Engine.Tune's caller (flashvk tune) and read by Open.
 
 import (
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-
-	"github.com/flashvk/flashvk/internal/device"
 )
 
 // TuneCacheVersion is the schema version of the tune cache file. A file of
@@ -26,7 +22,7 @@ const TuneCacheName = "tune-v1.json"
 
 // ErrTuneCache: the tune cache file is unreadable, corrupt or of another
 // schema version.
-var ErrTuneCache = errors.New("vkattn: tune cache")
+var ErrTuneCache = errors.New("tune cache")
 
 // DeviceKey identifies a device and its driver: a tuned configuration
 // applies only where every field matches.
@@ -37,16 +33,6 @@ type DeviceKey struct {
 	Driver            string `json:"driver"`
 	DriverVersion     string `json:"driver_version"`
 	PipelineCacheUUID string `json:"pipeline_cache_uuid,omitempty"`
-}
-
-// DeviceKeyOf is the key of a device.
-func DeviceKeyOf(info device.Info) DeviceKey {
-	k := DeviceKey{Name: info.Name, VendorID: info.VendorID, DeviceID: info.DeviceID,
-		Driver: strings.TrimSpace(info.DriverName + " " + info.DriverInfo), DriverVersion: info.DriverVersion}
-	if info.PipelineCacheUUID != ([16]byte{}) {
-		k.PipelineCacheUUID = hex.EncodeToString(info.PipelineCacheUUID[:])
-	}
-	return k
 }
 
 // TuneEntry is one tuned choice: on Device, for Key, at sequence length N
@@ -60,7 +46,7 @@ type TuneEntry struct {
 	N int `json:"n"`
 	B int `json:"b,omitempty"`
 	H int `json:"h,omitempty"`
-	// Candidate is the chosen configuration (TuneFamily.Parse reads it).
+	// Candidate is the chosen configuration, as the stage spells it.
 	Candidate string `json:"candidate"`
 	// Default is the configuration used without tuning, for reference.
 	Default string `json:"default,omitempty"`
@@ -88,27 +74,15 @@ type TuneCache struct {
 	Entries []TuneEntry `json:"entries"`
 }
 
-// DefaultTuneCachePath is the tune cache file used when Options.TuneCache
-// is "": $FLASHVK_TUNE_CACHE, else os.UserCacheDir()/flashvk/tune-v1.json.
+// DefaultTuneCachePath is the tune cache file used when
+// Config.TuneCache and FLASHVK_TUNE_CACHE are empty:
+// os.UserCacheDir()/flashvk/tune-v1.json.
 func DefaultTuneCachePath() (string, error) {
-	if p := os.Getenv("FLASHVK_TUNE_CACHE"); p != "" {
-		return p, nil
-	}
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("vkattn: tune cache: %w", err)
+		return "", fmt.Errorf("attention: tune cache: %w", err)
 	}
 	return filepath.Join(base, "flashvk", TuneCacheName), nil
-}
-
-// TuneDisabled reports whether the environment disables the tune cache
-// (FLASHVK_TUNE=off, 0, false or no).
-func TuneDisabled() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv("FLASHVK_TUNE"))) {
-	case "off", "0", "false", "no":
-		return true
-	}
-	return false
 }
 
 // LoadTuneCache reads a tune cache file. A missing file is an empty cache
@@ -217,31 +191,14 @@ func (c *TuneCache) ForDevice(k DeviceKey) []TuneEntry {
 	return out
 }
 
-// openTune loads the tune cache for a new Backend per opts and the
-// environment. Problems become warnings, never errors.
-func openTune(info device.Info, opts Options) *tuneState {
-	t := &tuneState{log: opts.Log}
-	path := opts.TuneCache
-	if path == TuneOff || (path == "" && TuneDisabled()) {
-		t.off = true
-		return t
+// tuneCacheFile resolves Config.TuneCache (after the environment):
+// "" when tuning is off, else the file to read.
+func tuneCacheFile(cfg Config) (string, error) {
+	switch cfg.TuneCache {
+	case TuneOff:
+		return "", nil
+	case "":
+		return DefaultTuneCachePath()
 	}
-	if path == "" {
-		p, err := DefaultTuneCachePath()
-		if err != nil {
-			t.warn(err.Error() + "; tuned configurations not used")
-			return t
-		}
-		path = p
-	}
-	t.file = path
-	c, err := LoadTuneCache(path)
-	if err != nil {
-		t.warn(err.Error() + "; ignored (default configurations are used; `flashvk tune` rewrites it)")
-	}
-	t.entries = c.ForDevice(DeviceKeyOf(info))
-	return t
+	return cfg.TuneCache, nil
 }
-
-// TuneOff as Options.TuneCache disables the tune cache.
-const TuneOff = "off"

@@ -1,0 +1,651 @@
+//go:build cgo
+
+package vkattn
+
+// The cooperative-matrix kernel families (KHR cooperative matrices, f16 and
+// bf16 storage, each with its own modules — bf16 never runs the fp16 ones):
+// the forward flash_cm and the backward bwd_cm (bwd_pre, then bwd_cm_dkdv
+// and bwd_cm_dq). They need a subgroup f16·f16+f32→f32 (bf16: bf16·bf16)
+// coopmat shape and the features cmSupportFor lists; the element layout of
+// the coopmat types is read once per Backend and storage type by running
+// flash_cm_probe (cmState.probe) and decides whether the softmax and the
+// elementwise steps stay in registers (MODE 1) or go through shared memory
+// (MODE 0, any layout). Selected automatically for f16 and bf16 where the
+// device supports them; "flash_cm" as Options.Kernel makes a device that
+// cannot run the f16 build an error at Open.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+var (
+	flashCMFamily = &family{
+		name: shaders.KernelFlashCM, dir: Fwd, auto: true, backward: []string{"bwd_cm", "bwd"},
+		init:     initCoopmat,
+		plan:     planFlashCM,
+		tunables: []*Tunable{flashCMTunable},
+	}
+	bwdCMFamily = &family{
+		name: "bwd_cm", dir: Bwd, auto: true,
+		init:     func(b *Backend, _ bool) (bool, error) { return initCoopmat(b, false) },
+		plan:     planBwdCM,
+		tunables: []*Tunable{bwdCMTunable(shaders.KernelBwdCMDKDV, true), bwdCMTunable(shaders.KernelBwdCMDQ, false)},
+	}
+)
+
+// cmState is a Backend's cooperative-matrix state for one storage type:
+// the coopmat shape and, once probed, the element layout.
+type cmState struct {
+	dt    spec.DType
+	shape device.CoopMatShape
+	reqSG uint32
+	full  bool
+
+	mu     sync.Mutex
+	layout *CMLayout
+	err    error
+}
+
+// initCoopmat sets up b.cm: a state for each of f16 and bf16 the device
+// can run the coopmat modules of. explicit (Options.Kernel "flash_cm")
+// makes a device without the f16 build an error.
+func initCoopmat(b *Backend, explicit bool) (bool, error) {
+	if b.cm == nil {
+		b.cm = map[spec.DType]*cmState{}
+		for _, dt := range []spec.DType{spec.Float16, spec.BFloat16} {
+			if !slices.Contains(b.dtypes, dt) {
+				continue
+			}
+			shape, err := cmSupportFor(b.info, dt)
+			if err != nil {
+				b.cmWhy = append(b.cmWhy, whyNot(err))
+				continue
+			}
+			cm := &cmState{dt: dt, shape: shape, full: b.info.ComputeFullSubgroups}
+			if b.info.SubgroupSizeControl {
+				cm.reqSG = b.info.SubgroupSize
+			}
+			b.cm[dt] = cm
+		}
+	}
+	if explicit && b.cm[spec.Float16] == nil {
+		why := "no storageBuffer16BitAccess"
+		if len(b.cmWhy) > 0 {
+			why = b.cmWhy[0]
+		}
+		var others []string
+		for _, f := range registry {
+			if f.dir == Fwd && f.name != shaders.KernelFlashCM {
+				others = append(others, f.name)
+			}
+		}
+		return false, fmt.Errorf("%w: kernel flash_cm cannot run on %s (%s); it runs %s",
+			ErrUnsupported, b.info.Name, why, strings.Join(others, ", "))
+	}
+	return len(b.cm) > 0, nil
+}
+
+// whyNot strips an ErrUnsupported error to its reason.
+func whyNot(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrUnsupported.Error()+": ")
+}
+
+// cmLayout returns the coopmat layout of storage dt, running its
+// flash_cm_probe on the first call (under ctx; a cancelled probe is not
+// remembered, a failed one is).
+func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error) {
+	cm := b.cm[dt]
+	if cm == nil {
+		return nil, errNotForDType("the cooperative-matrix kernels", dt)
+	}
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if cm.layout != nil || cm.err != nil {
+		return cm.layout, cm.err
+	}
+	spv, err := b.module(shaders.KernelFlashCMProbe, dt)
+	if err != nil {
+		return nil, err
+	}
+	l, err := runProbe(ctx, b.dev, spv, cm.shape, int(b.info.SubgroupSize), cm.reqSG, cm.full)
+	if err != nil {
+		if isCtxErr(err) {
+			return nil, err
+		}
+		cm.err = fmt.Errorf("%w: coopmat %v layout probe on %s: %w", ErrUnsupported, dt, b.info.Name, err)
+		return nil, cm.err
+	}
+	cm.layout = l
+	return l, nil
+}
+
+func planFlashCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error) {
+	l, err := b.cmLayout(ctx, dt)
+	if err != nil {
+		return nil, err
+	}
+	c, src, err := b.cmTile(ctx, l, p, dt)
+	if err != nil {
+		return nil, err
+	}
+	vec := cmVec(p, params(p))
+	cm := b.cm[dt]
+	ln, err := b.newLaunch(shaders.KernelFlashCM, dt, p, fmt.Sprintf("%s vec%d", c, b2u(vec)), cmSpec(l, c, p.D, p.Dv, vec), cm.reqSG, cm.full,
+		OpQ, OpK, OpV, OpO, OpLSE)
+	if err != nil {
+		return nil, err
+	}
+	ln.Tunable, ln.Config, ln.Source = shaders.KernelFlashCM, c.String(), src
+	ln.Grid = shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.NSG*int(l.M))
+	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, c.NSG*int(l.M), c.BC
+	ln.SharedBytes = shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv)
+	return &Plan{Launches: []Launch{ln}}, nil
+}
+
+// cmTile is flash_cm's tile for p: a tuned one when valid, else
+// chooseCMTile's.
+func (b *Backend) cmTile(ctx context.Context, l *CMLayout, p *spec.Problem, dt spec.DType) (cmTile, string, error) {
+	if c, ok := b.tuned(ctx, shaders.KernelFlashCM, p, dt); ok {
+		if t, ok := c.(cmTile); ok {
+			return t, SourceTuned, nil
+		}
+	}
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	if err != nil {
+		return cmTile{}, "", fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
+	}
+	return c, SourceDefault, nil
+}
+
+func planBwdCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error) {
+	l, err := b.cmLayout(ctx, dt)
+	if err != nil {
+		return nil, err
+	}
+	pre, err := b.bwdPreLaunch(ctx, p, dt)
+	if err != nil {
+		return nil, err
+	}
+	vec := cmVec(p, params(p))
+	pl := &Plan{Launches: []Launch{pre}, Scratch: map[Operand]int64{OpD: BackwardScratchBytes(p)}}
+	for _, k := range []struct {
+		kernel string
+		dkdv   bool
+		binds  []Operand
+	}{
+		{shaders.KernelBwdCMDKDV, true, []Operand{OpQ, OpK, OpV, OpDO, OpLSE, OpD, OpDK, OpDV}},
+		{shaders.KernelBwdCMDQ, false, []Operand{OpQ, OpK, OpV, OpDO, OpLSE, OpD, OpDQ}},
+	} {
+		ln, err := b.bwdCMLaunch(ctx, l, k.kernel, k.dkdv, p, dt, vec, k.binds)
+		if err != nil {
+			return nil, err
+		}
+		pl.Launches = append(pl.Launches, ln)
+	}
+	pl.Launches[1].Barrier = true // after bwd_pre; the two coopmat kernels are independent
+	return pl, nil
+}
+
+// bwdCMLaunch is the launch of one coopmat backward kernel: a tuned tile
+// (which wins even where no default fits) or chooseBwdCMTile's.
+func (b *Backend) bwdCMLaunch(ctx context.Context, l *CMLayout, kernel string, dkdv bool, p *spec.Problem, dt spec.DType, vec bool, binds []Operand) (Launch, error) {
+	var c bwdCMTile
+	src := SourceDefault
+	if t, ok := b.tuned(ctx, kernel, p, dt); ok {
+		c, src = t.(bwdCMTile), SourceTuned
+	} else {
+		var err error
+		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
+			return Launch{}, fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, p.D, p.Dv, b.info.Name, err)
+		}
+	}
+	cm := b.cm[dt]
+	ln, err := b.newLaunch(kernel, dt, p, fmt.Sprintf("%s vec%d", c, b2u(vec)), bwdCMSpec(l, dkdv, c, p.D, p.Dv, vec), cm.reqSG, cm.full, binds...)
+	if err != nil {
+		return Launch{}, err
+	}
+	m := int(l.M)
+	br, bc := c.brbc(dkdv, m)
+	ln.Tunable, ln.Config, ln.Source = kernel, c.String(), src
+	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, br, bc
+	ln.SharedBytes = shaders.BwdCMSharedBytes(dkdv, m, int(l.N), int(l.K), c.NSG, br, bc, c.Mode, p.D, p.Dv)
+	if dkdv {
+		ln.Grid = shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, c.NSG*m)
+	} else {
+		ln.Grid = shaders.BwdDQGrid(p.B, p.Hq, p.Nq, c.NSG*m)
+	}
+	return ln, nil
+}
+
+// flashCMTunable is flash_cm's tile as a tune family.
+var flashCMTunable = &Tunable{
+	Name: shaders.KernelFlashCM, Dir: Fwd,
+	Default: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (Candidate, error) {
+		l, err := b.cmLayout(ctx, dt)
+		if err != nil {
+			return nil, err
+		}
+		return chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	},
+	Candidates: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) ([]Candidate, error) {
+		l, err := b.cmLayout(ctx, dt)
+		if err != nil {
+			return nil, err
+		}
+		var out []Candidate
+		for _, nsg := range []int{2, 4, 8} {
+			for _, bc := range []int{32, 64, 128} {
+				for _, mode := range []int{0, 1} {
+					for _, pf := range []bool{true, false} {
+						c := cmTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf}
+						if cmCheckTile(l, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+							out = append(out, c)
+						}
+					}
+				}
+			}
+		}
+		if def, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+			vec := func(t cmTile) []int {
+				pf := 1
+				if t.Prefetch {
+					pf = 2
+				}
+				return []int{t.NSG, t.BC, 1 << t.Mode, pf}
+			}
+			nearestFirst(out, func(c Candidate) []int { return vec(c.(cmTile)) }, vec(def))
+		}
+		return out, nil
+	},
+	Parse: func(s string) (Candidate, error) { return parseCMTile(s) },
+	Check: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, c Candidate) error {
+		t, ok := c.(cmTile)
+		if !ok {
+			return fmt.Errorf("%w: %T is not a flash_cm tile", ErrInvalid, c)
+		}
+		l, err := b.cmLayout(ctx, dt)
+		if err != nil {
+			return err
+		}
+		return cmCheckTile(l, t, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	},
+}
+
+// bwdCMTunable is the tile of one coopmat backward kernel as a tune family.
+func bwdCMTunable(kernel string, dkdv bool) *Tunable {
+	return &Tunable{
+		Name: kernel, Dir: Bwd,
+		Default: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (Candidate, error) {
+			l, err := b.cmLayout(ctx, dt)
+			if err != nil {
+				return nil, err
+			}
+			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+		},
+		Candidates: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) ([]Candidate, error) {
+			l, err := b.cmLayout(ctx, dt)
+			if err != nil {
+				return nil, err
+			}
+			var out []Candidate
+			for _, nsg := range []int{1, 2, 4, 8} {
+				for _, step := range []int{16, 32, 64, 128} {
+					for _, mode := range []int{0, 1} {
+						for _, kv := range []bool{false, true} {
+							for _, pf := range []bool{false, true} {
+								c := bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf}
+								if bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+									out = append(out, c)
+								}
+							}
+						}
+					}
+				}
+			}
+			// Nearest the default first (MaxCandidates keeps a neighbourhood).
+			if def, err := chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+				dist := func(c Candidate) int {
+					t := c.(bwdCMTile)
+					lg := func(x int) int { return bits.Len(uint(x)) }
+					d := abs(lg(t.NSG)-lg(def.NSG)) + abs(lg(t.Step)-lg(def.Step)) + 2*abs(t.Mode-def.Mode)
+					if t.KVReg != def.KVReg {
+						d++
+					}
+					if t.Prefetch != def.Prefetch {
+						d++
+					}
+					return d
+				}
+				slices.SortStableFunc(out, func(a, b Candidate) int { return dist(a) - dist(b) })
+			}
+			return out, nil
+		},
+		Parse: func(s string) (Candidate, error) { return parseBwdCMTile(s) },
+		Check: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, c Candidate) error {
+			t, ok := c.(bwdCMTile)
+			if !ok {
+				return fmt.Errorf("%w: %T is not a coopmat backward tile", ErrInvalid, c)
+			}
+			l, err := b.cmLayout(ctx, dt)
+			if err != nil {
+				return err
+			}
+			return bwdCMCheckTile(l, dkdv, t, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+		},
+	}
+}
+
+// cmTile is one flash_cm configuration.
+type cmTile struct {
+	NSG, BC  int // subgroups per workgroup (BR = NSG·CM_M), keys per tile
+	Mode     int // 0 shared-memory softmax, 1 register softmax (MODE 2 is never chosen)
+	Prefetch bool
+}
+
+func (c cmTile) String() string {
+	pf := 0
+	if c.Prefetch {
+		pf = 1
+	}
+	return fmt.Sprintf("nsg%d-bc%d-mode%d-pf%d", c.NSG, c.BC, c.Mode, pf)
+}
+
+// cmLargeNq is the query length from which the large MODE 1 tiles are
+// chosen: with steady timings the tuner (bench/results/h200-2026-11-22-tuned)
+// found MODE 1 1.25–1.51× faster than MODE 0 at N = 1024 on an NVIDIA H200
+// with smaller tiles (more workgroups for the short sequences).
+const cmLargeNq = 2048
+
+// cmTiles lists the configurations to try for a problem, best first, when
+// the probe allows register softmax (MODE 1): the H200 tuner's choices —
+// Nq ≥ cmLargeNq: nsg8-bc128 at d ≤ 64, nsg8-bc64 at d ≤ 128; below:
+// nsg4-bc32 at d ≤ 64, nsg8-bc32 at d ≤ 128 (all with prefetch); then MODE 0
+// nsg4-bc32-pf1 (any layout, the fallback). MODE 1 at d > 128 was not
+// measured: MODE 0 there. The tune cache overrides these per device.
+func cmTiles(l *CMLayout, d, dv, nq int) []cmTile {
+	var ts []cmTile
+	if l.Mode1 {
+		large := nq >= cmLargeNq
+		switch dm := max(d, dv); {
+		case dm <= 64 && large:
+			ts = append(ts, cmTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
+		case dm <= 64:
+			ts = append(ts, cmTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
+		case dm <= 128 && large:
+			ts = append(ts, cmTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
+		case dm <= 128:
+			ts = append(ts, cmTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
+		}
+	}
+	return append(ts, cmTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})
+}
+
+// cmCheckTile reports why tile c cannot run on a device with sharedMax
+// bytes of shared memory and workgroups of at most maxWG invocations.
+func cmCheckTile(l *CMLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
+	M, N, K := int(l.M), int(l.N), int(l.K)
+	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
+		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
+	}
+	if c.BC%N != 0 || c.BC%K != 0 {
+		return fmt.Errorf("BC %d not a multiple of N %d and K %d", c.BC, N, K)
+	}
+	switch c.Mode {
+	case 0:
+		lpr := 1
+		if l.SG >= M {
+			lpr = l.SG / M
+		}
+		if c.BC%lpr != 0 {
+			return fmt.Errorf("BC %d not a multiple of %d lanes per row", c.BC, lpr)
+		}
+	case 1:
+		if !l.Mode1 {
+			return fmt.Errorf("MODE 1 impossible: %s", l.Why)
+		}
+	default:
+		return fmt.Errorf("MODE %d is not used", c.Mode)
+	}
+	if wg := c.NSG * l.SG; wg > maxWG {
+		return fmt.Errorf("workgroup %d > %d", wg, maxWG)
+	}
+	if sh := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv); sh > sharedMax {
+		return fmt.Errorf("needs %d bytes of shared memory, device has %d", sh, sharedMax)
+	}
+	return nil
+}
+
+// chooseCMTile returns the first tile of cmTiles that fits.
+func chooseCMTile(l *CMLayout, d, dv, nq, sharedMax, maxWG int) (cmTile, error) {
+	c, err := firstFit(cmTiles(l, d, dv, nq), func(c cmTile) error { return cmCheckTile(l, c, d, dv, sharedMax, maxWG) })
+	if err != nil {
+		return cmTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)
+	}
+	return c, nil
+}
+
+// firstFit returns the first candidate check accepts, or an error listing
+// why each was refused.
+func firstFit[T fmt.Stringer](cands []T, check func(T) error) (T, error) {
+	var errs []string
+	for _, c := range cands {
+		err := check(c)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, c.String()+": "+err.Error())
+	}
+	var zero T
+	return zero, errors.New(strings.Join(errs, "; "))
+}
+
+// cmVec reports whether flash_cm may use 16-byte loads (VEC): D, DV and
+// every Q/K/V/O stride multiples of 8 (the buffers are bound at offset 0).
+func cmVec(p *spec.Problem, pc shaders.Params) bool {
+	for _, v := range []uint32{uint32(p.D), uint32(p.Dv), pc.QB, pc.QS, pc.QH, pc.KB, pc.KS, pc.KH, pc.VB, pc.VS, pc.VH, pc.OB, pc.OS, pc.OH} {
+		if v%8 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// cmSpec is flash_cm's specialization for layout l, tile c and head dims.
+func cmSpec(l *CMLayout, c cmTile, d, dv int, vec bool) []device.Spec {
+	b2u := func(b bool) uint32 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	var rl, sLo, sHi, xm, pLo, pHi uint32 = 1, 0, 0, 0, 0, 0
+	if c.Mode == 1 {
+		sLo, sHi, pLo, pHi = l.Packed()
+		rl, xm = uint32(max(l.RL, 1)), l.XorMask
+	}
+	return []device.Spec{
+		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
+		{ID: shaders.SpecDV, Value: uint32(dv)}, {ID: shaders.SpecBR, Value: uint32(c.NSG) * l.M},
+		{ID: shaders.SpecBC, Value: uint32(c.BC)}, {ID: shaders.SpecSubgroup, Value: uint32(l.SG)},
+		{ID: shaders.SpecCMM, Value: l.M}, {ID: shaders.SpecCMN, Value: l.N}, {ID: shaders.SpecCMK, Value: l.K},
+		{ID: shaders.SpecCMMode, Value: uint32(c.Mode)}, {ID: shaders.SpecCMLen, Value: uint32(l.AccLen)},
+		{ID: shaders.SpecCMRL, Value: rl}, {ID: shaders.SpecCMSlotLo, Value: sLo}, {ID: shaders.SpecCMSlotHi, Value: sHi},
+		{ID: shaders.SpecCMXorMask, Value: xm}, {ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
+		{ID: shaders.SpecCMVec, Value: b2u(vec)}, {ID: shaders.SpecCMPrefet, Value: b2u(vec && c.Prefetch)},
+	}
+}
+
+// bwdCMTile is one configuration of one coopmat backward kernel.
+//
+//	bwd_cm_dkdv: NSG subgroups own NSG·M keys; Step query rows per step.
+//	bwd_cm_dq:   NSG subgroups own NSG·M query rows; Step keys per tile.
+type bwdCMTile struct {
+	NSG, Step int
+	Mode      int  // 0 elementwise through shared memory, 1 in registers
+	KVReg     bool // bwd_cm_dkdv only: K_j, V_j fragments held in registers
+	Prefetch  bool // bwd_cm_dkdv only: next step's Q, dO loaded into registers during the current one
+}
+
+func (c bwdCMTile) String() string {
+	s := fmt.Sprintf("nsg%d-step%d-mode%d", c.NSG, c.Step, c.Mode)
+	if c.KVReg {
+		s += "-kv1"
+	}
+	if c.Prefetch {
+		s += "-pf1"
+	}
+	return s
+}
+
+// brbc are the kernel's spec constants BR and BC for tile c.
+func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
+	if dkdv {
+		return c.Step, c.NSG * m
+	}
+	return c.NSG * m, c.Step
+}
+
+// bwdCMTiles lists the configurations to try, best first (the first that
+// fits is used): MODE 1 where the probe allows it, larger tiles for smaller
+// head dims, then MODE 0 fallbacks that fit 32 KiB of shared memory.
+// Candidates, not measurements: see bench/NOTES.md for what the H200 gave.
+func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
+	dm := max(d, dv)
+	var ts []bwdCMTile
+	modes := []int{0}
+	if l.Mode1 {
+		modes = []int{1, 0}
+	}
+	for _, mode := range modes {
+		switch {
+		case dkdv && dm <= 64:
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
+		case dkdv && dm <= 128:
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
+		case dm <= 64:
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
+		case dm <= 128:
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
+		}
+		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
+	}
+	// bwd_cm_dkdv prefetches the next step (H200, bench/NOTES.md: −15% at
+	// d64, −24% at d128 of the kernel's time) and at d ≤ 64 also keeps K
+	// and V in registers (the tuner's pick there).
+	for i := range ts {
+		if dkdv {
+			ts[i].Prefetch, ts[i].KVReg = true, dm <= 64
+		}
+	}
+	return ts
+}
+
+// bwdCMCheckTile reports why tile c of the dK/dV (dkdv) or dQ kernel cannot
+// run with layout l and head dims d, dv on a device with sharedMax bytes of
+// shared memory and workgroups of at most maxWG invocations.
+func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv, sharedMax, maxWG int) error {
+	M, N, K := int(l.M), int(l.N), int(l.K)
+	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
+		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward takes 1 … %d)", d, dv, shaders.MaxHeadDim)
+	}
+	if (c.KVReg || c.Prefetch) && !dkdv {
+		return fmt.Errorf("KVReg and Prefetch apply to bwd_cm_dkdv only")
+	}
+	if c.NSG < 1 || c.Step < 1 || c.Step%N != 0 || c.Step%K != 0 {
+		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
+	}
+	switch c.Mode {
+	case 0:
+	case 1:
+		if !l.Mode1 {
+			return fmt.Errorf("MODE 1 impossible: %s", l.Why)
+		}
+	default:
+		return fmt.Errorf("MODE %d does not exist", c.Mode)
+	}
+	if wg := c.NSG * l.SG; wg > maxWG {
+		return fmt.Errorf("workgroup %d > %d", wg, maxWG)
+	}
+	br, bc := c.brbc(dkdv, M)
+	if sh := shaders.BwdCMSharedBytes(dkdv, M, N, K, c.NSG, br, bc, c.Mode, d, dv); sh > sharedMax {
+		return fmt.Errorf("needs %d bytes of shared memory, device has %d", sh, sharedMax)
+	}
+	return nil
+}
+
+// chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
+func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv, sharedMax, maxWG int) (bwdCMTile, error) {
+	c, err := firstFit(bwdCMTiles(l, dkdv, d, dv), func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, sharedMax, maxWG) })
+	if err != nil {
+		return bwdCMTile{}, fmt.Errorf("no tile fits: %w", err)
+	}
+	return c, nil
+}
+
+// bwdCMSpec is the specialization of bwd_cm_dkdv (dkdv) or bwd_cm_dq.
+func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, vec bool) []device.Spec {
+	var pLo, pHi uint32
+	if c.Mode == 1 {
+		_, _, pLo, pHi = l.Packed()
+	}
+	vecV := b2u(vec)
+	br, bc := c.brbc(dkdv, int(l.M))
+	return []device.Spec{
+		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
+		{ID: shaders.SpecDV, Value: uint32(dv)}, {ID: shaders.SpecBR, Value: uint32(br)},
+		{ID: shaders.SpecBC, Value: uint32(bc)}, {ID: shaders.SpecSubgroup, Value: uint32(l.SG)},
+		{ID: shaders.SpecCMM, Value: l.M}, {ID: shaders.SpecCMN, Value: l.N}, {ID: shaders.SpecCMK, Value: l.K},
+		{ID: shaders.SpecCMMode, Value: uint32(c.Mode)}, {ID: shaders.SpecCMLen, Value: uint32(l.AccLen)},
+		{ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
+		{ID: shaders.SpecCMVec, Value: vecV}, {ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)},
+		{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)},
+	}
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func parseBwdCMTile(s string) (bwdCMTile, error) {
+	var c bwdCMTile
+	base, pf := strings.CutSuffix(s, "-pf1")
+	base, kv := strings.CutSuffix(base, "-kv1")
+	c.KVReg, c.Prefetch = kv, pf
+	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s {
+		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN)", ErrInvalid, s)
+	}
+	return c, nil
+}
+
+func parseCMTile(s string) (cmTile, error) {
+	var c cmTile
+	var pf int
+	if _, err := fmt.Sscanf(s, "nsg%d-bc%d-mode%d-pf%d", &c.NSG, &c.BC, &c.Mode, &pf); err != nil || pf < 0 || pf > 1 {
+		return cmTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
+	}
+	c.Prefetch = pf == 1
+	if c.String() != s {
+		return cmTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
+	}
+	return c, nil
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -1,0 +1,389 @@
+//go:build cgo
+
+package vkattn
+
+// The kernel plan: which kernels, tiles and pipelines run a problem. Every
+// choice is made by Backend.Plan (the chain of kernel families the
+// Backend's Options.Kernel selects, each family's plan function); the
+// recorder, Launches (explain), the benchmarks' per-kernel labels and the
+// tuner all read its result. A family is one file (fam_*.go) and one line
+// of registry.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/pipeline"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// Dir is a pass: forward or backward.
+type Dir uint8
+
+const (
+	// Fwd computes O and LSE.
+	Fwd Dir = iota
+	// Bwd computes dQ, dK and dV.
+	Bwd
+)
+
+// String is "fwd" or "bwd" (the tune cache's spelling).
+func (d Dir) String() string {
+	if d == Bwd {
+		return "bwd"
+	}
+	return "fwd"
+}
+
+// ParseDir reads "fwd" or "bwd".
+func ParseDir(s string) (Dir, error) {
+	switch s {
+	case "fwd":
+		return Fwd, nil
+	case "bwd":
+		return Bwd, nil
+	}
+	return 0, fmt.Errorf("%w: direction %q (want fwd or bwd)", ErrInvalid, s)
+}
+
+// Operand names a buffer a dispatch binds: the call's operands, and the
+// scratch buffers a plan allocates (OpD, OpScores).
+type Operand uint8
+
+const (
+	OpQ Operand = iota
+	OpK
+	OpV
+	OpO
+	OpLSE // float32 [B, Hq, Nq]
+	OpDO
+	OpDQ
+	OpDK
+	OpDV
+	OpD      // scratch: the backward's float32 D = rowsum(dO∘O), [B, Hq, Nq]
+	OpScores // scratch: the naive kernel's float32 scores, [B, Hq, Nq, Nk]
+	numOperands
+)
+
+var operandNames = [numOperands]string{"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "D", "scores"}
+
+func (o Operand) String() string {
+	if o < numOperands {
+		return operandNames[o]
+	}
+	return fmt.Sprintf("Operand(%d)", uint8(o))
+}
+
+// Launch is one dispatch of a plan.
+type Launch struct {
+	// Family is the kernel family that planned it ("flash_cm", "bwd", …).
+	Family string
+	// Kernel is the SPIR-V module ("bwd_cm_dkdv") and DType its storage
+	// type.
+	Kernel string
+	DType  spec.DType
+	// Tunable is the tune family whose configuration Config is ("" when
+	// the launch has no tunable configuration); Source says where Config
+	// came from: SourceTuned (the tune cache) or SourceDefault.
+	Tunable, Config, Source string
+	// Grid is the number of workgroups in x, y, z; Workgroup the
+	// invocations per workgroup (x; y = z = 1).
+	Grid      [3]uint32
+	Workgroup int
+	// BR and BC are the query and key rows of a tile (0 where the kernel
+	// has no tile), SharedBytes the shared memory per workgroup.
+	BR, BC      int
+	SharedBytes int
+	// Bindings are the buffers bound, in binding order.
+	Bindings []Operand
+	// Barrier: a compute barrier precedes the dispatch.
+	Barrier bool
+
+	key pipeline.Key // SPIR-V, specialization, bindings, subgroup settings
+}
+
+// Name is the pipeline's name: kernel, dtype, configuration and head
+// dims (benchmarks label per-kernel times with it).
+func (l *Launch) Name() string { return l.key.Name }
+
+// Plan is how one pass of one problem runs.
+type Plan struct {
+	Dir Dir
+	// Family is the family that runs the pass.
+	Family string
+	// Launches are the dispatches, in recording order.
+	Launches []Launch
+	// Scratch are the bytes of each scratch buffer (OpD, OpScores) the
+	// launches bind.
+	Scratch map[Operand]int64
+	// Declined says why the families tried before Family did not run the
+	// problem (one line each, "family: reason").
+	Declined []string
+}
+
+// family is a way to compute one pass: its kernels, what it needs of the
+// device and the problem, its tile rule and its tunable stages.
+type family struct {
+	name string
+	dir  Dir
+	// auto: part of the default chain ("" kernel selection).
+	auto bool
+	// backward: for a forward family selected by name, the backward
+	// families that run with it, in order of preference.
+	backward []string
+	// init prepares the family's per-Backend state at Open and reports
+	// whether it can run on the device at all; explicit says the user
+	// selected it by name (then a device that cannot run it is an error).
+	init func(b *Backend, explicit bool) (bool, error)
+	// plan returns the launches and scratch of p with storage dt, or an
+	// error saying why the family does not run it here.
+	plan func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error)
+	// tunables are the stages the tuner may configure.
+	tunables []*Tunable
+}
+
+// registry lists every kernel family; the default chains take the auto
+// families in this order. (Set in init: the families' functions read it.)
+var registry []*family
+
+func init() {
+	registry = []*family{
+		flashCMFamily,
+		flashFamily,
+		minimalFamily,
+		naiveFamily,
+		bwdCMFamily,
+		bwdFamily,
+	}
+}
+
+func familyByName(name string) *family {
+	for _, f := range registry {
+		if f.name == name {
+			return f
+		}
+	}
+	return nil
+}
+
+// ForwardKernels lists the names Options.Kernel accepts.
+func ForwardKernels() []string {
+	var ks []string
+	for _, f := range registry {
+		if f.dir == Fwd {
+			ks = append(ks, f.name)
+		}
+	}
+	return ks
+}
+
+// checkKernel refuses a kernel selection no forward family answers to.
+func checkKernel(kernel string) error {
+	if f := familyByName(kernel); kernel != "" && (f == nil || f.dir != Fwd) {
+		return fmt.Errorf("%w: kernel %q (want one of %s)", ErrInvalid, kernel, strings.Join(ForwardKernels(), ", "))
+	}
+	return nil
+}
+
+// initChains builds the Backend's family chains from Options.Kernel and runs
+// each family's init. With a named kernel its family alone runs the
+// forward (its errors are returned, never another kernel's results) and
+// its backward families the backward; with "" the auto families run in
+// registry order, the first that takes a problem winning.
+func (b *Backend) initChains(kernel string) error {
+	var fwd, bwd []*family
+	if kernel == "" {
+		for _, f := range registry {
+			if f.auto && f.dir == Fwd {
+				fwd = append(fwd, f)
+			} else if f.auto && f.dir == Bwd {
+				bwd = append(bwd, f)
+			}
+		}
+	} else {
+		if err := checkKernel(kernel); err != nil {
+			return err
+		}
+		f := familyByName(kernel)
+		fwd = []*family{f}
+		for _, n := range f.backward {
+			bwd = append(bwd, familyByName(n))
+		}
+		b.explicit = f
+	}
+	b.avail = map[*family]bool{}
+	for _, f := range append(append([]*family(nil), fwd...), bwd...) {
+		ok := true
+		if f.init != nil {
+			var err error
+			if ok, err = f.init(b, f == b.explicit); err != nil {
+				return err
+			}
+		}
+		b.avail[f] = ok
+	}
+	b.chain = [2][]*family{fwd, bwd}
+	return nil
+}
+
+// Plan decides how the pass dir of p with storage dt runs on this
+// Backend: the families of its chain are asked in order and the first
+// that takes p wins (a family selected by name is asked alone, and its
+// refusal is the error). It is the only place a kernel, tile or pipeline
+// is chosen. It may run the cooperative-matrix layout probe (once per
+// Backend and storage type) and waits for it under ctx.
+func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir Dir) (*Plan, error) {
+	if err := CheckProblem(p); err != nil {
+		return nil, err
+	}
+	if err := b.supports(dt); err != nil {
+		return nil, err
+	}
+	var declined []string
+	for _, f := range b.chain[dir] {
+		if !b.avail[f] {
+			declined = append(declined, f.name+": not available on "+b.info.Name)
+			continue
+		}
+		pl, err := f.plan(ctx, b, p, dt)
+		if err == nil {
+			pl.Dir, pl.Family, pl.Declined = dir, f.name, declined
+			for i := range pl.Launches {
+				pl.Launches[i].Family = f.name
+			}
+			return pl, nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		if f == b.explicit {
+			return nil, err
+		}
+		declined = append(declined, f.name+": "+err.Error())
+	}
+	return nil, fmt.Errorf("%w: no kernel family runs %v %s on %s: %s", ErrUnsupported, dt, dir, b.info.Name, strings.Join(declined, "; "))
+}
+
+// Launches lists the dispatches of the pass (backward or forward) of p
+// with storage dt, in recording order: Plan's launches.
+func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt spec.DType, backward bool) ([]Launch, error) {
+	dir := Fwd
+	if backward {
+		dir = Bwd
+	}
+	pl, err := b.Plan(ctx, p, dt, dir)
+	if err != nil {
+		return nil, err
+	}
+	return pl.Launches, nil
+}
+
+// Kernel names the forward family the Backend prefers: the selected one,
+// or the first auto family the device can run ("flash_cm" on devices with
+// cooperative matrices, else "flash"). Which family runs a given problem
+// is Plan's answer.
+func (b *Backend) Kernel() string {
+	for _, f := range b.chain[Fwd] {
+		if b.avail[f] {
+			return f.name
+		}
+	}
+	return b.chain[Fwd][0].name
+}
+
+// operandBufs are the buffers of one recorded pass, by operand.
+type operandBufs [numOperands]*device.Buffer
+
+// record records pl into r: its scratch buffers from s, its pipelines
+// (every one resolved before anything is recorded), then each launch with
+// its barrier and bindings. push is the problem's push-constant block.
+func (b *Backend) record(r *device.Recorder, s *scratch, pl *Plan, push []byte, bufs operandBufs) error {
+	pipes := make([]*device.Pipeline, len(pl.Launches))
+	for i := range pl.Launches {
+		l := &pl.Launches[i]
+		p, err := b.cache.Get(l.key)
+		if err != nil {
+			return fmt.Errorf("vkattn: pipeline %s: %w", l.key.Name, err)
+		}
+		pipes[i] = p
+	}
+	for op, n := range pl.Scratch {
+		buf, err := s.get(n)
+		if err != nil {
+			return err
+		}
+		bufs[op] = buf
+	}
+	for i, l := range pl.Launches {
+		if l.Barrier {
+			r.Barrier()
+		}
+		args := make([]*device.Buffer, len(l.Bindings))
+		for j, op := range l.Bindings {
+			if args[j] = bufs[op]; args[j] == nil {
+				return fmt.Errorf("vkattn: %s: operand %v not bound", l.key.Name, op)
+			}
+		}
+		if err := pipeline.CheckGroups(b.info, l.Grid); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
+		}
+		if err := r.Dispatch(pipes[i], push, l.Grid, args...); err != nil {
+			return fmt.Errorf("vkattn: %w", err)
+		}
+	}
+	return nil
+}
+
+// newLaunch fills the pipeline key of a launch of kernel with storage dt,
+// its specialization constants and subgroup settings; the name carries
+// the configuration and head dims.
+func (b *Backend) newLaunch(kernel string, dt spec.DType, p *spec.Problem, config string, sp []device.Spec, reqSG uint32, full bool, binds ...Operand) (Launch, error) {
+	spv, err := b.module(kernel, dt)
+	if err != nil {
+		return Launch{}, err
+	}
+	return Launch{
+		Kernel: kernel, DType: dt, Config: config, Bindings: binds,
+		key: pipeline.Key{
+			Name:          fmt.Sprintf("%s.%s(%s D=%d DV=%d)", kernel, dt.Short(), config, p.D, p.Dv),
+			SPIRV:         spv,
+			Spec:          sp,
+			PushSize:      shaders.ParamsSize,
+			Bindings:      len(binds),
+			SubgroupSize:  reqSG,
+			FullSubgroups: full,
+		},
+	}, nil
+}
+
+// module returns the SPIR-V of kernel for storage dt, loaded once per
+// Backend (the pipeline cache hashes a module's bytes once per slice).
+func (b *Backend) module(kernel string, dt spec.DType) ([]byte, error) {
+	k := kernel + "." + dt.Short()
+	b.modMu.Lock()
+	defer b.modMu.Unlock()
+	if spv, ok := b.modules[k]; ok {
+		return spv, nil
+	}
+	spv, err := shaders.SPIRV(kernel, dt.Short())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
+	}
+	b.modules[k] = spv
+	return spv, nil
+}
+
+// errNotForDType is a family's refusal of a storage type it has no build
+// (or no device support) for.
+func errNotForDType(name string, dt spec.DType) error {
+	return fmt.Errorf("%w: %s does not run %v storage here", ErrUnsupported, name, dt)
+}
+
+// isCtxErr reports whether err is a context's cancellation or deadline.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

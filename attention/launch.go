@@ -50,8 +50,11 @@ type Launch struct {
 // Plan returns how the forward (or, with backward, the backward) of
 // attention on contiguous tensors of shapes q, k, v in layout l and dtype
 // dt with opt runs on this engine: the kernels, grids and tiles of each
-// dispatch. On Vulkan it may run the cooperative-matrix layout probe (once
-// per engine and dtype) and waits for it under ctx.
+// dispatch. A problem the device cannot run (an operand larger than the
+// device can address, even one batch at a time) fails here with ErrShape,
+// so callers can check before they allocate inputs. On Vulkan it may run
+// the cooperative-matrix layout probe (once per engine and dtype) and waits
+// for it under ctx.
 func (e *Engine) Plan(ctx context.Context, q, k, v Shape, l Layout, dt DType, opt Options, backward bool) (*Plan, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err

@@ -191,8 +191,19 @@ func (c *TuneCache) ForDevice(k DeviceKey) []TuneEntry {
 	return out
 }
 
-// tuneCacheFile resolves Config.TuneCache (after the environment):
-// "" when tuning is off, else the file to read.
+// TuneCacheFile is the tune cache file Open reads for cfg, the
+// environment applied (FLASHVK_TUNE_CACHE, FLASHVK_TUNE=off): "" when
+// tuning is off.
+func TuneCacheFile(cfg Config) (string, error) {
+	cfg, err := cfg.withEnv(os.LookupEnv)
+	if err != nil {
+		return "", err
+	}
+	return tuneCacheFile(cfg)
+}
+
+// tuneCacheFile resolves Config.TuneCache (the environment applied): ""
+// when tuning is off, else the file to read.
 func tuneCacheFile(cfg Config) (string, error) {
 	switch cfg.TuneCache {
 	case TuneOff:

@@ -255,6 +255,11 @@ func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, bac
 	if err != nil {
 		return nil, vkErr(err)
 	}
+	// A problem the device cannot hold even one batch of at a time fails
+	// here, before anyone allocates its operands.
+	if _, err := b.vk.MaxBatchChunk(ctx, p, dt, backward); err != nil {
+		return nil, vkErr(err)
+	}
 	pl := &Plan{Pass: vp.Dir.String(), Family: vp.Family, Declined: vp.Declined}
 	for _, l := range vp.Launches {
 		pl.Launches = append(pl.Launches, Launch{Kernel: l.Kernel, Name: l.Name(),

@@ -1,7 +1,6 @@
 package attentiontest
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -201,7 +200,7 @@ func (in *Inputs) forward(t testing.TB, e *attention.Engine) fwdOut {
 	for i := range in.lse {
 		in.lse[i] = float32(math.NaN())
 	}
-	if err := e.ForwardInto(context.Background(), in.Q, in.K, in.V, in.o, in.lse, in.Case.options()); err != nil {
+	if err := e.ForwardInto(t.Context(), in.Q, in.K, in.V, in.o, in.lse, in.Case.options()); err != nil {
 		t.Fatalf("forward: %v", err)
 	}
 	return fwdOut{o: in.o.Float32s(), lse: append([]float32(nil), in.lse...)}
@@ -226,7 +225,7 @@ func (in *Inputs) backward(t testing.TB, e *attention.Engine, ref *Ref) [3][]flo
 	for _, g := range []attention.Tensor{in.dq, in.dk, in.dv} {
 		poison(g)
 	}
-	if err := e.BackwardInto(context.Background(), in.Q, in.K, in.V, o, lse, in.DO, in.dq, in.dk, in.dv, in.Case.options()); err != nil {
+	if err := e.BackwardInto(t.Context(), in.Q, in.K, in.V, o, lse, in.DO, in.dq, in.dk, in.dv, in.Case.options()); err != nil {
 		t.Fatalf("backward: %v", err)
 	}
 	return [3][]float32{in.dq.Float32s(), in.dk.Float32s(), in.dv.Float32s()}

@@ -400,13 +400,10 @@ func tuningLine(ti attention.TuneInfo) (string, []string) {
 }
 
 // tuneDisabled reports whether the environment turns the tune cache off
-// for the library (FLASHVK_TUNE=off, 0, false or no).
+// for the library (FLASHVK_TUNE=off).
 func tuneDisabled() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv("FLASHVK_TUNE"))) {
-	case "off", "0", "false", "no":
-		return true
-	}
-	return false
+	f, err := attention.TuneCacheFile(attention.Config{})
+	return err == nil && f == ""
 }
 
 // tuneReference is the tuner's float64 verifier: package reference.

@@ -22,7 +22,7 @@ import (
 // Options configure a Cache.
 type Options struct {
 	// CacheDir is where the VkPipelineCache blob is persisted. Empty means
-	// $FLASHVK_PIPELINE_CACHE_DIR if set, else os.UserCacheDir()/flashvk/pipelines.
+	// os.UserCacheDir()/flashvk/pipelines.
 	CacheDir string
 	// NoDiskCache disables loading and saving the blob.
 	NoDiskCache bool
@@ -112,9 +112,6 @@ func New(dev *device.Device, opts Options) (*Cache, error) {
 		return c, nil
 	}
 	dir := opts.CacheDir
-	if dir == "" {
-		dir = os.Getenv("FLASHVK_PIPELINE_CACHE_DIR")
-	}
 	if dir == "" {
 		base, err := os.UserCacheDir()
 		if err != nil {

@@ -10,11 +10,26 @@
 //	out, err := e.Forward(ctx, q, k, v, attention.Options{Causal: true})
 //	grads, err := e.Backward(ctx, q, k, v, out.O, out.LSE, dO, attention.Options{Causal: true})
 //
-// Config.Backend Auto (the default) uses a Vulkan device when one can be
-// opened and otherwise the CPU (Engine.Fallback says why). The environment
-// variable FLASHVK_BACKEND=cpu or FLASHVK_BACKEND=vulkan overrides Auto
-// (FLASHVK_DEVICE picks the Vulkan device when Config.Device is empty);
-// an explicit Config.Backend is never overridden.
+// Config.Backend Auto (the default) runs on the best hardware Vulkan device
+// (a discrete, integrated or virtual GPU) and otherwise on the CPU backend
+// (Engine.Fallback says why); a software Vulkan device — a CPU
+// implementation such as Mesa's lavapipe, far slower than the CPU backend —
+// runs only when Config.Device names it or Backend is Vulkan. A named
+// device that does not exist, a kernel the device cannot run, or a kernel
+// with the CPU backend is an error, never a silent fallback. Devices lists
+// the Vulkan devices and marks Auto's. Open reads the environment for the
+// fields left zero (FLASHVK_BACKEND, FLASHVK_DEVICE, FLASHVK_TUNE_CACHE,
+// FLASHVK_TUNE=off, FLASHVK_VULKAN_LIBRARY, FLASHVK_PIPELINE_CACHE_DIR,
+// FLASHVK_SPIN_WAIT); no other part of flashvk reads it. The Vulkan backend
+// needs cgo: a binary built with CGO_ENABLED=0 runs the CPU backend, and
+// Backend Vulkan fails with an ErrBackend that says so.
+//
+// Engine.Plan says how a pass runs — the kernel family, each dispatch's
+// kernel, grid, workgroup, tile and shared memory, and why the families
+// tried first declined — exactly as the Vulkan backend records it.
+// Engine.Tune searches per-device tile configurations (verified against a
+// float64 reference the caller passes in) for a TuneCache, which Open then
+// uses (Config.TuneCache).
 //
 // For repeated calls and training loops, DeviceTensors keep operands on the
 // device: upload once, run ForwardDevice, BackwardDevice or TrainStep

@@ -3,13 +3,16 @@
 // Package device is flashvk's Vulkan compute runtime: device discovery and
 // selection, storage buffers, host transfers, compute pipelines, command
 // recording and submission with timeouts, GPU timestamps and object
-// accounting. It knows nothing about attention.
+// accounting. It knows nothing about attention, and it reads no
+// environment variable: its callers pass every setting in Options. It is
+// the only flashvk package with cgo and unsafe, and it builds with cgo only
+// (a CGO_ENABLED=0 build leaves it, and the Vulkan backend above it, out).
 //
 // # Loading
 //
-// The Vulkan loader is opened at run time with dlopen ("libvulkan.so.1",
-// then "libvulkan.so"; FLASHVK_VULKAN_LIBRARY overrides), so programs start
-// on machines without Vulkan and get an error wrapping ErrNoVulkan. No
+// The Vulkan loader is opened at run time with dlopen (Options.Library, or
+// "libvulkan.so.1" then "libvulkan.so"), once per process, so programs
+// start on machines without Vulkan and get an error wrapping ErrNoVulkan. No
 // physical device gives ErrNoDevice. All Vulkan calls go through a small C
 // layer (vk.c) with its own function-pointer tables, built against the
 // vendored Vulkan 1.3.239 headers in include/ plus the few newer structures
@@ -23,7 +26,7 @@
 //
 // # Typical use
 //
-//	d, err := device.Open(device.Options{})        // best device; FLASHVK_DEVICE picks another
+//	d, err := device.Open(device.Options{})        // best device; Select picks another
 //	defer d.Close()
 //	buf, _ := d.NewBuffer(4 * n)
 //	_ = device.Upload(ctx, buf, 0, data)            // []float32, []uint16, …

@@ -1,7 +1,8 @@
 //go:build cgo
 
 // Package pipeline turns SPIR-V into cached compute pipelines for a
-// device.Device. It is pure Go on top of package device.
+// device.Device. It is pure Go on top of package device (so it too builds
+// with cgo only).
 //
 // A Cache builds each distinct Key (SPIR-V, entry point, specialization
 // constants, push-constant size, bindings, subgroup requirements) once,
@@ -9,8 +10,7 @@
 // SPIR-V is identified by its SHA-256, computed once per backing array.
 // The driver's VkPipelineCache is saved on Close to
 // CacheDir/<vendor>-<device>-<driver version>-<cache UUID>.vkpc (default
-// CacheDir: os.UserCacheDir()/flashvk/pipelines, or
-// $FLASHVK_PIPELINE_CACHE_DIR) and merged into the device's cache by New;
+// CacheDir: os.UserCacheDir()/flashvk/pipelines) and merged into the device's cache by New;
 // the file carries a magic, a format version, a length and a CRC, and the
 // Vulkan header inside is checked against the device, so blobs from another
 // GPU or driver are ignored.

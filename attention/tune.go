@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/flashvk/flashvk/internal/spec"
 )
 
 // Per-device tile autotuning (the Vulkan backend): Engine.Tune searches,
@@ -190,8 +195,44 @@ type TuneInfo struct {
 
 // tuner is implemented by backends with tunable kernels.
 type tuner interface {
-	tune(ctx context.Context, o TuneOptions) ([]TuneResult, error)
+	// tuneSession opens a private copy of the backend's kernel selection
+	// without tuned configurations, for one search.
+	tuneSession() (tuneSession, error)
 	tuneInfo() TuneInfo
+}
+
+// tuneSession is what the search needs of a backend: the tunable stages a
+// pass runs, their configurations, forcing one, and verifying and timing
+// the pass with what is forced.
+type tuneSession interface {
+	// stages lists the tunable stages the plan of the pass runs for p, in
+	// tuning order, and the kernels of that plan (for messages).
+	stages(ctx context.Context, p *spec.Problem, dt DType, backward bool) (stages, kernels []string, err error)
+	defaultOf(ctx context.Context, stage string, p *spec.Problem, dt DType) (string, error)
+	candidates(ctx context.Context, stage string, p *spec.Problem, dt DType) ([]string, error)
+	check(ctx context.Context, stage string, p *spec.Problem, dt DType, c string) error
+	// force makes the session's plans use c for stage on problems of p's
+	// key; unforce returns every stage to its default.
+	force(stage string, p *spec.Problem, dt DType, c string)
+	unforce()
+	verifier(ctx context.Context, p *spec.Problem, dt DType, backward bool, seed uint64, ref ReferenceFunc) (tuneVerifier, error)
+	timer(ctx context.Context, p *spec.Problem, dt DType, backward bool, seed uint64) (tuneTimer, error)
+	deviceKey() DeviceKey
+	close() error
+}
+
+// tuneVerifier runs the pass on a small problem and returns the worst
+// rel_l2 of its outputs against the float64 reference.
+type tuneVerifier interface {
+	run(ctx context.Context) (float64, error)
+	close()
+}
+
+// tuneTimer times the pass on the representative problem: the median of
+// iters timed runs after warmup (warmup < 0: none).
+type tuneTimer interface {
+	median(ctx context.Context, warmup, iters int) (time.Duration, error)
+	close()
 }
 
 // Tune runs the tile search TuneOptions describe on the engine's device
@@ -209,25 +250,347 @@ func (e *Engine) Tune(ctx context.Context, o TuneOptions) ([]TuneResult, error) 
 	if !ok {
 		return nil, fmt.Errorf("attention: tune: the %s backend has no tunable kernels: %w", e.b.Info().Name, ErrBackend)
 	}
+	o, err := e.tuneDefaults(o)
+	if err != nil {
+		return nil, err
+	}
+	s, err := t.tuneSession()
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	var deadline time.Time
+	if o.Budget > 0 {
+		deadline = time.Now().Add(o.Budget)
+	}
+	var out []TuneResult
+	for _, dt := range o.DTypes {
+		for _, d := range o.Dims {
+			for _, causal := range o.Causal {
+				for _, dir := range o.Dirs {
+					if !deadline.IsZero() && time.Now().After(deadline) {
+						return out, fmt.Errorf("attention: tune: %w (%v) before %v d=%d causal=%v %s", ErrTuneBudget, o.Budget, dt, d, causal, dir)
+					}
+					k := keySearch{s: s, o: &o, deadline: deadline, dt: dt, backward: dir == "bwd",
+						p: tuneProblem(d, d, o.N, o.Tokens, o.Hidden, causal), pv: verifyProblem(d, d, causal)}
+					rs, err := k.run(ctx)
+					out = append(out, rs...)
+					if err != nil {
+						return out, err
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// tuneDefaults validates o and fills its defaults.
+func (e *Engine) tuneDefaults(o TuneOptions) (TuneOptions, error) {
 	if o.Reference == nil {
-		return nil, fmt.Errorf("attention: tune: options: no Reference to verify candidates against: %w", ErrOption)
+		return o, fmt.Errorf("attention: tune: options: no Reference to verify candidates against: %w", ErrOption)
 	}
 	for _, d := range o.Dims {
 		if d < 1 || d > MaxHeadDim {
-			return nil, fmt.Errorf("attention: tune: options: head dim %d (1 … %d): %w", d, MaxHeadDim, ErrOption)
+			return o, fmt.Errorf("attention: tune: options: head dim %d (1 … %d): %w", d, MaxHeadDim, ErrOption)
 		}
 	}
 	for _, dir := range o.Dirs {
 		if dir != "fwd" && dir != "bwd" {
-			return nil, fmt.Errorf("attention: tune: options: direction %q (want fwd or bwd): %w", dir, ErrOption)
+			return o, fmt.Errorf("attention: tune: options: direction %q (want fwd or bwd): %w", dir, ErrOption)
 		}
 	}
 	for _, dt := range o.DTypes {
 		if err := e.supports(dt); err != nil {
-			return nil, err
+			return o, err
+		}
+		if dt != Float32 && dt != Float16 {
+			return o, fmt.Errorf("attention: tune: options: %v storage is not tuned (float32, float16): %w", dt, ErrDType)
 		}
 	}
-	return t.tune(ctx, o)
+	if len(o.DTypes) == 0 {
+		for _, dt := range []DType{Float16, Float32} {
+			if e.supports(dt) == nil {
+				o.DTypes = append(o.DTypes, dt)
+			}
+		}
+	}
+	if len(o.Dims) == 0 {
+		o.Dims = []int{64, 128}
+	}
+	if len(o.Causal) == 0 {
+		o.Causal = []bool{false, true}
+	}
+	if len(o.Dirs) == 0 {
+		o.Dirs = []string{"fwd", "bwd"}
+	}
+	if o.N <= 0 {
+		o.N = 2048
+	}
+	if o.Tokens <= 0 {
+		o.Tokens = 16384
+	}
+	if o.Hidden <= 0 {
+		o.Hidden = 2048
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 3
+	}
+	if o.Iters <= 0 {
+		o.Iters = 10
+	}
+	return o, nil
+}
+
+// tuneNoise: a candidate must beat the default by this factor to replace
+// it (timing noise must not replace a good default).
+const tuneNoise = 1.02
+
+// verifyProblem is the small awkward problem candidates are verified on
+// for head dims d, dv: two query heads sharing one key/value head, Nq and
+// Nk not multiples of any tile and Nq ≠ Nk, causal bottom-right when
+// causal.
+func verifyProblem(d, dv int, causal bool) *spec.Problem {
+	const nq, nk = 150, 203
+	p := &spec.Problem{B: 1, Hq: 2, Hkv: 1, Nq: nq, Nk: nk, D: d, Dv: dv,
+		Scale: float32(1 / math.Sqrt(float64(d))),
+		Q:     spec.BSHD(nq, 2, d), K: spec.BSHD(nk, 1, d), V: spec.BSHD(nk, 1, dv), O: spec.BSHD(nq, 2, dv)}
+	if causal {
+		p.Mask = spec.MaskCausalBottomRight
+	}
+	return p
+}
+
+// tuneProblem is the timed problem of a key: Nq = Nk = n, B = tokens/n,
+// H = hidden/d, BSHD, causal top-left when causal.
+func tuneProblem(d, dv, n, tokens, hidden int, causal bool) *spec.Problem {
+	b := max(tokens/n, 1)
+	h := max(hidden/d, 1)
+	p := &spec.Problem{B: b, Hq: h, Hkv: h, Nq: n, Nk: n, D: d, Dv: dv,
+		Scale: float32(1 / math.Sqrt(float64(d))),
+		Q:     spec.BSHD(n, h, d), K: spec.BSHD(n, h, d), V: spec.BSHD(n, h, dv), O: spec.BSHD(n, h, dv)}
+	if causal {
+		p.Mask = spec.MaskCausalTopLeft
+	}
+	return p
+}
+
+// verifyBound is the rel_l2 limit of a candidate: float32 storage 1e-5
+// (the conformance suite's); float16 twice the default configuration's
+// error (defErr; at least half an fp16 ulp at 1), and at most 1e-2.
+func verifyBound(dt DType, defErr float64) float64 {
+	if dt == Float32 {
+		return 1e-5
+	}
+	if math.IsNaN(defErr) || defErr > 5e-3 {
+		return 1e-2
+	}
+	return math.Max(2*defErr, 1.0/4096)
+}
+
+// keySearch tunes every stage the plan of one key runs: the timed problem
+// p, the verification problem pv, the pass and storage type.
+type keySearch struct {
+	s        tuneSession
+	o        *TuneOptions
+	deadline time.Time
+	dt       DType
+	backward bool
+	p, pv    *spec.Problem
+}
+
+func (k *keySearch) spent() bool { return !k.deadline.IsZero() && time.Now().After(k.deadline) }
+
+func (k *keySearch) key(stage string) TuneKey {
+	dir := "fwd"
+	if k.backward {
+		dir = "bwd"
+	}
+	return TuneKey{Family: stage, Dir: dir, DType: k.dt.Short(), D: k.p.D, DV: k.p.Dv, Causal: k.p.Causal()}
+}
+
+func (k *keySearch) progress(ev TuneEvent) {
+	if k.o.Progress != nil {
+		k.o.Progress(ev)
+	}
+}
+
+// run tunes the key's stages in order, each with the winners of the
+// earlier ones forced, and returns one result per stage.
+func (k *keySearch) run(ctx context.Context) ([]TuneResult, error) {
+	s, p := k.s, k.p
+	defer s.unforce()
+	base := TuneResult{Device: s.deviceKey(), N: p.Nq, B: p.B, H: p.Hq}
+	stages, kernels, err := s.stages(ctx, p, k.dt, k.backward)
+	if err == nil {
+		var vstages []string
+		vstages, _, err = s.stages(ctx, k.pv, k.dt, k.backward)
+		stages = slices.DeleteFunc(stages, func(st string) bool {
+			return !slices.Contains(vstages, st) || len(k.o.Families) > 0 && !slices.Contains(k.o.Families, st)
+		})
+	}
+	if err != nil || len(stages) == 0 {
+		if len(k.o.Families) > 0 && err == nil {
+			return nil, ctx.Err() // filtered out
+		}
+		// Say so rather than skip silently (e.g. a pass whose kernels no
+		// stage covers).
+		why := fmt.Errorf("no tunable stage among the kernels it dispatches (%s)", strings.Join(kernels, ", "))
+		if err != nil {
+			why = err
+		}
+		r := base
+		r.Key, r.Err = k.key("-"), why
+		return []TuneResult{r}, ctx.Err()
+	}
+	fail := func(err error) ([]TuneResult, error) {
+		var rs []TuneResult
+		for _, st := range stages {
+			r := base
+			r.Key, r.Err = k.key(st), err
+			rs = append(rs, r)
+		}
+		return rs, ctx.Err()
+	}
+	v, err := s.verifier(ctx, k.pv, k.dt, k.backward, k.o.Seed, k.o.Reference)
+	if err != nil {
+		return fail(fmt.Errorf("verification problem: %w", err))
+	}
+	defer v.close()
+	tm, err := s.timer(ctx, p, k.dt, k.backward, k.o.Seed)
+	if err != nil {
+		return fail(fmt.Errorf("timed problem: %w", err))
+	}
+	defer tm.close()
+	var rs []TuneResult
+	for _, st := range stages {
+		r := base
+		r.Key = k.key(st)
+		err := k.stage(ctx, st, v, tm, &r)
+		rs = append(rs, r)
+		if err != nil {
+			return rs, err
+		}
+	}
+	return rs, nil
+}
+
+// stage searches one stage into r: the default first, then the other
+// candidates; each is checked, verified (rejected when wrong: never
+// timed, never chosen) and timed; a new winner is timed again back to
+// back with the default and must beat it by tuneNoise; the stage is then
+// left forced to its winner for the stages after it.
+func (k *keySearch) stage(ctx context.Context, st string, v tuneVerifier, tm tuneTimer, r *TuneResult) error {
+	s, p, dt := k.s, k.p, k.dt
+	flops := p.Flops()
+	if k.backward {
+		flops *= 2.5
+	}
+	tflops := func(d time.Duration) float64 { return flops / d.Seconds() / 1e12 }
+	def, err := s.defaultOf(ctx, st, p, dt)
+	if err != nil {
+		r.Err = fmt.Errorf("default configuration: %w", err)
+		return nil
+	}
+	r.Default = def
+	more, err := s.candidates(ctx, st, p, dt)
+	if err != nil {
+		r.Err = fmt.Errorf("candidates: %w", err)
+		return nil
+	}
+	cands := []string{def}
+	for _, c := range more {
+		if !slices.Contains(cands, c) {
+			cands = append(cands, c)
+		}
+	}
+	if k.o.MaxCandidates > 0 && len(cands) > k.o.MaxCandidates {
+		cands = cands[:k.o.MaxCandidates]
+	}
+	bound := math.NaN() // set by the default's verification
+	r.Candidates = len(cands)
+	for i, c := range cands {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if i > 0 && k.spent() {
+			break // decide among those measured
+		}
+		r.Tried++
+		ev := TuneEvent{Key: r.Key, N: p.Nq, Candidate: c, Default: i == 0, Index: i + 1, Count: len(cands)}
+		s.force(st, p, dt, c)
+		err := s.check(ctx, st, k.pv, dt, c)
+		if err == nil {
+			err = s.check(ctx, st, p, dt, c)
+		}
+		if err != nil {
+			ev.Status, ev.Err = TuneFailed, fmt.Errorf("not valid here: %w", err)
+		} else if ev.RelL2, err = v.run(ctx); err != nil {
+			ev.Status, ev.Err = TuneFailed, err
+		} else {
+			if i == 0 {
+				bound = verifyBound(dt, ev.RelL2)
+			}
+			ev.Bound = bound
+			if math.IsNaN(bound) {
+				ev.Bound = verifyBound(dt, math.NaN())
+			}
+			if !(ev.RelL2 <= ev.Bound) {
+				ev.Status = TuneRejected
+				ev.Err = fmt.Errorf("wrong results: rel_l2 %.3g > %.3g against the float64 reference", ev.RelL2, ev.Bound)
+			}
+		}
+		if ev.Status == "" {
+			if ev.Median, err = tm.median(ctx, k.o.Warmup, k.o.Iters); err != nil {
+				ev.Status, ev.Err = TuneFailed, err
+			} else {
+				ev.Status = TuneTimed
+				if ev.Median > 0 {
+					ev.TFLOPS = tflops(ev.Median)
+				}
+			}
+		}
+		if ctx.Err() != nil && ev.Status != TuneTimed {
+			return ctx.Err()
+		}
+		if i == 0 && ev.Status == TuneTimed {
+			r.DefaultTime = ev.Median
+		}
+		if ev.Status == TuneTimed && (r.Winner == "" || ev.Median < r.WinnerTime) {
+			r.Winner, r.WinnerTime, r.TFLOPS = ev.Candidate, ev.Median, ev.TFLOPS
+		}
+		r.Events = append(r.Events, ev)
+		k.progress(ev)
+	}
+	// Confirm a new winner: time the default and the winner again, back to
+	// back (load and clocks drift during a long search), and decide on
+	// these times.
+	if r.DefaultTime > 0 && r.Winner != "" && r.Winner != r.Default && ctx.Err() == nil {
+		var ts [2]time.Duration
+		for i, c := range []string{r.Default, r.Winner} {
+			s.force(st, p, dt, c)
+			if m, err := tm.median(ctx, k.o.Warmup, k.o.Iters); err == nil {
+				ts[i] = m
+			}
+		}
+		if ts[0] > 0 && ts[1] > 0 {
+			r.DefaultTime, r.WinnerTime, r.TFLOPS = ts[0], ts[1], tflops(ts[1])
+			ev := TuneEvent{Key: r.Key, N: p.Nq, Candidate: r.Winner, Status: TuneConfirm, Median: ts[1], TFLOPS: r.TFLOPS, DefaultMedian: ts[0]}
+			r.Events = append(r.Events, ev)
+			k.progress(ev)
+		}
+	}
+	// Keep the default unless a candidate is clearly faster.
+	if r.DefaultTime > 0 && r.Winner != r.Default && float64(r.DefaultTime) <= tuneNoise*float64(r.WinnerTime) {
+		r.Winner, r.WinnerTime, r.TFLOPS = r.Default, r.DefaultTime, tflops(r.DefaultTime)
+	}
+	if r.Winner == "" {
+		r.Err = errors.New("no candidate passed verification and timing")
+		s.force(st, p, dt, r.Default)
+	} else {
+		s.force(st, p, dt, r.Winner) // later stages of this pass run with it
+	}
+	return nil
 }
 
 // TuneInfo reports the tune cache the engine uses and its warnings (Off

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/device"
@@ -119,10 +120,6 @@ func vkTuneKey(k TuneKey) (vkattn.TuneKey, bool) {
 		return vkattn.TuneKey{}, false
 	}
 	return vkattn.TuneKey{Stage: k.Family, Dir: dir, DType: dt, D: k.D, DV: k.DV, Causal: k.Causal}, true
-}
-
-func publicTuneKey(k vkattn.TuneKey) TuneKey {
-	return TuneKey{Family: k.Stage, Dir: k.Dir.String(), DType: k.DType.Short(), D: k.D, DV: k.DV, Causal: k.Causal}
 }
 
 // vulkanDevices lists the Vulkan devices; errors wrap ErrBackend.
@@ -298,53 +295,94 @@ func (b *vulkanBackend) Benchmark(ctx context.Context, p *spec.Problem, a *backw
 	return res, nil
 }
 
-// tune runs vkattn's search and converts its results.
-func (b *vulkanBackend) tune(ctx context.Context, o TuneOptions) ([]TuneResult, error) {
-	vo := vkattn.TuneOptions{Dims: o.Dims, Causal: o.Causal, N: o.N, Tokens: o.Tokens, Hidden: o.Hidden,
-		MaxCandidates: o.MaxCandidates, Stages: o.Families, Budget: o.Budget, Seed: o.Seed,
-		Bench: vkattn.BenchOptions{Warmup: o.Warmup, Iters: o.Iters}}
-	if o.Warmup < 0 {
-		vo.Bench.Warmup, vo.Bench.MinWarmup = -1, -1
+// tuneSession opens a vkattn tune session on the engine's device.
+func (b *vulkanBackend) tuneSession() (tuneSession, error) {
+	s, err := b.vk.NewTuneSession()
+	if err != nil {
+		return nil, vkErr(err)
 	}
-	vo.DTypes = o.DTypes
-	for _, d := range o.Dirs {
-		dir, err := vkattn.ParseDir(d)
-		if err != nil {
-			return nil, fmt.Errorf("attention: tune: %w: %w", err, ErrOption)
-		}
-		vo.Dirs = append(vo.Dirs, dir)
-	}
-	ref := o.Reference
-	vo.Reference = func(p *spec.Problem, q, k, v, do []float64, backward bool) ([][]float64, error) {
-		return ref(ReferenceProblem{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
-			Scale: float64(p.Scale), Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}, q, k, v, do, backward)
-	}
-	if o.Progress != nil {
-		vo.Progress = func(ev vkattn.TuneEvent) { o.Progress(publicTuneEvent(ev)) }
-	}
-	rs, err := b.vk.Tune(ctx, vo)
-	out := make([]TuneResult, len(rs))
-	for i, r := range rs {
-		out[i] = TuneResult{Device: b.tuneKey, Key: publicTuneKey(r.Key), N: r.N, B: r.B, H: r.H,
-			Default: r.Default, DefaultTime: r.DefaultTime, Winner: r.Winner, WinnerTime: r.WinnerTime, TFLOPS: r.TFLOPS,
-			Candidates: r.Candidates, Tried: r.Tried, Err: r.Err}
-		for _, ev := range r.Events {
-			out[i].Events = append(out[i].Events, publicTuneEvent(ev))
-		}
-	}
-	if errors.Is(err, vkattn.ErrTuneBudget) {
-		err = fmt.Errorf("%w: %w", ErrTuneBudget, err)
-	} else if err != nil {
-		err = vkErr(err)
-	}
-	return out, err
+	return &vulkanTuneSession{s: s, key: b.tuneKey}, nil
 }
 
-func publicTuneEvent(ev vkattn.TuneEvent) TuneEvent {
-	return TuneEvent{Key: publicTuneKey(ev.Key), N: ev.N, Candidate: ev.Candidate, Default: ev.Default, Index: ev.Index,
-		Count: ev.Count, Status: ev.Status, RelL2: ev.RelL2, Bound: ev.Bound, Err: ev.Err, Median: ev.Median,
-		TFLOPS: ev.TFLOPS, DefaultMedian: ev.DefaultMedian}
+// vulkanTuneSession adapts vkattn.TuneSession to tuneSession.
+type vulkanTuneSession struct {
+	s   *vkattn.TuneSession
+	key DeviceKey
 }
+
+func dirOf(backward bool) vkattn.Dir {
+	if backward {
+		return vkattn.Bwd
+	}
+	return vkattn.Fwd
+}
+
+func (v *vulkanTuneSession) stages(ctx context.Context, p *spec.Problem, dt DType, backward bool) ([]string, []string, error) {
+	st, ks, err := v.s.Stages(ctx, p, dt, dirOf(backward))
+	return st, ks, vkErr(err)
+}
+
+func (v *vulkanTuneSession) defaultOf(ctx context.Context, stage string, p *spec.Problem, dt DType) (string, error) {
+	c, err := v.s.Default(ctx, stage, p, dt)
+	return c, vkErr(err)
+}
+
+func (v *vulkanTuneSession) candidates(ctx context.Context, stage string, p *spec.Problem, dt DType) ([]string, error) {
+	cs, err := v.s.Candidates(ctx, stage, p, dt)
+	return cs, vkErr(err)
+}
+
+func (v *vulkanTuneSession) check(ctx context.Context, stage string, p *spec.Problem, dt DType, c string) error {
+	return v.s.Check(ctx, stage, p, dt, c)
+}
+
+func (v *vulkanTuneSession) force(stage string, p *spec.Problem, dt DType, c string) {
+	v.s.Force(stage, p, dt, c)
+}
+func (v *vulkanTuneSession) unforce()             { v.s.Unforce() }
+func (v *vulkanTuneSession) deviceKey() DeviceKey { return v.key }
+func (v *vulkanTuneSession) close() error         { return vkErr(v.s.Close()) }
+
+func (v *vulkanTuneSession) verifier(ctx context.Context, p *spec.Problem, dt DType, backward bool, seed uint64, ref ReferenceFunc) (tuneVerifier, error) {
+	vr, err := v.s.Verifier(ctx, p, dt, backward, seed, func(p *spec.Problem, q, k, vv, do []float64, backward bool) ([][]float64, error) {
+		return ref(ReferenceProblem{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
+			Scale: float64(p.Scale), Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}, q, k, vv, do, backward)
+	})
+	if err != nil {
+		return nil, vkErr(err)
+	}
+	return vulkanVerifier{vr}, nil
+}
+
+func (v *vulkanTuneSession) timer(ctx context.Context, p *spec.Problem, dt DType, backward bool, seed uint64) (tuneTimer, error) {
+	t, err := v.s.Timer(ctx, p, dt, backward, seed)
+	if err != nil {
+		return nil, vkErr(err)
+	}
+	return vulkanTimer{t}, nil
+}
+
+type vulkanVerifier struct{ v *vkattn.Verifier }
+
+func (v vulkanVerifier) run(ctx context.Context) (float64, error) {
+	e, err := v.v.Run(ctx)
+	return e, vkErr(err)
+}
+func (v vulkanVerifier) close() { v.v.Close() }
+
+type vulkanTimer struct{ t *vkattn.Timer }
+
+// median times the pass: a warm-up of warmup runs and at least 100 ms
+// (none when warmup < 0), then iters timed runs.
+func (v vulkanTimer) median(ctx context.Context, warmup, iters int) (time.Duration, error) {
+	o := vkattn.BenchOptions{Warmup: warmup, MinWarmup: 100 * time.Millisecond, Iters: iters}
+	if warmup < 0 {
+		o.MinWarmup = -1
+	}
+	m, err := v.t.Median(ctx, o)
+	return m, vkErr(err)
+}
+func (v vulkanTimer) close() { v.t.Close() }
 
 func (b *vulkanBackend) tuneInfo() TuneInfo {
 	b.tmu.Lock()

@@ -13,26 +13,8 @@ func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, 
 	if err := checkProblem(p); err != nil {
 		return err
 	}
-	for _, c := range []struct {
-		name    string
-		buf     []float32
-		s       spec.Strides
-		n, h, w int
-	}{
-		{"q", q, p.Q, p.Nq, p.Hq, p.D},
-		{"k", k, p.K, p.Nk, p.Hkv, p.D},
-		{"v", v, p.V, p.Nk, p.Hkv, p.Dv},
-		{"o", o, p.O, p.Nq, p.Hq, p.Dv},
-		{"do", do, p.O, p.Nq, p.Hq, p.Dv},
-		{"dq", dq, p.Q, p.Nq, p.Hq, p.D},
-		{"dk", dk, p.K, p.Nk, p.Hkv, p.D},
-		{"dv", dv, p.V, p.Nk, p.Hkv, p.Dv},
-	} {
-		if err := checkLen(c.name, c.buf, c.s, p.B, c.n, c.h, c.w); err != nil {
-			return err
-		}
-	}
-	if err := checkLSE("lse", lse, p); err != nil {
+	if err := checkOperands(p, lse, operand{"q", q, asQ}, operand{"k", k, asK}, operand{"v", v, asV}, operand{"o", o, asO},
+		operand{"do", do, asO}, operand{"dq", dq, asQ}, operand{"dk", dk, asK}, operand{"dv", dv, asV}); err != nil {
 		return err
 	}
 	if p.B == 0 {

@@ -80,6 +80,44 @@ func checkProblem(p *spec.Problem) error {
 	return nil
 }
 
+// role says whose shape and strides an operand has: Q's (also dQ), K's
+// (dK), V's (dV) or O's (dO).
+type role uint8
+
+const (
+	asQ role = iota
+	asK
+	asV
+	asO
+)
+
+// operand is a named slice of a call.
+type operand struct {
+	name string
+	buf  []float32
+	as   role
+}
+
+// checkOperands checks that every operand's slice holds its view and that
+// lse holds B·Hq·Nq values.
+func checkOperands(p *spec.Problem, lse []float32, ops ...operand) error {
+	for _, o := range ops {
+		s, n, h, w := p.Q, p.Nq, p.Hq, p.D
+		switch o.as {
+		case asK:
+			s, n, h = p.K, p.Nk, p.Hkv
+		case asV:
+			s, n, h, w = p.V, p.Nk, p.Hkv, p.Dv
+		case asO:
+			s, w = p.O, p.Dv
+		}
+		if err := checkLen(o.name, o.buf, s, p.B, n, h, w); err != nil {
+			return err
+		}
+	}
+	return checkLSE("lse", lse, p)
+}
+
 // checkLen reports an error if buf cannot hold a [b, n, h, w] operand with
 // strides s (every reachable index must lie in [0, len(buf))).
 func checkLen(name string, buf []float32, s spec.Strides, b, n, h, w int) error {

@@ -12,22 +12,7 @@ func ForwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, l
 	if err := checkProblem(p); err != nil {
 		return err
 	}
-	for _, c := range []struct {
-		name    string
-		buf     []float32
-		s       spec.Strides
-		n, h, w int
-	}{
-		{"q", q, p.Q, p.Nq, p.Hq, p.D},
-		{"k", k, p.K, p.Nk, p.Hkv, p.D},
-		{"v", v, p.V, p.Nk, p.Hkv, p.Dv},
-		{"o", o, p.O, p.Nq, p.Hq, p.Dv},
-	} {
-		if err := checkLen(c.name, c.buf, c.s, p.B, c.n, c.h, c.w); err != nil {
-			return err
-		}
-	}
-	if err := checkLSE("lse", lse, p); err != nil {
+	if err := checkOperands(p, lse, operand{"q", q, asQ}, operand{"k", k, asK}, operand{"v", v, asV}, operand{"o", o, asO}); err != nil {
 		return err
 	}
 	if p.B == 0 || p.Hq == 0 || p.Nq == 0 {

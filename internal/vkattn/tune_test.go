@@ -4,15 +4,12 @@ package vkattn
 
 import (
 	"context"
-	"errors"
 
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flashvk/flashvk/internal/device"
-	"github.com/flashvk/flashvk/internal/device/devicetest"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/flashvk/flashvk/reference"
@@ -133,7 +130,7 @@ func TestScalarCandidates(t *testing.T) {
 	b := syntheticBackend(t, h200Info(), "", nil)
 	for _, k := range []string{shaders.KernelFlash, shaders.KernelBwdDKDV, shaders.KernelBwdDQ} {
 		for _, d := range []int{64, 128, 256} {
-			cs, err := tunableByName(k).Candidates(context.Background(), b, TuneProblem(d, d, 2048, 16384, 2048, false), spec.Float16)
+			cs, err := tunableByName(k).Candidates(context.Background(), b, bshdProblem(16384/2048, 2048/d, 2048/d, 2048, 2048, d), spec.Float16)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,178 +192,6 @@ func TestTuneInvalidTuned(t *testing.T) {
 	}
 }
 
-// TestTuneEndToEnd tunes a tiny problem on the device (lavapipe in CI:
-// two candidates per family), writes the cache, reopens a Backend on it
-// and checks that the tuned configurations are the ones dispatched and
-// that results still match the reference.
-func TestTuneEndToEnd(t *testing.T) {
-	dev := devicetest.Open(t)
-	ctx := context.Background()
-	b, err := New(dev, Options{Kernel: "flash"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	const d = 32
-	var events []TuneEvent
-	rs, err := b.Tune(ctx, TuneOptions{DTypes: []spec.DType{spec.Float32}, Dims: []int{d}, Causal: []bool{true}, N: 64, Tokens: 64, Hidden: 2 * d,
-		Bench: BenchOptions{Warmup: 1, MinWarmup: -1, Iters: 3}, MaxCandidates: 2, Reference: testRef,
-		Progress: func(e TuneEvent) { events = append(events, e) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rs) != 3 {
-		t.Fatalf("%d results, want 3 (flash, bwd_dkdv, bwd_dq)", len(rs))
-	}
-	timed := 0
-	for _, e := range events {
-		if e.Status != TuneConfirm {
-			timed++
-		} else if e.DefaultMedian <= 0 || e.Median <= 0 {
-			t.Errorf("confirm event %+v", e)
-		}
-	}
-	if timed != 6 {
-		t.Errorf("%d candidate events, want 6", timed)
-	}
-	var tuned []Tuned
-	for _, r := range rs {
-		t.Logf("%s: default %s %v, winner %s %v (×%.2f)", r.Key, r.Default, r.DefaultTime, r.Winner, r.WinnerTime, r.Speedup())
-		for _, e := range r.Events {
-			t.Logf("  %s %s rel_l2 %.2g ≤ %.2g %v %v", e.Candidate, e.Status, e.RelL2, e.Bound, e.Median, e.Err)
-			if e.Status != TuneTimed && e.Status != TuneConfirm {
-				t.Errorf("%s %s: %s: %v", r.Key, e.Candidate, e.Status, e.Err)
-			}
-		}
-		if r.Err != nil || r.Winner == "" {
-			t.Fatalf("%s: %v", r.Key, r.Err)
-		}
-		tuned = append(tuned, Tuned{Key: r.Key, N: r.N, Candidate: r.Winner})
-	}
-	// Force a non-default winner for flash, so that the test sees a tuned
-	// choice differ from the default.
-	flashIdx := slices.IndexFunc(tuned, func(e Tuned) bool { return e.Key.Stage == shaders.KernelFlash })
-	if flashIdx < 0 {
-		t.Fatal("no flash entry")
-	}
-	tuned[flashIdx].Candidate = rs[0].Events[1].Candidate
-
-	tb, err := New(dev, Options{Kernel: "flash"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	tb.SetTuned("test.json", tuned)
-	// Another shape of the same key (different N, B, H): the entries apply.
-	h := newHostProblem(5, 2, 3, 1, 77, 101, d, d, spec.MaskCausalBottomRight)
-	want := map[string]string{}
-	for _, e := range tuned {
-		want[e.Key.Stage] = e.Candidate
-	}
-	for _, bwd := range []bool{false, true} {
-		ls, err := tb.Launches(ctx, h.p, spec.Float32, bwd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range ls {
-			w, tuned := want[l.Kernel]
-			if !tuned {
-				if l.Source != SourceDefault {
-					t.Errorf("%s: source %q", l.Kernel, l.Source)
-				}
-				continue
-			}
-			if got := (ScalarTile{WG: l.Workgroup, BR: l.BR, BC: l.BC}).String(); got != w || l.Source != SourceTuned {
-				t.Errorf("%s: dispatched %s (%s), the cache says %s", l.Kernel, got, l.Source, w)
-			}
-		}
-	}
-	if ft := want[shaders.KernelFlash]; ft == rs[0].Default {
-		t.Errorf("flash: tuned %s equals the default", ft)
-	}
-	// The untuned backend dispatches the defaults.
-	ls, _ := b.Launches(ctx, h.p, spec.Float32, false)
-	if got := (ScalarTile{WG: ls[0].Workgroup, BR: ls[0].BR, BC: ls[0].BC}).String(); got != rs[0].Default || ls[0].Source != SourceDefault {
-		t.Errorf("untuned backend dispatches %s (%s), want the default %s", got, ls[0].Source, rs[0].Default)
-	}
-	// Results with the tuned configurations.
-	if err := ForwardHost(ctx, tb, h.p, h.q, h.k, h.v, h.o, h.lse); err != nil {
-		t.Fatal(err)
-	}
-	o, lse, _ := reference.Forward(h.ref(), to64(h.q), to64(h.k), to64(h.v))
-	checkClose(t, "o", h.o, o, 1e-5)
-	checkClose(t, "lse", h.lse, lse, 1e-5)
-	if err := BackwardHost(ctx, tb, h.p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv); err != nil {
-		t.Fatal(err)
-	}
-	dq, dk, dv, _ := reference.Backward(h.ref(), to64(h.q), to64(h.k), to64(h.v), to64(h.dO))
-	checkClose(t, "dq", h.dq, dq, 1e-5)
-	checkClose(t, "dk", h.dk, dk, 1e-5)
-	checkClose(t, "dv", h.dv, dv, 1e-5)
-}
-
-// TestTuneRejectsWrongResults: a candidate whose results are wrong is
-// rejected (with the error), never timed and never chosen; the reference
-// check itself catches a wrong element.
-func TestTuneRejectsWrongResults(t *testing.T) {
-	dev := devicetest.Open(t)
-	ctx := context.Background()
-	b, err := New(dev, Options{Kernel: "flash"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	p := VerifyProblem(16, 16, true)
-	vc, err := b.newVerifyCase(ctx, p, spec.Float32, false, 1, testRef)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vc.close()
-	e, err := vc.run(ctx, b)
-	if err != nil || !(e <= verifyBound(spec.Float32, e)) {
-		t.Fatalf("default configuration: rel_l2 %v, %v", e, err)
-	}
-	vc.ref[0][7] += 1 // a wrong output element
-	if e, err := vc.run(ctx, b); err != nil || e <= verifyBound(spec.Float32, 0) {
-		t.Errorf("perturbed reference: rel_l2 %v (bound %v), %v: not rejected", e, verifyBound(spec.Float32, 0), err)
-	}
-	if got := verifyBound(spec.Float16, 3e-4); got != 6e-4 {
-		t.Errorf("verifyBound(f16, 3e-4) = %v", got)
-	}
-	if got := verifyBound(spec.Float16, 1e-6); got != 1.0/4096 {
-		t.Errorf("verifyBound(f16, 1e-6) = %v", got)
-	}
-
-	// In Tune: every candidate but the default "computes wrong results".
-	var def string
-	tuneTestHook = func(c Candidate, e float64) float64 {
-		if def != "" && c.String() != def {
-			return 0.5
-		}
-		return e
-	}
-	defer func() { tuneTestHook = nil }()
-	c, _ := b.Config(shaders.KernelFlash, 16, 16, spec.Float32)
-	def = ScalarTile(c).String()
-	rs, err := b.Tune(ctx, TuneOptions{DTypes: []spec.DType{spec.Float32}, Dims: []int{16}, Causal: []bool{false}, Dirs: []Dir{Fwd},
-		N: 32, Tokens: 32, Hidden: 16, Bench: BenchOptions{Warmup: 1, MinWarmup: -1, Iters: 2}, MaxCandidates: 3, Reference: testRef})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rs) != 1 || len(rs[0].Events) != 3 {
-		t.Fatalf("results %+v", rs)
-	}
-	r := rs[0]
-	if r.Winner != def {
-		t.Errorf("winner %s, want the default %s (the others are wrong)", r.Winner, def)
-	}
-	for _, e := range r.Events[1:] {
-		if e.Status != TuneRejected || e.Err == nil || e.Median != 0 || !strings.Contains(e.Err.Error(), "rel_l2") {
-			t.Errorf("%s: status %s err %v median %v: want rejected, untimed", e.Candidate, e.Status, e.Err, e.Median)
-		}
-	}
-}
-
 // TestTuneLavapipeLoopLimit: on lavapipe a tuned scalar tile that would
 // cross the loop limit where the default does not is refused by Check.
 func TestTuneLavapipeLoopLimit(t *testing.T) {
@@ -407,45 +232,6 @@ func TestTuneLavapipeLoopLimit(t *testing.T) {
 	}
 }
 
-// TestTuneNoFamily: a pass no family covers (the minimal forward) is
-// reported, not skipped silently.
-func TestTuneNoFamily(t *testing.T) {
-	dev := devicetest.Open(t)
-	b, err := New(dev, Options{Kernel: "minimal"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	rs, err := b.Tune(context.Background(), TuneOptions{DTypes: []spec.DType{spec.Float32}, Dims: []int{16}, Causal: []bool{false}, Dirs: []Dir{Fwd}, N: 32, Tokens: 32, Hidden: 16, Reference: testRef})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rs) != 1 || rs[0].Err == nil || !strings.Contains(rs[0].Err.Error(), "minimal") || rs[0].Winner != "" {
-		t.Errorf("results %+v", rs)
-	}
-}
-
-// TestTuneBudget: a spent budget decides the family in progress among
-// the candidates measured and leaves later keys untuned.
-func TestTuneBudget(t *testing.T) {
-	dev := devicetest.Open(t)
-	b, err := New(dev, Options{Kernel: "flash"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	o := TuneOptions{DTypes: []spec.DType{spec.Float32}, Dims: []int{16}, Causal: []bool{false, true}, Dirs: []Dir{Fwd}, N: 32, Tokens: 32, Hidden: 16,
-		Bench: BenchOptions{Warmup: 1, MinWarmup: -1, Iters: 2}, MaxCandidates: 3, Budget: 300 * time.Millisecond, Reference: testRef,
-		Progress: func(TuneEvent) { time.Sleep(400 * time.Millisecond) }}
-	rs, err := b.Tune(context.Background(), o)
-	if !errors.Is(err, ErrTuneBudget) {
-		t.Fatalf("err %v, want ErrTuneBudget", err)
-	}
-	if len(rs) != 1 || rs[0].Tried != 1 || rs[0].Candidates != 3 || rs[0].Winner != rs[0].Default || rs[0].Err != nil || rs[0].Key.Causal {
-		t.Errorf("results %+v", rs)
-	}
-}
-
 // TestFlashCMFamily exercises the flash_cm stage on a synthetic H200-like
 // backend (no device: the probe's layout is preset): default, candidates,
 // checks, and a tuned tile applied by the plan, an invalid one ignored.
@@ -457,7 +243,7 @@ func TestFlashCMFamily(t *testing.T) {
 	ctx := context.Background()
 	b := syntheticBackend(t, h200Info(), "", l)
 	f := tunableByName(shaders.KernelFlashCM)
-	p := TuneProblem(64, 64, 2048, 16384, 2048, false)
+	p := bshdProblem(8, 32, 32, 2048, 2048, 64)
 	if !b.planUses(ctx, p, spec.Float16, Fwd, f.Name) || b.planUses(ctx, p, spec.Float32, Fwd, f.Name) {
 		t.Error("flash_cm: want planned for f16, not f32")
 	}
@@ -507,12 +293,87 @@ func TestFlashCMFamily(t *testing.T) {
 	if err != nil || len(ls) != 1 || ls[0].Config != "nsg4-bc64-mode1-pf0" || ls[0].Source != SourceTuned || ls[0].BR != 64 {
 		t.Errorf("tuned launch %+v, %v", ls, err)
 	}
-	p256 := TuneProblem(256, 256, 2048, 16384, 2048, false)
+	p256 := bshdProblem(8, 8, 8, 2048, 2048, 256)
 	ls, err = bt.Launches(ctx, p256, spec.Float16, false)
 	if err != nil || len(ls) != 1 || ls[0].Source != SourceDefault {
 		t.Errorf("invalid tuned tile: %+v, %v", ls, err)
 	}
 	if w := bt.TuneWarnings(); len(w) != 1 || !strings.Contains(w[0], "nsg8-bc128-mode1-pf1") || !strings.Contains(w[0], "shared memory") {
 		t.Errorf("warnings %q", w)
+	}
+}
+
+// TestTuneSession: a session's stages are the tunable launches of the
+// plan; forcing a candidate changes what the session (not the Backend it
+// came from) plans; the verifier accepts the default and catches a wrong
+// output element; the timer times.
+func TestTuneSession(t *testing.T) {
+	b := openBackend(t, "flash")
+	ctx := context.Background()
+	s, err := b.NewTuneSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := bshdProblem(1, 2, 1, 64, 80, 16)
+	p.Mask = spec.MaskCausalBottomRight
+	for _, x := range []struct {
+		dir  Dir
+		want []string
+	}{{Fwd, []string{"flash"}}, {Bwd, []string{"bwd_dkdv", "bwd_dq"}}} {
+		st, ks, err := s.Stages(ctx, p, spec.Float32, x.dir)
+		if err != nil || !slices.Equal(st, x.want) || len(ks) == 0 {
+			t.Errorf("%v stages %v (kernels %v), %v; want %v", x.dir, st, ks, err, x.want)
+		}
+	}
+	def, err := s.Default(ctx, "flash", p, spec.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.Candidates(ctx, "flash", p, spec.Float32)
+	if err != nil || len(cs) < 2 {
+		t.Fatalf("candidates %v, %v", cs, err)
+	}
+	other := cs[0]
+	if other == def {
+		other = cs[1]
+	}
+	if err := s.Check(ctx, "flash", p, spec.Float32, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx, "flash", p, spec.Float32, "wg99999-br1-bc1"); err == nil {
+		t.Error("Check accepted a workgroup of 99999")
+	}
+	s.Force("flash", p, spec.Float32, other)
+	ls, err := s.tb.Launches(ctx, p, spec.Float32, false)
+	if err != nil || ls[0].Config != other || ls[0].Source != SourceTuned {
+		t.Errorf("forced %s: session plans %+v, %v", other, ls, err)
+	}
+	if ls, _ := b.Launches(ctx, p, spec.Float32, false); ls[0].Config != def {
+		t.Errorf("the Backend plans %s, want its default %s (the session's forcing leaked)", ls[0].Config, def)
+	}
+	v, err := s.Verifier(ctx, p, spec.Float32, false, 1, testRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if e, err := v.Run(ctx); err != nil || !(e <= 1e-5) {
+		t.Errorf("forced %s: rel_l2 %v, %v", other, e, err)
+	}
+	s.Unforce()
+	if e, err := v.Run(ctx); err != nil || !(e <= 1e-5) {
+		t.Errorf("default: rel_l2 %v, %v", e, err)
+	}
+	v.vc.ref[0][7] += 1 // a wrong output element
+	if e, err := v.Run(ctx); err != nil || e <= 1e-5 {
+		t.Errorf("perturbed reference: rel_l2 %v, %v: not caught", e, err)
+	}
+	tm, err := s.Timer(ctx, p, spec.Float32, true, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tm.Close()
+	if m, err := tm.Median(ctx, BenchOptions{Warmup: 1, MinWarmup: -1, Iters: 2}); err != nil || m <= 0 {
+		t.Errorf("timer: %v, %v", m, err)
 	}
 }

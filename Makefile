@@ -76,11 +76,11 @@ test:
 	$(GO) test -timeout $(GOTEST_TIMEOUT) ./...
 
 test-race:
-	$(GO) test -race -timeout $(GOTEST_TIMEOUT) -run 'Concurrent|Singleflight' ./device/ ./pipeline/
+	$(GO) test -race -timeout $(GOTEST_TIMEOUT) -run 'Concurrent|Singleflight' ./internal/device/ ./internal/pipeline/
 	$(GO) test -race -timeout $(GOTEST_TIMEOUT) -run 'TestConformance(CPU|Vulkan)$$/concurrent' ./attention/
 
 test-vulkan:
-	FLASHVK_VALIDATION=1 $(GO) test -timeout $(GOTEST_TIMEOUT) ./device/... ./pipeline/ ./vkattn/ ./attention/ -run 'Vulkan|Device|Pipeline|Host|Step|Limits|Batch'
+	FLASHVK_VALIDATION=1 $(GO) test -timeout $(GOTEST_TIMEOUT) ./internal/device/... ./internal/pipeline/ ./internal/vkattn/ ./attention/ -run 'Vulkan|Device|Pipeline|Host|Step|Limits|Batch'
 
 bench-cpu:
-	$(GO) test -run XXX -bench . -benchtime 3x ./cpu/
+	$(GO) test -run XXX -bench . -benchtime 3x ./internal/cpu/

@@ -27,16 +27,17 @@ type BenchOptions struct {
 }
 
 func (o BenchOptions) withDefaults() BenchOptions {
-	if o.Warmup <= 0 {
-		o.Warmup = 3
-	}
-	if o.Iters <= 0 {
-		o.Iters = 20
-	}
-	if o.Rotate <= 0 {
-		o.Rotate = 1
-	}
+	orDefault(&o.Warmup, 3)
+	orDefault(&o.Iters, 20)
+	orDefault(&o.Rotate, 1)
 	return o
+}
+
+// orDefault sets *v to def when it is not positive.
+func orDefault(v *int, def int) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // BenchResult is the timing of one problem.

@@ -120,18 +120,24 @@ func (e *Engine) use(name string, d *DeviceTensor) error {
 	return nil
 }
 
-// Upload copies src (same shape and dtype, any strides) into d.
-func (d *DeviceTensor) Upload(ctx context.Context, src Tensor) error {
+// transferCheck checks a transfer between d and the host tensor t (named
+// name; output when the transfer writes it) and returns t's strides.
+func (d *DeviceTensor) transferCheck(ctx context.Context, op, name string, t Tensor, output bool) (Strides, error) {
 	if d == nil {
-		return fmt.Errorf("attention: upload: nil device tensor: %w", ErrOption)
+		return Strides{}, fmt.Errorf("attention: %s: nil device tensor: %w", op, ErrOption)
 	}
 	if err := d.e.check(ctx); err != nil {
-		return err
+		return Strides{}, err
 	}
-	if err := d.e.use("upload", d); err != nil {
-		return err
+	if err := d.e.use(op, d); err != nil {
+		return Strides{}, err
 	}
-	st, err := checkLike("src", src, d.shape, d.dt, false)
+	return checkLike(name, t, d.shape, d.dt, output)
+}
+
+// Upload copies src (same shape and dtype, any strides) into d.
+func (d *DeviceTensor) Upload(ctx context.Context, src Tensor) error {
+	st, err := d.transferCheck(ctx, "upload", "src", src, false)
 	if err != nil {
 		return err
 	}
@@ -150,16 +156,7 @@ func (d *DeviceTensor) Upload(ctx context.Context, src Tensor) error {
 // Download copies d into dst (same shape and dtype, any non-overlapping
 // strides); elements of dst's slice outside its view are left alone.
 func (d *DeviceTensor) Download(ctx context.Context, dst Tensor) error {
-	if d == nil {
-		return fmt.Errorf("attention: download: nil device tensor: %w", ErrOption)
-	}
-	if err := d.e.check(ctx); err != nil {
-		return err
-	}
-	if err := d.e.use("download", d); err != nil {
-		return err
-	}
-	st, err := checkLike("dst", dst, d.shape, d.dt, true)
+	st, err := d.transferCheck(ctx, "download", "dst", dst, true)
 	if err != nil {
 		return err
 	}

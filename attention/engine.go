@@ -310,24 +310,24 @@ func (e *Engine) BackwardInto(ctx context.Context, q, k, v, o Tensor, lse []floa
 	if err := e.supports(dt); err != nil {
 		return err
 	}
-	dos, err := checkLike("do", do, o.Shape, dt, false)
-	if err != nil {
-		return err
-	}
-	dqs, err := checkLike("dq", dq, q.Shape, dt, true)
-	if err != nil {
-		return err
-	}
-	dks, err := checkLike("dk", dk, k.Shape, dt, true)
-	if err != nil {
-		return err
-	}
-	dvs, err := checkLike("dv", dv, v.Shape, dt, true)
-	if err != nil {
-		return err
+	// dO, dQ, dK and dV: each shaped like its primal; the backends take
+	// them laid out like their primals too.
+	laidOut := true
+	for _, g := range []struct {
+		name   string
+		t      Tensor
+		primal Tensor
+		st     Strides
+		out    bool
+	}{{"do", do, o, p.O, false}, {"dq", dq, q, p.Q, true}, {"dk", dk, k, p.K, true}, {"dv", dv, v, p.V, true}} {
+		st, err := checkLike(g.name, g.t, g.primal.Shape, dt, g.out)
+		if err != nil {
+			return err
+		}
+		laidOut = laidOut && st == g.st
 	}
 	a := &backwardArgs{Q: q, K: k, V: v, O: o, LSE: lse, DO: do, DQ: dq, DK: dk, DV: dv}
-	if dos == p.O && dqs == p.Q && dks == p.K && dvs == p.V {
+	if laidOut {
 		return e.b.Backward(ctx, p, a)
 	}
 	// The backends take gradients laid out like their primals: repack

@@ -324,20 +324,12 @@ func (e *Engine) tuneDefaults(o TuneOptions) (TuneOptions, error) {
 	if len(o.Dirs) == 0 {
 		o.Dirs = []string{"fwd", "bwd"}
 	}
-	if o.N <= 0 {
-		o.N = 2048
-	}
-	if o.Tokens <= 0 {
-		o.Tokens = 16384
-	}
-	if o.Hidden <= 0 {
-		o.Hidden = 2048
-	}
+	orDefault(&o.N, 2048)
+	orDefault(&o.Tokens, 16384)
+	orDefault(&o.Hidden, 2048)
+	orDefault(&o.Iters, 10)
 	if o.Warmup == 0 {
 		o.Warmup = 3
-	}
-	if o.Iters <= 0 {
-		o.Iters = 10
 	}
 	return o, nil
 }

@@ -106,8 +106,13 @@ func deviceKeyOf(info device.Info) DeviceKey {
 
 // vkTuneKey converts a cache key (false for one this build cannot read).
 func vkTuneKey(k TuneKey) (vkattn.TuneKey, bool) {
-	dir, err := vkattn.ParseDir(k.Dir)
-	if err != nil {
+	var dir vkattn.Dir
+	switch k.Dir {
+	case "fwd":
+		dir = vkattn.Fwd
+	case "bwd":
+		dir = vkattn.Bwd
+	default:
 		return vkattn.TuneKey{}, false
 	}
 	var dt DType

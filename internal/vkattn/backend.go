@@ -16,18 +16,16 @@ import (
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
-// Sentinel errors. Device errors (device.ErrNoVulkan, device.ErrTimeout, …)
-// are wrapped as they come.
+// The errors of this package wrap package device's sentinels: ErrInvalid
+// (a bad argument: nil or mismatched tensor, bad problem), ErrTooLarge (a
+// device limit or the kernels' 32-bit element offsets), ErrUnsupported
+// (the device cannot run this dtype or kernel) and ErrClosed; device errors
+// (device.ErrNoVulkan, device.ErrTimeout, …) are wrapped as they come.
 var (
-	// ErrInvalid: a bad argument (nil or mismatched tensor, bad problem).
-	ErrInvalid = errors.New("vkattn: invalid argument")
-	// ErrTooLarge: the problem or a tensor exceeds a device limit or the
-	// kernels' 32-bit element offsets.
-	ErrTooLarge = errors.New("vkattn: exceeds a device limit")
-	// ErrUnsupported: the device cannot run this (dtype, kernel).
-	ErrUnsupported = errors.New("vkattn: unsupported by this device")
-	// ErrClosed: the Backend or Tensor was closed.
-	ErrClosed = errors.New("vkattn: closed")
+	ErrInvalid     = device.ErrInvalid
+	ErrTooLarge    = device.ErrTooLarge
+	ErrUnsupported = device.ErrUnsupported
+	ErrClosed      = device.ErrClosed
 )
 
 // Options configure Open. Nothing is read from the environment: the

@@ -120,45 +120,6 @@ func Steady(times []time.Duration) bool {
 	return float64(a) <= 1.2*float64(b) && float64(b) <= 1.2*float64(a)
 }
 
-// Operands are the resident tensors of one benchmark input set. Forward
-// uses Q, K, V, O, LSE; Backward Q, K, V, O, LSE, DO, DQ, DK, DV; Step all
-// (O and LSE written by its forward).
-type Operands struct {
-	Q, K, V, O, LSE, DO, DQ, DK, DV *Tensor
-}
-
-// bufs are the set's buffers by operand (nil for tensors not given).
-func (s *Operands) bufs() operandBufs {
-	var bufs operandBufs
-	for op, t := range map[Operand]*Tensor{OpQ: s.Q, OpK: s.K, OpV: s.V, OpO: s.O, OpLSE: s.LSE, OpDO: s.DO, OpDQ: s.DQ, OpDK: s.DK, OpDV: s.DV} {
-		if t != nil {
-			bufs[op] = t.buf
-		}
-	}
-	return bufs
-}
-
-func (s *Operands) bindings(p *spec.Problem, o BenchOptions) []binding {
-	switch {
-	case o.Step:
-		return []binding{
-			{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
-			{oSpec(p, "do"), s.DO, false}, {oSpec(p, "o"), s.O, true}, {lseSpec(p), s.LSE, true},
-			{qSpec(p, "dq"), s.DQ, true}, {kSpec(p, "dk"), s.DK, true}, {vSpec(p, "dv"), s.DV, true},
-		}
-	case o.Backward:
-		return []binding{
-			{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
-			{oSpec(p, "o"), s.O, false}, {lseSpec(p), s.LSE, false}, {oSpec(p, "do"), s.DO, false},
-			{qSpec(p, "dq"), s.DQ, true}, {kSpec(p, "dk"), s.DK, true}, {vSpec(p, "dv"), s.DV, true},
-		}
-	}
-	return []binding{
-		{qSpec(p, "q"), s.Q, false}, {kSpec(p, "k"), s.K, false}, {vSpec(p, "v"), s.V, false},
-		{oSpec(p, "o"), s.O, true}, {lseSpec(p), s.LSE, true},
-	}
-}
-
 // Bench times the forward (or backward, or step) of p on resident input
 // sets, cycling through them: one submission per iteration, each with a
 // GPU timestamp before the first kernel and after the last; the result
@@ -175,7 +136,7 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 	}
 	var dt spec.DType
 	for i := range sets {
-		d, release, err := b.acquire(p, sets[i].bindings(p, o))
+		d, release, err := b.acquire(p, sets[i].bindings(o.Step || !o.Backward, o.Step || o.Backward))
 		if err != nil {
 			return nil, fmt.Errorf("bench: set %d: %w", i, err)
 		}
@@ -256,89 +217,37 @@ func BenchmarkHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, o B
 	if err := CheckProblem(p); err != nil {
 		return nil, err
 	}
-	dt := dtypeOf[T]()
-	var all []*Tensor
-	defer func() {
-		for _, t := range all {
-			t.Close()
-		}
-	}()
-	alloc := func(op operandSpec) (*Tensor, error) {
-		d := dt
-		if op.dt != 0 {
-			d = op.dt
-		}
-		t, err := b.NewTensor(d, op.shape, op.st)
+	ts := &tensorSet{b: b, p: p, dt: dtypeOf[T]()}
+	defer ts.free()
+	fwd, bwd := o.Step || !o.Backward, o.Step || o.Backward
+	ins, outs := passOperands(fwd, bwd)
+	data := map[Operand][]T{OpQ: q, OpK: k, OpV: v, OpO: out, OpDO: do}
+	var shared Operands
+	for _, op := range outs {
+		t, err := ts.alloc(op)
 		if err != nil {
-			return nil, fmt.Errorf("bench: %s: %w", op.name, err)
+			return nil, fmt.Errorf("bench: %w", err)
 		}
-		all = append(all, t)
-		return t, nil
-	}
-	load := func(op operandSpec, data []T) (*Tensor, error) {
-		t, err := alloc(op)
-		if err != nil {
-			return nil, err
-		}
-		if int64(len(data)) < t.elems {
-			return nil, fmt.Errorf("%w: bench: %s: slice of %d elements, the view needs %d", ErrInvalid, op.name, len(data), t.elems)
-		}
-		return t, Upload(ctx, t, data[:t.elems])
-	}
-	shared := Operands{}
-	var err error
-	if !o.Backward || o.Step {
-		if shared.O, err = alloc(oSpec(p, "o")); err != nil {
-			return nil, err
-		}
-		if shared.LSE, err = alloc(lseSpec(p)); err != nil {
-			return nil, err
-		}
-	}
-	if o.Backward || o.Step {
-		if shared.DQ, err = alloc(qSpec(p, "dq")); err != nil {
-			return nil, err
-		}
-		if shared.DK, err = alloc(kSpec(p, "dk")); err != nil {
-			return nil, err
-		}
-		if shared.DV, err = alloc(vSpec(p, "dv")); err != nil {
-			return nil, err
-		}
+		shared[op] = t
 	}
 	sets := make([]Operands, o.Rotate)
 	for i := range sets {
-		s := shared
-		if s.Q, err = load(qSpec(p, "q"), q); err != nil {
-			return nil, err
-		}
-		if s.K, err = load(kSpec(p, "k"), k); err != nil {
-			return nil, err
-		}
-		if s.V, err = load(vSpec(p, "v"), v); err != nil {
-			return nil, err
-		}
-		if o.Backward || o.Step {
-			if s.DO, err = load(oSpec(p, "do"), do); err != nil {
-				return nil, err
+		sets[i] = shared
+		for _, op := range ins {
+			t, err := ts.alloc(op)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %w", err)
 			}
+			if op == OpLSE {
+				err = uploadOp(ctx, t, lse)
+			} else {
+				err = uploadOp(ctx, t, data[op])
+			}
+			if err != nil {
+				return nil, fmt.Errorf("bench: %w", err)
+			}
+			sets[i][op] = t
 		}
-		if o.Backward && !o.Step {
-			if s.O, err = load(oSpec(p, "o"), out); err != nil {
-				return nil, err
-			}
-			if s.LSE, err = alloc(lseSpec(p)); err != nil {
-				return nil, err
-			}
-			n := p.B * p.Hq * p.Nq
-			if len(lse) < n {
-				return nil, fmt.Errorf("%w: bench: lse: %d elements, want %d", ErrInvalid, len(lse), n)
-			}
-			if err := Upload(ctx, s.LSE, lse[:n]); err != nil {
-				return nil, err
-			}
-		}
-		sets[i] = s
 	}
 	return b.Bench(ctx, p, sets, o)
 }

@@ -15,10 +15,11 @@ package vkattn
 // cannot run the f16 build an error at Open.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -227,122 +228,126 @@ func (b *Backend) bwdCMLaunch(ctx context.Context, l *CMLayout, kernel string, d
 	return ln, nil
 }
 
-// flashCMTunable is flash_cm's tile as a tune family.
-var flashCMTunable = &Tunable{
-	Name: shaders.KernelFlashCM, Dir: Fwd,
-	Default: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (Candidate, error) {
-		l, err := b.cmLayout(ctx, dt)
-		if err != nil {
-			return nil, err
-		}
-		return chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
-	},
-	Candidates: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) ([]Candidate, error) {
-		l, err := b.cmLayout(ctx, dt)
-		if err != nil {
-			return nil, err
-		}
-		var out []Candidate
-		for _, nsg := range []int{2, 4, 8} {
-			for _, bc := range []int{32, 64, 128} {
-				for _, mode := range []int{0, 1} {
-					for _, pf := range []bool{true, false} {
-						c := cmTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf}
-						if cmCheckTile(l, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
-							out = append(out, c)
-						}
-					}
-				}
-			}
-		}
-		if def, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
-			vec := func(t cmTile) []int {
-				pf := 1
-				if t.Prefetch {
-					pf = 2
-				}
-				return []int{t.NSG, t.BC, 1 << t.Mode, pf}
-			}
-			nearestFirst(out, func(c Candidate) []int { return vec(c.(cmTile)) }, vec(def))
-		}
-		return out, nil
-	},
-	Parse: func(s string) (Candidate, error) { return parseCMTile(s) },
-	Check: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, c Candidate) error {
-		t, ok := c.(cmTile)
-		if !ok {
-			return fmt.Errorf("%w: %T is not a flash_cm tile", ErrInvalid, c)
-		}
-		l, err := b.cmLayout(ctx, dt)
-		if err != nil {
-			return err
-		}
-		return cmCheckTile(l, t, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
-	},
-}
-
-// bwdCMTunable is the tile of one coopmat backward kernel as a tune family.
-func bwdCMTunable(kernel string, dkdv bool) *Tunable {
+// coopmatTunable builds the tune hooks of a coopmat stage from its tile
+// rules, each given the storage type's layout (probed on first use) and
+// the device's limits: def the default tile, cands the candidates (legal
+// or not: check filters them), dist their distance from the default (the
+// search tries the nearest first), check the validity test.
+func coopmatTunable[T interface {
+	Candidate
+	comparable
+}](name string, dir Dir, parse func(string) (T, error),
+	def func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (T, error),
+	cands func(l *CMLayout) []T,
+	dist func(c, def T) float64,
+	check func(l *CMLayout, c T, p *spec.Problem, lim shaders.Limits) error) *Tunable {
 	return &Tunable{
-		Name: kernel, Dir: Bwd,
+		Name: name, Dir: dir,
 		Default: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (Candidate, error) {
 			l, err := b.cmLayout(ctx, dt)
 			if err != nil {
 				return nil, err
 			}
-			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+			return def(l, p, b.lim)
 		},
 		Candidates: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) ([]Candidate, error) {
 			l, err := b.cmLayout(ctx, dt)
 			if err != nil {
 				return nil, err
 			}
-			var out []Candidate
-			for _, nsg := range []int{1, 2, 4, 8} {
-				for _, step := range []int{16, 32, 64, 128} {
-					for _, mode := range []int{0, 1} {
-						for _, kv := range []bool{false, true} {
-							for _, pf := range []bool{false, true} {
-								c := bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf}
-								if bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
-									out = append(out, c)
-								}
-							}
-						}
-					}
+			var out []T
+			for _, c := range cands(l) {
+				if check(l, c, p, b.lim) == nil {
+					out = append(out, c)
 				}
 			}
-			// Nearest the default first (MaxCandidates keeps a neighbourhood).
-			if def, err := chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
-				dist := func(c Candidate) int {
-					t := c.(bwdCMTile)
-					lg := func(x int) int { return bits.Len(uint(x)) }
-					d := abs(lg(t.NSG)-lg(def.NSG)) + abs(lg(t.Step)-lg(def.Step)) + 2*abs(t.Mode-def.Mode)
-					if t.KVReg != def.KVReg {
-						d++
-					}
-					if t.Prefetch != def.Prefetch {
-						d++
-					}
-					return d
-				}
-				slices.SortStableFunc(out, func(a, b Candidate) int { return dist(a) - dist(b) })
+			if d, err := def(l, p, b.lim); err == nil {
+				slices.SortStableFunc(out, func(x, y T) int { return cmp.Compare(dist(x, d), dist(y, d)) })
 			}
-			return out, nil
+			cs := make([]Candidate, len(out))
+			for i, c := range out {
+				cs[i] = c
+			}
+			return cs, nil
 		},
-		Parse: func(s string) (Candidate, error) { return parseBwdCMTile(s) },
+		Parse: func(s string) (Candidate, error) { return parse(s) },
 		Check: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, c Candidate) error {
-			t, ok := c.(bwdCMTile)
+			t, ok := c.(T)
 			if !ok {
-				return fmt.Errorf("%w: %T is not a coopmat backward tile", ErrInvalid, c)
+				return fmt.Errorf("%w: %T is not a %s tile", ErrInvalid, c, name)
 			}
 			l, err := b.cmLayout(ctx, dt)
 			if err != nil {
 				return err
 			}
-			return bwdCMCheckTile(l, dkdv, t, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+			return check(l, t, p, b.lim)
 		},
 	}
+}
+
+// log2Dist is the distance of two tile vectors in log2 space.
+func log2Dist(a, b []int) float64 {
+	d := 0.0
+	for i := range a {
+		d += math.Abs(math.Log2(float64(max(a[i], 1))) - math.Log2(float64(max(b[i], 1))))
+	}
+	return d
+}
+
+// flashCMTunable is flash_cm's tile as a tune stage.
+var flashCMTunable = coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
+	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (cmTile, error) {
+		return chooseCMTile(l, p.D, p.Dv, p.Nq, lim.SharedBytes, lim.MaxWorkgroupSize)
+	},
+	func(*CMLayout) []cmTile {
+		var out []cmTile
+		for _, nsg := range []int{2, 4, 8} {
+			for _, bc := range []int{32, 64, 128} {
+				for _, mode := range []int{0, 1} {
+					for _, pf := range []bool{true, false} {
+						out = append(out, cmTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf})
+					}
+				}
+			}
+		}
+		return out
+	},
+	func(c, def cmTile) float64 {
+		vec := func(t cmTile) []int { return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch))} }
+		return log2Dist(vec(c), vec(def))
+	},
+	func(l *CMLayout, c cmTile, p *spec.Problem, lim shaders.Limits) error {
+		return cmCheckTile(l, c, p.D, p.Dv, lim.SharedBytes, lim.MaxWorkgroupSize)
+	})
+
+// bwdCMTunable is the tile of one coopmat backward kernel as a tune stage.
+func bwdCMTunable(kernel string, dkdv bool) *Tunable {
+	return coopmatTunable(kernel, Bwd, parseBwdCMTile,
+		func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (bwdCMTile, error) {
+			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, lim.SharedBytes, lim.MaxWorkgroupSize)
+		},
+		func(*CMLayout) []bwdCMTile {
+			var out []bwdCMTile
+			for _, nsg := range []int{1, 2, 4, 8} {
+				for _, step := range []int{16, 32, 64, 128} {
+					for _, mode := range []int{0, 1} {
+						for _, kv := range []bool{false, true} {
+							for _, pf := range []bool{false, true} {
+								out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf})
+							}
+						}
+					}
+				}
+			}
+			return out
+		},
+		func(c, def bwdCMTile) float64 {
+			d := log2Dist([]int{c.NSG, c.Step}, []int{def.NSG, def.Step}) + 2*math.Abs(float64(c.Mode-def.Mode))
+			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch))
+		},
+		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
+			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, lim.SharedBytes, lim.MaxWorkgroupSize)
+		})
 }
 
 // cmTile is one flash_cm configuration.
@@ -641,11 +646,4 @@ func parseCMTile(s string) (cmTile, error) {
 		return cmTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
 	}
 	return c, nil
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
 }

@@ -48,11 +48,9 @@ func maxBatchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Op
 		cb = min(cb, int(maxZ))
 	}
 	limit := func(size int64) int64 { return min(int64(MaxElements), maxBuf/size) }
-	ops := []operandSpec{qSpec(p, "q"), kSpec(p, "k"), vSpec(p, "v"), oSpec(p, "o"), lseSpec(p)}
-	if backward {
-		ops = append(ops, oSpec(p, "do"), qSpec(p, "dq"), kSpec(p, "dk"), vSpec(p, "dv"))
-	}
-	for _, op := range ops {
+	in, out := passOperands(!backward, backward)
+	for _, o := range append(in, out...) {
+		op := opSpec(p, o)
 		size := int64(dt.Size())
 		if op.dt != 0 {
 			size = int64(op.dt.Size())
@@ -226,111 +224,74 @@ func download[T Elem](ctx context.Context, h *hostCall, op operandSpec, buf *dev
 	return nil
 }
 
-func forwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, q, k, v, o []T, lse []float32) (err error) {
-	h := &hostCall{s: &scratch{b: b}}
-	defer h.finish()
-	// Check the outputs before moving any data.
-	if n, _ := extent(oSpec(p, "o").shape, p.O); int64(len(o)) < n {
-		return fmt.Errorf("%w: o: slice of %d elements, the view needs %d", ErrInvalid, len(o), n)
-	}
-	qb, err := upload(ctx, h, qSpec(p, "q"), q)
-	if err != nil {
-		return err
-	}
-	kb, err := upload(ctx, h, kSpec(p, "k"), k)
-	if err != nil {
-		return err
-	}
-	vb, err := upload(ctx, h, vSpec(p, "v"), v)
-	if err != nil {
-		return err
-	}
-	ob, err := output(h, oSpec(p, "o"), dt.Size())
-	if err != nil {
-		return err
-	}
-	nl := p.B * p.Hq * p.Nq
-	lb, err := h.s.get(4 * int64(nl))
-	if err != nil {
-		return err
-	}
-	pls, err := b.passes(ctx, p, dt, true, false)
-	if err != nil {
-		return err
-	}
-	r := b.dev.Record()
-	if err := b.recordPasses(r, h.s, p, pls, operandBufs{OpQ: qb, OpK: kb, OpV: vb, OpO: ob, OpLSE: lb}); err != nil {
-		return err
-	}
-	if _, err := b.dev.Submit(ctx, r); err != nil {
-		return h.fail(err)
-	}
-	if err := download(ctx, h, oSpec(p, "o"), ob, o); err != nil {
-		return err
-	}
-	if err := device.Download(ctx, lb, 0, lse[:nl]); err != nil {
-		return h.fail(err)
-	}
-	return nil
+func forwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, q, k, v, o []T, lse []float32) error {
+	return hostPass(ctx, b, p, dt, false, map[Operand][]T{OpQ: q, OpK: k, OpV: v, OpO: o}, lse)
 }
 
 func backwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
+	return hostPass(ctx, b, p, dt, true, map[Operand][]T{OpQ: q, OpK: k, OpV: v, OpO: o, OpDO: do, OpDQ: dq, OpDK: dk, OpDV: dv}, lse)
+}
+
+// hostPass runs the forward or the backward of p on host slices by
+// operand (lse apart: float32): it checks that every output slice holds
+// its view before moving any data, uploads the inputs into pooled
+// buffers, records and submits the pass, and downloads the outputs into
+// their views.
+func hostPass[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, backward bool, data map[Operand][]T, lse []float32) error {
 	h := &hostCall{s: &scratch{b: b}}
 	defer h.finish()
-	for _, out := range []struct {
-		op operandSpec
-		n  int
-	}{{qSpec(p, "dq"), len(dq)}, {kSpec(p, "dk"), len(dk)}, {vSpec(p, "dv"), len(dv)}} {
-		if n, _ := extent(out.op.shape, out.op.st); int64(out.n) < n {
-			return fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, out.op.name, out.n, n)
+	in, out := passOperands(!backward, backward)
+	for _, op := range out {
+		if op == OpLSE {
+			continue // hostChunks checked it
+		}
+		os := opSpec(p, op)
+		if n, _ := extent(os.shape, os.st); int64(len(data[op])) < n {
+			return fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, os.name, len(data[op]), n)
 		}
 	}
-	var bufs [6]*device.Buffer
-	for i, in := range []struct {
-		op   operandSpec
-		data []T
-	}{{qSpec(p, "q"), q}, {kSpec(p, "k"), k}, {vSpec(p, "v"), v}, {oSpec(p, "o"), o}, {oSpec(p, "do"), do}} {
-		buf, err := upload(ctx, h, in.op, in.data)
+	nl := p.B * p.Hq * p.Nq
+	var bufs operandBufs
+	var err error
+	for _, op := range in {
+		if op == OpLSE {
+			bufs[op], err = upload(ctx, h, opSpec(p, op), lse[:nl])
+		} else {
+			bufs[op], err = upload(ctx, h, opSpec(p, op), data[op])
+		}
 		if err != nil {
 			return err
 		}
-		bufs[i] = buf
 	}
-	nl := p.B * p.Hq * p.Nq
-	lb, err := upload(ctx, h, lseSpec(p), lse[:nl])
-	if err != nil {
-		return err
+	for _, op := range out {
+		size := dt.Size()
+		if op == OpLSE {
+			size = 4
+		}
+		if bufs[op], err = output(h, opSpec(p, op), size); err != nil {
+			return err
+		}
 	}
-	bufs[5] = lb
-	dqb, err := output(h, qSpec(p, "dq"), dt.Size())
-	if err != nil {
-		return err
-	}
-	dkb, err := output(h, kSpec(p, "dk"), dt.Size())
-	if err != nil {
-		return err
-	}
-	dvb, err := output(h, vSpec(p, "dv"), dt.Size())
-	if err != nil {
-		return err
-	}
-	pls, err := b.passes(ctx, p, dt, false, true)
+	pls, err := b.passes(ctx, p, dt, !backward, backward)
 	if err != nil {
 		return err
 	}
 	r := b.dev.Record()
-	if err := b.recordPasses(r, h.s, p, pls, operandBufs{OpQ: bufs[0], OpK: bufs[1], OpV: bufs[2], OpO: bufs[3], OpDO: bufs[4], OpLSE: bufs[5],
-		OpDQ: dqb, OpDK: dkb, OpDV: dvb}); err != nil {
+	if err := b.recordPasses(r, h.s, p, pls, bufs); err != nil {
 		return err
 	}
 	if _, err := b.dev.Submit(ctx, r); err != nil {
 		return h.fail(err)
 	}
-	if err := download(ctx, h, qSpec(p, "dq"), dqb, dq); err != nil {
-		return err
+	for _, op := range out {
+		if op == OpLSE {
+			err = download(ctx, h, opSpec(p, op), bufs[op], lse[:nl])
+		} else {
+			err = download(ctx, h, opSpec(p, op), bufs[op], data[op])
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if err := download(ctx, h, kSpec(p, "dk"), dkb, dk); err != nil {
-		return err
-	}
-	return download(ctx, h, vSpec(p, "dv"), dvb, dv)
+	return nil
 }

@@ -14,20 +14,17 @@ import (
 // allocOperands allocates every operand tensor of p (contents undefined).
 func allocOperands(t *testing.T, b *Backend, p *spec.Problem, dt spec.DType) Operands {
 	t.Helper()
-	alloc := func(op operandSpec) *Tensor {
-		d := dt
-		if op.dt != 0 {
-			d = op.dt
-		}
-		x, err := b.NewTensor(d, op.shape, op.st)
+	ts := &tensorSet{b: b, p: p, dt: dt}
+	t.Cleanup(ts.free)
+	var s Operands
+	for op := range OpD {
+		x, err := ts.alloc(op)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { x.Close() })
-		return x
+		s[op] = x
 	}
-	return Operands{Q: alloc(qSpec(p, "q")), K: alloc(kSpec(p, "k")), V: alloc(vSpec(p, "v")), O: alloc(oSpec(p, "o")),
-		LSE: alloc(lseSpec(p)), DO: alloc(oSpec(p, "do")), DQ: alloc(qSpec(p, "dq")), DK: alloc(kSpec(p, "dk")), DV: alloc(vSpec(p, "dv"))}
+	return s
 }
 
 // TestPlanMatchesRecording: for every kernel family the device runs (each

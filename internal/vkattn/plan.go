@@ -39,17 +39,6 @@ func (d Dir) String() string {
 	return "fwd"
 }
 
-// ParseDir reads "fwd" or "bwd".
-func ParseDir(s string) (Dir, error) {
-	switch s {
-	case "fwd":
-		return Fwd, nil
-	case "bwd":
-		return Bwd, nil
-	}
-	return 0, fmt.Errorf("%w: direction %q (want fwd or bwd)", ErrInvalid, s)
-}
-
 // Operand names a buffer a dispatch binds: the call's operands, and the
 // scratch buffers a plan allocates (OpD, OpScores).
 type Operand uint8

@@ -43,36 +43,11 @@ func CheckProblem(p *spec.Problem) error {
 	return nil
 }
 
-// operandSpec is the name, shape, strides and (for LSE) dtype of one
-// operand of a problem.
-type operandSpec struct {
-	name  string
-	shape spec.Shape
-	st    spec.Strides
-	dt    spec.DType // 0: the problem's storage type
-}
-
-func qSpec(p *spec.Problem, name string) operandSpec {
-	return operandSpec{name, spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D}, p.Q, 0}
-}
-func kSpec(p *spec.Problem, name string) operandSpec {
-	return operandSpec{name, spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.D}, p.K, 0}
-}
-func vSpec(p *spec.Problem, name string) operandSpec {
-	return operandSpec{name, spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.Dv}, p.V, 0}
-}
-func oSpec(p *spec.Problem, name string) operandSpec {
-	return operandSpec{name, spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv}, p.O, 0}
-}
-func lseSpec(p *spec.Problem) operandSpec {
-	return operandSpec{"lse", LSEShape(p), LSEStrides(p), spec.Float32}
-}
-
 // binding is one tensor argument of a resident call.
 type binding struct {
-	spec operandSpec
-	t    *Tensor
-	out  bool
+	op  Operand
+	t   *Tensor
+	out bool
 }
 
 // acquire checks the tensors against p and takes them for the call; the
@@ -90,13 +65,13 @@ func (b *Backend) acquire(p *spec.Problem, args []binding) (spec.DType, func(), 
 	}
 	dt := spec.DType(0)
 	for i, a := range args {
-		t := a.t
-		if err := t.use(a.spec.name); err != nil {
+		t, as := a.t, opSpec(p, a.op)
+		if err := t.use(as.name); err != nil {
 			release()
 			return 0, nil, err
 		}
 		taken = append(taken, t)
-		want := a.spec.dt
+		want := as.dt
 		if want == 0 {
 			if dt == 0 {
 				dt = t.dt
@@ -106,26 +81,26 @@ func (b *Backend) acquire(p *spec.Problem, args []binding) (spec.DType, func(), 
 		var err error
 		switch {
 		case t.b != b:
-			err = fmt.Errorf("%w: %s: tensor of another backend", ErrInvalid, a.spec.name)
+			err = fmt.Errorf("%w: %s: tensor of another backend", ErrInvalid, as.name)
 		case t.dt != want:
-			err = fmt.Errorf("%w: %s: %v tensor, want %v", ErrInvalid, a.spec.name, t.dt, want)
-		case t.shape != a.spec.shape:
-			err = fmt.Errorf("%w: %s: shape %v, the problem needs %v", ErrInvalid, a.spec.name, t.shape, a.spec.shape)
-		case !sameAddressing(t.shape, t.st, a.spec.st):
-			err = fmt.Errorf("%w: %s: strides %+v, the problem's are %+v", ErrInvalid, a.spec.name, t.st, a.spec.st)
+			err = fmt.Errorf("%w: %s: %v tensor, want %v", ErrInvalid, as.name, t.dt, want)
+		case t.shape != as.shape:
+			err = fmt.Errorf("%w: %s: shape %v, the problem needs %v", ErrInvalid, as.name, t.shape, as.shape)
+		case !sameAddressing(t.shape, t.st, as.st):
+			err = fmt.Errorf("%w: %s: strides %+v, the problem's are %+v", ErrInvalid, as.name, t.st, as.st)
 		}
 		if err == nil && a.out {
 			for j, o := range args {
 				if j != i && o.t == t {
-					err = fmt.Errorf("%w: %s: output is also passed as %s", ErrInvalid, a.spec.name, o.spec.name)
+					err = fmt.Errorf("%w: %s: output is also passed as %v", ErrInvalid, as.name, o.op)
 					break
 				}
 			}
 		}
 		if err == nil {
 			var n int64
-			if n, err = b.checkExtent(a.spec.name, a.spec.shape, a.spec.st, t.dt); err == nil && n > t.elems {
-				err = fmt.Errorf("%w: %s: view spans %d elements, tensor holds %d", ErrInvalid, a.spec.name, n, t.elems)
+			if n, err = b.checkExtent(as.name, as.shape, as.st, t.dt); err == nil && n > t.elems {
+				err = fmt.Errorf("%w: %s: view spans %d elements, tensor holds %d", ErrInvalid, as.name, n, t.elems)
 			}
 		}
 		if err != nil {
@@ -142,59 +117,33 @@ func (b *Backend) acquire(p *spec.Problem, args []binding) (spec.DType, func(), 
 
 // Forward computes O and LSE from resident Q, K, V.
 func (b *Backend) Forward(ctx context.Context, p *spec.Problem, q, k, v, o, lse *Tensor) error {
-	if err := b.enter(); err != nil {
-		return err
-	}
-	defer b.leave()
-	dt, release, err := b.acquire(p, []binding{
-		{qSpec(p, "q"), q, false}, {kSpec(p, "k"), k, false}, {vSpec(p, "v"), v, false},
-		{oSpec(p, "o"), o, true}, {lseSpec(p), lse, true},
-	})
-	if err != nil {
-		return err
-	}
-	defer release()
-	return b.run(ctx, p, dt, true, false, operandBufs{OpQ: q.buf, OpK: k.buf, OpV: v.buf, OpO: o.buf, OpLSE: lse.buf})
+	return b.call(ctx, p, true, false, Operands{OpQ: q, OpK: k, OpV: v, OpO: o, OpLSE: lse})
 }
 
 // Backward computes dQ, dK and dV from resident Q, K, V, O, LSE and dO.
 func (b *Backend) Backward(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv *Tensor) error {
-	if err := b.enter(); err != nil {
-		return err
-	}
-	defer b.leave()
-	dt, release, err := b.acquire(p, []binding{
-		{qSpec(p, "q"), q, false}, {kSpec(p, "k"), k, false}, {vSpec(p, "v"), v, false},
-		{oSpec(p, "o"), o, false}, {lseSpec(p), lse, false}, {oSpec(p, "do"), do, false},
-		{qSpec(p, "dq"), dq, true}, {kSpec(p, "dk"), dk, true}, {vSpec(p, "dv"), dv, true},
-	})
-	if err != nil {
-		return err
-	}
-	defer release()
-	return b.run(ctx, p, dt, false, true, operandBufs{OpQ: q.buf, OpK: k.buf, OpV: v.buf, OpO: o.buf, OpLSE: lse.buf,
-		OpDO: do.buf, OpDQ: dq.buf, OpDK: dk.buf, OpDV: dv.buf})
+	return b.call(ctx, p, false, true, Operands{OpQ: q, OpK: k, OpV: v, OpO: o, OpLSE: lse, OpDO: do, OpDQ: dq, OpDK: dk, OpDV: dv})
 }
 
 // Step is the training step: the forward (O, LSE), a barrier and the
 // backward (dQ, dK, dV) in one submission; O and LSE stay on the device.
 func (b *Backend) Step(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *Tensor) error {
+	return b.call(ctx, p, true, true, Operands{OpQ: q, OpK: k, OpV: v, OpO: o, OpLSE: lse, OpDO: do, OpDQ: dq, OpDK: dk, OpDV: dv})
+}
+
+// call checks the resident operands of a submission of the forward, the
+// backward or both, takes them for the call, and runs it.
+func (b *Backend) call(ctx context.Context, p *spec.Problem, fwd, bwd bool, ts Operands) error {
 	if err := b.enter(); err != nil {
 		return err
 	}
 	defer b.leave()
-	dt, release, err := b.acquire(p, []binding{
-		{qSpec(p, "q"), q, false}, {kSpec(p, "k"), k, false}, {vSpec(p, "v"), v, false},
-		{oSpec(p, "do"), do, false},
-		{oSpec(p, "o"), o, true}, {lseSpec(p), lse, true},
-		{qSpec(p, "dq"), dq, true}, {kSpec(p, "dk"), dk, true}, {vSpec(p, "dv"), dv, true},
-	})
+	dt, release, err := b.acquire(p, ts.bindings(fwd, bwd))
 	if err != nil {
 		return err
 	}
 	defer release()
-	return b.run(ctx, p, dt, true, true, operandBufs{OpQ: q.buf, OpK: k.buf, OpV: v.buf, OpO: o.buf, OpLSE: lse.buf,
-		OpDO: do.buf, OpDQ: dq.buf, OpDK: dk.buf, OpDV: dv.buf})
+	return b.run(ctx, p, dt, fwd, bwd, ts.bufs())
 }
 
 // scratch holds the pooled buffers one submission uses.

@@ -8,6 +8,7 @@ package vkattn
 // in doc.go.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -78,15 +79,7 @@ type TuneKey struct {
 }
 
 func (k TuneKey) String() string {
-	mask := "non-causal"
-	if k.Causal {
-		mask = "causal"
-	}
-	d := fmt.Sprintf("d=%d", k.D)
-	if k.DV != k.D {
-		d += fmt.Sprintf(" dv=%d", k.DV)
-	}
-	return fmt.Sprintf("%s %s %s %s %s", k.Dir, k.DType.Short(), d, mask, k.Stage)
+	return fmt.Sprintf("%s %s (%v, d %d, dv %d, causal %v)", k.Stage, k.Dir, k.DType, k.D, k.DV, k.Causal)
 }
 
 func tuneKeyOf(t *Tunable, p *spec.Problem, dt spec.DType) TuneKey {
@@ -234,21 +227,5 @@ func isLavapipe(info device.Info) bool {
 // space (stable), so that a bounded search (TuneOptions.MaxCandidates)
 // explores the default's neighbourhood first.
 func nearestFirst(cs []Candidate, vec func(Candidate) []int, ref []int) {
-	dist := func(c Candidate) float64 {
-		d := 0.0
-		for i, x := range vec(c) {
-			d += math.Abs(math.Log2(float64(max(x, 1))) - math.Log2(float64(max(ref[i], 1))))
-		}
-		return d
-	}
-	slices.SortStableFunc(cs, func(a, b Candidate) int {
-		da, db := dist(a), dist(b)
-		switch {
-		case da < db:
-			return -1
-		case da > db:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(cs, func(a, b Candidate) int { return cmp.Compare(log2Dist(vec(a), ref), log2Dist(vec(b), ref)) })
 }

@@ -281,106 +281,67 @@ func randn64(rng *rand.Rand, n int) []float64 {
 // verifyCase is a verification problem resident on the tuning backend,
 // with its float64 reference.
 type verifyCase struct {
-	p                               *spec.Problem
-	backward                        bool
-	ts                              []*Tensor
-	q, k, v, o, lse, do, dq, dk, dv *Tensor
-	ref                             [][]float64 // fwd: O, LSE; bwd: dQ, dK, dV
+	p        *spec.Problem
+	backward bool
+	ts       *tensorSet
+	ops      Operands
+	outs     []Operand
+	ref      [][]float64 // by output, in outs order: O, LSE or dQ, dK, dV
 }
 
 func (tb *Backend) newVerifyCase(ctx context.Context, p *spec.Problem, dt spec.DType, backward bool, seed uint64, ref Reference) (_ *verifyCase, err error) {
-	vc := &verifyCase{p: p, backward: backward}
+	vc := &verifyCase{p: p, backward: backward, ts: &tensorSet{b: tb, p: p, dt: dt}}
 	defer func() {
 		if err != nil {
 			vc.close()
 		}
 	}()
 	rng := rand.New(rand.NewPCG(seed, 0x7475_6e65))
-	q := round(dt, randn64(rng, p.B*p.Nq*p.Hq*p.D))
-	k := round(dt, randn64(rng, p.B*p.Nk*p.Hkv*p.D))
-	v := round(dt, randn64(rng, p.B*p.Nk*p.Hkv*p.Dv))
-	do := round(dt, randn64(rng, p.B*p.Nq*p.Hq*p.Dv))
-	fwd, err := ref(p, q, k, v, nil, false)
+	vals := map[Operand][]float64{}
+	for _, op := range []Operand{OpQ, OpK, OpV, OpDO} {
+		s := opSpec(p, op).shape
+		vals[op] = round(dt, randn64(rng, s.Len()))
+	}
+	fwd, err := ref(p, vals[OpQ], vals[OpK], vals[OpV], nil, false)
 	if err != nil {
 		return nil, fmt.Errorf("reference: %w", err)
 	}
 	if len(fwd) != 2 {
 		return nil, fmt.Errorf("%w: reference: %d forward results, want O and LSE", ErrInvalid, len(fwd))
 	}
-	o, lse := fwd[0], fwd[1]
-	alloc := func(op operandSpec, dt spec.DType) (*Tensor, error) {
-		if op.dt != 0 {
-			dt = op.dt
+	vc.ref = fwd
+	if backward {
+		vals[OpO], vals[OpLSE] = round(dt, fwd[0]), fwd[1]
+		if vc.ref, err = ref(p, vals[OpQ], vals[OpK], vals[OpV], vals[OpDO], true); err != nil {
+			return nil, fmt.Errorf("reference: %w", err)
 		}
-		t, err := tb.NewTensor(dt, op.shape, op.st)
-		if err == nil {
-			vc.ts = append(vc.ts, t)
+		if len(vc.ref) != 3 {
+			return nil, fmt.Errorf("%w: reference: %d backward results, want dQ, dK and dV", ErrInvalid, len(vc.ref))
 		}
-		return t, err
 	}
-	load := func(op operandSpec, x []float64) (*Tensor, error) {
-		t, err := alloc(op, dt)
-		if err != nil {
+	in, out := passOperands(!backward, backward)
+	for _, op := range in {
+		if vc.ops[op], err = vc.ts.alloc(op); err != nil {
 			return nil, err
 		}
-		return t, upload64(ctx, t, x)
-	}
-	if vc.q, err = load(qSpec(p, "q"), q); err != nil {
-		return nil, err
-	}
-	if vc.k, err = load(kSpec(p, "k"), k); err != nil {
-		return nil, err
-	}
-	if vc.v, err = load(vSpec(p, "v"), v); err != nil {
-		return nil, err
-	}
-	if !backward {
-		if vc.o, err = alloc(oSpec(p, "o"), dt); err != nil {
+		if err := upload64(ctx, vc.ops[op], vals[op]); err != nil {
 			return nil, err
 		}
-		if vc.lse, err = alloc(lseSpec(p), dt); err != nil {
+	}
+	for _, op := range out {
+		if vc.ops[op], err = vc.ts.alloc(op); err != nil {
 			return nil, err
 		}
-		vc.ref = [][]float64{o, lse}
-		return vc, nil
 	}
-	grads, err := ref(p, q, k, v, do, true)
-	if err != nil {
-		return nil, fmt.Errorf("reference: %w", err)
-	}
-	if len(grads) != 3 {
-		return nil, fmt.Errorf("%w: reference: %d backward results, want dQ, dK and dV", ErrInvalid, len(grads))
-	}
-	vc.ref = grads
-	if vc.o, err = load(oSpec(p, "o"), round(dt, o)); err != nil {
-		return nil, err
-	}
-	if vc.lse, err = load(lseSpec(p), lse); err != nil {
-		return nil, err
-	}
-	if vc.do, err = load(oSpec(p, "do"), do); err != nil {
-		return nil, err
-	}
-	if vc.dq, err = alloc(qSpec(p, "dq"), dt); err != nil {
-		return nil, err
-	}
-	if vc.dk, err = alloc(kSpec(p, "dk"), dt); err != nil {
-		return nil, err
-	}
-	if vc.dv, err = alloc(vSpec(p, "dv"), dt); err != nil {
-		return nil, err
-	}
+	vc.outs = out
 	return vc, nil
 }
 
 // run computes the case with tb's current configuration (outputs poisoned
 // first) and returns the worst rel_l2 against the reference.
 func (vc *verifyCase) run(ctx context.Context, tb *Backend) (float64, error) {
-	outs := []*Tensor{vc.o, vc.lse}
-	if vc.backward {
-		outs = []*Tensor{vc.dq, vc.dk, vc.dv}
-	}
-	for _, t := range outs {
+	for _, op := range vc.outs {
+		t := vc.ops[op]
 		word := uint32(0x7FC00000)
 		if t.dt == spec.Float16 {
 			word = 0x7E007E00
@@ -389,18 +350,12 @@ func (vc *verifyCase) run(ctx context.Context, tb *Backend) (float64, error) {
 			return 0, err
 		}
 	}
-	var err error
-	if vc.backward {
-		err = tb.Backward(ctx, vc.p, vc.q, vc.k, vc.v, vc.o, vc.lse, vc.do, vc.dq, vc.dk, vc.dv)
-	} else {
-		err = tb.Forward(ctx, vc.p, vc.q, vc.k, vc.v, vc.o, vc.lse)
-	}
-	if err != nil {
+	if err := tb.call(ctx, vc.p, !vc.backward, vc.backward, vc.ops); err != nil {
 		return 0, err
 	}
 	worst := 0.0
-	for i, t := range outs {
-		got, err := download64(ctx, t, len(vc.ref[i]))
+	for i, op := range vc.outs {
+		got, err := download64(ctx, vc.ops[op], len(vc.ref[i]))
 		if err != nil {
 			return 0, err
 		}
@@ -438,77 +393,55 @@ func relL2(got, want []float64) float64 {
 	return math.Sqrt(num / den)
 }
 
-func (vc *verifyCase) close() {
-	for _, t := range vc.ts {
-		t.Close()
-	}
-	vc.ts = nil
-}
+func (vc *verifyCase) close() { vc.ts.free() }
 
-// timingOperands uploads random inputs of p (and for the backward O and
-// LSE from one forward) and allocates the outputs.
+// timingOperands uploads random inputs of p (for the backward, O and LSE
+// from one forward) and allocates the outputs.
 func (tb *Backend) timingOperands(ctx context.Context, p *spec.Problem, dt spec.DType, backward bool, seed uint64) (Operands, func(), error) {
-	var ts []*Tensor
-	closeAll := func() {
-		for _, t := range ts {
-			t.Close()
-		}
-	}
+	ts := &tensorSet{b: tb, p: p, dt: dt}
 	rng := rand.New(rand.NewPCG(seed, 0x7469_6d65))
-	alloc := func(op operandSpec) (*Tensor, error) {
-		d := dt
-		if op.dt != 0 {
-			d = op.dt
-		}
-		t, err := tb.NewTensor(d, op.shape, op.st)
-		if err == nil {
-			ts = append(ts, t)
-		}
-		return t, err
-	}
-	load := func(op operandSpec) (*Tensor, error) {
-		t, err := alloc(op)
-		if err != nil {
-			return nil, err
-		}
-		n := int(t.elems)
-		return t, upload64(ctx, t, randn64(rng, n))
-	}
 	var s Operands
-	var err error
-	fail := func(err error) (Operands, func(), error) { closeAll(); return Operands{}, nil, err }
-	if s.Q, err = load(qSpec(p, "q")); err != nil {
+	fail := func(err error) (Operands, func(), error) { ts.free(); return Operands{}, nil, err }
+	random := func(ops ...Operand) error {
+		for _, op := range ops {
+			t, err := ts.alloc(op)
+			if err != nil {
+				return err
+			}
+			if err := upload64(ctx, t, randn64(rng, int(t.elems))); err != nil {
+				return err
+			}
+			s[op] = t
+		}
+		return nil
+	}
+	allocs := func(ops ...Operand) error {
+		for _, op := range ops {
+			t, err := ts.alloc(op)
+			if err != nil {
+				return err
+			}
+			s[op] = t
+		}
+		return nil
+	}
+	if err := random(OpQ, OpK, OpV); err != nil {
 		return fail(err)
 	}
-	if s.K, err = load(kSpec(p, "k")); err != nil {
-		return fail(err)
-	}
-	if s.V, err = load(vSpec(p, "v")); err != nil {
-		return fail(err)
-	}
-	if s.O, err = alloc(oSpec(p, "o")); err != nil {
-		return fail(err)
-	}
-	if s.LSE, err = alloc(lseSpec(p)); err != nil {
+	if err := allocs(OpO, OpLSE); err != nil {
 		return fail(err)
 	}
 	if !backward {
-		return s, closeAll, nil
+		return s, ts.free, nil
 	}
-	if err := tb.Forward(ctx, p, s.Q, s.K, s.V, s.O, s.LSE); err != nil {
+	if err := tb.Forward(ctx, p, s[OpQ], s[OpK], s[OpV], s[OpO], s[OpLSE]); err != nil {
 		return fail(err)
 	}
-	if s.DO, err = load(oSpec(p, "do")); err != nil {
+	if err := random(OpDO); err != nil {
 		return fail(err)
 	}
-	if s.DQ, err = alloc(qSpec(p, "dq")); err != nil {
+	if err := allocs(OpDQ, OpDK, OpDV); err != nil {
 		return fail(err)
 	}
-	if s.DK, err = alloc(kSpec(p, "dk")); err != nil {
-		return fail(err)
-	}
-	if s.DV, err = alloc(vSpec(p, "dv")); err != nil {
-		return fail(err)
-	}
-	return s, closeAll, nil
+	return s, ts.free, nil
 }

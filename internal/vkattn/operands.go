@@ -1,0 +1,119 @@
+//go:build cgo
+
+package vkattn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// operandSpec is the name, shape, strides and (for LSE) dtype of one
+// operand of a problem.
+type operandSpec struct {
+	name  string
+	shape spec.Shape
+	st    spec.Strides
+	dt    spec.DType // 0: the problem's storage type
+}
+
+// opSpec is operand op of p: Q, K, V and O (and their gradients, which
+// share their strides), LSE (contiguous float32 [B, Hq, Nq]).
+func opSpec(p *spec.Problem, op Operand) operandSpec {
+	s := operandSpec{name: op.String()}
+	switch op {
+	case OpQ, OpDQ:
+		s.shape, s.st = spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D}, p.Q
+	case OpK, OpDK:
+		s.shape, s.st = spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.D}, p.K
+	case OpV, OpDV:
+		s.shape, s.st = spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.Dv}, p.V
+	case OpO, OpDO:
+		s.shape, s.st = spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv}, p.O
+	case OpLSE:
+		s.shape, s.st, s.dt = LSEShape(p), LSEStrides(p), spec.Float32
+	}
+	return s
+}
+
+// passOperands lists the inputs and outputs of a submission of the
+// forward, the backward, or both (a training step, whose backward reads
+// the O and LSE its forward writes).
+func passOperands(fwd, bwd bool) (in, out []Operand) {
+	switch {
+	case fwd && bwd:
+		return []Operand{OpQ, OpK, OpV, OpDO}, []Operand{OpO, OpLSE, OpDQ, OpDK, OpDV}
+	case bwd:
+		return []Operand{OpQ, OpK, OpV, OpO, OpLSE, OpDO}, []Operand{OpDQ, OpDK, OpDV}
+	}
+	return []Operand{OpQ, OpK, OpV}, []Operand{OpO, OpLSE}
+}
+
+// Operands are the resident tensors of a call, by operand (the inputs and
+// outputs of its passes; nil for the rest).
+type Operands [numOperands]*Tensor
+
+// bindings are the call arguments of a submission of the passes.
+func (s *Operands) bindings(fwd, bwd bool) []binding {
+	in, out := passOperands(fwd, bwd)
+	var args []binding
+	for _, op := range in {
+		args = append(args, binding{op, s[op], false})
+	}
+	for _, op := range out {
+		args = append(args, binding{op, s[op], true})
+	}
+	return args
+}
+
+// bufs are the tensors' buffers by operand (nil for tensors not given).
+func (s *Operands) bufs() operandBufs {
+	var bufs operandBufs
+	for op, t := range s {
+		if t != nil {
+			bufs[op] = t.buf
+		}
+	}
+	return bufs
+}
+
+// tensorSet allocates the operand tensors of a problem and frees them
+// together.
+type tensorSet struct {
+	b   *Backend
+	p   *spec.Problem
+	dt  spec.DType
+	all []*Tensor
+}
+
+// alloc allocates operand op of the problem (contents undefined).
+func (s *tensorSet) alloc(op Operand) (*Tensor, error) {
+	os := opSpec(s.p, op)
+	dt := s.dt
+	if os.dt != 0 {
+		dt = os.dt
+	}
+	t, err := s.b.NewTensor(dt, os.shape, os.st)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", os.name, err)
+	}
+	s.all = append(s.all, t)
+	return t, nil
+}
+
+// free closes every tensor of the set.
+func (s *tensorSet) free() {
+	for _, t := range s.all {
+		t.Close()
+	}
+	s.all = nil
+}
+
+// uploadOp fills t from data (which must cover its view).
+func uploadOp[T Elem](ctx context.Context, t *Tensor, data []T) error {
+	if int64(len(data)) < t.elems {
+		return fmt.Errorf("%w: slice of %d elements, the view needs %d", ErrInvalid, len(data), t.elems)
+	}
+	return Upload(ctx, t, data[:t.elems])
+}

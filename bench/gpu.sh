@@ -66,7 +66,11 @@ Options:
       --tests REGEX     conformance: only tests matching REGEX (-test.run)
       --tune-cache FILE grid, perkernel: use this tune cache
       --tune-budget D   tune: time limit per direction, Go duration (default 4m)
-      --tune-candidates K  tune: candidates per key and family (default 12)
+      --tune-candidates K  tune: candidates per key and family, the default
+                        and its nearest neighbours (default 12; 0: all)
+      --tune-family LIST  tune: only these kernel families (flashvk tune
+                        --family: flash, flash_cm, bwd_dkdv, bwd_dq,
+                        bwd_cm_dkdv, bwd_cm_dq)
       --gemm-sizes LIST gemm: GEMM sizes M=N=K (default 4096,8192)
       --python PATH     the Python with torch (default python3) [FLASHVK_PYTHON]
       --no-torch        do not run PyTorch
@@ -141,6 +145,7 @@ tests=
 tune_cache=
 tune_budget=4m
 tune_candidates=12
+tune_family=
 gemm_sizes=4096,8192
 python=${FLASHVK_PYTHON:-python3}
 use_torch=1
@@ -181,7 +186,7 @@ while [ $# -gt 0 ]; do
 	--fwd-only) backward=0 ;;
 	--no-torch) use_torch=0 ;;
 	-o | --out | --bin-dir | --device | --dtypes | --dims | --seqs | --causal | --tokens | --hidden | \
-		--iters | --warmup | --rotate | --tests | --tune-cache | --tune-budget | --tune-candidates | \
+		--iters | --warmup | --rotate | --tests | --tune-cache | --tune-budget | --tune-candidates | --tune-family | \
 		--gemm-sizes | --python | --step-timeout | --max-files)
 		need_arg "$@"
 		val=$2
@@ -206,6 +211,7 @@ while [ $# -gt 0 ]; do
 		--tune-cache) tune_cache=$val ;;
 		--tune-budget) tune_budget=$val ;;
 		--tune-candidates) tune_candidates=$val ;;
+		--tune-family) tune_family=$val ;;
 		--gemm-sizes) gemm_sizes=$val ;;
 		--python) python=$val ;;
 		--step-timeout) step_timeout=$val ;;
@@ -236,10 +242,13 @@ fi
 # Values.
 is_uint() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
 is_list() { [[ $1 =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; }
-for pair in "tokens:$tokens" "hidden:$hidden" "iters:$iters" "rotate:$rotate" "tune-candidates:$tune_candidates"; do
+for pair in "tokens:$tokens" "hidden:$hidden" "iters:$iters" "rotate:$rotate"; do
 	is_uint "${pair#*:}" || die_usage "--${pair%%:*} '${pair#*:}': want a positive integer"
 done
 [[ $warmup =~ ^[0-9]+$ ]] || die_usage "--warmup '$warmup': want an integer >= 0"
+[[ $tune_candidates =~ ^[0-9]+$ ]] || die_usage "--tune-candidates '$tune_candidates': want an integer >= 0 (0: all)"
+[ -z "$tune_family" ] || [[ $tune_family =~ ^[a-z_0-9]+(,[a-z_0-9]+)*$ ]] ||
+	die_usage "--tune-family '$tune_family': want comma-separated kernel families, e.g. bwd_cm_dkdv"
 for pair in "dims:$dims" "seqs:$seqs" "gemm-sizes:$gemm_sizes"; do
 	is_list "${pair#*:}" || die_usage "--${pair%%:*} '${pair#*:}': want comma-separated positive integers, e.g. 64,128"
 done
@@ -532,7 +541,8 @@ flashvk_grid() { # dtype label: flashvk bench on the grid into flashvk[-label]-D
 	local dt=$1 name=flashvk${2:+-$2}-$1.json
 	step "flashvk bench $dt${2:+ ($2)}" "$log" . "$fvk" bench --dtype "$dt" --seq "$seqs" "${bench_common[@]}" \
 		--json "$out/$name"
-	grep -E 'unsteady|retimed|error' "$tmp/step.out" | head -5 | sed 's/^/   /' | show
+	# flashvk's notes on a series with a clock step, and errors.
+	grep -E 'still have a step|[Ee]rror' "$tmp/step.out" | head -5 | sed 's/^/   /' | show
 }
 
 compare_dtype() { # dtype: flashvk compare of the files of one dtype, into compare.txt
@@ -617,10 +627,16 @@ if on tune; then
 		)
 		tune_common=(--dtype "$tdt_csv" --d "$dims" --causal="$causal" --tokens "$tokens" --hidden "$hidden"
 			--max-candidates "$tune_candidates" --budget "$tune_budget" --cache "$cache")
+		[ -z "$tune_family" ] || tune_common+=(--family "$tune_family")
 		n_bwd=2048 n_fwd=1024,4096
 		[ $seqs_given -eq 0 ] || n_bwd=$seqs n_fwd=$seqs
-		[ $backward -eq 0 ] || step "flashvk tune bwd" "$log" . "$fvk" tune --dir bwd --n "$n_bwd" "${tune_common[@]}"
-		step "flashvk tune fwd" "$log" . "$fvk" tune --dir fwd --n "$n_fwd" "${tune_common[@]}"
+		tune_bwd=$backward tune_fwd=1
+		if [ -n "$tune_family" ]; then # only the directions of the families named
+			[[ ,$tune_family =~ ,bwd ]] || tune_bwd=0
+			[[ ,$tune_family =~ ,flash ]] || tune_fwd=0
+		fi
+		[ $tune_bwd -eq 0 ] || step "flashvk tune bwd" "$log" . "$fvk" tune --dir bwd --n "$n_bwd" "${tune_common[@]}"
+		[ $tune_fwd -eq 0 ] || step "flashvk tune fwd" "$log" . "$fvk" tune --dir fwd --n "$n_fwd" "${tune_common[@]}"
 		if [ -f "$cache" ]; then
 			"$fvk" tune --show --cache "$cache" 2>&1 | show
 		fi

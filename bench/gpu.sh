@@ -24,7 +24,8 @@ Modes (comma-separated, run in this order):
                the backend's own tests
   grid         per dtype: PyTorch SDPA, then `flashvk bench` (forward and
                backward) on the same grid; `flashvk compare` tables.
-               Default tiles (FLASHVK_TUNE=off) unless --tune-cache
+               Default tiles (FLASHVK_TUNE=off) unless --tune-cache (the
+               environment's FLASHVK_TUNE and FLASHVK_TUNE_CACHE are not used)
   perkernel    `flashvk bench --backward --per-kernel`: each kernel's time
                (d of --dims, N of --seqs or 1024,4096)
   tune         `flashvk tune` (fp32 and fp16 of --dtypes; backward at
@@ -260,7 +261,10 @@ if [ -n "$max_files" ]; then
 		die_usage "--max-files '$max_files': want an integer >= 3"
 	fi
 fi
-[ -z "$tune_cache" ] || [ -f "$tune_cache" ] || die_usage "--tune-cache $tune_cache: no such file"
+if [ -n "$tune_cache" ]; then
+	[ -f "$tune_cache" ] || die_usage "--tune-cache $tune_cache: no such file"
+	tune_cache=$(cd "$(dirname "$tune_cache")" && pwd)/$(basename "$tune_cache")
+fi
 if [ -n "$tune_cache" ] && on tune; then
 	die_usage "--tune-cache is for grid and perkernel; mode tune writes its own cache"
 fi
@@ -576,10 +580,7 @@ if on grid; then
 	say ""
 	if [ -n "$tune_cache" ]; then
 		say "== grid (tune cache $tune_cache)"
-		FLASHVK_TUNE_CACHE=$(cd "$(dirname "$tune_cache")" && pwd)/$(basename "$tune_cache")
-		export FLASHVK_TUNE_CACHE
-		run_grid ""
-		unset FLASHVK_TUNE_CACHE
+		FLASHVK_TUNE=on FLASHVK_TUNE_CACHE=$tune_cache run_grid ""
 	else
 		say "== grid (default tiles: FLASHVK_TUNE=off)"
 		FLASHVK_TUNE=off run_grid ""
@@ -597,7 +598,7 @@ if on perkernel; then
 		echo "${dt_list[*]}"
 	)
 	if [ -n "$tune_cache" ]; then
-		pk_env=(env FLASHVK_TUNE_CACHE="$tune_cache")
+		pk_env=(env FLASHVK_TUNE=on FLASHVK_TUNE_CACHE="$tune_cache")
 	else
 		pk_env=(env FLASHVK_TUNE=off)
 	fi
@@ -643,7 +644,7 @@ if on tune; then
 	fi
 	if [ -f "$cache" ]; then
 		say "-- the grid with $(rel "$cache")"
-		FLASHVK_TUNE_CACHE=$cache run_grid tuned
+		FLASHVK_TUNE=on FLASHVK_TUNE_CACHE=$cache run_grid tuned
 	else
 		say "   no tune cache was written: the tuned grid is not run"
 		failed=1

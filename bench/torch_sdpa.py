@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Time PyTorch SDPA on the FlashAttention-2 paper grid and write flashvk-bench/1 JSON.
 
-Runs on the GPU machine (PyTorch installed there):
-    python3 bench/torch_sdpa.py --backend flash --dtype float16 --json $OUT/torch.json
-Same grid, FLOP convention and statistics as `flashvk bench`: forward 4*B*H*N*N*d
-(halved when causal), backward 2.5x that; warm-up, then the median of many runs
-timed with CUDA events around each call, cycling through --rotate input sets so
-the L2 cache does not flatter small problems.
+Needs PyTorch with CUDA; bench/gpu.sh runs it beside `flashvk bench` in the same run:
+    python3 bench/torch_sdpa.py --backend flash --dtype float16 --backward --json torch-float16.json
+Same grid, FLOP convention and statistics as `flashvk bench`: B = tokens/N,
+H = hidden/d, forward 4*B*H*N*N*d (halved when causal), backward 2.5x that;
+warm-up, then the median of many runs timed with CUDA events around each call,
+cycling through --rotate input sets so the L2 cache does not flatter small
+problems.
 """
 import argparse
 import datetime
@@ -27,11 +28,11 @@ BACKENDS = {
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
-def grid(dims, seqs, causals, tokens):
+def grid(dims, seqs, causals, tokens, hidden):
     for d in dims:
         for n in seqs:
             for c in causals:
-                yield d, n, c, max(tokens // n, 1), 2048 // d
+                yield d, n, c, max(tokens // n, 1), max(hidden // d, 1)
 
 
 def quantile(xs, q):
@@ -62,6 +63,7 @@ def main():
     ap.add_argument("--seq", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--causal", default="both", choices=["true", "false", "both"])
     ap.add_argument("--tokens", type=int, default=16384, help="B*N (default 16384)")
+    ap.add_argument("--hidden", type=int, default=2048, help="H*d (default 2048)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--rotate", type=int, default=4)
@@ -73,7 +75,7 @@ def main():
     dt = DTYPES[a.dtype]
     causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal]
     results = []
-    for d, n, causal, b, h in grid(a.dim, a.seq, causals, a.tokens):
+    for d, n, causal, b, h in grid(a.dim, a.seq, causals, a.tokens, a.hidden):
         # BHSD, as SDPA takes it.
         sets = []
         for _ in range(a.rotate):

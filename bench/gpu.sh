@@ -17,8 +17,8 @@ the summary says so when they do not.
 
 Modes (comma-separated, run in this order):
   conformance  go test of ./attention and ./internal/vkattn (test binaries,
-               -test.v) with FLASHVK_REQUIRE_VULKAN=1 and
-               FLASHVK_DEBUG_TILES=1: the conformance suite on every Vulkan
+               -test.v) with FLASHVK_REQUIRE_VULKAN=1: the conformance
+               suite on every Vulkan
                kernel the device runs (scalar; cooperative-matrix where it
                has them; fp32/fp16/bf16, forward, backward, determinism),
                the backend's own tests
@@ -498,14 +498,14 @@ worst_ratio() { # the largest rel_l2/tol of a -test.v log's "rel_l2 X (tol Y)" l
 }
 if on conformance; then
 	say ""
-	say "== conformance (FLASHVK_REQUIRE_VULKAN=1, FLASHVK_DEBUG_TILES=1)"
+	say "== conformance (FLASHVK_REQUIRE_VULKAN=1)"
 	clog=$tmp/conformance.log
 	: >"$clog"
 	run=()
 	[ -z "$tests" ] || run=(-test.run "$tests")
-	FLASHVK_DEBUG_TILES=1 step "go test ./internal/vkattn" "$clog" internal/vkattn \
+	step "go test ./internal/vkattn" "$clog" internal/vkattn \
 		"$bin/vkattn.test" -test.v -test.timeout 60m "${run[@]}"
-	FLASHVK_DEBUG_TILES=1 step "go test ./attention" "$clog" attention \
+	step "go test ./attention" "$clog" attention \
 		"$bin/attention.test" -test.v -test.timeout 60m "${run[@]}"
 	say "   tests: $(grep -c -- '--- PASS' "$clog") passed, $(grep -c -- '--- FAIL' "$clog") failed, $(grep -c -- '--- SKIP' "$clog") skipped (subtests included)"
 	grep -- '--- FAIL' "$clog" | head -20 | show

@@ -16,7 +16,7 @@
 // implementation such as Mesa's lavapipe, far slower than the CPU backend —
 // runs only when Config.Device names it or Backend is Vulkan. A named
 // device that does not exist, a kernel the device cannot run, or a kernel
-// with the CPU backend is an error, never a silent fallback. Devices lists
+// with the CPU backend is an error, never a quiet fallback. Devices lists
 // the Vulkan devices and marks Auto's. Open reads the environment for the
 // fields left zero (FLASHVK_BACKEND, FLASHVK_DEVICE, FLASHVK_TUNE_CACHE,
 // FLASHVK_TUNE=off, FLASHVK_VULKAN_LIBRARY, FLASHVK_PIPELINE_CACHE_DIR,

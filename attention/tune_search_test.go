@@ -191,7 +191,7 @@ func TestTuneSearch(t *testing.T) {
 
 // TestTuneSearchEdges: families filter the stages; a pass without a
 // tunable stage is a result with an error that names its kernels, not a
-// silent skip; a spent budget decides the stage in progress among the
+// quiet skip; a spent budget decides the stage in progress among the
 // candidates measured and stops with ErrTuneBudget; bad options are
 // refused.
 func TestTuneSearchEdges(t *testing.T) {

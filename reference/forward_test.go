@@ -281,7 +281,7 @@ func TestDefaultScale(t *testing.T) {
 	assert.Equal(t, l1, l0)
 }
 
-// expandKV repeats each kv head Hq/Hkv times, giving the equivalent MHA
+// expandKV repeats each kv head Hq/Hkv times, giving the matching MHA
 // problem.
 func expandKV(p Params, t []float64, n, x int) []float64 {
 	group := p.Hq / p.Hkv

@@ -109,12 +109,28 @@ func layoutViews(p *spec.Problem, layout string) operands {
 	return r
 }
 
+// randDense returns uniform values in ±amp, rounded to float32 so that the
+// kernels and the float64 reference see the same inputs.
 func randDense(rng *rand.Rand, b, h, n, w int, amp float64) dense {
 	d := newDense(b, h, n, w)
 	for i := range d.x {
-		d.x[i] = amp * (2*rng.Float64() - 1)
+		d.x[i] = float64(float32(amp * (2*rng.Float64() - 1)))
 	}
 	return d
+}
+
+// setInputs draws Q, K, V and dO from rng, in that order (Q and K in ±qk,
+// V and dO in ±1), sets them in the operands and returns them.
+func (ops operands) setInputs(p *spec.Problem, rng *rand.Rand, qk float64) (q, k, v, do dense) {
+	q = randDense(rng, p.B, p.Hq, p.Nq, p.D, qk)
+	k = randDense(rng, p.B, p.Hkv, p.Nk, p.D, qk)
+	v = randDense(rng, p.B, p.Hkv, p.Nk, p.Dv, 1)
+	do = randDense(rng, p.B, p.Hq, p.Nq, p.Dv, 1)
+	ops.q.set(q)
+	ops.k.set(k)
+	ops.v.set(v)
+	ops.do.set(do)
+	return q, k, v, do
 }
 
 // relL2 returns ‖got − want‖₂ / ‖want‖₂ (the plain norm when want is 0).
@@ -164,20 +180,7 @@ func checkCase(t *testing.T, c tcase) {
 	p := c.problem()
 	ops := layoutViews(p, c.layout)
 	rng := rand.New(rand.NewPCG(uint64(c.nq*1000+c.nk), uint64(c.d*100+c.dv)))
-	qd := randDense(rng, p.B, p.Hq, p.Nq, p.D, 2)
-	kd := randDense(rng, p.B, p.Hkv, p.Nk, p.D, 2)
-	vd := randDense(rng, p.B, p.Hkv, p.Nk, p.Dv, 1)
-	dod := randDense(rng, p.B, p.Hq, p.Nq, p.Dv, 1)
-	// Round the inputs to float32 so that both sides see the same values.
-	for _, d := range []dense{qd, kd, vd, dod} {
-		for i, x := range d.x {
-			d.x[i] = float64(float32(x))
-		}
-	}
-	ops.q.set(qd)
-	ops.k.set(kd)
-	ops.v.set(vd)
-	ops.do.set(dod)
+	qd, kd, vd, dod := ops.setInputs(p, rng, 2)
 	ref := refBackward(p, qd, kd, vd, dod)
 
 	ctx := context.Background()
@@ -315,11 +318,7 @@ func TestFullyMaskedRows(t *testing.T) {
 			}
 			p := c.problem()
 			ops := layoutViews(p, c.layout)
-			rng := rand.New(rand.NewPCG(1, 2))
-			ops.q.set(randDense(rng, p.B, p.Hq, p.Nq, p.D, 1))
-			ops.k.set(randDense(rng, p.B, p.Hkv, p.Nk, p.D, 1))
-			ops.v.set(randDense(rng, p.B, p.Hkv, p.Nk, p.Dv, 1))
-			ops.do.set(randDense(rng, p.B, p.Hq, p.Nq, p.Dv, 1))
+			ops.setInputs(p, rand.New(rand.NewPCG(1, 2)), 1)
 			lse := nanFull(p.B * p.Hq * p.Nq)
 			ctx := context.Background()
 			require.NoError(t, Forward(ctx, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
@@ -352,11 +351,7 @@ func TestDeterminism(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			p := c.problem()
 			ops := layoutViews(p, c.layout)
-			rng := rand.New(rand.NewPCG(3, 4))
-			ops.q.set(randDense(rng, p.B, p.Hq, p.Nq, p.D, 2))
-			ops.k.set(randDense(rng, p.B, p.Hkv, p.Nk, p.D, 2))
-			ops.v.set(randDense(rng, p.B, p.Hkv, p.Nk, p.Dv, 1))
-			ops.do.set(randDense(rng, p.B, p.Hq, p.Nq, p.Dv, 1))
+			ops.setInputs(p, rand.New(rand.NewPCG(3, 4)), 2)
 			ctx := context.Background()
 			lse := make([]float32, p.B*p.Hq*p.Nq)
 			require.NoError(t, Forward(ctx, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))

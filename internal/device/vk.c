@@ -1043,38 +1043,33 @@ static VkResult alloc_set(fvk_device *d, fvk_frame *f, VkDescriptorSetLayout l, 
 	return VK_SUCCESS;
 }
 
+// What each FVK_BARRIER_* kind orders: the stages and accesses before the
+// barrier and after it.
+#define CS VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+#define TR VK_PIPELINE_STAGE_TRANSFER_BIT
+#define ALL VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+static const struct {
+	VkPipelineStageFlags src, dst;
+	VkAccessFlags src_access, dst_access;
+} barrier_kinds[] = {
+    [FVK_BARRIER_COMPUTE] = {CS, CS, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT},
+    [FVK_BARRIER_TRANSFER_COMPUTE] = {TR, CS, VK_ACCESS_TRANSFER_WRITE_BIT,
+                                      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT},
+    [FVK_BARRIER_COMPUTE_TRANSFER] = {CS, TR, VK_ACCESS_SHADER_WRITE_BIT,
+                                      VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT},
+    [FVK_BARRIER_FULL] = {ALL, ALL, VK_ACCESS_MEMORY_WRITE_BIT, VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT},
+    [FVK_BARRIER_HOST_READ] = {ALL, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_MEMORY_WRITE_BIT, VK_ACCESS_HOST_READ_BIT},
+};
+#undef CS
+#undef TR
+#undef ALL
+
 static void barrier(fvk_device *d, VkCommandBuffer cmd, uint32_t kind) {
+	if (kind >= sizeof barrier_kinds / sizeof barrier_kinds[0]) kind = FVK_BARRIER_FULL;
 	VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-	VkPipelineStageFlags src = 0, dst = 0;
-	const VkPipelineStageFlags CS = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, TR = VK_PIPELINE_STAGE_TRANSFER_BIT;
-	switch (kind) {
-	case FVK_BARRIER_COMPUTE:
-		src = CS, dst = CS;
-		mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-		break;
-	case FVK_BARRIER_TRANSFER_COMPUTE:
-		src = TR, dst = CS;
-		mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-		break;
-	case FVK_BARRIER_COMPUTE_TRANSFER:
-		src = CS, dst = TR;
-		mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-		break;
-	case FVK_BARRIER_HOST_READ:
-		src = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, dst = VK_PIPELINE_STAGE_HOST_BIT;
-		mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-		break;
-	default: // FVK_BARRIER_FULL
-		src = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, dst = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
-		mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
-		break;
-	}
-	d->CmdPipelineBarrier(cmd, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
+	mb.srcAccessMask = barrier_kinds[kind].src_access;
+	mb.dstAccessMask = barrier_kinds[kind].dst_access;
+	d->CmdPipelineBarrier(cmd, barrier_kinds[kind].src, barrier_kinds[kind].dst, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 static VkResult ensure_queries(fvk_device *d, fvk_frame *f, uint32_t n) {

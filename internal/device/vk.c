@@ -339,6 +339,24 @@ static int has_ext(VkExtensionProperties *exts, uint32_t n, const char *name) {
 		(tailp) = &(s)->pNext;         \
 	} while (0)
 
+// QUERY_ARRAY(pfn, pd, arr, max, stype, count): the two-call idiom of the
+// vkGetPhysicalDevice*Properties* commands that fill an array of
+// out-structures: at most max of arr's elements, each with sType stype, are
+// filled by pfn (a PFN_vkVoidFunction) for pd; count is set to how many, or
+// to 0 if the second call fails (left alone if the first does).
+#define QUERY_ARRAY(pfn, pd, arr, max, stype, count)                                                   \
+	do {                                                                                           \
+		typedef VkResult(VKAPI_PTR * fn_t)(VkPhysicalDevice, uint32_t *, __typeof__(&(arr)[0])); \
+		fn_t fn = (fn_t)(pfn);                                                                 \
+		uint32_t n = 0;                                                                        \
+		if (fn((pd), &n, NULL) == VK_SUCCESS) {                                                \
+			if (n > (max)) n = (max);                                                      \
+			for (uint32_t i = 0; i < n; i++) (arr)[i].sType = (stype);                     \
+			VkResult r = fn((pd), &n, (arr));                                              \
+			(count) = (r == VK_SUCCESS || r == VK_INCOMPLETE) ? n : 0;                     \
+		}                                                                                      \
+	} while (0)
+
 void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 	memset(o, 0, sizeof *o);
 	o->queue_family = UINT32_MAX;
@@ -498,30 +516,12 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		if (!o->ext_coopmat2) memset(&o->coopmat2, 0, sizeof o->coopmat2);
 		o->ext_bf16 = ebf && (o->bf16_type || o->bf16_dot || o->bf16_coopmat);
 
-		if (o->coopmat && in->GetCoopMatPropsKHR) {
-			typedef VkResult(VKAPI_PTR * fn_t)(VkPhysicalDevice, uint32_t *, fvk_coopmat_shape_khr *);
-			fn_t fn = (fn_t)in->GetCoopMatPropsKHR;
-			uint32_t n = 0;
-			if (fn(pd, &n, NULL) == VK_SUCCESS) {
-				if (n > FVK_MAX_COOPMAT) n = FVK_MAX_COOPMAT;
-				for (uint32_t i = 0; i < n; i++)
-					o->coopmats[i].sType = FVK_STYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR;
-				VkResult r = fn(pd, &n, o->coopmats);
-				o->ncoopmat = (r == VK_SUCCESS || r == VK_INCOMPLETE) ? n : 0;
-			}
-		}
-		if (o->ext_coopmat2 && o->coopmat2.cooperativeMatrixFlexibleDimensions && in->GetCoopMatFlexPropsNV) {
-			typedef VkResult(VKAPI_PTR * fn_t)(VkPhysicalDevice, uint32_t *, fvk_coopmat_flex_nv *);
-			fn_t fn = (fn_t)in->GetCoopMatFlexPropsNV;
-			uint32_t n = 0;
-			if (fn(pd, &n, NULL) == VK_SUCCESS) {
-				if (n > FVK_MAX_FLEX) n = FVK_MAX_FLEX;
-				for (uint32_t i = 0; i < n; i++)
-					o->flex[i].sType = FVK_STYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV;
-				VkResult r = fn(pd, &n, o->flex);
-				o->nflex = (r == VK_SUCCESS || r == VK_INCOMPLETE) ? n : 0;
-			}
-		}
+		if (o->coopmat && in->GetCoopMatPropsKHR)
+			QUERY_ARRAY(in->GetCoopMatPropsKHR, pd, o->coopmats, FVK_MAX_COOPMAT,
+			            FVK_STYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR, o->ncoopmat);
+		if (o->ext_coopmat2 && o->coopmat2.cooperativeMatrixFlexibleDimensions && in->GetCoopMatFlexPropsNV)
+			QUERY_ARRAY(in->GetCoopMatFlexPropsNV, pd, o->flex, FVK_MAX_FLEX,
+			            FVK_STYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV, o->nflex);
 	}
 	if (o->max_alloc == 0) o->max_alloc = (uint64_t)1 << 31; // Vulkan 1.0: unknown; be conservative
 	if (o->max_subgroup == 0) o->min_subgroup = o->max_subgroup = o->subgroup_size;

@@ -62,15 +62,7 @@ func (b *Buffer) Close() error {
 	if b == nil || b.closed.Load() {
 		return nil
 	}
-	d := b.d
-	d.life.RLock()
-	defer d.life.RUnlock()
-	if d.closed.Load() {
-		return nil // freed by Device.Close
-	}
-	d.lmu.Lock()
-	defer d.lmu.Unlock()
-	b.destroyLocked()
+	b.d.closeObject(b.destroyLocked)
 	return nil
 }
 

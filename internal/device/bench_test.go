@@ -16,7 +16,7 @@ import (
 // vkQueueSubmit, fence wait.
 func BenchmarkSubmit(b *testing.B) {
 	d := devicetest.Open(b)
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(b, "axpb"), PushSize: 12, Bindings: 1})
+	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(b, "axpb"), PushSize: 12, Bindings: 1})
 	require.NoError(b, err)
 	x := newBuf(b, d, 256)
 	pc := push(uint32(64), float32(1), float32(0))
@@ -37,7 +37,7 @@ func BenchmarkSubmit(b *testing.B) {
 // submission; ns/op is per submission.
 func BenchmarkSubmit100(b *testing.B) {
 	d := devicetest.Open(b)
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(b, "axpb"), PushSize: 12, Bindings: 1})
+	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(b, "axpb"), PushSize: 12, Bindings: 1})
 	require.NoError(b, err)
 	x := newBuf(b, d, 256)
 	pc := push(uint32(64), float32(1), float32(0))

@@ -19,13 +19,6 @@ import (
 	"github.com/flashvk/flashvk/internal/pipeline"
 )
 
-func vaddSPV(t testing.TB) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "vadd.spv"))
-	require.NoError(t, err)
-	return b
-}
-
 func TestGroups(t *testing.T) {
 	for _, c := range []struct {
 		n, per int
@@ -113,7 +106,7 @@ func TestCacheGet(t *testing.T) {
 	c, err := pipeline.New(d, pipeline.Options{CacheDir: dir})
 	require.NoError(t, err)
 	defer c.Close()
-	spv := vaddSPV(t)
+	spv := devicetest.SPIRV(t, "vadd")
 	key := pipeline.Key{Name: "vadd", SPIRV: spv, Spec: []device.Spec{pipeline.SpecU32(0, 64), pipeline.SpecF32(1, 2)}, PushSize: 8, Bindings: 3}
 
 	p1, err := c.Get(key)
@@ -192,7 +185,7 @@ func TestCacheConcurrentSingleflight(t *testing.T) {
 	c, err := pipeline.New(d, pipeline.Options{NoDiskCache: true})
 	require.NoError(t, err)
 	defer c.Close()
-	spv := vaddSPV(t)
+	spv := devicetest.SPIRV(t, "vadd")
 	const workers = 16
 	var wg sync.WaitGroup
 	got := make([]*device.Pipeline, workers*4)
@@ -218,7 +211,7 @@ func TestCacheConcurrentSingleflight(t *testing.T) {
 func TestCachePersistence(t *testing.T) {
 	devicetest.Skip(t)
 	dir := t.TempDir()
-	spv := vaddSPV(t)
+	spv := devicetest.SPIRV(t, "vadd")
 	key := pipeline.Key{SPIRV: spv, Spec: []device.Spec{pipeline.SpecU32(0, 64)}, PushSize: 8, Bindings: 3}
 
 	d1 := devicetest.Open(t)

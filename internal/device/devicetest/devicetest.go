@@ -16,6 +16,7 @@
 package devicetest
 
 import (
+	"embed"
 	"errors"
 	"os"
 	"strings"
@@ -130,4 +131,18 @@ func CheckValidation(t testing.TB, d *device.Device) {
 	if msgs := d.ValidationErrors(); len(msgs) > 0 {
 		t.Errorf("%d Vulkan validation message(s):\n%s", len(msgs), strings.Join(msgs, "\n"))
 	}
+}
+
+//go:embed testdata/*.spv
+var shaders embed.FS
+
+// SPIRV returns the test shader name: testdata/name.spv, compiled from
+// name.comp by the Makefile there. It fails t when there is none.
+func SPIRV(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := shaders.ReadFile("testdata/" + name + ".spv")
+	if err != nil {
+		t.Fatalf("test shader %s: %v", name, err)
+	}
+	return b
 }

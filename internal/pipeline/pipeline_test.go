@@ -214,13 +214,20 @@ func TestCachePersistence(t *testing.T) {
 	spv := devicetest.SPIRV(t, "vadd")
 	key := pipeline.Key{SPIRV: spv, Spec: []device.Spec{pipeline.SpecU32(0, 64)}, PushSize: 8, Bindings: 3}
 
-	d1 := devicetest.Open(t)
-	c1, err := pipeline.New(d1, pipeline.Options{CacheDir: dir})
-	require.NoError(t, err)
-	assert.Zero(t, c1.Stats().LoadedBytes)
-	_, err = c1.Get(key)
-	require.NoError(t, err)
-	require.NoError(t, c1.Close())
+	// use opens a cache over dir on d, gets key from it and closes it; it
+	// returns the cache and the bytes it loaded when opened.
+	use := func(d *device.Device) (*pipeline.Cache, int) {
+		c, err := pipeline.New(d, pipeline.Options{CacheDir: dir})
+		require.NoError(t, err)
+		loaded := c.Stats().LoadedBytes
+		_, err = c.Get(key)
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+		return c, loaded
+	}
+
+	c1, loaded := use(devicetest.Open(t))
+	assert.Zero(t, loaded)
 	file := c1.File()
 	require.FileExists(t, file)
 	assert.Equal(t, dir, filepath.Dir(file))
@@ -228,31 +235,20 @@ func TestCachePersistence(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("saved %s (%d bytes)", filepath.Base(file), fi.Size())
 
-	d2 := devicetest.Open(t)
-	c2, err := pipeline.New(d2, pipeline.Options{CacheDir: dir})
-	require.NoError(t, err)
-	assert.Positive(t, c2.Stats().LoadedBytes, "blob reloaded")
-	_, err = c2.Get(key)
-	require.NoError(t, err)
-	require.NoError(t, c2.Close())
+	_, loaded = use(devicetest.Open(t))
+	assert.Positive(t, loaded, "blob reloaded")
 
-	// A corrupt file is ignored.
+	// A corrupt file is ignored…
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)
 	data[len(data)-1] ^= 0xFF
 	require.NoError(t, os.WriteFile(file, data, 0o644))
 	d3 := devicetest.Open(t)
-	c3, err := pipeline.New(d3, pipeline.Options{CacheDir: dir})
-	require.NoError(t, err)
-	assert.Zero(t, c3.Stats().LoadedBytes, "corrupt blob ignored")
-	_, err = c3.Get(key)
-	require.NoError(t, err)
-	require.NoError(t, c3.Close())
+	_, loaded = use(d3)
+	assert.Zero(t, loaded, "corrupt blob ignored")
 	// …and rewritten.
-	c4, err := pipeline.New(d3, pipeline.Options{CacheDir: dir})
-	require.NoError(t, err)
-	assert.Positive(t, c4.Stats().LoadedBytes)
-	require.NoError(t, c4.Close())
+	_, loaded = use(d3)
+	assert.Positive(t, loaded)
 
 	// Closing after the device is closed does not fail.
 	d5 := devicetest.Open(t)

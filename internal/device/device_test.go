@@ -290,6 +290,15 @@ func TestVectorAdd(t *testing.T) {
 	assert.ErrorIs(t, d.Record().Dispatch(nil, nil, groups(n, wg)), device.ErrInvalid)
 }
 
+// axpb builds the axpb test pipeline: x[i] = x[i]·mul + add for i < n,
+// with push(n, mul, add) and x bound at 0.
+func axpb(t testing.TB, d *device.Device) *device.Pipeline {
+	t.Helper()
+	p, err := d.NewPipeline(device.PipelineDesc{Name: "axpb", SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: 12, Bindings: 1})
+	require.NoError(t, err)
+	return p
+}
+
 func newBuf(t testing.TB, d *device.Device, size int64) *device.Buffer {
 	t.Helper()
 	b, err := d.NewBuffer(size)
@@ -302,8 +311,7 @@ func TestDispatchChainWithBarriers(t *testing.T) {
 	d := devicetest.Open(t)
 	ctx := ctxT(t)
 	const n = 5000
-	p, err := d.NewPipeline(device.PipelineDesc{Name: "axpb", SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: 12, Bindings: 1})
-	require.NoError(t, err)
+	p := axpb(t, d)
 	x, y := newBuf(t, d, 4*n), newBuf(t, d, 4*n)
 	x0 := make([]float32, n)
 	for i := range x0 {
@@ -489,8 +497,7 @@ func TestErrors(t *testing.T) {
 	r.Fill(b, 0)
 	assert.ErrorIs(t, r.Err(), device.ErrClosed)
 
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: 12, Bindings: 1})
-	require.NoError(t, err)
+	p := axpb(t, d)
 	b2 := newBuf(t, d, 64)
 	r = d.Record()
 	require.NoError(t, r.Dispatch(p, push(uint32(1), float32(1), float32(1)), [3]uint32{1, 1, 1}, b2))
@@ -524,8 +531,7 @@ func TestPipelineCacheData(t *testing.T) {
 	for _, bad := range [][]byte{[]byte("garbage"), append([]byte{32, 0, 0, 0, 1, 0, 0, 0, 0xde, 0x10, 0, 0, 1, 2, 3, 4}, make([]byte, 100)...)} {
 		opt.PipelineCache = bad
 		d3 := devicetest.OpenWith(t, opt)
-		_, err = d3.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: 12, Bindings: 1})
-		require.NoError(t, err)
+		axpb(t, d3)
 	}
 }
 
@@ -545,8 +551,7 @@ func TestLeaks(t *testing.T) {
 			b, err := d.NewBuffer(256)
 			require.NoError(t, err)
 			require.NoError(t, device.Upload(context.Background(), b, 0, []uint32{1, 2, 3}))
-			_, err = d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: 12, Bindings: 1})
-			require.NoError(t, err)
+			axpb(t, d)
 			// Buffer and pipeline deliberately left open: Close frees them.
 		}
 		require.NoError(t, d.Close())
@@ -557,8 +562,7 @@ func TestLeaks(t *testing.T) {
 
 	d, err := device.Open(opt)
 	require.NoError(t, err)
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: 12, Bindings: 1})
-	require.NoError(t, err)
+	p := axpb(t, d)
 	x, err := d.NewBuffer(4 * 64)
 	require.NoError(t, err)
 	ctx := ctxT(t)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/reference"
 )
 
 const tol = 1e-5
@@ -133,20 +134,6 @@ func (ops operands) setInputs(p *spec.Problem, rng *rand.Rand, qk float64) (q, k
 	return q, k, v, do
 }
 
-// relL2 returns ‖got − want‖₂ / ‖want‖₂ (the plain norm when want is 0).
-func relL2(got, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		e := got[i] - want[i]
-		num += e * e
-		den += want[i] * want[i]
-	}
-	if den == 0 {
-		return math.Sqrt(num)
-	}
-	return math.Sqrt(num / den)
-}
-
 type tcase struct {
 	b, hq, hkv, nq, nk, d, dv int
 	mask                      spec.Mask
@@ -186,15 +173,15 @@ func checkCase(t *testing.T, c tcase) {
 	ctx := context.Background()
 	lse := nanFull(p.B * p.Hq * p.Nq)
 	require.NoError(t, ForwardWith(ctx, c.cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
-	assert.LessOrEqual(t, relL2(ops.o.get().x, ref.o.x), tol, "O")
+	assert.LessOrEqual(t, reference.RelL2(ops.o.get().x, ref.o.x), tol, "O")
 	assertLSE(t, lse, ref.lse)
 
 	require.NoError(t, BackwardWith(ctx, c.cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse,
 		ops.do.buf(), ops.dq.buf(), ops.dk.buf(), ops.dv.buf()))
-	eo := relL2(ops.o.get().x, ref.o.x)
-	eq := relL2(ops.dq.get().x, ref.dq.x)
-	ek := relL2(ops.dk.get().x, ref.dk.x)
-	ev := relL2(ops.dv.get().x, ref.dv.x)
+	eo := reference.RelL2(ops.o.get().x, ref.o.x)
+	eq := reference.RelL2(ops.dq.get().x, ref.dq.x)
+	ek := reference.RelL2(ops.dk.get().x, ref.dk.x)
+	ev := reference.RelL2(ops.dv.get().x, ref.dv.x)
 	t.Logf("rel_l2: O %.2g dQ %.2g dK %.2g dV %.2g", eo, eq, ek, ev)
 	assert.LessOrEqual(t, eq, tol, "dQ")
 	assert.LessOrEqual(t, ek, tol, "dK")
@@ -229,7 +216,7 @@ func assertLSE(t *testing.T, got []float32, want []float64) {
 		}
 		g[i], w[i] = float64(got[i]), x
 	}
-	assert.LessOrEqual(t, relL2(g, w), tol, "LSE")
+	assert.LessOrEqual(t, reference.RelL2(g, w), tol, "LSE")
 }
 
 var masks = []spec.Mask{spec.MaskNone, spec.MaskCausalTopLeft, spec.MaskCausalBottomRight}

@@ -1,6 +1,7 @@
 //go:build cgo
 
-// Package devicetest opens Vulkan devices for tests.
+// Package devicetest opens Vulkan devices for tests and holds the small
+// test shaders (SPIRV) of the device and pipeline tests.
 //
 // Open skips the test when no Vulkan device exists, unless the environment
 // sets FLASHVK_REQUIRE_VULKAN=1 (then it fails). It enables the Khronos

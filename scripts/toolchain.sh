@@ -123,19 +123,27 @@ apt_setup() {
 
 candidate_version() { apt-cache "${APT_OPTS[@]}" policy "$1" | awk '$1=="Candidate:"{print $2}'; }
 
-# run_tool TOOL ARGS... runs a tool of the unpacked root.
-run_tool() {
-	local tool=$1
-	shift
-	exec "$root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/$triplet" "$root/usr/bin/$tool" "$@"
+# loader ROOT sets the array LOADER to the command that runs a binary
+# through the trixie dynamic loader and runtime libraries unpacked in ROOT.
+loader() {
+	local lib="$1/usr/lib/$triplet"
+	LOADER=("$lib/ld-linux-x86-64.so.2" --library-path "$lib")
 }
 
-# run_tool16 TOOL ARGS... runs a tool of the glslang 16 root with the
-# glslang 15 root's loader and runtime libraries.
-run_tool16() {
-	local tool=$1
-	shift
-	exec "$root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/$triplet" "$root16/usr/bin/$tool" "$@"
+# glslang_version ROOT GLSLANG prints the version that GLSLANG (a
+# glslangValidator) reports when run through ROOT's loader.
+glslang_version() {
+	loader "$1"
+	"${LOADER[@]}" "$2" --version | sed -nE 's/^Glslang Version: [0-9]+:([0-9.]+).*/\1/p'
+}
+
+# run_tool DIR TOOL ARGS... runs TOOL of the unpacked root DIR ($root or
+# $root16) with the glslang 15 root's loader and runtime libraries.
+run_tool() {
+	local dir=$1 tool=$2
+	shift 2
+	loader "$root"
+	exec "${LOADER[@]}" "$dir/usr/bin/$tool" "$@"
 }
 
 # fetch URL OUT downloads URL to OUT (curl, wget, apt's apt-helper or
@@ -154,21 +162,44 @@ fetch() {
 	fi
 }
 
+# install_root DEST CACHE FILL unpacks a toolchain into DEST unless it is
+# complete already. It holds an exclusive lock in CACHE (a concurrent build
+# waits, then finds DEST complete); FILL WORK unpacks the toolchain into
+# WORK/root, checks it and prints the "package version" lines it used, and
+# only then does WORK/root replace DEST.
+install_root() {
+	local dest=$1 cache=$2 fill=$3 fd work
+	mkdir -p "$cache"
+	exec {fd}>"$cache/.lock"
+	flock "$fd"
+	if [ ! -f "$dest/.complete" ]; then
+		work=$(mktemp -d "$cache/.work.XXXXXX")
+		# shellcheck disable=SC2064
+		trap "rm -rf '$work'" EXIT
+		mkdir -p "$work/root"
+		"$fill" "$work" >"$work/versions"
+		mv "$work/versions" "$work/root/.versions"
+		touch "$work/root/.complete"
+		rm -rf "$dest"
+		mv "$work/root" "$dest"
+		rm -rf "$work"
+		trap - EXIT
+	fi
+	exec {fd}>&-
+}
+
 ensure16() {
 	ensure
 	[ -f "$root16/.complete" ] && return 0
 	command -v dpkg >/dev/null || die "dpkg not found: set GLSLANG16 and SPIRV_TOOLS16_DIR to glslang >= $(lock16 version) / spirv-tools with SPV_KHR_bfloat16"
 	[ -n "$(lock16 version)" ] || die "$lock has no glslang16-version line"
-	mkdir -p "$cache16"
-	exec 8>"$cache16/.lock"
-	flock 8
-	[ -f "$root16/.complete" ] && return 0
-	local work
-	work=$(mktemp -d "$cache16/.work.XXXXXX")
-	# shellcheck disable=SC2064
-	trap "rm -rf '$work'" EXIT
-	mkdir -p "$work/root"
-	local mirror snap ts pkg ver path sha sha1 deb got ok url used=()
+	install_root "$root16" "$cache16" fill16
+}
+
+# fill16 WORK fetches the glslang 16 .debs of the lock from the first source
+# that has them with the lock's sha256 and unpacks them into WORK/root.
+fill16() {
+	local work=$1 mirror snap ts pkg ver path sha sha1 deb got ok url want have
 	mirror=$(detect_mirror)
 	snap=${FLASHVK_SNAPSHOT:-https://snapshot.debian.org}
 	snap=${snap%/}
@@ -190,71 +221,50 @@ ensure16() {
 		[ -n "$ok" ] || die "pinned $pkg=$ver ($path, sha256 $sha) is neither on $mirror nor on $snap"
 		echo "toolchain.sh: fetched $pkg $ver from $ok" >&2
 		dpkg -x "$deb" "$work/root"
-		used+=("$pkg $ver")
+		echo "$pkg $ver"
 	done < <(lock16_entries)
-	local want have
 	want=$(lock16 version)
-	have=$("$root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/$triplet" \
-		"$work/root/usr/bin/glslangValidator" --version | sed -nE 's/^Glslang Version: [0-9]+:([0-9.]+).*/\1/p')
+	have=$(glslang_version "$root" "$work/root/usr/bin/glslangValidator")
 	[ "$have" = "$want" ] || die "unpacked glslang 16 reports version '$have', the lock wants '$want'"
-	printf '%s\n' "${used[@]}" >"$work/root/.versions"
-	touch "$work/root/.complete"
-	rm -rf "$root16"
-	mv "$work/root" "$root16"
-	rm -rf "$work"
-	trap - EXIT
-	exec 8>&-
 	echo "toolchain.sh: installed glslang $have into $root16" >&2
 }
 
 ensure() {
 	[ -f "$root/.complete" ] && return 0
 	command -v apt-get >/dev/null || die "apt-get not found: set GLSLANG and SPIRV_TOOLS_DIR to glslang >= $(lock_glslang_version) / spirv-tools"
-	mkdir -p "$cache"
-	exec 9>"$cache/.lock"
-	flock 9
-	[ -f "$root/.complete" ] && return 0
-	local work
-	work=$(mktemp -d "$cache/.work.XXXXXX")
-	# shellcheck disable=SC2064
-	trap "rm -rf '$work'" EXIT
+	install_root "$root" "$cache" fill15
+}
+
+# fill15 WORK downloads the lock's .debs with apt-get under a private apt
+# state, checks their sha256 and unpacks them into WORK/root.
+fill15() {
+	local work=$1 pkg ver sha role deb got cand want have
 	apt_setup "$work/apt-state"
-	mkdir -p "$work/debs" "$work/root"
-	local pkg ver sha role deb got used=()
+	mkdir -p "$work/debs"
 	while read -r pkg ver sha role; do
 		if ! (cd "$work/debs" && apt-get -qq "${APT_OPTS[@]}" download "$pkg=$ver" >&2 2>/dev/null); then
 			if [ "$role" = tool ] || [ "${FLASHVK_TOOLCHAIN_STRICT:-0}" = 1 ]; then
 				die "pinned $pkg=$ver ($role) is not available from the $suite archive (now: $(candidate_version "$pkg")). Re-pin with 'scripts/toolchain.sh update-lock' and regenerate the SPIR-V with 'make shaders'."
 			fi
-			local cand
 			cand=$(candidate_version "$pkg")
 			[ -n "$cand" ] || die "$pkg is not in the $suite archive"
 			warn "runtime library $pkg=$ver is gone from the archive; using $cand (does not change the SPIR-V; set FLASHVK_TOOLCHAIN_STRICT=1 to refuse)"
 			(cd "$work/debs" && apt-get -qq "${APT_OPTS[@]}" download "$pkg=$cand" >&2) || die "download of $pkg=$cand failed"
-			used+=("$pkg $cand (lock: $ver)")
+			echo "$pkg $cand (lock: $ver)"
 			continue
 		fi
 		deb=$(ls "$work/debs/${pkg}_"*.deb 2>/dev/null | head -n1)
 		[ -n "$deb" ] || die "apt-get download $pkg=$ver produced no file"
 		got=$(sha256sum "$deb" | cut -d' ' -f1)
 		[ "$got" = "$sha" ] || die "$pkg=$ver: sha256 $got differs from the lock's $sha"
-		used+=("$pkg $ver")
+		echo "$pkg $ver"
 	done < <(lock_entries)
 	for deb in "$work/debs"/*.deb; do
 		dpkg -x "$deb" "$work/root"
 	done
-	local want have
 	want=$(lock_glslang_version)
-	have=$("$work/root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$work/root/usr/lib/$triplet" \
-		"$work/root/usr/bin/glslangValidator" --version | sed -nE 's/^Glslang Version: [0-9]+:([0-9.]+).*/\1/p')
+	have=$(glslang_version "$work/root" "$work/root/usr/bin/glslangValidator")
 	[ "$have" = "$want" ] || die "unpacked glslangValidator reports version '$have', the lock wants '$want'"
-	printf '%s\n' "${used[@]}" >"$work/root/.versions"
-	touch "$work/root/.complete"
-	rm -rf "$root"
-	mv "$work/root" "$root"
-	rm -rf "$work"
-	trap - EXIT
-	exec 9>&-
 	echo "toolchain.sh: installed glslang $have into $root" >&2
 }
 
@@ -276,8 +286,7 @@ update_lock() {
 		echo "$pkg $cand $(sha256sum "$deb" | cut -d' ' -f1) $role" >>"$out"
 	done < <(lock_entries)
 	local have
-	have=$("$work/root/usr/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$work/root/usr/lib/$triplet" \
-		"$work/root/usr/bin/glslangValidator" --version | sed -nE 's/^Glslang Version: [0-9]+:([0-9.]+).*/\1/p')
+	have=$(glslang_version "$work/root" "$work/root/usr/bin/glslangValidator")
 	echo "glslang-version $have" >>"$out"
 	grep -E '^glslang16' "$lock" >>"$out" || true
 	cp "$out" "$lock"
@@ -294,7 +303,7 @@ root)
 run)
 	[ $# -ge 1 ] || die "usage: toolchain.sh run TOOL [ARGS...]"
 	ensure
-	run_tool "$@"
+	run_tool "$root" "$@"
 	;;
 root16)
 	ensure16
@@ -303,7 +312,7 @@ root16)
 run16)
 	[ $# -ge 1 ] || die "usage: toolchain.sh run16 TOOL [ARGS...]"
 	ensure16
-	run_tool16 "$@"
+	run_tool "$root16" "$@"
 	;;
 versions)
 	echo "lock ($lock):"

@@ -148,20 +148,13 @@ func RunForward(t *testing.T, e *attention.Engine) { RunForwardCases(t, e, Cases
 // RunForwardCases checks O and LSE on the given cases, for every dtype the
 // engine supports.
 func RunForwardCases(t *testing.T, e *attention.Engine, cases []Case) {
-	for _, dt := range dtypes(e) {
-		for _, c := range cases {
-			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
-				seed := Seed(t)
-				in := NewInputs(c, dt, seed)
-				out := in.forward(t, e)
-				ref := in.Reference(t)
-				tol := in.tolerance(t, ref)
-				Check(t, "o", out.o, ref.O, tol.O, seed)
-				CheckLSE(t, out.lse, ref.LSE, tol.LSE, seed)
-				in.checkOutsideUntouched(t)
-			})
-		}
-	}
+	eachCase(t, e, cases, func(t *testing.T, in *Inputs, seed uint64) {
+		out := in.forward(t, e)
+		ref := in.Reference(t)
+		tol := in.tolerance(t, ref)
+		Check(t, "o", out.o, ref.O, tol.O, seed)
+		CheckLSE(t, out.lse, ref.LSE, tol.LSE, seed)
+	})
 }
 
 // RunBackward checks dQ, dK and dV on every case, using the reference's O
@@ -170,17 +163,26 @@ func RunBackward(t *testing.T, e *attention.Engine) { RunBackwardCases(t, e, Cas
 
 // RunBackwardCases is RunBackward on the given cases.
 func RunBackwardCases(t *testing.T, e *attention.Engine, cases []Case) {
+	eachCase(t, e, cases, func(t *testing.T, in *Inputs, seed uint64) {
+		ref := in.Reference(t)
+		g := in.backward(t, e, ref)
+		tol := in.tolerance(t, ref)
+		Check(t, "dq", g[0], ref.DQ, tol.DQ, seed)
+		Check(t, "dk", g[1], ref.DK, tol.DK, seed)
+		Check(t, "dv", g[2], ref.DV, tol.DV, seed)
+	})
+}
+
+// eachCase runs check in a subtest for every dtype the engine supports and
+// every case, on the case's inputs drawn from the subtest's seed; then it
+// checks that nothing outside the outputs' views was written.
+func eachCase(t *testing.T, e *attention.Engine, cases []Case, check func(t *testing.T, in *Inputs, seed uint64)) {
 	for _, dt := range dtypes(e) {
 		for _, c := range cases {
 			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
 				seed := Seed(t)
 				in := NewInputs(c, dt, seed)
-				ref := in.Reference(t)
-				g := in.backward(t, e, ref)
-				tol := in.tolerance(t, ref)
-				Check(t, "dq", g[0], ref.DQ, tol.DQ, seed)
-				Check(t, "dk", g[1], ref.DK, tol.DK, seed)
-				Check(t, "dv", g[2], ref.DV, tol.DV, seed)
+				check(t, in, seed)
 				in.checkOutsideUntouched(t)
 			})
 		}

@@ -65,8 +65,7 @@ type bwd struct {
 // float64.
 func (g *bwd) deltaItem(_ struct{}, it int) {
 	p, br := g.p, g.cfg.Br
-	t, bh := it/(p.B*p.Hq), it%(p.B*p.Hq)
-	b, h := bh/p.Hq, bh%p.Hq
+	t, b, h := tileItem(it, p.B, p.Hq)
 	i0 := t * br
 	or := rows{g.o, p.O.Offset(b, i0, h), p.O.Seq}
 	dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
@@ -106,8 +105,7 @@ func (g *bwd) newKVScratch() *kvScratch {
 // the key tile.
 func (g *bwd) kvItem(w *kvScratch, it int) {
 	p, br, bc := g.p, g.cfg.Br, g.cfg.Bc
-	t, bh := it/(p.B*p.Hkv), it%(p.B*p.Hkv)
-	b, kvh := bh/p.Hkv, bh%p.Hkv
+	t, b, kvh := tileItem(it, p.B, p.Hkv)
 	j0 := t * bc
 	nk := min(bc, p.Nk-j0)
 	d, dvw := p.D, p.Dv
@@ -177,19 +175,11 @@ func (g *bwd) newQScratch() *qScratch {
 	}
 }
 
-// qItem computes dQ for one (batch, query head, query tile), looping over
-// the key tiles it sees in order.
+// qItem computes dQ for one (batch, query head, query tile), as numbered
+// by queryTile, looping over the key tiles it sees in order.
 func (g *bwd) qItem(w *qScratch, it int) {
-	p, br, bc := g.p, g.cfg.Br, g.cfg.Bc
-	t := it / (p.B * p.Hq)
-	if p.Causal() {
-		t = g.qTiles - 1 - t
-	}
-	bh := it % (p.B * p.Hq)
-	b, h := bh/p.Hq, bh%p.Hq
-	kvh := p.KVHead(h)
-	i0 := t * br
-	nr := min(br, p.Nq-i0)
+	p, bc := g.p, g.cfg.Bc
+	b, h, kvh, i0, nr := queryTile(p, g.cfg.Br, g.qTiles, it)
 	d, dvw := p.D, p.Dv
 	c := p.Scale * math.Log2E
 

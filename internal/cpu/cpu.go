@@ -152,6 +152,26 @@ func firstRow(p *spec.Problem, j int) int {
 	return sort.Search(p.Nq, func(i int) bool { return p.KeyLimit(i) > j })
 }
 
+// tileItem splits work item it of a pass over tiles × batches × heads,
+// numbered tile-major, into its tile t, batch b and head h.
+func tileItem(it, batches, heads int) (t, b, h int) {
+	bh := it % (batches * heads)
+	return it / (batches * heads), bh / heads, bh % heads
+}
+
+// queryTile returns work item it of a pass over the query tiles (tiles of
+// br rows) of every batch and query head: its batch, query head and kv
+// head, first row and row count. With a causal mask the tiles are taken
+// last first, the late ones (that see the most keys) leading.
+func queryTile(p *spec.Problem, br, tiles, it int) (b, h, kvh, i0, nr int) {
+	t, b, h := tileItem(it, p.B, p.Hq)
+	if p.Causal() {
+		t = tiles - 1 - t
+	}
+	i0 = t * br
+	return b, h, p.KVHead(h), i0, min(br, p.Nq-i0)
+}
+
 // parallel runs fn(w, item) for item in [0, n) on up to workers goroutines,
 // w being the worker's scratch from newScratch. It stops early and returns
 // ctx.Err() when the context is done (checked before every item).

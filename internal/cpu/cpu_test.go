@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/reference"
 )
 
 const tol = 1e-5
@@ -109,26 +110,28 @@ func layoutViews(p *spec.Problem, layout string) operands {
 	return r
 }
 
+// randDense returns uniform values in ±amp, rounded to float32 so that the
+// kernels and the float64 reference see the same inputs.
 func randDense(rng *rand.Rand, b, h, n, w int, amp float64) dense {
 	d := newDense(b, h, n, w)
 	for i := range d.x {
-		d.x[i] = amp * (2*rng.Float64() - 1)
+		d.x[i] = float64(float32(amp * (2*rng.Float64() - 1)))
 	}
 	return d
 }
 
-// relL2 returns ‖got − want‖₂ / ‖want‖₂ (the plain norm when want is 0).
-func relL2(got, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		e := got[i] - want[i]
-		num += e * e
-		den += want[i] * want[i]
-	}
-	if den == 0 {
-		return math.Sqrt(num)
-	}
-	return math.Sqrt(num / den)
+// setInputs draws Q, K, V and dO from rng, in that order (Q and K in ±qk,
+// V and dO in ±1), sets them in the operands and returns them.
+func (ops operands) setInputs(p *spec.Problem, rng *rand.Rand, qk float64) (q, k, v, do dense) {
+	q = randDense(rng, p.B, p.Hq, p.Nq, p.D, qk)
+	k = randDense(rng, p.B, p.Hkv, p.Nk, p.D, qk)
+	v = randDense(rng, p.B, p.Hkv, p.Nk, p.Dv, 1)
+	do = randDense(rng, p.B, p.Hq, p.Nq, p.Dv, 1)
+	ops.q.set(q)
+	ops.k.set(k)
+	ops.v.set(v)
+	ops.do.set(do)
+	return q, k, v, do
 }
 
 type tcase struct {
@@ -164,34 +167,21 @@ func checkCase(t *testing.T, c tcase) {
 	p := c.problem()
 	ops := layoutViews(p, c.layout)
 	rng := rand.New(rand.NewPCG(uint64(c.nq*1000+c.nk), uint64(c.d*100+c.dv)))
-	qd := randDense(rng, p.B, p.Hq, p.Nq, p.D, 2)
-	kd := randDense(rng, p.B, p.Hkv, p.Nk, p.D, 2)
-	vd := randDense(rng, p.B, p.Hkv, p.Nk, p.Dv, 1)
-	dod := randDense(rng, p.B, p.Hq, p.Nq, p.Dv, 1)
-	// Round the inputs to float32 so that both sides see the same values.
-	for _, d := range []dense{qd, kd, vd, dod} {
-		for i, x := range d.x {
-			d.x[i] = float64(float32(x))
-		}
-	}
-	ops.q.set(qd)
-	ops.k.set(kd)
-	ops.v.set(vd)
-	ops.do.set(dod)
+	qd, kd, vd, dod := ops.setInputs(p, rng, 2)
 	ref := refBackward(p, qd, kd, vd, dod)
 
 	ctx := context.Background()
 	lse := nanFull(p.B * p.Hq * p.Nq)
 	require.NoError(t, ForwardWith(ctx, c.cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
-	assert.LessOrEqual(t, relL2(ops.o.get().x, ref.o.x), tol, "O")
+	assert.LessOrEqual(t, reference.RelL2(ops.o.get().x, ref.o.x), tol, "O")
 	assertLSE(t, lse, ref.lse)
 
 	require.NoError(t, BackwardWith(ctx, c.cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse,
 		ops.do.buf(), ops.dq.buf(), ops.dk.buf(), ops.dv.buf()))
-	eo := relL2(ops.o.get().x, ref.o.x)
-	eq := relL2(ops.dq.get().x, ref.dq.x)
-	ek := relL2(ops.dk.get().x, ref.dk.x)
-	ev := relL2(ops.dv.get().x, ref.dv.x)
+	eo := reference.RelL2(ops.o.get().x, ref.o.x)
+	eq := reference.RelL2(ops.dq.get().x, ref.dq.x)
+	ek := reference.RelL2(ops.dk.get().x, ref.dk.x)
+	ev := reference.RelL2(ops.dv.get().x, ref.dv.x)
 	t.Logf("rel_l2: O %.2g dQ %.2g dK %.2g dV %.2g", eo, eq, ek, ev)
 	assert.LessOrEqual(t, eq, tol, "dQ")
 	assert.LessOrEqual(t, ek, tol, "dK")
@@ -226,7 +216,7 @@ func assertLSE(t *testing.T, got []float32, want []float64) {
 		}
 		g[i], w[i] = float64(got[i]), x
 	}
-	assert.LessOrEqual(t, relL2(g, w), tol, "LSE")
+	assert.LessOrEqual(t, reference.RelL2(g, w), tol, "LSE")
 }
 
 var masks = []spec.Mask{spec.MaskNone, spec.MaskCausalTopLeft, spec.MaskCausalBottomRight}
@@ -315,11 +305,7 @@ func TestFullyMaskedRows(t *testing.T) {
 			}
 			p := c.problem()
 			ops := layoutViews(p, c.layout)
-			rng := rand.New(rand.NewPCG(1, 2))
-			ops.q.set(randDense(rng, p.B, p.Hq, p.Nq, p.D, 1))
-			ops.k.set(randDense(rng, p.B, p.Hkv, p.Nk, p.D, 1))
-			ops.v.set(randDense(rng, p.B, p.Hkv, p.Nk, p.Dv, 1))
-			ops.do.set(randDense(rng, p.B, p.Hq, p.Nq, p.Dv, 1))
+			ops.setInputs(p, rand.New(rand.NewPCG(1, 2)), 1)
 			lse := nanFull(p.B * p.Hq * p.Nq)
 			ctx := context.Background()
 			require.NoError(t, Forward(ctx, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
@@ -352,11 +338,7 @@ func TestDeterminism(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			p := c.problem()
 			ops := layoutViews(p, c.layout)
-			rng := rand.New(rand.NewPCG(3, 4))
-			ops.q.set(randDense(rng, p.B, p.Hq, p.Nq, p.D, 2))
-			ops.k.set(randDense(rng, p.B, p.Hkv, p.Nk, p.D, 2))
-			ops.v.set(randDense(rng, p.B, p.Hkv, p.Nk, p.Dv, 1))
-			ops.do.set(randDense(rng, p.B, p.Hq, p.Nq, p.Dv, 1))
+			ops.setInputs(p, rand.New(rand.NewPCG(3, 4)), 2)
 			ctx := context.Background()
 			lse := make([]float32, p.B*p.Hq*p.Nq)
 			require.NoError(t, Forward(ctx, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))

@@ -49,20 +49,10 @@ func (f *fwd) newScratch() *fwdScratch {
 	}
 }
 
-// item runs one (batch, head, query tile). Items are numbered tile-major;
-// with a causal mask the expensive (late) tiles come first.
+// item runs one (batch, head, query tile), as numbered by queryTile.
 func (f *fwd) item(w *fwdScratch, it int) {
-	p, br, bc := f.p, f.cfg.Br, f.cfg.Bc
-	t := it / (p.B * p.Hq)
-	if p.Causal() {
-		t = f.tiles - 1 - t
-	}
-	bh := it % (p.B * p.Hq)
-	b, h := bh/p.Hq, bh%p.Hq
-	kvh := p.KVHead(h)
-
-	i0 := t * br
-	nr := min(br, p.Nq-i0)
+	p, bc := f.p, f.cfg.Bc
+	b, h, kvh, i0, nr := queryTile(p, f.cfg.Br, f.tiles, it)
 	d, dv := p.D, p.Dv
 	c := p.Scale * math.Log2E
 

@@ -158,12 +158,13 @@ func exp2(x float32) float32 {
 // useSIMD selects the vector kernels (set at start-up where the CPU has
 // them; the tests clear it to exercise the portable path). The *SIMD
 // functions of the per-architecture files process a prefix of their
-// operands, or the whole tile, and report how far they got.
+// operands, or the whole tile, and report how far they got: nothing when
+// useSIMD is off.
 
 // dotTile sets dst[i*ldd+j] = a_i · b_j for i < na, j < nb, the rows being
 // w long.
 func dotTile(dst []float32, ldd int, a rows, na int, b rows, nb int, w int) {
-	if useSIMD && dotTileSIMD(dst, ldd, a, na, b, nb, w) {
+	if dotTileSIMD(dst, ldd, a, na, b, nb, w) {
 		return
 	}
 	dotTileGo(dst, ldd, a, na, b, nb, w)
@@ -175,7 +176,7 @@ func accTile(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w int
 	if nr == 0 || nk == 0 {
 		return
 	}
-	if useSIMD && accTileSIMD(acc, lda, p, ldp, nr, nk, v, w) {
+	if accTileSIMD(acc, lda, p, ldp, nr, nk, v, w) {
 		return
 	}
 	accTileGo(acc, lda, p, ldp, nr, nk, v, w)
@@ -183,13 +184,7 @@ func accTile(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w int
 
 // expRow sets r[j] = 2^(r[j]·c − sub) and returns the sum of the results.
 func expRow(r []float32, c, sub float32) float32 {
-	var (
-		n   int
-		sum float32
-	)
-	if useSIMD {
-		n, sum = expRowSIMD(r, c, sub)
-	}
+	n, sum := expRowSIMD(r, c, sub)
 	for j := n; j < len(r); j++ {
 		e := exp2(r[j]*c - sub)
 		r[j] = e
@@ -201,11 +196,7 @@ func expRow(r []float32, c, sub float32) float32 {
 // expRowVec sets r[j] = 2^(r[j]·c − sub[j]) (len(sub) ≥ len(r)).
 func expRowVec(r, sub []float32, c float32) {
 	sub = sub[:len(r)]
-	n := 0
-	if useSIMD {
-		n = expRowVecSIMD(r, sub, c)
-	}
-	for j := n; j < len(r); j++ {
+	for j := expRowVecSIMD(r, sub, c); j < len(r); j++ {
 		r[j] = exp2(r[j]*c - sub[j])
 	}
 }
@@ -213,11 +204,7 @@ func expRowVec(r, sub []float32, c float32) {
 // dsRow sets dp[j] = p[j]·(dp[j] − d) (len(dp) ≥ len(p)).
 func dsRow(p, dp []float32, d float32) {
 	dp = dp[:len(p)]
-	n := 0
-	if useSIMD {
-		n = dsRowSIMD(p, dp, d)
-	}
-	for j := n; j < len(p); j++ {
+	for j := dsRowSIMD(p, dp, d); j < len(p); j++ {
 		dp[j] = p[j] * (dp[j] - d)
 	}
 }
@@ -226,11 +213,7 @@ func dsRow(p, dp []float32, d float32) {
 func dsRowVec(p, dp, d []float32) {
 	dp = dp[:len(p)]
 	d = d[:len(p)]
-	n := 0
-	if useSIMD {
-		n = dsRowVecSIMD(p, dp, d)
-	}
-	for j := n; j < len(p); j++ {
+	for j := dsRowVecSIMD(p, dp, d); j < len(p); j++ {
 		dp[j] = p[j] * (dp[j] - d[j])
 	}
 }
@@ -239,10 +222,8 @@ func dsRowVec(p, dp, d []float32) {
 func rowMaxMin(r []float32) (mx, mn float32) {
 	mx, mn = r[0], r[0]
 	n := 0
-	if useSIMD {
-		if k, a, b := rowMaxMinSIMD(r); k > 0 {
-			n, mx, mn = k, a, b
-		}
+	if k, a, b := rowMaxMinSIMD(r); k > 0 {
+		n, mx, mn = k, a, b
 	}
 	for _, x := range r[n:] {
 		mx = max(mx, x)

@@ -54,7 +54,7 @@ func hasAVX2FMA() bool {
 }
 
 func dotTileSIMD(dst []float32, ldd int, a rows, na int, b rows, nb int, w int) bool {
-	if w < 8 {
+	if !useSIMD || w < 8 {
 		return false
 	}
 	na2, nb4, w8 := na&^1, nb&^3, w&^7
@@ -92,7 +92,7 @@ func dotTileSIMD(dst []float32, ldd int, a rows, na int, b rows, nb int, w int) 
 }
 
 func accTileSIMD(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w int) bool {
-	if w < 8 {
+	if !useSIMD || w < 8 {
 		return false
 	}
 	w8 := w &^ 7
@@ -118,8 +118,17 @@ func accTileSIMD(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w
 	return true
 }
 
+// simdLen returns how many of n elements the row kernels take: n rounded
+// down to a multiple of 8, none while useSIMD is off.
+func simdLen(n int) int {
+	if !useSIMD {
+		return 0
+	}
+	return n &^ 7
+}
+
 func expRowSIMD(r []float32, c, sub float32) (int, float32) {
-	n := len(r) &^ 7
+	n := simdLen(len(r))
 	if n == 0 {
 		return 0, 0
 	}
@@ -127,7 +136,7 @@ func expRowSIMD(r []float32, c, sub float32) (int, float32) {
 }
 
 func expRowVecSIMD(r, sub []float32, c float32) int {
-	n := min(len(r), len(sub)) &^ 7
+	n := simdLen(min(len(r), len(sub)))
 	if n > 0 {
 		expRowVecAVX(&r[0], &sub[0], n, c)
 	}
@@ -135,7 +144,7 @@ func expRowVecSIMD(r, sub []float32, c float32) int {
 }
 
 func dsRowSIMD(p, dp []float32, d float32) int {
-	n := min(len(p), len(dp)) &^ 7
+	n := simdLen(min(len(p), len(dp)))
 	if n > 0 {
 		dsRowAVX(&p[0], &dp[0], n, d)
 	}
@@ -143,7 +152,7 @@ func dsRowSIMD(p, dp []float32, d float32) int {
 }
 
 func dsRowVecSIMD(p, dp, d []float32) int {
-	n := min(len(p), len(dp), len(d)) &^ 7
+	n := simdLen(min(len(p), len(dp), len(d)))
 	if n > 0 {
 		dsRowVecAVX(&p[0], &dp[0], &d[0], n)
 	}
@@ -151,7 +160,7 @@ func dsRowVecSIMD(p, dp, d []float32) int {
 }
 
 func rowMaxMinSIMD(r []float32) (n int, mx, mn float32) {
-	n = len(r) &^ 7
+	n = simdLen(len(r))
 	if n == 0 {
 		return 0, 0, 0
 	}

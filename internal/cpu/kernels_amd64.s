@@ -60,6 +60,57 @@ VCONST(expBias, 0x4b3fff81)
 	VHADDPS      X, X, X \
 	VHADDPS      X, X, X
 
+// HSUM4(A, B, C, D, XA, XB): XA = the sums of A's, B's, C's and D's 8 lanes,
+// in that order (XA, XB are A's and B's low halves). C and XB are clobbered.
+#define HSUM4(A, B, C, D, XA, XB) \
+	VHADDPS      B, A, A \
+	VHADDPS      D, C, C \
+	VHADDPS      C, A, A \
+	VEXTRACTF128 $1, A, XB \
+	VADDPS       XB, XA, XA
+
+// DOT2(B, YB, S0, S1): YB = the 8 floats at B+AX; S0 += Y8·YB, S1 += Y9·YB
+// (Y8, Y9: the same 8 floats of two rows of a).
+#define DOT2(B, YB, S0, S1) \
+	VMOVUPS     (B)(AX*1), YB \
+	VFMADD231PS YB, Y8, S0 \
+	VFMADD231PS YB, Y9, S1
+
+// ACC2(A, YA, C0, C1): YA = element AX of the row of a at A, broadcast;
+// C0 += YA·Y8, C1 += YA·Y9 (Y8, Y9: 16 floats of row AX of b).
+#define ACC2(A, YA, C0, C1) \
+	VBROADCASTSS (A)(AX*4), YA \
+	VFMADD231PS  Y8, YA, C0 \
+	VFMADD231PS  Y9, YA, C1
+
+// ACCNEXT: BX to the next row of b, AX to the next element of the rows of
+// a; the flags compare AX with k (R13).
+#define ACCNEXT \
+	ADDQ R11, BX \
+	INCQ AX \
+	CMPQ AX, R13
+
+// The row kernels (expRow*, dsRow*) rewrite the row at DI in place; CX
+// holds its length n, a multiple of 8, and AX walks it 32 bytes at a time
+// with the 8 floats at AX in Y0.
+//
+// ROWLOOP(loop, done) turns CX into bytes, goes to done when n is 0 and
+// otherwise opens the loop at loop, loading Y0.
+#define ROWLOOP(loop, done) \
+	SHLQ    $2, CX \
+	XORQ    AX, AX \
+	CMPQ    CX, $0 \
+	JEQ     done \
+loop: \
+	VMOVUPS (DI)(AX*1), Y0
+
+// ROWNEXT(loop) stores Y0 back and goes round again while floats are left.
+#define ROWNEXT(loop) \
+	VMOVUPS Y0, (DI)(AX*1) \
+	ADDQ    $32, AX \
+	CMPQ    AX, CX \
+	JLT     loop
+
 // func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL eaxArg+0(FP), AX
@@ -118,36 +169,20 @@ dotCols:
 	XORQ   AX, AX
 
 dotInner:
-	VMOVUPS     (SI)(AX*1), Y8
-	VMOVUPS     (CX)(AX*1), Y9
-	VMOVUPS     (BX)(AX*1), Y10
-	VFMADD231PS Y10, Y8, Y0
-	VFMADD231PS Y10, Y9, Y4
-	VMOVUPS     (DX)(AX*1), Y11
-	VFMADD231PS Y11, Y8, Y1
-	VFMADD231PS Y11, Y9, Y5
-	VMOVUPS     (R8)(AX*1), Y12
-	VFMADD231PS Y12, Y8, Y2
-	VFMADD231PS Y12, Y9, Y6
-	VMOVUPS     (R9)(AX*1), Y13
-	VFMADD231PS Y13, Y8, Y3
-	VFMADD231PS Y13, Y9, Y7
-	ADDQ        $32, AX
-	CMPQ        AX, R13
-	JLT         dotInner
+	VMOVUPS (SI)(AX*1), Y8
+	VMOVUPS (CX)(AX*1), Y9
+	DOT2(BX, Y10, Y0, Y4)
+	DOT2(DX, Y11, Y1, Y5)
+	DOT2(R8, Y12, Y2, Y6)
+	DOT2(R9, Y13, Y3, Y7)
+	ADDQ    $32, AX
+	CMPQ    AX, R13
+	JLT     dotInner
 
-	VHADDPS      Y1, Y0, Y0
-	VHADDPS      Y3, Y2, Y2
-	VHADDPS      Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVUPS      X0, (DI)
-	VHADDPS      Y5, Y4, Y4
-	VHADDPS      Y7, Y6, Y6
-	VHADDPS      Y6, Y4, Y4
-	VEXTRACTF128 $1, Y4, X5
-	VADDPS       X5, X4, X4
-	VMOVUPS      X4, (DI)(R10*1)
+	HSUM4(Y0, Y1, Y2, Y3, X0, X1)
+	VMOVUPS X0, (DI)
+	HSUM4(Y4, Y5, Y6, Y7, X4, X5)
+	VMOVUPS X4, (DI)(R10*1)
 
 	LEAQ (R9)(R11*1), BX
 	ADDQ $16, DI
@@ -177,26 +212,29 @@ TEXT ·accTileAVX(SB), NOSPLIT, $0-72
 	SHLQ $2, R11
 	XORQ R14, R14
 
-accRows4:
-	MOVQ  m+32(FP), AX
-	SUBQ  R14, AX
-	CMPQ  AX, $4
-	JLT   accRows1
-	MOVQ  lda+24(FP), AX
-	SHLQ  $2, AX
-	MOVQ  AX, R9
+	// Each block of rows starts at row R14: SI = its row of a, DI its row
+	// of c, R15 = b; 4 rows while at least 4 are left, then 1 at a time.
+accRows:
+	MOVQ  m+32(FP), DX
+	SUBQ  R14, DX
+	JLE   accDone
+	MOVQ  lda+24(FP), R9
+	SHLQ  $2, R9
+	MOVQ  R9, AX
 	IMULQ R14, AX
 	MOVQ  a+16(FP), SI
 	ADDQ  AX, SI
-	LEAQ  (SI)(R9*1), CX
-	LEAQ  (CX)(R9*1), R10
-	LEAQ  (R10)(R9*1), R12
 	MOVQ  R14, AX
 	IMULQ R8, AX
 	MOVQ  c+0(FP), DI
 	ADDQ  AX, DI
-	LEAQ  (DI)(R8*2), DX
 	MOVQ  b+48(FP), R15
+	CMPQ  DX, $4
+	JLT   accRow1
+	LEAQ  (SI)(R9*1), CX
+	LEAQ  (CX)(R9*1), R10
+	LEAQ  (R10)(R9*1), R12
+	LEAQ  (DI)(R8*2), DX
 	MOVQ  w+64(FP), R9
 
 acc4Cols16:
@@ -214,24 +252,14 @@ acc4Cols16:
 	XORQ    AX, AX
 
 acc4Inner16:
-	VMOVUPS      (BX), Y8
-	VMOVUPS      32(BX), Y9
-	VBROADCASTSS (SI)(AX*4), Y10
-	VFMADD231PS  Y8, Y10, Y0
-	VFMADD231PS  Y9, Y10, Y1
-	VBROADCASTSS (CX)(AX*4), Y11
-	VFMADD231PS  Y8, Y11, Y2
-	VFMADD231PS  Y9, Y11, Y3
-	VBROADCASTSS (R10)(AX*4), Y12
-	VFMADD231PS  Y8, Y12, Y4
-	VFMADD231PS  Y9, Y12, Y5
-	VBROADCASTSS (R12)(AX*4), Y13
-	VFMADD231PS  Y8, Y13, Y6
-	VFMADD231PS  Y9, Y13, Y7
-	ADDQ         R11, BX
-	INCQ         AX
-	CMPQ         AX, R13
-	JLT          acc4Inner16
+	VMOVUPS (BX), Y8
+	VMOVUPS 32(BX), Y9
+	ACC2(SI, Y10, Y0, Y1)
+	ACC2(CX, Y11, Y2, Y3)
+	ACC2(R10, Y12, Y4, Y5)
+	ACC2(R12, Y13, Y6, Y7)
+	ACCNEXT
+	JLT     acc4Inner16
 
 	VMOVUPS Y0, (DI)
 	VMOVUPS Y1, 32(DI)
@@ -267,9 +295,7 @@ acc4Inner8:
 	VFMADD231PS  Y8, Y12, Y4
 	VBROADCASTSS (R12)(AX*4), Y13
 	VFMADD231PS  Y8, Y13, Y6
-	ADDQ         R11, BX
-	INCQ         AX
-	CMPQ         AX, R13
+	ACCNEXT
 	JLT          acc4Inner8
 
 	VMOVUPS Y0, (DI)
@@ -279,22 +305,10 @@ acc4Inner8:
 
 acc4Next:
 	ADDQ $4, R14
-	JMP  accRows4
+	JMP  accRows
 
-accRows1:
-	CMPQ  R14, m+32(FP)
-	JGE   accDone
-	MOVQ  lda+24(FP), AX
-	SHLQ  $2, AX
-	IMULQ R14, AX
-	MOVQ  a+16(FP), SI
-	ADDQ  AX, SI
-	MOVQ  R14, AX
-	IMULQ R8, AX
-	MOVQ  c+0(FP), DI
-	ADDQ  AX, DI
-	MOVQ  b+48(FP), R15
-	MOVQ  w+64(FP), R9
+accRow1:
+	MOVQ w+64(FP), R9
 
 acc1Cols:
 	CMPQ    R9, $0
@@ -307,15 +321,11 @@ acc1Cols:
 acc1Inner:
 	VBROADCASTSS (SI)(AX*4), Y10
 	VFMADD231PS  (BX), Y10, Y0
-	INCQ         AX
-	ADDQ         R11, BX
-	CMPQ         AX, R13
+	ACCNEXT
 	JGE          acc1Store
 	VBROADCASTSS (SI)(AX*4), Y11
 	VFMADD231PS  (BX), Y11, Y1
-	INCQ         AX
-	ADDQ         R11, BX
-	CMPQ         AX, R13
+	ACCNEXT
 	JLT          acc1Inner
 
 acc1Store:
@@ -328,7 +338,7 @@ acc1Store:
 
 acc1Next:
 	INCQ R14
-	JMP  accRows1
+	JMP  accRows
 
 accDone:
 	VZEROUPPER
@@ -340,24 +350,15 @@ accDone:
 TEXT ·expRowAVX(SB), NOSPLIT, $0-28
 	MOVQ         r+0(FP), DI
 	MOVQ         n+8(FP), CX
-	SHLQ         $2, CX
 	VBROADCASTSS c+16(FP), Y14
 	VBROADCASTSS sub+20(FP), Y15
 	VXORPS       Y13, Y13, Y13
-	XORQ         AX, AX
-	CMPQ         CX, $0
-	JEQ          expDone
-
-expLoop:
-	VMOVUPS (DI)(AX*1), Y0
-	VMULPS  Y14, Y0, Y0
-	VSUBPS  Y15, Y0, Y0
+	ROWLOOP(expLoop, expDone)
+	VMULPS       Y14, Y0, Y0
+	VSUBPS       Y15, Y0, Y0
 	EXP2(Y0, Y1, Y2, Y3, Y4)
-	VMOVUPS Y0, (DI)(AX*1)
-	VADDPS  Y0, Y13, Y13
-	ADDQ    $32, AX
-	CMPQ    AX, CX
-	JLT     expLoop
+	VADDPS       Y0, Y13, Y13
+	ROWNEXT(expLoop)
 
 expDone:
 	HSUM(Y13, X13, X12)
@@ -372,21 +373,12 @@ TEXT ·expRowVecAVX(SB), NOSPLIT, $0-28
 	MOVQ         r+0(FP), DI
 	MOVQ         sub+8(FP), SI
 	MOVQ         n+16(FP), CX
-	SHLQ         $2, CX
 	VBROADCASTSS c+24(FP), Y14
-	XORQ         AX, AX
-	CMPQ         CX, $0
-	JEQ          expVecDone
-
-expVecLoop:
-	VMOVUPS (DI)(AX*1), Y0
-	VMULPS  Y14, Y0, Y0
-	VSUBPS  (SI)(AX*1), Y0, Y0
+	ROWLOOP(expVecLoop, expVecDone)
+	VMULPS       Y14, Y0, Y0
+	VSUBPS       (SI)(AX*1), Y0, Y0
 	EXP2(Y0, Y1, Y2, Y3, Y4)
-	VMOVUPS Y0, (DI)(AX*1)
-	ADDQ    $32, AX
-	CMPQ    AX, CX
-	JLT     expVecLoop
+	ROWNEXT(expVecLoop)
 
 expVecDone:
 	VZEROUPPER
@@ -399,20 +391,11 @@ TEXT ·dsRowAVX(SB), NOSPLIT, $0-28
 	MOVQ         p+0(FP), SI
 	MOVQ         dp+8(FP), DI
 	MOVQ         n+16(FP), CX
-	SHLQ         $2, CX
 	VBROADCASTSS d+24(FP), Y15
-	XORQ         AX, AX
-	CMPQ         CX, $0
-	JEQ          dsDone
-
-dsLoop:
-	VMOVUPS (DI)(AX*1), Y0
-	VSUBPS  Y15, Y0, Y0
-	VMULPS  (SI)(AX*1), Y0, Y0
-	VMOVUPS Y0, (DI)(AX*1)
-	ADDQ    $32, AX
-	CMPQ    AX, CX
-	JLT     dsLoop
+	ROWLOOP(dsLoop, dsDone)
+	VSUBPS       Y15, Y0, Y0
+	VMULPS       (SI)(AX*1), Y0, Y0
+	ROWNEXT(dsLoop)
 
 dsDone:
 	VZEROUPPER
@@ -426,19 +409,10 @@ TEXT ·dsRowVecAVX(SB), NOSPLIT, $0-32
 	MOVQ dp+8(FP), DI
 	MOVQ d+16(FP), DX
 	MOVQ n+24(FP), CX
-	SHLQ $2, CX
-	XORQ AX, AX
-	CMPQ CX, $0
-	JEQ  dsVecDone
-
-dsVecLoop:
-	VMOVUPS (DI)(AX*1), Y0
-	VSUBPS  (DX)(AX*1), Y0, Y0
-	VMULPS  (SI)(AX*1), Y0, Y0
-	VMOVUPS Y0, (DI)(AX*1)
-	ADDQ    $32, AX
-	CMPQ    AX, CX
-	JLT     dsVecLoop
+	ROWLOOP(dsVecLoop, dsVecDone)
+	VSUBPS (DX)(AX*1), Y0, Y0
+	VMULPS (SI)(AX*1), Y0, Y0
+	ROWNEXT(dsVecLoop)
 
 dsVecDone:
 	VZEROUPPER

@@ -34,28 +34,37 @@ type refResult struct {
 func refForward(p *spec.Problem, q, k, v dense) (o dense, lse []float64) {
 	o = newDense(p.B, p.Hq, p.Nq, p.Dv)
 	lse = make([]float64, p.B*p.Hq*p.Nq)
+	refRows(p, q, k, func(b, h, kvh, i int, pr []float64, l float64) {
+		lse[(b*p.Hq+h)*p.Nq+i] = l
+		or := o.row(b, h, i)
+		for j, pj := range pr {
+			if pj == 0 {
+				continue
+			}
+			vr := v.row(b, kvh, j)
+			for c := range or {
+				or[c] += pj * vr[c]
+			}
+		}
+	})
+	return o, lse
+}
+
+// refRows calls f for every query row i of every (batch b, head h), in
+// order, with kvh the head's kv head, pr the row's probabilities over the
+// Nk keys (0 where masked; the slice is reused) and l its log-sum-exp.
+func refRows(p *spec.Problem, q, k dense, f func(b, h, kvh, i int, pr []float64, l float64)) {
 	s := make([]float64, p.Nq*p.Nk)
 	for b := range p.B {
 		for h := range p.Hq {
 			kvh := h / (p.Hq / p.Hkv)
 			refScores(p, q, k, b, h, kvh, s)
 			for i := range p.Nq {
-				sr := s[i*p.Nk : (i+1)*p.Nk]
-				lse[(b*p.Hq+h)*p.Nq+i] = refSoftmax(sr)
-				or := o.row(b, h, i)
-				for j, pj := range sr {
-					if pj == 0 {
-						continue
-					}
-					vr := v.row(b, kvh, j)
-					for c := range or {
-						or[c] += pj * vr[c]
-					}
-				}
+				pr := s[i*p.Nk : (i+1)*p.Nk]
+				f(b, h, kvh, i, pr, refSoftmax(pr))
 			}
 		}
 	}
-	return o, lse
 }
 
 // refScores fills s (Nq×Nk) with scale·q_i·k_j, −Inf where masked.
@@ -108,42 +117,33 @@ func refBackward(p *spec.Problem, q, k, v, do dense) refResult {
 		dk: newDense(p.B, p.Hkv, p.Nk, p.D),
 		dv: newDense(p.B, p.Hkv, p.Nk, p.Dv),
 	}
-	s := make([]float64, p.Nq*p.Nk)
 	sc := float64(p.Scale)
-	for b := range p.B {
-		for h := range p.Hq {
-			kvh := h / (p.Hq / p.Hkv)
-			refScores(p, q, k, b, h, kvh, s)
-			for i := range p.Nq {
-				pr := s[i*p.Nk : (i+1)*p.Nk]
-				refSoftmax(pr)
-				dor, or := do.row(b, h, i), o.row(b, h, i)
-				var dsum float64
-				for c := range dor {
-					dsum += dor[c] * or[c]
-				}
-				qr, dqr := q.row(b, h, i), r.dq.row(b, h, i)
-				for j, pij := range pr {
-					if pij == 0 {
-						continue
-					}
-					vr := v.row(b, kvh, j)
-					var dp float64
-					for c := range dor {
-						dp += dor[c] * vr[c]
-					}
-					ds := pij * (dp - dsum)
-					kr, dkr, dvr := k.row(b, kvh, j), r.dk.row(b, kvh, j), r.dv.row(b, kvh, j)
-					for c := range dqr {
-						dqr[c] += sc * ds * kr[c]
-						dkr[c] += sc * ds * qr[c]
-					}
-					for c := range dvr {
-						dvr[c] += pij * dor[c]
-					}
-				}
+	refRows(p, q, k, func(b, h, kvh, i int, pr []float64, _ float64) {
+		dor, or := do.row(b, h, i), o.row(b, h, i)
+		var dsum float64
+		for c := range dor {
+			dsum += dor[c] * or[c]
+		}
+		qr, dqr := q.row(b, h, i), r.dq.row(b, h, i)
+		for j, pij := range pr {
+			if pij == 0 {
+				continue
+			}
+			vr := v.row(b, kvh, j)
+			var dp float64
+			for c := range dor {
+				dp += dor[c] * vr[c]
+			}
+			ds := pij * (dp - dsum)
+			kr, dkr, dvr := k.row(b, kvh, j), r.dk.row(b, kvh, j), r.dv.row(b, kvh, j)
+			for c := range dqr {
+				dqr[c] += sc * ds * kr[c]
+				dkr[c] += sc * ds * qr[c]
+			}
+			for c := range dvr {
+				dvr[c] += pij * dor[c]
 			}
 		}
-	}
+	})
 	return r
 }

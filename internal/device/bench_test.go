@@ -12,14 +12,17 @@ import (
 	"github.com/flashvk/flashvk/internal/device/devicetest"
 )
 
+// submitBench opens the device of the submission benchmarks, with the axpb
+// pipeline, its buffer of 64 floats and the push constants of x = x·1 + 0.
+func submitBench(b *testing.B) (*device.Device, *device.Pipeline, *device.Buffer, []byte) {
+	d := devicetest.Open(b)
+	return d, axpb(b, d), newBuf(b, d, 256), push(uint32(64), float32(1), float32(0))
+}
+
 // BenchmarkSubmit measures the round trip of one small dispatch: record,
 // vkQueueSubmit, fence wait.
 func BenchmarkSubmit(b *testing.B) {
-	d := devicetest.Open(b)
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(b, "axpb"), PushSize: 12, Bindings: 1})
-	require.NoError(b, err)
-	x := newBuf(b, d, 256)
-	pc := push(uint32(64), float32(1), float32(0))
+	d, p, x, pc := submitBench(b)
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -36,11 +39,7 @@ func BenchmarkSubmit(b *testing.B) {
 // BenchmarkSubmit100 records 100 dependent dispatches (with barriers) per
 // submission; ns/op is per submission.
 func BenchmarkSubmit100(b *testing.B) {
-	d := devicetest.Open(b)
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(b, "axpb"), PushSize: 12, Bindings: 1})
-	require.NoError(b, err)
-	x := newBuf(b, d, 256)
-	pc := push(uint32(64), float32(1), float32(0))
+	d, p, x, pc := submitBench(b)
 	r := d.Record()
 	for k := 0; k < 100; k++ {
 		require.NoError(b, r.Dispatch(p, pc, [3]uint32{1, 1, 1}, x))

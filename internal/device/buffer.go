@@ -62,15 +62,7 @@ func (b *Buffer) Close() error {
 	if b == nil || b.closed.Load() {
 		return nil
 	}
-	d := b.d
-	d.life.RLock()
-	defer d.life.RUnlock()
-	if d.closed.Load() {
-		return nil // freed by Device.Close
-	}
-	d.lmu.Lock()
-	defer d.lmu.Unlock()
-	b.destroyLocked()
+	b.d.closeObject(b.destroyLocked)
 	return nil
 }
 
@@ -213,27 +205,41 @@ func (d *Device) putStaging(s *staging) {
 	d.stBytes += s.size
 }
 
-func (d *Device) upload(ctx context.Context, b *Buffer, off int64, src []byte) error {
+// staged checks b and the range of host at off in it, holds the device in
+// use and calls move for each staging-sized chunk of host with its offset
+// in b and a staging buffer of kind for it, which move hands to d.run or
+// back to the pool.
+func (d *Device) staged(b *Buffer, off int64, host []byte, kind C.int,
+	move func(off int64, chunk []byte, s *staging) error) error {
 	if err := b.usable(d); err != nil {
 		return err
 	}
-	if err := b.checkRange(off, int64(len(src))); err != nil {
+	if err := b.checkRange(off, int64(len(host))); err != nil {
 		return err
 	}
 	if err := d.use(); err != nil {
 		return err
 	}
 	defer d.done()
-	for len(src) > 0 {
-		n := int64(len(src))
-		if n > stagingChunk {
-			n = stagingChunk
-		}
-		s, err := d.getStaging(C.FVK_MEM_UPLOAD, n)
+	for len(host) > 0 {
+		n := min(int64(len(host)), stagingChunk)
+		s, err := d.getStaging(kind, n)
 		if err != nil {
 			return err
 		}
-		copy(s.bytes(n), src[:n])
+		if err := move(off, host[:n], s); err != nil {
+			return err
+		}
+		host = host[n:]
+		off += n
+	}
+	return nil
+}
+
+func (d *Device) upload(ctx context.Context, b *Buffer, off int64, src []byte) error {
+	return d.staged(b, off, src, C.FVK_MEM_UPLOAD, func(off int64, src []byte, s *staging) error {
+		n := int64(len(src))
+		copy(s.bytes(n), src)
 		if r := C.fvk_buffer_flush(d.c, &s.b, C.uint64_t(n)); r != 0 {
 			d.putStaging(s)
 			return d.check("vkFlushMappedMemoryRanges", r)
@@ -246,32 +252,13 @@ func (d *Device) upload(ctx context.Context, b *Buffer, off int64, src []byte) e
 			return fmt.Errorf("device: upload: %w", err)
 		}
 		d.bytesUp.Add(n)
-		src = src[n:]
-		off += n
-	}
-	return nil
+		return nil
+	})
 }
 
 func (d *Device) download(ctx context.Context, b *Buffer, off int64, dst []byte) error {
-	if err := b.usable(d); err != nil {
-		return err
-	}
-	if err := b.checkRange(off, int64(len(dst))); err != nil {
-		return err
-	}
-	if err := d.use(); err != nil {
-		return err
-	}
-	defer d.done()
-	for len(dst) > 0 {
+	return d.staged(b, off, dst, C.FVK_MEM_DOWNLOAD, func(off int64, dst []byte, s *staging) error {
 		n := int64(len(dst))
-		if n > stagingChunk {
-			n = stagingChunk
-		}
-		s, err := d.getStaging(C.FVK_MEM_DOWNLOAD, n)
-		if err != nil {
-			return err
-		}
 		ops := []C.fvk_op{
 			{kind: C.FVK_OP_COPY, dst: s.b.buffer, src: b.b.buffer, src_off: C.uint64_t(off), size: C.uint64_t(n)},
 			{kind: C.FVK_OP_BARRIER, arg: C.FVK_BARRIER_HOST_READ},
@@ -284,11 +271,9 @@ func (d *Device) download(ctx context.Context, b *Buffer, off int64, dst []byte)
 			d.putStaging(s)
 			return d.check("vkInvalidateMappedMemoryRanges", r)
 		}
-		copy(dst[:n], s.bytes(n))
+		copy(dst, s.bytes(n))
 		d.putStaging(s)
 		d.bytesDown.Add(n)
-		dst = dst[n:]
-		off += n
-	}
-	return nil
+		return nil
+	})
 }

@@ -292,6 +292,20 @@ func (d *Device) use() error {
 
 func (d *Device) done() { d.life.RUnlock() }
 
+// closeObject runs destroyLocked, with d.lmu held, for the Close of a
+// Buffer or Pipeline: not once the device is closed, Device.Close having
+// destroyed them all.
+func (d *Device) closeObject(destroyLocked func()) {
+	d.life.RLock()
+	defer d.life.RUnlock()
+	if d.closed.Load() {
+		return
+	}
+	d.lmu.Lock()
+	defer d.lmu.Unlock()
+	destroyLocked()
+}
+
 // check converts a VkResult into an error, noting device loss.
 func (d *Device) check(op string, r C.VkResult) error {
 	if r == 0 {

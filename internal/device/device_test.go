@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,13 +19,6 @@ import (
 	"github.com/flashvk/flashvk/internal/device"
 	"github.com/flashvk/flashvk/internal/device/devicetest"
 )
-
-func spv(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name+".spv"))
-	require.NoError(t, err)
-	return b
-}
 
 func push(vals ...any) []byte {
 	var out []byte
@@ -251,7 +242,7 @@ func vadd(t testing.TB, d *device.Device, wg uint32, scale float32) *device.Pipe
 	t.Helper()
 	p, err := d.NewPipeline(device.PipelineDesc{
 		Name:     "vadd",
-		SPIRV:    spv(t, "vadd"),
+		SPIRV:    devicetest.SPIRV(t, "vadd"),
 		Spec:     []device.Spec{{ID: 0, Value: wg}, {ID: 1, Value: math.Float32bits(scale)}},
 		PushSize: 8,
 		Bindings: 3,
@@ -299,6 +290,15 @@ func TestVectorAdd(t *testing.T) {
 	assert.ErrorIs(t, d.Record().Dispatch(nil, nil, groups(n, wg)), device.ErrInvalid)
 }
 
+// axpb builds the axpb test pipeline: x[i] = x[i]·mul + add for i < n,
+// with push(n, mul, add) and x bound at 0.
+func axpb(t testing.TB, d *device.Device) *device.Pipeline {
+	t.Helper()
+	p, err := d.NewPipeline(device.PipelineDesc{Name: "axpb", SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: 12, Bindings: 1})
+	require.NoError(t, err)
+	return p
+}
+
 func newBuf(t testing.TB, d *device.Device, size int64) *device.Buffer {
 	t.Helper()
 	b, err := d.NewBuffer(size)
@@ -311,8 +311,7 @@ func TestDispatchChainWithBarriers(t *testing.T) {
 	d := devicetest.Open(t)
 	ctx := ctxT(t)
 	const n = 5000
-	p, err := d.NewPipeline(device.PipelineDesc{Name: "axpb", SPIRV: spv(t, "axpb"), PushSize: 12, Bindings: 1})
-	require.NoError(t, err)
+	p := axpb(t, d)
 	x, y := newBuf(t, d, 4*n), newBuf(t, d, 4*n)
 	x0 := make([]float32, n)
 	for i := range x0 {
@@ -371,7 +370,7 @@ func TestSubgroup(t *testing.T) {
 	}
 	out := newBuf(t, d, 4*65)
 	run := func(req uint32) uint32 {
-		p, err := d.NewPipeline(device.PipelineDesc{Name: "subgroup", SPIRV: spv(t, "subgroup"), Bindings: 1, RequiredSubgroupSize: req})
+		p, err := d.NewPipeline(device.PipelineDesc{Name: "subgroup", SPIRV: devicetest.SPIRV(t, "subgroup"), Bindings: 1, RequiredSubgroupSize: req})
 		require.NoError(t, err)
 		defer p.Close()
 		r := d.Record()
@@ -394,7 +393,7 @@ func TestSubgroup(t *testing.T) {
 			assert.Equal(t, s, run(s), "required subgroup size %d", s)
 		}
 	}
-	_, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "subgroup"), Bindings: 1, RequiredSubgroupSize: 3})
+	_, err := d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "subgroup"), Bindings: 1, RequiredSubgroupSize: 3})
 	assert.ErrorIs(t, err, device.ErrUnsupported)
 }
 
@@ -404,7 +403,7 @@ func TestFloat16(t *testing.T) {
 	if !d.Info().Float16 || !d.Info().StorageBuffer16Bit {
 		t.Skip("no float16 arithmetic or 16-bit storage")
 	}
-	p, err := d.NewPipeline(device.PipelineDesc{Name: "half", SPIRV: spv(t, "half"), PushSize: 4, Bindings: 2})
+	p, err := d.NewPipeline(device.PipelineDesc{Name: "half", SPIRV: devicetest.SPIRV(t, "half"), PushSize: 4, Bindings: 2})
 	require.NoError(t, err)
 	const n = 300
 	x, y := newBuf(t, d, 2*n), newBuf(t, d, 4*n)
@@ -427,7 +426,7 @@ func TestFloat16(t *testing.T) {
 
 func TestTimeout(t *testing.T) {
 	d := devicetest.Open(t)
-	p, err := d.NewPipeline(device.PipelineDesc{Name: "spin", SPIRV: spv(t, "spin"), PushSize: 4, Bindings: 1})
+	p, err := d.NewPipeline(device.PipelineDesc{Name: "spin", SPIRV: devicetest.SPIRV(t, "spin"), PushSize: 4, Bindings: 1})
 	require.NoError(t, err)
 	const threads = 64 * 64
 	out := newBuf(t, d, 4*threads)
@@ -485,9 +484,9 @@ func TestErrors(t *testing.T) {
 
 	_, err = d.NewPipeline(device.PipelineDesc{SPIRV: []byte("not spir-v at all")})
 	assert.ErrorIs(t, err, device.ErrInvalid)
-	_, err = d.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "axpb"), PushSize: 6, Bindings: 1})
+	_, err = d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: 6, Bindings: 1})
 	assert.ErrorIs(t, err, device.ErrInvalid)
-	_, err = d.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "axpb"), PushSize: d.Info().MaxPushConstants + 4, Bindings: 1})
+	_, err = d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "axpb"), PushSize: d.Info().MaxPushConstants + 4, Bindings: 1})
 	assert.ErrorIs(t, err, device.ErrInvalid)
 
 	b := newBuf(t, d, 64)
@@ -498,8 +497,7 @@ func TestErrors(t *testing.T) {
 	r.Fill(b, 0)
 	assert.ErrorIs(t, r.Err(), device.ErrClosed)
 
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "axpb"), PushSize: 12, Bindings: 1})
-	require.NoError(t, err)
+	p := axpb(t, d)
 	b2 := newBuf(t, d, 64)
 	r = d.Record()
 	require.NoError(t, r.Dispatch(p, push(uint32(1), float32(1), float32(1)), [3]uint32{1, 1, 1}, b2))
@@ -517,7 +515,7 @@ func TestErrors(t *testing.T) {
 
 func TestPipelineCacheData(t *testing.T) {
 	d := devicetest.Open(t)
-	_, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "vadd"), PushSize: 8, Bindings: 3})
+	_, err := d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "vadd"), PushSize: 8, Bindings: 3})
 	require.NoError(t, err)
 	blob, err := d.PipelineCacheData()
 	require.NoError(t, err)
@@ -526,15 +524,14 @@ func TestPipelineCacheData(t *testing.T) {
 	opt := devicetest.Options(t)
 	opt.PipelineCache = blob
 	d2 := devicetest.OpenWith(t, opt)
-	_, err = d2.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "vadd"), PushSize: 8, Bindings: 3})
+	_, err = d2.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "vadd"), PushSize: 8, Bindings: 3})
 	require.NoError(t, err)
 
 	// Garbage and foreign blobs are ignored.
 	for _, bad := range [][]byte{[]byte("garbage"), append([]byte{32, 0, 0, 0, 1, 0, 0, 0, 0xde, 0x10, 0, 0, 1, 2, 3, 4}, make([]byte, 100)...)} {
 		opt.PipelineCache = bad
 		d3 := devicetest.OpenWith(t, opt)
-		_, err = d3.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "axpb"), PushSize: 12, Bindings: 1})
-		require.NoError(t, err)
+		axpb(t, d3)
 	}
 }
 
@@ -554,8 +551,7 @@ func TestLeaks(t *testing.T) {
 			b, err := d.NewBuffer(256)
 			require.NoError(t, err)
 			require.NoError(t, device.Upload(context.Background(), b, 0, []uint32{1, 2, 3}))
-			_, err = d.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "axpb"), PushSize: 12, Bindings: 1})
-			require.NoError(t, err)
+			axpb(t, d)
 			// Buffer and pipeline deliberately left open: Close frees them.
 		}
 		require.NoError(t, d.Close())
@@ -566,8 +562,7 @@ func TestLeaks(t *testing.T) {
 
 	d, err := device.Open(opt)
 	require.NoError(t, err)
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "axpb"), PushSize: 12, Bindings: 1})
-	require.NoError(t, err)
+	p := axpb(t, d)
 	x, err := d.NewBuffer(4 * 64)
 	require.NoError(t, err)
 	ctx := ctxT(t)

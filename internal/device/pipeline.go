@@ -178,15 +178,7 @@ func (p *Pipeline) Close() error {
 	if p == nil || p.closed.Load() {
 		return nil
 	}
-	d := p.d
-	d.life.RLock()
-	defer d.life.RUnlock()
-	if d.closed.Load() {
-		return nil
-	}
-	d.lmu.Lock()
-	defer d.lmu.Unlock()
-	p.destroyLocked()
+	p.d.closeObject(p.destroyLocked)
 	return nil
 }
 

@@ -90,7 +90,7 @@ func TestValidationReportsErrors(t *testing.T) {
 	if !inf.ComputeFullSubgroups || inf.MaxSubgroupSize < 2 {
 		t.Skip("no full-subgroup control")
 	}
-	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: spv(t, "vadd"), PushSize: 8, Bindings: 3, FullSubgroups: true,
+	p, err := d.NewPipeline(device.PipelineDesc{SPIRV: devicetest.SPIRV(t, "vadd"), PushSize: 8, Bindings: 3, FullSubgroups: true,
 		Spec: []device.Spec{{ID: 0, Value: inf.MaxSubgroupSize + 1}}})
 	if err == nil {
 		_ = p.Close()

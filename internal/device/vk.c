@@ -43,6 +43,19 @@ void fvk_instance_counters(fvk_instance *in, fvk_counters *out) { copy_counters(
 
 #define DCNT(d) (&(d)->in->cnt)
 
+// counted counts a device object of kind when r says it was created; it
+// returns r.
+static VkResult counted(fvk_device *d, int kind, VkResult r) {
+	if (r == VK_SUCCESS) count_create(DCNT(d), kind);
+	return r;
+}
+
+// CREATE(d, Fn, ci, out, kind) creates a device object of kind with
+// d->Fn(device, ci, NULL, out) and counts it; the VkResult. DESTROY(d, Fn,
+// h, kind) destroys h with d->Fn(device, h, NULL) and uncounts it.
+#define CREATE(d, Fn, ci, out, kind) counted((d), (kind), (d)->Fn((d)->device, (ci), NULL, (out)))
+#define DESTROY(d, Fn, h, kind) ((d)->Fn((d)->device, (h), NULL), count_destroy(DCNT(d), (kind)))
+
 // ---- Loader -----------------------------------------------------------------------
 
 static void *g_lib;
@@ -326,6 +339,24 @@ static int has_ext(VkExtensionProperties *exts, uint32_t n, const char *name) {
 		(tailp) = &(s)->pNext;         \
 	} while (0)
 
+// QUERY_ARRAY(pfn, pd, arr, max, stype, count): the two-call idiom of the
+// vkGetPhysicalDevice*Properties* commands that fill an array of
+// out-structures: at most max of arr's elements, each with sType stype, are
+// filled by pfn (a PFN_vkVoidFunction) for pd; count is set to how many, or
+// to 0 if the second call fails (left alone if the first does).
+#define QUERY_ARRAY(pfn, pd, arr, max, stype, count)                                                   \
+	do {                                                                                           \
+		typedef VkResult(VKAPI_PTR * fn_t)(VkPhysicalDevice, uint32_t *, __typeof__(&(arr)[0])); \
+		fn_t fn = (fn_t)(pfn);                                                                 \
+		uint32_t n = 0;                                                                        \
+		if (fn((pd), &n, NULL) == VK_SUCCESS) {                                                \
+			if (n > (max)) n = (max);                                                      \
+			for (uint32_t i = 0; i < n; i++) (arr)[i].sType = (stype);                     \
+			VkResult r = fn((pd), &n, (arr));                                              \
+			(count) = (r == VK_SUCCESS || r == VK_INCOMPLETE) ? n : 0;                     \
+		}                                                                                      \
+	} while (0)
+
 void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 	memset(o, 0, sizeof *o);
 	o->queue_family = UINT32_MAX;
@@ -485,30 +516,12 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		if (!o->ext_coopmat2) memset(&o->coopmat2, 0, sizeof o->coopmat2);
 		o->ext_bf16 = ebf && (o->bf16_type || o->bf16_dot || o->bf16_coopmat);
 
-		if (o->coopmat && in->GetCoopMatPropsKHR) {
-			typedef VkResult(VKAPI_PTR * fn_t)(VkPhysicalDevice, uint32_t *, fvk_coopmat_shape_khr *);
-			fn_t fn = (fn_t)in->GetCoopMatPropsKHR;
-			uint32_t n = 0;
-			if (fn(pd, &n, NULL) == VK_SUCCESS) {
-				if (n > FVK_MAX_COOPMAT) n = FVK_MAX_COOPMAT;
-				for (uint32_t i = 0; i < n; i++)
-					o->coopmats[i].sType = FVK_STYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR;
-				VkResult r = fn(pd, &n, o->coopmats);
-				o->ncoopmat = (r == VK_SUCCESS || r == VK_INCOMPLETE) ? n : 0;
-			}
-		}
-		if (o->ext_coopmat2 && o->coopmat2.cooperativeMatrixFlexibleDimensions && in->GetCoopMatFlexPropsNV) {
-			typedef VkResult(VKAPI_PTR * fn_t)(VkPhysicalDevice, uint32_t *, fvk_coopmat_flex_nv *);
-			fn_t fn = (fn_t)in->GetCoopMatFlexPropsNV;
-			uint32_t n = 0;
-			if (fn(pd, &n, NULL) == VK_SUCCESS) {
-				if (n > FVK_MAX_FLEX) n = FVK_MAX_FLEX;
-				for (uint32_t i = 0; i < n; i++)
-					o->flex[i].sType = FVK_STYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV;
-				VkResult r = fn(pd, &n, o->flex);
-				o->nflex = (r == VK_SUCCESS || r == VK_INCOMPLETE) ? n : 0;
-			}
-		}
+		if (o->coopmat && in->GetCoopMatPropsKHR)
+			QUERY_ARRAY(in->GetCoopMatPropsKHR, pd, o->coopmats, FVK_MAX_COOPMAT,
+			            FVK_STYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR, o->ncoopmat);
+		if (o->ext_coopmat2 && o->coopmat2.cooperativeMatrixFlexibleDimensions && in->GetCoopMatFlexPropsNV)
+			QUERY_ARRAY(in->GetCoopMatFlexPropsNV, pd, o->flex, FVK_MAX_FLEX,
+			            FVK_STYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV, o->nflex);
 	}
 	if (o->max_alloc == 0) o->max_alloc = (uint64_t)1 << 31; // Vulkan 1.0: unknown; be conservative
 	if (o->max_subgroup == 0) o->min_subgroup = o->max_subgroup = o->subgroup_size;
@@ -724,10 +737,7 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 
 void fvk_device_destroy(fvk_device *d) {
 	if (!d) return;
-	if (d->cache != VK_NULL_HANDLE) {
-		d->DestroyPipelineCache(d->device, d->cache, NULL);
-		count_destroy(DCNT(d), FVK_OBJ_PIPELINE_CACHE);
-	}
+	if (d->cache != VK_NULL_HANDLE) DESTROY(d, DestroyPipelineCache, d->cache, FVK_OBJ_PIPELINE_CACHE);
 	d->DestroyDevice(d->device, NULL);
 	count_destroy(DCNT(d), FVK_OBJ_DEVICE);
 	free(d);
@@ -744,12 +754,10 @@ VkResult fvk_pipeline_cache_merge(fvk_device *d, const void *data, size_t size) 
 	pci.initialDataSize = size;
 	pci.pInitialData = data;
 	VkPipelineCache tmp;
-	VkResult r = d->CreatePipelineCache(d->device, &pci, NULL, &tmp);
+	VkResult r = CREATE(d, CreatePipelineCache, &pci, &tmp, FVK_OBJ_PIPELINE_CACHE);
 	if (r != VK_SUCCESS) return r;
-	count_create(DCNT(d), FVK_OBJ_PIPELINE_CACHE);
 	r = d->MergePipelineCaches(d->device, d->cache, 1, &tmp);
-	d->DestroyPipelineCache(d->device, tmp, NULL);
-	count_destroy(DCNT(d), FVK_OBJ_PIPELINE_CACHE);
+	DESTROY(d, DestroyPipelineCache, tmp, FVK_OBJ_PIPELINE_CACHE);
 	return r;
 }
 
@@ -770,9 +778,8 @@ VkResult fvk_buffer_create(fvk_device *d, uint64_t size, int kind, fvk_buffer *o
 	bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
 	            VK_BUFFER_USAGE_TRANSFER_DST_BIT;
 	bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-	VkResult r = d->CreateBuffer(d->device, &bci, NULL, &out->buffer);
+	VkResult r = CREATE(d, CreateBuffer, &bci, &out->buffer, FVK_OBJ_BUFFER);
 	if (r != VK_SUCCESS) return r;
-	count_create(DCNT(d), FVK_OBJ_BUFFER);
 
 	VkMemoryRequirements req;
 	d->GetBufferMemoryRequirements(d->device, out->buffer, &req);
@@ -805,12 +812,11 @@ VkResult fvk_buffer_create(fvk_device *d, uint64_t size, int kind, fvk_buffer *o
 	VkMemoryAllocateInfo mai = {VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
 	mai.allocationSize = req.size;
 	mai.memoryTypeIndex = (uint32_t)t;
-	r = d->AllocateMemory(d->device, &mai, NULL, &out->memory);
+	r = CREATE(d, AllocateMemory, &mai, &out->memory, FVK_OBJ_MEMORY);
 	if (r != VK_SUCCESS) {
 		fvk_buffer_destroy(d, out);
 		return r;
 	}
-	count_create(DCNT(d), FVK_OBJ_MEMORY);
 	r = d->BindBufferMemory(d->device, out->buffer, out->memory, 0);
 	if (r == VK_SUCCESS && kind != FVK_MEM_DEVICE) {
 		r = d->MapMemory(d->device, out->memory, 0, VK_WHOLE_SIZE, 0, &out->mapped);
@@ -826,14 +832,10 @@ VkResult fvk_buffer_create(fvk_device *d, uint64_t size, int kind, fvk_buffer *o
 }
 
 void fvk_buffer_destroy(fvk_device *d, fvk_buffer *b) {
-	if (b->buffer != VK_NULL_HANDLE) {
-		d->DestroyBuffer(d->device, b->buffer, NULL);
-		count_destroy(DCNT(d), FVK_OBJ_BUFFER);
-	}
+	if (b->buffer != VK_NULL_HANDLE) DESTROY(d, DestroyBuffer, b->buffer, FVK_OBJ_BUFFER);
 	if (b->memory != VK_NULL_HANDLE) {
 		if (b->mapped) d->UnmapMemory(d->device, b->memory);
-		d->FreeMemory(d->device, b->memory, NULL);
-		count_destroy(DCNT(d), FVK_OBJ_MEMORY);
+		DESTROY(d, FreeMemory, b->memory, FVK_OBJ_MEMORY);
 	}
 	memset(b, 0, sizeof *b);
 }
@@ -875,14 +877,11 @@ VkResult fvk_set_layout_create(fvk_device *d, uint32_t n, VkDescriptorSetLayout 
 	VkDescriptorSetLayoutCreateInfo ci = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
 	ci.bindingCount = n;
 	ci.pBindings = b;
-	VkResult r = d->CreateDescriptorSetLayout(d->device, &ci, NULL, out);
-	if (r == VK_SUCCESS) count_create(DCNT(d), FVK_OBJ_SET_LAYOUT);
-	return r;
+	return CREATE(d, CreateDescriptorSetLayout, &ci, out, FVK_OBJ_SET_LAYOUT);
 }
 
 void fvk_set_layout_destroy(fvk_device *d, VkDescriptorSetLayout l) {
-	d->DestroyDescriptorSetLayout(d->device, l, NULL);
-	count_destroy(DCNT(d), FVK_OBJ_SET_LAYOUT);
+	DESTROY(d, DestroyDescriptorSetLayout, l, FVK_OBJ_SET_LAYOUT);
 }
 
 VkResult fvk_pipeline_layout_create(fvk_device *d, VkDescriptorSetLayout set, uint32_t push_size,
@@ -893,14 +892,11 @@ VkResult fvk_pipeline_layout_create(fvk_device *d, VkDescriptorSetLayout set, ui
 	ci.pSetLayouts = &set;
 	ci.pushConstantRangeCount = push_size ? 1 : 0;
 	ci.pPushConstantRanges = push_size ? &pr : NULL;
-	VkResult r = d->CreatePipelineLayout(d->device, &ci, NULL, out);
-	if (r == VK_SUCCESS) count_create(DCNT(d), FVK_OBJ_PIPELINE_LAYOUT);
-	return r;
+	return CREATE(d, CreatePipelineLayout, &ci, out, FVK_OBJ_PIPELINE_LAYOUT);
 }
 
 void fvk_pipeline_layout_destroy(fvk_device *d, VkPipelineLayout l) {
-	d->DestroyPipelineLayout(d->device, l, NULL);
-	count_destroy(DCNT(d), FVK_OBJ_PIPELINE_LAYOUT);
+	DESTROY(d, DestroyPipelineLayout, l, FVK_OBJ_PIPELINE_LAYOUT);
 }
 
 VkResult fvk_pipeline_create(fvk_device *d, const uint32_t *code, size_t code_size, const char *entry,
@@ -911,9 +907,8 @@ VkResult fvk_pipeline_create(fvk_device *d, const uint32_t *code, size_t code_si
 	smci.codeSize = code_size;
 	smci.pCode = code;
 	VkShaderModule sm;
-	VkResult r = d->CreateShaderModule(d->device, &smci, NULL, &sm);
+	VkResult r = CREATE(d, CreateShaderModule, &smci, &sm, FVK_OBJ_SHADER_MODULE);
 	if (r != VK_SUCCESS) return r;
-	count_create(DCNT(d), FVK_OBJ_SHADER_MODULE);
 
 	VkSpecializationMapEntry *entries = NULL;
 	VkSpecializationInfo si = {0};
@@ -945,19 +940,14 @@ VkResult fvk_pipeline_create(fvk_device *d, const uint32_t *code, size_t code_si
 	if (subgroup_size) ci.stage.pNext = &rss;
 	if (full_subgroups) ci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
 	ci.layout = layout;
-	r = d->CreateComputePipelines(d->device, d->cache, 1, &ci, NULL, out);
-	if (r == VK_SUCCESS) count_create(DCNT(d), FVK_OBJ_PIPELINE);
+	r = counted(d, FVK_OBJ_PIPELINE, d->CreateComputePipelines(d->device, d->cache, 1, &ci, NULL, out));
 out:
 	free(entries);
-	d->DestroyShaderModule(d->device, sm, NULL);
-	count_destroy(DCNT(d), FVK_OBJ_SHADER_MODULE);
+	DESTROY(d, DestroyShaderModule, sm, FVK_OBJ_SHADER_MODULE);
 	return r;
 }
 
-void fvk_pipeline_destroy(fvk_device *d, VkPipeline p) {
-	d->DestroyPipeline(d->device, p, NULL);
-	count_destroy(DCNT(d), FVK_OBJ_PIPELINE);
-}
+void fvk_pipeline_destroy(fvk_device *d, VkPipeline p) { DESTROY(d, DestroyPipeline, p, FVK_OBJ_PIPELINE); }
 
 // ---- Frames ----------------------------------------------------------------------------
 
@@ -971,9 +961,8 @@ VkResult fvk_frame_create(fvk_device *d, fvk_frame **out) {
 	VkCommandPoolCreateInfo pci = {VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
 	pci.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
 	pci.queueFamilyIndex = d->family;
-	VkResult r = d->CreateCommandPool(d->device, &pci, NULL, &f->pool);
+	VkResult r = CREATE(d, CreateCommandPool, &pci, &f->pool, FVK_OBJ_COMMAND_POOL);
 	if (r != VK_SUCCESS) goto fail;
-	count_create(DCNT(d), FVK_OBJ_COMMAND_POOL);
 	VkCommandBufferAllocateInfo ai = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
 	ai.commandPool = f->pool;
 	ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
@@ -981,9 +970,8 @@ VkResult fvk_frame_create(fvk_device *d, fvk_frame **out) {
 	r = d->AllocateCommandBuffers(d->device, &ai, &f->cmd);
 	if (r != VK_SUCCESS) goto fail;
 	VkFenceCreateInfo fci = {VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-	r = d->CreateFence(d->device, &fci, NULL, &f->fence);
+	r = CREATE(d, CreateFence, &fci, &f->fence, FVK_OBJ_FENCE);
 	if (r != VK_SUCCESS) goto fail;
-	count_create(DCNT(d), FVK_OBJ_FENCE);
 	*out = f;
 	return VK_SUCCESS;
 fail:
@@ -993,23 +981,11 @@ fail:
 
 void fvk_frame_destroy(fvk_device *d, fvk_frame *f) {
 	if (!f) return;
-	for (uint32_t i = 0; i < f->ndpools; i++) {
-		d->DestroyDescriptorPool(d->device, f->dpools[i], NULL);
-		count_destroy(DCNT(d), FVK_OBJ_DESCRIPTOR_POOL);
-	}
+	for (uint32_t i = 0; i < f->ndpools; i++) DESTROY(d, DestroyDescriptorPool, f->dpools[i], FVK_OBJ_DESCRIPTOR_POOL);
 	free(f->dpools);
-	if (f->qpool != VK_NULL_HANDLE) {
-		d->DestroyQueryPool(d->device, f->qpool, NULL);
-		count_destroy(DCNT(d), FVK_OBJ_QUERY_POOL);
-	}
-	if (f->fence != VK_NULL_HANDLE) {
-		d->DestroyFence(d->device, f->fence, NULL);
-		count_destroy(DCNT(d), FVK_OBJ_FENCE);
-	}
-	if (f->pool != VK_NULL_HANDLE) {
-		d->DestroyCommandPool(d->device, f->pool, NULL); // frees f->cmd
-		count_destroy(DCNT(d), FVK_OBJ_COMMAND_POOL);
-	}
+	if (f->qpool != VK_NULL_HANDLE) DESTROY(d, DestroyQueryPool, f->qpool, FVK_OBJ_QUERY_POOL);
+	if (f->fence != VK_NULL_HANDLE) DESTROY(d, DestroyFence, f->fence, FVK_OBJ_FENCE);
+	if (f->pool != VK_NULL_HANDLE) DESTROY(d, DestroyCommandPool, f->pool, FVK_OBJ_COMMAND_POOL); // frees f->cmd
 	free(f);
 }
 
@@ -1042,9 +1018,8 @@ static VkResult next_dpool(fvk_device *d, fvk_frame *f) {
 		ci.maxSets = POOL_SETS;
 		ci.poolSizeCount = 1;
 		ci.pPoolSizes = &ps;
-		VkResult r = d->CreateDescriptorPool(d->device, &ci, NULL, &f->dpools[f->ndpools]);
+		VkResult r = CREATE(d, CreateDescriptorPool, &ci, &f->dpools[f->ndpools], FVK_OBJ_DESCRIPTOR_POOL);
 		if (r != VK_SUCCESS) return r;
-		count_create(DCNT(d), FVK_OBJ_DESCRIPTOR_POOL);
 		f->curdpool = f->ndpools++;
 	}
 	f->sets_left = POOL_SETS;
@@ -1068,45 +1043,39 @@ static VkResult alloc_set(fvk_device *d, fvk_frame *f, VkDescriptorSetLayout l, 
 	return VK_SUCCESS;
 }
 
+// What each FVK_BARRIER_* kind orders: the stages and accesses before the
+// barrier and after it.
+#define CS VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+#define TR VK_PIPELINE_STAGE_TRANSFER_BIT
+#define ALL VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+static const struct {
+	VkPipelineStageFlags src, dst;
+	VkAccessFlags src_access, dst_access;
+} barrier_kinds[] = {
+    [FVK_BARRIER_COMPUTE] = {CS, CS, VK_ACCESS_SHADER_WRITE_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT},
+    [FVK_BARRIER_TRANSFER_COMPUTE] = {TR, CS, VK_ACCESS_TRANSFER_WRITE_BIT,
+                                      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT},
+    [FVK_BARRIER_COMPUTE_TRANSFER] = {CS, TR, VK_ACCESS_SHADER_WRITE_BIT,
+                                      VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT},
+    [FVK_BARRIER_FULL] = {ALL, ALL, VK_ACCESS_MEMORY_WRITE_BIT, VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT},
+    [FVK_BARRIER_HOST_READ] = {ALL, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_MEMORY_WRITE_BIT, VK_ACCESS_HOST_READ_BIT},
+};
+#undef CS
+#undef TR
+#undef ALL
+
 static void barrier(fvk_device *d, VkCommandBuffer cmd, uint32_t kind) {
+	if (kind >= sizeof barrier_kinds / sizeof barrier_kinds[0]) kind = FVK_BARRIER_FULL;
 	VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-	VkPipelineStageFlags src = 0, dst = 0;
-	const VkPipelineStageFlags CS = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, TR = VK_PIPELINE_STAGE_TRANSFER_BIT;
-	switch (kind) {
-	case FVK_BARRIER_COMPUTE:
-		src = CS, dst = CS;
-		mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-		break;
-	case FVK_BARRIER_TRANSFER_COMPUTE:
-		src = TR, dst = CS;
-		mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-		break;
-	case FVK_BARRIER_COMPUTE_TRANSFER:
-		src = CS, dst = TR;
-		mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-		break;
-	case FVK_BARRIER_HOST_READ:
-		src = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, dst = VK_PIPELINE_STAGE_HOST_BIT;
-		mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-		break;
-	default: // FVK_BARRIER_FULL
-		src = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, dst = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
-		mb.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
-		mb.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
-		break;
-	}
-	d->CmdPipelineBarrier(cmd, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
+	mb.srcAccessMask = barrier_kinds[kind].src_access;
+	mb.dstAccessMask = barrier_kinds[kind].dst_access;
+	d->CmdPipelineBarrier(cmd, barrier_kinds[kind].src, barrier_kinds[kind].dst, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 static VkResult ensure_queries(fvk_device *d, fvk_frame *f, uint32_t n) {
 	if (n <= f->qcap) return VK_SUCCESS;
 	if (f->qpool != VK_NULL_HANDLE) {
-		d->DestroyQueryPool(d->device, f->qpool, NULL);
-		count_destroy(DCNT(d), FVK_OBJ_QUERY_POOL);
+		DESTROY(d, DestroyQueryPool, f->qpool, FVK_OBJ_QUERY_POOL);
 		f->qpool = VK_NULL_HANDLE;
 		f->qcap = 0;
 	}
@@ -1115,9 +1084,8 @@ static VkResult ensure_queries(fvk_device *d, fvk_frame *f, uint32_t n) {
 	VkQueryPoolCreateInfo ci = {VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
 	ci.queryType = VK_QUERY_TYPE_TIMESTAMP;
 	ci.queryCount = cap;
-	VkResult r = d->CreateQueryPool(d->device, &ci, NULL, &f->qpool);
+	VkResult r = CREATE(d, CreateQueryPool, &ci, &f->qpool, FVK_OBJ_QUERY_POOL);
 	if (r != VK_SUCCESS) return r;
-	count_create(DCNT(d), FVK_OBJ_QUERY_POOL);
 	f->qcap = cap;
 	return VK_SUCCESS;
 }

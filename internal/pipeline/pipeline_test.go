@@ -19,13 +19,6 @@ import (
 	"github.com/flashvk/flashvk/internal/pipeline"
 )
 
-func vaddSPV(t testing.TB) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "vadd.spv"))
-	require.NoError(t, err)
-	return b
-}
-
 func TestGroups(t *testing.T) {
 	for _, c := range []struct {
 		n, per int
@@ -113,7 +106,7 @@ func TestCacheGet(t *testing.T) {
 	c, err := pipeline.New(d, pipeline.Options{CacheDir: dir})
 	require.NoError(t, err)
 	defer c.Close()
-	spv := vaddSPV(t)
+	spv := devicetest.SPIRV(t, "vadd")
 	key := pipeline.Key{Name: "vadd", SPIRV: spv, Spec: []device.Spec{pipeline.SpecU32(0, 64), pipeline.SpecF32(1, 2)}, PushSize: 8, Bindings: 3}
 
 	p1, err := c.Get(key)
@@ -192,7 +185,7 @@ func TestCacheConcurrentSingleflight(t *testing.T) {
 	c, err := pipeline.New(d, pipeline.Options{NoDiskCache: true})
 	require.NoError(t, err)
 	defer c.Close()
-	spv := vaddSPV(t)
+	spv := devicetest.SPIRV(t, "vadd")
 	const workers = 16
 	var wg sync.WaitGroup
 	got := make([]*device.Pipeline, workers*4)
@@ -218,16 +211,23 @@ func TestCacheConcurrentSingleflight(t *testing.T) {
 func TestCachePersistence(t *testing.T) {
 	devicetest.Skip(t)
 	dir := t.TempDir()
-	spv := vaddSPV(t)
+	spv := devicetest.SPIRV(t, "vadd")
 	key := pipeline.Key{SPIRV: spv, Spec: []device.Spec{pipeline.SpecU32(0, 64)}, PushSize: 8, Bindings: 3}
 
-	d1 := devicetest.Open(t)
-	c1, err := pipeline.New(d1, pipeline.Options{CacheDir: dir})
-	require.NoError(t, err)
-	assert.Zero(t, c1.Stats().LoadedBytes)
-	_, err = c1.Get(key)
-	require.NoError(t, err)
-	require.NoError(t, c1.Close())
+	// use opens a cache over dir on d, gets key from it and closes it; it
+	// returns the cache and the bytes it loaded when opened.
+	use := func(d *device.Device) (*pipeline.Cache, int) {
+		c, err := pipeline.New(d, pipeline.Options{CacheDir: dir})
+		require.NoError(t, err)
+		loaded := c.Stats().LoadedBytes
+		_, err = c.Get(key)
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+		return c, loaded
+	}
+
+	c1, loaded := use(devicetest.Open(t))
+	assert.Zero(t, loaded)
 	file := c1.File()
 	require.FileExists(t, file)
 	assert.Equal(t, dir, filepath.Dir(file))
@@ -235,31 +235,20 @@ func TestCachePersistence(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("saved %s (%d bytes)", filepath.Base(file), fi.Size())
 
-	d2 := devicetest.Open(t)
-	c2, err := pipeline.New(d2, pipeline.Options{CacheDir: dir})
-	require.NoError(t, err)
-	assert.Positive(t, c2.Stats().LoadedBytes, "blob reloaded")
-	_, err = c2.Get(key)
-	require.NoError(t, err)
-	require.NoError(t, c2.Close())
+	_, loaded = use(devicetest.Open(t))
+	assert.Positive(t, loaded, "blob reloaded")
 
-	// A corrupt file is ignored.
+	// A corrupt file is ignored…
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)
 	data[len(data)-1] ^= 0xFF
 	require.NoError(t, os.WriteFile(file, data, 0o644))
 	d3 := devicetest.Open(t)
-	c3, err := pipeline.New(d3, pipeline.Options{CacheDir: dir})
-	require.NoError(t, err)
-	assert.Zero(t, c3.Stats().LoadedBytes, "corrupt blob ignored")
-	_, err = c3.Get(key)
-	require.NoError(t, err)
-	require.NoError(t, c3.Close())
+	_, loaded = use(d3)
+	assert.Zero(t, loaded, "corrupt blob ignored")
 	// …and rewritten.
-	c4, err := pipeline.New(d3, pipeline.Options{CacheDir: dir})
-	require.NoError(t, err)
-	assert.Positive(t, c4.Stats().LoadedBytes)
-	require.NoError(t, c4.Close())
+	_, loaded = use(d3)
+	assert.Positive(t, loaded)
 
 	// Closing after the device is closed does not fail.
 	d5 := devicetest.Open(t)

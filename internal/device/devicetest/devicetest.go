@@ -1,6 +1,7 @@
 //go:build cgo
 
-// Package devicetest opens Vulkan devices for tests.
+// Package devicetest opens Vulkan devices for tests and holds the small
+// test shaders (SPIRV) of the device and pipeline tests.
 //
 // Open skips the test when no Vulkan device exists, unless the environment
 // sets FLASHVK_REQUIRE_VULKAN=1 (then it fails). It enables the Khronos
@@ -16,6 +17,7 @@
 package devicetest
 
 import (
+	"embed"
 	"errors"
 	"os"
 	"strings"
@@ -130,4 +132,18 @@ func CheckValidation(t testing.TB, d *device.Device) {
 	if msgs := d.ValidationErrors(); len(msgs) > 0 {
 		t.Errorf("%d Vulkan validation message(s):\n%s", len(msgs), strings.Join(msgs, "\n"))
 	}
+}
+
+//go:embed testdata/*.spv
+var shaders embed.FS
+
+// SPIRV returns the test shader name: testdata/name.spv, compiled from
+// name.comp by the Makefile there. It fails t when there is none.
+func SPIRV(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := shaders.ReadFile("testdata/" + name + ".spv")
+	if err != nil {
+		t.Fatalf("test shader %s: %v", name, err)
+	}
+	return b
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -158,13 +159,29 @@ func writeResults(path string, stdout io.Writer, f *ResultsFile) error {
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
+	return writeFile("--json", path, stdout, append(b, '\n'))
+}
+
+// writeFile writes b to the file path that flag names: "-" is stdout, and
+// a missing folder is created.
+func writeFile(flag, path string, stdout io.Writer, b []byte) error {
 	if path == "-" {
-		_, err = stdout.Write(b)
+		_, err := stdout.Write(b)
+		return err
+	}
+	if err := mkdirFor(flag, path); err != nil {
 		return err
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("--json: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	return nil
+}
+
+// mkdirFor creates the folder of the file path that flag names.
+func mkdirFor(flag, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func (a *app) execute(ctx context.Context, args []string) (code int) {
 		}
 	}()
 	root := a.rootCmd()
-	root.SetArgs(args)
+	root.SetArgs(spaceValues(root, args))
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0

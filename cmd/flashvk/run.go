@@ -84,14 +84,14 @@ DIR/<device>/.
 
 Times are host wall-clock times of one call, including transfers.`,
 		Example: `  flashvk run --seq 1024 --heads 16 --dim 64 --causal --check
-  flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype float16 --backward --check
+  flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype f16 --causal false --backward --check
   flashvk run --seq 512 --dtype bf16 --backward --check
   flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd, &f) },
 	}
-	f.shape.register(c, "float32")
-	f.backend.register(c)
+	f.shape.register(c, oneProblem, attention.Float32)
+	f.backend.register(c, manyEngines)
 	fl := c.Flags()
 	fl.BoolVar(&f.backward, "backward", false, "also run the backward pass (dQ, dK, dV)")
 	fl.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 on FAIL")
@@ -161,7 +161,7 @@ func (p problem) json() problemJSON {
 
 func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	ctx := cmd.Context()
-	p, err := f.shape.resolve()
+	p, err := f.shape.problem()
 	if err != nil {
 		return err
 	}
@@ -184,7 +184,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 			}
 			fp.DType = attention.BFloat16
 		}
-		if err := agree(cmd, &f.shape, p, fp); err != nil {
+		if err := agree(cmd, p, fp); err != nil {
 			return err
 		}
 		fp.Causal, fp.Align, fp.Scale = p.Causal, p.Align, p.Scale
@@ -272,7 +272,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 
 // agree checks the shape flags the user set against the sizes read from
 // the files.
-func agree(cmd *cobra.Command, s *shapeFlags, flags, files problem) error {
+func agree(cmd *cobra.Command, flags, files problem) error {
 	ch := cmd.Flags().Changed
 	for _, c := range []struct {
 		flag       string
@@ -295,7 +295,7 @@ func agree(cmd *cobra.Command, s *shapeFlags, flags, files problem) error {
 		}
 	}
 	if ch("dtype") && flags.DType != files.DType {
-		return usagef("--dtype %s disagrees with the input files (%s)", s.dtype, files.DType)
+		return usagef("--dtype %s disagrees with the input files (%s)", flags.DType, files.DType)
 	}
 	return nil
 }

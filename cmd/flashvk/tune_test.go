@@ -41,13 +41,23 @@ func TestTuneShow(t *testing.T) {
 
 func TestTuneBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"tune", "--dtype", "f64"}, {"tune", "--d", "0"}, {"tune", "--d", "512"}, {"tune", "--dir", "sideways"},
-		{"tune", "--causal", "maybe"}, {"tune", "--n", "0"}, {"tune", "--iters", "0"}, {"tune", "--family", "nope"},
+		{"tune", "--dtype", "f64"}, {"tune", "--dim", "0"}, {"tune", "--dim", "512"}, {"tune", "--dir", "sideways"},
+		{"tune", "--causal", "maybe"}, {"tune", "--seq", "0"}, {"tune", "--iters", "0"}, {"tune", "--family", "nope"},
 		{"tune", "--max-candidates", "-1"}, {"tune", "--budget", "-1s"}, {"tune", "--budget", "soon"}, {"tune", "extra"},
+		{"tune", "--d", "0"}, {"tune", "--n", "0"},
 	} {
 		if code, _, errs := flashvk(t, args...); code != 2 {
 			t.Errorf("flashvk %v: exit %d, want 2\n%s", args, code, errs)
 		}
+	}
+	// --d and --n are the deprecated names of --dim and --seq.
+	code, _, errs := flashvk(t, "tune", "--d", "0")
+	if code != 2 || !strings.Contains(errs, "--d is deprecated: use --dim") || !strings.Contains(errs, "--dim 0") {
+		t.Errorf("tune --d 0: exit %d\n%s", code, errs)
+	}
+	code, _, errs = flashvk(t, "tune", "--n", "0")
+	if code != 2 || !strings.Contains(errs, "--n is deprecated: use --seq") || !strings.Contains(errs, "--seq 0") {
+		t.Errorf("tune --n 0: exit %d\n%s", code, errs)
 	}
 }
 
@@ -56,7 +66,7 @@ func TestTuneBadFlags(t *testing.T) {
 func TestTuneEndToEnd(t *testing.T) {
 	skipWithoutVulkan(t)
 	path := filepath.Join(t.TempDir(), "tune.json")
-	args := []string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--d", "16", "--causal=false", "--n", "32",
+	args := []string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--dim", "16", "--causal", "false", "--seq", "32",
 		"--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--warmup", "0"}
 	code, out, errs := flashvk(t, append(args, "--dry-run")...)
 	if code != 0 || !strings.Contains(errs, "dry run") {

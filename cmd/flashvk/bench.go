@@ -37,7 +37,7 @@ type benchFlags struct {
 	backend         backendFlags
 	timing          timingFlags
 	backward        bool
-	rotate          int
+	rotate, count   int
 	jsonPath        string
 	benchfmt, check bool
 	perKernel       bool
@@ -62,16 +62,22 @@ CPU runs N ∈ {128, 256, 512} with B·N = 1024, and says so.
 
 --nq and --nk make Nq ≠ Nk grids (every Nq × Nk; the one not given is --seq),
 with B = tokens / max(Nq, Nk); --kv-heads makes grouped-query (GQA) shapes.
+Every point is planned on its engine before any runs: a point the device
+cannot run (too large to hold, a kernel that does not take it) stops the
+sweep before it starts.
 
 Progress goes to stderr, the table to stdout. --json FILE writes the results
 (schema flashvk-bench/1, see docs/results-schema.md) for compare and report;
 --benchfmt prints Go benchmark lines instead of the table, for benchstat:
   BenchmarkAttention/fwd/fp16/d64/N2048/causal-8  20  1234567 ns/op  1.23 TFLOP/s
+--count N measures every point N times (N independent timed series of --iters
+calls, each after its own warm-up); --benchfmt then prints one line per series
+with the series' median, so benchstat has N samples per point.
 
 Times come from the backend's clock: GPU timestamps around the kernels on
 Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
 		Example: `  flashvk bench --json h200.json
-  flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt | tee new.txt
+  flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
   flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4
   flashvk bench --backend cpu --seq 128 --iters 5 --json cpu.json`,
 		Args: cobra.NoArgs,
@@ -79,9 +85,10 @@ Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
 	}
 	f.shape.register(c, benchGrid, 0)
 	f.backend.register(c, manyEngines)
-	f.timing.register(c, 20, "timed calls per point")
+	f.timing.register(c, 20, "timed calls per point (per series with --count)")
 	fl := c.Flags()
 	fl.BoolVar(&f.backward, "backward", false, "also benchmark the backward pass")
+	fl.IntVar(&f.count, "count", 1, "timed series per point: --benchfmt prints each series' median as one sample")
 	fl.IntVar(&f.rotate, "rotate", 1, "independent input sets cycled through (defeats caches)")
 	fl.BoolVar(&f.perKernel, "per-kernel", false, "also time each kernel of a call (Vulkan: a barrier and a timestamp after every dispatch, so kernels that could overlap are serialised); JSON \"kernels\"")
 	fl.StringVar(&f.jsonPath, "json", "", `write results to this file ("-": stdout, instead of the table)`)
@@ -92,10 +99,11 @@ Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
 	return c
 }
 
-// benchPoint is one problem of the grid.
+// benchPoint is one problem of the grid, with its plan's launches.
 type benchPoint struct {
 	p        problem
 	backward bool
+	launches []Launch
 }
 
 // grid builds the points for one engine.
@@ -159,7 +167,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	if err := f.timing.check(1); err != nil {
 		return err
 	}
-	if err := positive(intFlag{"--rotate", f.rotate}); err != nil {
+	if err := positive(intFlag{"--rotate", f.rotate}, intFlag{"--count", f.count}); err != nil {
 		return err
 	}
 	if err := f.shape.checkGrid(); err != nil {
@@ -216,6 +224,31 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		jobs = append(jobs, job{e, pts})
 		total += len(pts)
 	}
+	// Plan every point before running any: a point the device cannot run
+	// stops the sweep now, not hours into it.
+	var unplanned []string
+	for _, j := range jobs {
+		dev := j.e.device()
+		for i := range j.pts {
+			pt := &j.pts[i]
+			pl, err := j.e.Plan(ctx, pt.p.qShape(), pt.p.kShape(), pt.p.vShape(), pt.p.Layout, pt.p.DType, pt.p.options(), pt.backward)
+			if err != nil {
+				unplanned = append(unplanned, fmt.Sprintf("%s: %s", pointLabel(dev, *pt), oneLine(err.Error())))
+				continue
+			}
+			pt.launches = resultLaunches(pl)
+		}
+	}
+	if len(unplanned) > 0 {
+		for _, m := range unplanned {
+			fmt.Fprintf(a.stderr, "error: %s\n", m)
+		}
+		return fmt.Errorf("%d of %d points cannot run on their device; nothing was run", len(unplanned), total)
+	}
+	if a.beforeInputs != nil {
+		a.beforeInputs()
+	}
+
 	prog := a.newProgress(f.progress, total)
 	file := &ResultsFile{Schema: SchemaV1, Tool: "flashvk", Version: version(), Date: time.Now().UTC().Format(time.RFC3339),
 		Device: engines[0].device(), Results: []Result{}}
@@ -247,7 +280,7 @@ outer:
 					do = randomTensor(p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4))
 				}
 			}
-			res, err := j.e.Benchmark(ctx, q, k, v, p.options(),
+			res, samples, err := measure(ctx, j.e, q, k, v, p.options(), f.count,
 				attention.BenchOptions{Warmup: f.timing.warmup, Iters: f.timing.iters, Backward: pt.backward, Rotate: f.rotate, PerKernel: f.perKernel})
 			done++
 			if err != nil {
@@ -267,6 +300,11 @@ outer:
 			for _, t := range res.Times {
 				r.TimesMS = append(r.TimesMS, ms(t))
 			}
+			if len(samples) > 1 {
+				for _, t := range samples {
+					r.SamplesMS = append(r.SamplesMS, ms(t))
+				}
+			}
 			r.Retimed, r.Unsteady = res.Retimed, res.Unsteady
 			for _, k := range res.Kernels {
 				kr := (&attention.BenchResult{Times: k.Times})
@@ -278,11 +316,7 @@ outer:
 			}
 			d := dev
 			r.Device = &d
-			if ls, err := launchesOf(ctx, j.e.Engine, p, pt.backward); err == nil {
-				r.Launch, r.Launches = mainLaunch(ls), ls
-			} else {
-				prog.note(fmt.Sprintf("%s: launch configuration: %s", label, oneLine(err.Error())))
-			}
+			r.Launch, r.Launches = mainLaunch(pt.launches), pt.launches
 			if f.check {
 				if float64(p.B)*float64(p.Hq)*float64(p.Nq)*float64(p.Nk) > maxCheckScores {
 					prog.note(fmt.Sprintf("%s: too large for the float64 reference, not checked", label))
@@ -327,6 +361,32 @@ outer:
 		return fmt.Errorf("%d of %d points failed", len(failed), total)
 	}
 	return nil
+}
+
+// measure times one point count times, each an independent series (its
+// own warm-up, then o.Iters timed calls), and returns the series merged
+// (their times in call order) and each series' median: the samples.
+func measure(ctx context.Context, e *engine, q, k, v attention.Tensor, opt attention.Options, count int, o attention.BenchOptions) (*attention.BenchResult, []time.Duration, error) {
+	var all *attention.BenchResult
+	var samples []time.Duration
+	for range count {
+		r, err := e.Benchmark(ctx, q, k, v, opt, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		samples = append(samples, r.Median())
+		if all == nil {
+			all = r
+			continue
+		}
+		all.Times = append(all.Times, r.Times...)
+		all.Retimed += r.Retimed
+		all.Unsteady = all.Unsteady || r.Unsteady
+		for i := range min(len(all.Kernels), len(r.Kernels)) {
+			all.Kernels[i].Times = append(all.Kernels[i].Times, r.Kernels[i].Times...)
+		}
+	}
+	return all, samples, nil
 }
 
 // checkPoint runs one call and records its error against the reference:
@@ -485,6 +545,13 @@ func printBenchfmt(w io.Writer, rs []Result) {
 			last = cfg
 			fmt.Fprintf(w, "device: %s\nbackend: %s\nkernel: %s\nclock: %s\n", dev.Name, dev.Backend, r.Kernel, r.Clock)
 		}
-		fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS)
+		if len(r.SamplesMS) == 0 {
+			fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS)
+			continue
+		}
+		// One line per timed series: benchstat's samples.
+		for _, m := range r.SamplesMS {
+			fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters/len(r.SamplesMS), m*1e6, r.flops()/(m/1e3)/1e12)
+		}
 	}
 }

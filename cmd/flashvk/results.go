@@ -58,6 +58,10 @@ type Result struct {
 	// TimesMS are the per-iteration times in call order (flashvk only), so
 	// that a bimodal or drifting series can be seen, not only its quantiles.
 	TimesMS []float64 `json:"times_ms,omitempty"`
+	// SamplesMS are the medians of the independent timed series of the
+	// point (bench --count N > 1: N series of Iters/N calls each, their
+	// times concatenated in TimesMS).
+	SamplesMS []float64 `json:"samples_ms,omitempty"`
 	// Retimed counts timed series discarded for a step (a GPU clock change
 	// during timing); Unsteady marks a kept series that still has one.
 	Retimed  int  `json:"retimed,omitempty"`

@@ -188,6 +188,7 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--dim", "512"}, "--dim"},
 		{[]string{"bench", "--batch", "-1"}, "--batch"},
 		{[]string{"bench", "--hidden", "0"}, "--hidden"},
+		{[]string{"bench", "--count", "0"}, "--count"},
 		{[]string{"bench", "--rotate", "0"}, "--rotate"},
 		{[]string{"bench", "--warmup", "-1"}, "--warmup"},
 		{[]string{"tune", "--seq", "0"}, "--seq"},

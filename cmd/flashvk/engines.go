@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -189,6 +190,29 @@ func (a *app) openOne(b *backendFlags) (*engine, error) {
 		return nil, err
 	}
 	return es[0], nil
+}
+
+// planAll plans the passes of p on every engine (the forward, and with
+// backward the backward too) before any input exists: a problem an engine
+// cannot run, such as one larger than its device can hold, fails here
+// and not after minutes spent making inputs. The plans are returned per
+// engine, forward first.
+func planAll(ctx context.Context, es []*engine, p problem, backward bool) ([][]*attention.Plan, error) {
+	out := make([][]*attention.Plan, len(es))
+	for i, e := range es {
+		passes := []bool{false}
+		if backward {
+			passes = append(passes, true)
+		}
+		for _, bwd := range passes {
+			pl, err := e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), bwd)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s %s: %w", e.label, direction(bwd), p, err)
+			}
+			out[i] = append(out[i], pl)
+		}
+	}
+	return out, nil
 }
 
 // direction names a pass: "fwd" or "bwd".

@@ -65,7 +65,7 @@ func TestOneVocabulary(t *testing.T) {
 // --causal takes its value after a space or an '=', alone means true, and
 // takes "both" where the command runs a set of masks.
 func TestCausalValues(t *testing.T) {
-	small := []string{"--backend", "cpu", "--seq", "16", "--heads", "1", "--dim", "8", "--json"}
+	small := []string{"--backend", "cpu", "--seq", "16", "--heads", "1", "--dim", "8", "--iters", "1", "--json"}
 	for _, tc := range []struct {
 		args   []string
 		causal bool
@@ -128,7 +128,7 @@ func TestDTypeAliases(t *testing.T) {
 		{"bf16", "bfloat16"}, {"bfloat16", "bfloat16"},
 	} {
 		var rep runReport
-		if err := json.Unmarshal([]byte(mustRun(t, "run", "--backend", "cpu", "--seq", "8", "--heads", "1", "--dim", "8",
+		if err := json.Unmarshal([]byte(mustRun(t, "run", "--backend", "cpu", "--seq", "8", "--heads", "1", "--dim", "8", "--iters", "0",
 			"--dtype", tc.alias, "--json")), &rep); err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +191,8 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{[]string{"bench", "--count", "0"}, "--count"},
 		{[]string{"bench", "--rotate", "0"}, "--rotate"},
 		{[]string{"bench", "--warmup", "-1"}, "--warmup"},
+		{[]string{"run", "--iters", "-1"}, "--iters"},
+		{[]string{"run", "--warmup", "-2"}, "--warmup"},
 		{[]string{"tune", "--seq", "0"}, "--seq"},
 		{[]string{"tune", "--heads", "-1"}, "--heads"},
 		{[]string{"tune", "--kv-heads", "2"}, "--kv-heads"},

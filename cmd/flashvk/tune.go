@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ type tuneFlags struct {
 	maxCandidates int
 	budget        time.Duration
 	cache         string
+	jsonPath      string
 	dryRun, show  bool
 	seed          uint64
 }
@@ -50,7 +52,9 @@ workgroup limits is
      Nq = Nk and Hkv = H only (tune entries are keyed by N alone), so tune
      takes no --nq, --nk or --kv-heads; bench takes them.
 The fastest verified candidate wins (the default is kept unless a candidate
-is more than 2% faster). Progress goes to stderr, the winners to stdout.
+is more than 2% faster). Progress goes to stderr, the winners to stdout;
+--json FILE writes every key's candidates and outcome (schema flashvk-tune/1,
+see docs/results-schema.md; "-": stdout, instead of the table).
 
 Results are merged into the tune cache (default
 os.UserCacheDir()/flashvk/tune-v1.json, or $FLASHVK_TUNE_CACHE), keyed by
@@ -60,7 +64,7 @@ cache UUID, so they apply only to the same device and driver. The library
 nearest the problem's Nq); FLASHVK_TUNE=off or Config.TuneCache "off"
 disables them. 'flashvk explain' shows whether each launch is tuned.`,
 		Example: `  flashvk tune --dtype f16 --dim 64,128
-  flashvk tune --dir fwd --seq 1024,4096 --causal false --dry-run
+  flashvk tune --dir fwd --seq 1024,4096 --causal false --dry-run --json tune.json
   flashvk tune --device lavapipe --dtype f32 --dim 16 --seq 64 --tokens 64 --hidden 32 --max-candidates 3
   flashvk tune --show`,
 		Args: cobra.NoArgs,
@@ -81,6 +85,7 @@ disables them. 'flashvk explain' shows whether each launch is tuned.`,
 	fl.IntVar(&f.maxCandidates, "max-candidates", 0, "try at most this many candidates per key and family, the default first (0: all)")
 	fl.DurationVar(&f.budget, "budget", 0, "stop after about this long (e.g. 9m): the key in progress is decided among the candidates measured, later keys are not tuned (0: no limit)")
 	fl.StringVar(&f.cache, "cache", "", "tune cache file (default $FLASHVK_TUNE_CACHE or os.UserCacheDir()/flashvk/tune-v1.json)")
+	fl.StringVar(&f.jsonPath, "json", "", `write the results (every candidate of every key) to this file as JSON ("-": stdout, instead of the table)`)
 	fl.BoolVar(&f.dryRun, "dry-run", false, "tune and print, but do not write the cache")
 	fl.BoolVar(&f.show, "show", false, "print the tune cache and exit")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random inputs")
@@ -218,7 +223,9 @@ tuning:
 			}
 		}
 	}
-	printTuneResults(a.stdout, rs)
+	if f.jsonPath != "-" {
+		printTuneResults(a.stdout, rs)
+	}
 	var c *attention.TuneCache
 	if !f.dryRun {
 		var lerr error
@@ -259,6 +266,22 @@ tuning:
 		fmt.Fprintf(a.stderr, "wrote %d entries to %s (%d in all)\n", n, path, len(c.Entries))
 	default:
 		fmt.Fprintf(a.stderr, "nothing to write to %s\n", path)
+	}
+	if f.jsonPath != "" {
+		rep := newTuneReport(e, rs, tuneErr)
+		if !f.dryRun && n > 0 {
+			rep.Cache = path
+		}
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := writeFile("--json", f.jsonPath, a.stdout, append(b, '\n')); err != nil {
+			return err
+		}
+		if f.jsonPath != "-" {
+			fmt.Fprintf(a.stderr, "wrote %d results to %s\n", len(rs), f.jsonPath)
+		}
 	}
 	if errors.Is(tuneErr, attention.ErrTuneBudget) {
 		fmt.Fprintf(a.stderr, "warning: %s: the remaining keys were not tuned\n", oneLine(tuneErr.Error()))
@@ -414,4 +437,94 @@ func tuneReference(p attention.ReferenceProblem, q, k, v, do []float64, backward
 	}
 	o, lse, err := reference.Forward(rp, q, k, v)
 	return [][]float64{o, lse}, err
+}
+
+// TuneSchema names the JSON of tune --json (docs/results-schema.md).
+const TuneSchema = "flashvk-tune/1"
+
+// tuneReport is the JSON of tune --json.
+type tuneReport struct {
+	Schema  string `json:"schema"`
+	Version string `json:"version"`
+	Date    string `json:"date"`
+	// Device is the tuned device; DeviceKey what its cache entries are
+	// keyed by.
+	Device    DeviceInfo          `json:"device"`
+	DeviceKey attention.DeviceKey `json:"device_key"`
+	// Cache is the tune cache the winners were written to ("" when none
+	// was: a dry run, or no winner).
+	Cache   string           `json:"cache"`
+	Results []tuneResultJSON `json:"results"`
+	// Error says why tuning stopped early (a spent --budget, a device
+	// error): the keys after it were not tuned.
+	Error string `json:"error,omitempty"`
+}
+
+// tuneResultJSON is the outcome of one key and kernel family.
+type tuneResultJSON struct {
+	Key attention.TuneKey `json:"key"`
+	// N, B, H: the timed problem (Nq = Nk = N, Hkv = H).
+	N int `json:"N"`
+	B int `json:"B"`
+	H int `json:"H"`
+	// Default and Winner are configurations as the cache spells them;
+	// Winner is "" when no candidate verified.
+	Default    string  `json:"default"`
+	DefaultMS  float64 `json:"default_ms,omitempty"`
+	Winner     string  `json:"winner"`
+	WinnerMS   float64 `json:"winner_ms,omitempty"`
+	TFLOPS     float64 `json:"tflops,omitempty"`
+	Speedup    float64 `json:"speedup,omitempty"`
+	Candidates int     `json:"candidates"`
+	Tried      int     `json:"tried"`
+	Error      string  `json:"error,omitempty"`
+	// Events are the candidates in the order they were tried, and the
+	// confirming re-timing of the default against the winner.
+	Events []tuneEventJSON `json:"events"`
+}
+
+// tuneEventJSON is one candidate's outcome.
+type tuneEventJSON struct {
+	Candidate string  `json:"candidate"`
+	Default   bool    `json:"default,omitempty"`
+	Status    string  `json:"status"` // timed, rejected, failed, confirm
+	RelL2     *Metric `json:"rel_l2,omitempty"`
+	Bound     *Metric `json:"bound,omitempty"`
+	MedianMS  float64 `json:"median_ms,omitempty"`
+	TFLOPS    float64 `json:"tflops,omitempty"`
+	// DefaultMS is the default's time in a "confirm" event.
+	DefaultMS float64 `json:"default_ms,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+func newTuneReport(e *engine, rs []attention.TuneResult, tuneErr error) *tuneReport {
+	rep := &tuneReport{Schema: TuneSchema, Version: version(), Date: time.Now().UTC().Format(time.RFC3339),
+		Device: e.device(), DeviceKey: e.TuneInfo().Device, Results: []tuneResultJSON{}}
+	if tuneErr != nil {
+		rep.Error = oneLine(tuneErr.Error())
+	}
+	for _, r := range rs {
+		j := tuneResultJSON{Key: r.Key, N: r.N, B: r.B, H: r.H, Default: r.Default, DefaultMS: ms(r.DefaultTime),
+			Winner: r.Winner, WinnerMS: ms(r.WinnerTime), TFLOPS: r.TFLOPS, Speedup: r.Speedup(),
+			Candidates: r.Candidates, Tried: r.Tried, Events: []tuneEventJSON{}}
+		if r.Err != nil {
+			j.Error = oneLine(r.Err.Error())
+		}
+		if r.Device != (attention.DeviceKey{}) {
+			rep.DeviceKey = r.Device
+		}
+		for _, ev := range r.Events {
+			je := tuneEventJSON{Candidate: ev.Candidate, Default: ev.Default, Status: ev.Status, MedianMS: ms(ev.Median),
+				TFLOPS: ev.TFLOPS, DefaultMS: ms(ev.DefaultMedian)}
+			if ev.Status == attention.TuneTimed || ev.Status == attention.TuneRejected {
+				je.RelL2, je.Bound = metric(ev.RelL2), metric(ev.Bound)
+			}
+			if ev.Err != nil {
+				je.Error = oneLine(ev.Err.Error())
+			}
+			j.Events = append(j.Events, je)
+		}
+		rep.Results = append(rep.Results, j)
+	}
+	return rep
 }

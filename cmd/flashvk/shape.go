@@ -40,7 +40,11 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 	grid := mode != oneProblem
 	f := c.Flags()
 	if grid {
-		f.IntVarP(&s.batch, "batch", "b", 0, "batch size B (default: --tokens / max(Nq, Nk))")
+		batch := "batch size B (default: --tokens / max(Nq, Nk))"
+		if mode == tuneGrid {
+			batch = "batch size B (default: --tokens / N)"
+		}
+		f.IntVarP(&s.batch, "batch", "b", 0, batch)
 		f.IntVar(&s.heads, "heads", 0, "query heads Hq (default: --hidden / d)")
 	} else {
 		f.IntVarP(&s.batch, "batch", "b", 1, "batch size B")

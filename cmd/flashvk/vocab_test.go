@@ -49,7 +49,7 @@ func TestOneVocabulary(t *testing.T) {
 			same("run", "explain", f.Name)
 		}
 	})
-	for _, flag := range []string{"dim", "batch", "heads", "hidden", "causal", "kernel", "validation"} {
+	for _, flag := range []string{"dim", "heads", "hidden", "causal", "kernel", "validation"} {
 		same("bench", "tune", flag)
 	}
 	for _, flag := range []string{"kv-heads", "align", "kernel", "workers", "validation"} {

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -34,19 +33,16 @@ var (
 const maxCheckScores = 1 << 24
 
 type benchFlags struct {
-	backend                backendFlags
-	dims, seqs             []int
-	tokens, batch          int
-	hidden, heads, kvHeads int
-	causal, align          string
-	dtypes                 []string
-	backward               bool
-	warmup, iters, rotate  int
-	jsonPath               string
-	benchfmt, check        bool
-	perKernel              bool
-	progress               string
-	seed                   uint64
+	shape           shapeFlags
+	backend         backendFlags
+	timing          timingFlags
+	backward        bool
+	rotate, count   int
+	jsonPath        string
+	benchfmt, check bool
+	perKernel       bool
+	progress        string
+	seed            uint64
 }
 
 func (a *app) benchCmd() *cobra.Command {
@@ -55,7 +51,7 @@ func (a *app) benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmark a sweep of shapes (default: the FlashAttention-2 paper's grid)",
 		Long: `Benchmark attention over a grid of shapes and print median, p10 and p90 times
-and TFLOP/s (FlashAttention FLOP convention: forward 4·B·H·N²·d, halved when
+and TFLOP/s (FlashAttention FLOP convention: forward 4·B·H·Nq·Nk·d, halved when
 causal; backward 2.5× the forward).
 
 The default grid is the FlashAttention-2 paper's: head dim d ∈ {64, 128},
@@ -64,34 +60,35 @@ not, forward (and with --backward the backward too), float16 where the backend
 supports it. On the CPU backend that grid would take hours: without --seq the
 CPU runs N ∈ {128, 256, 512} with B·N = 1024, and says so.
 
+--nq and --nk make Nq ≠ Nk grids (every Nq × Nk; the one not given is --seq),
+with B = tokens / max(Nq, Nk); --kv-heads makes grouped-query (GQA) shapes.
+Every point is planned on its engine before any runs: a point the device
+cannot run (too large to hold, a kernel that does not take it) stops the
+sweep before it starts.
+
 Progress goes to stderr, the table to stdout. --json FILE writes the results
 (schema flashvk-bench/1, see docs/results-schema.md) for compare and report;
 --benchfmt prints Go benchmark lines instead of the table, for benchstat:
   BenchmarkAttention/fwd/fp16/d64/N2048/causal-8  20  1234567 ns/op  1.23 TFLOP/s
+--count N measures every point N times (N independent timed series of --iters
+calls, each after its own warm-up); --benchfmt then prints one line per series
+with the series' median, so benchstat has N samples per point.
 
 Times come from the backend's clock: GPU timestamps around the kernels on
 Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
 		Example: `  flashvk bench --json h200.json
-  flashvk bench --dim 64 --seq 1024,4096 --causal=true --backward --benchfmt | tee new.txt
+  flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
+  flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4
   flashvk bench --backend cpu --seq 128 --iters 5 --json cpu.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.bench(cmd, &f) },
 	}
-	f.backend.register(c)
+	f.shape.register(c, benchGrid, 0)
+	f.backend.register(c, manyEngines)
+	f.timing.register(c, 20, "timed calls per point (per series with --count)")
 	fl := c.Flags()
-	fl.IntSliceVar(&f.dims, "dim", nil, "head dims d (default 64,128)")
-	fl.IntSliceVar(&f.seqs, "seq", nil, "sequence lengths N = Nq = Nk (default 512,…,16384; CPU: 128,256,512)")
-	fl.IntVar(&f.tokens, "tokens", 0, "tokens per batch B·N: B = tokens/N (default 16384; CPU: 1024)")
-	fl.IntVarP(&f.batch, "batch", "b", 0, "fixed batch size B (overrides --tokens)")
-	fl.IntVar(&f.hidden, "hidden", paperHidden, "hidden size H·d: H = hidden/d")
-	fl.IntVar(&f.heads, "heads", 0, "fixed number of query heads H (overrides --hidden)")
-	fl.IntVar(&f.kvHeads, "kv-heads", 0, "key/value heads (default: H)")
-	fl.StringVar(&f.causal, "causal", "both", "causal mask: true, false or both")
-	fl.StringVar(&f.align, "align", "top-left", "causal alignment: top-left or bottom-right")
-	fl.StringSliceVar(&f.dtypes, "dtype", nil, "storage types: float16, float32, bfloat16 (default float16 where supported)")
 	fl.BoolVar(&f.backward, "backward", false, "also benchmark the backward pass")
-	fl.IntVar(&f.warmup, "warmup", 3, "untimed calls before timing")
-	fl.IntVar(&f.iters, "iters", 20, "timed calls per point")
+	fl.IntVar(&f.count, "count", 1, "timed series per point: --benchfmt prints each series' median as one sample")
 	fl.IntVar(&f.rotate, "rotate", 1, "independent input sets cycled through (defeats caches)")
 	fl.BoolVar(&f.perKernel, "per-kernel", false, "also time each kernel of a call (Vulkan: a barrier and a timestamp after every dispatch, so kernels that could overlap are serialised); JSON \"kernels\"")
 	fl.StringVar(&f.jsonPath, "json", "", `write results to this file ("-": stdout, instead of the table)`)
@@ -99,27 +96,20 @@ Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
 	fl.BoolVar(&f.check, "check", false, "also record max_abs and rel_l2 against the float64 reference (small points only)")
 	fl.StringVar(&f.progress, "progress", "auto", "progress on stderr: auto (bar on a terminal, else lines), bar, lines or none")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random inputs")
-	// --causal is a string flag that also accepts a bare --causal.
-	fl.Lookup("causal").NoOptDefVal = "true"
 	return c
 }
 
-// benchPoint is one problem of the grid.
+// benchPoint is one problem of the grid, with its plan's launches.
 type benchPoint struct {
 	p        problem
 	backward bool
-}
-
-func (b benchPoint) direction() string {
-	if b.backward {
-		return "bwd"
-	}
-	return "fwd"
+	launches []Launch
 }
 
 // grid builds the points for one engine.
 func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, error) {
-	seqs, tokens := f.seqs, f.tokens
+	s := &f.shape
+	seqs, tokens := s.seq, s.tokens
 	if len(seqs) == 0 {
 		seqs = paperSeqs
 		if cpu {
@@ -128,53 +118,25 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 	}
 	if tokens == 0 {
 		tokens = paperTokens
-		if cpu && len(f.seqs) == 0 {
+		if cpu && len(s.seq) == 0 {
 			tokens = cpuTokens
 		}
 	}
-	dims := f.dims
-	if len(dims) == 0 {
-		dims = paperDims
-	}
-	var causals []bool
-	switch strings.ToLower(f.causal) {
-	case "both", "":
-		causals = []bool{false, true}
-	case "true", "1", "yes":
-		causals = []bool{true}
-	case "false", "0", "no":
-		causals = []bool{false}
-	default:
-		return nil, usagef("--causal %q: want true, false or both", f.causal)
-	}
-	align, err := attention.ParseAlignment(strings.ToLower(f.align))
+	align, err := s.alignment()
 	if err != nil {
-		return nil, usagef("--align %q: want top-left or bottom-right", f.align)
+		return nil, err
 	}
 	var pts []benchPoint
 	for _, dt := range dtypes {
-		for _, d := range dims {
-			for _, causal := range causals {
-				for _, n := range seqs {
-					if n <= 0 {
-						return nil, usagef("--seq %d: must be positive", n)
-					}
-					if d <= 0 {
-						return nil, usagef("--dim %d: must be positive", d)
-					}
-					b := f.batch
-					if b == 0 {
-						b = max(tokens/n, 1)
-					}
-					h := f.heads
-					if h == 0 {
-						h = max(f.hidden/d, 1)
-					}
-					hkv := f.kvHeads
+		for _, d := range s.dim {
+			for _, causal := range s.causal.vals {
+				for _, n := range s.lengths(seqs) {
+					b, h := s.batchHeads(n[0], n[1], d, tokens)
+					hkv := s.kvHeads
 					if hkv == 0 {
 						hkv = h
 					}
-					p := problem{B: b, Hq: h, Hkv: hkv, Nq: n, Nk: n, D: d, Dv: d, DType: dt, Layout: attention.BSHD,
+					p := problem{B: b, Hq: h, Hkv: hkv, Nq: n[0], Nk: n[1], D: d, Dv: d, DType: dt, Layout: attention.BSHD,
 						Causal: causal, Align: align}
 					if err := p.validate(); err != nil {
 						return nil, err
@@ -190,17 +152,26 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 	return pts, nil
 }
 
+// pointLabel names a point in progress lines and errors.
+func pointLabel(dev DeviceInfo, pt benchPoint) string {
+	p := pt.p
+	n := fmt.Sprintf("N=%d", p.Nq)
+	if p.Nk != p.Nq {
+		n = fmt.Sprintf("Nq=%d Nk=%d", p.Nq, p.Nk)
+	}
+	return fmt.Sprintf("%s %s %s d=%d %s %s", dev.Name, direction(pt.backward), shortDType(p.DType.String()), p.D, n, p.maskString())
+}
+
 func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	ctx := cmd.Context()
-	switch {
-	case f.warmup < 0:
-		return usagef("--warmup %d: must be ≥ 0", f.warmup)
-	case f.iters <= 0:
-		return usagef("--iters %d: must be positive", f.iters)
-	case f.rotate <= 0:
-		return usagef("--rotate %d: must be positive", f.rotate)
-	case f.tokens < 0 || f.batch < 0 || f.hidden <= 0 || f.heads < 0 || f.kvHeads < 0:
-		return usagef("--tokens, --batch, --heads and --kv-heads must be ≥ 0, --hidden positive")
+	if err := f.timing.check(1); err != nil {
+		return err
+	}
+	if err := positive(intFlag{"--rotate", f.rotate}, intFlag{"--count", f.count}); err != nil {
+		return err
+	}
+	if err := f.shape.checkGrid(); err != nil {
+		return err
 	}
 	if f.benchfmt && f.jsonPath == "-" {
 		return usagef("--benchfmt and --json - both write to stdout: give --json a file")
@@ -210,14 +181,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	default:
 		return usagef("--progress %q: want auto, bar, lines or none", f.progress)
 	}
-	var want []attention.DType
-	for _, s := range f.dtypes {
-		dt, err := parseDType(s)
-		if err != nil {
-			return err
-		}
-		want = append(want, dt)
-	}
+	want := f.shape.dtypes
 	// Validate the grid before opening any device.
 	if _, err := f.grid(false, append([]attention.DType{attention.Float32}, want...)); err != nil {
 		return err
@@ -249,7 +213,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 			}
 		}
 		cpu := info.Kind == attention.CPU
-		if cpu && len(f.seqs) == 0 {
+		if cpu && len(f.shape.seq) == 0 && (len(f.shape.nq) == 0 || len(f.shape.nk) == 0) {
 			fmt.Fprintf(a.stderr, "note: %s: the CPU backend runs the small grid N ∈ {128, 256, 512}, B·N = %d (the paper's grid would take hours); give --seq to choose\n",
 				e.label, cpuTokens)
 		}
@@ -259,6 +223,30 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		}
 		jobs = append(jobs, job{e, pts})
 		total += len(pts)
+	}
+	// Plan every point before running any: a point the device cannot run
+	// stops the sweep now, not hours into it.
+	var unplanned []string
+	for _, j := range jobs {
+		dev := j.e.device()
+		for i := range j.pts {
+			pt := &j.pts[i]
+			pl, err := j.e.Plan(ctx, pt.p.qShape(), pt.p.kShape(), pt.p.vShape(), pt.p.Layout, pt.p.DType, pt.p.options(), pt.backward)
+			if err != nil {
+				unplanned = append(unplanned, fmt.Sprintf("%s: %s", pointLabel(dev, *pt), oneLine(err.Error())))
+				continue
+			}
+			pt.launches = resultLaunches(pl)
+		}
+	}
+	if len(unplanned) > 0 {
+		for _, m := range unplanned {
+			fmt.Fprintf(a.stderr, "error: %s\n", m)
+		}
+		return fmt.Errorf("%d of %d points cannot run on their device; nothing was run", len(unplanned), total)
+	}
+	if a.beforeInputs != nil {
+		a.beforeInputs()
 	}
 
 	prog := a.newProgress(f.progress, total)
@@ -279,7 +267,7 @@ outer:
 				break outer
 			}
 			p := pt.p
-			label := fmt.Sprintf("%s %s %s d=%d N=%d %s", dev.Name, pt.direction(), shortDType(p.DType.String()), p.D, p.Nq, p.maskString())
+			label := pointLabel(dev, pt)
 			prog.start(label)
 			// Inputs are drawn once per problem and shared by fwd and bwd.
 			if pk := fmt.Sprint(p); pk != key {
@@ -292,8 +280,8 @@ outer:
 					do = randomTensor(p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4))
 				}
 			}
-			res, err := j.e.Benchmark(ctx, q, k, v, p.options(),
-				attention.BenchOptions{Warmup: f.warmup, Iters: f.iters, Backward: pt.backward, Rotate: f.rotate, PerKernel: f.perKernel})
+			res, samples, err := measure(ctx, j.e, q, k, v, p.options(), f.count,
+				attention.BenchOptions{Warmup: f.timing.warmup, Iters: f.timing.iters, Backward: pt.backward, Rotate: f.rotate, PerKernel: f.perKernel})
 			done++
 			if err != nil {
 				if ctx.Err() != nil {
@@ -305,12 +293,17 @@ outer:
 				prog.finish(label, "error: "+oneLine(err.Error()))
 				continue
 			}
-			r := Result{Direction: pt.direction(), DType: p.DType.String(), B: p.B, H: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk,
+			r := Result{Direction: direction(pt.backward), DType: p.DType.String(), B: p.B, H: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk,
 				D: p.D, Dv: p.Dv, Causal: p.Causal, Align: p.Align.String(), Kernel: j.e.kernel(),
 				MedianMS: ms(res.Median()), P10MS: ms(res.Quantile(0.1)), P90MS: ms(res.Quantile(0.9)),
 				TFLOPS: res.TFLOPS(), Iters: len(res.Times), Clock: res.Clock}
 			for _, t := range res.Times {
 				r.TimesMS = append(r.TimesMS, ms(t))
+			}
+			if len(samples) > 1 {
+				for _, t := range samples {
+					r.SamplesMS = append(r.SamplesMS, ms(t))
+				}
 			}
 			r.Retimed, r.Unsteady = res.Retimed, res.Unsteady
 			for _, k := range res.Kernels {
@@ -323,11 +316,7 @@ outer:
 			}
 			d := dev
 			r.Device = &d
-			if ls, err := launchesOf(ctx, j.e.Engine, p, pt.backward); err == nil {
-				r.Launch, r.Launches = mainLaunch(ls), ls
-			} else {
-				prog.note(fmt.Sprintf("%s: launch configuration: %s", label, oneLine(err.Error())))
-			}
+			r.Launch, r.Launches = mainLaunch(pt.launches), pt.launches
 			if f.check {
 				if float64(p.B)*float64(p.Hq)*float64(p.Nq)*float64(p.Nk) > maxCheckScores {
 					prog.note(fmt.Sprintf("%s: too large for the float64 reference, not checked", label))
@@ -372,6 +361,32 @@ outer:
 		return fmt.Errorf("%d of %d points failed", len(failed), total)
 	}
 	return nil
+}
+
+// measure times one point count times, each an independent series (its
+// own warm-up, then o.Iters timed calls), and returns the series merged
+// (their times in call order) and each series' median: the samples.
+func measure(ctx context.Context, e *engine, q, k, v attention.Tensor, opt attention.Options, count int, o attention.BenchOptions) (*attention.BenchResult, []time.Duration, error) {
+	var all *attention.BenchResult
+	var samples []time.Duration
+	for range count {
+		r, err := e.Benchmark(ctx, q, k, v, opt, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		samples = append(samples, r.Median())
+		if all == nil {
+			all = r
+			continue
+		}
+		all.Times = append(all.Times, r.Times...)
+		all.Retimed += r.Retimed
+		all.Unsteady = all.Unsteady || r.Unsteady
+		for i := range min(len(all.Kernels), len(r.Kernels)) {
+			all.Kernels[i].Times = append(all.Kernels[i].Times, r.Kernels[i].Times...)
+		}
+	}
+	return all, samples, nil
 }
 
 // checkPoint runs one call and records its error against the reference:
@@ -482,7 +497,7 @@ func printBench(w io.Writer, rs []Result, multi bool) {
 		if multi {
 			fmt.Fprintf(tw, "%s\t", r.Device.Name)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%v\t%s\t%s\t%s\t%s\t", r.Direction, shortDType(r.DType), r.B, r.H, r.Nq, r.D,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%v\t%s\t%s\t%s\t%s\t", r.Direction, shortDType(r.DType), r.B, headsLabel(r), seqN(&r), r.D,
 			r.Causal, fmtMS(r.MedianMS), fmtMS(r.P10MS), fmtMS(r.P90MS), fmtTFLOPS(r.TFLOPS))
 		if check {
 			if r.RelL2 != nil {
@@ -530,6 +545,13 @@ func printBenchfmt(w io.Writer, rs []Result) {
 			last = cfg
 			fmt.Fprintf(w, "device: %s\nbackend: %s\nkernel: %s\nclock: %s\n", dev.Name, dev.Backend, r.Kernel, r.Clock)
 		}
-		fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS)
+		if len(r.SamplesMS) == 0 {
+			fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS)
+			continue
+		}
+		// One line per timed series: benchstat's samples.
+		for _, m := range r.SamplesMS {
+			fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters/len(r.SamplesMS), m*1e6, r.flops()/(m/1e3)/1e12)
+		}
 	}
 }

@@ -127,7 +127,8 @@ flashvk bench --json or bench/torch_sdpa.py). Results are matched on
 (direction, dtype, B, H, N, d, causal); each file (each device and kernel in a
 file) is a column of TFLOP/s, followed by the ratio of every other column to the
 first. A geometric mean of each ratio closes the table. "-" marks a problem a
-column did not measure.`,
+column did not measure; a column that shares no problem with the first is
+warned about on stderr.`,
 		Example: `  flashvk compare before.json after.json
   flashvk compare flashvk.json torch.json --format plain`,
 		Args: cobra.MinimumNArgs(2),
@@ -148,6 +149,12 @@ column did not measure.`,
 			t := buildComparison(sources(args, files))
 			if len(t.rows) == 0 {
 				return fmt.Errorf("the files have no results")
+			}
+			for i, s := range t.srcs[1:] {
+				if !t.shares(i + 1) {
+					fmt.Fprintf(a.stderr, "warning: %s and %s share no problem: no ratio to compare (results match on direction, dtype, B, H, Nq, Nk, d and causal)\n",
+						t.srcs[0].label, s.label)
+				}
 			}
 			switch f.format {
 			case "plain":
@@ -198,6 +205,16 @@ func buildComparison(srcs []*source) *comparison {
 		}
 	}
 	return t
+}
+
+// shares reports whether column i measured a problem the first did.
+func (t *comparison) shares(i int) bool {
+	for k := range t.srcs[i].vals {
+		if _, ok := t.srcs[0].vals[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *comparison) ratio(k rowKey, i int) (float64, bool) {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,19 +12,50 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// backendFlags select where attention runs.
+// backendUse says how a command opens engines.
+type backendUse int
+
+const (
+	// manyEngines: run and bench, where --device all opens every Vulkan
+	// device and the CPU backend.
+	manyEngines backendUse = iota
+	// oneEngine: explain, one backend.
+	oneEngine
+	// vulkanEngine: tune, one Vulkan device (auto means Vulkan; no CPU
+	// backend, so no --workers).
+	vulkanEngine
+)
+
+// backendFlags select where attention runs: the same flags on every
+// command that opens an engine.
 type backendFlags struct {
+	use                     backendUse
 	backend, device, kernel string
 	workers                 int
 	validation              bool
+	// tuneCache is Config.TuneCache (not a flag: tune opens its engine
+	// without tuned configurations).
+	tuneCache string
 }
 
-func (b *backendFlags) register(c *cobra.Command) {
+func (b *backendFlags) register(c *cobra.Command, use backendUse) {
+	b.use = use
 	f := c.Flags()
-	f.StringVar(&b.backend, "backend", "auto", "backend: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
-	f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend`)
+	switch use {
+	case vulkanEngine:
+		f.StringVar(&b.backend, "backend", "auto", "backend: auto or vulkan (tuning needs a Vulkan device: auto means vulkan here)")
+		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring or vendor ("nvidia", "lavapipe"…) (default: the best device)`)
+	case oneEngine:
+		f.StringVar(&b.backend, "backend", "auto", "backend: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
+		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring or vendor ("nvidia", "lavapipe"…)`)
+	default:
+		f.StringVar(&b.backend, "backend", "auto", "backend: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
+		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend`)
+	}
 	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, flash_cm (cooperative matrices: float16, and bfloat16 where the device has bf16 ones), minimal or naive (default: the fastest the device supports)")
-	f.IntVar(&b.workers, "workers", 0, "CPU backend goroutines (default GOMAXPROCS)")
+	if use != vulkanEngine {
+		f.IntVar(&b.workers, "workers", 0, "CPU backend goroutines (default GOMAXPROCS)")
+	}
 	f.BoolVar(&b.validation, "validation", false, "enable the Khronos Vulkan validation layer and report its messages")
 }
 
@@ -44,16 +77,32 @@ func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) 
 	case "vulkan", "vk":
 		kind = attention.Vulkan
 	default:
+		if b.use == vulkanEngine {
+			return nil, nil, usagef("--backend %q: want auto or vulkan", b.backend)
+		}
 		return nil, nil, usagef("--backend %q: want auto, cpu or vulkan", b.backend)
 	}
-	if b.workers < 0 {
+	all := strings.ToLower(b.device) == "all"
+	switch {
+	case b.use == vulkanEngine && kind == attention.CPU:
+		return nil, nil, usagef("--backend cpu: tuning needs a Vulkan device (the CPU backend has no tile configurations)")
+	case all && b.use != manyEngines:
+		return nil, nil, usagef("--device all: this command runs on one device")
+	case b.workers < 0:
 		return nil, nil, usagef("--workers %d: must be ≥ 0", b.workers)
-	}
-	base := attention.Config{Backend: kind, Device: b.device, Kernel: b.kernel, Workers: b.workers, Validation: b.validation}
-	if kind == attention.CPU && b.device != "" && b.device != "all" {
+	case kind == attention.CPU && b.device != "" && !all:
 		return nil, nil, usagef("--device %q selects a Vulkan device: it does not apply to --backend cpu", b.device)
+	case b.kernel != "" && !slices.Contains(attention.Kernels(), b.kernel):
+		return nil, nil, usagef("--kernel %q: want one of %s", b.kernel, strings.Join(attention.Kernels(), ", "))
+	case b.kernel != "" && kind == attention.CPU:
+		return nil, nil, usagef("--kernel %q selects a Vulkan kernel: it does not apply to --backend cpu", b.kernel)
 	}
-	if strings.ToLower(b.device) != "all" {
+	if b.use == vulkanEngine {
+		kind = attention.Vulkan
+	}
+	base := attention.Config{Backend: kind, Device: b.device, Kernel: b.kernel, Workers: b.workers, Validation: b.validation,
+		TuneCache: b.tuneCache}
+	if !all {
 		label := kind.String()
 		if b.device != "" {
 			label += " device " + b.device
@@ -113,6 +162,9 @@ func (a *app) openAll(b *backendFlags) ([]*engine, error) {
 		if err != nil {
 			if len(ts) == 1 {
 				if errors.Is(err, attention.ErrBackend) && t.cfg.Backend == attention.Vulkan {
+					if b.use == vulkanEngine {
+						return nil, fmt.Errorf("%s: %v (tuning needs a Vulkan device)", t.label, err)
+					}
 					return nil, fmt.Errorf("%s: %v (try --backend cpu)", t.label, err)
 				}
 				return nil, fmt.Errorf("%s: %v", t.label, err)
@@ -129,4 +181,44 @@ func (a *app) openAll(b *backendFlags) ([]*engine, error) {
 		return nil, errors.New("no backend could be opened")
 	}
 	return out, nil
+}
+
+// openOne opens the one engine of a command that runs on one device.
+func (a *app) openOne(b *backendFlags) (*engine, error) {
+	es, err := a.openAll(b)
+	if err != nil {
+		return nil, err
+	}
+	return es[0], nil
+}
+
+// planAll plans the passes of p on every engine (the forward, and with
+// backward the backward too) before any input exists: a problem an engine
+// cannot run, such as one larger than its device can hold, fails here
+// and not after minutes spent making inputs. The plans are returned per
+// engine, forward first.
+func planAll(ctx context.Context, es []*engine, p problem, backward bool) ([][]*attention.Plan, error) {
+	out := make([][]*attention.Plan, len(es))
+	for i, e := range es {
+		passes := []bool{false}
+		if backward {
+			passes = append(passes, true)
+		}
+		for _, bwd := range passes {
+			pl, err := e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), bwd)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s %s: %w", e.label, direction(bwd), p, err)
+			}
+			out[i] = append(out[i], pl)
+		}
+	}
+	return out, nil
+}
+
+// direction names a pass: "fwd" or "bwd".
+func direction(backward bool) string {
+	if backward {
+		return "bwd"
+	}
+	return "fwd"
 }

@@ -139,8 +139,7 @@ func (a *analysis) roofline(peakTFLOPS, bwGBs float64, source string) {
 
 type explainFlags struct {
 	shape        shapeFlags
-	device       string
-	backend      string
+	backend      backendFlags
 	preset       string
 	peakTFLOPS   float64
 	bandwidthGBs float64
@@ -166,12 +165,19 @@ rates are known, the ridge point of its roofline and a lower bound on the time.
 Vulkan does not report peak rates: give --peak-tflops and --bandwidth-gbs, or
 --device-preset h200 (4300 GB/s; 67 TFLOP/s float32, 790 TFLOP/s float16
 matrix, 67 TFLOP/s bfloat16: flashvk's bf16 kernels compute in fp32). Otherwise
-only the intensities are printed.`,
+only the intensities are printed.
+
+It then opens the engine --backend, --device and --kernel select (as run does)
+and shows how it runs the problem: the kernel family of each pass and why the
+families tried first declined it, every dispatch's grid, workgroup, tile and
+shared memory (on the CPU backend its tile per worker), and whether each tile
+comes from the tune cache ('flashvk tune').`,
 		Example: `  flashvk explain --seq 4096 --dim 128 --heads 16 --dtype float16
-  flashvk explain --seq 16384 --dim 64 --causal --device-preset h200 --json`,
+  flashvk explain --seq 16384 --dim 64 --causal --device-preset h200 --json
+  flashvk explain --nq 1 --nk 8192 --heads 32 --kv-heads 8 --causal false --backend vulkan --kernel flash`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := f.shape.resolve()
+			p, err := f.shape.problem()
 			if err != nil {
 				return err
 			}
@@ -215,10 +221,9 @@ only the intensities are printed.`,
 			return nil
 		},
 	}
-	f.shape.register(c, "float16")
+	f.shape.register(c, oneProblem, attention.Float16)
+	f.backend.register(c, oneEngine)
 	fl := c.Flags()
-	fl.StringVar(&f.device, "device", "", "Vulkan device (index, name substring or vendor) whose limits and launch configuration to show")
-	fl.StringVar(&f.backend, "backend", "auto", "backend whose launch configuration to show: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
 	fl.StringVar(&f.preset, "device-preset", "", "use a known device's peak rates for the roofline: h200")
 	fl.Float64Var(&f.peakTFLOPS, "peak-tflops", 0, "peak compute rate in TFLOP/s for the roofline")
 	fl.Float64Var(&f.bandwidthGBs, "bandwidth-gbs", 0, "memory bandwidth in GB/s for the roofline")
@@ -285,28 +290,15 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 }
 
 // explainLaunches fills the launch configuration of p on the backend
-// f selects: the plan of the forward and of the backward (kernel family,
+// the backend flags select: the plan of the forward and of the backward (kernel family,
 // and each dispatch's kernel, grid, workgroup, tile and shared memory) on
 // a Vulkan device, or the CPU backend's tiles.
 func (a *app) explainLaunches(ctx context.Context, f *explainFlags, p problem, an *analysis) error {
-	kind := attention.Auto
-	switch strings.ToLower(f.backend) {
-	case "auto", "":
-	case "cpu":
-		kind = attention.CPU
-	case "vulkan", "vk":
-		kind = attention.Vulkan
-	default:
-		return usagef("--backend %q: want auto, cpu or vulkan", f.backend)
-	}
-	if kind == attention.CPU && f.device != "" {
-		return usagef("--device %q selects a Vulkan device: it does not apply to --backend cpu", f.device)
-	}
-	e, err := attention.Open(attention.Config{Backend: kind, Device: f.device})
+	e, err := a.openOne(&f.backend)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
+	defer a.closeAll([]*engine{e})
 	in := e.Info()
 	an.Backend = in.Name
 	why := ""

@@ -101,54 +101,52 @@ func saveTensor(dir, name string, t attention.Tensor, l attention.Layout) error 
 	return writeNpy(path, dims(t.Shape, l), dense.Data) // float32 for float32 and bfloat16
 }
 
-// fileInputs are the operands read from .npy files.
-type fileInputs struct {
-	q, k, v, do attention.Tensor
-	hasDO       bool
+// inputFiles are the .npy files of --q, --k, --v (and --do), their headers
+// read and checked against each other: the problem's sizes, known before
+// any data is read.
+type inputFiles struct {
+	q, k, v, do *npyHead // do nil without --do
+	layout      attention.Layout
 }
 
-// loadInputs reads --q/--k/--v[/--do] in layout l and derives the problem
-// sizes from their headers. Every error names the offending file.
-func loadInputs(qp, kp, vp, dop string, l attention.Layout) (*fileInputs, problem, error) {
+// inspectInputs reads the headers of --q/--k/--v[/--do] in layout l and
+// derives the problem sizes from them. Every error names the offending
+// file.
+func inspectInputs(qp, kp, vp, dop string, l attention.Layout) (*inputFiles, problem, error) {
 	var p problem
-	read := func(path, what string) (attention.Tensor, *npyArray, error) {
-		a, err := readNpy(path)
+	head := func(path, what string) (*npyHead, attention.Shape, error) {
+		h, err := statNpy(path)
 		if err != nil {
-			return attention.Tensor{}, nil, err
+			return nil, attention.Shape{}, err
 		}
-		if len(a.Shape) != 4 {
-			return attention.Tensor{}, nil, fmt.Errorf("%s: %s has shape %v, want 4 dimensions %s", path, what, a.Shape, layoutDims(l))
+		if len(h.Shape) != 4 {
+			return nil, attention.Shape{}, fmt.Errorf("%s: %s has shape %v, want 4 dimensions %s", path, what, h.Shape, layoutDims(l))
 		}
-		for _, d := range a.Shape {
+		for _, d := range h.Shape {
 			if d <= 0 {
-				return attention.Tensor{}, nil, fmt.Errorf("%s: %s has shape %v: every dimension must be positive", path, what, a.Shape)
+				return nil, attention.Shape{}, fmt.Errorf("%s: %s has shape %v: every dimension must be positive", path, what, h.Shape)
 			}
 		}
-		s := shapeOf(a.Shape, l)
-		return attention.Tensor{Shape: s, Strides: attention.Contiguous(s, l), Data: a.Data}, a, nil
+		return h, shapeOf(h.Shape, l), nil
 	}
-	var in fileInputs
-	q, qa, err := read(qp, "q")
-	if err != nil {
+	in := &inputFiles{layout: l}
+	var qs, ks, vs attention.Shape
+	var err error
+	if in.q, qs, err = head(qp, "q"); err != nil {
 		return nil, p, err
 	}
-	k, ka, err := read(kp, "k")
-	if err != nil {
+	if in.k, ks, err = head(kp, "k"); err != nil {
 		return nil, p, err
 	}
-	v, va, err := read(vp, "v")
-	if err != nil {
+	if in.v, vs, err = head(vp, "v"); err != nil {
 		return nil, p, err
 	}
-	for _, x := range []struct {
-		path string
-		a    *npyArray
-	}{{kp, ka}, {vp, va}} {
-		if x.a.DType != qa.DType {
-			return nil, p, fmt.Errorf("%s: dtype %s differs from %s's %s", x.path, x.a.DType, qp, qa.DType)
+	qa, ka, va := in.q, in.k, in.v
+	for _, x := range []*npyHead{ka, va} {
+		if x.DType != qa.DType {
+			return nil, p, fmt.Errorf("%s: dtype %s differs from %s's %s", x.path, x.DType, qp, qa.DType)
 		}
 	}
-	qs, ks, vs := q.Shape, k.Shape, v.Shape
 	switch {
 	case ks.B != qs.B:
 		return nil, p, fmt.Errorf("%s: batch %d ≠ %s's %d (shapes %v and %v, layout %s)", kp, ks.B, qp, qs.B, ka.Shape, qa.Shape, l)
@@ -165,22 +163,48 @@ func loadInputs(qp, kp, vp, dop string, l attention.Layout) (*fileInputs, proble
 	case qs.D > attention.MaxHeadDim || vs.D > attention.MaxHeadDim:
 		return nil, p, fmt.Errorf("%s: head dim larger than %d", qp, attention.MaxHeadDim)
 	}
-	in.q, in.k, in.v = q, k, v
 	p = problem{B: qs.B, Hq: qs.H, Hkv: ks.H, Nq: qs.S, Nk: ks.S, D: qs.D, Dv: vs.D, DType: qa.DType, Layout: l}
 	if dop != "" {
-		do, da, err := read(dop, "do")
+		do, ds, err := head(dop, "do")
 		if err != nil {
 			return nil, p, err
 		}
-		if da.DType != qa.DType {
-			return nil, p, fmt.Errorf("%s: dtype %s differs from %s's %s", dop, da.DType, qp, qa.DType)
+		if do.DType != qa.DType {
+			return nil, p, fmt.Errorf("%s: dtype %s differs from %s's %s", dop, do.DType, qp, qa.DType)
 		}
-		if do.Shape != p.oShape() {
-			return nil, p, fmt.Errorf("%s: shape %v, want O's %v (layout %s)", dop, da.Shape, dims(p.oShape(), l), l)
+		if ds != p.oShape() {
+			return nil, p, fmt.Errorf("%s: shape %v, want O's %v (layout %s)", dop, do.Shape, dims(p.oShape(), l), l)
 		}
-		in.do, in.hasDO = do, true
+		in.do = do
 	}
-	return &in, p, nil
+	return in, p, nil
+}
+
+// read reads the files' data (dO's zero without --do); with bf16, float32
+// data is rounded to bfloat16 (numpy has no bfloat16).
+func (in *inputFiles) read(bf16 bool) (q, k, v, do attention.Tensor, err error) {
+	load := func(h *npyHead) (attention.Tensor, error) {
+		if h == nil {
+			return attention.Tensor{}, nil
+		}
+		a, err := h.read()
+		if err != nil {
+			return attention.Tensor{}, err
+		}
+		s := shapeOf(a.Shape, in.layout)
+		t := attention.Tensor{Shape: s, Strides: attention.Contiguous(s, in.layout), Data: a.Data}
+		if bf16 {
+			t = roundToBFloat16(t)
+		}
+		return t, nil
+	}
+	var ts [4]attention.Tensor
+	for i, h := range []*npyHead{in.q, in.k, in.v, in.do} {
+		if ts[i], err = load(h); err != nil {
+			return q, k, v, do, err
+		}
+	}
+	return ts[0], ts[1], ts[2], ts[3], nil
 }
 
 func layoutDims(l attention.Layout) string {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,17 +8,6 @@ import (
 
 	"github.com/flashvk/flashvk/attention"
 )
-
-// launchesOf returns the dispatches of p's forward (or backward) on e, in
-// recording order: the engine's plan (the Vulkan backend's real grids and
-// tiles, or the CPU backend's tile per worker).
-func launchesOf(ctx context.Context, e *attention.Engine, p problem, backward bool) ([]Launch, error) {
-	pl, err := e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), backward)
-	if err != nil {
-		return nil, err
-	}
-	return resultLaunches(pl), nil
-}
 
 // resultLaunches converts a plan's launches to the results schema's.
 func resultLaunches(pl *attention.Plan) []Launch {

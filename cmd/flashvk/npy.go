@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -28,9 +29,22 @@ type npyArray struct {
 	Data  any // []float32 or []float16.Float16, C order
 }
 
-// readNpy reads a C-order float32 or float16 .npy file. Every error names
-// the file and says what is wrong with it in one line.
-func readNpy(path string) (*npyArray, error) {
+// npyHead is what the header of a .npy file says, checked against the
+// file's size: enough to know a problem's sizes before reading its data.
+type npyHead struct {
+	path  string
+	Shape []int
+	DType attention.DType
+	order binary.ByteOrder
+	// data is where the array starts, n its number of elements.
+	data int64
+	n    int
+}
+
+// statNpy reads and checks the header of a C-order float32 or float16
+// .npy file, without its data. Every error names the file and says what
+// is wrong with it in one line.
+func statNpy(path string) (*npyHead, error) {
 	st, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: no such file", path)
@@ -44,12 +58,24 @@ func readNpy(path string) (*npyArray, error) {
 	if st.Size() > maxNpyBytes {
 		return nil, fmt.Errorf("%s: %d bytes is larger than the %d bytes flashvk reads", path, st.Size(), int64(maxNpyBytes))
 	}
-	raw, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	br := bytes.NewReader(raw)
-	rd, err := npyHeader(br)
+	defer f.Close()
+	pre := make([]byte, min(st.Size(), 12))
+	if _, err := io.ReadFull(f, pre); err != nil {
+		return nil, fmt.Errorf("%s: %s", path, oneLine(err.Error()))
+	}
+	end, err := npyPreamble(pre, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a valid .npy file: %s", path, err)
+	}
+	raw := make([]byte, end)
+	if _, err := f.ReadAt(raw, 0); err != nil {
+		return nil, fmt.Errorf("%s: %s", path, oneLine(err.Error()))
+	}
+	rd, err := npyHeader(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("%s: not a valid .npy file: %s", path, oneLine(err.Error()))
 	}
@@ -68,47 +94,64 @@ func readNpy(path string) (*npyArray, error) {
 		}
 		n *= s
 	}
-	want := int64(n) * int64(dt.Size())
-	have := int64(br.Len())
+	h := &npyHead{path: path, Shape: d.Shape, DType: dt, order: order, data: int64(end), n: n}
+	return h, h.checkSize(st.Size())
+}
+
+// checkSize checks that a file of size bytes holds exactly the array.
+func (h *npyHead) checkSize(size int64) error {
+	want := int64(h.n) * int64(h.DType.Size())
+	have := size - h.data
 	if have < want {
-		return nil, fmt.Errorf("%s: truncated: shape %v %s needs %d data bytes, file has %d", path, d.Shape, dt, want, have)
+		return fmt.Errorf("%s: truncated: shape %v %s needs %d data bytes, file has %d", h.path, h.Shape, h.DType, want, have)
 	}
 	if have > want {
-		return nil, fmt.Errorf("%s: %d bytes of trailing data after the %v %s array", path, have-want, d.Shape, dt)
+		return fmt.Errorf("%s: %d bytes of trailing data after the %v %s array", h.path, have-want, h.Shape, h.DType)
 	}
-	a := &npyArray{Shape: d.Shape, DType: dt}
-	body := raw[len(raw)-int(have):]
-	switch dt {
+	return nil
+}
+
+// read reads the array's data.
+func (h *npyHead) read() (*npyArray, error) {
+	raw, err := os.ReadFile(h.path)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.checkSize(int64(len(raw))); err != nil {
+		return nil, fmt.Errorf("%s (the file changed after its header was read)", err)
+	}
+	body := raw[h.data:]
+	a := &npyArray{Shape: h.Shape, DType: h.DType}
+	switch h.DType {
 	case attention.Float32:
-		x := make([]float32, n)
-		if order == binary.LittleEndian {
-			// npyio decodes float32 of either byte order.
-			if err := npyRead(rd, &x); err != nil {
-				return nil, fmt.Errorf("%s: %s", path, oneLine(err.Error()))
-			}
-		} else {
-			for i := range x {
-				x[i] = math.Float32frombits(order.Uint32(body[4*i:]))
-			}
+		x := make([]float32, h.n)
+		for i := range x {
+			x[i] = math.Float32frombits(h.order.Uint32(body[4*i:]))
 		}
 		a.Data = x
 	case attention.Float16:
-		// npyio has no float16: decode the IEEE binary16 payload here.
-		x := make([]float16.Float16, n)
+		x := make([]float16.Float16, h.n)
 		for i := range x {
-			x[i] = float16.Frombits(order.Uint16(body[2*i:]))
+			x[i] = float16.Frombits(h.order.Uint16(body[2*i:]))
 		}
 		a.Data = x
 	}
 	return a, nil
 }
 
-// npyHeader parses the header with npyio, turning a panic on a malformed
-// header into an error. The returned reader decodes the data that follows.
-func npyHeader(r *bytes.Reader) (rd *npy.Reader, err error) {
-	if err := checkNpyPreamble(r); err != nil {
+// readNpy reads a C-order float32 or float16 .npy file. Every error names
+// the file and says what is wrong with it in one line.
+func readNpy(path string) (*npyArray, error) {
+	h, err := statNpy(path)
+	if err != nil {
 		return nil, err
 	}
+	return h.read()
+}
+
+// npyHeader parses the header with npyio, turning a panic on a malformed
+// header into an error.
+func npyHeader(r *bytes.Reader) (rd *npy.Reader, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			rd, err = nil, errors.New("malformed header")
@@ -117,15 +160,14 @@ func npyHeader(r *bytes.Reader) (rd *npy.Reader, err error) {
 	return npy.NewReader(r)
 }
 
-// checkNpyPreamble checks the magic, version and header length before
-// npyio sees the file: npyio allocates whatever header length the file
-// claims (a corrupt 4-byte length asks for gigabytes).
-func checkNpyPreamble(r *bytes.Reader) error {
-	raw := make([]byte, 12)
-	n, _ := r.ReadAt(raw, 0)
-	raw = raw[:n]
+// npyPreamble checks the magic, version and header length of a file of
+// size bytes whose first bytes are raw, and returns where the header ends,
+// before npyio sees the file: npyio allocates whatever header length the
+// file claims (a corrupt 4-byte length asks for gigabytes).
+func npyPreamble(raw []byte, size int64) (int, error) {
+	n := len(raw)
 	if n < 10 || string(raw[:6]) != "\x93NUMPY" {
-		return errors.New("no .npy magic")
+		return 0, errors.New("no .npy magic")
 	}
 	var hlen, pre int
 	switch raw[6] {
@@ -133,26 +175,16 @@ func checkNpyPreamble(r *bytes.Reader) error {
 		hlen, pre = int(binary.LittleEndian.Uint16(raw[8:10])), 10
 	case 2, 3:
 		if n < 12 {
-			return errors.New("truncated header")
+			return 0, errors.New("truncated header")
 		}
 		hlen, pre = int(binary.LittleEndian.Uint32(raw[8:12])), 12
 	default:
-		return fmt.Errorf("unsupported .npy version %d", raw[6])
+		return 0, fmt.Errorf("unsupported .npy version %d", raw[6])
 	}
-	if hlen > int(r.Size())-pre {
-		return fmt.Errorf("header length %d runs past the end of the file", hlen)
+	if int64(hlen) > size-int64(pre) {
+		return 0, fmt.Errorf("header length %d runs past the end of the file", hlen)
 	}
-	return nil
-}
-
-// npyRead decodes the data after the header into x.
-func npyRead(rd *npy.Reader, x *[]float32) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = errors.New("malformed data")
-		}
-	}()
-	return rd.Read(x)
+	return pre + hlen, nil
 }
 
 // npyDType maps a numpy type string to a flashvk dtype and byte order.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/flashvk/flashvk/attention"
 	"github.com/flashvk/flashvk/reference"
-	"github.com/spf13/cobra"
 )
 
 // problem is one attention problem as the commands see it.
@@ -70,16 +69,14 @@ func (p problem) String() string {
 
 // validate checks the sizes the way attention does, with flag names.
 func (p problem) validate() error {
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"--batch", p.B}, {"--heads", p.Hq}, {"--kv-heads", p.Hkv}, {"--nq", p.Nq}, {"--nk", p.Nk}, {"--dim", p.D}, {"--dv", p.Dv}} {
-		if f.v <= 0 {
-			return usagef("%s %d: must be positive", f.name, f.v)
-		}
+	if err := positive(intFlag{"--batch", p.B}, intFlag{"--heads", p.Hq}, intFlag{"--kv-heads", p.Hkv}, intFlag{"--nq", p.Nq},
+		intFlag{"--nk", p.Nk}, intFlag{"--dim", p.D}, intFlag{"--dv", p.Dv}); err != nil {
+		return err
 	}
-	if p.D > attention.MaxHeadDim || p.Dv > attention.MaxHeadDim {
-		return usagef("head dim d=%d dv=%d: at most %d", p.D, p.Dv, attention.MaxHeadDim)
+	for _, f := range []intFlag{{"--dim", p.D}, {"--dv", p.Dv}} {
+		if f.v > attention.MaxHeadDim {
+			return usagef("%s %d: at most %d", f.name, f.v, attention.MaxHeadDim)
+		}
 	}
 	if p.Hq%p.Hkv != 0 {
 		return usagef("--kv-heads %d does not divide --heads %d", p.Hkv, p.Hq)
@@ -125,68 +122,6 @@ func hostLimit() float64 {
 		}
 	}
 	return limit
-}
-
-// shapeFlags are the problem flags shared by run and explain.
-type shapeFlags struct {
-	batch, heads, kvHeads, seq, nq, nk, dim, dv int
-	dtype, layout, align                        string
-	causal                                      bool
-	scale                                       float64
-}
-
-func (s *shapeFlags) register(c *cobra.Command, defaultDType string) {
-	f := c.Flags()
-	f.IntVarP(&s.batch, "batch", "b", 1, "batch size B")
-	f.IntVar(&s.heads, "heads", 8, "query heads Hq")
-	f.IntVar(&s.kvHeads, "kv-heads", 0, "key/value heads Hkv; must divide --heads (default: --heads)")
-	f.IntVar(&s.seq, "seq", 512, "sequence length N: sets Nq = Nk = N")
-	f.IntVar(&s.nq, "nq", 0, "query length Nq (overrides --seq)")
-	f.IntVar(&s.nk, "nk", 0, "key/value length Nk (overrides --seq)")
-	f.IntVar(&s.dim, "dim", 64, "head dimension d of Q and K")
-	f.IntVar(&s.dv, "dv", 0, "head dimension of V and O (default: --dim)")
-	f.StringVar(&s.dtype, "dtype", defaultDType, "storage type: float32, float16 or bfloat16 (bf16) (arithmetic is float32)")
-	f.StringVar(&s.layout, "layout", "bshd", "memory layout of the operands: bshd (FlashAttention) or bhsd (PyTorch)")
-	f.BoolVar(&s.causal, "causal", false, "causal mask")
-	f.StringVar(&s.align, "align", "top-left", "causal diagonal when Nq ≠ Nk: top-left (PyTorch is_causal) or bottom-right (FlashAttention-2)")
-	f.Float64Var(&s.scale, "scale", 0, "softmax scale (default 1/√d)")
-}
-
-// resolve turns the flags into a problem.
-func (s *shapeFlags) resolve() (problem, error) {
-	p := problem{B: s.batch, Hq: s.heads, Hkv: s.kvHeads, Nq: s.seq, Nk: s.seq, D: s.dim, Dv: s.dv,
-		Causal: s.causal, Scale: s.scale}
-	if s.nq != 0 {
-		p.Nq = s.nq
-	}
-	if s.nk != 0 {
-		p.Nk = s.nk
-	}
-	if s.kvHeads == 0 {
-		p.Hkv = p.Hq
-	}
-	if s.dv == 0 {
-		p.Dv = p.D
-	}
-	var err error
-	if p.DType, err = parseDType(s.dtype); err != nil {
-		return p, err
-	}
-	if p.Layout, err = attention.ParseLayout(strings.ToLower(s.layout)); err != nil {
-		return p, usagef("--layout %q: want bshd or bhsd", s.layout)
-	}
-	if p.Align, err = attention.ParseAlignment(strings.ToLower(s.align)); err != nil {
-		return p, usagef("--align %q: want top-left or bottom-right", s.align)
-	}
-	return p, p.validate()
-}
-
-func parseDType(s string) (attention.DType, error) {
-	dt, err := attention.ParseDType(strings.ToLower(s))
-	if err != nil {
-		return 0, usagef("--dtype %q: want float32, float16 or bfloat16 (bf16)", s)
-	}
-	return dt, nil
 }
 
 // shortDType is the dtype as benchmark names spell it.

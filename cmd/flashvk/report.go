@@ -47,9 +47,10 @@ more result files (schema flashvk-bench/1):
   - the memory analysis of 'flashvk explain' for every shape of the grid.
 
 --markdown FILE writes the same tables as Markdown, with the charts as SVG
-files next to it.`,
+files next to it. A missing output folder is created; every file is rendered
+before any is written.`,
 		Example: `  flashvk report h200.json torch.json -o report.html
-  flashvk report cpu.json --markdown report.md`,
+  flashvk report cpu.json --markdown reports/cpu/report.md`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.out == "" && f.markdown == "" {
@@ -67,20 +68,34 @@ files next to it.`,
 			if err != nil {
 				return err
 			}
+			// Every file is made in memory and its folder created (a
+			// missing one is) before any is written: a report that cannot
+			// be written leaves no half of it behind.
+			var outs []outFile
 			if f.out != "" {
 				var buf bytes.Buffer
 				if err := rep.html(&buf); err != nil {
 					return err
 				}
-				if err := os.WriteFile(f.out, buf.Bytes(), 0o644); err != nil {
+				outs = append(outs, outFile{"--output", f.out, buf.Bytes()})
+			}
+			if f.markdown != "" {
+				outs = append(outs, rep.markdown(f.markdown)...)
+			}
+			for _, o := range outs {
+				if err := mkdirFor(o.flag, o.path); err != nil {
 					return err
 				}
+			}
+			for _, o := range outs {
+				if err := os.WriteFile(o.path, o.data, 0o644); err != nil {
+					return fmt.Errorf("%s: %w", o.flag, err)
+				}
+			}
+			if f.out != "" {
 				fmt.Fprintf(a.stdout, "wrote %s (%d results, %d charts)\n", f.out, len(rep.Rows), len(rep.Charts))
 			}
 			if f.markdown != "" {
-				if err := rep.writeMarkdown(f.markdown); err != nil {
-					return err
-				}
 				fmt.Fprintf(a.stdout, "wrote %s\n", f.markdown)
 			}
 			return nil
@@ -549,9 +564,16 @@ func sciMetric(m *Metric) string {
 	return fmt.Sprintf("%.2e", f)
 }
 
-// writeMarkdown writes the report as Markdown with the charts as SVG files
-// next to it.
-func (rep *report) writeMarkdown(path string) error {
+// outFile is a file a command writes, for the flag that names it.
+type outFile struct {
+	flag, path string
+	data       []byte
+}
+
+// markdown renders the report as Markdown at path with the charts as SVG
+// files next to it: the SVG files, then the Markdown.
+func (rep *report) markdown(path string) []outFile {
+	var files []outFile
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s\n\nGenerated %s by flashvk %s.\n\n## Sources\n\n", rep.Title, rep.Generated, rep.Version)
 	fmt.Fprintln(&b, "| file | tool | version | date | devices | results |\n|---|---|---|---|---|---:|")
@@ -564,9 +586,7 @@ func (rep *report) writeMarkdown(path string) error {
 		name := base + "-" + c.Slug + ".svg"
 		// The inlined SVG keeps its xmlns: drop only the HTML class.
 		svg := `<?xml version="1.0"?>` + "\n" + strings.Replace(c.SVGMD, `<svg class="chart"`, `<svg`, 1) + "\n"
-		if err := os.WriteFile(name, []byte(svg), 0o644); err != nil {
-			return err
-		}
+		files = append(files, outFile{"--markdown", name, []byte(svg)})
 		fmt.Fprintf(&b, "![%s](%s)\n\n", c.Title, filepath.Base(name))
 	}
 	fmt.Fprintln(&b, "## Results\n\n| series | dir | dtype | B | H | N | d | mask | median | p10 | p90 | TFLOP/s | iters | clock |\n|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
@@ -593,5 +613,5 @@ func (rep *report) writeMarkdown(path string) error {
 	for _, m := range rep.Memory {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", m.Problem, m.Naive, m.Flash, m.Ratio, m.FLOPs, m.NaiveAI, m.FlashAI)
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return append(files, outFile{"--markdown", path, []byte(b.String())})
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -57,6 +58,10 @@ type Result struct {
 	// TimesMS are the per-iteration times in call order (flashvk only), so
 	// that a bimodal or drifting series can be seen, not only its quantiles.
 	TimesMS []float64 `json:"times_ms,omitempty"`
+	// SamplesMS are the medians of the independent timed series of the
+	// point (bench --count N > 1: N series of Iters/N calls each, their
+	// times concatenated in TimesMS).
+	SamplesMS []float64 `json:"samples_ms,omitempty"`
 	// Retimed counts timed series discarded for a step (a GPU clock change
 	// during timing); Unsteady marks a kept series that still has one.
 	Retimed  int  `json:"retimed,omitempty"`
@@ -158,13 +163,29 @@ func writeResults(path string, stdout io.Writer, f *ResultsFile) error {
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
+	return writeFile("--json", path, stdout, append(b, '\n'))
+}
+
+// writeFile writes b to the file path that flag names: "-" is stdout, and
+// a missing folder is created.
+func writeFile(flag, path string, stdout io.Writer, b []byte) error {
 	if path == "-" {
-		_, err = stdout.Write(b)
+		_, err := stdout.Write(b)
+		return err
+	}
+	if err := mkdirFor(flag, path); err != nil {
 		return err
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("--json: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	return nil
+}
+
+// mkdirFor creates the folder of the file path that flag names.
+func mkdirFor(flag, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	return nil
 }

@@ -22,6 +22,9 @@ type app struct {
 	gpus func() ([]attention.DeviceInfo, error)
 	// stderrTTY reports whether stderr is a terminal (progress bars).
 	stderrTTY bool
+	// beforeInputs, when set, is called by run and bench once every pass
+	// is planned, just before the inputs are made or read (tests).
+	beforeInputs func()
 }
 
 // usageError marks an error in the command line itself (exit status 2).
@@ -65,7 +68,7 @@ func (a *app) execute(ctx context.Context, args []string) (code int) {
 		}
 	}()
 	root := a.rootCmd()
-	root.SetArgs(args)
+	root.SetArgs(spaceValues(root, args))
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0

@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -38,6 +39,7 @@ func tolerance(dt attention.DType) float64 {
 type runFlags struct {
 	shape                       shapeFlags
 	backend                     backendFlags
+	timing                      timingFlags
 	backward, check, json       bool
 	seed                        uint64
 	qFile, kFile, vFile, doFile string
@@ -48,9 +50,9 @@ func (a *app) runCmd() *cobra.Command {
 	var f runFlags
 	c := &cobra.Command{
 		Use:   "run",
-		Short: "Run one attention call (optionally checked against a float64 reference)",
+		Short: "Run one attention call, time it, and optionally check it against a float64 reference",
 		Long: `Run one attention call, forward (and with --backward the backward too), on
-random inputs or on .npy files, and print the backend, the shape, the time and,
+random inputs or on .npy files, and print the backend, the shape, the times and,
 with --check, the error of every output against a float64 reference.
 
 Inputs: by default Q, K, V (and dO) are drawn from N(0, 1) with --seed and
@@ -60,6 +62,19 @@ with --layout bhsd); the sizes come from the file headers. numpy has no
 bfloat16: with --dtype bf16, float32 files are read and rounded to bfloat16
 (nearest even), and --out writes the bfloat16 outputs as float32 .npy files
 (exactly: every bfloat16 is a float32).
+
+Before any input is made or read, every engine plans each pass the run needs:
+a problem the device cannot hold (or the host: the operands may use at most
+three quarters of its memory) is refused at once.
+
+Times: "time" is the steady time of a pass, the median of --iters timed calls
+after --warmup untimed ones, by the backend's clock: GPU timestamps around the
+kernels with the inputs resident on Vulkan, the host wall clock around each
+call on the CPU (as flashvk bench measures); TFLOP/s follow from it
+(FlashAttention convention). "first call" is the host wall time of the checked
+call itself: on Vulkan it includes the transfers to and from the device and
+the creation of the pipelines. --iters 0 skips the steady timing (for problems
+where a few more calls take too long).
 
 --check compares O, LSE (and dQ, dK, dV) with package reference, a float64
 implementation run on the exact stored input values, and prints max_abs, rel_l2
@@ -78,20 +93,22 @@ The exit status is 1 when any output fails.
 
 --out DIR writes o.npy, lse.npy ([B, Hq, Nq] float32) and with --backward
 dq.npy, dk.npy, dv.npy, in --layout and the input dtype (float32 for bf16).
-With --device all every
-Vulkan device and the CPU backend run the same inputs, and each writes to
-DIR/<device>/.
+With --device all every Vulkan device and the CPU backend run the same inputs,
+and each writes to DIR/<device>/.
 
-Times are host wall-clock times of one call, including transfers.`,
+--json prints the results as JSON (schema flashvk-run/2, see
+docs/results-schema.md).`,
 		Example: `  flashvk run --seq 1024 --heads 16 --dim 64 --causal --check
-  flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype float16 --backward --check
-  flashvk run --seq 512 --dtype bf16 --backward --check
+  flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype f16 --causal false --backward --check
+  flashvk run --seq 512 --dtype bf16 --backward --check --iters 20
+  flashvk run --seq 131072 --heads 16 --dim 128 --dtype f16 --iters 0
   flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd, &f) },
 	}
-	f.shape.register(c, "float32")
-	f.backend.register(c)
+	f.shape.register(c, oneProblem, attention.Float32)
+	f.backend.register(c, manyEngines)
+	f.timing.register(c, 10, "timed calls per pass for the steady time (0: time only the first call)")
 	fl := c.Flags()
 	fl.BoolVar(&f.backward, "backward", false, "also run the backward pass (dQ, dK, dV)")
 	fl.BoolVar(&f.check, "check", false, "compare with the float64 reference; exit 1 on FAIL")
@@ -101,9 +118,12 @@ Times are host wall-clock times of one call, including transfers.`,
 	fl.StringVar(&f.vFile, "v", "", "read V from this .npy file")
 	fl.StringVar(&f.doFile, "do", "", "read dO from this .npy file (default: random)")
 	fl.StringVar(&f.out, "out", "", "write o.npy, lse.npy (and dq/dk/dv.npy) into this directory")
-	fl.BoolVar(&f.json, "json", false, "print the results as JSON (schema flashvk-run/1)")
+	fl.BoolVar(&f.json, "json", false, "print the results as JSON (schema flashvk-run/2)")
 	return c
 }
+
+// RunSchema names the JSON of run --json (docs/results-schema.md).
+const RunSchema = "flashvk-run/2"
 
 // checkRow is the error of one output.
 type checkRow struct {
@@ -116,16 +136,35 @@ type checkRow struct {
 	Pass   bool   `json:"pass"`
 }
 
+// passResult is the timing of one pass of a run: its steady time (median
+// of the timed calls) and the wall time of its first, checked call.
+type passResult struct {
+	Direction string `json:"direction"` // "fwd" or "bwd"
+	// Kernel is the kernel family the engine's plan runs the pass with.
+	Kernel   string  `json:"kernel"`
+	MedianMS float64 `json:"median_ms,omitempty"`
+	P10MS    float64 `json:"p10_ms,omitempty"`
+	P90MS    float64 `json:"p90_ms,omitempty"`
+	TFLOPS   float64 `json:"tflops,omitempty"`
+	// Iters is the number of timed calls (0: not timed, --iters 0 or a
+	// failed timing); Clock how they were timed.
+	Iters    int    `json:"iters"`
+	Clock    string `json:"clock,omitempty"`
+	Unsteady bool   `json:"unsteady,omitempty"`
+	// TimingError says why the steady timing failed (the run goes on).
+	TimingError string `json:"timing_error,omitempty"`
+	// FirstCallMS is the host wall time of the first call (transfers and
+	// pipeline creation included), FirstCallTFLOPS its rate.
+	FirstCallMS     float64 `json:"first_call_ms"`
+	FirstCallTFLOPS float64 `json:"first_call_tflops"`
+}
+
 // runResult is one engine's run.
 type runResult struct {
-	Device         DeviceInfo `json:"device"`
-	Kernel         string     `json:"kernel"`
-	ForwardMS      float64    `json:"forward_ms"`
-	ForwardTFLOPS  float64    `json:"forward_tflops"`
-	BackwardMS     float64    `json:"backward_ms,omitempty"`
-	BackwardTFLOPS float64    `json:"backward_tflops,omitempty"`
-	Check          []checkRow `json:"check,omitempty"`
-	Out            string     `json:"out,omitempty"`
+	Device DeviceInfo   `json:"device"`
+	Passes []passResult `json:"passes"`
+	Check  []checkRow   `json:"check,omitempty"`
+	Out    string       `json:"out,omitempty"`
 }
 
 // runReport is the JSON of run --json.
@@ -134,6 +173,9 @@ type runReport struct {
 	Version string      `json:"version"`
 	Problem problemJSON `json:"problem"`
 	Inputs  string      `json:"inputs"`
+	// Warmup and Iters are the steady timing's settings (--warmup, --iters).
+	Warmup  int         `json:"warmup"`
+	Iters   int         `json:"iters"`
 	Results []runResult `json:"results"`
 	Checked bool        `json:"checked"`
 	Pass    bool        `json:"pass"`
@@ -161,30 +203,30 @@ func (p problem) json() problemJSON {
 
 func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	ctx := cmd.Context()
-	p, err := f.shape.resolve()
+	if err := f.timing.check(0); err != nil {
+		return err
+	}
+	p, err := f.shape.problem()
 	if err != nil {
 		return err
 	}
-	var q, k, v, do attention.Tensor
+	// The problem first, from the flags or the files' headers; no data yet.
+	var files *inputFiles
+	roundBF16 := false
 	inputs := fmt.Sprintf("random N(0,1), seed %d", f.seed)
-	files := f.qFile != "" || f.kFile != "" || f.vFile != ""
-	if files {
+	if f.qFile != "" || f.kFile != "" || f.vFile != "" {
 		if f.qFile == "" || f.kFile == "" || f.vFile == "" {
 			return usagef("--q, --k and --v go together: give all three .npy files")
 		}
-		in, fp, err := loadInputs(f.qFile, f.kFile, f.vFile, f.doFile, p.Layout)
+		in, fp, err := inspectInputs(f.qFile, f.kFile, f.vFile, f.doFile, p.Layout)
 		if err != nil {
 			return err
 		}
 		if p.DType == attention.BFloat16 && fp.DType == attention.Float32 && cmd.Flags().Changed("dtype") {
-			// numpy has no bfloat16: round float32 files to it.
-			in.q, in.k, in.v = roundToBFloat16(in.q), roundToBFloat16(in.k), roundToBFloat16(in.v)
-			if in.hasDO {
-				in.do = roundToBFloat16(in.do)
-			}
-			fp.DType = attention.BFloat16
+			// numpy has no bfloat16: float32 files are rounded to it.
+			roundBF16, fp.DType = true, attention.BFloat16
 		}
-		if err := agree(cmd, &f.shape, p, fp); err != nil {
+		if err := agree(cmd, p, fp); err != nil {
 			return err
 		}
 		fp.Causal, fp.Align, fp.Scale = p.Causal, p.Align, p.Scale
@@ -192,21 +234,13 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		if err := p.validate(); err != nil {
 			return err
 		}
-		q, k, v, do = in.q, in.k, in.v, in.do
+		files = in
 		inputs = fmt.Sprintf("q=%s k=%s v=%s", f.qFile, f.kFile, f.vFile)
-		if in.hasDO {
+		if f.doFile != "" {
 			inputs += " do=" + f.doFile
 		}
-	} else {
-		if f.doFile != "" {
-			return usagef("--do needs --q, --k and --v")
-		}
-		q = randomTensor(p.DType, p.qShape(), p.Layout, rngFor(f.seed, 1))
-		k = randomTensor(p.DType, p.kShape(), p.Layout, rngFor(f.seed, 2))
-		v = randomTensor(p.DType, p.vShape(), p.Layout, rngFor(f.seed, 3))
-	}
-	if f.backward && do.Data == nil {
-		do = randomTensor(p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4))
+	} else if f.doFile != "" {
+		return usagef("--do needs --q, --k and --v")
 	}
 	if f.check {
 		if err := p.checkable(); err != nil {
@@ -223,6 +257,28 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		return err
 	}
 	defer a.closeAll(engines)
+	plans, err := planAll(ctx, engines, p, f.backward)
+	if err != nil {
+		return err
+	}
+
+	// Only now the inputs.
+	if a.beforeInputs != nil {
+		a.beforeInputs()
+	}
+	var q, k, v, do attention.Tensor
+	if files != nil {
+		if q, k, v, do, err = files.read(roundBF16); err != nil {
+			return err
+		}
+	} else {
+		q = randomTensor(p.DType, p.qShape(), p.Layout, rngFor(f.seed, 1))
+		k = randomTensor(p.DType, p.kShape(), p.Layout, rngFor(f.seed, 2))
+		v = randomTensor(p.DType, p.vShape(), p.Layout, rngFor(f.seed, 3))
+	}
+	if f.backward && do.Data == nil {
+		do = randomTensor(p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4))
+	}
 
 	// The float64 reference, once for every engine.
 	var ref *refResult
@@ -231,11 +287,15 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 			return err
 		}
 	}
-	rep := runReport{Schema: "flashvk-run/1", Version: version(), Problem: p.json(), Inputs: inputs, Checked: f.check, Pass: true}
-	for _, e := range engines {
-		r, err := runOne(ctx, e, p, q, k, v, do, f.backward, ref)
+	rep := runReport{Schema: RunSchema, Version: version(), Problem: p.json(), Inputs: inputs,
+		Warmup: f.timing.warmup, Iters: f.timing.iters, Checked: f.check, Pass: true}
+	for i, e := range engines {
+		r, err := runOne(ctx, e, p, q, k, v, do, ref, plans[i])
 		if err != nil {
 			return fmt.Errorf("%s: %w", e.label, err)
+		}
+		if f.timing.iters > 0 {
+			a.timeRun(ctx, e, p, q, k, v, f.timing, &r.res)
 		}
 		for _, c := range r.res.Check {
 			rep.Pass = rep.Pass && c.Pass
@@ -262,7 +322,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		}
 		fmt.Fprintf(a.stdout, "%s\n", b)
 	} else {
-		printRun(a.stdout, p, &rep, f.backward)
+		printRun(a.stdout, p, &rep)
 	}
 	if !rep.Pass {
 		return exitError{1}
@@ -272,7 +332,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 
 // agree checks the shape flags the user set against the sizes read from
 // the files.
-func agree(cmd *cobra.Command, s *shapeFlags, flags, files problem) error {
+func agree(cmd *cobra.Command, flags, files problem) error {
 	ch := cmd.Flags().Changed
 	for _, c := range []struct {
 		flag       string
@@ -295,7 +355,7 @@ func agree(cmd *cobra.Command, s *shapeFlags, flags, files problem) error {
 		}
 	}
 	if ch("dtype") && flags.DType != files.DType {
-		return usagef("--dtype %s disagrees with the input files (%s)", s.dtype, files.DType)
+		return usagef("--dtype %s disagrees with the input files (%s)", flags.DType, files.DType)
 	}
 	return nil
 }
@@ -350,27 +410,29 @@ func (r *oneRun) save(dir string, l attention.Layout) error {
 	return nil
 }
 
-func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Tensor, backward bool, ref *refResult) (*oneRun, error) {
+// runOne makes the first call of each pass (timed by the wall clock) and
+// checks it against ref.
+func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Tensor, ref *refResult, plans []*attention.Plan) (*oneRun, error) {
 	opt := p.options()
-	r := &oneRun{res: runResult{Device: e.device(), Kernel: e.kernel()}}
+	r := &oneRun{res: runResult{Device: e.device()}}
+	first := func(pl *attention.Plan, el time.Duration) {
+		r.res.Passes = append(r.res.Passes, passResult{Direction: pl.Pass, Kernel: pl.Family,
+			FirstCallMS: ms(el), FirstCallTFLOPS: p.flops(pl.Pass == "bwd") / el.Seconds() / 1e12})
+	}
 	start := time.Now()
 	out, err := e.Forward(ctx, q, k, v, opt)
 	if err != nil {
 		return nil, err
 	}
-	el := time.Since(start)
-	r.res.ForwardMS = ms(el)
-	r.res.ForwardTFLOPS = p.flops(false) / el.Seconds() / 1e12
+	first(plans[0], time.Since(start))
 	r.o, r.lse = out.O, out.LSE
-	if backward {
+	if len(plans) > 1 {
 		start = time.Now()
 		g, err := e.Backward(ctx, q, k, v, out.O, out.LSE, do, opt)
 		if err != nil {
 			return nil, err
 		}
-		el = time.Since(start)
-		r.res.BackwardMS = ms(el)
-		r.res.BackwardTFLOPS = p.flops(true) / el.Seconds() / 1e12
+		first(plans[1], time.Since(start))
 		r.grads = g
 	}
 	if ref != nil {
@@ -391,9 +453,27 @@ func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Ten
 	return r, nil
 }
 
+// timeRun measures the steady time of each pass of res with the engine's
+// Benchmark (as bench does). A pass whose timing fails keeps its first
+// call and says why, with a warning: the run itself succeeded.
+func (a *app) timeRun(ctx context.Context, e *engine, p problem, q, k, v attention.Tensor, t timingFlags, res *runResult) {
+	for i := range res.Passes {
+		ps := &res.Passes[i]
+		b, err := e.Benchmark(ctx, q, k, v, p.options(), attention.BenchOptions{Warmup: t.warmup, Iters: t.iters, Backward: ps.Direction == "bwd"})
+		if err != nil {
+			ps.TimingError = oneLine(err.Error())
+			fmt.Fprintf(a.stderr, "warning: %s: %s: steady timing failed, only the first call is timed: %s\n", e.label, ps.Direction, ps.TimingError)
+			continue
+		}
+		ps.MedianMS, ps.P10MS, ps.P90MS = ms(b.Median()), ms(b.Quantile(0.1)), ms(b.Quantile(0.9))
+		ps.TFLOPS, ps.Iters, ps.Clock, ps.Unsteady = b.TFLOPS(), len(b.Times), b.Clock, b.Unsteady
+	}
+}
+
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-func printRun(w io.Writer, p problem, rep *runReport, backward bool) {
+func printRun(w io.Writer, p problem, rep *runReport) {
+	backward := len(rep.Results) > 0 && len(rep.Results[0].Passes) > 1
 	fmt.Fprintf(w, "problem  %s\n", p)
 	fmt.Fprintf(w, "inputs   %s\n", rep.Inputs)
 	fmt.Fprintf(w, "flops    fwd %s", siFlops(p.flops(false)))
@@ -402,14 +482,36 @@ func printRun(w io.Writer, p problem, rep *runReport, backward bool) {
 	}
 	fmt.Fprintf(w, " (FlashAttention convention)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "backend\tdevice\tkernel\tpass\ttime\tTFLOP/s")
+	fmt.Fprintln(tw, "backend\tdevice\tkernel\tpass\ttime\tTFLOP/s\tfirst call")
+	var clocks []string
+	unsteady := false
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\tfwd\t%s\t%s\n", r.Device.Backend, r.Device.Name, r.Kernel, fmtMS(r.ForwardMS), fmtTFLOPS(r.ForwardTFLOPS))
-		if backward {
-			fmt.Fprintf(tw, "%s\t%s\t%s\tbwd\t%s\t%s\n", r.Device.Backend, r.Device.Name, r.Kernel, fmtMS(r.BackwardMS), fmtTFLOPS(r.BackwardTFLOPS))
+		for _, ps := range r.Passes {
+			t, rate := "-", "-"
+			if ps.Iters > 0 {
+				t, rate = fmtMS(ps.MedianMS), fmtTFLOPS(ps.TFLOPS)
+				if ps.Unsteady {
+					t += " *"
+					unsteady = true
+				}
+				if c := clockText(ps.Clock, r.Device.Backend); !slices.Contains(clocks, c) {
+					clocks = append(clocks, c)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Device.Backend, r.Device.Name, ps.Kernel, ps.Direction, t, rate, fmtMS(ps.FirstCallMS))
 		}
 	}
 	tw.Flush()
+	switch {
+	case rep.Iters == 0:
+		fmt.Fprintln(w, "\ntime        not measured (--iters 0)")
+	case len(clocks) > 0:
+		fmt.Fprintf(w, "\ntime        median of %d timed calls after warm-up (%s)\n", rep.Iters, strings.Join(clocks, "; "))
+	}
+	if unsteady {
+		fmt.Fprintln(w, "            * the times still have a step (a GPU clock change?): not a steady-state time")
+	}
+	fmt.Fprintln(w, "first call  host wall time of the first call, incl. transfers and pipeline creation")
 	if rep.Checked {
 		fmt.Fprintf(w, "\ncheck against the float64 reference (%s: rel_l2 ≤ %s)\n", p.DType, fmtBound(tolerance(p.DType)))
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -435,17 +537,30 @@ func printRun(w io.Writer, p problem, rep *runReport, backward bool) {
 			}
 		}
 		tw.Flush()
-		if rep.Pass {
-			fmt.Fprintln(w, "\nPASS")
-		} else {
-			fmt.Fprintln(w, "\nFAIL")
-		}
 	}
 	for _, r := range rep.Results {
 		if r.Out != "" {
 			fmt.Fprintf(w, "wrote %s\n", r.Out)
 		}
 	}
+	if rep.Checked {
+		if rep.Pass {
+			fmt.Fprintln(w, "\nPASS")
+		} else {
+			fmt.Fprintln(w, "\nFAIL")
+		}
+	}
+}
+
+// clockText says how a backend's steady times were taken.
+func clockText(clock, backend string) string {
+	switch clock {
+	case "gpu-timestamps":
+		return backend + ": GPU timestamps around the kernels, inputs resident on the device"
+	case "wall":
+		return backend + ": host wall clock around each call"
+	}
+	return backend + ": " + clock
 }
 
 func fmtMS(v float64) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,21 +17,17 @@ import (
 )
 
 type tuneFlags struct {
-	device, kernel string
-	dtypes         []string
-	dims           []int
-	causal         string
-	dirs           []string
-	families       []string
-	ns             []int
-	tokens         int
-	hidden         int
-	warmup, iters  int
-	maxCandidates  int
-	budget         time.Duration
-	cache          string
-	dryRun, show   bool
-	seed           uint64
+	shape         shapeFlags
+	backend       backendFlags
+	timing        timingFlags
+	dirs          []string
+	families      []string
+	maxCandidates int
+	budget        time.Duration
+	cache         string
+	jsonPath      string
+	dryRun, show  bool
+	seed          uint64
 }
 
 func (a *app) tuneCmd() *cobra.Command {
@@ -49,44 +46,49 @@ workgroup limits is
   1. verified against the float64 reference on a small awkward problem
      (B=1, Hq=2, Hkv=1, Nq=150, Nk=203, causal bottom-right when causal):
      a candidate with wrong results is rejected and never chosen;
-  2. timed with GPU timestamps (median after warm-up) on a representative
-     problem: N = Nq = Nk (--n, default 2048), B = tokens/N, H = hidden/d.
+  2. timed with GPU timestamps (median of --iters calls after warm-up) on a
+     representative problem: N = Nq = Nk (--seq, default 2048), B = tokens/N
+     (or --batch), H = hidden/d (or --heads), Hkv = H. The tuner times
+     Nq = Nk and Hkv = H only (tune entries are keyed by N alone), so tune
+     takes no --nq, --nk or --kv-heads; bench takes them.
 The fastest verified candidate wins (the default is kept unless a candidate
-is more than 2% faster). Progress goes to stderr, the winners to stdout.
+is more than 2% faster). Progress goes to stderr, the winners to stdout;
+--json FILE writes every key's candidates and outcome (schema flashvk-tune/1,
+see docs/results-schema.md; "-": stdout, instead of the table).
 
 Results are merged into the tune cache (default
 os.UserCacheDir()/flashvk/tune-v1.json, or $FLASHVK_TUNE_CACHE), keyed by
 device name, vendor/device IDs, driver and driver version and the pipeline
 cache UUID, so they apply only to the same device and driver. The library
-(attention.Open, vkattn.Open) uses them for matching problems (the entry
-whose N is nearest the problem's Nq); FLASHVK_TUNE=off or Config.TuneCache
-"off" disables them. 'flashvk explain' shows whether each launch is tuned.`,
-		Example: `  flashvk tune --dtype f16 --d 64,128
-  flashvk tune --dir fwd --n 4096 --dry-run
+(attention.Open) uses them for matching problems (the entry whose N is
+nearest the problem's Nq); FLASHVK_TUNE=off or Config.TuneCache "off"
+disables them. 'flashvk explain' shows whether each launch is tuned.`,
+		Example: `  flashvk tune --dtype f16 --dim 64,128
+  flashvk tune --dir fwd --seq 1024,4096 --causal false --dry-run --json tune.json
+  flashvk tune --device lavapipe --dtype f32 --dim 16 --seq 64 --tokens 64 --hidden 32 --max-candidates 3
   flashvk tune --show`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.tune(cmd, &f) },
 	}
+	f.shape.register(c, tuneGrid, 0)
+	f.backend.register(c, vulkanEngine)
+	f.timing.register(c, 10, "timed runs per candidate (the median is used)")
 	fl := c.Flags()
-	fl.StringVar(&f.device, "device", "", `Vulkan device: index, name substring or vendor ("nvidia", "lavapipe"…)`)
-	fl.StringVar(&f.kernel, "kernel", "", "forward kernel selection as for run (default: the fastest the device supports)")
-	fl.StringSliceVar(&f.dtypes, "dtype", nil, "storage types: f16, f32 (default: both where supported)")
-	fl.IntSliceVar(&f.dims, "d", []int{64, 128}, "head dims d (= dv)")
-	fl.StringVar(&f.causal, "causal", "both", "causal mask: true, false or both")
+	fl.Lookup("warmup").Usage = "untimed runs per candidate (and at least 100 ms)"
+	// The names these flags had before --dim and --seq: hidden, deprecated.
+	fl.Var(intsValue(&f.shape.dim, true), "d", "deprecated: use --dim")
+	fl.Var(intsValue(&f.shape.seq, true), "n", "deprecated: use --seq")
+	_ = fl.MarkHidden("d")
+	_ = fl.MarkHidden("n")
 	fl.StringSliceVar(&f.dirs, "dir", []string{"fwd", "bwd"}, "directions: fwd, bwd")
 	fl.StringSliceVar(&f.families, "family", nil, "tune only these kernel families (flash, flash_cm, bwd_dkdv, bwd_dq, bwd_cm_dkdv, bwd_cm_dq)")
-	fl.IntSliceVar(&f.ns, "n", []int{2048}, "sequence lengths N = Nq = Nk of the timed problem (one cache entry per N; a problem uses the nearest)")
-	fl.IntVar(&f.tokens, "tokens", 16384, "tokens B·N of the timed problem (B = tokens/N)")
-	fl.IntVar(&f.hidden, "hidden", 2048, "hidden size H·d of the timed problem (H = hidden/d)")
-	fl.IntVar(&f.warmup, "warmup", 3, "untimed runs per candidate (and at least 100 ms)")
-	fl.IntVar(&f.iters, "iters", 10, "timed runs per candidate (the median is used)")
 	fl.IntVar(&f.maxCandidates, "max-candidates", 0, "try at most this many candidates per key and family, the default first (0: all)")
 	fl.DurationVar(&f.budget, "budget", 0, "stop after about this long (e.g. 9m): the key in progress is decided among the candidates measured, later keys are not tuned (0: no limit)")
 	fl.StringVar(&f.cache, "cache", "", "tune cache file (default $FLASHVK_TUNE_CACHE or os.UserCacheDir()/flashvk/tune-v1.json)")
+	fl.StringVar(&f.jsonPath, "json", "", `write the results (every candidate of every key) to this file as JSON ("-": stdout, instead of the table)`)
 	fl.BoolVar(&f.dryRun, "dry-run", false, "tune and print, but do not write the cache")
 	fl.BoolVar(&f.show, "show", false, "print the tune cache and exit")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random inputs")
-	fl.Lookup("causal").NoOptDefVal = "true"
 	return c
 }
 
@@ -100,34 +102,20 @@ func (f *tuneFlags) cachePath() (string, error) {
 	return attention.DefaultTuneCachePath()
 }
 
+// options checks the flags and returns the tune options common to every
+// timed problem (N, Dims, Tokens and Hidden are set per problem).
 func (f *tuneFlags) options() (attention.TuneOptions, error) {
 	var o attention.TuneOptions
-	for _, s := range f.dtypes {
-		switch strings.ToLower(s) {
-		case "f16", "fp16", "float16":
-			o.DTypes = append(o.DTypes, attention.Float16)
-		case "f32", "fp32", "float32":
-			o.DTypes = append(o.DTypes, attention.Float32)
-		default:
-			return o, usagef("--dtype %q: want f16 or f32", s)
+	for _, dt := range f.shape.dtypes {
+		if dt == attention.BFloat16 {
+			return o, usagef("--dtype bfloat16: not tuned (bfloat16 runs float16's tile configurations); tune float16 or float32")
 		}
 	}
-	for _, d := range f.dims {
-		if d < 1 || d > attention.MaxHeadDim {
-			return o, usagef("--d %d: want 1 … %d", d, attention.MaxHeadDim)
-		}
+	o.DTypes = f.shape.dtypes
+	if err := f.shape.checkGrid(); err != nil {
+		return o, err
 	}
-	o.Dims = f.dims
-	switch strings.ToLower(f.causal) {
-	case "both", "":
-		o.Causal = []bool{false, true}
-	case "true", "1", "yes":
-		o.Causal = []bool{true}
-	case "false", "0", "no":
-		o.Causal = []bool{false}
-	default:
-		return o, usagef("--causal %q: want true, false or both", f.causal)
-	}
+	o.Causal = f.shape.causal.vals
 	for _, d := range f.dirs {
 		switch d {
 		case "fwd", "bwd":
@@ -143,19 +131,17 @@ func (f *tuneFlags) options() (attention.TuneOptions, error) {
 		}
 	}
 	o.Families = f.families
-	switch {
-	case len(f.ns) == 0 || slices.Min(f.ns) < 1 || f.tokens < 1 || f.hidden < 1:
-		return o, usagef("--n, --tokens and --hidden must be positive")
-	case f.warmup < 0 || f.iters < 1:
-		return o, usagef("--warmup must be ≥ 0 and --iters positive")
-	case f.maxCandidates < 0:
-		return o, usagef("--max-candidates must be ≥ 0")
-	case f.budget < 0:
-		return o, usagef("--budget must be ≥ 0")
+	if err := f.timing.check(1); err != nil {
+		return o, err
 	}
-	o.N, o.Tokens, o.Hidden = f.ns[0], f.tokens, f.hidden
-	o.Warmup, o.Iters = f.warmup, f.iters
-	if f.warmup == 0 {
+	if err := nonNegative(intFlag{"--max-candidates", f.maxCandidates}); err != nil {
+		return o, err
+	}
+	if f.budget < 0 {
+		return o, usagef("--budget %v: must be ≥ 0", f.budget)
+	}
+	o.Warmup, o.Iters = f.timing.warmup, f.timing.iters
+	if o.Warmup == 0 {
 		o.Warmup = -1
 	}
 	o.Reference = tuneReference
@@ -165,7 +151,26 @@ func (f *tuneFlags) options() (attention.TuneOptions, error) {
 	return o, nil
 }
 
+// problems describes the timed problems for the progress line.
+func (f *tuneFlags) problems(tokens int) string {
+	s := fmt.Sprintf("N=%s", joinInts(f.shape.seq))
+	if f.shape.batch > 0 {
+		s += fmt.Sprintf(", B=%d", f.shape.batch)
+	} else {
+		s += fmt.Sprintf(", B·N=%d", tokens)
+	}
+	if f.shape.heads > 0 {
+		return s + fmt.Sprintf(", H=%d", f.shape.heads)
+	}
+	return s + fmt.Sprintf(", H·d=%d", f.shape.hidden)
+}
+
 func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
+	for _, old := range [][2]string{{"d", "dim"}, {"n", "seq"}} {
+		if cmd.Flags().Changed(old[0]) {
+			fmt.Fprintf(a.stderr, "warning: --%s is deprecated: use --%s\n", old[0], old[1])
+		}
+	}
 	path, err := f.cachePath()
 	if err != nil {
 		return err
@@ -177,41 +182,50 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 	if err != nil {
 		return err
 	}
-	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Device: f.device, Kernel: f.kernel, TuneCache: attention.TuneOff})
+	f.backend.tuneCache = attention.TuneOff
+	e, err := a.openOne(&f.backend)
 	if err != nil {
-		return fmt.Errorf("tune needs a Vulkan device: %s", oneLine(err.Error()))
+		return err
 	}
-	defer e.Close()
+	defer a.closeAll([]*engine{e})
 	info := e.Info()
-	if len(f.dtypes) > 0 {
-		for _, dt := range o.DTypes {
-			if !slices.Contains(info.DTypes, dt) {
-				return fmt.Errorf("%s does not run %v storage", info.Device, dt)
-			}
+	for _, dt := range o.DTypes {
+		if !slices.Contains(info.DTypes, dt) {
+			return fmt.Errorf("%s does not run %v storage", info.Device, dt)
 		}
 	}
-	fmt.Fprintf(a.stderr, "tuning %s (driver %s) with kernel %s; timed problems N=%s, B·N=%d, H·d=%d\n",
-		info.Device, info.Driver, info.Kernel, joinInts(f.ns), o.Tokens, o.Hidden)
+	tokens := f.shape.tokens
+	if tokens == 0 {
+		tokens = paperTokens
+	}
+	fmt.Fprintf(a.stderr, "tuning %s (driver %s) with kernel %s; timed problems %s\n", info.Device, info.Driver, info.Kernel, f.problems(tokens))
 	fmt.Fprintf(a.stderr, "tune cache %s\n", path)
 	o.Progress = func(ev attention.TuneEvent) { printTuneEvent(a.stderr, ev) }
 	start := time.Now()
 	var rs []attention.TuneResult
 	var tuneErr error
-	for _, n := range f.ns {
-		o.N = n
-		if f.budget > 0 {
-			if o.Budget = f.budget - time.Since(start); o.Budget <= 0 {
-				tuneErr = fmt.Errorf("%w (%v) before N=%d", attention.ErrTuneBudget, f.budget, n)
-				break
+tuning:
+	for _, n := range f.shape.seq {
+		for _, d := range f.shape.dim {
+			// One timed problem per (N, d): B and H as bench's grid has them.
+			b, h := f.shape.batchHeads(n, n, d, tokens)
+			o.N, o.Dims, o.Tokens, o.Hidden = n, []int{d}, b*n, h*d
+			if f.budget > 0 {
+				if o.Budget = f.budget - time.Since(start); o.Budget <= 0 {
+					tuneErr = fmt.Errorf("%w (%v) before N=%d d=%d", attention.ErrTuneBudget, f.budget, n, d)
+					break tuning
+				}
+			}
+			r, err := e.Tune(cmd.Context(), o)
+			rs = append(rs, r...)
+			if tuneErr = err; err != nil {
+				break tuning
 			}
 		}
-		r, err := e.Tune(cmd.Context(), o)
-		rs = append(rs, r...)
-		if tuneErr = err; err != nil {
-			break
-		}
 	}
-	printTuneResults(a.stdout, rs)
+	if f.jsonPath != "-" {
+		printTuneResults(a.stdout, rs)
+	}
 	var c *attention.TuneCache
 	if !f.dryRun {
 		var lerr error
@@ -253,6 +267,22 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 	default:
 		fmt.Fprintf(a.stderr, "nothing to write to %s\n", path)
 	}
+	if f.jsonPath != "" {
+		rep := newTuneReport(e, rs, tuneErr)
+		if !f.dryRun && n > 0 {
+			rep.Cache = path
+		}
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := writeFile("--json", f.jsonPath, a.stdout, append(b, '\n')); err != nil {
+			return err
+		}
+		if f.jsonPath != "-" {
+			fmt.Fprintf(a.stderr, "wrote %d results to %s\n", len(rs), f.jsonPath)
+		}
+	}
 	if errors.Is(tuneErr, attention.ErrTuneBudget) {
 		fmt.Fprintf(a.stderr, "warning: %s: the remaining keys were not tuned\n", oneLine(tuneErr.Error()))
 		tuneErr = nil
@@ -264,14 +294,6 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 		return fmt.Errorf("nothing to tune: no tunable kernel family runs the requested keys on %s", info.Device)
 	}
 	return nil
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = fmt.Sprint(x)
-	}
-	return strings.Join(s, ",")
 }
 
 func tuneLabel(k attention.TuneKey) string {
@@ -415,4 +437,94 @@ func tuneReference(p attention.ReferenceProblem, q, k, v, do []float64, backward
 	}
 	o, lse, err := reference.Forward(rp, q, k, v)
 	return [][]float64{o, lse}, err
+}
+
+// TuneSchema names the JSON of tune --json (docs/results-schema.md).
+const TuneSchema = "flashvk-tune/1"
+
+// tuneReport is the JSON of tune --json.
+type tuneReport struct {
+	Schema  string `json:"schema"`
+	Version string `json:"version"`
+	Date    string `json:"date"`
+	// Device is the tuned device; DeviceKey what its cache entries are
+	// keyed by.
+	Device    DeviceInfo          `json:"device"`
+	DeviceKey attention.DeviceKey `json:"device_key"`
+	// Cache is the tune cache the winners were written to ("" when none
+	// was: a dry run, or no winner).
+	Cache   string           `json:"cache"`
+	Results []tuneResultJSON `json:"results"`
+	// Error says why tuning stopped early (a spent --budget, a device
+	// error): the keys after it were not tuned.
+	Error string `json:"error,omitempty"`
+}
+
+// tuneResultJSON is the outcome of one key and kernel family.
+type tuneResultJSON struct {
+	Key attention.TuneKey `json:"key"`
+	// N, B, H: the timed problem (Nq = Nk = N, Hkv = H).
+	N int `json:"N"`
+	B int `json:"B"`
+	H int `json:"H"`
+	// Default and Winner are configurations as the cache spells them;
+	// Winner is "" when no candidate verified.
+	Default    string  `json:"default"`
+	DefaultMS  float64 `json:"default_ms,omitempty"`
+	Winner     string  `json:"winner"`
+	WinnerMS   float64 `json:"winner_ms,omitempty"`
+	TFLOPS     float64 `json:"tflops,omitempty"`
+	Speedup    float64 `json:"speedup,omitempty"`
+	Candidates int     `json:"candidates"`
+	Tried      int     `json:"tried"`
+	Error      string  `json:"error,omitempty"`
+	// Events are the candidates in the order they were tried, and the
+	// confirming re-timing of the default against the winner.
+	Events []tuneEventJSON `json:"events"`
+}
+
+// tuneEventJSON is one candidate's outcome.
+type tuneEventJSON struct {
+	Candidate string  `json:"candidate"`
+	Default   bool    `json:"default,omitempty"`
+	Status    string  `json:"status"` // timed, rejected, failed, confirm
+	RelL2     *Metric `json:"rel_l2,omitempty"`
+	Bound     *Metric `json:"bound,omitempty"`
+	MedianMS  float64 `json:"median_ms,omitempty"`
+	TFLOPS    float64 `json:"tflops,omitempty"`
+	// DefaultMS is the default's time in a "confirm" event.
+	DefaultMS float64 `json:"default_ms,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+func newTuneReport(e *engine, rs []attention.TuneResult, tuneErr error) *tuneReport {
+	rep := &tuneReport{Schema: TuneSchema, Version: version(), Date: time.Now().UTC().Format(time.RFC3339),
+		Device: e.device(), DeviceKey: e.TuneInfo().Device, Results: []tuneResultJSON{}}
+	if tuneErr != nil {
+		rep.Error = oneLine(tuneErr.Error())
+	}
+	for _, r := range rs {
+		j := tuneResultJSON{Key: r.Key, N: r.N, B: r.B, H: r.H, Default: r.Default, DefaultMS: ms(r.DefaultTime),
+			Winner: r.Winner, WinnerMS: ms(r.WinnerTime), TFLOPS: r.TFLOPS, Speedup: r.Speedup(),
+			Candidates: r.Candidates, Tried: r.Tried, Events: []tuneEventJSON{}}
+		if r.Err != nil {
+			j.Error = oneLine(r.Err.Error())
+		}
+		if r.Device != (attention.DeviceKey{}) {
+			rep.DeviceKey = r.Device
+		}
+		for _, ev := range r.Events {
+			je := tuneEventJSON{Candidate: ev.Candidate, Default: ev.Default, Status: ev.Status, MedianMS: ms(ev.Median),
+				TFLOPS: ev.TFLOPS, DefaultMS: ms(ev.DefaultMedian)}
+			if ev.Status == attention.TuneTimed || ev.Status == attention.TuneRejected {
+				je.RelL2, je.Bound = metric(ev.RelL2), metric(ev.Bound)
+			}
+			if ev.Err != nil {
+				je.Error = oneLine(ev.Err.Error())
+			}
+			j.Events = append(j.Events, je)
+		}
+		rep.Results = append(rep.Results, j)
+	}
+	return rep
 }

@@ -41,13 +41,23 @@ func TestTuneShow(t *testing.T) {
 
 func TestTuneBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"tune", "--dtype", "f64"}, {"tune", "--d", "0"}, {"tune", "--d", "512"}, {"tune", "--dir", "sideways"},
-		{"tune", "--causal", "maybe"}, {"tune", "--n", "0"}, {"tune", "--iters", "0"}, {"tune", "--family", "nope"},
+		{"tune", "--dtype", "f64"}, {"tune", "--dim", "0"}, {"tune", "--dim", "512"}, {"tune", "--dir", "sideways"},
+		{"tune", "--causal", "maybe"}, {"tune", "--seq", "0"}, {"tune", "--iters", "0"}, {"tune", "--family", "nope"},
 		{"tune", "--max-candidates", "-1"}, {"tune", "--budget", "-1s"}, {"tune", "--budget", "soon"}, {"tune", "extra"},
+		{"tune", "--d", "0"}, {"tune", "--n", "0"},
 	} {
 		if code, _, errs := flashvk(t, args...); code != 2 {
 			t.Errorf("flashvk %v: exit %d, want 2\n%s", args, code, errs)
 		}
+	}
+	// --d and --n are the deprecated names of --dim and --seq.
+	code, _, errs := flashvk(t, "tune", "--d", "0")
+	if code != 2 || !strings.Contains(errs, "--d is deprecated: use --dim") || !strings.Contains(errs, "--dim 0") {
+		t.Errorf("tune --d 0: exit %d\n%s", code, errs)
+	}
+	code, _, errs = flashvk(t, "tune", "--n", "0")
+	if code != 2 || !strings.Contains(errs, "--n is deprecated: use --seq") || !strings.Contains(errs, "--seq 0") {
+		t.Errorf("tune --n 0: exit %d\n%s", code, errs)
 	}
 }
 
@@ -56,14 +66,24 @@ func TestTuneBadFlags(t *testing.T) {
 func TestTuneEndToEnd(t *testing.T) {
 	skipWithoutVulkan(t)
 	path := filepath.Join(t.TempDir(), "tune.json")
-	args := []string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--d", "16", "--causal=false", "--n", "32",
+	args := []string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--dim", "16", "--causal", "false", "--seq", "32",
 		"--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--warmup", "0"}
-	code, out, errs := flashvk(t, append(args, "--dry-run")...)
+	jsonPath := filepath.Join(t.TempDir(), "new", "tune.json") // its folder is made
+	code, out, errs := flashvk(t, append(args, "--dry-run", "--json", jsonPath)...)
 	if code != 0 || !strings.Contains(errs, "dry run") {
 		t.Fatalf("dry run: exit %d\n%s\n%s", code, out, errs)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("dry run wrote the cache: %v", err)
+	}
+	checkTuneJSON(t, jsonPath, 3)
+
+	// --json -: the JSON on stdout instead of the table.
+	out = mustRun(t, "tune", "--kernel", "flash", "--dtype", "f32", "--dim", "16", "--causal", "false", "--seq", "32", "--dir", "fwd",
+		"--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--dry-run", "--json", "-")
+	var rep tuneReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Results) != 1 || rep.Cache != "" {
+		t.Errorf("tune --json -: %v: %+v\n%s", err, rep, out)
 	}
 	code, out, errs = flashvk(t, args...)
 	if code != 0 {
@@ -101,5 +121,42 @@ func TestTuneEndToEnd(t *testing.T) {
 	out = mustRun(t, "explain", "--backend", "vulkan", "--seq", "40", "--dim", "16", "--heads", "1", "--dtype", "float32")
 	if regexp.MustCompile(`(?m)\stuned\s*$`).MatchString(out) || !strings.Contains(out, "FLASHVK_TUNE=off") {
 		t.Errorf("explain with FLASHVK_TUNE=off:\n%s", out)
+	}
+}
+
+// checkTuneJSON reads a tune --json file and checks it holds n results
+// with their candidates, on the device the engine reports.
+func checkTuneJSON(t *testing.T, path string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep tuneReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Schema != TuneSchema || rep.Version == "" || rep.Device.Backend != "vulkan" || rep.DeviceKey.Name == "" || rep.Cache != "" || rep.Error != "" {
+		t.Errorf("tune --json header: %+v", rep)
+	}
+	if len(rep.Results) != n {
+		t.Fatalf("tune --json: %d results, want %d: %+v", len(rep.Results), n, rep.Results)
+	}
+	for _, r := range rep.Results {
+		if r.Key.D != 16 || r.N != 32 || r.B != 1 || r.H != 1 || r.Winner == "" || r.WinnerMS <= 0 || r.Tried < 1 || len(r.Events) < r.Tried {
+			t.Errorf("tune --json result: %+v", r)
+		}
+		timed := 0
+		for _, ev := range r.Events {
+			if ev.Status == attention.TuneTimed {
+				timed++
+				if ev.RelL2 == nil || ev.Bound == nil || float64(*ev.RelL2) > float64(*ev.Bound) || ev.MedianMS <= 0 {
+					t.Errorf("%s: timed event %+v", r.Key, ev)
+				}
+			}
+		}
+		if timed == 0 {
+			t.Errorf("%s: no timed candidate: %+v", r.Key, r.Events)
+		}
 	}
 }

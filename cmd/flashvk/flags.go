@@ -1,0 +1,248 @@
+package main
+
+// The flags every command that describes a problem shares: one
+// registration and one parser per flag, so that --dim, --seq, --causal,
+// --dtype … mean the same on run, explain, bench and tune.
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// listValue is a flag of one value, or where the command takes a set
+// (bench, tune) a comma-separated list of values. Repeating a list flag
+// appends; its first use replaces the default.
+type listValue[T any] struct {
+	vals    *[]T
+	multi   bool
+	changed bool
+	typ     string // what --help shows: "int", "dtype"; a list adds "s"
+	parse   func(string) (T, error)
+	format  func(T) string
+}
+
+func (v *listValue[T]) Set(s string) error {
+	parts := strings.Split(s, ",")
+	if !v.multi && len(parts) != 1 {
+		return errors.New("takes one value")
+	}
+	var xs []T
+	for _, p := range parts {
+		x, err := v.parse(strings.TrimSpace(p))
+		if err != nil {
+			return err
+		}
+		xs = append(xs, x)
+	}
+	if !v.changed || !v.multi {
+		*v.vals = nil
+	}
+	v.changed = true
+	*v.vals = append(*v.vals, xs...)
+	return nil
+}
+
+func (v *listValue[T]) String() string {
+	s := make([]string, len(*v.vals))
+	for i, x := range *v.vals {
+		s[i] = v.format(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func (v *listValue[T]) Type() string {
+	if v.multi {
+		return v.typ + "s"
+	}
+	return v.typ
+}
+
+// intsValue is an integer flag (see listValue).
+func intsValue(vals *[]int, multi bool) *listValue[int] {
+	return &listValue[int]{vals: vals, multi: multi, typ: "int", format: strconv.Itoa,
+		parse: func(s string) (int, error) {
+			x, err := strconv.Atoi(s)
+			if err != nil {
+				return 0, fmt.Errorf("%q is not an integer", s)
+			}
+			return x, nil
+		}}
+}
+
+// dtypesValue is --dtype (see listValue): float32, float16 or bfloat16,
+// or f32/fp32, f16/fp16, bf16.
+func dtypesValue(vals *[]attention.DType, multi bool) *listValue[attention.DType] {
+	return &listValue[attention.DType]{vals: vals, multi: multi, typ: "dtype", format: attention.DType.String,
+		parse: func(s string) (attention.DType, error) {
+			dt, err := attention.ParseDType(strings.ToLower(s))
+			if err != nil {
+				return 0, fmt.Errorf("%q: want float32, float16 or bfloat16 (f32, f16, bf16)", s)
+			}
+			return dt, nil
+		}}
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// causalValue is --causal: true or false, and where a command takes a set
+// of masks (bench, tune) also both. A bare --causal means true, and the
+// value may follow after a space (--causal false): see spaceValues.
+type causalValue struct {
+	vals  []bool
+	multi bool
+}
+
+func (c *causalValue) Set(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "true", "1", "yes":
+		c.vals = []bool{true}
+	case "false", "0", "no":
+		c.vals = []bool{false}
+	case "both":
+		if !c.multi {
+			return errors.New("want true or false (this command runs one mask)")
+		}
+		c.vals = []bool{false, true}
+	default:
+		if c.multi {
+			return errors.New("want true, false or both")
+		}
+		return errors.New("want true or false")
+	}
+	return nil
+}
+
+func (c *causalValue) String() string {
+	switch {
+	case len(c.vals) == 2:
+		return "both"
+	case len(c.vals) == 1:
+		return strconv.FormatBool(c.vals[0])
+	}
+	return ""
+}
+
+func (c *causalValue) Type() string {
+	if c.multi {
+		return "true|false|both"
+	}
+	return "true|false"
+}
+
+// word reports whether s, after a bare --causal, is its value (for
+// spaceValues): anything but a flag, since no command with --causal takes
+// arguments. A word that is not a mask ("maybe", or "both" on a one-mask
+// command) is then refused with the flag's name, not read as an argument.
+func (c *causalValue) word(s string) bool { return s != "" && !strings.HasPrefix(s, "-") }
+
+// one is the single mask of a one-mask command.
+func (c *causalValue) one() bool { return len(c.vals) == 1 && c.vals[0] }
+
+// spaceValues rewrites "--flag value" into "--flag=value" for the flags of
+// the command args run whose value is optional (--causal: a bare --causal
+// means true) when value is the flag's word (see causalValue.word). pflag
+// would otherwise read the value as an argument ("unknown command false").
+// The values of other flags are skipped, and so is everything after "--".
+func spaceValues(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd == nil {
+		return args
+	}
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		out = append(out, a)
+		if a == "--" {
+			return append(out, args[i+1:]...)
+		}
+		var fl *pflag.Flag
+		switch {
+		case strings.HasPrefix(a, "--") && !strings.Contains(a, "="):
+			fl = cmd.Flags().Lookup(a[2:])
+		case len(a) == 2 && a[0] == '-' && a[1] != '-':
+			fl = cmd.Flags().ShorthandLookup(a[1:])
+		}
+		if fl == nil || i+1 >= len(args) {
+			continue
+		}
+		if w, ok := fl.Value.(interface{ word(string) bool }); ok {
+			if w.word(args[i+1]) {
+				out[len(out)-1] = "--" + fl.Name + "=" + args[i+1]
+				i++
+			}
+			continue
+		}
+		if fl.NoOptDefVal == "" {
+			// The flag's own value: never a flag to rewrite.
+			out = append(out, args[i+1])
+			i++
+		}
+	}
+	return out
+}
+
+// intFlag is a named integer for the range checks of the commands.
+type intFlag struct {
+	name string
+	v    int
+}
+
+// positive refuses values < 1, naming the flag.
+func positive(fs ...intFlag) error {
+	for _, f := range fs {
+		if f.v < 1 {
+			return usagef("%s %d: must be positive", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// nonNegative refuses values < 0, naming the flag.
+func nonNegative(fs ...intFlag) error {
+	for _, f := range fs {
+		if f.v < 0 {
+			return usagef("%s %d: must be ≥ 0", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// eachPositive refuses a list flag with a value < 1.
+func eachPositive(name string, xs []int) error {
+	for _, x := range xs {
+		if err := positive(intFlag{name, x}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// timingFlags are --warmup and --iters of run and bench.
+type timingFlags struct{ warmup, iters int }
+
+func (t *timingFlags) register(c *cobra.Command, iters int, itersHelp string) {
+	c.Flags().IntVar(&t.warmup, "warmup", 3, "untimed calls before timing (0 is taken as 3; on Vulkan the warm-up also lasts at least 500 ms)")
+	c.Flags().IntVar(&t.iters, "iters", iters, itersHelp)
+}
+
+func (t *timingFlags) check(minIters int) error {
+	if err := nonNegative(intFlag{"--warmup", t.warmup}); err != nil {
+		return err
+	}
+	if t.iters < minIters {
+		return usagef("--iters %d: must be ≥ %d", t.iters, minIters)
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/spf13/cobra"
+)
+
+// shapeMode says which problem flags a command takes.
+type shapeMode int
+
+const (
+	// oneProblem: run and explain, one value per flag.
+	oneProblem shapeMode = iota
+	// benchGrid: bench, lists of sizes and dtypes and a set of masks.
+	benchGrid
+	// tuneGrid: tune's timed problems, which have Nq = Nk and Hkv = Hq
+	// (the tuner's problem): no --nq, --nk, --kv-heads.
+	tuneGrid
+)
+
+// shapeFlags are the problem flags of run, explain, bench and tune, each
+// registered once, so that a flag means the same on every command.
+type shapeFlags struct {
+	mode                      shapeMode
+	batch, heads, kvHeads, dv int
+	seq, nq, nk, dim          []int
+	tokens, hidden            int
+	dtypes                    []attention.DType
+	causal                    causalValue
+	align, layout             string
+	scale                     float64
+}
+
+// register adds the flags of mode to c; dtype is the one problem's
+// default storage type.
+func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.DType) {
+	s.mode = mode
+	grid := mode != oneProblem
+	f := c.Flags()
+	if grid {
+		batch := "batch size B (default: --tokens / max(Nq, Nk))"
+		if mode == tuneGrid {
+			batch = "batch size B (default: --tokens / N)"
+		}
+		f.IntVarP(&s.batch, "batch", "b", 0, batch)
+		f.IntVar(&s.heads, "heads", 0, "query heads Hq (default: --hidden / d)")
+	} else {
+		f.IntVarP(&s.batch, "batch", "b", 1, "batch size B")
+		f.IntVar(&s.heads, "heads", 8, "query heads Hq")
+	}
+	if mode != tuneGrid {
+		f.IntVar(&s.kvHeads, "kv-heads", 0, "key/value heads Hkv; must divide --heads (default: --heads)")
+	}
+	switch mode {
+	case oneProblem:
+		s.seq, s.dim, s.dtypes = []int{512}, []int{64}, []attention.DType{dtype}
+		f.Var(intsValue(&s.seq, false), "seq", "sequence length N: sets Nq = Nk = N")
+		f.Var(intsValue(&s.nq, false), "nq", "query length Nq (overrides --seq)")
+		f.Var(intsValue(&s.nk, false), "nk", "key/value length Nk (overrides --seq)")
+		f.Var(intsValue(&s.dim, false), "dim", "head dimension d of Q and K")
+		f.IntVar(&s.dv, "dv", 0, "head dimension of V and O (default: --dim)")
+		f.Var(dtypesValue(&s.dtypes, false), "dtype", "storage type: float32, float16 or bfloat16 (f32, f16, bf16); arithmetic is float32")
+	case benchGrid:
+		f.Var(intsValue(&s.seq, true), "seq", "sequence lengths N: Nq = Nk = N (default 512,1024,…,16384; on the CPU backend 128,256,512)")
+		f.Var(intsValue(&s.nq, true), "nq", "query lengths Nq (default: --seq); with --nq or --nk the grid is every Nq × Nk")
+		f.Var(intsValue(&s.nk, true), "nk", "key/value lengths Nk (default: --seq); with --nq or --nk the grid is every Nq × Nk")
+	case tuneGrid:
+		s.seq = []int{2048}
+		f.Var(intsValue(&s.seq, true), "seq", "sequence lengths N = Nq = Nk of the timed problem (one cache entry per N; a problem uses the nearest)")
+	}
+	if grid {
+		s.dim = []int{64, 128}
+		f.Var(intsValue(&s.dim, true), "dim", "head dims d (= dv)")
+		tokens := "tokens per batch B·N: B = tokens / max(Nq, Nk) unless --batch is given (default 16384; on the CPU backend without --seq: 1024)"
+		if mode == tuneGrid {
+			tokens = "tokens per batch B·N: B = tokens / N unless --batch is given (default 16384)"
+		}
+		f.IntVar(&s.tokens, "tokens", 0, tokens)
+		f.IntVar(&s.hidden, "hidden", paperHidden, "hidden size H·d: H = hidden / d unless --heads is given")
+		help := "storage types: float32, float16, bfloat16 (f32, f16, bf16) (default: float16 where the backend runs it, else float32)"
+		if mode == tuneGrid {
+			help = "storage types: float32, float16 (f32, f16) (default: both where the device runs them; bfloat16 is not tuned: it uses float16's tiles)"
+		}
+		f.Var(dtypesValue(&s.dtypes, true), "dtype", help)
+		s.causal = causalValue{vals: []bool{false, true}, multi: true}
+		f.Var(&s.causal, "causal", "causal masks: true, false or both (a bare --causal is true)")
+	} else {
+		s.causal = causalValue{vals: []bool{false}}
+		f.Var(&s.causal, "causal", "causal mask: true or false (a bare --causal is true)")
+	}
+	f.Lookup("causal").NoOptDefVal = "true"
+	if mode != tuneGrid {
+		f.StringVar(&s.align, "align", "top-left", "causal diagonal when Nq ≠ Nk: top-left (PyTorch is_causal) or bottom-right (FlashAttention-2)")
+	}
+	if mode == oneProblem {
+		f.StringVar(&s.layout, "layout", "bshd", "memory layout of the operands: bshd (FlashAttention) or bhsd (PyTorch)")
+		f.Float64Var(&s.scale, "scale", 0, "softmax scale (default 1/√d)")
+	}
+}
+
+// alignment parses --align.
+func (s *shapeFlags) alignment() (attention.Alignment, error) {
+	a, err := attention.ParseAlignment(strings.ToLower(s.align))
+	if err != nil {
+		return 0, usagef("--align %q: want top-left or bottom-right", s.align)
+	}
+	return a, nil
+}
+
+// problem turns the flags of a one-problem command into its problem.
+func (s *shapeFlags) problem() (problem, error) {
+	if err := s.checkSizes(); err != nil {
+		return problem{}, err
+	}
+	p := problem{B: s.batch, Hq: s.heads, Hkv: s.kvHeads, Nq: s.seq[0], Nk: s.seq[0], D: s.dim[0], Dv: s.dv,
+		DType: s.dtypes[0], Causal: s.causal.one(), Scale: s.scale}
+	if len(s.nq) > 0 {
+		p.Nq = s.nq[0]
+	}
+	if len(s.nk) > 0 {
+		p.Nk = s.nk[0]
+	}
+	if s.kvHeads == 0 {
+		p.Hkv = p.Hq
+	}
+	if s.dv == 0 {
+		p.Dv = p.D
+	}
+	var err error
+	if p.Layout, err = attention.ParseLayout(strings.ToLower(s.layout)); err != nil {
+		return p, usagef("--layout %q: want bshd or bhsd", s.layout)
+	}
+	if p.Align, err = s.alignment(); err != nil {
+		return p, err
+	}
+	return p, p.validate()
+}
+
+// checkSizes refuses sequence lengths and head dims < 1, naming the flag.
+func (s *shapeFlags) checkSizes() error {
+	for _, l := range []struct {
+		name string
+		xs   []int
+	}{{"--seq", s.seq}, {"--nq", s.nq}, {"--nk", s.nk}, {"--dim", s.dim}} {
+		if err := eachPositive(l.name, l.xs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkGrid refuses grid flags out of range, naming the flag.
+func (s *shapeFlags) checkGrid() error {
+	if err := s.checkSizes(); err != nil {
+		return err
+	}
+	for _, d := range s.dim {
+		if d > attention.MaxHeadDim {
+			return usagef("--dim %d: at most %d", d, attention.MaxHeadDim)
+		}
+	}
+	if err := nonNegative(intFlag{"--batch", s.batch}, intFlag{"--heads", s.heads}, intFlag{"--kv-heads", s.kvHeads},
+		intFlag{"--tokens", s.tokens}); err != nil {
+		return err
+	}
+	return positive(intFlag{"--hidden", s.hidden})
+}
+
+// lengths are the grid's (Nq, Nk) pairs: Nq = Nk = N for each N of seqs,
+// or, when --nq or --nk is given, every Nq × Nk (each defaulting to seqs).
+func (s *shapeFlags) lengths(seqs []int) [][2]int {
+	var out [][2]int
+	if len(s.nq) == 0 && len(s.nk) == 0 {
+		for _, n := range seqs {
+			out = append(out, [2]int{n, n})
+		}
+		return out
+	}
+	nqs, nks := s.nq, s.nk
+	if len(nqs) == 0 {
+		nqs = seqs
+	}
+	if len(nks) == 0 {
+		nks = seqs
+	}
+	for _, nq := range nqs {
+		for _, nk := range nks {
+			out = append(out, [2]int{nq, nk})
+		}
+	}
+	return out
+}
+
+// batchHeads are a grid point's batch and query heads: --batch, else
+// tokens / max(Nq, Nk); --heads, else --hidden / d.
+func (s *shapeFlags) batchHeads(nq, nk, d, tokens int) (b, h int) {
+	if b = s.batch; b == 0 {
+		b = max(tokens/max(nq, nk), 1)
+	}
+	if h = s.heads; h == 0 {
+		h = max(s.hidden/d, 1)
+	}
+	return b, h
+}

@@ -626,7 +626,7 @@ if on tune; then
 			IFS=,
 			echo "${tdt[*]}"
 		)
-		tune_common=(--dtype "$tdt_csv" --d "$dims" --causal="$causal" --tokens "$tokens" --hidden "$hidden"
+		tune_common=(--dtype "$tdt_csv" --dim "$dims" --causal="$causal" --tokens "$tokens" --hidden "$hidden"
 			--max-candidates "$tune_candidates" --budget "$tune_budget" --cache "$cache")
 		[ -z "$tune_family" ] || tune_common+=(--family "$tune_family")
 		n_bwd=2048 n_fwd=1024,4096
@@ -636,8 +636,8 @@ if on tune; then
 			[[ ,$tune_family =~ ,bwd ]] || tune_bwd=0
 			[[ ,$tune_family =~ ,flash ]] || tune_fwd=0
 		fi
-		[ $tune_bwd -eq 0 ] || step "flashvk tune bwd" "$log" . "$fvk" tune --dir bwd --n "$n_bwd" "${tune_common[@]}"
-		[ $tune_fwd -eq 0 ] || step "flashvk tune fwd" "$log" . "$fvk" tune --dir fwd --n "$n_fwd" "${tune_common[@]}"
+		[ $tune_bwd -eq 0 ] || step "flashvk tune bwd" "$log" . "$fvk" tune --dir bwd --seq "$n_bwd" "${tune_common[@]}"
+		[ $tune_fwd -eq 0 ] || step "flashvk tune fwd" "$log" . "$fvk" tune --dir fwd --seq "$n_fwd" "${tune_common[@]}"
 		if [ -f "$cache" ]; then
 			"$fvk" tune --show --cache "$cache" 2>&1 | show
 		fi

@@ -75,11 +75,6 @@ disables them. 'flashvk explain' shows whether each launch is tuned.`,
 	f.timing.register(c, 10, "timed runs per candidate (the median is used)")
 	fl := c.Flags()
 	fl.Lookup("warmup").Usage = "untimed runs per candidate (and at least 100 ms)"
-	// The names these flags had before --dim and --seq: hidden, deprecated.
-	fl.Var(intsValue(&f.shape.dim, true), "d", "deprecated: use --dim")
-	fl.Var(intsValue(&f.shape.seq, true), "n", "deprecated: use --seq")
-	_ = fl.MarkHidden("d")
-	_ = fl.MarkHidden("n")
 	fl.StringSliceVar(&f.dirs, "dir", []string{"fwd", "bwd"}, "directions: fwd, bwd")
 	fl.StringSliceVar(&f.families, "family", nil, "tune only these kernel families (flash, flash_cm, bwd_dkdv, bwd_dq, bwd_cm_dkdv, bwd_cm_dq)")
 	fl.IntVar(&f.maxCandidates, "max-candidates", 0, "try at most this many candidates per key and family, the default first (0: all)")

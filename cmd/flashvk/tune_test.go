@@ -44,20 +44,16 @@ func TestTuneBadFlags(t *testing.T) {
 		{"tune", "--dtype", "f64"}, {"tune", "--dim", "0"}, {"tune", "--dim", "512"}, {"tune", "--dir", "sideways"},
 		{"tune", "--causal", "maybe"}, {"tune", "--seq", "0"}, {"tune", "--iters", "0"}, {"tune", "--family", "nope"},
 		{"tune", "--max-candidates", "-1"}, {"tune", "--budget", "-1s"}, {"tune", "--budget", "soon"}, {"tune", "extra"},
-		{"tune", "--d", "0"}, {"tune", "--n", "0"},
 	} {
 		if code, _, errs := flashvk(t, args...); code != 2 {
 			t.Errorf("flashvk %v: exit %d, want 2\n%s", args, code, errs)
 		}
 	}
-	// --d and --n are the deprecated names of --dim and --seq.
-	code, _, errs := flashvk(t, "tune", "--d", "0")
-	if code != 2 || !strings.Contains(errs, "--d is deprecated: use --dim") || !strings.Contains(errs, "--dim 0") {
-		t.Errorf("tune --d 0: exit %d\n%s", code, errs)
-	}
-	code, _, errs = flashvk(t, "tune", "--n", "0")
-	if code != 2 || !strings.Contains(errs, "--n is deprecated: use --seq") || !strings.Contains(errs, "--seq 0") {
-		t.Errorf("tune --n 0: exit %d\n%s", code, errs)
+	// The flags are named as on every other command: --dim and --seq.
+	for _, old := range []string{"--d", "--n"} {
+		if code, _, errs := flashvk(t, "tune", old, "64"); code != 2 || !strings.Contains(errs, "unknown flag: "+old) {
+			t.Errorf("tune %s 64: exit %d\n%s", old, code, errs)
+		}
 	}
 }
 

@@ -108,15 +108,13 @@ func Open(cfg Config) (*Engine, error) {
 		if cfg.Device != "" || cfg.Kernel != "" {
 			return openVulkanEngine(cfg)
 		}
-		hw := cfg
-		hw.Device = "gpu"
-		if b, err := openVulkan(hw); err == nil {
+		b, why := openHardware(cfg)
+		if b != nil {
 			return newEngine(b), nil
-		} else {
-			e := newEngine(newCPUBackend(cfg.Workers))
-			e.fallback = err.Error()
-			return e, nil
 		}
+		e := newEngine(newCPUBackend(cfg.Workers))
+		e.fallback = why
+		return e, nil
 	}
 	return nil, fmt.Errorf("attention: config: backend %v: %w", cfg.Backend, ErrOption)
 }
@@ -129,6 +127,32 @@ func checkKernelName(k string) error {
 		return nil
 	}
 	return fmt.Errorf("attention: config: kernel %q (want one of %s): %w", k, strings.Join(Kernels(), ", "), ErrOption)
+}
+
+// openHardware opens Auto's Vulkan device, the best hardware one, or says
+// why there is none.
+func openHardware(cfg Config) (backend, string) {
+	devs, err := vulkanDevices(cfg)
+	if err != nil {
+		return nil, err.Error()
+	}
+	var software []string
+	for _, d := range devs {
+		if d.Software {
+			software = append(software, fmt.Sprintf("%q", d.Name))
+		}
+	}
+	if len(software) == len(devs) {
+		return nil, fmt.Sprintf("no hardware Vulkan device; a software one runs only when named (Config.Device, --device lavapipe): %s",
+			strings.Join(software, ", "))
+	}
+	hw := cfg
+	hw.Device = "gpu"
+	b, err := openVulkan(hw)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return b, ""
 }
 
 func openVulkanEngine(cfg Config) (*Engine, error) {

@@ -67,11 +67,11 @@ type Backend struct {
 	tune    *tuneState // tuned configurations (tune.go)
 
 	// The kernel plan (plan.go): the family chains of each direction, the
-	// family selected by name (nil: automatic), which families can run
-	// here at all, and the coopmat state per storage type.
+	// family selected by name (nil: automatic), the families that cannot
+	// run here at all, and the coopmat state per storage type.
 	chain    [2][]*family
 	explicit *family
-	avail    map[*family]bool
+	unavail  map[*family]string // why a family cannot run on the device
 	cm       map[spec.DType]*cmState
 	cmWhy    []string // why a storage type has no coopmat state
 

@@ -67,7 +67,7 @@ func cmSupportFor(info device.Info, dt spec.DType) (device.CoopMatShape, error) 
 		why = append(why, err.Error())
 	}
 	if len(why) > 0 {
-		return device.CoopMatShape{}, fmt.Errorf("%w: flash_cm (%v) on %s: %s", ErrUnsupported, dt, info.Name, strings.Join(why, "; "))
+		return device.CoopMatShape{}, fmt.Errorf("%w: %v cooperative-matrix kernels on %s: %s", ErrUnsupported, dt, info.Name, strings.Join(why, "; "))
 	}
 	return shape, nil
 }

@@ -38,7 +38,7 @@ var (
 	}
 	bwdCMFamily = &family{
 		name: "bwd_cm", dir: Bwd, auto: true,
-		init:     func(b *Backend, _ bool) (bool, error) { return initCoopmat(b, false) },
+		init:     func(b *Backend, _ bool) (string, error) { return initCoopmat(b, false) },
 		plan:     planBwdCM,
 		tunables: []*Tunable{bwdCMTunable(shaders.KernelBwdCMDKDV, true), bwdCMTunable(shaders.KernelBwdCMDQ, false)},
 	}
@@ -58,9 +58,10 @@ type cmState struct {
 }
 
 // initCoopmat sets up b.cm: a state for each of f16 and bf16 the device
-// can run the coopmat modules of. explicit (Options.Kernel "flash_cm")
-// makes a device without the f16 build an error.
-func initCoopmat(b *Backend, explicit bool) (bool, error) {
+// can run the coopmat modules of, and says why none when there is none.
+// explicit (Options.Kernel "flash_cm") makes a device without the f16
+// build an error.
+func initCoopmat(b *Backend, explicit bool) (string, error) {
 	if b.cm == nil {
 		b.cm = map[spec.DType]*cmState{}
 		for _, dt := range []spec.DType{spec.Float16, spec.BFloat16} {
@@ -90,10 +91,16 @@ func initCoopmat(b *Backend, explicit bool) (bool, error) {
 				others = append(others, f.name)
 			}
 		}
-		return false, fmt.Errorf("%w: kernel flash_cm cannot run on %s (%s); it runs %s",
+		return "", fmt.Errorf("%w: kernel flash_cm cannot run on %s (%s); it runs %s",
 			ErrUnsupported, b.info.Name, why, strings.Join(others, ", "))
 	}
-	return len(b.cm) > 0, nil
+	if len(b.cm) == 0 {
+		if len(b.cmWhy) == 0 {
+			return "no storageBuffer16BitAccess", nil
+		}
+		return b.cmWhy[0], nil
+	}
+	return "", nil
 }
 
 // whyNot strips an ErrUnsupported error to its reason.

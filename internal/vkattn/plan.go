@@ -124,10 +124,11 @@ type family struct {
 	// backward: for a forward family selected by name, the backward
 	// families that run with it, in order of preference.
 	backward []string
-	// init prepares the family's per-Backend state at Open and reports
-	// whether it can run on the device at all; explicit says the user
-	// selected it by name (then a device that cannot run it is an error).
-	init func(b *Backend, explicit bool) (bool, error)
+	// init prepares the family's per-Backend state at Open and says why
+	// it cannot run on the device at all ("" when it can); explicit says
+	// the user selected it by name (then a device that cannot run it is
+	// an error).
+	init func(b *Backend, explicit bool) (string, error)
 	// plan returns the launches and scratch of p with storage dt, or an
 	// error saying why the family does not run it here.
 	plan func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error)
@@ -204,16 +205,18 @@ func (b *Backend) initChains(kernel string) error {
 		}
 		b.explicit = f
 	}
-	b.avail = map[*family]bool{}
+	b.unavail = map[*family]string{}
 	for _, f := range append(append([]*family(nil), fwd...), bwd...) {
-		ok := true
-		if f.init != nil {
-			var err error
-			if ok, err = f.init(b, f == b.explicit); err != nil {
-				return err
-			}
+		if f.init == nil {
+			continue
 		}
-		b.avail[f] = ok
+		why, err := f.init(b, f == b.explicit)
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			b.unavail[f] = why
+		}
 	}
 	b.chain = [2][]*family{fwd, bwd}
 	return nil
@@ -234,8 +237,8 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 	}
 	var declined []string
 	for _, f := range b.chain[dir] {
-		if !b.avail[f] {
-			declined = append(declined, f.name+": not available on "+b.info.Name)
+		if why, no := b.unavail[f]; no {
+			declined = append(declined, f.name+": "+why)
 			continue
 		}
 		pl, err := f.plan(ctx, b, p, dt)
@@ -277,7 +280,7 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt spec.DType, 
 // is Plan's answer.
 func (b *Backend) Kernel() string {
 	for _, f := range b.chain[Fwd] {
-		if b.avail[f] {
+		if _, no := b.unavail[f]; !no {
 			return f.name
 		}
 	}

@@ -24,7 +24,7 @@ CM_KERNELS := flash_cm flash_cm_probe bwd_cm_dkdv bwd_cm_dq
 CM_TARGET_ENV := vulkan1.3
 CM_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).f16.spv)
 CM_BF16_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).bf16.spv)
-SHADER_DEPS := internal/shaders/params.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
+SHADER_DEPS := internal/shaders/params.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check
 

@@ -55,7 +55,6 @@ var (
 	flagGemmOnly = flag.String("gemm-only", "", "only GEMM variants whose name contains this")
 	flagOnly     = flag.String("only", "", "only configurations whose kernel/config name contains this")
 	flagShapes   = flag.String("shapes", "", "only these check shapes (indices, comma-separated)")
-	flagNoPerm   = flag.Bool("no-mode1", false, "never use MODE 1 (register P); MODE 2 then runs in its place")
 	flagForce0   = flag.Bool("mode0-only", false, "never use the register softmax (MODE 1)")
 )
 
@@ -155,12 +154,8 @@ func main() {
 			logf("probe: %v", err)
 		} else {
 			if *flagForce0 {
-				lay.Mode1, lay.Mode2 = false, false
-				lay.Why = "disabled by -mode0-only"
-			}
-			if *flagNoPerm {
 				lay.Mode1 = false
-				lay.Why = "disabled by -no-mode1"
+				lay.Why = "disabled by -mode0-only"
 			}
 			logf("probe: %s", lay)
 			rep.Probe = &cmLayoutJSON{Shape: sh.String(), Summary: lay.String(), AccRC: lay.AccRC, ARC: lay.ARC}

@@ -23,13 +23,11 @@
 //     for f16·f16+f32→f32 (bf16: bf16·bf16+f32→f32) at subgroup scope
 //     (CM_N, CM_K multiples of 8)
 //   13 MODE: 0 softmax through shared memory (any device); 1 softmax in
-//     registers (needs the element layout conditions below); 2 softmax in
-//     registers, P to the A operand through shared memory (needs the
-//     conditions below except those on aperm)
+//     registers (needs the element layout conditions below)
 //   14 CM_LEN: components per invocation of the fp32 CM_M×CM_N accumulator
 //     (flash_cm_probe reports it; ≤ 16)
 //   15 RL, 16 SLOTROW_LO, 17 SLOTROW_HI, 18 XORMASK, 19 APERM_LO,
-//     20 APERM_HI: the element layout (MODES 1 and 2), from flash_cm_probe:
+//     20 APERM_HI: the element layout (MODE 1), from flash_cm_probe:
 //     every invocation holds the same number RL of distinct rows of an
 //     accumulator; component i lies in the invocation's local row
 //     slotrow(i) (4 bits each, LO = components 0–7, HI = 8–15), the same
@@ -51,11 +49,11 @@
 // happen in registers too; MODE 0 stores S to shared memory, does the
 // softmax with scalar code, and loads P back as an A matrix.
 //
-// Shared memory (bytes; flashCMSharedBytes in bench/gemm/attn.go mirrors
-// it): 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V
-// and O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per row)
-// + 4·BR (row buffer) + MODE 0: 4·BR·(BC+4) (S) + 2·BR·(BC+8) (P);
-// MODE 2: 2·BR·(BC+8) (P). At d = 128, BR = 128, BC = 64, MODE 1: ≈ 35.3 KB.
+// Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
+// 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V and
+// O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per row) + 4·BR
+// (row buffer) + MODE 0: 4·BR·(BC+4) (S) + 2·BR·(BC+8) (P). At d = 128,
+// BR = 128, BC = 64, MODE 1: ≈ 35.3 KB.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -111,11 +109,11 @@ const uint SKV4b = SKV_O > SKV_MAP ? SKV_O : SKV_MAP;
 const uint SKV4 = SKV4a > SKV4b ? SKV4a : SKV4b;
 shared uvec4 sKV[SKV4];
 
-// MODE 0 buffers (S: MODE 0 only, P: MODES 0 and 2; one element otherwise).
+// MODE 0 buffers (one element in MODE 1).
 const uint LDS = BC + 4u;
 const uint LDP = BC + 8u;
 const uint SS_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
-const uint SP_N = MODE != 1u ? NSG * CM_M * LDP : 1u;
+const uint SP_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
 shared float sS[SS_N];
 shared CM_T sP[SP_N];
 shared float sRow[NSG * CM_M];
@@ -334,9 +332,9 @@ void main() {
 		}
 
 		// Subgroup-uniform: does any row of this subgroup see this tile? In
-		// MODE 1 a subgroup that sees none skips it. MODES 0 and 2 compute
-		// it (fully masked) anyway: their subgroupBarrier()s must be reached
-		// by every subgroup on implementations that treat them as workgroup
+		// MODE 1 a subgroup that sees none skips it. MODE 0 computes it
+		// (fully masked) anyway: its subgroupBarrier()s must be reached by
+		// every subgroup on implementations that treat them as workgroup
 		// barriers (seen on lavapipe, Mesa 26).
 		if (MODE == 1u && c0 >= sg_lim_hi) {
 			continue;
@@ -353,7 +351,7 @@ void main() {
 			}
 		}
 
-		if (MODE != 0u) {
+		if (MODE == 1u) {
 			float mloc[RL];
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
 				mloc[k] = NEG_INF;
@@ -392,19 +390,8 @@ void main() {
 					lsum[slotrow(i)] += p;
 					S[t][i] = p;
 				}
-				if (MODE == 1u) {
-					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-						pA[t][j] = CM_TO(S[t][aperm(j)]);
-					}
-				} else {
-					coopMatStore(CM_NARROW(S[t]), sP, sgr * LDP + t * CM_N, LDP, gl_CooperativeMatrixLayoutRowMajor);
-				}
-			}
-			if (MODE == 2u) {
-				subgroupMemoryBarrierShared();
-				subgroupBarrier();
-				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-					coopMatLoad(pA[t], sP, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
+				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+					pA[t][j] = CM_TO(S[t][aperm(j)]);
 				}
 			}
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
@@ -484,7 +471,7 @@ void main() {
 	}
 
 	// Final normalisation O /= l and LSE = ln2·(m + log2 l).
-	if (MODE != 0u) {
+	if (MODE == 1u) {
 		float inv[RL];
 		[[unroll]] for (uint k = 0u; k < RL; ++k) {
 			float lt = l1[k];

@@ -326,7 +326,11 @@ func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*at
 		sp[11] = spec(15, 1)
 		sp[12], sp[13], sp[14], sp[15], sp[16] = spec(16, 0), spec(17, 0), spec(18, 0), spec(19, 0), spec(20, 0)
 	}
-	p, err := d.NewPipeline(device.PipelineDesc{Name: "flash_cm " + c.String(), SPIRV: spirv("flash_cm"), Spec: sp,
+	spv, err := shaders.SPIRV(shaders.KernelFlashCM, shaders.DTypeF16)
+	if err != nil {
+		return nil, err
+	}
+	p, err := d.NewPipeline(device.PipelineDesc{Name: "flash_cm " + c.String(), SPIRV: spv, Spec: sp,
 		PushSize: shaders.ParamsSize, Bindings: 5, RequiredSubgroupSize: subgroupReq(info), FullSubgroups: info.ComputeFullSubgroups})
 	if err != nil {
 		return nil, err

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gemm/run_h200.sh: the whole issue-5 measurement in one device call
+# bench/gemm/run_h200.sh: the GEMM and coopmat attention measurements in one device call
 # (about 3–4 minutes on an H200). Writes into $OUT (at most 8 files):
 #   run.log        everything printed, the compact tables last
 #   torch_mm.json  torch.matmul fp16/bf16 at 4096³ and 8192³ (cuBLAS anchor)

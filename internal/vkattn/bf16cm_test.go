@@ -13,6 +13,7 @@ import (
 	"github.com/flashvk/flashvk/internal/device"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/internal/spirv"
 	"github.com/flashvk/flashvk/reference"
 )
 
@@ -155,8 +156,8 @@ func TestBF16CMSelection(t *testing.T) {
 			if !bytes.Equal(x.bf, want) || bytes.Equal(x.bf, x.f16) {
 				t.Errorf("bf16 %s: not the bf16 module", x.kernel)
 			}
-			m, err := shaders.Reflect(x.bf)
-			if err != nil || !m.HasCapability(shaders.CapabilityBFloat16CooperativeMatrix) {
+			m, err := spirv.Reflect(x.bf)
+			if err != nil || !m.HasCapability(spirv.CapabilityBFloat16CooperativeMatrix) {
 				t.Errorf("bf16 %s: no BFloat16CooperativeMatrixKHR capability (%v)", x.kernel, err)
 			}
 		}

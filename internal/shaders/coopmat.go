@@ -1,5 +1,7 @@
 package shaders
 
+import "slices"
+
 // Cooperative-matrix kernels (VK_KHR_cooperative_matrix): flash_cm, the
 // FlashAttention-2 forward on the matrix units, and flash_cm_probe, which
 // reports the element→invocation layout of the coopmat types flash_cm uses
@@ -51,8 +53,7 @@ var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV
 // KernelDTypes lists the storage types kernel is built for (nil for an
 // unknown kernel).
 func KernelDTypes(kernel string) []string {
-	switch kernel {
-	case KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV, KernelBwdCMDQ:
+	if slices.Contains(CoopMatKernels, kernel) {
 		return []string{DTypeF16, DTypeBF16}
 	}
 	if _, ok := kernelBindings[kernel]; ok {

@@ -112,13 +112,15 @@ func TestSpecIDs(t *testing.T) {
 }
 
 func TestBindingsAndCapabilities(t *testing.T) {
+	// The float32 bindings (each kernel's header lists its bindings); the
+	// others hold the storage type.
 	float32Bindings := map[string][]int{
-		KernelNaive:   {FwdLSE, NaiveScratch},
-		KernelMinimal: {FwdLSE},
-		KernelFlash:   {FwdLSE},
-		KernelBwdPre:  {PreD},
-		KernelBwdDKDV: {BwdLSE, BwdD},
-		KernelBwdDQ:   {BwdLSE, BwdD},
+		KernelNaive:   {4, 5}, // LSE, the score/probability scratch
+		KernelMinimal: {4},    // LSE
+		KernelFlash:   {4},    // LSE
+		KernelBwdPre:  {2},    // D
+		KernelBwdDKDV: {4, 5}, // LSE, D
+		KernelBwdDQ:   {4, 5}, // LSE, D
 	}
 	for _, k := range Kernels {
 		n, err := Bindings(k)

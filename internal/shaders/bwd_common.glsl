@@ -37,39 +37,32 @@ shared float sdS[BR * LDP];
 shared float sLSE[BR];
 shared float sD[BR];
 
+// STAGE_ROWS(tile, LD, N, DIM, buf, BASE, b, s0, h, valid): rows s0 …
+// s0+N−1 of head h of batch b of the operand in buf (row offsets BASE,
+// features 0 … DIM−1) into the fp32 tile (row stride LD); rows past valid
+// are 0. The whole workgroup runs it (tid in scope) between barriers.
+#define STAGE_ROWS(tile, LD, N, DIM, buf, BASE, b, s0, h, valid) \
+	STRIDED_BEGIN(e, (N) * (DIM)) \
+		uint r = e / (DIM); \
+		uint d = e - r * (DIM); \
+		tile[r * (LD) + d] = r < (valid) ? LOAD(buf[BASE(b, (s0) + r, h) + d]) : 0.0; \
+	STRIDED_END
+
 // STAGE_QUERY_TILE(b, h, r0, rows): query rows r0 … r0+BR−1 of head h of
-// batch b into sQ, sdO, sLSE and sD; rows past rows are 0 (LSE −inf). The
-// whole workgroup calls it (tid in scope) between barriers.
+// batch b into sQ, sdO, sLSE and sD; rows past rows are 0 (LSE −inf).
 #define STAGE_QUERY_TILE(b, h, r0, rows) \
-	STRIDED_BEGIN(e, BR * D) \
-		uint r = e / D; \
-		uint d = e - r * D; \
-		sQ[r * LDK + d] = r < (rows) ? LOAD(q_buf[q_base(b, (r0) + r, h) + d]) : 0.0; \
-	STRIDED_END \
-	STRIDED_BEGIN(e, BR * DV) \
-		uint r = e / DV; \
-		uint d = e - r * DV; \
-		sdO[r * LDV + d] = r < (rows) ? LOAD(do_buf[o_base(b, (r0) + r, h) + d]) : 0.0; \
-	STRIDED_END \
+	STAGE_ROWS(sQ, LDK, BR, D, q_buf, q_base, b, r0, h, rows) \
+	STAGE_ROWS(sdO, LDV, BR, DV, do_buf, o_base, b, r0, h, rows) \
 	for (uint r = tid; r < BR; r += WG) { \
 		sLSE[r] = r < (rows) ? lse_buf[lse_index(b, h, (r0) + r)] : NEG_INF; \
 		sD[r] = r < (rows) ? d_buf[lse_index(b, h, (r0) + r)] : 0.0; \
 	}
 
 // STAGE_KEY_TILE(b, kvh, c0, cols): key rows c0 … c0+BC−1 of key/value
-// head kvh of batch b into sK and sV; rows past cols are 0. As
-// STAGE_QUERY_TILE, for the whole workgroup.
+// head kvh of batch b into sK and sV; rows past cols are 0.
 #define STAGE_KEY_TILE(b, kvh, c0, cols) \
-	STRIDED_BEGIN(e, BC * D) \
-		uint c = e / D; \
-		uint d = e - c * D; \
-		sK[c * LDK + d] = c < (cols) ? LOAD(k_buf[k_base(b, (c0) + c, kvh) + d]) : 0.0; \
-	STRIDED_END \
-	STRIDED_BEGIN(e, BC * DV) \
-		uint c = e / DV; \
-		uint d = e - c * DV; \
-		sV[c * LDV + d] = c < (cols) ? LOAD(v_buf[v_base(b, (c0) + c, kvh) + d]) : 0.0; \
-	STRIDED_END
+	STAGE_ROWS(sK, LDK, BC, D, k_buf, k_base, b, c0, kvh, cols) \
+	STAGE_ROWS(sV, LDV, BC, DV, v_buf, v_base, b, c0, kvh, cols)
 
 // TILE_PRODUCT(acc, DIM, LD, sOwn, t, T, M, sSpread, SPREAD, N): the
 // register-tiled acc[m·N + n] += Σ_d sOwn[(t + T·m)·LD + d] ·

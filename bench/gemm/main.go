@@ -129,7 +129,11 @@ func main() {
 		os.Exit(1)
 	}
 	exitCode := 0
-	defer func() { os.Exit(exitCode) }() // last, after the other deferred calls
+	defer func() { // last, after the other deferred calls
+		if exitCode != 0 {
+			os.Exit(exitCode)
+		}
+	}()
 	defer d.Close()
 	info := d.Info()
 	rep := &report{Date: start.UTC().Format(time.RFC3339), Chosen: map[string]string{}}

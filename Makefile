@@ -12,7 +12,9 @@
 #                       FLASHVK_TOOLCHAIN=16, GLSLANG16 / SPIRV_TOOLS16_DIR
 #                       override it)
 #   make shaders-check  rebuild into a temporary folder and fail if any
-#                       committed .spv differs (CI)
+#                       committed .spv differs (CI); bench/gemm's too
+#   make bench-shaders  rebuild bench/gemm's own kernels (gemm_khr, gemm_cm2,
+#                       flash_cm2: bench/gemm/build.sh, same toolchain)
 
 SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq
 SHADER_DTYPES := f32 f16 bf16
@@ -24,9 +26,9 @@ CM_KERNELS := flash_cm flash_cm_probe bwd_cm_dkdv bwd_cm_dq
 CM_TARGET_ENV := vulkan1.3
 CM_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).f16.spv)
 CM_BF16_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).bf16.spv)
-SHADER_DEPS := internal/shaders/params.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
+SHADER_DEPS := internal/shaders/params.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
 
-.PHONY: shaders shaders-check
+.PHONY: shaders shaders-check bench-shaders bench-shaders-check
 
 shaders: $(SHADER_SPV) $(CM_SPV) $(CM_BF16_SPV)
 
@@ -51,10 +53,18 @@ $(SPVDIR)/%.bf16.spv: internal/shaders/%.comp $(SHADER_DEPS)
 	@scripts/compile-shader.sh $< bf16 $@
 	@echo "  SPV  $@"
 
-shaders-check:
+shaders-check: bench-shaders-check
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(MAKE) --no-print-directory shaders SPVDIR="$$tmp" && \
 	scripts/shaders-check.sh internal/shaders "$$tmp"
+
+bench-shaders:
+	@bench/gemm/build.sh
+
+bench-shaders-check:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	bench/gemm/build.sh "$$tmp" && \
+	scripts/shaders-check.sh bench/gemm/shaders "$$tmp" "make bench-shaders"
 
 # ---- build and test -------------------------------------------------------
 #   make build        the flashvk CLI into ./flashvk

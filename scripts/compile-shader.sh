@@ -6,7 +6,9 @@
 # pinned glslang (scripts/glslang.sh), no debug info, Vulkan 1.1 / SPIR-V 1.3
 # unless TARGET_ENV says otherwise (the cooperative-matrix kernels need
 # vulkan1.3 / SPIR-V 1.6), and validates the result with the pinned
-# spirv-val. OUT is written only when both succeed.
+# spirv-val. OUT is written only when both succeed. Includes resolve in
+# SRC's folder, then in internal/shaders (params.glsl and the other shared
+# headers, for bench/gemm's kernels).
 set -euo pipefail
 [ $# -eq 3 ] || [ $# -eq 4 ] || { echo "usage: compile-shader.sh SRC.comp f32|f16|bf16 OUT.spv [vulkan1.1|vulkan1.3]" >&2; exit 2; }
 src=$1 dtype=$2 out=$3 target_env=${4:-vulkan1.1}
@@ -21,7 +23,7 @@ tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
 # glslangValidator prints the source name on stdout; keep only diagnostics.
 if ! log=$("$here/glslang.sh" -V --target-env "$target_env" -S comp -I"$(dirname "$src")" \
-	"${defs[@]}" -o "$tmp" "$src" 2>&1); then
+	-I"$here/../internal/shaders" "${defs[@]}" -o "$tmp" "$src" 2>&1); then
 	echo "$log" >&2
 	exit 1
 fi

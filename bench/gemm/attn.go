@@ -280,36 +280,14 @@ func (c cmCfg) String() string {
 	return fmt.Sprintf("nsg%d-bc%d-mode%d-pf%d", c.NSG, c.BC, c.Mode, pf)
 }
 
-func ceilTo(x, m int) int { return (x + m - 1) / m * m }
-
-// flashCMSharedBytes mirrors flash_cm.comp's shared arrays.
-func flashCMSharedBytes(l *vkattn.CMLayout, c cmCfg, d, dv int) int {
-	M, N, K := int(l.M), int(l.N), int(l.K)
-	dp := ceilTo(d, max(K, 8))
-	dvp := ceilTo(dv, max(N, 8))
-	ldk4, ldv4 := dp/8+1, dvp/8+1
-	br := c.NSG * M
-	skv := max(br*ldk4, c.BC*(ldk4+ldv4), br*ldv4, M*N/4)
-	b := 16 * skv
-	switch c.Mode {
-	case 0:
-		b += c.NSG*M*(c.BC+4)*4 + c.NSG*M*(c.BC+8)*2
-	case 1:
-		b += 4 + 4 // one float and one (padded) half
-	case 2:
-		b += 4 + c.NSG*M*(c.BC+8)*2
-	}
-	return b + c.NSG*M*4
-}
-
 func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*attnKernel, error) {
 	info := d.Info()
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if c.BC%N != 0 || c.BC%K != 0 {
 		return nil, fmt.Errorf("BC %d not a multiple of N %d and K %d", c.BC, N, K)
 	}
-	if c.Mode == 1 && !l.Mode1 || c.Mode == 2 && !l.Mode2 {
-		return nil, fmt.Errorf("MODE %d impossible: %s", c.Mode, l.Why)
+	if c.Mode == 1 && !l.Mode1 {
+		return nil, fmt.Errorf("MODE 1 impossible: %s", l.Why)
 	}
 	vec := s.vecOK()
 	if c.Prefetch && !vec {
@@ -325,7 +303,7 @@ func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*at
 		}
 	}
 	wg := c.NSG * l.SG
-	sh := flashCMSharedBytes(l, c, s.D, s.DV)
+	sh := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, s.D, s.DV)
 	if sh > int(info.MaxSharedMemory) {
 		return nil, fmt.Errorf("needs %d bytes of shared memory, device has %d", sh, info.MaxSharedMemory)
 	}
@@ -350,10 +328,11 @@ func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*at
 		sp[11] = spec(15, 1)
 		sp[12], sp[13], sp[14], sp[15], sp[16] = spec(16, 0), spec(17, 0), spec(18, 0), spec(19, 0), spec(20, 0)
 	}
-	if c.Mode == 2 {
-		sp[15], sp[16] = spec(19, 0), spec(20, 0)
+	spv, err := shaders.SPIRV(shaders.KernelFlashCM, shaders.DTypeF16)
+	if err != nil {
+		return nil, err
 	}
-	p, err := d.NewPipeline(device.PipelineDesc{Name: "flash_cm " + c.String(), SPIRV: spirv("flash_cm"), Spec: sp,
+	p, err := d.NewPipeline(device.PipelineDesc{Name: "flash_cm " + c.String(), SPIRV: spv, Spec: sp,
 		PushSize: shaders.ParamsSize, Bindings: 5, RequiredSubgroupSize: subgroupReq(info), FullSubgroups: info.ComputeFullSubgroups})
 	if err != nil {
 		return nil, err

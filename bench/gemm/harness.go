@@ -103,20 +103,16 @@ func (h *harness) kernel(c kcfg, s attnShape) (*attnKernel, error) {
 func (h *harness) candidates() []kcfg {
 	var out []kcfg
 	if h.lay != nil {
-		// (NSG, BC, prefetch): the MODE 1 sweep, a subset for the others.
-		full := [][3]int{{4, 32, 1}, {4, 64, 1}, {4, 64, 0}, {4, 128, 1}, {8, 32, 1}, {8, 64, 1}, {8, 64, 0}, {8, 128, 1}}
-		few := [][3]int{{4, 64, 1}, {8, 64, 1}}
-		for _, mode := range []int{1, 2, 0} {
-			list := full
-			switch {
-			case mode == 1 && !h.lay.Mode1, mode == 2 && !h.lay.Mode2:
+		// (NSG, BC, prefetch): the MODE 1 sweep, and MODE 0's fallback tiles.
+		lists := map[int][][3]int{
+			1: {{4, 32, 1}, {4, 64, 1}, {4, 64, 0}, {4, 128, 1}, {8, 32, 1}, {8, 64, 1}, {8, 64, 0}, {8, 128, 1}},
+			0: {{4, 32, 1}, {4, 64, 1}},
+		}
+		for _, mode := range []int{1, 0} {
+			if mode == 1 && !h.lay.Mode1 {
 				continue
-			case mode == 2 && h.lay.Mode1:
-				list = few // only for comparison with MODE 1
-			case mode == 0:
-				list = [][3]int{{4, 32, 1}, {4, 64, 1}} // the fallback
 			}
-			for _, x := range list {
+			for _, x := range lists[mode] {
 				c := cmCfg{NSG: x[0], BC: x[1], Mode: mode, Prefetch: x[2] == 1}
 				out = append(out, kcfg{cm: &c})
 			}
@@ -359,7 +355,7 @@ func (h *harness) grid() {
 	ctx := context.Background()
 	info := h.d.Info()
 	dev := map[string]any{"name": info.Name, "driver": info.DriverName + " " + info.DriverInfo, "backend": "vulkan"}
-	fams := []string{"cm-mode1", "cm-mode2", "cm-mode0", "cm2"}
+	fams := []string{"cm-mode1", "cm-mode0", "cm2"}
 	for _, d := range parseInts(*flagDims) {
 		a, err := h.gridData(ctx, d)
 		if err != nil {

@@ -2,9 +2,10 @@
 
 // Command gemm finds the Vulkan matrix-unit (tensor-core) ceiling of a GPU
 // with fp16 GEMM kernels on VK_KHR_cooperative_matrix and
-// VK_NV_cooperative_matrix2, and checks and times flashvk's coopmat
-// attention kernels (shaders/flash_cm.comp, shaders/flash_cm2.comp) on the
-// FlashAttention-2 benchmark grid.
+// VK_NV_cooperative_matrix2, and checks and times coopmat attention kernels
+// on the FlashAttention-2 benchmark grid: flashvk's flash_cm
+// (internal/shaders) and the NV cooperative matrix 2 experiment flash_cm2
+// (shaders/flash_cm2.comp).
 //
 //	go build -o gemm ./bench/gemm && ./gemm -mode all -out DIR \
 //	    [-torch-mm DIR/torch_mm.json] [-torch-sdpa DIR/torch.json]
@@ -16,8 +17,10 @@
 // docs/results-schema.md); a compact table comparing with the PyTorch JSON
 // files is printed last.
 //
-// The SPIR-V is embedded (bench/gemm/shaders/*.spv, rebuilt by
-// bench/gemm/build.sh).
+// flash_cm and its layout probe are flashvk's own modules (internal/shaders);
+// the program's own kernels (shaders/*.comp: gemm_khr, gemm_cm2, flash_cm2)
+// are embedded as shaders/*.spv, rebuilt by bench/gemm/build.sh (make
+// bench-shaders) and checked against their sources by make shaders-check.
 package main
 
 import (
@@ -57,7 +60,6 @@ var (
 	flagGemmOnly = flag.String("gemm-only", "", "only GEMM variants whose name contains this")
 	flagOnly     = flag.String("only", "", "only configurations whose kernel/config name contains this")
 	flagShapes   = flag.String("shapes", "", "only these check shapes (indices, comma-separated)")
-	flagNoPerm   = flag.Bool("no-mode1", false, "never use MODE 1 (register P); MODE 2 then runs in its place")
 	flagForce0   = flag.Bool("mode0-only", false, "never use the register softmax (MODE 1)")
 )
 
@@ -128,6 +130,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		os.Exit(1)
 	}
+	exitCode := 0
+	defer func() { // last, after the other deferred calls
+		if exitCode != 0 {
+			os.Exit(exitCode)
+		}
+	}()
 	defer d.Close()
 	info := d.Info()
 	rep := &report{Date: start.UTC().Format(time.RFC3339), Chosen: map[string]string{}}
@@ -157,12 +165,8 @@ func main() {
 			logf("probe: %v", err)
 		} else {
 			if *flagForce0 {
-				lay.Mode1, lay.Mode2 = false, false
-				lay.Why = "disabled by -mode0-only"
-			}
-			if *flagNoPerm {
 				lay.Mode1 = false
-				lay.Why = "disabled by -no-mode1"
+				lay.Why = "disabled by -mode0-only"
 			}
 			logf("probe: %s", lay)
 			rep.Probe = &cmLayoutJSON{Shape: sh.String(), Summary: lay.String(), AccRC: lay.AccRC, ARC: lay.ARC}
@@ -189,17 +193,24 @@ func main() {
 	}
 	h := &harness{d: d, lay: lay, rep: rep, logf: logf, pipes: map[string]*attnKernel{}, rng: rand.New(rand.NewPCG(1, 2)), save: save}
 	defer h.closeAll()
-	if on("check") {
-		h.checks()
-		save()
-	}
-	if on("sweep") {
-		h.sweep()
-		save()
-	}
-	if on("grid") {
-		h.grid()
-		save()
+	if (on("check") || on("sweep") || on("grid")) && len(h.candidates()) == 0 {
+		msg := "attention: no kernel can run on this device (flash_cm: KHR cooperative matrices, flash_cm2: NV cooperative matrix 2), or -only excludes them"
+		rep.Errors = append(rep.Errors, msg)
+		logf("%s", msg)
+		exitCode = 1
+	} else {
+		if on("check") {
+			h.checks()
+			save()
+		}
+		if on("sweep") {
+			h.sweep()
+			save()
+		}
+		if on("grid") {
+			h.grid()
+			save()
+		}
 	}
 	save()
 	printTables(rep, logf)

@@ -21,7 +21,7 @@ var spvFS embed.FS
 func spirv(name string) []byte {
 	b, err := spvFS.ReadFile("shaders/" + name + ".spv")
 	if err != nil {
-		panic(fmt.Sprintf("shaders/%s.spv not embedded (run bench/gemm/build.sh): %v", name, err))
+		panic(fmt.Sprintf("shaders/%s.spv not embedded (run make bench-shaders): %v", name, err))
 	}
 	return b
 }

@@ -2,13 +2,7 @@
 // bwd_dkdv: FlashAttention-2 backward, dK and dV (deterministic: every dK/dV
 // row is written by exactly one workgroup, no atomics, fixed loop order).
 //
-// Bindings (set 0):
-//   0 Q   [B,Nq,Hq,D]   STYPE, readonly (pc.q_*)
-//   1 K   [B,Nk,Hkv,D]  STYPE, readonly (pc.k_*)
-//   2 V   [B,Nk,Hkv,DV] STYPE, readonly (pc.v_*)
-//   3 dO  [B,Nq,Hq,DV]  STYPE, readonly (O's strides, pc.o_*)
-//   4 LSE [B,Hq,Nq]     float32, readonly (from the forward)
-//   5 D   [B,Hq,Nq]     float32, readonly (from bwd_pre)
+// Bindings (set 0): 0 Q, 1 K, 2 V, 3 dO, 4 LSE, 5 D as bwd_common.glsl;
 //   6 dK  [B,Nk,Hkv,D]  STYPE, written (K's strides)
 //   7 dV  [B,Nk,Hkv,DV] STYPE, written (V's strides)
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per inner tile),
@@ -22,12 +16,13 @@
 //   S/P/dP/dS for its key rows × query rows r = tx + TX·n.
 //   Requires WG and BC powers of two.
 //
-// Shared memory (bytes), staged as fp32 for both storage types:
-//   4·( BC·(D+1) + BC·(DV+1)      K and V tiles (resident)
+// Shared memory (bytes): bwd_common.glsl's tiles (K and V resident, Q and
+// dO per query tile) and sP:
+//   4·( BC·(D+1) + BC·(DV+1)      K and V tiles
 //     + BR·(D+1) + BR·(DV+1)      Q and dO tiles
 //     + 2·BR·(BC+1)               P and dS
 //     + 2·BR )                    LSE and D of the query tile
-// = shaders.BwdSharedBytes(BR, BC, D, DV, f16) (bwd_dq uses the same bound).
+// = shaders.BwdDKDVSharedBytes(BR, BC, D, DV, f16).
 //
 // For each query head of the group (in order) and each query tile that can
 // see the key tile (causal: tiles wholly above the diagonal are skipped):
@@ -35,13 +30,8 @@
 //   dP = dO Vᵀ, dS = P ∘ (dP − D), dK += dSᵀ Q; finally dK ·= scale.
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "bwd_common.glsl"
 
-layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
-layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
-layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
-layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
-layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
-layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
 layout(std430, binding = 6) writeonly buffer dKBuf { STYPE dk_buf[]; };
 layout(std430, binding = 7) writeonly buffer dVBuf { STYPE dv_buf[]; };
 
@@ -53,18 +43,7 @@ const uint RN = (BR + TX - 1u) / TX;
 const uint DN = (D + TX - 1u) / TX;
 const uint DVN = (DV + TX - 1u) / TX;
 
-const uint LDK = D + 1u;
-const uint LDV = DV + 1u;
-const uint LDP = BC + 1u;
-
-shared float sK[BC * LDK];
-shared float sV[BC * LDV];
-shared float sQ[BR * LDK];
-shared float sdO[BR * LDV];
 shared float sP[BR * LDP];
-shared float sdS[BR * LDP];
-shared float sLSE[BR];
-shared float sD[BR];
 
 void main() {
 	uint tid = gl_LocalInvocationIndex;
@@ -76,16 +55,7 @@ void main() {
 	uint cols = min(BC, pc.Nk - c0);
 	float sl2 = pc.scale * LOG2E;
 
-	STRIDED_BEGIN(e, BC * D)
-		uint c = e / D;
-		uint d = e - c * D;
-		sK[c * LDK + d] = c < cols ? LOAD(k_buf[k_base(b, c0 + c, kvh) + d]) : 0.0;
-	STRIDED_END
-	STRIDED_BEGIN(e, BC * DV)
-		uint c = e / DV;
-		uint d = e - c * DV;
-		sV[c * LDV + d] = c < cols ? LOAD(v_buf[v_base(b, c0 + c, kvh) + d]) : 0.0;
-	STRIDED_END
+	STAGE_KEY_TILE(b, kvh, c0, cols)
 
 	float dk[KM * DN];
 	float dv[KM * DVN];
@@ -111,20 +81,7 @@ void main() {
 			uint r0 = qt * BR;
 			uint rows = min(BR, pc.Nq - r0);
 			barrier(); // the previous tile is done with sQ, sdO, sP, sdS
-			STRIDED_BEGIN(e, BR * D)
-				uint r = e / D;
-				uint d = e - r * D;
-				sQ[r * LDK + d] = r < rows ? LOAD(q_buf[q_base(b, r0 + r, h) + d]) : 0.0;
-			STRIDED_END
-			STRIDED_BEGIN(e, BR * DV)
-				uint r = e / DV;
-				uint d = e - r * DV;
-				sdO[r * LDV + d] = r < rows ? LOAD(do_buf[o_base(b, r0 + r, h) + d]) : 0.0;
-			STRIDED_END
-			for (uint r = tid; r < BR; r += WG) {
-				sLSE[r] = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
-				sD[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
-			}
+			STAGE_QUERY_TILE(b, h, r0, rows)
 			barrier();
 
 			// No mask needed when even the tile's first row sees all its keys.
@@ -137,30 +94,8 @@ void main() {
 				sacc[i] = 0.0;
 				pacc[i] = 0.0;
 			}
-			UNROLLED_BEGIN(d, D)
-				float qv[RN];
-				[[unroll]] for (uint n = 0u; n < RN; ++n) {
-					qv[n] = sQ[min(tx + TX * n, BR - 1u) * LDK + d];
-				}
-				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
-					float kv = sK[(tk + TK * mm) * LDK + d];
-					[[unroll]] for (uint n = 0u; n < RN; ++n) {
-						sacc[mm * RN + n] = fma(qv[n], kv, sacc[mm * RN + n]);
-					}
-				}
-			UNROLLED_END
-			UNROLLED_BEGIN(d, DV)
-				float ov[RN];
-				[[unroll]] for (uint n = 0u; n < RN; ++n) {
-					ov[n] = sdO[min(tx + TX * n, BR - 1u) * LDV + d];
-				}
-				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
-					float vv = sV[(tk + TK * mm) * LDV + d];
-					[[unroll]] for (uint n = 0u; n < RN; ++n) {
-						pacc[mm * RN + n] = fma(ov[n], vv, pacc[mm * RN + n]);
-					}
-				}
-			UNROLLED_END
+			TILE_PRODUCT(sacc, D, LDK, sK, tk, TK, KM, sQ, BR, RN)
+			TILE_PRODUCT(pacc, DV, LDV, sV, tk, TK, KM, sdO, BR, RN)
 			[[unroll]] for (uint n = 0u; n < RN; ++n) {
 				uint r = min(tx + TX * n, BR - 1u); // clamped; stored only if in range
 				bool rin = tx + TX * n < BR;

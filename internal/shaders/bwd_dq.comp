@@ -2,13 +2,7 @@
 // bwd_dq: FlashAttention-2 backward, dQ (deterministic: every dQ row is
 // written by exactly one workgroup, no atomics, fixed loop order).
 //
-// Bindings (set 0):
-//   0 Q   [B,Nq,Hq,D]   STYPE, readonly (pc.q_*)
-//   1 K   [B,Nk,Hkv,D]  STYPE, readonly (pc.k_*)
-//   2 V   [B,Nk,Hkv,DV] STYPE, readonly (pc.v_*)
-//   3 dO  [B,Nq,Hq,DV]  STYPE, readonly (O's strides, pc.o_*)
-//   4 LSE [B,Hq,Nq]     float32, readonly
-//   5 D   [B,Hq,Nq]     float32, readonly (from bwd_pre)
+// Bindings (set 0): 0 Q, 1 K, 2 V, 3 dO, 4 LSE, 5 D as bwd_common.glsl;
 //   6 dQ  [B,Nq,Hq,D]   STYPE, written (Q's strides)
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per workgroup),
 //   4 BC (key rows per inner tile) (5 SUBGROUP unused: no reductions).
@@ -19,25 +13,21 @@
 //   dQ[r, d] for d = tx + TX·n in registers and computes S/P/dP/dS for its
 //   rows × key columns c = tx + TX·n. Requires WG and BR powers of two.
 //
-// Shared memory (bytes), staged as fp32:
-//   4·( BR·(D+1) + BR·(DV+1)      Q and dO tiles (resident)
+// Shared memory (bytes): bwd_common.glsl's tiles (Q and dO resident, K and
+// V per key tile):
+//   4·( BR·(D+1) + BR·(DV+1)      Q and dO tiles
 //     + BC·(D+1) + BC·(DV+1)      K and V tiles
 //     + BR·(BC+1)                 dS
 //     + 2·BR )                    LSE and D
-// ≤ shaders.BwdSharedBytes(BR, BC, D, DV, f16) (which also covers bwd_dkdv).
+// = shaders.BwdDQSharedBytes(BR, BC, D, DV, f16).
 //
 // For each key tile the query tile can see (causal: tiles wholly above the
 // diagonal are skipped): P = exp(scale·Q Kᵀ − LSE), dP = dO Vᵀ,
 // dS = P ∘ (dP − D), dQ += dS K; finally dQ ·= scale.
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "bwd_common.glsl"
 
-layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
-layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
-layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
-layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
-layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
-layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
 layout(std430, binding = 6) writeonly buffer dQBuf { STYPE dq_buf[]; };
 
 const uint TX0 = WG / BR;
@@ -46,18 +36,6 @@ const uint TQ = WG / TX;
 const uint QM = BR / TQ;
 const uint CN = (BC + TX - 1u) / TX;
 const uint DN = (D + TX - 1u) / TX;
-
-const uint LDK = D + 1u;
-const uint LDV = DV + 1u;
-const uint LDP = BC + 1u;
-
-shared float sQ[BR * LDK];
-shared float sdO[BR * LDV];
-shared float sK[BC * LDK];
-shared float sV[BC * LDV];
-shared float sdS[BR * LDP];
-shared float sLSE[BR];
-shared float sD[BR];
 
 void main() {
 	uint tid = gl_LocalInvocationIndex;
@@ -70,20 +48,7 @@ void main() {
 	uint rows = min(BR, pc.Nq - r0);
 	float sl2 = pc.scale * LOG2E;
 
-	STRIDED_BEGIN(e, BR * D)
-		uint r = e / D;
-		uint d = e - r * D;
-		sQ[r * LDK + d] = r < rows ? LOAD(q_buf[q_base(b, r0 + r, h) + d]) : 0.0;
-	STRIDED_END
-	STRIDED_BEGIN(e, BR * DV)
-		uint r = e / DV;
-		uint d = e - r * DV;
-		sdO[r * LDV + d] = r < rows ? LOAD(do_buf[o_base(b, r0 + r, h) + d]) : 0.0;
-	STRIDED_END
-	for (uint r = tid; r < BR; r += WG) {
-		sLSE[r] = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
-		sD[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
-	}
+	STAGE_QUERY_TILE(b, h, r0, rows)
 
 	float dq[QM * DN];
 	uint lim[QM];
@@ -103,16 +68,7 @@ void main() {
 		uint c0 = kt * BC;
 		uint cols = min(BC, pc.Nk - c0);
 		barrier(); // Q/dO/LSE/D staged; the previous tile is done with sK, sdS
-		STRIDED_BEGIN(e, BC * D)
-			uint c = e / D;
-			uint d = e - c * D;
-			sK[c * LDK + d] = c < cols ? LOAD(k_buf[k_base(b, c0 + c, kvh) + d]) : 0.0;
-		STRIDED_END
-		STRIDED_BEGIN(e, BC * DV)
-			uint c = e / DV;
-			uint d = e - c * DV;
-			sV[c * LDV + d] = c < cols ? LOAD(v_buf[v_base(b, c0 + c, kvh) + d]) : 0.0;
-		STRIDED_END
+		STAGE_KEY_TILE(b, kvh, c0, cols)
 		barrier();
 
 		bool need_mask = c0 + BC > lim_lo;
@@ -124,30 +80,8 @@ void main() {
 			sacc[i] = 0.0;
 			pacc[i] = 0.0;
 		}
-		UNROLLED_BEGIN(d, D)
-			float kv[CN];
-			[[unroll]] for (uint n = 0u; n < CN; ++n) {
-				kv[n] = sK[min(tx + TX * n, BC - 1u) * LDK + d];
-			}
-			[[unroll]] for (uint m = 0u; m < QM; ++m) {
-				float qv = sQ[(tq + TQ * m) * LDK + d];
-				[[unroll]] for (uint n = 0u; n < CN; ++n) {
-					sacc[m * CN + n] = fma(qv, kv[n], sacc[m * CN + n]);
-				}
-			}
-		UNROLLED_END
-		UNROLLED_BEGIN(d, DV)
-			float vv[CN];
-			[[unroll]] for (uint n = 0u; n < CN; ++n) {
-				vv[n] = sV[min(tx + TX * n, BC - 1u) * LDV + d];
-			}
-			[[unroll]] for (uint m = 0u; m < QM; ++m) {
-				float ov = sdO[(tq + TQ * m) * LDV + d];
-				[[unroll]] for (uint n = 0u; n < CN; ++n) {
-					pacc[m * CN + n] = fma(ov, vv[n], pacc[m * CN + n]);
-				}
-			}
-		UNROLLED_END
+		TILE_PRODUCT(sacc, D, LDK, sQ, tq, TQ, QM, sK, BC, CN)
+		TILE_PRODUCT(pacc, DV, LDV, sdO, tq, TQ, QM, sV, BC, CN)
 		[[unroll]] for (uint m = 0u; m < QM; ++m) {
 			uint r = tq + TQ * m;
 			float lse = sLSE[r];

@@ -1,7 +1,8 @@
-// cm_common.glsl: what the cooperative-matrix backward kernels (bwd_cm_dkdv,
-// bwd_cm_dq) share: the coopmat spec constants (ids 10–21, the meaning of
-// flash_cm.comp's), the matrix types, the element-layout decoders and the
-// 16-byte tile fetch. Include after params.glsl; fp16 or bf16 storage
+// cm_common.glsl: what the cooperative-matrix kernels (flash_cm,
+// bwd_cm_dkdv, bwd_cm_dq) share: the coopmat spec constants (ids 10–21,
+// described in flash_cm.comp's header), the padded tile geometry, the
+// matrix types, the element-layout decoders and the 16-byte global fetch
+// and store. Include after params.glsl; fp16 or bf16 storage
 // (cm_types.glsl).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -22,15 +23,24 @@ layout(constant_id = 20) const uint APERM_HI = 0;
 layout(constant_id = 21) const uint VEC = 1;       // 16-byte global access (D, DV, strides multiples of 8)
 
 const uint NSG = WG / SUBGROUP;
-// Head dims padded with zero features to the coopmat K (and N) and to
+// Head dims padded with zero features to the coopmat K and N and to
 // 16-byte chunks; tiles in shared memory are uvec4 rows with one chunk of
 // padding (LDK4, LDV4) so that fragment loads of consecutive rows fall in
 // different banks (the padded GEMM ran 2.4× faster than the unpadded one on
-// the H200, bench/NOTES.md).
+// the H200, bench/NOTES.md). The backward contracts over D and DV and
+// produces both, so both pad to multiples of CM_K and CM_N; a kernel that
+// needs less defines CM_PAD_D and CM_PAD_DV (the quanta of D and DV)
+// before including this file.
 const uint PADK = CM_K > CM_N ? CM_K : CM_N;
 const uint PAD = PADK > 8u ? PADK : 8u;
-const uint DP = (D + PAD - 1u) / PAD * PAD;
-const uint DVP = (DV + PAD - 1u) / PAD * PAD;
+#ifndef CM_PAD_D
+#define CM_PAD_D PAD
+#endif
+#ifndef CM_PAD_DV
+#define CM_PAD_DV PAD
+#endif
+const uint DP = (D + CM_PAD_D - 1u) / CM_PAD_D * CM_PAD_D;
+const uint DVP = (DV + CM_PAD_DV - 1u) / CM_PAD_DV * CM_PAD_DV;
 const uint DP8 = DP / 8u;
 const uint DVP8 = DVP / 8u;
 const uint LDK4 = DP8 + 1u;

@@ -1,5 +1,7 @@
 package shaders
 
+import "slices"
+
 // Cooperative-matrix kernels (VK_KHR_cooperative_matrix): flash_cm, the
 // FlashAttention-2 forward on the matrix units, and flash_cm_probe, which
 // reports the element→invocation layout of the coopmat types flash_cm uses
@@ -51,8 +53,7 @@ var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV
 // KernelDTypes lists the storage types kernel is built for (nil for an
 // unknown kernel).
 func KernelDTypes(kernel string) []string {
-	switch kernel {
-	case KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV, KernelBwdCMDQ:
+	if slices.Contains(CoopMatKernels, kernel) {
 		return []string{DTypeF16, DTypeBF16}
 	}
 	if _, ok := kernelBindings[kernel]; ok {
@@ -66,7 +67,7 @@ const (
 	SpecCMM       uint32 = 10 // coopmat M (query rows per subgroup)
 	SpecCMN       uint32 = 11 // coopmat N
 	SpecCMK       uint32 = 12 // coopmat K
-	SpecCMMode    uint32 = 13 // 0 shared-memory softmax, 1 register softmax (2: never, wrong on NVIDIA)
+	SpecCMMode    uint32 = 13 // 0 shared-memory softmax, 1 register softmax
 	SpecCMLen     uint32 = 14 // accumulator components per invocation
 	SpecCMRL      uint32 = 15 // rows per invocation (MODE 1)
 	SpecCMSlotLo  uint32 = 16 // local row of components 0–7 (4 bits each)
@@ -96,8 +97,8 @@ var (
 func FlashCMProbeFloats(sg int) int { return 8 + 128*sg }
 
 // FlashCMSharedBytes is flash_cm's shared memory (bytes) for coopmat shape
-// m×n×k, nsg subgroups, bc keys per tile, mode, head dims d, dv; it mirrors
-// the shared arrays of flash_cm.comp (and bench/gemm's flashCMSharedBytes).
+// m×n×k, nsg subgroups, bc keys per tile, mode (0 or 1), head dims d, dv;
+// it mirrors the shared arrays of flash_cm.comp.
 func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv int) int {
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
 	dp := ceilTo(d, max(k, 8))
@@ -106,13 +107,10 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv int) int {
 	br := nsg * m
 	skv := max(br*ldk4, bc*(ldk4+ldv4), br*ldv4, m*n/4)
 	b := 16 * skv
-	switch mode {
-	case 0:
+	if mode == 0 {
 		b += br*(bc+4)*4 + br*(bc+8)*2
-	case 1:
-		b += 4 + 4
-	case 2:
-		b += 4 + br*(bc+8)*2
+	} else {
+		b += 4 + 4 // MODE 1: the one-element S and P arrays
 	}
 	return b + br*4
 }

@@ -3,6 +3,8 @@ package shaders
 import (
 	"reflect"
 	"testing"
+
+	"github.com/flashvk/flashvk/internal/spirv"
 )
 
 func TestCoopMatModules(t *testing.T) {
@@ -24,32 +26,31 @@ func TestCoopMatModules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := Reflect(spv)
+			m, err := spirv.Reflect(spv)
 			if err != nil {
 				t.Fatalf("%s.%s: %v", k, dt, err)
 			}
 			if m.Version != 0x00010600 {
 				t.Errorf("%s.%s: SPIR-V version %#x, want 1.6 (Vulkan 1.3)", k, dt, m.Version)
 			}
-			if !m.HasCapability(CapabilityCooperativeMatrix) {
+			if !m.HasCapability(spirv.CapabilityCooperativeMatrix) {
 				t.Errorf("%s.%s: no CooperativeMatrixKHR capability", k, dt)
 			}
 			bf := dt == DTypeBF16
-			if m.HasCapability(CapabilityBFloat16Type) != bf || m.HasCapability(CapabilityBFloat16CooperativeMatrix) != bf {
+			if m.HasCapability(spirv.CapabilityBFloat16Type) != bf || m.HasCapability(spirv.CapabilityBFloat16CooperativeMatrix) != bf {
 				t.Errorf("%s.%s: BFloat16TypeKHR %v, BFloat16CooperativeMatrixKHR %v; want %v", k, dt,
-					m.HasCapability(CapabilityBFloat16Type), m.HasCapability(CapabilityBFloat16CooperativeMatrix), bf)
+					m.HasCapability(spirv.CapabilityBFloat16Type), m.HasCapability(spirv.CapabilityBFloat16CooperativeMatrix), bf)
 			}
 			// bf16 is never computed through fp16: the bf16 modules declare
 			// no IEEE half type (glslang still declares the Float16
 			// capability for bfloat16 types), the f16 modules no bfloat16.
 			halves, bfloats := 0, 0
-			for _, ty := range m.types {
-				if ty.op == opTypeFloat && ty.width == 16 {
-					if len(ty.ops) >= 2 && ty.ops[1] == fpEncodingBFloat16 {
-						bfloats++
-					} else {
-						halves++
-					}
+			for _, ft := range m.FloatTypes() {
+				switch ft {
+				case "float16":
+					halves++
+				case "bfloat16":
+					bfloats++
 				}
 			}
 			if bf && (halves != 0 || bfloats != 1) || !bf && (bfloats != 0 || halves != 1) {
@@ -107,13 +108,13 @@ func testFlashCMSharedBytes(t *testing.T, dt string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := Reflect(spv)
+	m, err := spirv.Reflect(spv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ nsg, bc, mode, d, dv int }{
 		{8, 64, 1, 128, 128}, {8, 128, 1, 64, 64}, {4, 32, 0, 128, 128}, {4, 32, 0, 256, 256},
-		{4, 64, 2, 96, 40}, {2, 16, 0, 1, 1}, {8, 64, 0, 64, 80},
+		{4, 64, 1, 96, 40}, {2, 16, 0, 1, 1}, {8, 64, 0, 64, 80},
 	} {
 		spec := map[uint32]uint32{
 			SpecWorkgroupSize: uint32(32 * c.nsg), SpecD: uint32(c.d), SpecDV: uint32(c.dv), SpecBR: uint32(16 * c.nsg),
@@ -143,7 +144,7 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := Reflect(spv)
+		m, err := spirv.Reflect(spv)
 		if err != nil {
 			t.Fatal(err)
 		}

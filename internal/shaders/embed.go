@@ -1,5 +1,7 @@
 // Package shaders holds flashvk's compute kernels: GLSL sources (*.comp and
-// the shared include params.glsl), their SPIR-V (embedded, rebuilt by
+// the includes they share: params.glsl for every kernel, bwd_common.glsl
+// for the scalar backward, cm_common.glsl and cm_types.glsl for the
+// cooperative-matrix kernels), their SPIR-V (embedded, rebuilt by
 // `make shaders` with the pinned toolchain of scripts/), and the Go side of
 // their interface: push constants (Params), specialization constants,
 // descriptor bindings, dispatch grids, thread layouts and shared-memory
@@ -87,37 +89,8 @@ const (
 // MaxHeadDim is the largest D and DV the kernels are built and tested for.
 const MaxHeadDim = 256
 
-// Bindings of the forward kernels (naive, minimal, flash).
-const (
-	FwdQ   = 0
-	FwdK   = 1
-	FwdV   = 2
-	FwdO   = 3
-	FwdLSE = 4 // float32 [B,Hq,Nq]
-	// NaiveScratch is naive's float32 score/probability matrix [B,Hq,Nq,Nk].
-	NaiveScratch = 5
-)
-
-// Bindings of bwd_pre.
-const (
-	PreO  = 0
-	PreDO = 1
-	PreD  = 2 // float32 [B,Hq,Nq]
-)
-
-// Bindings of bwd_dkdv and bwd_dq.
-const (
-	BwdQ   = 0
-	BwdK   = 1
-	BwdV   = 2
-	BwdDO  = 3
-	BwdLSE = 4 // float32, from the forward
-	BwdD   = 5 // float32, from bwd_pre
-	BwdDK  = 6 // bwd_dkdv
-	BwdDV  = 7 // bwd_dkdv
-	BwdDQ  = 6 // bwd_dq
-)
-
+// kernelBindings is each kernel's number of storage-buffer bindings (set 0,
+// bindings 0 … n−1, listed in its header).
 var kernelBindings = map[string]int{
 	KernelNaive:   6,
 	KernelMinimal: 5,

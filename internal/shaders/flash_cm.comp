@@ -23,13 +23,11 @@
 //     for f16·f16+f32→f32 (bf16: bf16·bf16+f32→f32) at subgroup scope
 //     (CM_N, CM_K multiples of 8)
 //   13 MODE: 0 softmax through shared memory (any device); 1 softmax in
-//     registers (needs the element layout conditions below); 2 softmax in
-//     registers, P to the A operand through shared memory (needs the
-//     conditions below except those on aperm)
+//     registers (needs the element layout conditions below)
 //   14 CM_LEN: components per invocation of the fp32 CM_M×CM_N accumulator
 //     (flash_cm_probe reports it; ≤ 16)
 //   15 RL, 16 SLOTROW_LO, 17 SLOTROW_HI, 18 XORMASK, 19 APERM_LO,
-//     20 APERM_HI: the element layout (MODES 1 and 2), from flash_cm_probe:
+//     20 APERM_HI: the element layout (MODE 1), from flash_cm_probe:
 //     every invocation holds the same number RL of distinct rows of an
 //     accumulator; component i lies in the invocation's local row
 //     slotrow(i) (4 bits each, LO = components 0–7, HI = 8–15), the same
@@ -51,30 +49,20 @@
 // happen in registers too; MODE 0 stores S to shared memory, does the
 // softmax with scalar code, and loads P back as an A matrix.
 //
-// Shared memory (bytes; flashCMSharedBytes in bench/gemm/attn.go mirrors
-// it): 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V
-// and O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per row)
-// + 4·BR (row buffer) + MODE 0: 4·BR·(BC+4) (S) + 2·BR·(BC+8) (P);
-// MODE 2: 2·BR·(BC+8) (P). At d = 128, BR = 128, BC = 64, MODE 1: ≈ 35.3 KB.
+// Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
+// 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V and
+// O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per row) + 4·BR
+// (row buffer) + MODE 0: 4·BR·(BC+4) (S) + 2·BR·(BC+8) (P). At d = 128,
+// BR = 128, BC = 64, MODE 1: ≈ 35.3 KB.
 #extension GL_GOOGLE_include_directive : require
-#extension GL_KHR_cooperative_matrix : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_KHR_shader_subgroup_shuffle : require
 #include "params.glsl"
-#include "cm_types.glsl"
+// S = Q·Kᵀ contracts over D only and O = P·V produces DV only: D pads to
+// CM_K and DV to CM_N (cm_common.glsl's default, for the backward, pads
+// both to both).
+#define CM_PAD_D (CM_K > 8u ? CM_K : 8u)
+#define CM_PAD_DV (CM_N > 8u ? CM_N : 8u)
+#include "cm_common.glsl"
 
-layout(constant_id = 10) const uint CM_M = 16;
-layout(constant_id = 11) const uint CM_N = 16;
-layout(constant_id = 12) const uint CM_K = 16;
-layout(constant_id = 13) const uint MODE = 0;
-layout(constant_id = 14) const uint CM_LEN = 8;
-layout(constant_id = 15) const uint RL = 1;
-layout(constant_id = 16) const uint SLOTROW_LO = 0;
-layout(constant_id = 17) const uint SLOTROW_HI = 0;
-layout(constant_id = 18) const uint XORMASK = 0;
-layout(constant_id = 19) const uint APERM_LO = 0;
-layout(constant_id = 20) const uint APERM_HI = 0;
-layout(constant_id = 21) const uint VEC = 1;
 layout(constant_id = 22) const uint PREFETCH = 0;
 
 layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
@@ -87,15 +75,11 @@ layout(std430, binding = 3) writeonly buffer OBuf { STYPE o_buf[]; };
 layout(std430, binding = 3) writeonly buffer OBufV { uvec4 o_vec[]; };
 layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
 
-const uint NSG = WG / SUBGROUP;
-const uint KA = CM_K > 8u ? CM_K : 8u;
-const uint NA = CM_N > 8u ? CM_N : 8u;
-const uint DP = (D + KA - 1u) / KA * KA;     // padded head dim of Q, K
-const uint DVP = (DV + NA - 1u) / NA * NA;   // padded head dim of V, O
-const uint DP8 = DP / 8u;                    // 16-byte chunks per row
-const uint DVP8 = DVP / 8u;
-const uint LDK4 = DP8 + 1u;                  // row stride (uvec4) of Q, K tiles
-const uint LDV4 = DVP8 + 1u;                 // of V and O tiles
+CM_FETCH(fetch_q, q_buf, q_vec, q_base, D)
+CM_FETCH(fetch_k, k_buf, k_vec, k_base, D)
+CM_FETCH(fetch_v, v_buf, v_vec, v_base, DV)
+CM_STORE(store_o, o_buf, o_vec, o_base, DV)
+
 const uint NQF = DP / CM_K;                  // Q fragments (A) per subgroup
 const uint NOT = DVP / CM_N;                 // O accumulators per subgroup
 const uint NST = BC / CM_N;                  // S accumulators per subgroup
@@ -111,11 +95,11 @@ const uint SKV4b = SKV_O > SKV_MAP ? SKV_O : SKV_MAP;
 const uint SKV4 = SKV4a > SKV4b ? SKV4a : SKV4b;
 shared uvec4 sKV[SKV4];
 
-// MODE 0 buffers (S: MODE 0 only, P: MODES 0 and 2; one element otherwise).
+// MODE 0 buffers (one element in MODE 1).
 const uint LDS = BC + 4u;
 const uint LDP = BC + 8u;
 const uint SS_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
-const uint SP_N = MODE != 1u ? NSG * CM_M * LDP : 1u;
+const uint SP_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
 shared float sS[SS_N];
 shared CM_T sP[SP_N];
 shared float sRow[NSG * CM_M];
@@ -132,68 +116,15 @@ const uint RSTEP = SUBGROUP / LPR;
 const uint RPL = CM_M > RSTEP ? CM_M / RSTEP : 1u;
 const uint CPL = BC / LPR;
 
-#define ACC coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
-#define ACC16 coopmat<CM_T, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
-#define MATA coopmat<CM_T, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
-#define MATB coopmat<CM_T, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
-CM_TYPE_FUNCS
-
 uint slotrow(uint i) { return i < 8u ? (SLOTROW_LO >> (4u * i)) & 15u : (SLOTROW_HI >> (4u * (i - 8u))) & 15u; }
-uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }
-
-uint g_b, g_h, g_kvh;
-
-uvec4 pack8(CM_RAWT x[8]) {
-	return uvec4(CM_PACK2(x[0], x[1]), CM_PACK2(x[2], x[3]),
-		CM_PACK2(x[4], x[5]), CM_PACK2(x[6], x[7]));
-}
-
-// fetch_*: 16-byte chunk c4 (features 8·c4 … 8·c4+7, zero beyond the head
-// dim) of sequence row s, which the caller has checked to exist.
-uvec4 fetch_q(uint s, uint c4) {
-	uint base = q_base(g_b, s, g_h);
-	if (VEC != 0u) {
-		return c4 < D / 8u ? q_vec[(base >> 3u) + c4] : uvec4(0u);
-	}
-	CM_RAWT x[8];
-	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
-		uint d = c4 * 8u + u;
-		x[u] = d < D ? CM_RAW(q_buf[base + d]) : CM_RAW0;
-	}
-	return pack8(x);
-}
-uvec4 fetch_k(uint s, uint c4) {
-	uint base = k_base(g_b, s, g_kvh);
-	if (VEC != 0u) {
-		return c4 < D / 8u ? k_vec[(base >> 3u) + c4] : uvec4(0u);
-	}
-	CM_RAWT x[8];
-	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
-		uint d = c4 * 8u + u;
-		x[u] = d < D ? CM_RAW(k_buf[base + d]) : CM_RAW0;
-	}
-	return pack8(x);
-}
-uvec4 fetch_v(uint s, uint c4) {
-	uint base = v_base(g_b, s, g_kvh);
-	if (VEC != 0u) {
-		return c4 < DV / 8u ? v_vec[(base >> 3u) + c4] : uvec4(0u);
-	}
-	CM_RAWT x[8];
-	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
-		uint d = c4 * 8u + u;
-		x[u] = d < DV ? CM_RAW(v_buf[base + d]) : CM_RAW0;
-	}
-	return pack8(x);
-}
 
 void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
 	uint lane = gl_SubgroupInvocationID;
-	g_h = gl_WorkGroupID.y;
-	g_b = gl_WorkGroupID.z;
-	g_kvh = kv_head(g_h);
+	uint h = gl_WorkGroupID.y;
+	uint b = gl_WorkGroupID.z;
+	uint kvh = kv_head(h);
 	uint r0 = gl_WorkGroupID.x * BR;
 	uint rows = min(BR, pc.Nq - r0);
 	float sl2 = pc.scale * LOG2E;
@@ -202,7 +133,7 @@ void main() {
 	for (uint e = tid; e < BR * DP8; e += WG) {
 		uint r = e / DP8;
 		uint c4 = e - r * DP8;
-		sKV[r * LDK4 + c4] = r < rows ? fetch_q(r0 + r, c4) : uvec4(0u);
+		sKV[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
 	}
 	barrier();
 	MATA qA[NQF];
@@ -214,24 +145,9 @@ void main() {
 	// Element layout of the accumulator type: component i of this
 	// invocation holds row rowOf[i], column colOf[i] of every CM_M×CM_N
 	// accumulator.
-	for (uint e = tid; e < SKV_MAP; e += WG) {
-		uvec4 w;
-		[[unroll]] for (uint u = 0u; u < 4u; ++u) {
-			uint x = e * 4u + u;
-			w[u] = floatBitsToUint(float((x / CM_N) * 256u + x % CM_N));
-		}
-		sKV[e] = w;
-	}
-	barrier();
-	ACC mapM;
-	coopMatLoad(mapM, sKV, 0u, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
-	[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-		uint v = uint(mapM[i]);
-		rowOf[i] = v >> 8u;
-		colOf[i] = v & 255u;
-	}
+	CM_LAYOUT_MAP(sKV, rowOf, colOf)
 
 	uint sgr = sg * CM_M; // first row of the subgroup within the tile
 	uint sg_rows = rows > sgr ? min(CM_M, rows - sgr) : 0u;
@@ -278,13 +194,13 @@ void main() {
 			uint e = tid + i * WG;
 			uint r = e / DP8;
 			uint s = r;
-			pk[i] = (e < KCH && s < pc.Nk) ? fetch_k(s, e - r * DP8) : uvec4(0u);
+			pk[i] = (e < KCH && s < pc.Nk) ? fetch_k(b, s, kvh, e - r * DP8) : uvec4(0u);
 		}
 		[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 			uint e = tid + i * WG;
 			uint r = e / DVP8;
 			uint s = r;
-			pv[i] = (e < VCH && s < pc.Nk) ? fetch_v(s, e - r * DVP8) : uvec4(0u);
+			pv[i] = (e < VCH && s < pc.Nk) ? fetch_v(b, s, kvh, e - r * DVP8) : uvec4(0u);
 		}
 	}
 
@@ -310,12 +226,12 @@ void main() {
 			for (uint e = tid; e < KCH; e += WG) {
 				uint r = e / DP8;
 				uint c4 = e - r * DP8;
-				sKV[KOFF + r * LDK4 + c4] = c0 + r < pc.Nk ? fetch_k(c0 + r, c4) : uvec4(0u);
+				sKV[KOFF + r * LDK4 + c4] = c0 + r < pc.Nk ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
 			}
 			for (uint e = tid; e < VCH; e += WG) {
 				uint r = e / DVP8;
 				uint c4 = e - r * DVP8;
-				sKV[VOFF + r * LDV4 + c4] = c0 + r < pc.Nk ? fetch_v(c0 + r, c4) : uvec4(0u);
+				sKV[VOFF + r * LDV4 + c4] = c0 + r < pc.Nk ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
 			}
 		}
 		barrier();
@@ -324,19 +240,19 @@ void main() {
 			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DP8;
-				pk[i] = (e < KCH && n0 + r < pc.Nk) ? fetch_k(n0 + r, e - r * DP8) : uvec4(0u);
+				pk[i] = (e < KCH && n0 + r < pc.Nk) ? fetch_k(b, n0 + r, kvh, e - r * DP8) : uvec4(0u);
 			}
 			[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DVP8;
-				pv[i] = (e < VCH && n0 + r < pc.Nk) ? fetch_v(n0 + r, e - r * DVP8) : uvec4(0u);
+				pv[i] = (e < VCH && n0 + r < pc.Nk) ? fetch_v(b, n0 + r, kvh, e - r * DVP8) : uvec4(0u);
 			}
 		}
 
 		// Subgroup-uniform: does any row of this subgroup see this tile? In
-		// MODE 1 a subgroup that sees none skips it. MODES 0 and 2 compute
-		// it (fully masked) anyway: their subgroupBarrier()s must be reached
-		// by every subgroup on implementations that treat them as workgroup
+		// MODE 1 a subgroup that sees none skips it. MODE 0 computes it
+		// (fully masked) anyway: its subgroupBarrier()s must be reached by
+		// every subgroup on implementations that treat them as workgroup
 		// barriers (seen on lavapipe, Mesa 26).
 		if (MODE == 1u && c0 >= sg_lim_hi) {
 			continue;
@@ -353,7 +269,7 @@ void main() {
 			}
 		}
 
-		if (MODE != 0u) {
+		if (MODE == 1u) {
 			float mloc[RL];
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
 				mloc[k] = NEG_INF;
@@ -392,19 +308,8 @@ void main() {
 					lsum[slotrow(i)] += p;
 					S[t][i] = p;
 				}
-				if (MODE == 1u) {
-					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-						pA[t][j] = CM_TO(S[t][aperm(j)]);
-					}
-				} else {
-					coopMatStore(CM_NARROW(S[t]), sP, sgr * LDP + t * CM_N, LDP, gl_CooperativeMatrixLayoutRowMajor);
-				}
-			}
-			if (MODE == 2u) {
-				subgroupMemoryBarrierShared();
-				subgroupBarrier();
-				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-					coopMatLoad(pA[t], sP, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
+				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+					pA[t][j] = CM_TO(S[t][aperm(j)]);
 				}
 			}
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
@@ -484,7 +389,7 @@ void main() {
 	}
 
 	// Final normalisation O /= l and LSE = ln2·(m + log2 l).
-	if (MODE != 0u) {
+	if (MODE == 1u) {
 		float inv[RL];
 		[[unroll]] for (uint k = 0u; k < RL; ++k) {
 			float lt = l1[k];
@@ -496,7 +401,7 @@ void main() {
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).
 			inv[k] = lt > 0.0 ? 1.0 / lt : 0.0;
 			if ((lane & XORMASK) == 0u && lrow[k] < sg_rows) {
-				lse_buf[lse_index(g_b, g_h, r0 + sgr + lrow[k])] = lt > 0.0 ? (m1[k] + log2(lt)) * LN2 : NEG_INF;
+				lse_buf[lse_index(b, h, r0 + sgr + lrow[k])] = lt > 0.0 ? (m1[k] + log2(lt)) * LN2 : NEG_INF;
 			}
 		}
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
@@ -515,7 +420,7 @@ void main() {
 			if (lr == 0u) {
 				sRow[sgr + row] = lt > 0.0 ? 1.0 / lt : 0.0;
 				if (row < sg_rows) {
-					lse_buf[lse_index(g_b, g_h, r0 + sgr + row)] = lt > 0.0 ? (m0[q] + log2(lt)) * LN2 : NEG_INF;
+					lse_buf[lse_index(b, h, r0 + sgr + row)] = lt > 0.0 ? (m0[q] + log2(lt)) * LN2 : NEG_INF;
 				}
 			}
 		}
@@ -540,24 +445,7 @@ void main() {
 		uint r = e / DVP8;
 		uint c4 = e - r * DVP8;
 		if (r < rows) {
-			uint base = o_base(g_b, r0 + r, g_h);
-			uvec4 w = sKV[r * LDV4 + c4];
-			if (VEC != 0u) {
-				if (c4 < DV / 8u) {
-					o_vec[(base >> 3u) + c4] = w;
-				}
-			} else {
-				[[unroll]] for (uint u = 0u; u < 4u; ++u) {
-					CM_UNPACK2(w[u]);
-					uint d = c4 * 8u + 2u * u;
-					if (d < DV) {
-						o_buf[base + d] = CM_LO;
-					}
-					if (d + 1u < DV) {
-						o_buf[base + d + 1u] = CM_HI;
-					}
-				}
-			}
+			store_o(b, r0 + r, h, c4, sKV[r * LDV4 + c4]);
 		}
 	}
 }

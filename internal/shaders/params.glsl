@@ -187,4 +187,4 @@ uint thread_index() { return gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvoca
 float add2(float a, float b) { return a + b; }
 
 // Dispatch: kernels use gl_WorkGroupID.x for the tile, .y for the head and
-// .z for the batch (see each kernel's header and shaders/grid.go).
+// .z for the batch (see each kernel's header and the grids of tiles.go).

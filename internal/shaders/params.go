@@ -22,13 +22,6 @@ type Params struct {
 // ParamsSize is the size in bytes of the push-constant block.
 const ParamsSize = 80
 
-// Mask values of Params.Mask (internal/spec.Mask's values).
-const (
-	MaskNone     uint32 = 0
-	MaskCausalTL uint32 = 1
-	MaskCausalBR uint32 = 2
-)
-
 // Bytes encodes p as the kernels' push constants (little-endian, std430
 // offsets: every field is 4 bytes, in declaration order).
 func (p *Params) Bytes() []byte {

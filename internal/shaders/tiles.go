@@ -1,9 +1,6 @@
 package shaders
 
-import (
-	"encoding/binary"
-	"fmt"
-)
+import "fmt"
 
 // Dispatch grids. Every kernel puts its tile (or row) index in x, the head
 // in y and the batch in z, so each dimension stays far below the 65535 that
@@ -67,10 +64,6 @@ func BwdDQSharedBytes(br, bc, d, dv int, f16 bool) int {
 	_ = f16
 	return 4 * ((bc+br)*(d+dv+2) + br*(bc+1) + 2*br)
 }
-
-// BwdSharedBytes bounds both backward tile kernels' shared memory for the
-// same (BR, BC): it is BwdDKDVSharedBytes.
-func BwdSharedBytes(br, bc, d, dv int, f16 bool) int { return BwdDKDVSharedBytes(br, bc, d, dv, f16) }
 
 // Config is a kernel's tile configuration: its specialization constants
 // other than the problem's head dims and the device's subgroup size.
@@ -233,16 +226,6 @@ func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int) ([]SpecEntr
 		out[i] = SpecEntry{ID: id, Value: val[id]}
 	}
 	return out, nil
-}
-
-// SpecData packs entries as VkSpecializationInfo wants them: entry i's
-// value at byte offset 4·i (size 4) of the returned data.
-func SpecData(entries []SpecEntry) []byte {
-	b := make([]byte, 4*len(entries))
-	for i, e := range entries {
-		binary.LittleEndian.PutUint32(b[4*i:], e.Value)
-	}
-	return b
 }
 
 // LavapipeLoopLimit is the number of loop iterations after which lavapipe

@@ -15,6 +15,7 @@ import (
 	"github.com/flashvk/flashvk/internal/device"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/internal/spirv"
 	"github.com/flashvk/flashvk/reference"
 )
 
@@ -153,8 +154,8 @@ func TestBF16CMSelection(t *testing.T) {
 				if !bytes.Equal(l.key.SPIRV, want) || bytes.Equal(l.key.SPIRV, f16) {
 					t.Errorf("bf16 %s: not the bf16 module", l.Kernel)
 				}
-				m, err := shaders.Reflect(l.key.SPIRV)
-				if err != nil || !m.HasCapability(shaders.CapabilityBFloat16CooperativeMatrix) {
+				m, err := spirv.Reflect(l.key.SPIRV)
+				if err != nil || !m.HasCapability(spirv.CapabilityBFloat16CooperativeMatrix) {
 					t.Errorf("bf16 %s: no BFloat16CooperativeMatrixKHR capability (%v)", l.Kernel, err)
 				}
 			}

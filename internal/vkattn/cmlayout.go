@@ -221,8 +221,7 @@ type CMLayout struct {
 	AccLen, ALen int
 	AccRC, ARC   [][][2]int // [lane][component] → (row, col)
 	Mode1        bool       // register softmax and register P (MODE 1)
-	Mode2        bool       // register softmax, P through shared memory (MODE 2: never used, wrong on NVIDIA)
-	Why          string     // why MODE 1 (or 2) is impossible
+	Why          string     // why MODE 1 is impossible
 	RL           int
 	SlotRow      []int
 	XorMask      uint32
@@ -252,10 +251,7 @@ func (l *CMLayout) Packed() (slotLo, slotHi, permLo, permHi uint32) {
 func (l *CMLayout) String() string {
 	s := fmt.Sprintf("coopmat %dx%dx%d subgroup %d: acc %d comps/lane, A %d comps/lane; ", l.M, l.N, l.K, l.SG, l.AccLen, l.ALen)
 	if l.Mode1 {
-		return s + fmt.Sprintf("register softmax and P OK (MODES 1, 2): RL=%d slotrow=%v xormask=%#x aperm=%v", l.RL, l.SlotRow, l.XorMask, l.APerm)
-	}
-	if l.Mode2 {
-		return s + fmt.Sprintf("register softmax OK (MODE 2): RL=%d slotrow=%v xormask=%#x; register P impossible: %s", l.RL, l.SlotRow, l.XorMask, l.Why)
+		return s + fmt.Sprintf("register softmax and P OK (MODE 1): RL=%d slotrow=%v xormask=%#x aperm=%v", l.RL, l.SlotRow, l.XorMask, l.APerm)
 	}
 	return s + "register softmax impossible: " + l.Why
 }
@@ -309,7 +305,7 @@ func ParseCMProbe(out []float32, shape device.CoopMatShape, sg int) (*CMLayout, 
 // analyze decides whether the register softmax (MODE 1) applies and derives
 // its spec constants; see flash_cm.comp's header for the conditions.
 func (l *CMLayout) analyze() {
-	fail := func(f string, a ...any) { l.Mode1, l.Mode2 = false, false; l.Why = fmt.Sprintf(f, a...) }
+	fail := func(f string, a ...any) { l.Mode1 = false; l.Why = fmt.Sprintf(f, a...) }
 	if l.AccLen > 16 {
 		fail("%d accumulator components per lane (> 16)", l.AccLen)
 		return
@@ -390,15 +386,13 @@ func (l *CMLayout) analyze() {
 		}
 	}
 	l.XorMask = mask
-	l.Mode2 = true
-	// MODE 1: A component j ↔ accumulator component perm[j] in the same lane.
-	fail1 := func(f string, a ...any) { l.Mode1 = false; l.Why = fmt.Sprintf(f, a...) }
+	// A component j ↔ accumulator component perm[j] in the same lane.
 	if l.N != l.K {
-		fail1("N (%d) != K (%d)", l.N, l.K)
+		fail("N (%d) != K (%d)", l.N, l.K)
 		return
 	}
 	if l.AccLen != l.ALen {
-		fail1("component counts acc %d, A %d", l.AccLen, l.ALen)
+		fail("component counts acc %d, A %d", l.AccLen, l.ALen)
 		return
 	}
 	perm := make([]int, l.ALen)
@@ -411,13 +405,13 @@ func (l *CMLayout) analyze() {
 				}
 			}
 			if i < 0 {
-				fail1("A element %v of lane %d is not in the lane's accumulator components", rc, lane)
+				fail("A element %v of lane %d is not in the lane's accumulator components", rc, lane)
 				return
 			}
 			if lane == 0 {
 				perm[j] = i
 			} else if perm[j] != i {
-				fail1("A→accumulator component map depends on the lane")
+				fail("A→accumulator component map depends on the lane")
 				return
 			}
 		}

@@ -360,7 +360,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 // cmTile is one flash_cm configuration.
 type cmTile struct {
 	NSG, BC  int // subgroups per workgroup (BR = NSG·CM_M), keys per tile
-	Mode     int // 0 shared-memory softmax, 1 register softmax (MODE 2 is never chosen)
+	Mode     int // 0 shared-memory softmax, 1 register softmax
 	Prefetch bool
 }
 
@@ -426,7 +426,7 @@ func cmCheckTile(l *CMLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
 			return fmt.Errorf("MODE 1 impossible: %s", l.Why)
 		}
 	default:
-		return fmt.Errorf("MODE %d is not used", c.Mode)
+		return fmt.Errorf("unknown MODE %d (0 or 1)", c.Mode)
 	}
 	if wg := c.NSG * l.SG; wg > maxWG {
 		return fmt.Errorf("workgroup %d > %d", wg, maxWG)

@@ -108,7 +108,7 @@ func TestParseCMProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !l.Mode1 || !l.Mode2 || l.RL != 2 || l.XorMask != 3 || l.AccLen != 8 || l.ALen != 8 {
+	if !l.Mode1 || l.RL != 2 || l.XorMask != 3 || l.AccLen != 8 || l.ALen != 8 {
 		t.Fatalf("layout %+v (why %q), want MODE 1, RL 2, xormask 3", l, l.Why)
 	}
 	if want := []int{0, 0, 1, 1, 0, 0, 1, 1}; !reflect.DeepEqual(l.SlotRow, want) {
@@ -138,7 +138,7 @@ func TestParseCMProbe(t *testing.T) {
 	acc := out[8+5*64:]
 	acc[0], acc[2] = acc[2], acc[0]
 	acc[1], acc[3] = acc[3], acc[1]
-	if l, err := ParseCMProbe(out, shape16, 32); err != nil || l.Mode1 || l.Mode2 || l.Why == "" {
+	if l, err := ParseCMProbe(out, shape16, 32); err != nil || l.Mode1 || l.Why == "" {
 		t.Errorf("lane-dependent rows: %+v, %v", l, err)
 	}
 
@@ -204,7 +204,7 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("d %d dv %d nq %d shared %d: %v (%v), want %s", c.d, c.dv, c.nq, c.sh, got, err, c.want)
 		}
 	}
-	// MODE 2 is never chosen, and a checked tile never is MODE 2.
+	// MODE is 0 or 1.
 	if err := cmCheckTile(l, cmTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, sh, wg); err == nil {
 		t.Error("MODE 2 accepted")
 	}

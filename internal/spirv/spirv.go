@@ -1,4 +1,9 @@
-package shaders
+// Package spirv is a small SPIR-V reader for tests: just enough reflection
+// to check flashvk's compiled kernels against the Go side of their
+// interface (push-constant layout, specialization constant IDs and
+// constants after specialization, descriptor bindings, capabilities, float
+// types, shared-memory size). Production code does not import it.
+package spirv
 
 import (
 	"encoding/binary"
@@ -7,18 +12,12 @@ import (
 	"sort"
 )
 
-// A small SPIR-V reader: just enough reflection to check the compiled
-// kernels against the Go side (push-constant layout, specialization
-// constant IDs, descriptor bindings, capabilities).
-
 // SPIR-V opcodes, decorations, storage classes and capabilities used here.
 const (
 	spvMagic = 0x07230203
 
 	opName             = 5
 	opMemberName       = 6
-	opEntryPoint       = 15
-	opExecutionMode    = 16
 	opCapability       = 17
 	opTypeInt          = 21
 	opTypeFloat        = 22
@@ -40,8 +39,6 @@ const (
 	decSpecID        = 1
 	decBlock         = 2
 	decBufferBlock   = 3
-	decNonWritable   = 24
-	decNonReadable   = 25
 	decBinding       = 33
 	decDescriptorSet = 34
 	decOffset        = 35
@@ -51,13 +48,12 @@ const (
 	scPushConstant  = 9
 	scStorageBuffer = 12
 
-	// CapabilityFloat16 and CapabilityStorageBuffer16BitAccess are the
-	// SPIR-V capabilities that matter for device features: the first needs
-	// VkPhysicalDeviceShaderFloat16Int8Features.shaderFloat16, the second
-	// VkPhysicalDevice16BitStorageFeatures.storageBuffer16BitAccess.
+	// CapabilityFloat16, CapabilityInt16 and
+	// CapabilityStorageBuffer16BitAccess are SPIR-V capabilities that need
+	// device features: shaderFloat16, shaderInt16 and
+	// storageBuffer16BitAccess.
 	CapabilityFloat16                  = 9
-	CapabilityGroupNonUniform          = 61
-	CapabilityGroupNonUniformShuffle   = 65
+	CapabilityInt16                    = 22
 	CapabilityStorageBuffer16BitAccess = 4433
 	// CapabilityBFloat16Type and CapabilityBFloat16CooperativeMatrix
 	// (SPV_KHR_bfloat16) need VkPhysicalDeviceShaderBfloat16FeaturesKHR's
@@ -76,17 +72,12 @@ type Module struct {
 	Version uint32
 	// Capabilities are the OpCapability operands, in module order.
 	Capabilities []uint32
-	// LocalSize is the OpExecutionMode LocalSize (the default workgroup
-	// size before specialization).
-	LocalSize [3]uint32
 	// PushConstants is the push-constant block, nil if none.
 	PushConstants *Block
 	// Spec maps each SpecId to its default value (booleans as 0/1).
 	Spec map[uint32]uint32
 	// Bindings are the storage buffers, sorted by (set, binding).
 	Bindings []Binding
-	// SharedVariables counts Workgroup-storage variables.
-	SharedVariables int
 
 	names      map[uint32]string
 	consts     map[uint32]uint32   // OpConstant (32-bit) values
@@ -100,7 +91,6 @@ type Module struct {
 
 // Block is a Block-decorated struct.
 type Block struct {
-	Name    string
 	Members []Member
 	// Size is the offset past the last member.
 	Size uint32
@@ -119,11 +109,9 @@ type Member struct {
 // Binding is one storage-buffer descriptor.
 type Binding struct {
 	Set, Binding uint32
-	// Elem is the runtime array's element kind ("float32", "float16", ...).
-	Elem     string
-	ReadOnly bool
-	// WriteOnly reports a NonReadable buffer.
-	WriteOnly bool
+	// Elem is the runtime array's element kind ("float32", "float16",
+	// "uint16", ...; "other" for anything but a scalar).
+	Elem string
 }
 
 // SpecIDs returns the module's specialization constant IDs, ascending.
@@ -150,6 +138,38 @@ type spvType struct {
 	op    uint32
 	ops   []uint32 // operands after the result id
 	width uint32
+}
+
+// kind names a scalar type ("uint32", "int16", "float16", "bfloat16", …)
+// with its size in bytes; anything else is "other", 0.
+func (t spvType) kind() (string, uint32) {
+	switch t.op {
+	case opTypeInt:
+		if len(t.ops) >= 2 && t.ops[1] == 1 {
+			return fmt.Sprintf("int%d", t.width), t.width / 8
+		}
+		return fmt.Sprintf("uint%d", t.width), t.width / 8
+	case opTypeFloat:
+		if len(t.ops) >= 2 && t.ops[1] == fpEncodingBFloat16 {
+			return "bfloat16", t.width / 8
+		}
+		return fmt.Sprintf("float%d", t.width), t.width / 8
+	}
+	return "other", 0
+}
+
+// FloatTypes lists the kinds of the module's OpTypeFloat declarations
+// ("float16", "bfloat16", "float32", …), sorted.
+func (m *Module) FloatTypes() []string {
+	var ks []string
+	for _, t := range m.types {
+		if t.op == opTypeFloat {
+			k, _ := t.kind()
+			ks = append(ks, k)
+		}
+	}
+	sort.Strings(ks)
+	return ks
 }
 
 // Reflect parses a SPIR-V module.
@@ -197,10 +217,6 @@ func Reflect(spv []byte) (*Module, error) {
 			}
 		case opCapability:
 			m.Capabilities = append(m.Capabilities, ins[0])
-		case opExecutionMode:
-			if len(ins) >= 5 && ins[1] == 17 { // LocalSize
-				m.LocalSize = [3]uint32{ins[2], ins[3], ins[4]}
-			}
 		case opTypeInt, opTypeFloat:
 			types[ins[0]] = spvType{op: op, ops: ins[1:], width: ins[1]}
 		case opTypeVector, opTypeArray, opTypeRuntimeArray, opTypeStruct, opTypePointer:
@@ -261,22 +277,7 @@ func Reflect(spv []byte) (*Module, error) {
 	m.names = names
 	m.types = types
 
-	kind := func(id uint32) (string, uint32) {
-		t := types[id]
-		switch t.op {
-		case opTypeInt:
-			if len(t.ops) >= 2 && t.ops[1] == 1 {
-				return fmt.Sprintf("int%d", t.width), t.width / 8
-			}
-			return fmt.Sprintf("uint%d", t.width), t.width / 8
-		case opTypeFloat:
-			if len(t.ops) >= 2 && t.ops[1] == fpEncodingBFloat16 {
-				return "bfloat16", t.width / 8
-			}
-			return fmt.Sprintf("float%d", t.width), t.width / 8
-		}
-		return "other", 0
-	}
+	kind := func(id uint32) (string, uint32) { return types[id].kind() }
 
 	for _, id := range varOrder {
 		v := vars[id]
@@ -288,7 +289,6 @@ func Reflect(spv []byte) (*Module, error) {
 		st := types[pointee]
 		switch {
 		case v.storage == scWorkgroup:
-			m.SharedVariables++
 			m.sharedVars = append(m.sharedVars, pointee)
 		case v.storage == scPushConstant:
 			if st.op != opTypeStruct || decor[pointee][decBlock] == 0 {
@@ -297,7 +297,7 @@ func Reflect(spv []byte) (*Module, error) {
 			if m.PushConstants != nil {
 				return nil, errors.New("spirv: more than one push-constant block")
 			}
-			b := &Block{Name: names[pointee]}
+			b := &Block{}
 			for k, mt := range st.ops {
 				off, ok := memberOffset[[2]uint32{pointee, uint32(k)}]
 				if !ok {
@@ -320,9 +320,6 @@ func Reflect(spv []byte) (*Module, error) {
 				if arr := types[st.ops[len(st.ops)-1]]; arr.op == opTypeRuntimeArray {
 					b.Elem, _ = kind(arr.ops[0])
 				}
-				// glslang puts readonly/writeonly on the members.
-				b.ReadOnly = memberHas(words, pointee, decNonWritable) || decor[id][decNonWritable] != 0
-				b.WriteOnly = memberHas(words, pointee, decNonReadable) || decor[id][decNonReadable] != 0
 			}
 			m.Bindings = append(m.Bindings, b)
 		}
@@ -335,21 +332,6 @@ func Reflect(spv []byte) (*Module, error) {
 		return a.Binding < b.Binding
 	})
 	return m, nil
-}
-
-// memberHas reports whether some member of struct id carries decoration dec.
-func memberHas(words []uint32, id, dec uint32) bool {
-	for i := 5; i < len(words); {
-		n := int(words[i] >> 16)
-		if n == 0 {
-			return false
-		}
-		if words[i]&0xffff == opMemberDecorate && n >= 4 && words[i+1] == id && words[i+3] == dec {
-			return true
-		}
-		i += n
-	}
-	return false
 }
 
 // spvString decodes a nul-terminated literal string.

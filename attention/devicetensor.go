@@ -313,18 +313,34 @@ func (e *Engine) backwardProblem(q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, 
 	return p, nil
 }
 
-// BackwardDevice is BackwardInto on device tensors. dO must have O's
-// layout and dQ, dK, dV those of Q, K, V.
-func (e *Engine) BackwardDevice(ctx context.Context, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, opt Options) error {
+// backwardCall checks a backward call on device tensors (BackwardDevice,
+// or TrainStep when step: then O and LSE are written too) and returns its
+// problem: the engine is open and ctx live, the shapes agree, and no
+// output aliases another operand.
+func (e *Engine) backwardCall(ctx context.Context, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, opt Options, step bool) (*spec.Problem, error) {
 	if err := e.check(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	p, err := e.backwardProblem(q, k, v, o, lse, do, dq, dk, dv, opt)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	all := []namedDT{{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}, {"do", do}, {"dq", dq}, {"dk", dk}, {"dv", dv}}
-	if err := distinctOutputs(all[6:], all); err != nil {
+	all := []namedDT{{"q", q}, {"k", k}, {"v", v}, {"do", do}, {"o", o}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}}
+	outs := all[6:]
+	if step {
+		outs = all[4:]
+	}
+	if err := distinctOutputs(outs, all); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// BackwardDevice is BackwardInto on device tensors. dO must have O's
+// layout and dQ, dK, dV those of Q, K, V.
+func (e *Engine) BackwardDevice(ctx context.Context, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, opt Options) error {
+	p, err := e.backwardCall(ctx, q, k, v, o, lse, do, dq, dk, dv, opt, false)
+	if err != nil {
 		return err
 	}
 	if db, ok := e.b.(deviceBackend); ok {
@@ -339,15 +355,8 @@ func (e *Engine) BackwardDevice(ctx context.Context, q, k, v, o, lse, do, dq, dk
 // submission, O and LSE never leaving the device. The results are those
 // of ForwardDevice followed by BackwardDevice.
 func (e *Engine) TrainStep(ctx context.Context, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor, opt Options) error {
-	if err := e.check(ctx); err != nil {
-		return err
-	}
-	p, err := e.backwardProblem(q, k, v, o, lse, do, dq, dk, dv, opt)
+	p, err := e.backwardCall(ctx, q, k, v, o, lse, do, dq, dk, dv, opt, true)
 	if err != nil {
-		return err
-	}
-	all := []namedDT{{"q", q}, {"k", k}, {"v", v}, {"do", do}, {"o", o}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}}
-	if err := distinctOutputs(all[4:], all); err != nil {
 		return err
 	}
 	if db, ok := e.b.(deviceBackend); ok {

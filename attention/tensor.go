@@ -161,6 +161,17 @@ func (t Tensor) strides() Strides {
 	return t.Strides
 }
 
+// Float64s returns the tensor's elements as a contiguous BSHD float64
+// slice (a copy, exact): the input the float64 reference takes.
+func (t Tensor) Float64s() []float64 {
+	f := t.Float32s()
+	out := make([]float64, len(f))
+	for i, x := range f {
+		out[i] = float64(x)
+	}
+	return out
+}
+
 // Float32s returns the tensor's elements as a contiguous BSHD float32 slice
 // (a copy; fp16 and bf16 are converted exactly).
 func (t Tensor) Float32s() []float32 {

@@ -14,13 +14,7 @@ import (
 
 // tuneRef is the tuner's float64 verifier: package reference.
 func tuneRef(p attention.ReferenceProblem, q, k, v, do []float64, backward bool) ([][]float64, error) {
-	rp := reference.Params(p)
-	if backward {
-		dq, dk, dv, err := reference.Backward(rp, q, k, v, do)
-		return [][]float64{dq, dk, dv}, err
-	}
-	o, lse, err := reference.Forward(rp, q, k, v)
-	return [][]float64{o, lse}, err
+	return reference.Outputs(reference.Params(p), q, k, v, do, backward)
 }
 
 // TestTuneCacheEngine: Engine.Tune searches a tiny problem; an engine

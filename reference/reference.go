@@ -228,6 +228,18 @@ func Forward(p Params, q, k, v []float64) (o, lse []float64, err error) {
 	return o, lse, nil
 }
 
+// Outputs is Forward (o, lse) or, when backward, Backward (dq, dk, dv) as
+// one list: the shape of a verifier that checks either pass, such as the
+// tuner's (attention.TuneOptions.Reference).
+func Outputs(p Params, q, k, v, do []float64, backward bool) ([][]float64, error) {
+	if backward {
+		dq, dk, dv, err := Backward(p, q, k, v, do)
+		return [][]float64{dq, dk, dv}, err
+	}
+	o, lse, err := Forward(p, q, k, v)
+	return [][]float64{o, lse}, err
+}
+
 // Backward computes dQ, dK and dV of the scalar loss whose gradient with
 // respect to O is do. Errors wrap ErrShape.
 func Backward(p Params, q, k, v, do []float64) (dq, dk, dv []float64, err error) {

@@ -29,14 +29,14 @@ func RunEdges(t *testing.T, e *attention.Engine) {
 // scaleInputs multiplies the stored values of t by f (re-rounding to t's
 // dtype) and returns the new float64 copy.
 func scaleInputs(t attention.Tensor, f float64) []float64 {
-	x := dense64(t)
+	x := t.Float64s()
 	dense := attention.Contiguous(t.Shape, attention.BSHD)
 	forEachRow(t, func(b, s, h, off int) {
 		for d := range t.Shape.D {
 			set(t.Data, off+d, float32(x[dense.Offset(b, s, h)+d]*f))
 		}
 	})
-	return dense64(t)
+	return t.Float64s()
 }
 
 // largeScores: |q·k| reaches ~1e4 before scaling. The softmax is then
@@ -88,7 +88,7 @@ func nanPropagation(t *testing.T, e *attention.Engine, dt attention.DType) {
 	in := NewInputs(c, dt, seed)
 	const bad = 25 // key row with the NaN: rows 0…24 never see it
 	set(in.K.Data, in.K.Strides.Offset(0, bad, 0)+3, float32(math.NaN()))
-	in.k64 = dense64(in.K)
+	in.k64 = in.K.Float64s()
 	ref := in.Reference(t)
 	out := in.forward(t, e)
 	var clean []float32

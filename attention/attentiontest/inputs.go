@@ -55,7 +55,7 @@ func NewInputs(c Case, dt attention.DType, seed uint64) *Inputs {
 	for _, t := range []attention.Tensor{in.Q, in.K, in.V, in.DO} {
 		fillRandom(t, rng)
 	}
-	in.q64, in.k64, in.v64, in.dO = dense64(in.Q), dense64(in.K), dense64(in.V), dense64(in.DO)
+	in.q64, in.k64, in.v64, in.dO = in.Q.Float64s(), in.K.Float64s(), in.V.Float64s(), in.DO.Float64s()
 	in.o, in.dq, in.dk, in.dv = in.output(os), in.output(qs), in.output(ks), in.output(vs)
 	in.lse = make([]float32, c.B*c.Hq*c.Nq)
 	for _, t := range []attention.Tensor{in.o, in.dq, in.dk, in.dv} {
@@ -142,15 +142,6 @@ func poison(t attention.Tensor) {
 		set(t.Data, i, sentinel)
 	}
 	forEach(t, func(i int) { set(t.Data, i, float32(math.NaN())) })
-}
-
-func dense64(t attention.Tensor) []float64 {
-	f := t.Float32s()
-	out := make([]float64, len(f))
-	for i, x := range f {
-		out[i] = float64(x)
-	}
-	return out
 }
 
 // checkOutsideUntouched fails when a call wrote outside an output's view.

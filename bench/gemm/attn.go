@@ -265,79 +265,27 @@ func (k *attnKernel) close() {
 	}
 }
 
-// cmCfg is a flash_cm configuration.
-type cmCfg struct {
-	NSG, BC  int
-	Mode     int
-	Prefetch bool
-}
-
-func (c cmCfg) String() string {
-	pf := 0
-	if c.Prefetch {
-		pf = 1
-	}
-	return fmt.Sprintf("nsg%d-bc%d-mode%d-pf%d", c.NSG, c.BC, c.Mode, pf)
-}
+// cmCfg is a flash_cm configuration: the library's tile.
+type cmCfg = vkattn.CMTile
 
 func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*attnKernel, error) {
 	info := d.Info()
-	M, N, K := int(l.M), int(l.N), int(l.K)
-	if c.BC%N != 0 || c.BC%K != 0 {
-		return nil, fmt.Errorf("BC %d not a multiple of N %d and K %d", c.BC, N, K)
-	}
-	if c.Mode == 1 && !l.Mode1 {
-		return nil, fmt.Errorf("MODE 1 impossible: %s", l.Why)
+	if err := vkattn.CheckCMTile(l, c, s.D, s.DV, int(info.MaxSharedMemory), int(info.MaxWorkgroupInvocations)); err != nil {
+		return nil, err
 	}
 	vec := s.vecOK()
-	if c.Prefetch && !vec {
-		c.Prefetch = false
-	}
-	if c.Mode == 0 {
-		lpr := 1
-		if l.SG >= M {
-			lpr = l.SG / M
-		}
-		if c.BC%lpr != 0 {
-			return nil, fmt.Errorf("BC %d not a multiple of %d lanes per row", c.BC, lpr)
-		}
-	}
-	wg := c.NSG * l.SG
-	sh := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, s.D, s.DV)
-	if sh > int(info.MaxSharedMemory) {
-		return nil, fmt.Errorf("needs %d bytes of shared memory, device has %d", sh, info.MaxSharedMemory)
-	}
-	if uint32(wg) > info.MaxWorkgroupInvocations {
-		return nil, fmt.Errorf("workgroup %d > %d", wg, info.MaxWorkgroupInvocations)
-	}
-	sLo, sHi, pLo, pHi := l.Packed()
-	rl := uint32(max(l.RL, 1))
-	b2u := func(b bool) uint32 {
-		if b {
-			return 1
-		}
-		return 0
-	}
-	sp := []device.Spec{
-		spec(0, uint32(wg)), spec(1, uint32(s.D)), spec(2, uint32(s.DV)), spec(3, uint32(c.NSG*M)), spec(4, uint32(c.BC)), spec(5, uint32(l.SG)),
-		spec(10, l.M), spec(11, l.N), spec(12, l.K), spec(13, uint32(c.Mode)), spec(14, uint32(l.AccLen)),
-		spec(15, rl), spec(16, sLo), spec(17, sHi), spec(18, l.XorMask), spec(19, pLo), spec(20, pHi),
-		spec(21, b2u(vec)), spec(22, b2u(c.Prefetch)),
-	}
-	if c.Mode == 0 {
-		sp[11] = spec(15, 1)
-		sp[12], sp[13], sp[14], sp[15], sp[16] = spec(16, 0), spec(17, 0), spec(18, 0), spec(19, 0), spec(20, 0)
-	}
+	c.Prefetch = c.Prefetch && vec
 	spv, err := shaders.SPIRV(shaders.KernelFlashCM, shaders.DTypeF16)
 	if err != nil {
 		return nil, err
 	}
-	p, err := d.NewPipeline(device.PipelineDesc{Name: "flash_cm " + c.String(), SPIRV: spv, Spec: sp,
+	p, err := d.NewPipeline(device.PipelineDesc{Name: "flash_cm " + c.String(), SPIRV: spv, Spec: vkattn.CMSpec(l, c, s.D, s.DV, vec),
 		PushSize: shaders.ParamsSize, Bindings: 5, RequiredSubgroupSize: subgroupReq(info), FullSubgroups: info.ComputeFullSubgroups})
 	if err != nil {
 		return nil, err
 	}
-	return &attnKernel{Name: "flash_cm", Cfg: c.String(), BR: c.NSG * M, WG: wg, Shared: sh, pipe: p}, nil
+	sh := shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, s.D, s.DV)
+	return &attnKernel{Name: "flash_cm", Cfg: c.String(), BR: c.NSG * int(l.M), WG: c.NSG * l.SG, Shared: sh, pipe: p}, nil
 }
 
 // cm2Cfg is a flash_cm2 configuration.

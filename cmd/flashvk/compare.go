@@ -138,13 +138,9 @@ warned about on stderr.`,
 			default:
 				return usagef("--format %q: want markdown, plain or json", f.format)
 			}
-			files := make([]*ResultsFile, len(args))
-			for i, p := range args {
-				rf, err := readResults(p)
-				if err != nil {
-					return err
-				}
-				files[i] = rf
+			files, err := readAllResults(args)
+			if err != nil {
+				return err
 			}
 			t := buildComparison(sources(args, files))
 			if len(t.rows) == 0 {

@@ -41,16 +41,6 @@ func rngFor(seed uint64, stream uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, stream*0x9e3779b97f4a7c15+1))
 }
 
-// float64s returns t's elements in BSHD order as float64.
-func float64s(t attention.Tensor) []float64 {
-	f := t.Float32s()
-	out := make([]float64, len(f))
-	for i, v := range f {
-		out[i] = float64(v)
-	}
-	return out
-}
-
 // dims returns the .npy shape of a tensor stored in layout l.
 func dims(s attention.Shape, l attention.Layout) []int {
 	if l == attention.BHSD {

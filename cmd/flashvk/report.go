@@ -56,13 +56,9 @@ before any is written.`,
 			if f.out == "" && f.markdown == "" {
 				return usagef("give -o FILE.html and/or --markdown FILE.md")
 			}
-			files := make([]*ResultsFile, len(args))
-			for i, p := range args {
-				rf, err := readResults(p)
-				if err != nil {
-					return err
-				}
-				files[i] = rf
+			files, err := readAllResults(args)
+			if err != nil {
+				return err
 			}
 			rep, err := buildReport(args, files, f.title)
 			if err != nil {

@@ -190,6 +190,20 @@ func mkdirFor(flag, path string) error {
 	return nil
 }
 
+// readAllResults reads every file of paths, in order, stopping at the
+// first that cannot be read.
+func readAllResults(paths []string) ([]*ResultsFile, error) {
+	files := make([]*ResultsFile, len(paths))
+	for i, p := range paths {
+		rf, err := readResults(p)
+		if err != nil {
+			return nil, err
+		}
+		files[i] = rf
+	}
+	return files, nil
+}
+
 // readResults loads and validates a results file.
 func readResults(path string) (*ResultsFile, error) {
 	b, err := os.ReadFile(path)

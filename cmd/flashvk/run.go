@@ -367,14 +367,14 @@ type refResult struct {
 
 func computeReference(p problem, q, k, v, do attention.Tensor, backward bool) (*refResult, error) {
 	pp := p.params()
-	q64, k64, v64 := float64s(q), float64s(k), float64s(v)
+	q64, k64, v64 := q.Float64s(), k.Float64s(), v.Float64s()
 	o, lse, err := reference.Forward(pp, q64, k64, v64)
 	if err != nil {
 		return nil, fmt.Errorf("reference: %w", err)
 	}
 	r := &refResult{o: o, lse: lse}
 	if backward {
-		if r.dq, r.dk, r.dv, err = reference.Backward(pp, q64, k64, v64, float64s(do)); err != nil {
+		if r.dq, r.dk, r.dv, err = reference.Backward(pp, q64, k64, v64, do.Float64s()); err != nil {
 			return nil, fmt.Errorf("reference: %w", err)
 		}
 	}

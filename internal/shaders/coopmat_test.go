@@ -22,14 +22,7 @@ func TestCoopMatModules(t *testing.T) {
 			t.Errorf("%s: SPIRV(f32) succeeded; the kernel has no f32 build", k)
 		}
 		for _, dt := range []string{DTypeF16, DTypeBF16} {
-			spv, err := SPIRV(k, dt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := spirv.Reflect(spv)
-			if err != nil {
-				t.Fatalf("%s.%s: %v", k, dt, err)
-			}
+			m := reflectKernel(t, k, dt)
 			if m.Version != 0x00010600 {
 				t.Errorf("%s.%s: SPIR-V version %#x, want 1.6 (Vulkan 1.3)", k, dt, m.Version)
 			}
@@ -104,14 +97,7 @@ func TestFlashCMSharedBytesMatchSPIRV(t *testing.T) {
 // testFlashCMSharedBytes: the bf16 module has the f16 one's shared arrays
 // (16-bit elements), so FlashCMSharedBytes serves both.
 func testFlashCMSharedBytes(t *testing.T, dt string) {
-	spv, err := SPIRV(KernelFlashCM, dt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := spirv.Reflect(spv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := reflectKernel(t, KernelFlashCM, dt)
 	for _, c := range []struct{ nsg, bc, mode, d, dv int }{
 		{8, 64, 1, 128, 128}, {8, 128, 1, 64, 64}, {4, 32, 0, 128, 128}, {4, 32, 0, 256, 256},
 		{4, 64, 1, 96, 40}, {2, 16, 0, 1, 1}, {8, 64, 0, 64, 80},
@@ -140,14 +126,7 @@ func TestBwdCMSharedBytesMatchSPIRV(t *testing.T) {
 // testBwdCMSharedBytes: as testFlashCMSharedBytes, for the backward.
 func testBwdCMSharedBytes(t *testing.T, dt string) {
 	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ} {
-		spv, err := SPIRV(k, dt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := spirv.Reflect(spv)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := reflectKernel(t, k, dt)
 		dkdv := k == KernelBwdCMDKDV
 		for _, c := range []struct{ m, sg, nsg, step, mode, d, dv int }{
 			{16, 32, 4, 32, 1, 128, 128}, {16, 32, 4, 64, 1, 64, 64}, {16, 32, 2, 32, 0, 128, 128},

@@ -9,20 +9,26 @@ import (
 	"github.com/flashvk/flashvk/internal/spirv"
 )
 
+// reflectKernel reads the embedded SPIR-V module of kernel k in dtype dt.
+func reflectKernel(t *testing.T, k, dt string) *spirv.Module {
+	t.Helper()
+	spv, err := SPIRV(k, dt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := spirv.Reflect(spv)
+	if err != nil {
+		t.Fatalf("%s.%s: %v", k, dt, err)
+	}
+	return m
+}
+
 func reflectAll(t *testing.T) map[string]*spirv.Module {
 	t.Helper()
 	out := map[string]*spirv.Module{}
 	for _, k := range append(append([]string(nil), Kernels...), CoopMatKernels...) {
 		for _, dt := range KernelDTypes(k) {
-			spv, err := SPIRV(k, dt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := spirv.Reflect(spv)
-			if err != nil {
-				t.Fatalf("%s.%s: %v", k, dt, err)
-			}
-			out[k+"."+dt] = m
+			out[k+"."+dt] = reflectKernel(t, k, dt)
 		}
 	}
 	return out

@@ -142,13 +142,13 @@ func planFlashCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType
 	if err != nil {
 		return nil, err
 	}
-	c, src, err := b.cmTile(ctx, l, p, dt)
+	c, src, err := b.cmTileFor(ctx, l, p, dt)
 	if err != nil {
 		return nil, err
 	}
 	vec := cmVec(p, params(p))
 	cm := b.cm[dt]
-	ln, err := b.newLaunch(shaders.KernelFlashCM, dt, p, fmt.Sprintf("%s vec%d", c, b2u(vec)), cmSpec(l, c, p.D, p.Dv, vec), cm.reqSG, cm.full,
+	ln, err := b.newLaunch(shaders.KernelFlashCM, dt, p, fmt.Sprintf("%s vec%d", c, b2u(vec)), CMSpec(l, c, p.D, p.Dv, vec), cm.reqSG, cm.full,
 		OpQ, OpK, OpV, OpO, OpLSE)
 	if err != nil {
 		return nil, err
@@ -160,17 +160,17 @@ func planFlashCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType
 	return &Plan{Launches: []Launch{ln}}, nil
 }
 
-// cmTile is flash_cm's tile for p: a tuned one when valid, else
+// cmTileFor is flash_cm's tile for p: a tuned one when valid, else
 // chooseCMTile's.
-func (b *Backend) cmTile(ctx context.Context, l *CMLayout, p *spec.Problem, dt spec.DType) (cmTile, string, error) {
+func (b *Backend) cmTileFor(ctx context.Context, l *CMLayout, p *spec.Problem, dt spec.DType) (CMTile, string, error) {
 	if c, ok := b.tuned(ctx, shaders.KernelFlashCM, p, dt); ok {
-		if t, ok := c.(cmTile); ok {
+		if t, ok := c.(CMTile); ok {
 			return t, SourceTuned, nil
 		}
 	}
 	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 	if err != nil {
-		return cmTile{}, "", fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
+		return CMTile{}, "", fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
 	}
 	return c, SourceDefault, nil
 }
@@ -303,28 +303,28 @@ func log2Dist(a, b []int) float64 {
 
 // flashCMTunable is flash_cm's tile as a tune stage.
 var flashCMTunable = coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
-	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (cmTile, error) {
+	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
 		return chooseCMTile(l, p.D, p.Dv, p.Nq, lim.SharedBytes, lim.MaxWorkgroupSize)
 	},
-	func(*CMLayout) []cmTile {
-		var out []cmTile
+	func(*CMLayout) []CMTile {
+		var out []CMTile
 		for _, nsg := range []int{2, 4, 8} {
 			for _, bc := range []int{32, 64, 128} {
 				for _, mode := range []int{0, 1} {
 					for _, pf := range []bool{true, false} {
-						out = append(out, cmTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf})
+						out = append(out, CMTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf})
 					}
 				}
 			}
 		}
 		return out
 	},
-	func(c, def cmTile) float64 {
-		vec := func(t cmTile) []int { return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch))} }
+	func(c, def CMTile) float64 {
+		vec := func(t CMTile) []int { return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch))} }
 		return log2Dist(vec(c), vec(def))
 	},
-	func(l *CMLayout, c cmTile, p *spec.Problem, lim shaders.Limits) error {
-		return cmCheckTile(l, c, p.D, p.Dv, lim.SharedBytes, lim.MaxWorkgroupSize)
+	func(l *CMLayout, c CMTile, p *spec.Problem, lim shaders.Limits) error {
+		return CheckCMTile(l, c, p.D, p.Dv, lim.SharedBytes, lim.MaxWorkgroupSize)
 	})
 
 // bwdCMTunable is the tile of one coopmat backward kernel as a tune stage.
@@ -357,14 +357,15 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 		})
 }
 
-// cmTile is one flash_cm configuration.
-type cmTile struct {
+// CMTile is one flash_cm configuration (exported for the bench harness,
+// with CheckCMTile and CMSpec).
+type CMTile struct {
 	NSG, BC  int // subgroups per workgroup (BR = NSG·CM_M), keys per tile
 	Mode     int // 0 shared-memory softmax, 1 register softmax
 	Prefetch bool
 }
 
-func (c cmTile) String() string {
+func (c CMTile) String() string {
 	pf := 0
 	if c.Prefetch {
 		pf = 1
@@ -384,27 +385,27 @@ const cmLargeNq = 2048
 // nsg4-bc32 at d ≤ 64, nsg8-bc32 at d ≤ 128 (all with prefetch); then MODE 0
 // nsg4-bc32-pf1 (any layout, the fallback). MODE 1 at d > 128 was not
 // measured: MODE 0 there. The tune cache overrides these per device.
-func cmTiles(l *CMLayout, d, dv, nq int) []cmTile {
-	var ts []cmTile
+func cmTiles(l *CMLayout, d, dv, nq int) []CMTile {
+	var ts []CMTile
 	if l.Mode1 {
 		large := nq >= cmLargeNq
 		switch dm := max(d, dv); {
 		case dm <= 64 && large:
-			ts = append(ts, cmTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
+			ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
 		case dm <= 64:
-			ts = append(ts, cmTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
+			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		case dm <= 128 && large:
-			ts = append(ts, cmTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
+			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:
-			ts = append(ts, cmTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
+			ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
 		}
 	}
-	return append(ts, cmTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})
+	return append(ts, CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})
 }
 
-// cmCheckTile reports why tile c cannot run on a device with sharedMax
+// CheckCMTile reports why tile c cannot run on a device with sharedMax
 // bytes of shared memory and workgroups of at most maxWG invocations.
-func cmCheckTile(l *CMLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
+func CheckCMTile(l *CMLayout, c CMTile, d, dv, sharedMax, maxWG int) error {
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
@@ -412,8 +413,7 @@ func cmCheckTile(l *CMLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
 	if c.BC%N != 0 || c.BC%K != 0 {
 		return fmt.Errorf("BC %d not a multiple of N %d and K %d", c.BC, N, K)
 	}
-	switch c.Mode {
-	case 0:
+	if c.Mode == 0 {
 		lpr := 1
 		if l.SG >= M {
 			lpr = l.SG / M
@@ -421,27 +421,38 @@ func cmCheckTile(l *CMLayout, c cmTile, d, dv, sharedMax, maxWG int) error {
 		if c.BC%lpr != 0 {
 			return fmt.Errorf("BC %d not a multiple of %d lanes per row", c.BC, lpr)
 		}
+	}
+	return checkCMResources(l, c.Mode, c.NSG, shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv), sharedMax, maxWG)
+}
+
+// checkCMResources is the part of a coopmat tile's check that every
+// coopmat kernel shares: the accumulator MODE exists on the device (MODE 1
+// needs the probed layout), and the workgroup of nsg subgroups and the
+// shared memory it needs fit the device's limits.
+func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) error {
+	switch mode {
+	case 0:
 	case 1:
 		if !l.Mode1 {
 			return fmt.Errorf("MODE 1 impossible: %s", l.Why)
 		}
 	default:
-		return fmt.Errorf("unknown MODE %d (0 or 1)", c.Mode)
+		return fmt.Errorf("unknown MODE %d (0 or 1)", mode)
 	}
-	if wg := c.NSG * l.SG; wg > maxWG {
+	if wg := nsg * l.SG; wg > maxWG {
 		return fmt.Errorf("workgroup %d > %d", wg, maxWG)
 	}
-	if sh := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv); sh > sharedMax {
-		return fmt.Errorf("needs %d bytes of shared memory, device has %d", sh, sharedMax)
+	if shared > sharedMax {
+		return fmt.Errorf("needs %d bytes of shared memory, device has %d", shared, sharedMax)
 	}
 	return nil
 }
 
 // chooseCMTile returns the first tile of cmTiles that fits.
-func chooseCMTile(l *CMLayout, d, dv, nq, sharedMax, maxWG int) (cmTile, error) {
-	c, err := firstFit(cmTiles(l, d, dv, nq), func(c cmTile) error { return cmCheckTile(l, c, d, dv, sharedMax, maxWG) })
+func chooseCMTile(l *CMLayout, d, dv, nq, sharedMax, maxWG int) (CMTile, error) {
+	c, err := firstFit(cmTiles(l, d, dv, nq), func(c CMTile) error { return CheckCMTile(l, c, d, dv, sharedMax, maxWG) })
 	if err != nil {
-		return cmTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)
+		return CMTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)
 	}
 	return c, nil
 }
@@ -472,8 +483,8 @@ func cmVec(p *spec.Problem, pc shaders.Params) bool {
 	return true
 }
 
-// cmSpec is flash_cm's specialization for layout l, tile c and head dims.
-func cmSpec(l *CMLayout, c cmTile, d, dv int, vec bool) []device.Spec {
+// CMSpec is flash_cm's specialization for layout l, tile c and head dims.
+func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 	b2u := func(b bool) uint32 {
 		if b {
 			return 1
@@ -576,23 +587,8 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv, sharedMax, maxWG
 	if c.NSG < 1 || c.Step < 1 || c.Step%N != 0 || c.Step%K != 0 {
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
 	}
-	switch c.Mode {
-	case 0:
-	case 1:
-		if !l.Mode1 {
-			return fmt.Errorf("MODE 1 impossible: %s", l.Why)
-		}
-	default:
-		return fmt.Errorf("MODE %d does not exist", c.Mode)
-	}
-	if wg := c.NSG * l.SG; wg > maxWG {
-		return fmt.Errorf("workgroup %d > %d", wg, maxWG)
-	}
 	br, bc := c.brbc(dkdv, M)
-	if sh := shaders.BwdCMSharedBytes(dkdv, M, N, K, c.NSG, br, bc, c.Mode, d, dv); sh > sharedMax {
-		return fmt.Errorf("needs %d bytes of shared memory, device has %d", sh, sharedMax)
-	}
-	return nil
+	return checkCMResources(l, c.Mode, c.NSG, shaders.BwdCMSharedBytes(dkdv, M, N, K, c.NSG, br, bc, c.Mode, d, dv), sharedMax, maxWG)
 }
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
@@ -642,15 +638,15 @@ func parseBwdCMTile(s string) (bwdCMTile, error) {
 	return c, nil
 }
 
-func parseCMTile(s string) (cmTile, error) {
-	var c cmTile
+func parseCMTile(s string) (CMTile, error) {
+	var c CMTile
 	var pf int
 	if _, err := fmt.Sscanf(s, "nsg%d-bc%d-mode%d-pf%d", &c.NSG, &c.BC, &c.Mode, &pf); err != nil || pf < 0 || pf > 1 {
-		return cmTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
+		return CMTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
 	}
 	c.Prefetch = pf == 1
 	if c.String() != s {
-		return cmTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
+		return CMTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
 	}
 	return c, nil
 }

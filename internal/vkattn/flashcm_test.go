@@ -205,10 +205,10 @@ func TestChooseCMTile(t *testing.T) {
 		}
 	}
 	// MODE is 0 or 1.
-	if err := cmCheckTile(l, cmTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, sh, wg); err == nil {
+	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, sh, wg); err == nil {
 		t.Error("MODE 2 accepted")
 	}
-	if err := cmCheckTile(l, cmTile{NSG: 64, BC: 32}, 64, 64, 1<<30, wg); err == nil {
+	if err := CheckCMTile(l, CMTile{NSG: 64, BC: 32}, 64, 64, 1<<30, wg); err == nil {
 		t.Error("workgroup of 2048 accepted")
 	}
 }
@@ -228,7 +228,7 @@ func TestCMSpec(t *testing.T) {
 		t.Fatalf("spec %d missing", id)
 		return 0
 	}
-	sp := cmSpec(l, cmTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true}, 128, 96, true)
+	sp := CMSpec(l, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true}, 128, 96, true)
 	if len(sp) != len(ids) {
 		t.Fatalf("%d spec constants, flash_cm declares %d", len(sp), len(ids))
 	}
@@ -243,7 +243,7 @@ func TestCMSpec(t *testing.T) {
 			t.Errorf("MODE 1 spec %d = %#x, want %#x", id, got, want)
 		}
 	}
-	sp = cmSpec(l, cmTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}, 64, 64, false)
+	sp = CMSpec(l, CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}, 64, 64, false)
 	for id, want := range map[uint32]uint32{0: 128, 3: 64, 13: 0, 15: 1, 16: 0, 18: 0, 19: 0, 21: 0, 22: 0} {
 		if got := get(sp, id); got != want {
 			t.Errorf("MODE 0 spec %d = %#x, want %#x", id, got, want)

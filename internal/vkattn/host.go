@@ -103,10 +103,6 @@ func at[T any](s []T, b0 int, batchStride int) []T {
 // spec.BFloat16: bfloat16.BFloat16, spec.Float16: other uint16 bits) into o (only o's view is written) and lse (contiguous
 // [B, Hq, Nq]).
 func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32) error {
-	if err := b.enter(); err != nil {
-		return err
-	}
-	defer b.leave()
 	dt := dtypeOf[T]()
 	return hostChunks(ctx, b, p, dt, false, lse, func(c *spec.Problem, b0 int, lse []float32) error {
 		return forwardChunk(ctx, b, c, dt,
@@ -114,11 +110,15 @@ func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k,
 	})
 }
 
-// hostChunks checks what every host call needs (a dtype the device runs,
-// an LSE of B·Hq·Nq) and runs fn on each run of whole batches that fits the
+// hostChunks enters the backend for one host call, checks what every host
+// call needs (a dtype the device runs, an LSE of B·Hq·Nq) and runs fn on each run of whole batches that fits the
 // device's buffer and 32-bit addressing limits, with that chunk's problem,
 // first batch and LSE.
 func hostChunks(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, backward bool, lse []float32, fn func(c *spec.Problem, b0 int, lse []float32) error) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.leave()
 	if err := b.supports(dt); err != nil {
 		return err
 	}
@@ -141,10 +141,6 @@ func hostChunks(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType,
 // BackwardHost computes dQ, dK, dV (written only inside their views, which
 // have the strides of Q, K, V) from host q, k, v, o, lse and do.
 func BackwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
-	if err := b.enter(); err != nil {
-		return err
-	}
-	defer b.leave()
 	dt := dtypeOf[T]()
 	return hostChunks(ctx, b, p, dt, true, lse, func(c *spec.Problem, b0 int, lse []float32) error {
 		return backwardChunk(ctx, b, c, dt,

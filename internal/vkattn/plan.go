@@ -31,12 +31,15 @@ const (
 	Bwd
 )
 
+// dirNames are the tune cache's spellings of the passes.
+var dirNames = [...]string{Fwd: "fwd", Bwd: "bwd"}
+
 // String is "fwd" or "bwd" (the tune cache's spelling).
 func (d Dir) String() string {
-	if d == Bwd {
-		return "bwd"
+	if int(d) < len(dirNames) {
+		return dirNames[d]
 	}
-	return "fwd"
+	return fmt.Sprintf("Dir(%d)", d)
 }
 
 // Operand names a buffer a dispatch binds: the call's operands, and the

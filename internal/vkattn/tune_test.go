@@ -19,12 +19,7 @@ import (
 func testRef(p *spec.Problem, q, k, v, do []float64, backward bool) ([][]float64, error) {
 	rp := reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv, Scale: float64(p.Scale),
 		Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}
-	if backward {
-		dq, dk, dv, err := reference.Backward(rp, q, k, v, do)
-		return [][]float64{dq, dk, dv}, err
-	}
-	o, lse, err := reference.Forward(rp, q, k, v)
-	return [][]float64{o, lse}, err
+	return reference.Outputs(rp, q, k, v, do, backward)
 }
 
 func tunedFlash(d int, causal bool, n int, cand string) Tuned {
@@ -87,7 +82,7 @@ func TestParseCandidates(t *testing.T) {
 			t.Errorf("%v: %v, %v", c, got, err)
 		}
 	}
-	for _, c := range []cmTile{{NSG: 8, BC: 128, Mode: 1, Prefetch: true}, {NSG: 2, BC: 32}} {
+	for _, c := range []CMTile{{NSG: 8, BC: 128, Mode: 1, Prefetch: true}, {NSG: 2, BC: 32}} {
 		got, err := parseCMTile(c.String())
 		if err != nil || got != c {
 			t.Errorf("%v: %v, %v", c, got, err)
@@ -275,7 +270,7 @@ func TestFlashCMFamily(t *testing.T) {
 	b0 := syntheticBackend(t, h200Info(), "", &mode0)
 	cs0, _ := f.Candidates(ctx, b0, p, spec.Float16)
 	for _, c := range cs0 {
-		if c.(cmTile).Mode != 0 {
+		if c.(CMTile).Mode != 0 {
 			t.Errorf("MODE 1 candidate %v on a layout without MODE 1", c)
 		}
 	}

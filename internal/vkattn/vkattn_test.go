@@ -88,21 +88,45 @@ func randn(rng *rand.Rand, n int) []float32 {
 	return x
 }
 
-// to32 rounds float64 reference values to float32.
-func to32(x []float64) []float32 {
-	out := make([]float32, len(x))
+// convert rounds or widens every element of x to U.
+func convert[U, T float32 | float64](x []T) []U {
+	out := make([]U, len(x))
 	for i, v := range x {
-		out[i] = float32(v)
+		out[i] = U(v)
 	}
 	return out
 }
 
-func to64(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
+var (
+	to32 = convert[float32, float64] // float64 reference values to float32
+	to64 = convert[float64, float32]
+)
+
+// hostCase is the shape of one conformance case of the host tests.
+type hostCase struct {
+	b, hq, hkv, nq, nk, d, dv int
+	mask                      spec.Mask
+}
+
+// awkwardCases are shapes every kernel test runs: odd lengths, GQA, Nq ≠
+// Nk both ways under both causal alignments, D ≠ Dv, d 256.
+var awkwardCases = []hostCase{
+	{1, 2, 2, 77, 77, 64, 64, spec.MaskNone},
+	{2, 4, 2, 150, 130, 64, 64, spec.MaskCausalBottomRight},
+	{1, 2, 1, 130, 150, 128, 128, spec.MaskCausalTopLeft},
+	{1, 1, 1, 200, 70, 40, 40, spec.MaskCausalBottomRight},
+	{1, 1, 1, 64, 64, 80, 48, spec.MaskCausalTopLeft},
+	{1, 1, 1, 45, 45, 256, 256, spec.MaskNone},
+}
+
+// name names case i for t.Run.
+func (c hostCase) name(i int) string {
+	return fmt.Sprintf("%d-%dx%dx%d-q%d-k%d-d%d-dv%d-m%d", i, c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask)
+}
+
+// problem draws the case's inputs from seed.
+func (c hostCase) problem(seed uint64) *hostProblem {
+	return newHostProblem(seed, c.b, c.hq, c.hkv, c.nq, c.nk, c.d, c.dv, c.mask)
 }
 
 type hostProblem struct {

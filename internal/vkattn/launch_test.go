@@ -4,6 +4,7 @@ package vkattn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -51,6 +52,13 @@ func TestPlanMatchesRecording(t *testing.T) {
 				for _, dir := range []Dir{Fwd, Bwd} {
 					name := fmt.Sprintf("kernel %q %v %v %+v", kernel, dt, dir, sh)
 					pl, err := b.Plan(ctx, p, dt, dir)
+					if kernel != "" && errors.Is(err, ErrUnsupported) {
+						// A named kernel runs only its own dtypes
+						// (flash_cm no float32); the default plan
+						// runs every dtype of b.DTypes().
+						t.Logf("%s: %v", name, err)
+						continue
+					}
 					if err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}

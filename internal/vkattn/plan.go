@@ -375,7 +375,7 @@ func (b *Backend) module(kernel string, dt spec.DType) ([]byte, error) {
 // errNotForDType is a family's refusal of a storage type it has no build
 // (or no device support) for.
 func errNotForDType(name string, dt spec.DType) error {
-	return fmt.Errorf("%w: %s does not run %v storage here", ErrUnsupported, name, dt)
+	return fmt.Errorf("%w: %s cannot run %v storage here", ErrUnsupported, name, dt)
 }
 
 // isCtxErr reports whether err is a context's cancellation or deadline.

@@ -46,10 +46,10 @@ func (b *backendFlags) register(c *cobra.Command, use backendUse) {
 		f.StringVar(&b.backend, "backend", "auto", "backend: auto or vulkan (tuning needs a Vulkan device: auto means vulkan here)")
 		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring or vendor ("nvidia", "lavapipe"…) (default: the best device)`)
 	case oneEngine:
-		f.StringVar(&b.backend, "backend", "auto", "backend: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
+		f.StringVar(&b.backend, "backend", "auto", "backend: auto (the best hardware Vulkan device, else the CPU), cpu or vulkan")
 		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring or vendor ("nvidia", "lavapipe"…)`)
 	default:
-		f.StringVar(&b.backend, "backend", "auto", "backend: auto (Vulkan if a device opens, else CPU), cpu or vulkan")
+		f.StringVar(&b.backend, "backend", "auto", "backend: auto (the best hardware Vulkan device, else the CPU), cpu or vulkan")
 		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend`)
 	}
 	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, flash_cm (cooperative matrices: float16, and bfloat16 where the device has bf16 ones), minimal or naive (default: the fastest the device supports)")

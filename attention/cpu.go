@@ -31,7 +31,7 @@ func (c *cpuBackend) plan(_ context.Context, p *spec.Problem, _ DType, backward 
 		pass = "bwd"
 	}
 	br, bc := max(min(cpu.DefaultBr, p.Nq), 1), max(min(cpu.DefaultBc, p.Nk), 1)
-	return &Plan{Pass: pass, Family: "cpu", Launches: []Launch{{Kernel: "cpu", TileRows: br, TileCols: bc,
+	return &Plan{Pass: pass, Family: "cpu", Batches: p.B, Launches: []Launch{{Kernel: "cpu", TileRows: br, TileCols: bc,
 		Config: fmt.Sprintf("br%d-bc%d per worker", br, bc), Source: SourceDefault}}}, nil
 }
 

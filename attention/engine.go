@@ -35,6 +35,16 @@ type Config struct {
 	// CPU backend has no kernel choice: a Kernel with Backend CPU is an
 	// error.
 	Kernel string
+	// Addressing is how the Vulkan kernels reach Q, K, V, O and the
+	// gradients: "" or "auto" binds them, and reads an operand larger than
+	// one binding reaches (the device's storage-buffer range: 4 GiB on
+	// NVIDIA) through 64-bit buffer device addresses; "bindings" never uses
+	// addresses (such operands are refused, or the host path splits the
+	// batch); "addresses" always does (for tests and measurements; an
+	// error on a device without them). LSE stays bound either way. Naming
+	// "bindings" or "addresses" makes the engine Vulkan, as Kernel does.
+	// Environment: FLASHVK_ADDRESSING.
+	Addressing string
 	// Validation enables the Khronos validation layer; its messages are
 	// collected and reported by Close.
 	Validation bool
@@ -81,8 +91,9 @@ type Engine struct {
 // their zero value are first taken from the environment: FLASHVK_BACKEND
 // ("cpu", "vulkan" or "auto", for Backend), FLASHVK_DEVICE,
 // FLASHVK_TUNE_CACHE / FLASHVK_TUNE=off, FLASHVK_VULKAN_LIBRARY,
-// FLASHVK_PIPELINE_CACHE_DIR and FLASHVK_SPIN_WAIT. With Backend Auto, a
-// named Device or Kernel means Vulkan; otherwise Open tries the best
+// FLASHVK_PIPELINE_CACHE_DIR, FLASHVK_SPIN_WAIT and FLASHVK_ADDRESSING.
+// With Backend Auto, a named Device or Kernel (or Addressing "bindings"
+// or "addresses") means Vulkan; otherwise Open tries the best
 // hardware Vulkan device and runs on the CPU when there is none or it
 // cannot be opened, saying why in Fallback.
 func Open(cfg Config) (*Engine, error) {
@@ -93,10 +104,17 @@ func Open(cfg Config) (*Engine, error) {
 	if err := checkKernelName(cfg.Kernel); err != nil {
 		return nil, err
 	}
+	if err := checkAddressing(cfg.Addressing); err != nil {
+		return nil, err
+	}
+	vulkanOnly := cfg.Kernel != "" || (cfg.Addressing != "" && cfg.Addressing != "auto")
 	switch cfg.Backend {
 	case CPU:
 		if cfg.Kernel != "" {
 			return nil, fmt.Errorf("attention: config: kernel %q is a Vulkan kernel; the CPU backend has no kernel choice: %w", cfg.Kernel, ErrOption)
+		}
+		if vulkanOnly {
+			return nil, fmt.Errorf("attention: config: addressing %q applies to the Vulkan kernels, not the CPU backend: %w", cfg.Addressing, ErrOption)
 		}
 		if cfg.Device != "" {
 			return nil, fmt.Errorf("attention: config: device %q selects a Vulkan device; it does not apply to the CPU backend: %w", cfg.Device, ErrOption)
@@ -105,7 +123,7 @@ func Open(cfg Config) (*Engine, error) {
 	case Vulkan:
 		return openVulkanEngine(cfg)
 	case Auto:
-		if cfg.Device != "" || cfg.Kernel != "" {
+		if cfg.Device != "" || vulkanOnly {
 			return openVulkanEngine(cfg)
 		}
 		b, why := openHardware(cfg)
@@ -121,6 +139,16 @@ func Open(cfg Config) (*Engine, error) {
 
 // Kernels lists the Vulkan forward kernel families Config.Kernel accepts.
 func Kernels() []string { return []string{"flash", "flash_cm", "minimal", "naive"} }
+
+// addressingModes are Config.Addressing's words.
+var addressingModes = []string{"auto", "bindings", "addresses"}
+
+func checkAddressing(a string) error {
+	if a == "" || slices.Contains(addressingModes, a) {
+		return nil
+	}
+	return fmt.Errorf("attention: config: addressing %q (want %s): %w", a, strings.Join(addressingModes, ", "), ErrOption)
+}
 
 func checkKernelName(k string) error {
 	if k == "" || slices.Contains(Kernels(), k) {
@@ -191,6 +219,9 @@ func (c Config) withEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if c.VulkanLibrary == "" {
 		c.VulkanLibrary = get("FLASHVK_VULKAN_LIBRARY")
+	}
+	if c.Addressing == "" {
+		c.Addressing = strings.ToLower(get("FLASHVK_ADDRESSING"))
 	}
 	if c.PipelineCacheDir == "" {
 		c.PipelineCacheDir = get("FLASHVK_PIPELINE_CACHE_DIR")

@@ -15,6 +15,11 @@ type Plan struct {
 	Launches []Launch
 	// Declined: "family: reason" for each family tried first.
 	Declined []string
+	// Batches is how many batches one submission runs: all of them, or,
+	// where the operands of all are too large for the device at once, as
+	// many as fit (a call then makes ceil(B/Batches) submissions, and the
+	// launches are those of one).
+	Batches int
 }
 
 // Configuration sources (Launch.Source).
@@ -45,6 +50,10 @@ type Launch struct {
 	// came from: "tuned" (the tune cache) or "default".
 	Config string `json:"config,omitempty"`
 	Source string `json:"source,omitempty"`
+	// Addresses are the operands the kernel reads and writes through
+	// 64-bit buffer device addresses instead of bindings ("q", "k", …;
+	// empty when every operand is bound; see Config.Addressing).
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 // Plan returns how the forward (or, with backward, the backward) of

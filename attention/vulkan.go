@@ -38,8 +38,12 @@ type vulkanBackend struct {
 // already applied); errors wrap ErrBackend (or ErrOption for a kernel the
 // device cannot run) and the device's error.
 func openVulkan(cfg Config) (backend, error) {
+	addressing, err := vkattn.ParseAddressing(cfg.Addressing)
+	if err != nil {
+		return nil, fmt.Errorf("attention: config: %w: %w", err, ErrOption)
+	}
 	vo := vkattn.Options{Device: cfg.Device, Library: cfg.VulkanLibrary, Kernel: cfg.Kernel, Validation: cfg.Validation,
-		Log: cfg.Log, SpinWait: cfg.SpinWait, CacheDir: cfg.PipelineCacheDir}
+		Log: cfg.Log, SpinWait: cfg.SpinWait, CacheDir: cfg.PipelineCacheDir, Addressing: addressing}
 	if cfg.PipelineCacheDir == "off" {
 		vo.CacheDir, vo.NoDiskCache = "", true
 	}
@@ -247,26 +251,36 @@ func (b *vulkanBackend) Backward(ctx context.Context, p *spec.Problem, a *backwa
 	return fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)
 }
 
-// plan is vkattn's Plan for the pass.
+// plan is vkattn's Plan for the pass of one submission of a host call: of
+// the whole problem, or of its first chunk of batches where the operands
+// are too large for one submission.
 func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, backward bool) (*Plan, error) {
 	dir := vkattn.Fwd
 	if backward {
 		dir = vkattn.Bwd
 	}
-	vp, err := b.vk.Plan(ctx, p, dt, dir)
+	// A problem the device cannot hold even one batch of at a time fails
+	// here, before anyone allocates its operands.
+	cb, err := b.vk.MaxBatchChunk(ctx, p, dt, backward)
 	if err != nil {
 		return nil, vkErr(err)
 	}
-	// A problem the device cannot hold even one batch of at a time fails
-	// here, before anyone allocates its operands.
-	if _, err := b.vk.MaxBatchChunk(ctx, p, dt, backward); err != nil {
+	c := *p
+	c.B = min(cb, p.B)
+	vp, err := b.vk.Plan(ctx, &c, dt, dir)
+	if err != nil {
 		return nil, vkErr(err)
 	}
-	pl := &Plan{Pass: vp.Dir.String(), Family: vp.Family, Declined: vp.Declined}
+	pl := &Plan{Pass: vp.Dir.String(), Family: vp.Family, Declined: vp.Declined, Batches: c.B}
 	for _, l := range vp.Launches {
+		var addrs []string
+		for _, op := range l.Addresses {
+			addrs = append(addrs, op.String())
+		}
 		pl.Launches = append(pl.Launches, Launch{Kernel: l.Kernel, Name: l.Name(),
 			Grid: [3]int{int(l.Grid[0]), int(l.Grid[1]), int(l.Grid[2])}, Workgroup: l.Workgroup,
-			TileRows: l.BR, TileCols: l.BC, SharedBytes: l.SharedBytes, Config: l.Config, Source: l.Source})
+			TileRows: l.BR, TileCols: l.BC, SharedBytes: l.SharedBytes, Config: l.Config, Source: l.Source,
+			Addresses: addrs})
 	}
 	return pl, nil
 }

@@ -41,10 +41,18 @@ func skipWithoutVulkan(t *testing.T) {
 // an error — failing t.
 func openVulkan(t *testing.T, kernel string) *attention.Engine {
 	t.Helper()
+	return openVulkanConfig(t, attention.Config{Kernel: kernel})
+}
+
+// openVulkanConfig opens cfg on the Vulkan backend (validation per
+// FLASHVK_VALIDATION), closing it when t ends.
+func openVulkanConfig(t *testing.T, cfg attention.Config) *attention.Engine {
+	t.Helper()
 	skipWithoutVulkan(t)
-	e, err := attention.Open(attention.Config{Backend: attention.Vulkan, Kernel: kernel, Validation: os.Getenv("FLASHVK_VALIDATION") == "1"})
+	cfg.Backend, cfg.Validation = attention.Vulkan, os.Getenv("FLASHVK_VALIDATION") == "1"
+	e, err := attention.Open(cfg)
 	if err != nil {
-		t.Fatalf("open vulkan (%q): %v", kernel, err)
+		t.Fatalf("open vulkan (%+v): %v", cfg, err)
 	}
 	if e.Info().Kind != attention.Vulkan {
 		t.Fatalf("open vulkan: got %+v", e.Info())
@@ -63,6 +71,32 @@ func openVulkan(t *testing.T, kernel string) *attention.Engine {
 func TestConformanceVulkan(t *testing.T) {
 	e := openVulkan(t, "flash")
 	t.Logf("%+v", e.Info())
+	attentiontest.Run(t, e)
+}
+
+// TestConformanceVulkanAddressed runs the whole suite on the kernels'
+// addressed builds (Config.Addressing "addresses": Q, K, V, O and the
+// gradients through 64-bit buffer device addresses, LSE and D bound), the
+// ones that run operands larger than one binding, after checking that the
+// plans use them.
+func TestConformanceVulkanAddressed(t *testing.T) {
+	e := openVulkanConfig(t, attention.Config{Addressing: "addresses"})
+	ctx := context.Background()
+	s := attention.Shape{B: 2, S: 40, H: 2, D: 32}
+	for _, dt := range e.Info().DTypes {
+		for _, bwd := range []bool{false, true} {
+			pl, err := e.Plan(ctx, s, s, s, attention.BSHD, dt, attention.Options{Causal: true}, bwd)
+			if err != nil {
+				t.Fatalf("plan %v backward %v: %v", dt, bwd, err)
+			}
+			for _, l := range pl.Launches {
+				if len(l.Addresses) == 0 || !strings.HasSuffix(l.Kernel, ".addr") {
+					t.Fatalf("plan %v backward %v: launch %s reads no operand by address", dt, bwd, l.Name)
+				}
+			}
+			t.Logf("%v backward %v: %s, %s reads %v by address", dt, bwd, pl.Family, pl.Launches[0].Name, pl.Launches[0].Addresses)
+		}
+	}
 	attentiontest.Run(t, e)
 }
 

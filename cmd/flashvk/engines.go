@@ -31,6 +31,7 @@ const (
 type backendFlags struct {
 	use                     backendUse
 	backend, device, kernel string
+	addressing              string
 	workers                 int
 	validation              bool
 	// tuneCache is Config.TuneCache (not a flag: tune opens its engine
@@ -53,6 +54,7 @@ func (b *backendFlags) register(c *cobra.Command, use backendUse) {
 		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend`)
 	}
 	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, flash_cm (cooperative matrices: float16, and bfloat16 where the device has bf16 ones), minimal or naive (default: the fastest the device supports)")
+	f.StringVar(&b.addressing, "addressing", "auto", "how Vulkan kernels reach q, k, v, o and the gradients: auto (bindings; 64-bit device addresses for an operand larger than one binding), bindings or addresses")
 	if use != vulkanEngine {
 		f.IntVar(&b.workers, "workers", 0, "CPU backend goroutines (default GOMAXPROCS)")
 	}
@@ -96,12 +98,16 @@ func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) 
 		return nil, nil, usagef("--kernel %q: want one of %s", b.kernel, strings.Join(attention.Kernels(), ", "))
 	case b.kernel != "" && kind == attention.CPU:
 		return nil, nil, usagef("--kernel %q selects a Vulkan kernel: it does not apply to --backend cpu", b.kernel)
+	case b.addressing != "" && !slices.Contains([]string{"auto", "bindings", "addresses"}, b.addressing):
+		return nil, nil, usagef("--addressing %q: want auto, bindings or addresses", b.addressing)
+	case b.addressing != "" && b.addressing != "auto" && kind == attention.CPU:
+		return nil, nil, usagef("--addressing %s applies to the Vulkan kernels: it does not apply to --backend cpu", b.addressing)
 	}
 	if b.use == vulkanEngine {
 		kind = attention.Vulkan
 	}
 	base := attention.Config{Backend: kind, Device: b.device, Kernel: b.kernel, Workers: b.workers, Validation: b.validation,
-		TuneCache: b.tuneCache}
+		TuneCache: b.tuneCache, Addressing: b.addressing}
 	if !all {
 		label := kind.String()
 		if b.device != "" {
@@ -122,7 +128,7 @@ func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) 
 		}
 	}
 	c := base
-	c.Backend, c.Device, c.Kernel = attention.CPU, "", ""
+	c.Backend, c.Device, c.Kernel, c.Addressing = attention.CPU, "", "", ""
 	ts = append(ts, target{label: "cpu", cfg: c})
 	return ts, notes, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -79,6 +80,13 @@ type explainPlan struct {
 	Direction string   `json:"direction"`
 	Family    string   `json:"family"`
 	Declined  []string `json:"declined,omitempty"`
+	// Addresses are the operands read through device addresses (none
+	// when all are bound); Batches how many batches one submission runs
+	// (the launches are those of one).
+	Addresses []string `json:"addresses,omitempty"`
+	Batches   int      `json:"batches"`
+	// Split: Batches < B.
+	Split bool `json:"split,omitempty"`
 }
 
 // analyze computes the memory traffic of naive and flash attention.
@@ -270,6 +278,12 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 	}
 	for _, pl := range a.Plans {
 		fmt.Fprintf(w, "\n%s  runs %s", pl.Direction, pl.Family)
+		if len(pl.Addresses) > 0 {
+			fmt.Fprintf(w, " (%s through 64-bit device addresses)", strings.Join(pl.Addresses, ", "))
+		}
+		if pl.Split {
+			fmt.Fprintf(w, " in submissions of %d batches", pl.Batches)
+		}
 		if len(pl.Declined) > 0 {
 			fmt.Fprintf(w, "; not %s", strings.Join(pl.Declined, "; not "))
 		}
@@ -287,6 +301,20 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 	for _, s := range a.Assumptions {
 		fmt.Fprintf(w, "  - %s\n", s)
 	}
+}
+
+// planAddresses lists the operands any launch of pl reads through device
+// addresses, in first-use order.
+func planAddresses(pl *attention.Plan) []string {
+	var ops []string
+	for _, l := range pl.Launches {
+		for _, op := range l.Addresses {
+			if !slices.Contains(ops, op) {
+				ops = append(ops, op)
+			}
+		}
+	}
+	return ops
 }
 
 // explainLaunches fills the launch configuration of p on the backend
@@ -319,7 +347,8 @@ func (a *app) explainLaunches(ctx context.Context, f *explainFlags, p problem, a
 			failed = append(failed, dir+": "+oneLine(err.Error()))
 			continue
 		}
-		an.Plans = append(an.Plans, explainPlan{Direction: dir, Family: pl.Family, Declined: pl.Declined})
+		an.Plans = append(an.Plans, explainPlan{Direction: dir, Family: pl.Family, Declined: pl.Declined,
+			Addresses: planAddresses(pl), Batches: pl.Batches, Split: pl.Batches < p.B})
 		for _, l := range resultLaunches(pl) {
 			an.Launches = append(an.Launches, explainLaunch{Direction: dir, Launch: l})
 		}

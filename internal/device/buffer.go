@@ -15,26 +15,30 @@ import (
 )
 
 // Buffer is a device-local storage buffer (usable as storage buffer and as
-// transfer source and destination).
+// transfer source and destination; on a device with
+// Info.BufferDeviceAddress also through its device Address).
 type Buffer struct {
 	d      *Device
 	b      C.fvk_buffer
 	size   int64
+	addr   uint64
 	closed atomic.Bool
 }
 
 // NewBuffer allocates a device-local storage buffer of size bytes
 // (contents undefined). It fails with ErrTooLarge when size exceeds
-// MaxAllocation or MaxStorageBufferRange, and ErrOutOfMemory when the
-// device is out of memory.
+// MaxBufferSize (MaxAllocation where MaxBufferSize is unknown), or, on a
+// device without Info.BufferDeviceAddress, MaxStorageBufferRange: there no
+// shader could read beyond one binding's range. MaxAllocation is not
+// enforced where MaxBufferSize is known (some drivers allocate beyond it):
+// a larger size is tried. The driver's refusal, like any exhausted memory
+// or a buffer larger than its memory heap, fails with ErrOutOfMemory.
 func (d *Device) NewBuffer(size int64) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: buffer size %d", ErrInvalid, size)
 	}
-	if uint64(size) > d.info.MaxAllocation || uint64(size) > d.info.MaxStorageBufferRange ||
-		(d.info.MaxBufferSize > 0 && uint64(size) > d.info.MaxBufferSize) {
-		return nil, fmt.Errorf("%w: buffer of %d bytes (max allocation %d, max storage buffer range %d)",
-			ErrTooLarge, size, d.info.MaxAllocation, d.info.MaxStorageBufferRange)
+	if err := d.checkBufferSize(uint64(size)); err != nil {
+		return nil, err
 	}
 	if err := d.use(); err != nil {
 		return nil, err
@@ -42,12 +46,65 @@ func (d *Device) NewBuffer(size int64) (*Buffer, error) {
 	defer d.done()
 	b := &Buffer{d: d, size: size}
 	if r := C.fvk_buffer_create(d.c, C.uint64_t(size), C.FVK_MEM_DEVICE, &b.b); r != 0 {
-		return nil, fmt.Errorf("device: buffer of %d bytes: %w", size, d.check("vkAllocateMemory", r))
+		return nil, d.bufferError(uint64(size), r, uint64(b.b.over_heap))
 	}
+	b.addr = uint64(b.b.address)
 	d.lmu.Lock()
 	d.buffers[b] = struct{}{}
 	d.lmu.Unlock()
 	return b, nil
+}
+
+// checkBufferSize refuses buffer sizes above the device's hard limits (see
+// NewBuffer).
+func (d *Device) checkBufferSize(size uint64) error {
+	inf := &d.info
+	if inf.MaxBufferSize > 0 && size > inf.MaxBufferSize {
+		return fmt.Errorf("%w: buffer of %d bytes exceeds the device's maximum buffer size %d (maxBufferSize)",
+			ErrTooLarge, size, inf.MaxBufferSize)
+	}
+	if inf.MaxBufferSize == 0 && size > inf.MaxAllocation {
+		return fmt.Errorf("%w: buffer of %d bytes exceeds the device's maximum allocation %d (maxMemoryAllocationSize)",
+			ErrTooLarge, size, inf.MaxAllocation)
+	}
+	if !inf.BufferDeviceAddress && size > inf.MaxStorageBufferRange {
+		return fmt.Errorf("%w: buffer of %d bytes exceeds the device's storage-buffer range %d, and without buffer device addresses no shader could read beyond it",
+			ErrTooLarge, size, inf.MaxStorageBufferRange)
+	}
+	return nil
+}
+
+// bufferError is the error of a buffer of size bytes that
+// fvk_buffer_create refused with r; overHeap is the size of the memory
+// heap the buffer exceeded (0: it was not refused for that).
+func (d *Device) bufferError(size uint64, r C.VkResult, overHeap uint64) error {
+	what := fmt.Sprintf("buffer of %d bytes", size)
+	if size > d.info.MaxAllocation {
+		what += fmt.Sprintf(" (beyond the device's maximum allocation %d)", d.info.MaxAllocation)
+	}
+	if overHeap > 0 {
+		return fmt.Errorf("%w: %s: larger than its memory heap of %d bytes", ErrOutOfMemory, what, overHeap)
+	}
+	return fmt.Errorf("device: %s: %w", what, d.check("vkAllocateMemory", r))
+}
+
+// Address is the buffer's device address (VkDeviceAddress), valid in
+// shaders of this device while the buffer is open: pass it in push
+// constants to pipelines with PipelineDesc.Addressed. It is the start of
+// the buffer's own memory allocation, which Vulkan aligns for every use of
+// that memory. It is 0 on a device without Info.BufferDeviceAddress and
+// once the buffer is closed.
+func (b *Buffer) Address() uint64 {
+	if b == nil || b.closed.Load() {
+		return 0
+	}
+	return b.addr
+}
+
+// bindingRange is the number of bytes a descriptor of b covers: all of b,
+// up to the device's MaxStorageBufferRange.
+func (b *Buffer) bindingRange() uint64 {
+	return min(uint64(b.size), b.d.info.MaxStorageBufferRange)
 }
 
 // Size is the buffer's size in bytes.

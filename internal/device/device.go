@@ -55,6 +55,12 @@ type Options struct {
 	// devices (where it would steal cycles from the driver's threads);
 	// negative disables spinning.
 	SpinWait time.Duration
+	// NoBufferDeviceAddress leaves bufferDeviceAddress off even where the
+	// device supports it, as on a device without it: Buffer.Address is 0,
+	// NewBuffer refuses buffers larger than MaxStorageBufferRange and
+	// NewPipeline refuses PipelineDesc.Addressed. For tests of that
+	// fallback.
+	NoBufferDeviceAddress bool
 }
 
 // DefaultSpinWait is the default Options.SpinWait on GPUs.
@@ -190,9 +196,13 @@ func Open(opt Options) (*Device, error) {
 	case opt.SpinWait > 0:
 		d.spin = opt.SpinWait
 	}
+	if opt.NoBufferDeviceAddress {
+		ci.bda, ci.ext_bda = 0, 0
+	}
 	if r := VkResult(C.fvk_device_create(in.c, C.uint32_t(idx), ci, cache, cacheLen, &d.c)); r != 0 {
 		return nil, fmt.Errorf("device: open %s: %w", infos[idx].Name, vkErr("vkCreateDevice", r))
 	}
+	d.info.BufferDeviceAddress = d.c.bda != 0
 	d.cinfo = ci
 	cinfos[idx] = nil // owned by d now
 	ok = true

@@ -477,7 +477,7 @@ func TestErrors(t *testing.T) {
 	ctx := ctxT(t)
 	_, err := d.NewBuffer(0)
 	assert.ErrorIs(t, err, device.ErrInvalid)
-	_, err = d.NewBuffer(int64(d.Info().MaxAllocation) + 1)
+	_, err = d.NewBuffer(int64(hardBufferLimit(d.Info())) + 1)
 	assert.ErrorIs(t, err, device.ErrTooLarge)
 	_, err = d.NewBuffer(math.MaxInt64)
 	assert.ErrorIs(t, err, device.ErrTooLarge)

@@ -87,8 +87,30 @@
 // Open enables exactly the features flashvk kernels use when the device
 // supports them: 8/16-bit storage, float16/int8/int16/int64/float64
 // arithmetic, subgroup extended types, the Vulkan memory model, subgroup
-// size control and full subgroups, VK_KHR_cooperative_matrix,
-// VK_NV_cooperative_matrix2 and VK_KHR_shader_bfloat16. Info reports them
-// along with the limits (subgroup sizes, shared memory, workgroup limits,
-// push-constant size, allocation limits); never assume these, read them.
+// size control and full subgroups, buffer device addresses
+// (bufferDeviceAddress: core in Vulkan 1.2, VK_KHR_buffer_device_address
+// on 1.1; Options.NoBufferDeviceAddress leaves it off),
+// VK_KHR_cooperative_matrix, VK_NV_cooperative_matrix2 and
+// VK_KHR_shader_bfloat16. Info reports them along with the limits
+// (subgroup sizes, shared memory, workgroup limits, push-constant size,
+// allocation and buffer limits); never assume these, read them.
+//
+// # Large buffers and device addresses
+//
+// One storage-buffer binding covers at most Info.MaxStorageBufferRange
+// bytes (a 32-bit limit; 128 MiB on lavapipe): Dispatch binds each buffer
+// with a descriptor of min(size, MaxStorageBufferRange) bytes. On a device
+// with Info.BufferDeviceAddress, device-local Buffers are also created for
+// shader device addresses: Buffer.Address is a 64-bit address that a
+// shader reads through GL_EXT_buffer_reference, passed in push constants,
+// reaching every byte of the buffer. On such a device NewBuffer accepts
+// buffers up to MaxBufferSize (maintenance4), trying sizes beyond
+// MaxAllocation (a limit some drivers allocate past; a refusal fails with
+// ErrOutOfMemory), and only pipelines created with PipelineDesc.Addressed
+// may bind buffers larger than MaxStorageBufferRange (they read those by
+// address; Dispatch refuses such a buffer for any other pipeline with
+// ErrTooLarge). Where MaxBufferSize is unknown, MaxAllocation is the
+// limit. Without buffer device addresses, NewBuffer refuses buffers larger
+// than MaxStorageBufferRange, Buffer.Address is 0 and NewPipeline refuses
+// Addressed pipelines with ErrUnsupported.
 package device

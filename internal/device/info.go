@@ -45,8 +45,8 @@ type Info struct {
 	MaxStorageBuffersPerStage uint32
 
 	// Memory.
-	MaxAllocation         uint64 // largest single allocation (maintenance3)
-	MaxStorageBufferRange uint64 // largest buffer that can be bound as a storage buffer
+	MaxAllocation         uint64 // maintenance3 maxMemoryAllocationSize (NewBuffer may try beyond it)
+	MaxStorageBufferRange uint64 // most bytes one storage-buffer binding covers
 	MaxBufferSize         uint64 // maintenance4 maxBufferSize, 0 when unknown
 	MaxAllocationCount    uint32
 	MinStorageAlignment   uint64 // minStorageBufferOffsetAlignment
@@ -54,6 +54,13 @@ type Info struct {
 	// UnifiedMemory reports that device-local memory is also host-visible
 	// (CPU drivers, integrated GPUs, resizable BAR).
 	UnifiedMemory bool
+	// BufferDeviceAddress: bufferDeviceAddress (Vulkan 1.2, or
+	// VK_KHR_buffer_device_address on 1.1). Device-local Buffers then
+	// have a 64-bit Buffer.Address through which shaders read them
+	// (GL_EXT_buffer_reference), and may be larger than
+	// MaxStorageBufferRange. For an open Device: enabled (see
+	// Options.NoBufferDeviceAddress).
+	BufferDeviceAddress bool
 
 	// Shader arithmetic and storage types.
 	Float16, Int8, Int16, Int64, Float64  bool

@@ -47,6 +47,12 @@ type PipelineDesc struct {
 	// FullSubgroups requires full subgroups (local_size_x must then be a
 	// multiple of the subgroup size); needs Info.ComputeFullSubgroups.
 	FullSubgroups bool
+	// Addressed: the shader reads some of its operands by device address
+	// (Buffer.Address in push constants; GL_EXT_buffer_reference), so
+	// buffers passed to Dispatch may be larger than MaxStorageBufferRange;
+	// the descriptor of each binding covers at most MaxStorageBufferRange
+	// bytes. Needs Info.BufferDeviceAddress and Info.Int64.
+	Addressed bool
 }
 
 // Pipeline is a compute pipeline with its layout.
@@ -57,6 +63,7 @@ type Pipeline struct {
 	setLayout C.VkDescriptorSetLayout
 	pushSize  uint32
 	bindings  int
+	addressed bool
 	name      string
 	closed    atomic.Bool
 }
@@ -66,6 +73,9 @@ func (p *Pipeline) PushSize() uint32 { return p.pushSize }
 
 // Bindings is the number of storage-buffer bindings.
 func (p *Pipeline) Bindings() int { return p.bindings }
+
+// Addressed is PipelineDesc.Addressed.
+func (p *Pipeline) Addressed() bool { return p.addressed }
 
 // Name is PipelineDesc.Name.
 func (p *Pipeline) Name() string { return p.name }
@@ -112,6 +122,9 @@ func (d *Device) NewPipeline(desc PipelineDesc) (*Pipeline, error) {
 	if full && !d.info.ComputeFullSubgroups {
 		return nil, fmt.Errorf("%w: %s: full subgroups not supported", ErrUnsupported, name)
 	}
+	if err := d.checkAddressed(name, desc.Addressed); err != nil {
+		return nil, err
+	}
 	entry := desc.Entry
 	if entry == "" {
 		entry = "main"
@@ -137,7 +150,8 @@ func (d *Device) NewPipeline(desc PipelineDesc) (*Pipeline, error) {
 	if full {
 		fullFlag = 1
 	}
-	p := &Pipeline{d: d, layout: layout, setLayout: setLayout, pushSize: desc.PushSize, bindings: desc.Bindings, name: name}
+	p := &Pipeline{d: d, layout: layout, setLayout: setLayout, pushSize: desc.PushSize, bindings: desc.Bindings,
+		addressed: desc.Addressed, name: name}
 	r := C.fvk_pipeline_create(d.c, (*C.uint32_t)(code), C.size_t(len(desc.SPIRV)), centry,
 		&ids[0], &vals[0], C.uint32_t(len(desc.Spec)), layout, C.uint32_t(sg), fullFlag, &p.p)
 	if r != 0 {
@@ -147,6 +161,22 @@ func (d *Device) NewPipeline(desc PipelineDesc) (*Pipeline, error) {
 	d.pipelines[p] = struct{}{}
 	d.lmu.Unlock()
 	return p, nil
+}
+
+// checkAddressed refuses PipelineDesc.Addressed on a device that cannot
+// run such a pipeline.
+func (d *Device) checkAddressed(name string, addressed bool) error {
+	switch {
+	case !addressed:
+		return nil
+	case !d.info.BufferDeviceAddress:
+		return fmt.Errorf("%w: %s: the pipeline reads operands by device address, and this device has no buffer device addresses (bufferDeviceAddress unsupported or left off)",
+			ErrUnsupported, name)
+	case !d.info.Int64:
+		return fmt.Errorf("%w: %s: the pipeline reads operands by 64-bit device address, and this device lacks shaderInt64",
+			ErrUnsupported, name)
+	}
+	return nil
 }
 
 // layouts returns the shared set layout for n bindings and the pipeline

@@ -31,7 +31,7 @@ type Recorder struct {
 	d       *Device
 	ops     []C.fvk_op
 	push    []byte
-	bufs    []C.VkBuffer
+	bufs    []C.fvk_binding
 	labels  []string
 	pipes   []*Pipeline
 	buffers []*Buffer
@@ -107,7 +107,9 @@ func (r *Recorder) fail(err error) error {
 
 // Dispatch records a dispatch of p with groups workgroups, push-constant
 // bytes push (exactly p's PushSize) and bufs bound to bindings 0..n-1 of
-// set 0 (exactly p's Bindings).
+// set 0 (exactly p's Bindings). Each binding's descriptor covers the first
+// min(size, MaxStorageBufferRange) bytes of its buffer; a buffer larger
+// than MaxStorageBufferRange fails with ErrTooLarge unless p is Addressed.
 func (r *Recorder) Dispatch(p *Pipeline, push []byte, groups [3]uint32, bufs ...*Buffer) error {
 	d := r.d
 	if p == nil {
@@ -135,6 +137,10 @@ func (r *Recorder) Dispatch(p *Pipeline, push []byte, groups [3]uint32, bufs ...
 		if err := b.usable(d); err != nil {
 			return r.fail(fmt.Errorf("dispatch %s: binding %d: %w", p.name, i, err))
 		}
+		if !p.addressed && uint64(b.size) > d.info.MaxStorageBufferRange {
+			return r.fail(fmt.Errorf("%w: dispatch %s: binding %d: buffer of %d bytes exceeds the device's storage-buffer range %d",
+				ErrTooLarge, p.name, i, b.size, d.info.MaxStorageBufferRange))
+		}
 	}
 	op := C.fvk_op{
 		kind:       C.FVK_OP_DISPATCH,
@@ -149,7 +155,7 @@ func (r *Recorder) Dispatch(p *Pipeline, push []byte, groups [3]uint32, bufs ...
 	op.groups[0], op.groups[1], op.groups[2] = C.uint32_t(groups[0]), C.uint32_t(groups[1]), C.uint32_t(groups[2])
 	r.push = append(r.push, push...)
 	for _, b := range bufs {
-		r.bufs = append(r.bufs, b.b.buffer)
+		r.bufs = append(r.bufs, C.fvk_binding{buffer: b.b.buffer, _range: C.uint64_t(b.bindingRange())})
 		r.buffers = append(r.buffers, b)
 	}
 	r.pipes = append(r.pipes, p)
@@ -292,7 +298,7 @@ func (d *Device) Submit(ctx context.Context, r *Recorder) (*Result, error) {
 
 type runOpts struct {
 	push        []byte
-	bufs        []C.VkBuffer
+	bufs        []C.fvk_binding
 	labels      []string
 	staging     []*staging // released when the submission completes
 	keepStaging bool       // on success, leave staging to the caller
@@ -393,7 +399,7 @@ func (d *Device) run(ctx context.Context, ops []C.fvk_op, o runOpts) (res *Resul
 	if len(o.push) > 0 {
 		pushPtr = (*C.uint8_t)(unsafe.Pointer(&o.push[0]))
 	}
-	var bufPtr *C.VkBuffer
+	var bufPtr *C.fvk_binding
 	if len(o.bufs) > 0 {
 		bufPtr = &o.bufs[0]
 	}

@@ -404,6 +404,7 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 	int edrv = !v12 && has_ext(exts, next, "VK_KHR_driver_properties");
 	int esc = !v13 && has_ext(exts, next, "VK_EXT_subgroup_size_control");
 	int em4 = !v13 && has_ext(exts, next, "VK_KHR_maintenance4");
+	int ebda = !v12 && has_ext(exts, next, "VK_KHR_buffer_device_address");
 	int ecm = has_ext(exts, next, "VK_KHR_cooperative_matrix");
 	int ecm2 = has_ext(exts, next, "VK_NV_cooperative_matrix2");
 	int ebf = has_ext(exts, next, "VK_KHR_shader_bfloat16");
@@ -468,6 +469,8 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		fvk_coopmat_features_khr cmf = {FVK_STYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
 		fvk_coopmat2_features_nv cm2f = {FVK_STYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV};
 		fvk_bf16_features_khr bf = {FVK_STYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR};
+		VkPhysicalDeviceBufferDeviceAddressFeatures bdaf = {
+		    VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES};
 		tail = &f2.pNext;
 		CHAIN(tail, &s16);
 		if (v12 || e8) CHAIN(tail, &s8);
@@ -478,6 +481,7 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		if (ecm) CHAIN(tail, &cmf);
 		if (ecm2) CHAIN(tail, &cm2f);
 		if (ebf) CHAIN(tail, &bf);
+		if (v12 || ebda) CHAIN(tail, &bdaf);
 		in->GetPhysicalDeviceFeatures2(pd, &f2);
 		o->storage16 = s16.storageBuffer16BitAccess;
 		o->push16 = s16.storagePushConstant16;
@@ -497,6 +501,7 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		o->bf16_type = bf.shaderBFloat16Type;
 		o->bf16_dot = bf.shaderBFloat16DotProduct;
 		o->bf16_coopmat = bf.shaderBFloat16CooperativeMatrix;
+		o->bda = bdaf.bufferDeviceAddress;
 
 		// Extensions to enable (only where a wanted feature is present).
 		o->ext_16bit = 0; // core since 1.1, which extended queries require anyway
@@ -515,6 +520,7 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		o->ext_coopmat2 = ecm2 && any2 && o->ext_coopmat;
 		if (!o->ext_coopmat2) memset(&o->coopmat2, 0, sizeof o->coopmat2);
 		o->ext_bf16 = ebf && (o->bf16_type || o->bf16_dot || o->bf16_coopmat);
+		o->ext_bda = ebda && o->bda;
 
 		if (o->coopmat && in->GetCoopMatPropsKHR)
 			QUERY_ARRAY(in->GetCoopMatPropsKHR, pd, o->coopmats, FVK_MAX_COOPMAT,
@@ -587,6 +593,7 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	if (o->ext_coopmat2) exts[next++] = "VK_NV_cooperative_matrix2";
 	if (o->ext_bf16) exts[next++] = "VK_KHR_shader_bfloat16";
 	if (o->ext_portability) exts[next++] = "VK_KHR_portability_subset";
+	if (o->ext_bda) exts[next++] = "VK_KHR_buffer_device_address";
 
 	uint32_t api = o->api_version < in->api ? o->api_version : in->api;
 	api = VK_MAKE_API_VERSION(0, VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api), 0);
@@ -622,6 +629,10 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	bf.shaderBFloat16Type = o->bf16_type;
 	bf.shaderBFloat16DotProduct = o->bf16_dot;
 	bf.shaderBFloat16CooperativeMatrix = o->bf16_coopmat;
+	// Only bufferDeviceAddress: capture/replay and multi-device stay off.
+	VkPhysicalDeviceBufferDeviceAddressFeatures bdaf = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES};
+	bdaf.bufferDeviceAddress = o->bda;
+	int bda = (v12 || o->ext_bda) && o->bda;
 
 	void **tail = &f2.pNext;
 	if ((v11 || o->ext_16bit) && (o->storage16 || o->push16)) CHAIN(tail, &s16);
@@ -633,6 +644,7 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	if (o->ext_coopmat) CHAIN(tail, &cmf);
 	if (o->ext_coopmat2) CHAIN(tail, &cm2f);
 	if (o->ext_bf16) CHAIN(tail, &bf);
+	if (bda) CHAIN(tail, &bdaf);
 
 	float prio = 1.0f;
 	VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -711,6 +723,11 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	DPROC(d, WaitForFences);
 	DPROC(d, ResetFences);
 	DPROC(d, GetFenceStatus);
+	if (bda) {
+		const char *name = o->ext_bda ? "vkGetBufferDeviceAddressKHR" : "vkGetBufferDeviceAddress";
+		d->GetBufferDeviceAddress = (PFN_vkGetBufferDeviceAddress)in->GetDeviceProcAddr(d->device, name);
+		d->bda = d->GetBufferDeviceAddress != NULL;
+	}
 
 	d->GetDeviceQueue(d->device, d->family, 0, &d->queue);
 
@@ -771,12 +788,20 @@ static int find_type(fvk_device *d, uint32_t bits, uint32_t want, uint32_t avoid
 	return -1;
 }
 
+static uint64_t buffer_address(fvk_device *d, VkBuffer b) {
+	VkBufferDeviceAddressInfo ai = {VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+	ai.buffer = b;
+	return d->GetBufferDeviceAddress(d->device, &ai);
+}
+
 VkResult fvk_buffer_create(fvk_device *d, uint64_t size, int kind, fvk_buffer *out) {
 	memset(out, 0, sizeof *out);
 	VkBufferCreateInfo bci = {VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
 	bci.size = size;
 	bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
 	            VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+	int addressed = kind == FVK_MEM_DEVICE && d->bda;
+	if (addressed) bci.usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
 	bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
 	VkResult r = CREATE(d, CreateBuffer, &bci, &out->buffer, FVK_OBJ_BUFFER);
 	if (r != VK_SUCCESS) return r;
@@ -805,13 +830,24 @@ VkResult fvk_buffer_create(fvk_device *d, uint64_t size, int kind, fvk_buffer *o
 		if (t < 0) t = find_type(d, req.memoryTypeBits, HV, LAZY);
 		break;
 	}
+	// An allocation larger than its heap is invalid usage, not a failure
+	// the driver reports: refuse it here.
 	if (t < 0) {
 		fvk_buffer_destroy(d, out);
+		return VK_ERROR_OUT_OF_DEVICE_MEMORY;
+	}
+	uint64_t heap = d->mem.memoryHeaps[d->mem.memoryTypes[t].heapIndex].size;
+	if (req.size > heap) {
+		fvk_buffer_destroy(d, out);
+		out->over_heap = heap;
 		return VK_ERROR_OUT_OF_DEVICE_MEMORY;
 	}
 	VkMemoryAllocateInfo mai = {VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
 	mai.allocationSize = req.size;
 	mai.memoryTypeIndex = (uint32_t)t;
+	VkMemoryAllocateFlagsInfo mafi = {VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+	mafi.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+	if (addressed) mai.pNext = &mafi;
 	r = CREATE(d, AllocateMemory, &mai, &out->memory, FVK_OBJ_MEMORY);
 	if (r != VK_SUCCESS) {
 		fvk_buffer_destroy(d, out);
@@ -826,6 +862,7 @@ VkResult fvk_buffer_create(fvk_device *d, uint64_t size, int kind, fvk_buffer *o
 		fvk_buffer_destroy(d, out);
 		return r;
 	}
+	if (addressed) out->address = buffer_address(d, out->buffer);
 	out->size = size;
 	out->atom = 256; // >= any nonCoherentAtomSize seen in practice; only used for non-coherent memory
 	return VK_SUCCESS;
@@ -1091,7 +1128,7 @@ static VkResult ensure_queries(fvk_device *d, fvk_frame *f, uint32_t n) {
 }
 
 VkResult fvk_record(fvk_device *d, fvk_frame *f, const fvk_op *ops, uint32_t nops, const uint8_t *push,
-                    const VkBuffer *bufs, uint32_t nqueries, int32_t *bad) {
+                    const fvk_binding *bufs, uint32_t nqueries, int32_t *bad) {
 	*bad = -1;
 	VkResult r = VK_SUCCESS;
 	if (nqueries) {
@@ -1109,7 +1146,7 @@ VkResult fvk_record(fvk_device *d, fvk_frame *f, const fvk_op *ops, uint32_t nop
 
 	VkDescriptorSet last_set = VK_NULL_HANDLE;
 	VkDescriptorSetLayout last_layout = VK_NULL_HANDLE;
-	const VkBuffer *last_bufs = NULL;
+	const fvk_binding *last_bufs = NULL;
 	uint32_t last_n = 0;
 	VkPipeline bound = VK_NULL_HANDLE;
 	for (uint32_t i = 0; i < nops; i++) {
@@ -1125,7 +1162,7 @@ VkResult fvk_record(fvk_device *d, fvk_frame *f, const fvk_op *ops, uint32_t nop
 				bound = op->pipeline;
 			}
 			if (op->nbufs > 0) {
-				const VkBuffer *b = bufs + op->buf_off;
+				const fvk_binding *b = bufs + op->buf_off;
 				int same = last_set != VK_NULL_HANDLE && last_layout == op->set_layout && last_n == op->nbufs &&
 				           memcmp(last_bufs, b, op->nbufs * sizeof *b) == 0;
 				if (!same) {
@@ -1138,9 +1175,9 @@ VkResult fvk_record(fvk_device *d, fvk_frame *f, const fvk_op *ops, uint32_t nop
 					VkDescriptorBufferInfo info[FVK_MAX_BINDINGS];
 					VkWriteDescriptorSet w = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
 					for (uint32_t j = 0; j < op->nbufs; j++) {
-						info[j].buffer = b[j];
+						info[j].buffer = b[j].buffer;
 						info[j].offset = 0;
-						info[j].range = VK_WHOLE_SIZE;
+						info[j].range = b[j].range;
 					}
 					w.dstSet = set;
 					w.dstBinding = 0;

@@ -198,6 +198,7 @@ typedef struct fvk_info {
 	VkBool32 shader_float16, shader_int8, shader_int16, shader_int64, shader_float64;
 	VkBool32 storage16, storage8, push16;
 	VkBool32 vmm, vmm_device_scope;
+	VkBool32 bda; // bufferDeviceAddress
 	VkBool32 bf16_type, bf16_dot, bf16_coopmat;
 	VkBool32 coopmat, coopmat_robust;
 	uint32_t coopmat_stages;
@@ -215,7 +216,7 @@ typedef struct fvk_info {
 	// the feature is core at the effective API version or unsupported).
 	uint8_t ext_16bit, ext_8bit, ext_f16i8, ext_subgroup_ext_types, ext_vmm;
 	uint8_t ext_size_control, ext_coopmat, ext_coopmat2, ext_bf16, ext_portability;
-	uint8_t ext_maintenance4;
+	uint8_t ext_maintenance4, ext_bda;
 } fvk_info;
 
 void fvk_query(fvk_instance *in, uint32_t index, fvk_info *out);
@@ -232,6 +233,7 @@ typedef struct fvk_device {
 	VkPipelineCache cache;
 	VkPhysicalDeviceMemoryProperties mem;
 	uint32_t size_control; // RequiredSubgroupSize usable for compute
+	uint32_t bda;          // bufferDeviceAddress enabled and vkGetBufferDeviceAddress loaded
 
 	PFN_vkDestroyDevice DestroyDevice;
 	PFN_vkGetDeviceQueue GetDeviceQueue;
@@ -287,11 +289,16 @@ typedef struct fvk_device {
 	PFN_vkWaitForFences WaitForFences;
 	PFN_vkResetFences ResetFences;
 	PFN_vkGetFenceStatus GetFenceStatus;
+	// vkGetBufferDeviceAddress (core 1.2) or vkGetBufferDeviceAddressKHR;
+	// NULL unless bda.
+	PFN_vkGetBufferDeviceAddress GetBufferDeviceAddress;
 } fvk_device;
 
 // fvk_device_create creates the logical device on physical device index with
 // every feature from info that flashvk uses enabled, one queue from
-// info->queue_family and a pipeline cache seeded with cache_data.
+// info->queue_family and a pipeline cache seeded with cache_data. The
+// caller clears info->bda and info->ext_bda to leave buffer device
+// addresses off.
 VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *info,
                            const void *cache_data, size_t cache_size, fvk_device **out);
 void fvk_device_destroy(fvk_device *d);
@@ -308,8 +315,16 @@ typedef struct fvk_buffer {
 	uint32_t coherent; // mapped memory is HOST_COHERENT
 	uint64_t size;
 	uint64_t atom;     // nonCoherentAtomSize
+	uint64_t address;  // device address; 0 unless FVK_MEM_DEVICE on a device with bda
+	uint64_t over_heap; // set by a refused fvk_buffer_create: the size of the heap the buffer exceeds
 } fvk_buffer;
 
+// fvk_buffer_create creates a buffer of size bytes bound to its own memory
+// of kind. On a device with bda, FVK_MEM_DEVICE buffers are created for
+// shader device addresses and out->address is set. A buffer larger than
+// the memory heap it would come from fails with
+// VK_ERROR_OUT_OF_DEVICE_MEMORY without reaching the driver, and
+// out->over_heap is then that heap's size.
 VkResult fvk_buffer_create(fvk_device *d, uint64_t size, int kind, fvk_buffer *out);
 void fvk_buffer_destroy(fvk_device *d, fvk_buffer *b);
 VkResult fvk_buffer_flush(fvk_device *d, fvk_buffer *b, uint64_t size);
@@ -377,10 +392,18 @@ typedef struct fvk_op {
 	VkBuffer dst, src;
 } fvk_op;
 
-// fvk_record records ops into the frame's command buffer. On failure *bad is
-// the index of the offending op (or -1).
+// fvk_binding is one storage buffer of a dispatch: its descriptor covers
+// bytes [0, range) of buffer.
+typedef struct fvk_binding {
+	VkBuffer buffer;
+	uint64_t range;
+} fvk_binding;
+
+// fvk_record records ops into the frame's command buffer; dispatches bind
+// bufs[op->buf_off .. op->buf_off+op->nbufs). On failure *bad is the index
+// of the offending op (or -1).
 VkResult fvk_record(fvk_device *d, fvk_frame *f, const fvk_op *ops, uint32_t nops,
-                    const uint8_t *push, const VkBuffer *bufs, uint32_t nqueries, int32_t *bad);
+                    const uint8_t *push, const fvk_binding *bufs, uint32_t nqueries, int32_t *bad);
 VkResult fvk_submit(fvk_device *d, fvk_frame *f);
 VkResult fvk_wait(fvk_device *d, fvk_frame *f, uint64_t timeout_ns);
 VkResult fvk_fence_status(fvk_device *d, fvk_frame *f);

@@ -39,6 +39,9 @@ type Key struct {
 	Bindings      int
 	SubgroupSize  uint32 // required subgroup size, 0 = driver's choice
 	FullSubgroups bool
+	// Addressed: the shader reads operands through buffer device
+	// addresses (device.PipelineDesc.Addressed).
+	Addressed bool
 }
 
 // mapKey is the comparable form of Key.
@@ -50,6 +53,7 @@ type mapKey struct {
 	bindings      int
 	subgroup      uint32
 	fullSubgroups bool
+	addressed     bool
 }
 
 type entry struct {
@@ -167,6 +171,7 @@ func (c *Cache) Get(k Key) (*device.Pipeline, error) {
 		Bindings:             k.Bindings,
 		RequiredSubgroupSize: k.SubgroupSize,
 		FullSubgroups:        k.FullSubgroups,
+		Addressed:            k.Addressed,
 	})
 	took := time.Since(start)
 
@@ -203,7 +208,7 @@ func (c *Cache) keyLocked(k Key) mapKey {
 		spec = binary.LittleEndian.AppendUint32(spec, s.Value)
 	}
 	return mapKey{spirv: d.digest, entry: entry, spec: string(spec), push: k.PushSize,
-		bindings: k.Bindings, subgroup: k.SubgroupSize, fullSubgroups: k.FullSubgroups}
+		bindings: k.Bindings, subgroup: k.SubgroupSize, fullSubgroups: k.FullSubgroups, addressed: k.Addressed}
 }
 
 // Stats returns cache counters.

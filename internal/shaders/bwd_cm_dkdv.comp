@@ -11,6 +11,9 @@
 //   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
 //   f32 (bwd_pre)   6 dK (K's strides, written)   7 dV (V's strides,
 //   written)
+// ADDRESSED build: Q, K, V, dO, dK, dV at pc.addr[0 … 5] instead of
+//   bindings 0 1 2 3 6 7 (params.glsl, Operands; 16-byte aligned addresses
+//   when VEC = 1); LSE, D stay bindings 4, 5.
 // Push constants: Params. Grid: (ceil(Nk/BC), Hkv, B).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR query rows
 //   per step (a multiple of CM_N and CM_K); 4 BC = NSG·CM_M keys per
@@ -44,27 +47,21 @@ layout(constant_id = 23) const uint KVREG = 0;
 // MMAs), 0 loads them between the step's barriers.
 layout(constant_id = 22) const uint PREFETCH = 0;
 
-layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
-layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
-layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
-layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
-layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
-layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
-layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
-layout(std430, binding = 3) readonly buffer dOBufV { uvec4 do_vec[]; };
+OPERAND_V(0, 0, QBuf, q, readonly)
+OPERAND_V(1, 1, KBuf, k, readonly)
+OPERAND_V(2, 2, VBuf, v, readonly)
+OPERAND_V(3, 3, dOBuf, do, readonly)
 layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
 layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
-layout(std430, binding = 6) writeonly buffer dKBuf { STYPE dk_buf[]; };
-layout(std430, binding = 6) writeonly buffer dKBufV { uvec4 dk_vec[]; };
-layout(std430, binding = 7) writeonly buffer dVBuf { STYPE dv_buf[]; };
-layout(std430, binding = 7) writeonly buffer dVBufV { uvec4 dv_vec[]; };
+OPERAND_V(4, 6, dKBuf, dk, writeonly)
+OPERAND_V(5, 7, dVBuf, dv, writeonly)
 
-CM_FETCH(fetch_q, q_buf, q_vec, q_base, D)
-CM_FETCH(fetch_k, k_buf, k_vec, k_base, D)
-CM_FETCH(fetch_v, v_buf, v_vec, v_base, DV)
-CM_FETCH(fetch_do, do_buf, do_vec, o_base, DV)
-CM_STORE(store_dk, dk_buf, dk_vec, k_base, D)
-CM_STORE(store_dv, dv_buf, dv_vec, v_base, DV)
+CM_FETCH(fetch_q, q, q_base, D)
+CM_FETCH(fetch_k, k, k_base, D)
+CM_FETCH(fetch_v, v, v_base, DV)
+CM_FETCH(fetch_do, do, o_base, DV)
+CM_STORE(store_dk, dk, k_base, D)
+CM_STORE(store_dv, dv, v_base, DV)
 
 // Prefetch registers: this invocation's share of one step's tiles.
 const uint NPQ = (BR * DP8 + WG - 1u) / WG;

@@ -9,6 +9,9 @@
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
 //   f32 (bwd_pre)   6 dQ (Q's strides, written)
+// ADDRESSED build: Q, K, V, dO, dQ at pc.addr[0 … 4] instead of bindings
+//   0 1 2 3 6 (params.glsl, Operands; 16-byte aligned addresses when
+//   VEC = 1); LSE, D stay bindings 4, 5.
 // Push constants: Params. Grid: (ceil(Nq/BR), Hq, B).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
 //   query rows per workgroup (each subgroup owns CM_M rows); 4 BC keys per
@@ -28,24 +31,19 @@
 #include "params.glsl"
 #include "cm_common.glsl"
 
-layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
-layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
-layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
-layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
-layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
-layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
-layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
-layout(std430, binding = 3) readonly buffer dOBufV { uvec4 do_vec[]; };
+OPERAND_V(0, 0, QBuf, q, readonly)
+OPERAND_V(1, 1, KBuf, k, readonly)
+OPERAND_V(2, 2, VBuf, v, readonly)
+OPERAND_V(3, 3, dOBuf, do, readonly)
 layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
 layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
-layout(std430, binding = 6) writeonly buffer dQBuf { STYPE dq_buf[]; };
-layout(std430, binding = 6) writeonly buffer dQBufV { uvec4 dq_vec[]; };
+OPERAND_V(4, 6, dQBuf, dq, writeonly)
 
-CM_FETCH(fetch_q, q_buf, q_vec, q_base, D)
-CM_FETCH(fetch_k, k_buf, k_vec, k_base, D)
-CM_FETCH(fetch_v, v_buf, v_vec, v_base, DV)
-CM_FETCH(fetch_do, do_buf, do_vec, o_base, DV)
-CM_STORE(store_dq, dq_buf, dq_vec, q_base, D)
+CM_FETCH(fetch_q, q, q_base, D)
+CM_FETCH(fetch_k, k, k_base, D)
+CM_FETCH(fetch_v, v, v_base, DV)
+CM_FETCH(fetch_do, do, o_base, DV)
+CM_STORE(store_dq, dq, q_base, D)
 
 const uint NQF = DP / CM_K;   // Q fragments (A)
 const uint NOF = DVP / CM_K;  // dO fragments (A)

@@ -2,7 +2,7 @@
 // share: the input bindings, the fp32 tiles they stage in shared memory,
 // the macros that stage them and the register-tiled products S = Q Kᵀ and
 // dP = dO Vᵀ. Include after params.glsl; the kernel declares its output
-// bindings (6, 7) after it.
+// operands (bindings 6, 7; address slots 4, 5) after it.
 //
 // Input bindings (set 0):
 //   0 Q   [B,Nq,Hq,D]   STYPE, readonly (pc.q_*)
@@ -11,6 +11,7 @@
 //   3 dO  [B,Nq,Hq,DV]  STYPE, readonly (O's strides, pc.o_*)
 //   4 LSE [B,Hq,Nq]     float32, readonly (from the forward)
 //   5 D   [B,Hq,Nq]     float32, readonly (from bwd_pre)
+// (ADDRESSED build: Q, K, V, dO at address slots 0 … 3, params.glsl.)
 //
 // Shared memory, staged as fp32 for every storage type (rows padded by one
 // float):
@@ -18,10 +19,10 @@
 //   sK, sV     BC key rows of K and V
 //   sdS        dS, BR × BC
 //   sLSE, sD   LSE and D of the BR query rows
-layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
-layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
-layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
-layout(std430, binding = 3) readonly buffer dOBuf { STYPE do_buf[]; };
+OPERAND(0, 0, QBuf, q, readonly)
+OPERAND(1, 1, KBuf, k, readonly)
+OPERAND(2, 2, VBuf, v, readonly)
+OPERAND(3, 3, dOBuf, do, readonly)
 layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
 layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
 
@@ -37,22 +38,22 @@ shared float sdS[BR * LDP];
 shared float sLSE[BR];
 shared float sD[BR];
 
-// STAGE_ROWS(tile, LD, N, DIM, buf, BASE, b, s0, h, valid): rows s0 …
-// s0+N−1 of head h of batch b of the operand in buf (row offsets BASE,
+// STAGE_ROWS(tile, LD, N, DIM, op, BASE, b, s0, h, valid): rows s0 …
+// s0+N−1 of head h of batch b of operand op (row offsets BASE,
 // features 0 … DIM−1) into the fp32 tile (row stride LD); rows past valid
 // are 0. The whole workgroup runs it (tid in scope) between barriers.
-#define STAGE_ROWS(tile, LD, N, DIM, buf, BASE, b, s0, h, valid) \
+#define STAGE_ROWS(tile, LD, N, DIM, op, BASE, b, s0, h, valid) \
 	STRIDED_BEGIN(e, (N) * (DIM)) \
 		uint r = e / (DIM); \
 		uint d = e - r * (DIM); \
-		tile[r * (LD) + d] = r < (valid) ? LOAD(buf[BASE(b, (s0) + r, h) + d]) : 0.0; \
+		tile[r * (LD) + d] = r < (valid) ? LOAD(EL(op, BASE(b, (s0) + r, h) + d)) : 0.0; \
 	STRIDED_END
 
 // STAGE_QUERY_TILE(b, h, r0, rows): query rows r0 … r0+BR−1 of head h of
 // batch b into sQ, sdO, sLSE and sD; rows past rows are 0 (LSE −inf).
 #define STAGE_QUERY_TILE(b, h, r0, rows) \
-	STAGE_ROWS(sQ, LDK, BR, D, q_buf, q_base, b, r0, h, rows) \
-	STAGE_ROWS(sdO, LDV, BR, DV, do_buf, o_base, b, r0, h, rows) \
+	STAGE_ROWS(sQ, LDK, BR, D, q, q_base, b, r0, h, rows) \
+	STAGE_ROWS(sdO, LDV, BR, DV, do, o_base, b, r0, h, rows) \
 	for (uint r = tid; r < BR; r += WG) { \
 		sLSE[r] = r < (rows) ? lse_buf[lse_index(b, h, (r0) + r)] : NEG_INF; \
 		sD[r] = r < (rows) ? d_buf[lse_index(b, h, (r0) + r)] : 0.0; \
@@ -61,8 +62,8 @@ shared float sD[BR];
 // STAGE_KEY_TILE(b, kvh, c0, cols): key rows c0 … c0+BC−1 of key/value
 // head kvh of batch b into sK and sV; rows past cols are 0.
 #define STAGE_KEY_TILE(b, kvh, c0, cols) \
-	STAGE_ROWS(sK, LDK, BC, D, k_buf, k_base, b, c0, kvh, cols) \
-	STAGE_ROWS(sV, LDV, BC, DV, v_buf, v_base, b, c0, kvh, cols)
+	STAGE_ROWS(sK, LDK, BC, D, k, k_base, b, c0, kvh, cols) \
+	STAGE_ROWS(sV, LDV, BC, DV, v, v_base, b, c0, kvh, cols)
 
 // TILE_PRODUCT(acc, DIM, LD, sOwn, t, T, M, sSpread, SPREAD, N): the
 // register-tiled acc[m·N + n] += Σ_d sOwn[(t + T·m)·LD + d] ·

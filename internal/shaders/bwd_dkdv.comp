@@ -5,6 +5,8 @@
 // Bindings (set 0): 0 Q, 1 K, 2 V, 3 dO, 4 LSE, 5 D as bwd_common.glsl;
 //   6 dK  [B,Nk,Hkv,D]  STYPE, written (K's strides)
 //   7 dV  [B,Nk,Hkv,DV] STYPE, written (V's strides)
+// ADDRESSED build: Q, K, V, dO, dK, dV at pc.addr[0 … 5] instead of
+//   bindings 0 1 2 3 6 7 (params.glsl, Operands); LSE, D stay bindings 4, 5.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per inner tile),
 //   4 BC (key rows per workgroup) (5 SUBGROUP unused: no reductions).
 // Grid: (ceil(Nk/BC), Hkv, B); workgroup (x, y, z) owns keys x·BC … x·BC+BC−1
@@ -32,8 +34,8 @@
 #include "params.glsl"
 #include "bwd_common.glsl"
 
-layout(std430, binding = 6) writeonly buffer dKBuf { STYPE dk_buf[]; };
-layout(std430, binding = 7) writeonly buffer dVBuf { STYPE dv_buf[]; };
+OPERAND(4, 6, dKBuf, dk, writeonly)
+OPERAND(5, 7, dVBuf, dv, writeonly)
 
 const uint TX0 = WG / BC;
 const uint TX = TX0 < 1u ? 1u : TX0;
@@ -137,18 +139,18 @@ void main() {
 	[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
 		uint c = tk + TK * mm;
 		if (c < cols) {
-			uint kb = k_base(b, c0 + c, kvh);
-			uint vb = v_base(b, c0 + c, kvh);
+			OFFSET kb = k_base(b, c0 + c, kvh);
+			OFFSET vb = v_base(b, c0 + c, kvh);
 			[[unroll]] for (uint n = 0u; n < DN; ++n) {
 				uint d = tx + TX * n;
 				if (d < D) {
-					dk_buf[kb + d] = STORE(dk[mm * DN + n] * pc.scale);
+					EL(dk, kb + d) = STORE(dk[mm * DN + n] * pc.scale);
 				}
 			}
 			[[unroll]] for (uint n = 0u; n < DVN; ++n) {
 				uint d = tx + TX * n;
 				if (d < DV) {
-					dv_buf[vb + d] = STORE(dv[mm * DVN + n]);
+					EL(dv, vb + d) = STORE(dv[mm * DVN + n]);
 				}
 			}
 		}

@@ -4,6 +4,8 @@
 //
 // Bindings (set 0): 0 Q, 1 K, 2 V, 3 dO, 4 LSE, 5 D as bwd_common.glsl;
 //   6 dQ  [B,Nq,Hq,D]   STYPE, written (Q's strides)
+// ADDRESSED build: Q, K, V, dO, dQ at pc.addr[0 … 4] instead of bindings
+//   0 1 2 3 6 (params.glsl, Operands); LSE, D stay bindings 4, 5.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per workgroup),
 //   4 BC (key rows per inner tile) (5 SUBGROUP unused: no reductions).
 // Grid: (ceil(Nq/BR), Hq, B).
@@ -28,7 +30,7 @@
 #include "params.glsl"
 #include "bwd_common.glsl"
 
-layout(std430, binding = 6) writeonly buffer dQBuf { STYPE dq_buf[]; };
+OPERAND(4, 6, dQBuf, dq, writeonly)
 
 const uint TX0 = WG / BR;
 const uint TX = TX0 < 1u ? 1u : TX0;
@@ -115,11 +117,11 @@ void main() {
 	[[unroll]] for (uint m = 0u; m < QM; ++m) {
 		uint r = tq + TQ * m;
 		if (r < rows) {
-			uint qb = q_base(b, r0 + r, h);
+			OFFSET qb = q_base(b, r0 + r, h);
 			[[unroll]] for (uint n = 0u; n < DN; ++n) {
 				uint d = tx + TX * n;
 				if (d < D) {
-					dq_buf[qb + d] = STORE(dq[m * DN + n] * pc.scale);
+					EL(dq, qb + d) = STORE(dq[m * DN + n] * pc.scale);
 				}
 			}
 		}

@@ -5,6 +5,8 @@
 //   0 O  [B,Nq,Hq,DV] STYPE, readonly (pc.o_* strides)
 //   1 dO [B,Nq,Hq,DV] STYPE, readonly (O's strides)
 //   2 D  [B,Hq,Nq]    float32, written
+// ADDRESSED build: O, dO at pc.addr[0], pc.addr[1] instead of bindings 0, 1
+//   (params.glsl, Operands); D stays binding 2.
 // Spec constants: 0 WG, 2 DV, 3 BR (rows per workgroup), 5 SUBGROUP;
 //   TPR = WG/BR threads share a row and must be a power of two ≤ SUBGROUP
 //   (rows are reduced with subgroupShuffleXor); WG a multiple of SUBGROUP.
@@ -14,8 +16,8 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "params.glsl"
 
-layout(std430, binding = 0) readonly buffer OBuf { STYPE o_buf[]; };
-layout(std430, binding = 1) readonly buffer dOBuf { STYPE do_buf[]; };
+OPERAND(0, 0, OBuf, o, readonly)
+OPERAND(1, 1, dOBuf, do, readonly)
 layout(std430, binding = 2) writeonly buffer DBuf { float d_buf[]; };
 
 const uint TPR = WG / BR;
@@ -28,11 +30,11 @@ void main() {
 	uint i = gl_WorkGroupID.x * BR + tid / TPR;
 	float x = 0.0;
 	if (i < pc.Nq) {
-		uint ob = o_base(b, i, h);
+		OFFSET ob = o_base(b, i, h);
 		[[unroll]] for (uint d0 = 0u; d0 < DV; d0 += TPR) {
 			uint d = d0 + lane;
 			if (d < DV) {
-				x += LOAD(do_buf[ob + d]) * LOAD(o_buf[ob + d]);
+				x += LOAD(EL(do, ob + d)) * LOAD(EL(o, ob + d));
 			}
 		}
 	}

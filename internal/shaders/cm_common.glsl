@@ -59,31 +59,33 @@ uvec4 pack8(CM_RAWT x[8]) {
 		CM_PACK2(x[4], x[5]), CM_PACK2(x[6], x[7]));
 }
 
-// CM_FETCH(name, sbuf, vbuf, BASE, DIM) defines uvec4 name(b, s, h, c4):
-// features 8·c4 … 8·c4+7 of row (b, s, h) of the operand in sbuf (scalar
-// view) / vbuf (uvec4 view) whose row offset BASE gives, zero past DIM.
-#define CM_FETCH(name, sbuf, vbuf, BASE, DIM) \
+// CM_FETCH(name, op, BASE, DIM) defines uvec4 name(b, s, h, c4):
+// features 8·c4 … 8·c4+7 of row (b, s, h) of operand op (declared with
+// OPERAND_V: VEC reads 16 bytes at once, EL one element) whose row offset
+// BASE gives, zero past DIM.
+#define CM_FETCH(name, op, BASE, DIM) \
 	uvec4 name(uint b, uint s, uint h, uint c4) { \
-		uint base = BASE(b, s, h); \
+		OFFSET base = BASE(b, s, h); \
 		if (VEC != 0u) { \
-			return c4 < (DIM) / 8u ? vbuf[(base >> 3u) + c4] : uvec4(0u); \
+			return c4 < (DIM) / 8u ? VEC(op, (base >> 3u) + c4) : uvec4(0u); \
 		} \
 		CM_RAWT x[8]; \
 		[[unroll]] for (uint u = 0u; u < 8u; ++u) { \
 			uint d = c4 * 8u + u; \
-			x[u] = d < (DIM) ? CM_RAW(sbuf[base + d]) : CM_RAW0; \
+			x[u] = d < (DIM) ? CM_RAW(EL(op, base + d)) : CM_RAW0; \
 		} \
 		return pack8(x); \
 	}
 
-// CM_STORE(name, sbuf, vbuf, BASE, DIM) defines void name(b, s, h, c4, w):
-// writes the 8 features of chunk c4 held in w to row (b, s, h), those < DIM.
-#define CM_STORE(name, sbuf, vbuf, BASE, DIM) \
+// CM_STORE(name, op, BASE, DIM) defines void name(b, s, h, c4, w): writes
+// the 8 features of chunk c4 held in w to row (b, s, h) of operand op
+// (OPERAND_V), those < DIM.
+#define CM_STORE(name, op, BASE, DIM) \
 	void name(uint b, uint s, uint h, uint c4, uvec4 w) { \
-		uint base = BASE(b, s, h); \
+		OFFSET base = BASE(b, s, h); \
 		if (VEC != 0u) { \
 			if (c4 < (DIM) / 8u) { \
-				vbuf[(base >> 3u) + c4] = w; \
+				VEC(op, (base >> 3u) + c4) = w; \
 			} \
 			return; \
 		} \
@@ -91,10 +93,10 @@ uvec4 pack8(CM_RAWT x[8]) {
 			CM_UNPACK2(w[u]); \
 			uint d = c4 * 8u + 2u * u; \
 			if (d < (DIM)) { \
-				sbuf[base + d] = CM_LO; \
+				EL(op, base + d) = CM_LO; \
 			} \
 			if (d + 1u < (DIM)) { \
-				sbuf[base + d + 1u] = CM_HI; \
+				EL(op, base + d + 1u) = CM_HI; \
 			} \
 		} \
 	}

@@ -50,9 +50,11 @@ const (
 // have no f32 build, no DefaultConfig and their own spec constants).
 var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV, KernelBwdCMDQ}
 
-// KernelDTypes lists the storage types kernel is built for (nil for an
-// unknown kernel).
+// KernelDTypes lists the storage types kernel (a base or addressed name)
+// is built for (nil for an unknown kernel); an addressed variant has its
+// base kernel's.
 func KernelDTypes(kernel string) []string {
+	kernel = baseKernel(kernel)
 	if slices.Contains(CoopMatKernels, kernel) {
 		return []string{DTypeF16, DTypeBF16}
 	}

@@ -95,9 +95,16 @@ func TestFlashCMSharedBytesMatchSPIRV(t *testing.T) {
 }
 
 // testFlashCMSharedBytes: the bf16 module has the f16 one's shared arrays
-// (16-bit elements), so FlashCMSharedBytes serves both.
+// (16-bit elements), so FlashCMSharedBytes serves both, and the addressed
+// variant has the base module's.
 func testFlashCMSharedBytes(t *testing.T, dt string) {
-	m := reflectKernel(t, KernelFlashCM, dt)
+	for _, k := range []string{KernelFlashCM, Addressed(KernelFlashCM)} {
+		testFlashCMSharedBytesOf(t, k, dt)
+	}
+}
+
+func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
+	m := reflectKernel(t, k, dt)
 	for _, c := range []struct{ nsg, bc, mode, d, dv int }{
 		{8, 64, 1, 128, 128}, {8, 128, 1, 64, 64}, {4, 32, 0, 128, 128}, {4, 32, 0, 256, 256},
 		{4, 64, 1, 96, 40}, {2, 16, 0, 1, 1}, {8, 64, 0, 64, 80},
@@ -108,11 +115,11 @@ func testFlashCMSharedBytes(t *testing.T, dt string) {
 		}
 		got, err := m.SharedBytes(spec)
 		if err != nil {
-			t.Fatalf("%+v: %v", c, err)
+			t.Fatalf("%s %+v: %v", k, c, err)
 		}
 		// The Go mirror rounds MODE 1's half scalar up to 4 bytes.
 		if want := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv); got > want || want-got > 2 {
-			t.Errorf("%+v: SPIR-V shared %d bytes, FlashCMSharedBytes %d", c, got, want)
+			t.Errorf("%s %+v: SPIR-V shared %d bytes, FlashCMSharedBytes %d", k, c, got, want)
 		}
 	}
 }
@@ -125,9 +132,9 @@ func TestBwdCMSharedBytesMatchSPIRV(t *testing.T) {
 
 // testBwdCMSharedBytes: as testFlashCMSharedBytes, for the backward.
 func testBwdCMSharedBytes(t *testing.T, dt string) {
-	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ} {
+	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ, Addressed(KernelBwdCMDKDV), Addressed(KernelBwdCMDQ)} {
 		m := reflectKernel(t, k, dt)
-		dkdv := k == KernelBwdCMDKDV
+		dkdv := baseKernel(k) == KernelBwdCMDKDV
 		for _, c := range []struct{ m, sg, nsg, step, mode, d, dv int }{
 			{16, 32, 4, 32, 1, 128, 128}, {16, 32, 4, 64, 1, 64, 64}, {16, 32, 2, 32, 0, 128, 128},
 			{16, 32, 1, 16, 0, 256, 256}, {8, 8, 2, 16, 0, 96, 40}, {16, 32, 2, 16, 0, 1, 1}, {16, 32, 8, 32, 1, 64, 80},

@@ -19,8 +19,21 @@
 // buffers, bindings 0 … Bindings(kernel)−1, plus the 80-byte push-constant
 // block Params.
 //
+// Addressed variants (addressed.go): flash, bwd_pre, bwd_dkdv, bwd_dq and
+// the cooperative-matrix flash_cm, bwd_cm_dkdv, bwd_cm_dq are also built
+// as NAME.addr.DTYPE.spv (kernel name Addressed(NAME) = NAME + ".addr",
+// the base kernel's storage types and SPIR-V version), which read and write
+// the storage-type operands through 64-bit buffer device addresses
+// (AddressSlots) passed in the 128-byte push-constant block
+// AddressedParams; LSE and D stay bindings. naive, minimal and
+// flash_cm_probe have none (HasAddressed).
+//
 // Device requirements and pipeline settings:
 //   - f16 and bf16 modules: storageBuffer16BitAccess.
+//   - addressed modules (NAME.addr.DTYPE.spv): bufferDeviceAddress and
+//     shaderInt64 (capabilities PhysicalStorageBufferAddresses and Int64;
+//     the SPIR-V 1.3 ones use SPV_KHR_physical_storage_buffer, core in the
+//     SPIR-V 1.6 ones), plus everything their base kernel needs.
 //   - flash and bwd_pre: subgroup shuffles (VK_SUBGROUP_FEATURE_SHUFFLE_BIT
 //     in the compute stage), a workgroup size that is a multiple of the
 //     subgroup size, and subgroups of exactly spec constant SUBGROUP
@@ -126,28 +139,30 @@ var (
 )
 
 // Bindings returns the number of storage-buffer bindings (0 … n−1, set 0)
-// of kernel.
+// of kernel; an addressed variant has its base kernel's (its descriptor set
+// layout keeps them all; the module does not use the address slots').
 func Bindings(kernel string) (int, error) {
-	n, ok := kernelBindings[kernel]
+	n, ok := kernelBindings[baseKernel(kernel)]
 	if !ok {
 		return 0, fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
 	return n, nil
 }
 
-// SpecIDs returns the specialization constant IDs kernel declares.
+// SpecIDs returns the specialization constant IDs kernel declares (an
+// addressed variant: its base kernel's).
 func SpecIDs(kernel string) ([]uint32, error) {
-	ids, ok := kernelSpecIDs[kernel]
+	ids, ok := kernelSpecIDs[baseKernel(kernel)]
 	if !ok {
 		return nil, fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
 	return append([]uint32(nil), ids...), nil
 }
 
-// SPIRV returns the SPIR-V of kernel for storage type dtype ("f32", "f16"
-// or "bf16"). The slice is a fresh copy.
+// SPIRV returns the SPIR-V of kernel (a base or addressed name) for
+// storage type dtype ("f32", "f16" or "bf16"). The slice is a fresh copy.
 func SPIRV(kernel, dtype string) ([]byte, error) {
-	if _, ok := kernelBindings[kernel]; !ok {
+	if _, ok := kernelBindings[baseKernel(kernel)]; !ok {
 		return nil, fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
 	if !slices.Contains(DTypes, dtype) {

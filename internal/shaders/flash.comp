@@ -8,6 +8,8 @@
 //   3 O   [B,Nq,Hq,DV] STYPE, written    (pc.o_*)
 //   4 LSE [B,Hq,Nq]    float32, written  (natural log; −inf for a row that
 //                                         sees no key, whose O row is 0)
+// ADDRESSED build (flash.addr.DTYPE.spv): Q, K, V, O at pc.addr[0 … 3]
+//   instead of bindings 0 … 3 (params.glsl, Operands); LSE stays binding 4.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR, 4 BC, 5 SUBGROUP.
 // Grid: (ceil(Nq/BR), Hq, B); workgroup (x, y, z) computes query rows
 //   x·BR … x·BR+BR−1 of head y of batch z.
@@ -43,10 +45,10 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "params.glsl"
 
-layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
-layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
-layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
-layout(std430, binding = 3) writeonly buffer OBuf { STYPE o_buf[]; };
+OPERAND(0, 0, QBuf, q, readonly)
+OPERAND(1, 1, KBuf, k, readonly)
+OPERAND(2, 2, VBuf, v, readonly)
+OPERAND(3, 3, OBuf, o, writeonly)
 layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
 
 const uint TC0 = BC / 4u;
@@ -81,7 +83,7 @@ void main() {
 		uint d = e - r * D;
 		float x = 0.0;
 		if (r < rows) {
-			x = LOAD(q_buf[q_base(b, r0 + r, h) + d]);
+			x = LOAD(EL(q, q_base(b, r0 + r, h) + d));
 		}
 		sQ[r * LDQ + d] = x;
 	STRIDED_END
@@ -117,7 +119,7 @@ void main() {
 			uint d = e - c * D;
 			float x = 0.0;
 			if (c < cols) {
-				x = LOAD(k_buf[k_base(b, c0 + c, kvh) + d]);
+				x = LOAD(EL(k, k_base(b, c0 + c, kvh) + d));
 			}
 			sKV[c * LDQ + d] = x;
 		STRIDED_END
@@ -179,7 +181,7 @@ void main() {
 			uint d = e - c * DV;
 			float x = 0.0;
 			if (c < cols) {
-				x = LOAD(v_buf[v_base(b, c0 + c, kvh) + d]);
+				x = LOAD(EL(v, v_base(b, c0 + c, kvh) + d));
 			}
 			sKV[c * DV + d] = x;
 		STRIDED_END
@@ -208,11 +210,11 @@ void main() {
 		if (r < rows) {
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).
 			float inv = lt > 0.0 ? 1.0 / lt : 0.0;
-			uint ob = o_base(b, r0 + r, h);
+			OFFSET ob = o_base(b, r0 + r, h);
 			[[unroll]] for (uint j = 0u; j < DVN; ++j) {
 				uint dv = tc + TC * j;
 				if (dv < DV) {
-					o_buf[ob + dv] = STORE(acc[i * DVN + j] * inv);
+					EL(o, ob + dv) = STORE(acc[i * DVN + j] * inv);
 				}
 			}
 			if (tc == 0u) {

@@ -11,6 +11,9 @@
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 O [B,Nq,Hq,DV] (written)   4 LSE [B,Hq,Nq] f32 (written; −inf and
 //   an O row of 0 for a row that sees no key)
+// ADDRESSED build: Q, K, V, O at pc.addr[0 … 3] instead of bindings
+//   0 … 3 (params.glsl, Operands; 16-byte aligned addresses when VEC = 1);
+//   LSE stays binding 4.
 // Push constants: Params (params.glsl). Grid: (ceil(Nq/BR), Hq, B).
 //
 // Spec constants (params.glsl ids 0–5, plus 10–22):
@@ -65,20 +68,16 @@
 
 layout(constant_id = 22) const uint PREFETCH = 0;
 
-layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
-layout(std430, binding = 0) readonly buffer QBufV { uvec4 q_vec[]; };
-layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };
-layout(std430, binding = 1) readonly buffer KBufV { uvec4 k_vec[]; };
-layout(std430, binding = 2) readonly buffer VBuf { STYPE v_buf[]; };
-layout(std430, binding = 2) readonly buffer VBufV { uvec4 v_vec[]; };
-layout(std430, binding = 3) writeonly buffer OBuf { STYPE o_buf[]; };
-layout(std430, binding = 3) writeonly buffer OBufV { uvec4 o_vec[]; };
+OPERAND_V(0, 0, QBuf, q, readonly)
+OPERAND_V(1, 1, KBuf, k, readonly)
+OPERAND_V(2, 2, VBuf, v, readonly)
+OPERAND_V(3, 3, OBuf, o, writeonly)
 layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
 
-CM_FETCH(fetch_q, q_buf, q_vec, q_base, D)
-CM_FETCH(fetch_k, k_buf, k_vec, k_base, D)
-CM_FETCH(fetch_v, v_buf, v_vec, v_base, DV)
-CM_STORE(store_o, o_buf, o_vec, o_base, DV)
+CM_FETCH(fetch_q, q, q_base, D)
+CM_FETCH(fetch_k, k, k_base, D)
+CM_FETCH(fetch_v, v, v_base, DV)
+CM_STORE(store_o, o, o_base, DV)
 
 const uint NQF = DP / CM_K;                  // Q fragments (A) per subgroup
 const uint NOT = DVP / CM_N;                 // O accumulators per subgroup

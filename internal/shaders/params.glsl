@@ -3,13 +3,17 @@
 // It declares the push-constant block (mirrored field for field by
 // shaders.Params in params.go; params_test.go checks the offsets against
 // the compiled SPIR-V), the specialization constants, the storage type and
-// the helpers every kernel uses: masking (key_limit / query_first), row base
-// offsets and LSE/D indexing.
+// the helpers every kernel uses: operand declaration and access (OPERAND,
+// EL, VEC), masking (key_limit / query_first), row base offsets and LSE/D
+// indexing.
 //
 // Compile-time defines: STORAGE_F16 (set by the build for NAME.f16.spv)
 // makes the Q/K/V/O/dO/dQ/dK/dV buffers float16_t, STORAGE_BF16 (for
 // NAME.bf16.spv) uint16_t holding bfloat16 bits; otherwise float. LSE, D and
-// scratch are always float32, and all math is fp32.
+// scratch are always float32, and all math is fp32. ADDRESSED (set for
+// NAME.addr.DTYPE.spv) reads and writes those STYPE operands through 64-bit
+// buffer device addresses with 64-bit offsets instead of storage-buffer
+// bindings (see "Operands" below).
 //
 // Conventions (internal/spec): Q [B,Nq,Hq,D], K [B,Nk,Hkv,D], V [B,Nk,Hkv,DV],
 // O/dO [B,Nq,Hq,DV] through element strides (batch, seq, head), feature
@@ -20,12 +24,18 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
+#ifdef ADDRESSED
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#endif
 
 // Storage type STYPE of the Q/K/V/O/dO/dQ/dK/dV buffers; kernels read them
 // only through LOAD (STYPE → float, exact) and write them only through
 // STORE (float → STYPE, round to nearest even).
+// STYPE_BYTES is its size in bytes.
 #if defined(STORAGE_F16)
 #define STYPE float16_t
+#define STYPE_BYTES 2
 #define LOAD(x) float(x)
 #define STORE(x) float16_t(x)
 #elif defined(STORAGE_BF16)
@@ -35,10 +45,12 @@
 // 16-bit operations are loads, stores and conversions, so the modules need
 // storageBuffer16BitAccess and no shaderInt16.
 #define STYPE uint16_t
+#define STYPE_BYTES 2
 #define LOAD(x) uintBitsToFloat(uint(x) << 16)
 #define STORE(x) uint16_t(bf16_round(x))
 #else
 #define STYPE float
+#define STYPE_BYTES 4
 #define LOAD(x) float(x)
 #define STORE(x) float(x)
 #endif
@@ -59,7 +71,9 @@ uint bf16_round(float x) {
 }
 #endif
 
-// Push constants: 20 × 4 = 80 bytes (the Vulkan minimum is 128).
+// Push constants: 20 × 4 = 80 bytes; ADDRESSED modules append the operand
+// addresses at byte 80, 128 bytes in all (the Vulkan minimum of
+// maxPushConstantsSize).
 layout(push_constant) uniform Params {
 	uint B; uint Hq; uint Hkv; uint Nq; uint Nk;
 	uint q_b; uint q_s; uint q_h;   // element strides (batch, seq, head); feature stride 1
@@ -69,7 +83,52 @@ layout(push_constant) uniform Params {
 	float scale;                    // softmax scale (resolved, never 0)
 	uint mask;                      // 0 none, 1 causal top-left, 2 causal bottom-right
 	uint group;                     // Hq / Hkv
+#ifdef ADDRESSED
+	uint64_t addr[6];               // per address slot: element 0 of its operand (shaders.MaxAddressSlots)
+#endif
 } pc;
+
+// Operands. Each kernel declares its STYPE operands (Q, K, V, O, dO, dQ,
+// dK, dV) with
+//   OPERAND(slot, bnd, Name, op, qual)    scalar access
+//   OPERAND_V(slot, bnd, Name, op, qual)  scalar and 16-byte access
+// (op the operand's short name, e.g. q or do; qual readonly or writeonly)
+// and reads and writes their elements only through
+//   EL(op, i)   element i (STYPE), an lvalue
+//   VEC(op, i)  16-byte unit i (uvec4: elements 8i … 8i+7 of 16-bit
+//               storage; OPERAND_V only), an lvalue
+// with i an offset from the row bases below (OFFSET).
+// Bindings build: OPERAND declares
+//   layout(std430, binding = bnd) qual buffer Name { STYPE op_buf[]; };
+// OPERAND_V also the uvec4 view of the same binding
+//   layout(std430, binding = bnd) qual buffer NameV { uvec4 op_vec[]; };
+// and EL(op, i) is op_buf[i], VEC(op, i) op_vec[i].
+// ADDRESSED build: the operand has no binding; it lies at pc.addr[slot]
+// (slot = its position among the kernel's STYPE operands in binding
+// order, shaders.AddressSlots). OPERAND declares the buffer_reference type
+// op_ref { STYPE x; } (aligned to STYPE_BYTES) and the constant op_slot,
+// OPERAND_V also op_vref { uvec4 x; } (aligned to 16: the host passes
+// 16-byte aligned addresses where the kernel takes its 16-byte path), and
+// EL(op, i) is op_ref(pc.addr[op_slot] + uint64_t(i) * STYPE_BYTES).x,
+// VEC(op, i) op_vref(pc.addr[op_slot] + uint64_t(i) * 16).x.
+#ifdef ADDRESSED
+#define OPERAND(slot, bnd, Name, op, qual) \
+	layout(buffer_reference, std430, buffer_reference_align = STYPE_BYTES) qual buffer op##_ref { STYPE x; }; \
+	const uint op##_slot = slot;
+#define OPERAND_V(slot, bnd, Name, op, qual) \
+	OPERAND(slot, bnd, Name, op, qual) \
+	layout(buffer_reference, std430, buffer_reference_align = 16) qual buffer op##_vref { uvec4 x; };
+#define EL(op, i) op##_ref(pc.addr[op##_slot] + uint64_t(i) * uint64_t(STYPE_BYTES)).x
+#define VEC(op, i) op##_vref(pc.addr[op##_slot] + uint64_t(i) * uint64_t(16)).x
+#else
+#define OPERAND(slot, bnd, Name, op, qual) \
+	layout(std430, binding = bnd) qual buffer Name { STYPE op##_buf[]; };
+#define OPERAND_V(slot, bnd, Name, op, qual) \
+	OPERAND(slot, bnd, Name, op, qual) \
+	layout(std430, binding = bnd) qual buffer Name##V { uvec4 op##_vec[]; };
+#define EL(op, i) op##_buf[i]
+#define VEC(op, i) op##_vec[i]
+#endif
 
 // Specialization constants, shared ids (shaders/embed.go mirrors them):
 //   0 workgroup size (local_size_x), 1 D, 2 DV, 3 BR, 4 BC, 5 SUBGROUP.
@@ -122,12 +181,22 @@ uint query_first(uint j) {
 // function per operand. Varlen (packed sequences through cu_seqlens) will
 // later replace the batch term b*stride_b (and the sequence lengths) here,
 // in this one place per operand; kernels never compute offsets themselves.
-// Offsets are 32-bit: each operand's binding must hold < 2^32 elements.
-uint q_base(uint b, uint s, uint h) { return b * pc.q_b + s * pc.q_s + h * pc.q_h; }
-uint k_base(uint b, uint s, uint h) { return b * pc.k_b + s * pc.k_s + h * pc.k_h; }
-uint v_base(uint b, uint s, uint h) { return b * pc.v_b + s * pc.v_s + h * pc.v_h; }
+// Offsets have type OFFSET: uint in the bindings build (each operand's
+// binding must hold < 2^32 elements), uint64_t in the ADDRESSED build
+// (every product widened first by WIDE; the strides stay 32-bit). Kernels
+// keep row bases and element offsets in OFFSET variables.
+#ifdef ADDRESSED
+#define OFFSET uint64_t
+#define WIDE(x) uint64_t(x)
+#else
+#define OFFSET uint
+#define WIDE(x) x
+#endif
+OFFSET q_base(uint b, uint s, uint h) { return WIDE(b) * pc.q_b + WIDE(s) * pc.q_s + WIDE(h) * pc.q_h; }
+OFFSET k_base(uint b, uint s, uint h) { return WIDE(b) * pc.k_b + WIDE(s) * pc.k_s + WIDE(h) * pc.k_h; }
+OFFSET v_base(uint b, uint s, uint h) { return WIDE(b) * pc.v_b + WIDE(s) * pc.v_s + WIDE(h) * pc.v_h; }
 // O and dO share O's strides (dQ uses q_base, dK k_base, dV v_base).
-uint o_base(uint b, uint s, uint h) { return b * pc.o_b + s * pc.o_s + h * pc.o_h; }
+OFFSET o_base(uint b, uint s, uint h) { return WIDE(b) * pc.o_b + WIDE(s) * pc.o_s + WIDE(h) * pc.o_h; }
 // Index of row (b, h, i) in LSE and D (contiguous [B, Hq, Nq]).
 uint lse_index(uint b, uint h, uint i) { return (b * pc.Hq + h) * pc.Nq + i; }
 

@@ -75,21 +75,29 @@ func TestPushConstantsMirrorParams(t *testing.T) {
 			t.Errorf("%s: push-constant block has %d members, Params %d fields", name, len(pc.Members), typ.NumField())
 			continue
 		}
-		for i, mem := range pc.Members {
-			f := typ.Field(i)
-			if int(mem.Offset) != int(f.Offset) {
-				t.Errorf("%s: member %d %q at offset %d, Params.%s at %d", name, i, mem.Name, mem.Offset, f.Name, f.Offset)
-			}
-			if mem.Name != glslName(f.Name) {
-				t.Errorf("%s: member %d is %q, Params field %d is %s (want %q)", name, i, mem.Name, i, f.Name, glslName(f.Name))
-			}
-			want := "uint32"
-			if f.Type.Kind() == reflect.Float32 {
-				want = "float32"
-			}
-			if mem.Kind != want || int(mem.Size) != int(f.Type.Size()) {
-				t.Errorf("%s: member %q is %s (%d bytes), Params.%s is %s", name, mem.Name, mem.Kind, mem.Size, f.Name, f.Type)
-			}
+		checkParamsMembers(t, name, pc.Members)
+	}
+}
+
+// checkParamsMembers checks push-constant members 0 … NumField(Params)−1
+// against Params' fields: offsets, names and types.
+func checkParamsMembers(t *testing.T, name string, members []spirv.Member) {
+	t.Helper()
+	typ := reflect.TypeOf(Params{})
+	for i, mem := range members[:min(len(members), typ.NumField())] {
+		f := typ.Field(i)
+		if int(mem.Offset) != int(f.Offset) {
+			t.Errorf("%s: member %d %q at offset %d, Params.%s at %d", name, i, mem.Name, mem.Offset, f.Name, f.Offset)
+		}
+		if mem.Name != glslName(f.Name) {
+			t.Errorf("%s: member %d is %q, Params field %d is %s (want %q)", name, i, mem.Name, i, f.Name, glslName(f.Name))
+		}
+		want := "uint32"
+		if f.Type.Kind() == reflect.Float32 {
+			want = "float32"
+		}
+		if mem.Kind != want || int(mem.Size) != int(f.Type.Size()) || mem.Len != 0 {
+			t.Errorf("%s: member %q is %s (%d bytes, length %d), Params.%s is %s", name, mem.Name, mem.Kind, mem.Size, mem.Len, f.Name, f.Type)
 		}
 	}
 }

@@ -136,8 +136,8 @@ func BwdTileLayout(wg, rows int) (BwdLayout, error) {
 	return l, nil
 }
 
-// CheckConfig checks c for kernel on a device with limits lim and head dims
-// d, dv (f16: the storage type).
+// CheckConfig checks c for kernel (an addressed variant as its base) on a
+// device with limits lim and head dims d, dv (f16: the storage type).
 func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error {
 	if d < 1 || dv < 1 || d > MaxHeadDim || dv > MaxHeadDim {
 		return fmt.Errorf("shaders: head dims D=%d DV=%d outside 1 … %d", d, dv, MaxHeadDim)
@@ -149,7 +149,7 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 		return fmt.Errorf("shaders: tile %d×%d must be positive", c.BR, c.BC)
 	}
 	shared := 0
-	switch kernel {
+	switch baseKernel(kernel) {
 	case KernelNaive:
 		if !isPow2(c.WG) {
 			return fmt.Errorf("shaders: naive needs a power-of-two WG (got %d)", c.WG)
@@ -204,9 +204,10 @@ type SpecEntry struct {
 	Value uint32
 }
 
-// SpecEntries returns the specialization constants of kernel for Config c,
-// head dims d, dv, the device's subgroup size and (naive only) the pass
-// 0, 1 or 2, in ID order, limited to the IDs the kernel declares.
+// SpecEntries returns the specialization constants of kernel (a base or
+// addressed name) for Config c, head dims d, dv, the device's subgroup
+// size and (naive only) the pass 0, 1 or 2, in ID order, limited to the
+// IDs the kernel declares.
 func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int) ([]SpecEntry, error) {
 	ids, err := SpecIDs(kernel)
 	if err != nil {
@@ -240,7 +241,8 @@ const loopUnroll = 8
 // LoopIterations returns an upper bound of the loop iterations one
 // invocation of kernel runs for Config c, head dims d, dv, nq queries,
 // nk keys and group query heads per key/value head (naive: the largest of
-// its three passes). Compare it with LavapipeLoopLimit on lavapipe.
+// its three passes; an addressed variant as its base). Compare it with
+// LavapipeLoopLimit on lavapipe.
 func LoopIterations(kernel string, c Config, d, dv, nq, nk, group int) int {
 	u := func(n int) int { return ceilDiv(max(n, 0), loopUnroll) }
 	strided := func(n int) int { return ceilDiv(n, max(c.WG, 1)*loopUnroll) }
@@ -250,7 +252,7 @@ func LoopIterations(kernel string, c Config, d, dv, nq, nk, group int) int {
 		log2++
 	}
 	// A loop that runs k iterations costs lavapipe k+1 (its last test).
-	switch kernel {
+	switch baseKernel(kernel) {
 	case KernelNaive:
 		p0 := 1 + ceilDiv(d, wg) + ceilDiv(nk, wg)*(2+u(d))
 		p1 := 3*(1+ceilDiv(nk, wg)) + 2*(1+log2)

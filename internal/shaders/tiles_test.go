@@ -13,9 +13,9 @@ func specMap(entries []SpecEntry) map[uint32]uint32 {
 }
 
 // TestSharedBytesMatchSPIRV evaluates every module's shared arrays after
-// specialization and compares them with the Go formulas.
+// specialization and compares them with the Go formulas (addressed
+// variants: their base kernel's).
 func TestSharedBytesMatchSPIRV(t *testing.T) {
-	mods := reflectAll(t)
 	type tc struct {
 		c        Config
 		d, dv, s int
@@ -28,33 +28,39 @@ func TestSharedBytesMatchSPIRV(t *testing.T) {
 		{Config{32, 16, 4}, 1, 3, 16},
 		{Config{64, 64, 16}, 17, 96, 32},
 	}
-	for _, k := range Kernels {
-		for _, dt := range DTypes {
-			m := mods[k+"."+dt]
-			for _, c := range cases {
-				e, _ := SpecEntries(k, c.c, c.d, c.dv, c.s, 1)
-				got, err := m.SharedBytes(specMap(e))
-				if err != nil {
-					t.Fatalf("%s.%s: %v", k, dt, err)
-				}
-				f16 := dt == DTypeF16
-				var want int
-				switch k {
-				case KernelNaive:
-					want = NaiveSharedBytes(c.c.WG, c.d)
-				case KernelMinimal:
-					want = MinimalSharedBytes(c.c.BR, c.c.BC, c.d, c.dv, f16)
-				case KernelFlash:
-					want = FlashFwdSharedBytes(c.c.BR, c.c.BC, c.d, c.dv, f16)
-				case KernelBwdPre:
-					want = 0
-				case KernelBwdDKDV:
-					want = BwdDKDVSharedBytes(c.c.BR, c.c.BC, c.d, c.dv, f16)
-				case KernelBwdDQ:
-					want = BwdDQSharedBytes(c.c.BR, c.c.BC, c.d, c.dv, f16)
-				}
-				if got != want {
-					t.Errorf("%s.%s %+v D=%d DV=%d: SPIR-V shared %d bytes, Go formula %d", k, dt, c.c, c.d, c.dv, got, want)
+	for _, base := range Kernels {
+		names := []string{base}
+		if HasAddressed(base) {
+			names = append(names, Addressed(base))
+		}
+		for _, k := range names {
+			for _, dt := range DTypes {
+				m := reflectKernel(t, k, dt)
+				for _, c := range cases {
+					e, _ := SpecEntries(k, c.c, c.d, c.dv, c.s, 1)
+					got, err := m.SharedBytes(specMap(e))
+					if err != nil {
+						t.Fatalf("%s.%s: %v", k, dt, err)
+					}
+					f16 := dt == DTypeF16
+					var want int
+					switch base {
+					case KernelNaive:
+						want = NaiveSharedBytes(c.c.WG, c.d)
+					case KernelMinimal:
+						want = MinimalSharedBytes(c.c.BR, c.c.BC, c.d, c.dv, f16)
+					case KernelFlash:
+						want = FlashFwdSharedBytes(c.c.BR, c.c.BC, c.d, c.dv, f16)
+					case KernelBwdPre:
+						want = 0
+					case KernelBwdDKDV:
+						want = BwdDKDVSharedBytes(c.c.BR, c.c.BC, c.d, c.dv, f16)
+					case KernelBwdDQ:
+						want = BwdDQSharedBytes(c.c.BR, c.c.BC, c.d, c.dv, f16)
+					}
+					if got != want {
+						t.Errorf("%s.%s %+v D=%d DV=%d: SPIR-V shared %d bytes, Go formula %d", k, dt, c.c, c.d, c.dv, got, want)
+					}
 				}
 			}
 		}

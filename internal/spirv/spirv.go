@@ -1,14 +1,16 @@
 // Package spirv is a small SPIR-V reader for tests: just enough reflection
 // to check flashvk's compiled kernels against the Go side of their
 // interface (push-constant layout, specialization constant IDs and
-// constants after specialization, descriptor bindings, capabilities, float
-// types, shared-memory size). Production code does not import it.
+// constants after specialization, descriptor bindings, buffer-reference
+// blocks, capabilities, extensions, the addressing model, float types,
+// shared-memory size). Production code does not import it.
 package spirv
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -18,6 +20,8 @@ const (
 
 	opName             = 5
 	opMemberName       = 6
+	opExtension        = 10
+	opMemoryModel      = 14
 	opCapability       = 17
 	opTypeInt          = 21
 	opTypeFloat        = 22
@@ -39,6 +43,9 @@ const (
 	decSpecID        = 1
 	decBlock         = 2
 	decBufferBlock   = 3
+	decArrayStride   = 6
+	decNonWritable   = 24
+	decNonReadable   = 25
 	decBinding       = 33
 	decDescriptorSet = 34
 	decOffset        = 35
@@ -47,6 +54,9 @@ const (
 	scWorkgroup     = 4
 	scPushConstant  = 9
 	scStorageBuffer = 12
+	// scPhysicalStorageBuffer is the storage class of buffer device
+	// address pointers (GL_EXT_buffer_reference).
+	scPhysicalStorageBuffer = 5349
 
 	// CapabilityFloat16, CapabilityInt16 and
 	// CapabilityStorageBuffer16BitAccess are SPIR-V capabilities that need
@@ -61,6 +71,15 @@ const (
 	CapabilityBFloat16Type              = 5116
 	CapabilityBFloat16CooperativeMatrix = 5118
 	CapabilityCooperativeMatrix         = 6022
+	// CapabilityInt64 needs shaderInt64; CapabilityPhysicalStorageBufferAddresses
+	// needs bufferDeviceAddress (SPV_KHR_physical_storage_buffer, core in
+	// SPIR-V 1.5).
+	CapabilityInt64                          = 11
+	CapabilityPhysicalStorageBufferAddresses = 5347
+
+	// AddressingPhysicalStorageBuffer64 is OpMemoryModel's addressing model
+	// of modules that use buffer device addresses (Logical, 0, otherwise).
+	AddressingPhysicalStorageBuffer64 = 5348
 
 	// fpEncodingBFloat16 is OpTypeFloat's FP Encoding operand BFloat16KHR.
 	fpEncodingBFloat16 = 0
@@ -72,15 +91,24 @@ type Module struct {
 	Version uint32
 	// Capabilities are the OpCapability operands, in module order.
 	Capabilities []uint32
+	// Extensions are the OpExtension names, in module order.
+	Extensions []string
+	// AddressingModel is OpMemoryModel's addressing model (0 Logical,
+	// AddressingPhysicalStorageBuffer64, …).
+	AddressingModel uint32
 	// PushConstants is the push-constant block, nil if none.
 	PushConstants *Block
 	// Spec maps each SpecId to its default value (booleans as 0/1).
 	Spec map[uint32]uint32
 	// Bindings are the storage buffers, sorted by (set, binding).
 	Bindings []Binding
+	// BufferReferences are the structs (Block-decorated) that
+	// PhysicalStorageBuffer pointers point to (GL_EXT_buffer_reference
+	// types), in the order of their pointer types.
+	BufferReferences []Block
 
 	names      map[uint32]string
-	consts     map[uint32]uint32   // OpConstant (32-bit) values
+	consts     map[uint32]uint32   // OpConstant values (a 64-bit one: its low word)
 	specID     map[uint32]uint32   // spec constant result id → SpecId
 	specDef    map[uint32]uint32   // spec constant result id → default
 	specOps    map[uint32][]uint32 // OpSpecConstantOp: opcode, operands…
@@ -91,6 +119,8 @@ type Module struct {
 
 // Block is a Block-decorated struct.
 type Block struct {
+	// Name is the struct's OpName ("" if none).
+	Name    string
 	Members []Member
 	// Size is the offset past the last member.
 	Size uint32
@@ -100,10 +130,19 @@ type Block struct {
 type Member struct {
 	Name   string
 	Offset uint32
-	// Kind is "uint32", "int32", "float32", "float16", "bfloat16", ... or
-	// "other".
+	// Kind is "uint32", "int32", "uint64", "float32", "float16",
+	// "bfloat16", ... or "other"; for an array (Len > 0) the kind of its
+	// element.
 	Kind string
+	// Size is the member's size in bytes (an array's: Len·ArrayStride; 0
+	// for "other").
 	Size uint32
+	// Len and ArrayStride are an array member's length and stride (0 for
+	// anything else).
+	Len, ArrayStride uint32
+	// NonWritable and NonReadable are the member's decorations (readonly
+	// and writeonly in GLSL).
+	NonWritable, NonReadable bool
 }
 
 // Binding is one storage-buffer descriptor.
@@ -192,6 +231,8 @@ func Reflect(spv []byte) (*Module, error) {
 	memberNames := map[[2]uint32]string{}
 	decor := map[uint32]map[uint32]uint32{} // id → decoration → first literal (or 1)
 	memberOffset := map[[2]uint32]uint32{}
+	memberDecor := map[[2]uint32]map[uint32]bool{} // (struct, member) → decorations
+	var refPointees []uint32                       // pointees of PhysicalStorageBuffer pointer types
 	types := map[uint32]spvType{}
 	specVal := map[uint32]uint32{}
 	type variable struct{ ptrType, storage uint32 }
@@ -217,10 +258,19 @@ func Reflect(spv []byte) (*Module, error) {
 			}
 		case opCapability:
 			m.Capabilities = append(m.Capabilities, ins[0])
+		case opExtension:
+			m.Extensions = append(m.Extensions, spvString(ins))
+		case opMemoryModel:
+			if len(ins) >= 1 {
+				m.AddressingModel = ins[0]
+			}
 		case opTypeInt, opTypeFloat:
 			types[ins[0]] = spvType{op: op, ops: ins[1:], width: ins[1]}
 		case opTypeVector, opTypeArray, opTypeRuntimeArray, opTypeStruct, opTypePointer:
 			types[ins[0]] = spvType{op: op, ops: ins[1:]}
+			if op == opTypePointer && len(ins) >= 3 && ins[1] == scPhysicalStorageBuffer && !slices.Contains(refPointees, ins[2]) {
+				refPointees = append(refPointees, ins[2])
+			}
 		case opConstant:
 			if len(ins) >= 3 {
 				m.consts[ins[1]] = ins[2]
@@ -251,9 +301,17 @@ func Reflect(spv []byte) (*Module, error) {
 			}
 			decor[ins[0]][ins[1]] = v
 		case opMemberDecorate:
-			if len(ins) >= 4 && ins[2] == decOffset {
-				memberOffset[[2]uint32{ins[0], ins[1]}] = ins[3]
+			if len(ins) < 3 {
+				break
 			}
+			key := [2]uint32{ins[0], ins[1]}
+			if len(ins) >= 4 && ins[2] == decOffset {
+				memberOffset[key] = ins[3]
+			}
+			if memberDecor[key] == nil {
+				memberDecor[key] = map[uint32]bool{}
+			}
+			memberDecor[key][ins[2]] = true
 		}
 	}
 
@@ -278,6 +336,39 @@ func Reflect(spv []byte) (*Module, error) {
 	m.types = types
 
 	kind := func(id uint32) (string, uint32) { return types[id].kind() }
+	// block reads the members of Block struct id.
+	block := func(id uint32, what string) (*Block, error) {
+		st := types[id]
+		if st.op != opTypeStruct || decor[id][decBlock] == 0 {
+			return nil, fmt.Errorf("spirv: %s is not a Block struct", what)
+		}
+		b := &Block{Name: names[id]}
+		for k, mt := range st.ops {
+			key := [2]uint32{id, uint32(k)}
+			off, ok := memberOffset[key]
+			if !ok {
+				return nil, fmt.Errorf("spirv: %s member %d has no Offset", what, k)
+			}
+			mem := Member{Name: memberNames[key], Offset: off,
+				NonWritable: memberDecor[key][decNonWritable], NonReadable: memberDecor[key][decNonReadable]}
+			if t := types[mt]; t.op == opTypeArray {
+				n, err := m.eval(t.ops[1], nil, 0)
+				if err != nil {
+					return nil, fmt.Errorf("spirv: %s member %d: array length: %w", what, k, err)
+				}
+				mem.Kind, _ = kind(t.ops[0])
+				mem.Len, mem.ArrayStride = n, decor[mt][decArrayStride]
+				mem.Size = n * mem.ArrayStride
+			} else {
+				mem.Kind, mem.Size = kind(mt)
+			}
+			b.Members = append(b.Members, mem)
+			if end := off + mem.Size; end > b.Size {
+				b.Size = end
+			}
+		}
+		return b, nil
+	}
 
 	for _, id := range varOrder {
 		v := vars[id]
@@ -291,23 +382,12 @@ func Reflect(spv []byte) (*Module, error) {
 		case v.storage == scWorkgroup:
 			m.sharedVars = append(m.sharedVars, pointee)
 		case v.storage == scPushConstant:
-			if st.op != opTypeStruct || decor[pointee][decBlock] == 0 {
-				return nil, errors.New("spirv: push-constant variable is not a Block struct")
-			}
 			if m.PushConstants != nil {
 				return nil, errors.New("spirv: more than one push-constant block")
 			}
-			b := &Block{}
-			for k, mt := range st.ops {
-				off, ok := memberOffset[[2]uint32{pointee, uint32(k)}]
-				if !ok {
-					return nil, fmt.Errorf("spirv: push-constant member %d has no Offset", k)
-				}
-				kd, sz := kind(mt)
-				b.Members = append(b.Members, Member{Name: memberNames[[2]uint32{pointee, uint32(k)}], Offset: off, Kind: kd, Size: sz})
-				if end := off + sz; end > b.Size {
-					b.Size = end
-				}
+			b, err := block(pointee, "push-constant block")
+			if err != nil {
+				return nil, err
 			}
 			m.PushConstants = b
 		case v.storage == scStorageBuffer || (v.storage == scUniform && decor[pointee][decBufferBlock] != 0):
@@ -323,6 +403,16 @@ func Reflect(spv []byte) (*Module, error) {
 			}
 			m.Bindings = append(m.Bindings, b)
 		}
+	}
+	for _, id := range refPointees {
+		if types[id].op != opTypeStruct {
+			continue // a pointer to a member (the access chain into a reference)
+		}
+		b, err := block(id, fmt.Sprintf("buffer reference %q", names[id]))
+		if err != nil {
+			return nil, err
+		}
+		m.BufferReferences = append(m.BufferReferences, *b)
 	}
 	sort.Slice(m.Bindings, func(i, j int) bool {
 		a, b := m.Bindings[i], m.Bindings[j]

@@ -136,3 +136,67 @@ func TestReflectErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestReflectAddresses: a module with buffer device addresses, as the
+// ADDRESSED kernels: a push-constant block {uint n; uint64_t addr[3]}
+// and a buffer_reference block q_ref {readonly float16_t x}.
+func TestReflectAddresses(t *testing.T) {
+	const ( // result ids
+		tUint, tU64, tHalf, c3, tArr = 1, 2, 3, 4, 5
+		tPC, tPtrPC, vPC             = 10, 11, 12
+		tRef, tPtrRef                = 20, 21
+	)
+	spv := asm(
+		op(opCapability, 1),
+		op(opCapability, CapabilityInt64),
+		op(opCapability, CapabilityPhysicalStorageBufferAddresses),
+		append(op(opExtension), str("SPV_KHR_physical_storage_buffer")...),
+		op(opMemoryModel, AddressingPhysicalStorageBuffer64, 1),
+		named(opMemberName, tPC, "n", 0),
+		named(opMemberName, tPC, "addr", 1),
+		named(opName, tRef, "q_ref"),
+		named(opMemberName, tRef, "x", 0),
+		op(opDecorate, tArr, decArrayStride, 8),
+		op(opDecorate, tPC, decBlock),
+		op(opMemberDecorate, tPC, 0, decOffset, 0),
+		op(opMemberDecorate, tPC, 1, decOffset, 8),
+		op(opDecorate, tRef, decBlock),
+		op(opMemberDecorate, tRef, 0, decNonWritable),
+		op(opMemberDecorate, tRef, 0, decOffset, 0),
+		op(opTypeInt, tUint, 32, 0),
+		op(opTypeInt, tU64, 64, 0),
+		op(opTypeFloat, tHalf, 16),
+		op(opConstant, tUint, c3, 3),
+		op(opTypeArray, tArr, tU64, c3),
+		op(opTypeStruct, tPC, tUint, tArr),
+		op(opTypePointer, tPtrPC, scPushConstant, tPC),
+		op(opVariable, tPtrPC, vPC, scPushConstant),
+		op(opTypeStruct, tRef, tHalf),
+		op(opTypePointer, tPtrRef, scPhysicalStorageBuffer, tRef),
+		op(opTypePointer, tPtrRef+1, scPhysicalStorageBuffer, tHalf), // a member pointer: not a reference type
+	)
+	m, err := Reflect(spv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.HasCapability(CapabilityInt64) || !m.HasCapability(CapabilityPhysicalStorageBufferAddresses) {
+		t.Errorf("capabilities %v", m.Capabilities)
+	}
+	if !reflect.DeepEqual(m.Extensions, []string{"SPV_KHR_physical_storage_buffer"}) || m.AddressingModel != AddressingPhysicalStorageBuffer64 {
+		t.Errorf("extensions %q, addressing model %d", m.Extensions, m.AddressingModel)
+	}
+	want := &Block{Size: 32, Members: []Member{
+		{Name: "n", Offset: 0, Kind: "uint32", Size: 4},
+		{Name: "addr", Offset: 8, Kind: "uint64", Size: 24, Len: 3, ArrayStride: 8},
+	}}
+	if !reflect.DeepEqual(m.PushConstants, want) {
+		t.Errorf("push constants %+v, want %+v", m.PushConstants, want)
+	}
+	wantRefs := []Block{{Name: "q_ref", Size: 2, Members: []Member{{Name: "x", Kind: "float16", Size: 2, NonWritable: true}}}}
+	if !reflect.DeepEqual(m.BufferReferences, wantRefs) {
+		t.Errorf("buffer references %+v, want %+v", m.BufferReferences, wantRefs)
+	}
+	if len(m.Bindings) != 0 {
+		t.Errorf("bindings %+v, want none", m.Bindings)
+	}
+}

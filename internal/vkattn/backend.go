@@ -5,7 +5,6 @@ package vkattn
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -51,6 +50,10 @@ type Options struct {
 	NoDiskCache bool
 	// SpinWait is device.Options.SpinWait.
 	SpinWait time.Duration
+	// Addressing is how kernels reach Q, K, V, O and the gradients:
+	// through bindings, or through 64-bit buffer device addresses where
+	// one binding cannot hold an operand (addressing.go).
+	Addressing Addressing
 }
 
 // Backend runs attention on one Vulkan device. It is safe for concurrent
@@ -62,9 +65,15 @@ type Backend struct {
 	info    device.Info
 	lim     shaders.Limits
 	dtypes  []spec.DType
-	maxBuf  int64 // largest storage buffer, bytes
-	reqSG   uint32
-	tune    *tuneState // tuned configurations (tune.go)
+	maxBuf  int64 // largest buffer the Backend creates, bytes
+	// bindBytes is the largest buffer one binding reaches; addrWhy says
+	// why kernels cannot read operands by device address ("" when they
+	// can; addressing.go).
+	bindBytes  int64
+	addressing Addressing
+	addrWhy    string
+	reqSG      uint32
+	tune       *tuneState // tuned configurations (tune.go)
 
 	// The kernel plan (plan.go): the family chains of each direction, the
 	// family selected by name (nil: automatic), the families that cannot
@@ -148,11 +157,9 @@ func newBackend(dev *device.Device, owns bool, opts Options) (*Backend, error) {
 		// bf16 needs 16-bit storage only: its math is fp32 (no shaderFloat16).
 		b.dtypes = append(b.dtypes, spec.Float16, spec.BFloat16)
 	}
-	maxBuf := min(info.MaxAllocation, info.MaxStorageBufferRange)
-	if info.MaxBufferSize > 0 {
-		maxBuf = min(maxBuf, info.MaxBufferSize)
+	if err := b.initAddressing(opts.Addressing); err != nil {
+		return nil, err
 	}
-	b.maxBuf = int64(min(maxBuf, math.MaxInt64))
 	if info.SubgroupSizeControl && info.MinSubgroupSize != info.MaxSubgroupSize {
 		// Pin the subgroup size the SUBGROUP spec constant announces.
 		b.reqSG = info.SubgroupSize
@@ -198,8 +205,14 @@ func (b *Backend) Limits() shaders.Limits { return b.lim }
 // DTypes lists the storage types the device runs.
 func (b *Backend) DTypes() []spec.DType { return slices.Clone(b.dtypes) }
 
-// MaxBufferBytes is the largest storage buffer the device allows.
+// MaxBufferBytes is the largest buffer the Backend creates for one
+// operand: one binding's reach, or with device addresses the device's
+// largest buffer.
 func (b *Backend) MaxBufferBytes() int64 { return b.maxBuf }
+
+// BindingBytes is the largest operand one binding reaches (the limit of
+// LSE, D and scratch, and of every operand without device addresses).
+func (b *Backend) BindingBytes() int64 { return b.bindBytes }
 
 // ValidationErrors returns the validation layer's warnings and errors so far.
 func (b *Backend) ValidationErrors() []string { return b.dev.ValidationErrors() }

@@ -50,11 +50,29 @@
 // package uses: they upload each operand's slice as it is (strides go to
 // the shader, so views such as Q inside a packed QKV buffer need no
 // repacking), run, and download the outputs; elements of an output slice
-// outside its view are preserved. Element offsets are 32-bit in the kernels
-// and each operand must fit one storage buffer, so the host path splits a
-// problem into chunks of whole batches when an operand (or a plan's
-// scratch) is too large for one (MaxBatchChunk); the resident API refuses
-// such tensors with an error wrapping ErrTooLarge.
+// outside its view are preserved.
+//
+// # Operands larger than one binding
+//
+// Kernels read their operands through storage-buffer bindings with 32-bit
+// element offsets: one binding reaches the device's maxStorageBufferRange
+// (4 GiB on NVIDIA, 128 MiB on lavapipe) and 2^32 elements (BindingBytes,
+// MaxElements). flash, flash_cm and the backward kernels also have an
+// addressed build that reads and writes Q, K, V, O, dO, dQ, dK and dV
+// through 64-bit buffer device addresses in push constants, with 64-bit
+// offsets; LSE, D and scratch stay bound (addressing.go). Plan gives a
+// pass the addressed builds when one of its storage operands is larger than
+// a binding reaches (Options.Addressing AddressAuto; AddressAlways for
+// every problem, AddressBindings never), on devices with bufferDeviceAddress
+// and shaderInt64; Launch.Addresses lists the operands read that way, and
+// the minimal and naive families, which have no addressed build, decline
+// such problems. Tensors may then be as large as the device's largest
+// buffer (MaxBufferBytes), with strides below 2^32 elements. The host path
+// splits a problem into chunks of whole batches when its operands (or a
+// plan's scratch) are too large for one submission, preferring bindings
+// while one batch fits one (MaxBatchChunk); without device addresses the
+// resident API refuses tensors beyond a binding with an error wrapping
+// ErrTooLarge.
 //
 // float16 and bfloat16 storage are offered only when the device has
 // storageBuffer16BitAccess (DTypes); arithmetic is float32 for every storage

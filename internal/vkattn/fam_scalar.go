@@ -203,9 +203,9 @@ func (b *Backend) checkNaive(p *spec.Problem) error {
 		return fmt.Errorf("%w: naive kernel: score matrix B·Hq·Nq·Nk = %d elements exceeds 32-bit offsets; use the flash kernel",
 			ErrTooLarge, n/4)
 	}
-	if n > b.maxBuf {
-		return fmt.Errorf("%w: naive kernel: score matrix B·Hq·Nq·Nk·4 = %d bytes exceeds the largest storage buffer of %s (%d bytes); use the flash kernel",
-			ErrTooLarge, n, b.info.Name, b.maxBuf)
+	if n > b.bindBytes {
+		return fmt.Errorf("%w: naive kernel: score matrix B·Hq·Nq·Nk·4 = %d bytes exceeds what one binding of %s reaches (%d bytes); use the flash kernel",
+			ErrTooLarge, n, b.info.Name, b.bindBytes)
 	}
 	return nil
 }

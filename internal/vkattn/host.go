@@ -5,6 +5,7 @@ package vkattn
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/flashvk/flashvk/internal/device"
 
@@ -19,9 +20,11 @@ import (
 // MaxBatchChunk returns how many whole batches of p the host path puts in
 // one submission: all of them unless an operand (or a scratch buffer of
 // the pass's plan: the naive score matrix, the backward's D) of that many
-// batches would exceed 32-bit element offsets or the device's largest
-// storage buffer, or the grid's z dimension. It fails with ErrTooLarge
-// when even one batch does not fit.
+// batches would exceed what its kernels reach — one binding (32-bit
+// element offsets, the device's storage-buffer range), or for Q, K, V, O
+// and the gradients with device addresses (addressing.go) the device's
+// largest buffer and 32-bit strides — or the grid's z dimension. It fails
+// with ErrTooLarge when even one batch does not fit.
 func (b *Backend) MaxBatchChunk(ctx context.Context, p *spec.Problem, dt spec.DType, backward bool) (int, error) {
 	if err := CheckProblem(p); err != nil {
 		return 0, err
@@ -36,18 +39,43 @@ func (b *Backend) MaxBatchChunk(ctx context.Context, p *spec.Problem, dt spec.DT
 	if err != nil {
 		return 0, err
 	}
-	return maxBatchChunk(p, dt, backward, pl.Scratch, b.maxBuf, b.info.MaxWorkgroupCount[2])
+	return maxBatchChunk(p, dt, backward, pl.Scratch, b.chunkLimits())
+}
+
+// chunkLimits are the limits one submission's buffers must keep.
+type chunkLimits struct {
+	bind      int64  // bytes one binding reaches
+	buf       int64  // bytes of the largest buffer
+	addressed bool   // storage operands may be read by device address
+	maxZ      uint32 // workgroups in z (0: unknown)
+}
+
+func (b *Backend) chunkLimits() chunkLimits {
+	return chunkLimits{bind: b.bindBytes, buf: b.maxBuf, addressed: b.addrWhy == "", maxZ: b.info.MaxWorkgroupCount[2]}
 }
 
 // maxBatchChunk is MaxBatchChunk for given limits: scratch are the bytes
-// of each scratch buffer per batch, maxBuf bytes per buffer, maxZ
-// workgroups in z.
-func maxBatchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Operand]int64, maxBuf int64, maxZ uint32) (int, error) {
-	cb := p.B
-	if maxZ > 0 {
-		cb = min(cb, int(maxZ))
+// of each scratch buffer per batch. Bindings are preferred (the kernels
+// that read operands through them are the fast ones): device addresses
+// count only when one batch does not fit a binding.
+func maxBatchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Operand]int64, lim chunkLimits) (int, error) {
+	addressed := lim.addressed
+	lim.addressed = false
+	n, err := batchChunk(p, dt, backward, scratch, lim)
+	if err == nil || !addressed {
+		return n, err
 	}
-	limit := func(size int64) int64 { return min(int64(MaxElements), maxBuf/size) }
+	lim.addressed = true
+	return batchChunk(p, dt, backward, scratch, lim)
+}
+
+// batchChunk is maxBatchChunk for one way of reaching the operands.
+func batchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Operand]int64, lim chunkLimits) (int, error) {
+	cb := p.B
+	if lim.maxZ > 0 {
+		cb = min(cb, int(lim.maxZ))
+	}
+	bound := func(size int64) int64 { return min(int64(MaxElements), lim.bind/size) }
 	in, out := passOperands(!backward, backward)
 	for _, o := range append(in, out...) {
 		op := opSpec(p, o)
@@ -61,21 +89,30 @@ func maxBatchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Op
 		if !ok {
 			return 0, fmt.Errorf("%w: %s: shape %v with strides %+v is empty, negative or overflows", ErrInvalid, op.name, op.shape, op.st)
 		}
-		l := limit(size)
+		l, reach := bound(size), "one binding reaches"
+		if lim.addressed && o != OpLSE {
+			l, reach = lim.buf/size, "the device's largest buffer holds"
+			if err := checkStrides(op.name, one, op.st); err != nil {
+				return 0, err
+			}
+			if int64(op.st.Batch) > math.MaxUint32 {
+				cb = 1 // a batch stride the kernels cannot take: one batch at a time
+			}
+		}
 		if e1 > l {
-			return 0, fmt.Errorf("%w: %s: one batch of shape %v with strides %+v spans %d elements (%d bytes); the kernels address at most %d elements and the device's largest storage buffer is %d bytes",
-				ErrTooLarge, op.name, op.shape, op.st, e1, e1*size, int64(MaxElements), maxBuf)
+			return 0, fmt.Errorf("%w: %s: one batch of shape %v with strides %+v spans %d elements (%d bytes); %s %d elements",
+				ErrTooLarge, op.name, op.shape, op.st, e1, e1*size, reach, l)
 		}
 		if op.st.Batch > 0 {
 			cb = min(cb, int((l-e1)/int64(op.st.Batch))+1)
 		}
 	}
-	for op, bytes := range scratch { // float32 buffers
-		if bytes > maxBuf || bytes/4 > MaxElements {
-			return 0, fmt.Errorf("%w: scratch %v of one batch needs %d bytes; the device's largest storage buffer is %d bytes",
-				ErrTooLarge, op, bytes, maxBuf)
+	for op, bytes := range scratch { // float32 buffers, always bound
+		if bytes/4 > bound(4) {
+			return 0, fmt.Errorf("%w: scratch %v of one batch needs %d bytes; one binding reaches %d bytes",
+				ErrTooLarge, op, bytes, lim.bind)
 		}
-		cb = min(cb, int(min(maxBuf, 4*MaxElements)/bytes))
+		cb = min(cb, int(bound(4)*4/bytes))
 	}
 	return max(cb, 1), nil
 }

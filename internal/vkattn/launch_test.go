@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/flashvk/flashvk/internal/device/devicetest"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
 )
@@ -33,14 +34,21 @@ func allocOperands(t *testing.T, b *Backend, p *spec.Problem, dt spec.DType) Ope
 // exactly the plan's launches — the pipelines Launch.Name names, with
 // their grids and bindings, and a barrier where the plan says — so that
 // what explain prints is what runs. Every launch fits the device's limits.
+// The addressed builds (AddressAlways) are planned and recorded too.
 func TestPlanMatchesRecording(t *testing.T) {
 	ctx := context.Background()
 	seen := map[string]bool{}
-	for _, kernel := range append([]string{""}, ForwardKernels()...) {
+	var opts []Options
+	for _, k := range append([]string{""}, ForwardKernels()...) {
+		opts = append(opts, Options{Kernel: k})
+	}
+	opts = append(opts, Options{Addressing: AddressAlways})
+	for _, o := range opts {
+		kernel := o.Kernel
 		dev := openBackend(t, "")
-		b, err := New(dev.dev, Options{Kernel: kernel})
+		b, err := New(dev.dev, o)
 		if err != nil {
-			t.Logf("kernel %q: %v", kernel, err) // e.g. flash_cm without cooperative matrices
+			t.Logf("options %+v: %v", o, err) // e.g. flash_cm without cooperative matrices
 			continue
 		}
 		defer b.Close()
@@ -86,6 +94,13 @@ func TestPlanMatchesRecording(t *testing.T) {
 						if n, err := shaders.Bindings(l.Kernel); err != nil || n != len(l.Bindings) {
 							t.Errorf("%s: %s binds %d buffers, the module declares %d (%v)", name, l.Kernel, len(l.Bindings), n, err)
 						}
+						if slots, _ := shaders.AddressSlots(l.Kernel); (o.Addressing == AddressAlways) != (len(l.Addresses) > 0) ||
+							(len(l.Addresses) > 0 && len(slots) != len(l.Addresses)) {
+							t.Errorf("%s (%v): %s reads %v by address (slots %v)", name, o.Addressing, l.Kernel, l.Addresses, slots)
+						}
+						if len(l.Addresses) > 0 {
+							seen[pl.Family+" addressed"] = true
+						}
 						if l.SharedBytes > lim.SharedBytes || l.Workgroup > lim.MaxWorkgroupSize || l.Workgroup < 1 {
 							t.Errorf("%s: launch %+v exceeds the limits %+v", name, l, lim)
 						}
@@ -100,7 +115,11 @@ func TestPlanMatchesRecording(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []string{"flash", "minimal", "naive", "bwd"} {
+	want := []string{"flash", "minimal", "naive", "bwd"}
+	if in := devicetest.Open(t).Info(); in.BufferDeviceAddress && in.Int64 {
+		want = append(want, "flash addressed", "bwd addressed")
+	}
+	for _, f := range want {
 		if !seen[f] {
 			t.Errorf("family %s was never planned", f)
 		}

@@ -92,6 +92,10 @@ type Launch struct {
 	SharedBytes int
 	// Bindings are the buffers bound, in binding order.
 	Bindings []Operand
+	// Addresses are the operands an addressed build reads through their
+	// buffer device addresses instead of its bindings, in push-constant
+	// slot order (nil: every operand is read through its binding).
+	Addresses []Operand
 	// Barrier: a compute barrier precedes the dispatch.
 	Barrier bool
 
@@ -239,12 +243,17 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 		return nil, err
 	}
 	var declined []string
+	tooLarge := false // a family that runs dt found p too large
 	for _, f := range b.chain[dir] {
 		if why, no := b.unavail[f]; no {
 			declined = append(declined, f.name+": "+why)
 			continue
 		}
 		pl, err := f.plan(ctx, b, p, dt)
+		if err == nil {
+			pl.Dir = dir
+			err = b.address(p, dt, pl)
+		}
 		if err == nil {
 			pl.Dir, pl.Family, pl.Declined = dir, f.name, declined
 			for i := range pl.Launches {
@@ -258,9 +267,14 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 		if f == b.explicit {
 			return nil, err
 		}
+		tooLarge = tooLarge || errors.Is(err, ErrTooLarge)
 		declined = append(declined, f.name+": "+err.Error())
 	}
-	return nil, fmt.Errorf("%w: no kernel family runs %v %s on %s: %s", ErrUnsupported, dt, dir, b.info.Name, strings.Join(declined, "; "))
+	sentinel := ErrUnsupported // (the error wraps ErrTooLarge when size is why)
+	if tooLarge {
+		sentinel = ErrTooLarge
+	}
+	return nil, fmt.Errorf("%w: no kernel family runs %v %s on %s: %s", sentinel, dt, dir, b.info.Name, strings.Join(declined, "; "))
 }
 
 // Launches lists the dispatches of the pass (backward or forward) of p
@@ -295,8 +309,9 @@ type operandBufs [numOperands]*device.Buffer
 
 // record records pl into r: its scratch buffers from s, its pipelines
 // (every one resolved before anything is recorded), then each launch with
-// its barrier and bindings. push is the problem's push-constant block.
-func (b *Backend) record(r *device.Recorder, s *scratch, pl *Plan, push []byte, bufs operandBufs) error {
+// its barrier, bindings and push constants (pc, and the device addresses
+// of an addressed launch).
+func (b *Backend) record(r *device.Recorder, s *scratch, pl *Plan, pc shaders.Params, bufs operandBufs) error {
 	pipes := make([]*device.Pipeline, len(pl.Launches))
 	for i := range pl.Launches {
 		l := &pl.Launches[i]
@@ -326,11 +341,33 @@ func (b *Backend) record(r *device.Recorder, s *scratch, pl *Plan, push []byte, 
 		if err := pipeline.CheckGroups(b.info, l.Grid); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
 		}
+		push, err := launchPush(&l, pc, bufs)
+		if err != nil {
+			return err
+		}
 		if err := r.Dispatch(pipes[i], push, l.Grid, args...); err != nil {
 			return fmt.Errorf("vkattn: %w", err)
 		}
 	}
 	return nil
+}
+
+// launchPush is launch l's push-constant block: pc, followed for an
+// addressed launch by the device address of each of l.Addresses.
+func launchPush(l *Launch, pc shaders.Params, bufs operandBufs) ([]byte, error) {
+	if len(l.Addresses) == 0 {
+		return pc.Bytes(), nil
+	}
+	if len(l.Addresses) > shaders.MaxAddressSlots {
+		return nil, fmt.Errorf("vkattn: %s: %d address slots, the push block holds %d", l.key.Name, len(l.Addresses), shaders.MaxAddressSlots)
+	}
+	ap := shaders.AddressedParams{Params: pc}
+	for i, op := range l.Addresses {
+		if ap.Addr[i] = bufs[op].Address(); ap.Addr[i] == 0 {
+			return nil, fmt.Errorf("vkattn: %s: operand %v has no device address", l.key.Name, op)
+		}
+	}
+	return ap.Bytes(), nil
 }
 
 // newLaunch fills the pipeline key of a launch of kernel with storage dt,

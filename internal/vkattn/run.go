@@ -200,12 +200,11 @@ func (b *Backend) passes(ctx context.Context, p *spec.Problem, dt spec.DType, fw
 // two (the backward reads the forward's O and LSE).
 func (b *Backend) recordPasses(r *device.Recorder, s *scratch, p *spec.Problem, pls []*Plan, bufs operandBufs) error {
 	pc := params(p)
-	push := pc.Bytes()
 	for i, pl := range pls {
 		if i > 0 {
 			r.Barrier()
 		}
-		if err := b.record(r, s, pl, push, bufs); err != nil {
+		if err := b.record(r, s, pl, pc, bufs); err != nil {
 			return err
 		}
 	}

@@ -13,8 +13,9 @@ import (
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
-// MaxElements bounds a tensor's extent (1 + its largest element offset):
-// the kernels compute offsets in 32 bits.
+// MaxElements bounds the extent (1 + its largest element offset) of an
+// operand read through a binding: those kernels compute offsets in 32
+// bits. Addressed kernels (addressing.go) compute them in 64.
 const MaxElements = 1 << 32
 
 // Elem are the host element types: float32 for spec.Float32, bfloat16.BFloat16 for
@@ -82,8 +83,9 @@ type Tensor struct {
 }
 
 // NewTensor allocates a tensor (contents undefined). Zero strides mean
-// contiguous BSHD. It fails with ErrTooLarge when the view's extent
-// exceeds MaxElements or the device's largest storage buffer.
+// contiguous BSHD. It fails with ErrTooLarge when the view is larger than
+// one binding reaches (MaxElements, BindingBytes) and the kernels cannot
+// read it by device address, or larger than MaxBufferBytes.
 func (b *Backend) NewTensor(dt spec.DType, s spec.Shape, st spec.Strides) (*Tensor, error) {
 	if err := b.enter(); err != nil {
 		return nil, err
@@ -109,22 +111,26 @@ func (b *Backend) NewTensor(dt spec.DType, s spec.Shape, st spec.Strides) (*Tens
 	return &Tensor{b: b, buf: buf, dt: dt, shape: s, st: st, elems: n}, nil
 }
 
-// checkExtent returns the extent of a view, refusing views the kernels
-// cannot address or the device cannot hold in one buffer.
+// checkExtent returns the extent of a view, refusing views neither a
+// binding nor (where the Backend has them) device addresses reach, and
+// views the device cannot hold in one buffer.
 func (b *Backend) checkExtent(name string, s spec.Shape, st spec.Strides, dt spec.DType) (int64, error) {
 	n, ok := extent(s, st)
 	if !ok {
 		return 0, fmt.Errorf("%w: %s: shape %v with strides %+v is empty, negative or overflows", ErrInvalid, name, s, st)
 	}
-	if n > MaxElements {
-		return 0, fmt.Errorf("%w: %s: shape %v with strides %+v spans %d elements; kernel offsets are 32-bit (at most %d)",
-			ErrTooLarge, name, s, st, n, int64(MaxElements))
-	}
-	if bytes := n * int64(dt.Size()); bytes > b.maxBuf {
-		return 0, fmt.Errorf("%w: %s: shape %v spans %d bytes; the device's largest storage buffer is %d bytes",
+	bytes := n * int64(dt.Size())
+	switch {
+	case n <= MaxElements && bytes <= b.bindBytes:
+		return n, nil
+	case b.addrWhy != "":
+		return 0, fmt.Errorf("%w: %s: shape %v with strides %+v spans %d elements (%d bytes); one binding reaches %d elements and %d bytes, and %s",
+			ErrTooLarge, name, s, st, n, bytes, int64(MaxElements), b.bindBytes, b.addrWhy)
+	case bytes > b.maxBuf:
+		return 0, fmt.Errorf("%w: %s: shape %v spans %d bytes; the device's largest buffer is %d bytes",
 			ErrTooLarge, name, s, bytes, b.maxBuf)
 	}
-	return n, nil
+	return n, checkStrides(name, s, st)
 }
 
 // spec.DType is the storage type.

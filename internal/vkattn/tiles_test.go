@@ -78,53 +78,85 @@ func bshdProblem(b, hq, hkv, nq, nk, d int) *spec.Problem {
 
 // TestMaxBatchChunk: problems too large for one buffer are split by batch;
 // one batch beyond 32-bit offsets, or a naive score matrix beyond the
-// largest buffer, is refused with a size in the message.
+// largest buffer, is refused with a size in the message; with device
+// addresses the storage operands are bounded by the largest buffer only
+// (and a batch stride beyond 32 bits runs one batch at a time), while
+// LSE and scratch stay bound.
 func TestMaxBatchChunk(t *testing.T) {
 	const big = int64(1) << 40
+	// bound: every operand through a binding of n bytes.
+	bound := func(n int64, z uint32) chunkLimits { return chunkLimits{bind: n, buf: n, maxZ: z} }
 	// Everything fits: one chunk.
 	p := bshdProblem(4, 8, 8, 1024, 1024, 64)
 	bwd := map[Operand]int64{OpD: BackwardScratchBytes(&spec.Problem{B: 1, Hq: 8, Nq: 1024})}
-	if n, err := maxBatchChunk(p, spec.Float32, true, bwd, big, 65535); err != nil || n != 4 {
+	if n, err := maxBatchChunk(p, spec.Float32, true, bwd, bound(big, 65535)); err != nil || n != 4 {
 		t.Errorf("fits: %d, %v; want 4", n, err)
 	}
 	// 128 MiB buffers: each batch of Q is 8·1024·64·4 = 2 MiB; B = 100
 	// needs 200 MiB → chunks of 64.
 	p = bshdProblem(100, 8, 8, 1024, 1024, 64)
-	if n, err := maxBatchChunk(p, spec.Float32, false, nil, 128<<20, 65535); err != nil || n != 64 {
+	if n, err := maxBatchChunk(p, spec.Float32, false, nil, bound(128<<20, 65535)); err != nil || n != 64 {
 		t.Errorf("128 MiB: %d, %v; want 64", n, err)
 	}
 	// The grid's z dimension bounds the chunk too.
-	if n, err := maxBatchChunk(p, spec.Float32, false, nil, big, 7); err != nil || n != 7 {
+	if n, err := maxBatchChunk(p, spec.Float32, false, nil, bound(big, 7)); err != nil || n != 7 {
 		t.Errorf("maxZ 7: %d, %v; want 7", n, err)
 	}
 	// 32-bit offsets: one batch of 2^20·64·128 = 2^33 elements.
 	p = bshdProblem(1, 64, 64, 1<<20, 16, 128)
-	_, err := maxBatchChunk(p, spec.Float16, false, nil, big, 65535)
+	_, err := maxBatchChunk(p, spec.Float16, false, nil, bound(big, 65535))
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "8589934592 elements") {
 		t.Errorf("uint32 overflow: %v", err)
 	}
 	// f16 batches of 2^30 elements: 2^32 elements hold 4 of them.
 	p = bshdProblem(9, 1, 1, 1<<24, 16, 64)
-	if n, err := maxBatchChunk(p, spec.Float16, false, nil, big, 65535); err != nil || n != 4 {
+	if n, err := maxBatchChunk(p, spec.Float16, false, nil, bound(big, 65535)); err != nil || n != 4 {
 		t.Errorf("32-bit chunks: %d, %v; want 4", n, err)
 	}
 	// Naive: 8192² scores ·4 = 256 MiB > 128 MiB.
 	p = bshdProblem(1, 1, 1, 8192, 8192, 8)
 	one := *p
-	_, err = maxBatchChunk(p, spec.Float32, false, map[Operand]int64{OpScores: NaiveScratchBytes(&one)}, 128<<20, 65535)
+	_, err = maxBatchChunk(p, spec.Float32, false, map[Operand]int64{OpScores: NaiveScratchBytes(&one)}, bound(128<<20, 65535))
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "268435456 bytes") || !strings.Contains(err.Error(), "scores") {
 		t.Errorf("naive scratch: %v", err)
 	}
 	// …while flash runs it.
-	if _, err := maxBatchChunk(p, spec.Float32, false, nil, 128<<20, 65535); err != nil {
+	if _, err := maxBatchChunk(p, spec.Float32, false, nil, bound(128<<20, 65535)); err != nil {
 		t.Errorf("flash, same problem: %v", err)
 	}
 	// Naive with B = 4 of 64 MiB each: chunks of 2.
 	p = bshdProblem(4, 1, 1, 4096, 4096, 8)
 	one = *p
 	one.B = 1
-	if n, err := maxBatchChunk(p, spec.Float32, false, map[Operand]int64{OpScores: NaiveScratchBytes(&one)}, 128<<20, 65535); err != nil || n != 2 {
+	if n, err := maxBatchChunk(p, spec.Float32, false, map[Operand]int64{OpScores: NaiveScratchBytes(&one)}, bound(128<<20, 65535)); err != nil || n != 2 {
 		t.Errorf("naive chunks: %d, %v; want 2", n, err)
+	}
+	// Device addresses: the 2^33-element batch runs (in a 64 GiB buffer),
+	// one at a time when its batch stride exceeds 32 bits.
+	addr := chunkLimits{bind: 4 << 30, buf: 64 << 30, addressed: true, maxZ: 65535}
+	p = bshdProblem(3, 64, 64, 1<<20, 16, 128)
+	if n, err := maxBatchChunk(p, spec.Float16, false, nil, addr); err != nil || n != 1 {
+		t.Errorf("addressed, batch stride 2^33: %d, %v; want 1", n, err)
+	}
+	// …but not in a 8 GiB one.
+	addr.buf = 8 << 30
+	if _, err := maxBatchChunk(p, spec.Float16, false, nil, addr); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "largest buffer") {
+		t.Errorf("addressed, 16 GiB batch in 8 GiB buffers: %v", err)
+	}
+	// Batches of 2^30 elements (2 GiB): bindings are preferred while one
+	// batch fits one (4 GiB, 2^32 elements: 2 a chunk).
+	addr.buf = 16 << 30
+	p = bshdProblem(9, 1, 1, 1<<24, 16, 64)
+	if n, err := maxBatchChunk(p, spec.Float16, false, nil, addr); err != nil || n != 2 {
+		t.Errorf("bindings preferred: %d, %v; want 2", n, err)
+	}
+	// LSE stays bound: with 32 MiB bindings one batch of Q (128 MiB)
+	// needs addresses, and B·Hq·Nq = 2^24 rows of LSE (64 MiB) are bound,
+	// 8 batches of 2^20 a chunk.
+	addr.bind = 32 << 20
+	p = bshdProblem(16, 1, 1, 1<<20, 16, 64)
+	if n, err := maxBatchChunk(p, spec.Float16, false, nil, addr); err != nil || n != 8 {
+		t.Errorf("addressed, LSE bound: %d, %v; want 8", n, err)
 	}
 }
 

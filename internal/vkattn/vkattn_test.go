@@ -51,6 +51,12 @@ func syntheticBackend(t *testing.T, info device.Info, kernel string, layout *CML
 	if info.StorageBuffer16Bit {
 		b.dtypes = append(b.dtypes, spec.Float16, spec.BFloat16)
 	}
+	if b.info.MaxStorageBufferRange == 0 { // a description without memory limits: 4 GiB bindings
+		b.info.MaxStorageBufferRange, b.info.MaxAllocation = 1<<32-1, 1<<32-1
+	}
+	if err := b.initAddressing(AddressAuto); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.initChains(kernel); err != nil {
 		t.Fatalf("synthetic backend (kernel %q): %v", kernel, err)
 	}
@@ -294,9 +300,9 @@ func TestBatchChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := [][]float32{slices.Clone(h.o), slices.Clone(h.lse), slices.Clone(h.dq), slices.Clone(h.dk), slices.Clone(h.dv)}
-	saved := b.maxBuf
-	b.maxBuf = 2 * 24 * 2 * 8 * 4 // two batches of Q
-	defer func() { b.maxBuf = saved }()
+	saved, savedBind := b.maxBuf, b.bindBytes
+	b.maxBuf, b.bindBytes = 2*24*2*8*4, 2*24*2*8*4 // two batches of Q
+	defer func() { b.maxBuf, b.bindBytes = saved, savedBind }()
 	if n, err := b.MaxBatchChunk(context.Background(), p, spec.Float32, true); err != nil || n != 2 {
 		t.Fatalf("chunk %d, %v; want 2", n, err)
 	}
@@ -318,21 +324,39 @@ func TestBatchChunks(t *testing.T) {
 	}
 }
 
-// TestLimits: views beyond 32-bit offsets or the largest buffer, and naive
-// score matrices beyond the largest buffer, are refused with clear errors.
+// TestLimits: views beyond the largest buffer (or, without device
+// addresses, beyond one binding), tensors beyond the largest buffer and
+// naive score matrices beyond one binding are refused with clear errors.
 func TestLimits(t *testing.T) {
 	b := openBackend(t, "naive")
-	_, err := b.NewTensor(spec.Float16, spec.Shape{B: 1, S: 1 << 20, H: 64, D: 128}, spec.Strides{})
-	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "32-bit") {
-		t.Errorf("2^33 elements: %v", err)
+	// 2^33 float16 elements (16 GiB): beyond a binding; created where the
+	// kernels read operands by address and the device's largest buffer
+	// holds it, else refused saying which limit.
+	big, err := b.NewTensor(spec.Float16, spec.Shape{B: 1, S: 1 << 20, H: 64, D: 128}, spec.Strides{})
+	_, why := b.Addressing()
+	switch {
+	case why == "" && b.MaxBufferBytes() >= 1<<34:
+		if err != nil {
+			t.Errorf("2^33 elements with device addresses and buffers of %d bytes: %v", b.MaxBufferBytes(), err)
+		}
+		big.Close()
+	case why == "":
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "largest buffer") {
+			t.Errorf("2^33 elements, largest buffer %d bytes: %v", b.MaxBufferBytes(), err)
+		}
+	default:
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "one binding reaches") {
+			t.Errorf("2^33 elements without device addresses: %v", err)
+		}
 	}
 	n := int(b.MaxBufferBytes()/4) + 1
 	_, err = b.NewTensor(spec.Float32, spec.Shape{B: 1, S: n, H: 1, D: 1}, spec.Strides{})
 	if !errors.Is(err, ErrTooLarge) {
 		t.Errorf("beyond the largest buffer: %v", err)
 	}
-	// Naive: the smallest square score matrix beyond the largest buffer.
-	nq := int(math.Sqrt(float64(b.MaxBufferBytes())/4)) + 1
+	// Naive: the smallest square score matrix beyond one binding (the
+	// kernel binds it).
+	nq := int(math.Sqrt(float64(b.BindingBytes())/4)) + 1
 	h := newHostProblem(4, 1, 1, 1, nq, nq, 1, 1, spec.MaskNone)
 	err = ForwardHost(context.Background(), b, h.p, h.q, h.k, h.v, h.o, h.lse)
 	want := fmt.Sprintf("%d bytes", NaiveScratchBytes(h.p))

@@ -424,27 +424,36 @@ func (b *vulkanBackend) newDeviceBuffer(dt DType, s Shape, st Strides) (deviceBu
 }
 
 func (v vulkanBuffer) upload(ctx context.Context, src Tensor, n int) error {
-	switch x := src.Data.(type) {
-	case []float32:
-		return vkErr(vkattn.Upload(ctx, v.t, x[:n]))
-	case []float16.Float16:
-		return vkErr(vkattn.Upload(ctx, v.t, x[:n]))
-	case []bfloat16.BFloat16:
-		return vkErr(vkattn.Upload(ctx, v.t, x[:n]))
-	}
-	return fmt.Errorf("attention: upload: data of type %T: %w", src.Data, ErrDType)
+	return v.transfer(ctx, src.Data, n, true)
 }
 
 func (v vulkanBuffer) download(ctx context.Context, dst Tensor, n int) error {
-	switch x := dst.Data.(type) {
+	return v.transfer(ctx, dst.Data, n, false)
+}
+
+// transfer uploads the first n elements of data to the tensor (up) or
+// downloads them from it.
+func (v vulkanBuffer) transfer(ctx context.Context, data any, n int, up bool) error {
+	switch x := data.(type) {
 	case []float32:
-		return vkErr(vkattn.Download(ctx, v.t, x[:n]))
+		return vkErr(moveSlice(ctx, v.t, x[:n], up))
 	case []float16.Float16:
-		return vkErr(vkattn.Download(ctx, v.t, x[:n]))
+		return vkErr(moveSlice(ctx, v.t, x[:n], up))
 	case []bfloat16.BFloat16:
-		return vkErr(vkattn.Download(ctx, v.t, x[:n]))
+		return vkErr(moveSlice(ctx, v.t, x[:n], up))
 	}
-	return fmt.Errorf("attention: download: data of type %T: %w", dst.Data, ErrDType)
+	dir := "download"
+	if up {
+		dir = "upload"
+	}
+	return fmt.Errorf("attention: %s: data of type %T: %w", dir, data, ErrDType)
+}
+
+func moveSlice[T vkattn.Elem](ctx context.Context, t *vkattn.Tensor, x []T, up bool) error {
+	if up {
+		return vkattn.Upload(ctx, t, x)
+	}
+	return vkattn.Download(ctx, t, x)
 }
 
 func (v vulkanBuffer) close() error { return vkErr(v.t.Close()) }

@@ -99,13 +99,7 @@ func TestAddressedParamsBytes(t *testing.T) {
 		Addr: [MaxAddressSlots]uint64{1 << 40, 2, 3<<33 | 16, 0xffff_ffff_ffff_fff0, 5, 6},
 	}
 	b := p.Bytes()
-	var q AddressedParams
-	if _, err := binary.Decode(b, binary.LittleEndian, &q); err != nil {
-		t.Fatal(err)
-	}
-	if q != p || len(b) != AddressedParamsSize {
-		t.Fatalf("Bytes round trip: got %+v (%d bytes), want %+v", q, len(b), p)
-	}
+	checkRoundTrip(t, p, b, AddressedParamsSize)
 	if !reflect.DeepEqual(b[:ParamsSize], p.Params.Bytes()) {
 		t.Error("the first ParamsSize bytes differ from Params.Bytes")
 	}

@@ -105,12 +105,18 @@ func checkParamsMembers(t *testing.T, name string, members []spirv.Member) {
 func TestParamsBytes(t *testing.T) {
 	p := Params{B: 1, Hq: 2, Hkv: 3, Nq: 4, Nk: 5, QB: 6, QS: 7, QH: 8, KB: 9, KS: 10, KH: 11,
 		VB: 12, VS: 13, VH: 14, OB: 15, OS: 16, OH: 17, Scale: 0.5, Mask: 2, Group: 19}
-	b := p.Bytes()
-	var q Params
+	checkRoundTrip(t, p, p.Bytes(), ParamsSize)
+}
+
+// checkRoundTrip decodes b (little-endian) into a T and checks that it is
+// p and that b has size bytes.
+func checkRoundTrip[T comparable](t *testing.T, p T, b []byte, size int) {
+	t.Helper()
+	var q T
 	if _, err := binary.Decode(b, binary.LittleEndian, &q); err != nil {
 		t.Fatal(err)
 	}
-	if q != p || len(b) != ParamsSize {
+	if q != p || len(b) != size {
 		t.Fatalf("Bytes round trip: got %+v (%d bytes), want %+v", q, len(b), p)
 	}
 }

@@ -27,12 +27,7 @@ func openAddressing(t *testing.T, a Addressing) *Backend {
 		t.Fatalf("%s: no buffer device addresses (%v) or shaderInt64 (%v): the addressed kernels cannot be checked here",
 			in.Name, in.BufferDeviceAddress, in.Int64)
 	}
-	b, err := New(dev, Options{Addressing: a})
-	if err != nil {
-		t.Fatalf("New (addressing %v): %v", a, err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return openBackendOn(t, dev, Options{Addressing: a})
 }
 
 // bigQueryProblem is a forward whose Q and O (float32, [1, Nq, 4, 16]) are

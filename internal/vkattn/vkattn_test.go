@@ -24,10 +24,16 @@ import (
 // Vulkan; validation per FLASHVK_VALIDATION, messages fail the test).
 func openBackend(t *testing.T, kernel string) *Backend {
 	t.Helper()
-	dev := devicetest.Open(t)
-	b, err := New(dev, Options{Kernel: kernel})
+	return openBackendOn(t, devicetest.Open(t), Options{Kernel: kernel})
+}
+
+// openBackendOn opens a Backend with opts on dev, closed (and its pool
+// checked) when t ends.
+func openBackendOn(t *testing.T, dev *device.Device, opts Options) *Backend {
+	t.Helper()
+	b, err := New(dev, opts)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("New(%+v): %v", opts, err)
 	}
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {

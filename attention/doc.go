@@ -20,7 +20,7 @@
 // the Vulkan devices and marks Auto's. Open reads the environment for the
 // fields left zero (FLASHVK_BACKEND, FLASHVK_DEVICE, FLASHVK_TUNE_CACHE,
 // FLASHVK_TUNE=off, FLASHVK_VULKAN_LIBRARY, FLASHVK_PIPELINE_CACHE_DIR,
-// FLASHVK_SPIN_WAIT); no other part of flashvk reads it. The Vulkan backend
+// FLASHVK_SPIN_WAIT, FLASHVK_ADDRESSING); no other part of flashvk reads it. The Vulkan backend
 // needs cgo: a binary built with CGO_ENABLED=0 runs the CPU backend, and
 // Backend Vulkan fails with an ErrBackend that says so.
 //
@@ -36,6 +36,13 @@
 // (forward and backward in one GPU submission, O and LSE never leaving the
 // device), download what is needed. On the CPU backend they wrap host
 // memory, so the same code runs everywhere.
+//
+// Tensors may be as large as the device's largest buffer: an operand larger
+// than one storage-buffer binding reaches (4 GiB on NVIDIA) is read by the
+// kernels' addressed builds through 64-bit buffer device addresses
+// (Config.Addressing; Launch.Addresses names such operands), and host calls
+// too large for one submission run a chunk of batches at a time
+// (Plan.Batches).
 //
 // Shapes are logical [batch, sequence, heads, head dim]: Q [B, Nq, Hq, D],
 // K [B, Nk, Hkv, D], V [B, Nk, Hkv, Dv], O [B, Nq, Hq, Dv]; Hq must be a

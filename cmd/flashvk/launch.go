@@ -29,15 +29,15 @@ func resultLaunches(pl *attention.Plan) []Launch {
 }
 
 // mainLaunch is the dispatch a result's "launch" shows: the first, or in a
-// backward the dK/dV kernel ("…_dkdv": bwd_dkdv or bwd_cm_dkdv), which
-// does most of its work.
+// backward the dK/dV kernel (bwd_dkdv or bwd_cm_dkdv, or their addressed
+// builds "….addr"), which does most of its work.
 func mainLaunch(ls []Launch) *Launch {
 	if len(ls) == 0 {
 		return nil
 	}
 	m := ls[0]
 	for _, l := range ls {
-		if strings.HasSuffix(l.Kernel, "_dkdv") {
+		if strings.HasSuffix(strings.TrimSuffix(l.Kernel, ".addr"), "_dkdv") {
 			m = l
 			break
 		}

@@ -116,10 +116,7 @@ func (in *Inputs) gradMagnitudes(ref *Ref) (dq, dk []float64) {
 	scale := p.EffectiveScale()
 	g := c.Hq / c.Hkv
 	dq, dk = make([]float64, len(in.q64)), make([]float64, len(in.k64))
-	qi := func(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.D }
-	ki := func(b, j, h int) int { return ((b*c.Nk+j)*c.Hkv + h) * c.D }
-	vi := func(b, j, h int) int { return ((b*c.Nk+j)*c.Hkv + h) * c.Dv }
-	oi := func(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.Dv }
+	qi, ki, vi, oi := c.qOff, c.kOff, c.vOff, c.oOff
 	for b := range c.B {
 		for h := range c.Hq {
 			kh := h / g
@@ -162,6 +159,13 @@ func norm2(x []float64) float64 {
 	return math.Sqrt(s)
 }
 
+// Element offsets of row (b, sequence position, head) in the contiguous
+// BSHD float64 copies of Q (and dQ), K, V and O (and dO).
+func (c Case) qOff(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.D }
+func (c Case) kOff(b, j, h int) int { return ((b*c.Nk+j)*c.Hkv + h) * c.D }
+func (c Case) vOff(b, j, h int) int { return ((b*c.Nk+j)*c.Hkv + h) * c.Dv }
+func (c Case) oOff(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.Dv }
+
 // r16 rounds to the nearest fp16 value.
 func r16(x float64) float64 { return float64(float16.Fromfloat32(float32(x)).Float32()) }
 
@@ -186,10 +190,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 		O: make([]float64, c.B*c.Nq*c.Hq*c.Dv), LSE: make([]float64, c.B*c.Hq*c.Nq),
 		DQ: make([]float64, len(in.q64)), DK: make([]float64, len(in.k64)), DV: make([]float64, len(in.v64)),
 	}
-	qi := func(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.D }
-	ki := func(b, j, h int) int { return ((b*c.Nk+j)*c.Hkv + h) * c.D }
-	vi := func(b, j, h int) int { return ((b*c.Nk+j)*c.Hkv + h) * c.Dv }
-	oi := func(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.Dv }
+	qi, ki, vi, oi := c.qOff, c.kOff, c.vOff, c.oOff
 	dot := func(a []float64, ai int, b []float64, bi int, n int) float64 {
 		var s float32
 		for x := range n {

@@ -102,6 +102,12 @@ func (b *Backend) initAddressing(a Addressing) error {
 // read operands by device address ("" when they can).
 func (b *Backend) Addressing() (Addressing, string) { return b.addressing, b.addrWhy }
 
+// bindable reports whether one binding reaches an operand of elems
+// elements and bytes bytes (32-bit offsets, the storage-buffer range).
+func (b *Backend) bindable(elems, bytes int64) bool {
+	return elems <= MaxElements && bytes <= b.bindBytes
+}
+
 // storageOperands are the operands of pass dir in the storage type: the
 // ones an addressed kernel reads by address (LSE and D stay bound).
 func storageOperands(dir Dir) []Operand {
@@ -121,7 +127,7 @@ func (b *Backend) unbindable(p *spec.Problem, dt spec.DType, dir Dir) string {
 	for _, op := range storageOperands(dir) {
 		os := opSpec(p, op)
 		n, _ := extent(os.shape, os.st)
-		if bytes := n * int64(dt.Size()); n > MaxElements || bytes > b.bindBytes {
+		if bytes := n * int64(dt.Size()); !b.bindable(n, bytes) {
 			return fmt.Sprintf("%s spans %d elements (%d bytes), more than one binding reaches (%d elements, %d bytes)",
 				os.name, n, bytes, int64(MaxElements), b.bindBytes)
 		}
@@ -133,12 +139,12 @@ func (b *Backend) unbindable(p *spec.Problem, dt spec.DType, dir Dir) string {
 // one binding cannot hold: every kernel binds them.
 func (b *Backend) checkBound(p *spec.Problem, pl *Plan) error {
 	lse := 4 * int64(p.B) * int64(p.Hq) * int64(p.Nq)
-	if lse/4 > MaxElements || lse > b.bindBytes {
+	if !b.bindable(lse/4, lse) {
 		return fmt.Errorf("%w: lse (and D) of B·Hq·Nq = %d rows need %d bytes; kernels bind them, and one binding reaches %d bytes",
 			ErrTooLarge, lse/4, lse, b.bindBytes)
 	}
 	for op, n := range pl.Scratch {
-		if n/4 > MaxElements || n > b.bindBytes {
+		if !b.bindable(n/4, n) {
 			return fmt.Errorf("%w: scratch %v needs %d bytes; kernels bind it, and one binding reaches %d bytes",
 				ErrTooLarge, op, n, b.bindBytes)
 		}

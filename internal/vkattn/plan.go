@@ -255,7 +255,7 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 			err = b.address(p, dt, pl)
 		}
 		if err == nil {
-			pl.Dir, pl.Family, pl.Declined = dir, f.name, declined
+			pl.Family, pl.Declined = f.name, declined
 			for i := range pl.Launches {
 				pl.Launches[i].Family = f.name
 			}
@@ -328,6 +328,7 @@ func (b *Backend) record(r *device.Recorder, s *scratch, pl *Plan, pc shaders.Pa
 		}
 		bufs[op] = buf
 	}
+	plain := pc.Bytes()
 	for i, l := range pl.Launches {
 		if l.Barrier {
 			r.Barrier()
@@ -341,9 +342,12 @@ func (b *Backend) record(r *device.Recorder, s *scratch, pl *Plan, pc shaders.Pa
 		if err := pipeline.CheckGroups(b.info, l.Grid); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
 		}
-		push, err := launchPush(&l, pc, bufs)
-		if err != nil {
-			return err
+		push := plain
+		if len(l.Addresses) > 0 {
+			var err error
+			if push, err = addressedPush(&l, pc, bufs); err != nil {
+				return err
+			}
 		}
 		if err := r.Dispatch(pipes[i], push, l.Grid, args...); err != nil {
 			return fmt.Errorf("vkattn: %w", err)
@@ -352,12 +356,9 @@ func (b *Backend) record(r *device.Recorder, s *scratch, pl *Plan, pc shaders.Pa
 	return nil
 }
 
-// launchPush is launch l's push-constant block: pc, followed for an
-// addressed launch by the device address of each of l.Addresses.
-func launchPush(l *Launch, pc shaders.Params, bufs operandBufs) ([]byte, error) {
-	if len(l.Addresses) == 0 {
-		return pc.Bytes(), nil
-	}
+// addressedPush is addressed launch l's push-constant block: pc followed
+// by the device address of each of l.Addresses.
+func addressedPush(l *Launch, pc shaders.Params, bufs operandBufs) ([]byte, error) {
 	if len(l.Addresses) > shaders.MaxAddressSlots {
 		return nil, fmt.Errorf("vkattn: %s: %d address slots, the push block holds %d", l.key.Name, len(l.Addresses), shaders.MaxAddressSlots)
 	}

@@ -121,7 +121,7 @@ func (b *Backend) checkExtent(name string, s spec.Shape, st spec.Strides, dt spe
 	}
 	bytes := n * int64(dt.Size())
 	switch {
-	case n <= MaxElements && bytes <= b.bindBytes:
+	case b.bindable(n, bytes):
 		return n, nil
 	case b.addrWhy != "":
 		return 0, fmt.Errorf("%w: %s: shape %v with strides %+v spans %d elements (%d bytes); one binding reaches %d elements and %d bytes, and %s",

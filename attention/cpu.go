@@ -2,7 +2,9 @@ package attention
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/cpu"
@@ -13,7 +15,10 @@ import (
 // cpuBackend adapts package cpu (float32 FlashAttention) to Backend. fp16
 // and bf16 operands are widened to float32 (exactly), computed, and rounded
 // back to nearest even.
-type cpuBackend struct{ cfg cpu.Config }
+type cpuBackend struct {
+	cfg   cpu.Config
+	calls calls
+}
 
 func newCPUBackend(workers int) *cpuBackend {
 	return &cpuBackend{cfg: cpu.Config{Workers: workers}}
@@ -35,22 +40,37 @@ func (c *cpuBackend) plan(_ context.Context, p *spec.Problem, _ DType, backward 
 		Config: fmt.Sprintf("br%d-bc%d per worker", br, bc), Source: SourceDefault}}}, nil
 }
 
-func (c *cpuBackend) Close() error { return nil }
+// Close stops the calls in progress (they return ErrClosed) and waits
+// for them: their loops check their contexts between tiles.
+func (c *cpuBackend) Close() error {
+	c.calls.close()
+	return nil
+}
 
 func (c *cpuBackend) Forward(ctx context.Context, p *spec.Problem, a *forwardArgs) error {
-	o := widen(a.O)
-	if err := cpu.ForwardWith(ctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), o, a.LSE); err != nil {
+	cctx, leave, err := c.calls.enter(ctx)
+	if err != nil {
 		return err
+	}
+	defer leave()
+	o := widen(a.O)
+	if err := cpu.ForwardWith(cctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), o, a.LSE); err != nil {
+		return callErr(ctx, cctx, err)
 	}
 	narrowInto(a.O, o)
 	return nil
 }
 
 func (c *cpuBackend) Backward(ctx context.Context, p *spec.Problem, a *backwardArgs) error {
-	dq, dk, dv := widen(a.DQ), widen(a.DK), widen(a.DV)
-	err := cpu.BackwardWith(ctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), widen(a.O), a.LSE, widen(a.DO), dq, dk, dv)
+	cctx, leave, err := c.calls.enter(ctx)
 	if err != nil {
 		return err
+	}
+	defer leave()
+	dq, dk, dv := widen(a.DQ), widen(a.DK), widen(a.DV)
+	err = cpu.BackwardWith(cctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), widen(a.O), a.LSE, widen(a.DO), dq, dk, dv)
+	if err != nil {
+		return callErr(ctx, cctx, err)
 	}
 	narrowInto(a.DQ, dq)
 	narrowInto(a.DK, dk)
@@ -97,4 +117,65 @@ func narrowInto(t Tensor, w []float32) {
 			}
 		})
 	}
+}
+
+// calls tracks a backend's calls in progress so that Close can stop them:
+// each runs under a context that Close cancels (cause errClosing).
+type calls struct {
+	mu      sync.Mutex
+	closed  bool
+	cancels map[*context.CancelCauseFunc]struct{}
+	wg      sync.WaitGroup
+}
+
+// errClosing is the cause of a call's context cancelled by Close.
+var errClosing = errors.New("attention: engine closing")
+
+// enter starts a call: its context (ctx, also cancelled by close) and the
+// function that ends it; ErrClosed once close has begun.
+func (c *calls) enter(ctx context.Context) (context.Context, func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, nil, fmt.Errorf("attention: engine: %w", ErrClosed)
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	if c.cancels == nil {
+		c.cancels = map[*context.CancelCauseFunc]struct{}{}
+	}
+	c.cancels[&cancel] = struct{}{}
+	c.wg.Add(1)
+	return cctx, func() {
+		c.mu.Lock()
+		delete(c.cancels, &cancel)
+		c.mu.Unlock()
+		cancel(nil)
+		c.wg.Done()
+	}, nil
+}
+
+// close cancels the calls in progress and waits for them to return.
+func (c *calls) close() {
+	c.mu.Lock()
+	c.closed = true
+	for cancel := range c.cancels {
+		(*cancel)(errClosing)
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+// callErr is the error of a call run under cctx (from calls.enter) for
+// the caller's ctx: ErrClosed when close stopped it, the context's error
+// wrapped when ctx ended.
+func callErr(ctx, cctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() == nil && errors.Is(context.Cause(cctx), errClosing):
+		return fmt.Errorf("attention: cpu: engine closed during the call: %w", ErrClosed)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("attention: cpu: %w", err)
+	}
+	return err
 }

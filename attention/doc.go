@@ -65,4 +65,64 @@
 // Nq > Nk) gives O = 0, LSE = −Inf and zero gradients, never NaN. The
 // backward is deterministic: the same inputs give the same bits on every
 // run.
+//
+// Special values follow package reference — IEEE arithmetic over the keys
+// each row sees — on every backend, kernel and storage type:
+//   - NaN in Q, K, V or dO gives NaN exactly where the float64 reference
+//     has it: in every output that reads it (a product with a probability
+//     that rounds to 0 still reads it: 0·NaN is NaN) and nowhere else.
+//     One exception: under a causal mask, a NaN (or ±Inf) in a row the mask
+//     hides may also reach rows less than 256 positions across the
+//     diagonal from it (the kernels multiply a masked tile corner by zero).
+//   - A row whose visible scores are all −Inf (or that sees no key) is
+//     empty: O = 0, LSE = −Inf, dQ = 0, and it adds nothing to dK and dV,
+//     even where its Q or dO holds ±Inf.
+//   - Large scales are exact while every scaled score scale·q·k is finite
+//     in float32: the forward's softmax is the exact one, one-hot when the
+//     scores are far apart (scale 1e30 included). The backward recomputes
+//     P from LSE in float32, so its gradients carry float32's absolute
+//     error on the scores, about 2⁻²⁴·|scale·q·k|: for huge scores that is
+//     a probability of exactly 0 or 1 where the reference has it, and
+//     gradients within scale·2·Dv·2⁻²⁴·Σ|dO∘V|·|K| of the exact ones —
+//     finite, except that such noise can exceed float16's range.
+//
+// Outputs must not share memory with any other operand: ForwardInto and
+// BackwardInto refuse an O, LSE, dQ, dK or dV that overlaps another
+// operand by even one element (ErrStride, naming both), and DeviceTensor
+// calls refuse the same tensor passed twice; views of one buffer that share
+// no element (dQ, dK and dV interleaved in one [B, N, 3, H, D] buffer)
+// are fine.
+//
+// # Cancellation
+//
+// Every call stops when its context ends, returning an error that wraps
+// the context's error (context.Canceled or context.DeadlineExceeded);
+// its outputs may then be partly written. Engine.Close stops the calls in
+// progress the same way, and they return an error wrapping ErrClosed.
+// How soon, by backend:
+//
+//   - CPU: the workers check the context between tiles of a few
+//     thousand scores each, so a call returns within milliseconds of
+//     its cancellation, and Close once its calls have.
+//   - Vulkan: GPU work is not preempted, so a long call whose context
+//     can be cancelled (ctx.Done() != nil) runs as a series of
+//     submissions of about 250 ms each on a GPU (100 ms on a CPU device
+//     such as lavapipe): runs of its kernels' workgroups (whole batches,
+//     heads, or tiles of one head), sized by the rate each kernel has
+//     shown on the device, with bitwise the results of one submission.
+//     The call checks its context between them, and one that ends
+//     during a submission waits for it to finish: the call returns
+//     within about one submission of its cancellation with none of its
+//     GPU work left running, so the next call does not wait for it, and
+//     Close waits at most for the submissions in flight. A call expected
+//     to take less than one submission, and any call whose context
+//     cannot be cancelled (context.Background()), is one submission, as
+//     before: Close waits for it. Splitting costs a GPU about 1% of a
+//     call it splits (each boundary drains the last wave of workgroups). Without a deadline a wait gives up after 60 s
+//     (10 min on a CPU device such as lavapipe) and leaves the work to
+//     finish. Benchmark and Tune submit one short iteration at a time
+//     and stop waiting when their context ends, the submission in flight
+//     finishing on its own. Transfers between host and device (a host
+//     call's, and DeviceTensor Upload and Download) go in pieces of at
+//     most 64 MiB and stop after the piece in flight.
 package attention

@@ -77,7 +77,9 @@ type Config struct {
 const TuneOff = "off"
 
 // Engine runs attention on one backend. It is safe for concurrent use;
-// Close it when done.
+// Close it when done. Every method that takes a context stops when it
+// ends (see Cancellation in the package documentation for how soon on
+// each backend) and returns an error wrapping the context's error.
 type Engine struct {
 	b      backend
 	closed atomic.Bool
@@ -249,7 +251,11 @@ func (e *Engine) Info() BackendInfo { return e.b.Info() }
 func (e *Engine) Fallback() string { return e.fallback }
 
 // Close releases the backend. It is safe to call more than once; calls
-// after Close fail with ErrClosed.
+// after Close fail with ErrClosed. Calls in progress are stopped and fail
+// with ErrClosed: Close waits for them on the CPU backend until their next
+// tile, on Vulkan until their submissions in flight finish (all the work
+// of a call whose context cannot be cancelled; see Cancellation in the
+// package documentation).
 func (e *Engine) Close() error {
 	e.once.Do(func() {
 		e.closed.Store(true)
@@ -308,7 +314,8 @@ func (e *Engine) Forward(ctx context.Context, q, k, v Tensor, opt Options) (*Out
 }
 
 // ForwardInto is Forward writing into caller-provided O (any non-overlapping
-// strides) and LSE (length B·Hq·Nq).
+// strides) and LSE (length B·Hq·Nq). Neither may share memory with the
+// other or with Q, K or V (ErrStride, naming both).
 func (e *Engine) ForwardInto(ctx context.Context, q, k, v, o Tensor, lse []float32, opt Options) error {
 	if err := e.check(ctx); err != nil {
 		return err
@@ -318,6 +325,10 @@ func (e *Engine) ForwardInto(ctx context.Context, q, k, v, o Tensor, lse []float
 		return err
 	}
 	if err := e.supports(q.DType()); err != nil {
+		return err
+	}
+	all := []hostView{viewOf("o", o), sliceView("lse", lse), viewOf("q", q), viewOf("k", k), viewOf("v", v)}
+	if err := distinctHost(all[:2], all); err != nil {
 		return err
 	}
 	return e.b.Forward(ctx, p, &forwardArgs{Q: q, K: k, V: v, O: o, LSE: lse})
@@ -352,7 +363,10 @@ func (e *Engine) Backward(ctx context.Context, q, k, v, o Tensor, lse []float32,
 	return &g, nil
 }
 
-// BackwardInto is Backward writing into caller-provided gradients.
+// BackwardInto is Backward writing into caller-provided gradients. dQ, dK
+// and dV may not share memory with each other or with any input
+// (ErrStride, naming both); interleaved views of one buffer that share no
+// element are fine.
 func (e *Engine) BackwardInto(ctx context.Context, q, k, v, o Tensor, lse []float32, do, dq, dk, dv Tensor, opt Options) error {
 	if err := e.check(ctx); err != nil {
 		return err
@@ -380,6 +394,11 @@ func (e *Engine) BackwardInto(ctx context.Context, q, k, v, o Tensor, lse []floa
 			return err
 		}
 		laidOut = laidOut && st == g.st
+	}
+	all := []hostView{viewOf("dq", dq), viewOf("dk", dk), viewOf("dv", dv),
+		viewOf("q", q), viewOf("k", k), viewOf("v", v), viewOf("o", o), sliceView("lse", lse), viewOf("do", do)}
+	if err := distinctHost(all[:3], all); err != nil {
+		return err
 	}
 	a := &backwardArgs{Q: q, K: k, V: v, O: o, LSE: lse, DO: do, DQ: dq, DK: dk, DV: dv}
 	if laidOut {

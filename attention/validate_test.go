@@ -89,7 +89,56 @@ func badCases() []struct {
 		{"dq wrong shape", func(c *c) { c.dq = f32(attention.Shape{B: 2, S: 5, H: 2, D: 8}) }, attention.ErrShape, "dq:"},
 		{"dk overlapping", func(c *c) { c.dk.Strides.Seq = 0 }, attention.ErrStride, "dk:"},
 		{"dv short", func(c *c) { c.dv.Data = c.dv.Data.([]float32)[:5] }, attention.ErrLength, "dv:"},
+		// Outputs sharing memory with another operand.
+		{"o is q", func(c *c) { c.o.Data = c.q.Data }, attention.ErrStride, "o: shares memory with q"},
+		{"lse inside o", func(c *c) { c.lse = c.o.Data.([]float32)[200:240] }, attention.ErrStride, "o: shares memory with lse"},
+		{"o overlaps v by one element", func(c *c) {
+			buf := make([]float32, 240+168-1)
+			c.o.Data, c.v.Data = buf, buf[239:]
+		}, attention.ErrStride, "o: shares memory with v"},
+		{"dk is do", func(c *c) { c.dk.Data = c.do.Data }, attention.ErrStride, "dk: shares memory with do"},
+		{"dq dk dv one slice", func(c *c) {
+			buf := make([]float32, 320)
+			c.dq.Data, c.dk.Data, c.dv.Data = buf, buf, buf
+		}, attention.ErrStride, "dq: shares memory with dk"},
+		{"dv inside q", func(c *c) { c.dv.Data = c.q.Data.([]float32)[100:] }, attention.ErrStride, "dv: shares memory with q"},
 	}
+}
+
+// TestPackedGradients: dQ, dK and dV as interleaved views of one
+// [B, N, 3, H, D] buffer share no element and are accepted, with the
+// results of separate buffers; shifted by one element they overlap and are
+// refused.
+func TestPackedGradients(t *testing.T) {
+	e, err := attention.Open(attention.Config{Backend: attention.CPU})
+	require.NoError(t, err)
+	defer e.Close()
+	ctx := context.Background()
+	s := attention.Shape{B: 2, S: 6, H: 3, D: 4}
+	in := func(seed float32) attention.Tensor {
+		t := f32(s)
+		for i := range t.Data.([]float32) {
+			t.Data.([]float32)[i] = float32(math.Sin(float64(seed) * float64(i+1)))
+		}
+		return t
+	}
+	q, k, v, do := in(1), in(2), in(3), in(4)
+	out, err := e.Forward(ctx, q, k, v, attention.Options{Causal: true})
+	require.NoError(t, err)
+	want, err := e.Backward(ctx, q, k, v, out.O, out.LSE, do, attention.Options{Causal: true})
+	require.NoError(t, err)
+
+	buf := make([]float32, s.B*s.S*3*s.H*s.D+1)
+	st := attention.Strides{Batch: s.S * 3 * s.H * s.D, Seq: 3 * s.H * s.D, Head: s.D}
+	view := func(off int) attention.Tensor { return attention.Tensor{Shape: s, Strides: st, Data: buf[off:]} }
+	dq, dk, dv := view(0), view(s.H*s.D), view(2*s.H*s.D)
+	require.NoError(t, e.BackwardInto(ctx, q, k, v, out.O, out.LSE, do, dq, dk, dv, attention.Options{Causal: true}))
+	for i, g := range []struct{ got, want attention.Tensor }{{dq, want.DQ}, {dk, want.DK}, {dv, want.DV}} {
+		assert.Equal(t, g.want.Float32s(), g.got.Float32s(), "gradient %d", i)
+	}
+	err = e.BackwardInto(ctx, q, k, v, out.O, out.LSE, do, dq, view(s.H*s.D-1), dv, attention.Options{Causal: true})
+	assert.ErrorIs(t, err, attention.ErrStride)
+	assert.ErrorContains(t, err, "dq: shares memory with dk")
 }
 
 func TestBadInput(t *testing.T) {
@@ -112,6 +161,9 @@ func TestBadInput(t *testing.T) {
 			require.Error(t, err)
 			assert.ErrorIs(t, err, tc.want)
 			assert.Contains(t, err.Error(), tc.naming)
+			if strings.Contains(tc.naming, "shares memory") {
+				return // O and LSE are inputs of the backward: they may share memory
+			}
 			// Backward validates the same primal arguments.
 			err = e.BackwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.do, c.dq, c.dk, c.dv, c.opt)
 			assert.ErrorIs(t, err, tc.want)

@@ -100,15 +100,19 @@ func TestConformanceVulkanAddressed(t *testing.T) {
 	attentiontest.Run(t, e)
 }
 
-// The minimal and naive forwards run the forward suite only: the backward
+// The minimal and naive forwards run the forward suites only: the backward
 // kernels (and hence RunBackward and RunDeterminism) are the same for
 // every forward kernel and covered by TestConformanceVulkan.
 func TestConformanceVulkanMinimal(t *testing.T) {
-	attentiontest.RunForward(t, openVulkan(t, "minimal"))
+	e := openVulkan(t, "minimal")
+	attentiontest.RunForward(t, e)
+	t.Run("special", func(t *testing.T) { attentiontest.RunSpecialForward(t, e) })
 }
 
 func TestConformanceVulkanNaive(t *testing.T) {
-	attentiontest.RunForward(t, openVulkan(t, "naive"))
+	e := openVulkan(t, "naive")
+	attentiontest.RunForward(t, e)
+	t.Run("special", func(t *testing.T) { attentiontest.RunSpecialForward(t, e) })
 }
 
 // TestConformanceVulkanCoopmat runs the forward and backward suites with
@@ -166,6 +170,8 @@ func TestConformanceVulkanCoopmat(t *testing.T) {
 	t.Run("backward", func(t *testing.T) { attentiontest.RunBackward(t, e) })
 	t.Run("deterministic", func(t *testing.T) { attentiontest.RunDeterminism(t, e, 10) })
 	t.Run("backward-long", func(t *testing.T) { attentiontest.RunBackwardCases(t, e, long[:3]) })
+	t.Run("edges", func(t *testing.T) { attentiontest.RunEdges(t, e) })
+	t.Run("special", func(t *testing.T) { attentiontest.RunSpecial(t, e) })
 }
 
 func randTensor(rng *rand.Rand, dt attention.DType, s attention.Shape, l attention.Layout) attention.Tensor {

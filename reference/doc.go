@@ -52,8 +52,19 @@
 // Masked probabilities are exactly 0.
 //
 // A row with no visible key (bottom-right with Nq > Nk leaves the first
-// Nq − Nk rows empty) has P row 0, O row 0 and LSE −Inf, and contributes
-// exactly 0 to every gradient; it never produces NaN.
+// Nq − Nk rows empty), or whose visible scores are all −Inf, is empty: P
+// row 0, O row 0, LSE −Inf, dQ row 0, and it contributes exactly 0 to dK
+// and dV, even where its Q or dO holds ±Inf; it never produces NaN.
+//
+// # Special values
+//
+// Inputs holding NaN or ±Inf are evaluated element by element, in IEEE
+// float64 and over exactly the keys each row sees (gonum's products, used
+// for finite inputs, skip zero factors): a masked key is never read, while
+// a visible key is read even where its probability is 0, so 0·NaN = NaN
+// reaches the output as IEEE arithmetic says. A NaN score makes its row's
+// maximum, P and LSE NaN. This is the special-value contract every flashvk
+// backend follows (see package attention).
 //
 // # Backward
 //

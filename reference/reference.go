@@ -203,6 +203,14 @@ func Probabilities(p Params, q, k []float64, b, h int) *mat.Dense {
 	if len(q) != lq || len(k) != lk {
 		return nil
 	}
+	if !allFinite(q, k) {
+		d := newDirect(p, q, k, nil, b, h)
+		pm := mat.NewDense(p.Nq, p.Nk, nil)
+		for i, row := range d.pm {
+			pm.SetRow(i, row)
+		}
+		return pm
+	}
 	pm, _ := probs(p, q, k, b, h)
 	return pm
 }
@@ -215,6 +223,14 @@ func Forward(p Params, q, k, v []float64) (o, lse []float64, err error) {
 	_, _, _, lo, ll := p.Lengths()
 	o = make([]float64, lo)
 	lse = make([]float64, ll)
+	if !allFinite(q, k, v) {
+		for b := range p.B {
+			for h := range p.Hq {
+				newDirect(p, q, k, v, b, h).forward(o, lse)
+			}
+		}
+		return o, lse, nil
+	}
 	om := mat.NewDense(p.Nq, p.Dv, nil)
 	for b := 0; b < p.B; b++ {
 		for h := 0; h < p.Hq; h++ {
@@ -250,6 +266,14 @@ func Backward(p Params, q, k, v, do []float64) (dq, dk, dv []float64, err error)
 	dq = make([]float64, lq)
 	dk = make([]float64, lk)
 	dv = make([]float64, lv)
+	if !allFinite(q, k, v, do) {
+		for b := range p.B {
+			for h := range p.Hq {
+				newDirect(p, q, k, v, b, h).backward(do, dq, dk, dv)
+			}
+		}
+		return dq, dk, dv, nil
+	}
 	scale := p.EffectiveScale()
 
 	var dvm, dpm, dqm, dkm mat.Dense

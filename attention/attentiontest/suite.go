@@ -131,6 +131,7 @@ func Run(t *testing.T, e *attention.Engine) {
 	t.Run("backward", func(t *testing.T) { RunBackward(t, e) })
 	t.Run("deterministic", func(t *testing.T) { RunDeterminism(t, e, 10) })
 	t.Run("edges", func(t *testing.T) { RunEdges(t, e) })
+	t.Run("special", func(t *testing.T) { RunSpecial(t, e) })
 	t.Run("concurrent", func(t *testing.T) { RunConcurrent(t, e) })
 }
 

@@ -169,6 +169,9 @@ func (c Case) oOff(b, i, h int) int { return ((b*c.Nq+i)*c.Hq + h) * c.Dv }
 // r16 rounds to the nearest fp16 value.
 func r16(x float64) float64 { return float64(float16.Fromfloat32(float32(x)).Float32()) }
 
+// r32 rounds to the nearest fp32 value.
+func r32(x float64) float64 { return float64(float32(x)) }
+
 // rb16 rounds to the nearest bf16 value.
 func rb16(x float64) float64 { return float64(bfloat16.FromFloat32(float32(x)).Float32()) }
 

@@ -3,6 +3,7 @@ package cpu
 import (
 	"context"
 	"math"
+	"slices"
 
 	"github.com/flashvk/flashvk/internal/spec"
 )
@@ -21,7 +22,7 @@ func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, 
 		return ctx.Err()
 	}
 	cfg = cfg.resolve(p)
-	g := &bwd{p: p, cfg: cfg, q: q, k: k, v: v, o: o, do: do, dq: dq, dk: dk, dv: dv}
+	g := &bwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, do: do, dq: dq, dk: dk, dv: dv}
 	g.qTiles = (p.Nq + cfg.Br - 1) / cfg.Br
 	g.kTiles = (p.Nk + cfg.Bc - 1) / cfg.Bc
 	nbh := p.B * p.Hq
@@ -53,6 +54,7 @@ func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, 
 }
 
 type bwd struct {
+	ctx            context.Context // checked between tiles
 	p              *spec.Problem
 	cfg            Config
 	q, k, v, o, do []float32
@@ -70,6 +72,10 @@ func (g *bwd) deltaItem(_ struct{}, it int) {
 	or := rows{g.o, p.O.Offset(b, i0, h), p.O.Seq}
 	dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
 	for i := range min(br, p.Nq-i0) {
+		if dead(g.lse2[p.LSEIndex(b, h, i0+i)]) {
+			g.delta[p.LSEIndex(b, h, i0+i)] = 0
+			continue
+		}
 		x, y := or.row(i, p.Dv), dor.row(i, p.Dv)
 		y = y[:len(x)]
 		var s float64
@@ -87,6 +93,7 @@ type kvScratch struct {
 	st, dpt []float32 // Bc×Br: Sᵀ then Pᵀ, dPᵀ then dSᵀ
 	dk, dv  []float32 // Bc×D, Bc×Dv accumulators
 	first   []int     // Bc: first query row that sees each key
+	q, do   []float32 // Br×D, Br×Dv: a query tile with its dead rows zeroed
 }
 
 func (g *bwd) newKVScratch() *kvScratch {
@@ -97,7 +104,33 @@ func (g *bwd) newKVScratch() *kvScratch {
 		dk:    make([]float32, bc*g.p.D),
 		dv:    make([]float32, bc*g.p.Dv),
 		first: make([]int, bc),
+		q:     make([]float32, br*g.p.D),
+		do:    make([]float32, br*g.p.Dv),
 	}
+}
+
+// dead reports whether a row's LSE·log2e marks it as dead: it sees no key,
+// or every score it sees is −Inf (lse2 = +Inf, see BackwardWith).
+func dead(lse2 float32) bool { return math.IsInf(float64(lse2), 1) }
+
+// liveRows returns the nr rows of qr and dor, with the rows of dead query
+// rows replaced by zeros (in w's copies, only when the tile has one): they
+// add nothing to dK and dV, even where their Q or dO holds ±Inf or NaN.
+func (w *kvScratch) liveRows(qr, dor rows, nr, d, dv int, lse2 []float32) (q, do rows, anyDead bool) {
+	if !slices.ContainsFunc(lse2[:nr], dead) {
+		return qr, dor, false
+	}
+	for i := range nr {
+		q, do := w.q[i*d:(i+1)*d], w.do[i*dv:(i+1)*dv]
+		if dead(lse2[i]) {
+			clear(q)
+			clear(do)
+			continue
+		}
+		copy(q, qr.row(i, d))
+		copy(do, dor.row(i, dv))
+	}
+	return rows{w.q, 0, d}, rows{w.do, 0, dv}, true
 }
 
 // kvItem computes dK and dV for one (batch, kv head, key tile): it loops
@@ -125,11 +158,15 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 	for h := kvh * grp; h < (kvh+1)*grp; h++ {
 		base := p.LSEIndex(b, h, 0)
 		for i0 := first[0]; i0 < p.Nq; i0 += br {
+			if g.ctx.Err() != nil {
+				return // cancelled: parallel returns the error
+			}
 			nr := min(br, p.Nq-i0)
 			qr := rows{g.q, p.Q.Offset(b, i0, h), p.Q.Seq}
 			dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
 			lse2 := g.lse2[base+i0 : base+i0+nr]
 			delta := g.delta[base+i0 : base+i0+nr]
+			qr, dor, anyDead := w.liveRows(qr, dor, nr, d, dvw, lse2)
 
 			st, dpt := w.st, w.dpt
 			dotTile(st, br, kr, nk, qr, nr, d)
@@ -137,13 +174,19 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 				row := st[jj*br : jj*br+nr]
 				lo := min(max(first[jj]-i0, 0), nr) // rows before lo cannot see key j
 				clear(row[:lo])
-				expRowVec(row[lo:], lse2[lo:], c)
+				probRow(row[lo:], lse2[lo:], c)
 			}
 			accTile(dv, dvw, st, br, nk, nr, dor, dvw)
 
 			dotTile(dpt, br, vr, nk, dor, nr, dvw)
 			for jj := range nk {
 				dsRowVec(st[jj*br:jj*br+nr], dpt[jj*br:jj*br+nr], delta)
+				clear(dpt[jj*br : jj*br+min(max(first[jj]-i0, 0), nr)]) // dS 0 where masked
+				for i := range nr {
+					if anyDead && dead(lse2[i]) {
+						dpt[jj*br+i] = 0
+					}
+				}
 			}
 			accTile(dk, d, dpt, br, nk, nr, qr, d)
 		}
@@ -164,6 +207,7 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 type qScratch struct {
 	s, dp []float32 // Br×Bc: S then P, dP then dS
 	dq    []float32 // Br×D accumulator
+	l2    []float32 // Bc copies of a row's LSE·log2e, for probRow
 }
 
 func (g *bwd) newQScratch() *qScratch {
@@ -172,6 +216,7 @@ func (g *bwd) newQScratch() *qScratch {
 		s:  make([]float32, br*bc),
 		dp: make([]float32, br*bc),
 		dq: make([]float32, br*g.p.D),
+		l2: make([]float32, bc),
 	}
 }
 
@@ -193,6 +238,9 @@ func (g *bwd) qItem(w *qScratch, it int) {
 
 	jEnd := p.KeyLimit(i0 + nr - 1)
 	for j0 := 0; j0 < jEnd; j0 += bc {
+		if g.ctx.Err() != nil {
+			return // cancelled: parallel returns the error
+		}
 		nc := min(bc, jEnd-j0)
 		kr := rows{g.k, p.K.Offset(b, j0, kvh), p.K.Seq}
 		vr := rows{g.v, p.V.Offset(b, j0, kvh), p.V.Seq}
@@ -203,9 +251,15 @@ func (g *bwd) qItem(w *qScratch, it int) {
 			vis := min(max(p.KeyLimit(i0+i)-j0, 0), nc)
 			pr := s[i*bc : i*bc+nc]
 			dr := dp[i*bc : i*bc+nc]
-			l2, di := lse2[i], delta[i]
-			expRow(pr[:vis], c, l2)
-			dsRow(pr[:vis], dr[:vis], di)
+			if dead(lse2[i]) {
+				vis = 0 // dS 0: the row adds nothing (and its dQ is 0)
+			}
+			l2 := w.l2[:vis]
+			for x := range l2 {
+				l2[x] = lse2[i]
+			}
+			probRow(pr[:vis], l2, c)
+			dsRow(pr[:vis], dr[:vis], delta[i])
 			clear(dr[vis:])
 		}
 		accTile(dq, d, dp, bc, nr, nc, kr, d)
@@ -214,6 +268,10 @@ func (g *bwd) qItem(w *qScratch, it int) {
 	out := rows{g.dq, p.Q.Offset(b, i0, h), p.Q.Seq}
 	for i := range nr {
 		o := out.row(i, d)
+		if dead(lse2[i]) {
+			clear(o)
+			continue
+		}
 		a := dq[i*d : i*d+d]
 		a = a[:len(o)]
 		for x := range o {

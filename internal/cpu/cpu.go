@@ -174,7 +174,9 @@ func queryTile(p *spec.Problem, br, tiles, it int) (b, h, kvh, i0, nr int) {
 
 // parallel runs fn(w, item) for item in [0, n) on up to workers goroutines,
 // w being the worker's scratch from newScratch. It stops early and returns
-// ctx.Err() when the context is done (checked before every item).
+// ctx.Err() when the context is done (checked before every item, and by
+// the items between their tiles: an item cut short leaves its outputs
+// unwritten, so a context done at the end is an error too).
 func parallel[S any](ctx context.Context, workers, n int, newScratch func() S, fn func(S, int)) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -188,7 +190,7 @@ func parallel[S any](ctx context.Context, workers, n int, newScratch func() S, f
 			}
 			fn(s, i)
 		}
-		return nil
+		return ctx.Err()
 	}
 	var (
 		next    atomic.Int64
@@ -212,8 +214,5 @@ func parallel[S any](ctx context.Context, workers, n int, newScratch func() S, f
 		})
 	}
 	wg.Wait()
-	if stopped.Load() {
-		return ctx.Err()
-	}
-	return nil
+	return ctx.Err()
 }

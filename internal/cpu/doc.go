@@ -22,8 +22,10 @@
 // gradients are bitwise identical whatever the worker count or scheduling.
 //
 // Work items run on a pool of Config.Workers goroutines (GOMAXPROCS by
-// default). The context is checked between work items; on cancellation the
-// call returns ctx.Err() and the outputs are partially written. Extra memory
+// default). The context is checked between work items and, within an
+// item, between its tiles (a Br×Bc tile of scores: at most milliseconds
+// of work); on cancellation the call returns ctx.Err() and the outputs are
+// partially written. Extra memory
 // is O(tile) per worker plus, for the backward, one float32 per query row.
 //
 // # Kernels

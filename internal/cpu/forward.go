@@ -19,12 +19,13 @@ func ForwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, l
 		return ctx.Err()
 	}
 	cfg = cfg.resolve(p)
-	f := &fwd{p: p, cfg: cfg, q: q, k: k, v: v, o: o, lse: lse}
+	f := &fwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, lse: lse}
 	f.tiles = (p.Nq + cfg.Br - 1) / cfg.Br
 	return parallel(ctx, cfg.Workers, f.tiles*p.B*p.Hq, f.newScratch, f.item)
 }
 
 type fwd struct {
+	ctx        context.Context // checked between key tiles
 	p          *spec.Problem
 	cfg        Config
 	q, k, v, o []float32
@@ -66,6 +67,9 @@ func (f *fwd) item(w *fwdScratch, it int) {
 
 	jEnd := p.KeyLimit(i0 + nr - 1) // keys beyond are never seen by the tile
 	for j0 := 0; j0 < jEnd; j0 += bc {
+		if f.ctx.Err() != nil {
+			return // cancelled: parallel returns the error
+		}
 		nc := min(bc, jEnd-j0)
 		kr := rows{f.k, p.K.Offset(b, j0, kvh), p.K.Seq}
 		vr := rows{f.v, p.V.Offset(b, j0, kvh), p.V.Seq}
@@ -88,7 +92,13 @@ func (f *fwd) item(w *fwdScratch, it int) {
 			}
 			mOld := m[i]
 			mNew := max(mOld, mt)
-			sum := expRow(r, c, mNew)
+			// While every score is −Inf, exponentiate against 0: 2^(−Inf − 0)
+			// = 0, never 2^(−Inf + Inf) = NaN (a NaN score still gives NaN).
+			mUse := mNew
+			if mNew == spec.NegInf {
+				mUse = 0
+			}
+			sum := expRow(r, c, mUse)
 			clear(row[vis:])
 			if mNew != mOld {
 				alpha := exp2(mOld - mNew)

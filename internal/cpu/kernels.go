@@ -193,12 +193,32 @@ func expRow(r []float32, c, sub float32) float32 {
 	return sum
 }
 
-// expRowVec sets r[j] = 2^(r[j]·c − sub[j]) (len(sub) ≥ len(r)).
-func expRowVec(r, sub []float32, c float32) {
+// probRow sets r[j] = P = 2^snap(r[j]·c − sub[j], sub[j]), the backward's
+// probabilities from the scores r and the rows' LSE·log2e in sub (len(sub)
+// ≥ len(r)).
+func probRow(r, sub []float32, c float32) {
 	sub = sub[:len(r)]
-	for j := expRowVecSIMD(r, sub, c); j < len(r); j++ {
-		r[j] = exp2(r[j]*c - sub[j])
+	for j := probRowSIMD(r, sub, c); j < len(r); j++ {
+		r[j] = exp2(snap(r[j]*c-sub[j], sub[j]))
 	}
+}
+
+// snapTol is 2^-21: snap's noise band, relative to |l2|.
+const snapTol = 0x1p-21
+
+// snap returns the exponent x = s·c − l2 of a probability that is at most
+// 1 in exact arithmetic: 0 (P = 1) where x > 0, which only rounding makes,
+// and where |x| ≤ 2^-21·|l2|, a few fp32 ulps of l2: the rounding noise of
+// the row's maximum itself, so that scores beyond fp32's resolution (huge
+// scales) give the forward's one-hot softmax instead of 2^±noise = 0 or
+// Inf. The band is finite even for l2 = +Inf (a dead row, whose x is −Inf
+// or NaN); NaN stays NaN. The shaders' prob (params.glsl) is the same rule.
+func snap(x, l2 float32) float32 {
+	tol := min(float32(math.Abs(float64(l2))*snapTol), math.MaxFloat32)
+	if x > 0 || float32(math.Abs(float64(x))) <= tol {
+		return 0
+	}
+	return x
 }
 
 // dsRow sets dp[j] = p[j]·(dp[j] − d) (len(dp) ≥ len(p)).

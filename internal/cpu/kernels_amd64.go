@@ -23,7 +23,7 @@ func accTileAVX(c *float32, ldc int, a *float32, lda, m, k int, b *float32, ldb,
 func expRowAVX(r *float32, n int, c, sub float32) float32
 
 //go:noescape
-func expRowVecAVX(r, sub *float32, n int, c float32)
+func probRowAVX(r, sub *float32, n int, c float32)
 
 //go:noescape
 func dsRowAVX(p, dp *float32, n int, d float32)
@@ -135,10 +135,10 @@ func expRowSIMD(r []float32, c, sub float32) (int, float32) {
 	return n, expRowAVX(&r[0], n, c, sub)
 }
 
-func expRowVecSIMD(r, sub []float32, c float32) int {
+func probRowSIMD(r, sub []float32, c float32) int {
 	n := simdLen(min(len(r), len(sub)))
 	if n > 0 {
-		expRowVecAVX(&r[0], &sub[0], n, c)
+		probRowAVX(&r[0], &sub[0], n, c)
 	}
 	return n
 }

@@ -30,6 +30,9 @@ VCONST(expLo, 0xc2fc0000)
 VCONST(expHi, 0x42fe0000)
 VCONST(expMagic, 0x4b400000)
 VCONST(expBias, 0x4b3fff81)
+VCONST(absMask, 0x7fffffff)
+VCONST(snapTol, 0x35000000)
+VCONST(maxFloat, 0x7f7fffff)
 
 // EXP2(X, T, F, Q, M): X = 2^X lane-wise, as exp2 in kernels.go (0 below
 // −126, clamped above 127, NaN propagates). T, F, Q, M are clobbered.
@@ -366,17 +369,29 @@ expDone:
 	VZEROUPPER
 	RET
 
-// func expRowVecAVX(r, sub *float32, n int, c float32)
+// func probRowAVX(r, sub *float32, n int, c float32)
 //
-// r[j] = 2^(r[j]·c − sub[j]) for j < n (a multiple of 8).
-TEXT ·expRowVecAVX(SB), NOSPLIT, $0-28
+// r[j] = 2^snap(r[j]·c − sub[j], sub[j]) for j < n (a multiple of 8), as
+// probRow in kernels.go: the exponent is 0 where it is > 0 or within
+// min(2^-21·|sub|, MaxFloat32) of 0.
+TEXT ·probRowAVX(SB), NOSPLIT, $0-28
 	MOVQ         r+0(FP), DI
 	MOVQ         sub+8(FP), SI
 	MOVQ         n+16(FP), CX
 	VBROADCASTSS c+24(FP), Y14
+	VXORPS       Y13, Y13, Y13
 	ROWLOOP(expVecLoop, expVecDone)
+	VMOVUPS      (SI)(AX*1), Y5
 	VMULPS       Y14, Y0, Y0
-	VSUBPS       (SI)(AX*1), Y0, Y0
+	VSUBPS       Y5, Y0, Y0
+	VANDPS       absMask<>(SB), Y5, Y5
+	VMULPS       snapTol<>(SB), Y5, Y5
+	VMINPS       maxFloat<>(SB), Y5, Y5
+	VANDPS       absMask<>(SB), Y0, Y6
+	VCMPPS       $2, Y5, Y6, Y6
+	VCMPPS       $14, Y13, Y0, Y7
+	VORPS        Y7, Y6, Y6
+	VANDNPS      Y0, Y6, Y0
 	EXP2(Y0, Y1, Y2, Y3, Y4)
 	ROWNEXT(expVecLoop)
 

@@ -91,10 +91,10 @@ func TestKernelsMatchPortable(t *testing.T) {
 		assert.InDelta(t, wantSum, float64(sum), 1e-5*wantSum+1e-30)
 
 		x = append(x[:0], r...)
-		expRowVec(x, sub, -0.9)
+		probRow(x, sub, -0.9)
 		for i := range r {
-			want := exp2(r[i]*-0.9 - sub[i])
-			assert.InDelta(t, want, x[i], 1e-6*float64(want)+1e-30, "expRowVec n=%d i=%d", n, i)
+			want := exp2(snap(r[i]*-0.9-sub[i], sub[i]))
+			assert.InDelta(t, want, x[i], 1e-6*float64(want)+1e-30, "probRow n=%d i=%d", n, i)
 		}
 
 		p := append([]float32(nil), sub...)

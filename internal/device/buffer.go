@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -169,8 +170,12 @@ func asBytes[T Element](s []T) []byte {
 }
 
 // Upload copies src into b at byte offset offset through a pooled
-// host-visible staging buffer and waits for the copy (honouring ctx; see
-// Submit). Later submissions see the data.
+// host-visible staging buffer and waits for the copy. Later submissions
+// see the data. The copy goes in pieces of at most 64 MiB: when ctx ends,
+// Upload stops before the next piece, or waits for the one in flight
+// (transferDrain at most; see SubmitDrain), and returns an error wrapping
+// the context's error — and ErrTimeout only if that piece may still be
+// running.
 func Upload[T Element](ctx context.Context, b *Buffer, offset int64, src []T) error {
 	if b == nil {
 		return fmt.Errorf("%w: nil buffer", ErrInvalid)
@@ -179,7 +184,7 @@ func Upload[T Element](ctx context.Context, b *Buffer, offset int64, src []T) er
 }
 
 // Download copies len(dst) elements from b at byte offset offset into dst,
-// after all previously submitted work.
+// after all previously submitted work; ctx as for Upload.
 func Download[T Element](ctx context.Context, b *Buffer, offset int64, dst []T) error {
 	if b == nil {
 		return fmt.Errorf("%w: nil buffer", ErrInvalid)
@@ -205,6 +210,10 @@ func (d *Device) Fill(ctx context.Context, b *Buffer, word uint32) error {
 	_, err := d.Submit(ctx, r)
 	return err
 }
+
+// transferDrain bounds the wait for a transfer's piece in flight when its
+// context ends (a piece is at most stagingChunk bytes).
+const transferDrain = time.Second
 
 // stagingChunk bounds one staging buffer; larger transfers go in chunks.
 const (
@@ -266,7 +275,7 @@ func (d *Device) putStaging(s *staging) {
 // use and calls move for each staging-sized chunk of host with its offset
 // in b and a staging buffer of kind for it, which move hands to d.run or
 // back to the pool.
-func (d *Device) staged(b *Buffer, off int64, host []byte, kind C.int,
+func (d *Device) staged(ctx context.Context, b *Buffer, off int64, host []byte, kind C.int,
 	move func(off int64, chunk []byte, s *staging) error) error {
 	if err := b.usable(d); err != nil {
 		return err
@@ -279,6 +288,9 @@ func (d *Device) staged(b *Buffer, off int64, host []byte, kind C.int,
 	}
 	defer d.done()
 	for len(host) > 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("device: transfer stopped between pieces: %w", err) // none in flight
+		}
 		n := min(int64(len(host)), stagingChunk)
 		s, err := d.getStaging(kind, n)
 		if err != nil {
@@ -294,7 +306,7 @@ func (d *Device) staged(b *Buffer, off int64, host []byte, kind C.int,
 }
 
 func (d *Device) upload(ctx context.Context, b *Buffer, off int64, src []byte) error {
-	return d.staged(b, off, src, C.FVK_MEM_UPLOAD, func(off int64, src []byte, s *staging) error {
+	return d.staged(ctx, b, off, src, C.FVK_MEM_UPLOAD, func(off int64, src []byte, s *staging) error {
 		n := int64(len(src))
 		copy(s.bytes(n), src)
 		if r := C.fvk_buffer_flush(d.c, &s.b, C.uint64_t(n)); r != 0 {
@@ -305,7 +317,7 @@ func (d *Device) upload(ctx context.Context, b *Buffer, off int64, src []byte) e
 			{kind: C.FVK_OP_COPY, dst: b.b.buffer, src: s.b.buffer, dst_off: C.uint64_t(off), size: C.uint64_t(n)},
 			{kind: C.FVK_OP_BARRIER, arg: C.FVK_BARRIER_FULL},
 		}
-		if _, err := d.run(ctx, ops, runOpts{staging: []*staging{s}}); err != nil {
+		if _, err := d.run(ctx, ops, runOpts{staging: []*staging{s}, drain: transferDrain}); err != nil {
 			return fmt.Errorf("device: upload: %w", err)
 		}
 		d.bytesUp.Add(n)
@@ -314,14 +326,14 @@ func (d *Device) upload(ctx context.Context, b *Buffer, off int64, src []byte) e
 }
 
 func (d *Device) download(ctx context.Context, b *Buffer, off int64, dst []byte) error {
-	return d.staged(b, off, dst, C.FVK_MEM_DOWNLOAD, func(off int64, dst []byte, s *staging) error {
+	return d.staged(ctx, b, off, dst, C.FVK_MEM_DOWNLOAD, func(off int64, dst []byte, s *staging) error {
 		n := int64(len(dst))
 		ops := []C.fvk_op{
 			{kind: C.FVK_OP_COPY, dst: s.b.buffer, src: b.b.buffer, src_off: C.uint64_t(off), size: C.uint64_t(n)},
 			{kind: C.FVK_OP_BARRIER, arg: C.FVK_BARRIER_HOST_READ},
 		}
 		// keepStaging: on success the staging buffer stays ours to read.
-		if _, err := d.run(ctx, ops, runOpts{staging: []*staging{s}, keepStaging: true}); err != nil {
+		if _, err := d.run(ctx, ops, runOpts{staging: []*staging{s}, keepStaging: true, drain: transferDrain}); err != nil {
 			return fmt.Errorf("device: download: %w", err)
 		}
 		if r := C.fvk_buffer_invalidate(d.c, &s.b, C.uint64_t(n)); r != 0 {

@@ -203,6 +203,7 @@ func Open(opt Options) (*Device, error) {
 		return nil, fmt.Errorf("device: open %s: %w", infos[idx].Name, vkErr("vkCreateDevice", r))
 	}
 	d.info.BufferDeviceAddress = d.c.bda != 0
+	d.info.DispatchBase = d.c.dispatch_base != 0
 	d.cinfo = ci
 	cinfos[idx] = nil // owned by d now
 	ok = true

@@ -55,7 +55,14 @@
 // cancelled or its deadline passes; without a deadline Options.DefaultTimeout
 // (60 s) applies. The abandoned submission keeps its command buffer and
 // staging memory until its fence signals; they are reclaimed by later calls
-// or by Close, which waits for the device to go idle. VK_ERROR_DEVICE_LOST
+// or by Close, which waits for the device to go idle. SubmitDrain instead
+// waits (a bounded time) for the work of a submission whose context
+// ended, so that its buffers may be reused at once; Upload and Download,
+// which copy in pieces of at most 64 MiB, stop between pieces and drain
+// the piece in flight the same way. Recorder.DispatchBase
+// runs part of a grid (vkCmdDispatchBase: every pipeline is created to
+// allow it where the device has Vulkan 1.1), so that long work can be
+// split into submissions of bounded duration. VK_ERROR_DEVICE_LOST
 // marks the device lost: every later call fails with ErrDeviceLost.
 //
 // # Concurrency

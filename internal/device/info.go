@@ -61,6 +61,11 @@ type Info struct {
 	// MaxStorageBufferRange. For an open Device: enabled (see
 	// Options.NoBufferDeviceAddress).
 	BufferDeviceAddress bool
+	// DispatchBase: vkCmdDispatchBase (Vulkan 1.1) is available, so that
+	// Recorder.DispatchBase can run part of a grid (every pipeline of an
+	// open Device is then created to allow it). Set for an open Device
+	// only.
+	DispatchBase bool
 
 	// Shader arithmetic and storage types.
 	Float16, Int8, Int16, Int64, Float64  bool

@@ -65,9 +65,11 @@ func (r *Recorder) Len() int { return len(r.ops) }
 type Command struct {
 	// Kind is "dispatch", "barrier", "copy", "fill" or "timestamp".
 	Kind string
-	// Pipeline, Groups and Buffers describe a dispatch: the pipeline's
-	// name, the workgroups and the number of buffers bound.
+	// Pipeline, Base, Groups and Buffers describe a dispatch: the
+	// pipeline's name, its first workgroup (zero but for DispatchBase),
+	// the workgroups and the number of buffers bound.
 	Pipeline string
+	Base     [3]uint32
 	Groups   [3]uint32
 	Buffers  int
 }
@@ -82,6 +84,7 @@ func (r *Recorder) Commands() []Command {
 		switch op.kind {
 		case C.FVK_OP_DISPATCH:
 			c = Command{Kind: "dispatch", Pipeline: r.pipes[next].name, Buffers: int(op.nbufs),
+				Base:   [3]uint32{uint32(op.base[0]), uint32(op.base[1]), uint32(op.base[2])},
 				Groups: [3]uint32{uint32(op.groups[0]), uint32(op.groups[1]), uint32(op.groups[2])}}
 			next++
 		case C.FVK_OP_BARRIER:
@@ -111,6 +114,15 @@ func (r *Recorder) fail(err error) error {
 // min(size, MaxStorageBufferRange) bytes of its buffer; a buffer larger
 // than MaxStorageBufferRange fails with ErrTooLarge unless p is Addressed.
 func (r *Recorder) Dispatch(p *Pipeline, push []byte, groups [3]uint32, bufs ...*Buffer) error {
+	return r.DispatchBase(p, push, [3]uint32{}, groups, bufs...)
+}
+
+// DispatchBase is Dispatch of the workgroups base … base+groups−1 of a
+// larger grid (vkCmdDispatchBase): the shader's gl_WorkGroupID counts from
+// base, so that consecutive DispatchBase calls (or submissions) can run a
+// grid's workgroups in parts. A non-zero base needs Info.DispatchBase, and
+// base+groups must stay within MaxWorkgroupCount.
+func (r *Recorder) DispatchBase(p *Pipeline, push []byte, base, groups [3]uint32, bufs ...*Buffer) error {
 	d := r.d
 	if p == nil {
 		return r.fail(fmt.Errorf("%w: dispatch: nil pipeline", ErrInvalid))
@@ -127,10 +139,13 @@ func (r *Recorder) Dispatch(p *Pipeline, push []byte, groups [3]uint32, bufs ...
 	if uint32(len(push)) != p.pushSize {
 		return r.fail(fmt.Errorf("%w: dispatch %s: %d push-constant bytes, pipeline declares %d", ErrInvalid, p.name, len(push), p.pushSize))
 	}
+	if base != ([3]uint32{}) && !d.info.DispatchBase {
+		return r.fail(fmt.Errorf("%w: dispatch %s: base workgroup %v without vkCmdDispatchBase", ErrUnsupported, p.name, base))
+	}
 	for i, g := range groups {
-		if g > d.info.MaxWorkgroupCount[i] {
-			return r.fail(fmt.Errorf("%w: dispatch %s: %d workgroups in dimension %d, device maximum %d",
-				ErrTooLarge, p.name, g, i, d.info.MaxWorkgroupCount[i]))
+		if uint64(base[i])+uint64(g) > uint64(d.info.MaxWorkgroupCount[i]) {
+			return r.fail(fmt.Errorf("%w: dispatch %s: %d workgroups from %d in dimension %d, device maximum %d",
+				ErrTooLarge, p.name, g, base[i], i, d.info.MaxWorkgroupCount[i]))
 		}
 	}
 	for i, b := range bufs {
@@ -153,6 +168,7 @@ func (r *Recorder) Dispatch(p *Pipeline, push []byte, groups [3]uint32, bufs ...
 		set_layout: p.setLayout,
 	}
 	op.groups[0], op.groups[1], op.groups[2] = C.uint32_t(groups[0]), C.uint32_t(groups[1]), C.uint32_t(groups[2])
+	op.base[0], op.base[1], op.base[2] = C.uint32_t(base[0]), C.uint32_t(base[1]), C.uint32_t(base[2])
 	r.push = append(r.push, push...)
 	for _, b := range bufs {
 		r.bufs = append(r.bufs, C.fvk_binding{buffer: b.b.buffer, _range: C.uint64_t(b.bindingRange())})
@@ -273,6 +289,22 @@ func (r *Recorder) Timestamp(label string) {
 // deadline, Options.DefaultTimeout (60 s; 10 min on CPU devices) applies. VK_ERROR_DEVICE_LOST
 // yields ErrDeviceLost and the device refuses further work.
 func (d *Device) Submit(ctx context.Context, r *Recorder) (*Result, error) {
+	return d.submit(ctx, r, 0)
+}
+
+// SubmitDrain is Submit for a submission the caller wants finished before
+// it moves on, even when ctx ends first: Submit would then return at once,
+// the GPU work still running; SubmitDrain waits up to drain more for it.
+// When the work completes in that time (or ctx had ended before anything
+// was submitted) the error wraps the context's error but not ErrTimeout —
+// the GPU is done with the submission and its buffers may be reused;
+// otherwise it is Submit's error (ErrTimeout and the context's error, the
+// work still running).
+func (d *Device) SubmitDrain(ctx context.Context, r *Recorder, drain time.Duration) (*Result, error) {
+	return d.submit(ctx, r, drain)
+}
+
+func (d *Device) submit(ctx context.Context, r *Recorder, drain time.Duration) (*Result, error) {
 	if r == nil || r.d != d {
 		return nil, fmt.Errorf("%w: recorder from another device", ErrInvalid)
 	}
@@ -293,7 +325,7 @@ func (d *Device) Submit(ctx context.Context, r *Recorder) (*Result, error) {
 			return nil, fmt.Errorf("device: submit: buffer: %w", ErrClosed)
 		}
 	}
-	return d.run(ctx, r.ops, runOpts{push: r.push, bufs: r.bufs, labels: r.labels})
+	return d.run(ctx, r.ops, runOpts{push: r.push, bufs: r.bufs, labels: r.labels, drain: drain})
 }
 
 type runOpts struct {
@@ -302,6 +334,9 @@ type runOpts struct {
 	labels      []string
 	staging     []*staging // released when the submission completes
 	keepStaging bool       // on success, leave staging to the caller
+	// drain: when ctx ends first, how long to wait more for the
+	// submission before abandoning it (SubmitDrain).
+	drain time.Duration
 }
 
 // inflight is a submission whose wait was abandoned.
@@ -384,6 +419,9 @@ func (d *Device) run(ctx context.Context, ops []C.fvk_op, o runOpts) (res *Resul
 	}
 	if err := ctx.Err(); err != nil {
 		releaseStaging()
+		if o.drain > 0 { // SubmitDrain's callers: ErrTimeout only for work left running
+			return nil, fmt.Errorf("device: not submitted: %w", err)
+		}
 		return nil, fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	if len(ops) == 0 {
@@ -423,7 +461,19 @@ func (d *Device) run(ctx context.Context, ops []C.fvk_op, o runOpts) (res *Resul
 		return nil, d.check("vkQueueSubmit", r)
 	}
 	d.submissions.Add(1)
-	if err := d.wait(ctx, f); err != nil {
+	err = d.wait(ctx, f)
+	if ctxErr := ended(ctx); err != nil && ctxErr != nil && o.drain > 0 {
+		// Wait for the work to finish rather than leaving it running.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drain)
+		derr := d.wait(dctx, f)
+		cancel()
+		if derr == nil {
+			d.putFrame(f)
+			releaseStaging()
+			return nil, fmt.Errorf("device: the context ended while the GPU ran (the submission completed): %w", ctxErr)
+		}
+	}
+	if err != nil {
 		// The GPU may still use the frame and staging memory: park them until
 		// the fence signals (or Close).
 		d.fmu.Lock()
@@ -448,6 +498,18 @@ func (d *Device) run(ctx context.Context, ops []C.fvk_op, o runOpts) (res *Resul
 		return nil, err
 	}
 	return res, nil
+}
+
+// ended returns ctx's error, or DeadlineExceeded once its deadline has
+// passed (a wait may see the deadline before the context's timer fires).
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // pollInterval bounds each blocking vkWaitForFences so that context

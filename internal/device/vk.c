@@ -723,6 +723,10 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	DPROC(d, WaitForFences);
 	DPROC(d, ResetFences);
 	DPROC(d, GetFenceStatus);
+	if (v11) {
+		DPROC(d, CmdDispatchBase);
+		d->dispatch_base = d->CmdDispatchBase != NULL;
+	}
 	if (bda) {
 		const char *name = o->ext_bda ? "vkGetBufferDeviceAddressKHR" : "vkGetBufferDeviceAddress";
 		d->GetBufferDeviceAddress = (PFN_vkGetBufferDeviceAddress)in->GetDeviceProcAddr(d->device, name);
@@ -976,6 +980,7 @@ VkResult fvk_pipeline_create(fvk_device *d, const uint32_t *code, size_t code_si
 	ci.stage.pSpecializationInfo = nspec ? &si : NULL;
 	if (subgroup_size) ci.stage.pNext = &rss;
 	if (full_subgroups) ci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
+	if (d->dispatch_base) ci.flags |= VK_PIPELINE_CREATE_DISPATCH_BASE_BIT;
 	ci.layout = layout;
 	r = counted(d, FVK_OBJ_PIPELINE, d->CreateComputePipelines(d->device, d->cache, 1, &ci, NULL, out));
 out:
@@ -1196,7 +1201,16 @@ VkResult fvk_record(fvk_device *d, fvk_frame *f, const fvk_op *ops, uint32_t nop
 			if (op->push_size)
 				d->CmdPushConstants(f->cmd, op->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, op->push_size,
 				                    push + op->push_off);
-			d->CmdDispatch(f->cmd, op->groups[0], op->groups[1], op->groups[2]);
+			if (op->base[0] | op->base[1] | op->base[2]) {
+				if (!d->dispatch_base) {
+					*bad = (int32_t)i;
+					return VK_ERROR_FEATURE_NOT_PRESENT;
+				}
+				d->CmdDispatchBase(f->cmd, op->base[0], op->base[1], op->base[2], op->groups[0], op->groups[1],
+				                   op->groups[2]);
+			} else {
+				d->CmdDispatch(f->cmd, op->groups[0], op->groups[1], op->groups[2]);
+			}
 			break;
 		}
 		case FVK_OP_BARRIER:

@@ -234,6 +234,9 @@ typedef struct fvk_device {
 	VkPhysicalDeviceMemoryProperties mem;
 	uint32_t size_control; // RequiredSubgroupSize usable for compute
 	uint32_t bda;          // bufferDeviceAddress enabled and vkGetBufferDeviceAddress loaded
+	// dispatch_base: vkCmdDispatchBase (core 1.1) loaded; every pipeline is
+	// then created with VK_PIPELINE_CREATE_DISPATCH_BASE_BIT.
+	uint32_t dispatch_base;
 
 	PFN_vkDestroyDevice DestroyDevice;
 	PFN_vkGetDeviceQueue GetDeviceQueue;
@@ -276,6 +279,7 @@ typedef struct fvk_device {
 	PFN_vkCmdBindDescriptorSets CmdBindDescriptorSets;
 	PFN_vkCmdPushConstants CmdPushConstants;
 	PFN_vkCmdDispatch CmdDispatch;
+	PFN_vkCmdDispatchBase CmdDispatchBase; // NULL unless dispatch_base
 	PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
 	PFN_vkCmdCopyBuffer CmdCopyBuffer;
 	PFN_vkCmdFillBuffer CmdFillBuffer;
@@ -382,7 +386,7 @@ typedef struct fvk_op {
 	uint32_t nbufs;     // dispatch: buffers bound at 0..nbufs-1
 	uint32_t push_size; // dispatch
 	uint32_t groups[3]; // dispatch
-	uint32_t pad;
+	uint32_t base[3];   // dispatch: first workgroup (vkCmdDispatchBase when not 0)
 	uint64_t push_off; // dispatch: offset into the push arena
 	uint64_t buf_off;  // dispatch: index into the buffer array
 	uint64_t dst_off, src_off, size;

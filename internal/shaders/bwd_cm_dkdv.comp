@@ -94,6 +94,38 @@ const uint NPL = (BR + WG - 1u) / WG;
 		} \
 	}
 
+// SOFTMAX_M1(CAREFUL), SOFTMAX_M0(CAREFUL): Pᵀ and dSᵀ of the subgroup's
+// keys against the step's query rows, in registers (MODE 1, into pA and
+// dsA) or through shared memory (MODE 0, into sP and sdS); CAREFUL as in
+// params.glsl.
+#define SOFTMAX_M1(CAREFUL) \
+	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+			uint col = t * CM_N + colOf[i]; \
+			float l2 = sL[col]; \
+			bool vis = l2 != NEG_INF && !(need_mask && c0 + sgk + rowOf[i] >= key_limit(r0 + col)); \
+			float p = vis ? BWD_P(CAREFUL, S[t][i] * sl2 - l2, l2) : 0.0; \
+			S[t][i] = p; \
+			dP[t][i] = BWD_DS(CAREFUL, vis, p, dP[t][i] - sDr[col]); \
+		} \
+		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
+			pA[t][j] = CM_TO(S[t][aperm(j)]); \
+			dsA[t][j] = CM_TO(dP[t][aperm(j)]); \
+		} \
+	}
+#define SOFTMAX_M0(CAREFUL) \
+	for (uint e = lane; e < CM_M * BR; e += SUBGROUP) { \
+		uint kr = e / BR; \
+		uint col = e - kr * BR; \
+		float l2 = sL[col]; \
+		bool vis = l2 != NEG_INF && !(need_mask && c0 + sgk + kr >= key_limit(r0 + col)); \
+		uint si = (sgk + kr) * LDS + col; \
+		float p = vis ? BWD_P(CAREFUL, sS[si] * sl2 - l2, l2) : 0.0; \
+		uint pi = (sgk + kr) * LDP + col; \
+		sP[pi] = CM_TO(p); \
+		sdS[pi] = CM_TO(BWD_DS(CAREFUL, vis, p, sdP[si] - sDr[col])); \
+	}
+
 const uint KB = NSG * CM_M;                  // keys per workgroup (= BC)
 const uint NST = BR / CM_N;                  // Sᵀ/dPᵀ accumulators per subgroup
 const uint NKC = BR / CM_K;                  // query chunks of the dV/dK products
@@ -236,6 +268,26 @@ void main() {
 				}
 			}
 			barrier();
+			// A step with a careful row (dead, or a huge LSE; params.glsl)
+			// takes the careful softmax, and a dead row's Q and dO are zeroed
+			// so that 0·(±Inf or NaN) cannot reach dK and dV. Rare.
+			bool careful;
+			CAREFUL_ROWS(careful, sL, rows)
+			if (careful) {
+				for (uint e = tid; e < BR * LDK4; e += WG) {
+					uint r = e / LDK4;
+					if (r < rows && sL[r] == NEG_INF) {
+						sQ[e] = uvec4(0u);
+					}
+				}
+				for (uint e = tid; e < BR * LDV4; e += WG) {
+					uint r = e / LDV4;
+					if (r < rows && sL[r] == NEG_INF) {
+						sdO[e] = uvec4(0u);
+					}
+				}
+				barrier();
+			}
 			// The next step's tiles load into registers while this one computes.
 			if (PREFETCH != 0u && st + 1u < nsteps) {
 				PREFETCH_STEP(st + 1u)
@@ -280,19 +332,10 @@ void main() {
 			MATA pA[NKC];
 			MATA dsA[NKC];
 			if (MODE == 1u) {
-				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-						uint col = t * CM_N + colOf[i];
-						float l2 = sL[col];
-						bool vis = l2 != NEG_INF && !(need_mask && c0 + sgk + rowOf[i] >= key_limit(r0 + col));
-						float p = vis ? exp2(S[t][i] * sl2 - l2) : 0.0;
-						S[t][i] = p;
-						dP[t][i] = p * (dP[t][i] - sDr[col]);
-					}
-					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-						pA[t][j] = CM_TO(S[t][aperm(j)]);
-						dsA[t][j] = CM_TO(dP[t][aperm(j)]);
-					}
+				if (careful) {
+					SOFTMAX_M1(true)
+				} else {
+					SOFTMAX_M1(false)
 				}
 			} else {
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
@@ -301,16 +344,10 @@ void main() {
 				}
 				subgroupMemoryBarrierShared();
 				subgroupBarrier();
-				for (uint e = lane; e < CM_M * BR; e += SUBGROUP) {
-					uint kr = e / BR;
-					uint col = e - kr * BR;
-					float l2 = sL[col];
-					bool vis = l2 != NEG_INF && !(need_mask && c0 + sgk + kr >= key_limit(r0 + col));
-					uint si = (sgk + kr) * LDS + col;
-					float p = vis ? exp2(sS[si] * sl2 - l2) : 0.0;
-					uint pi = (sgk + kr) * LDP + col;
-					sP[pi] = CM_TO(p);
-					sdS[pi] = CM_TO(p * (sdP[si] - sDr[col]));
+				if (careful) {
+					SOFTMAX_M0(true)
+				} else {
+					SOFTMAX_M0(false)
 				}
 				subgroupMemoryBarrierShared();
 				subgroupBarrier();

@@ -50,6 +50,33 @@ const uint NOF = DVP / CM_K;  // dO fragments (A)
 const uint NST = BC / CM_N;   // S/dP accumulators per subgroup
 const uint NKC = BC / CM_K;   // key chunks of dS·K
 const uint NDQ = DP / CM_N;   // dQ accumulators
+// DS_M1(CAREFUL), DS_M0(CAREFUL): dS of the subgroup's rows against the key
+// tile, in registers (MODE 1, into dsA) or through shared memory (MODE 0,
+// into sdS); CAREFUL as in params.glsl.
+#define DS_M1(CAREFUL) \
+	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+			bool vis = lOf[i] != NEG_INF && !(need_mask && c0 + t * CM_N + colOf[i] >= limOf[i]); \
+			float p = vis ? BWD_P(CAREFUL, S[t][i] * sl2 - lOf[i], lOf[i]) : 0.0; \
+			dP[t][i] = BWD_DS(CAREFUL, vis, p, dP[t][i] - dOf[i]); \
+		} \
+		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
+			dsA[t][j] = CM_TO(dP[t][aperm(j)]); \
+		} \
+	}
+#define DS_M0(CAREFUL) \
+	for (uint e = lane; e < CM_M * BC; e += SUBGROUP) { \
+		uint rr = e / BC; \
+		uint col = e - rr * BC; \
+		uint r = sgr + rr; \
+		float l2 = sL[r]; \
+		uint lim = r < rows ? key_limit(r0 + r) : 0u; \
+		bool vis = l2 != NEG_INF && !(need_mask && c0 + col >= lim); \
+		uint si = r * LDS + col; \
+		float p = vis ? BWD_P(CAREFUL, sS[si] * sl2 - l2, l2) : 0.0; \
+		sdS[r * LDP + col] = CM_TO(BWD_DS(CAREFUL, vis, p, sdP[si] - sDr[r])); \
+	}
+
 const uint KOFF = 0u;
 const uint VOFF = BC * LDK4;
 const uint SKV_A = BR * LDK4 > BR * LDV4 ? BR * LDK4 : BR * LDV4;
@@ -116,6 +143,11 @@ void main() {
 		coopMatLoad(oA[kk], sKV, sgr * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 	}
 
+	// A workgroup with a careful row (dead, or a huge LSE; params.glsl)
+	// takes the careful softmax. Rare.
+	bool careful;
+	CAREFUL_ROWS(careful, sL, rows)
+
 	// MODE 1: LSE·log2e, D and key limit of each accumulator component's row.
 	float lOf[CM_LEN];
 	float dOf[CM_LEN];
@@ -173,15 +205,10 @@ void main() {
 
 		MATA dsA[NKC];
 		if (MODE == 1u) {
-			[[unroll]] for (uint t = 0u; t < NST; ++t) {
-				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-					bool vis = lOf[i] != NEG_INF && !(need_mask && c0 + t * CM_N + colOf[i] >= limOf[i]);
-					float p = vis ? exp2(S[t][i] * sl2 - lOf[i]) : 0.0;
-					dP[t][i] = p * (dP[t][i] - dOf[i]);
-				}
-				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-					dsA[t][j] = CM_TO(dP[t][aperm(j)]);
-				}
+			if (careful) {
+				DS_M1(true)
+			} else {
+				DS_M1(false)
 			}
 		} else {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
@@ -190,16 +217,10 @@ void main() {
 			}
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
-			for (uint e = lane; e < CM_M * BC; e += SUBGROUP) {
-				uint rr = e / BC;
-				uint col = e - rr * BC;
-				uint r = sgr + rr;
-				float l2 = sL[r];
-				uint lim = r < rows ? key_limit(r0 + r) : 0u;
-				bool vis = l2 != NEG_INF && !(need_mask && c0 + col >= lim);
-				uint si = r * LDS + col;
-				float p = vis ? exp2(sS[si] * sl2 - l2) : 0.0;
-				sdS[r * LDP + col] = CM_TO(p * (sdP[si] - sDr[r]));
+			if (careful) {
+				DS_M0(true)
+			} else {
+				DS_M0(false)
 			}
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
@@ -228,7 +249,8 @@ void main() {
 		uint r = e / DP8;
 		uint c4 = e - r * DP8;
 		if (r < rows) {
-			store_dq(b, r0 + r, h, c4, sKV[r * LDK4 + c4]);
+			// A dead row's dQ is exactly 0, even against ±Inf in K.
+			store_dq(b, r0 + r, h, c4, sL[r] == NEG_INF ? uvec4(0u) : sKV[r * LDK4 + c4]);
 		}
 	}
 }

@@ -38,22 +38,23 @@ shared float sdS[BR * LDP];
 shared float sLSE[BR];
 shared float sD[BR];
 
-// STAGE_ROWS(tile, LD, N, DIM, op, BASE, b, s0, h, valid): rows s0 …
+// STAGE_ROWS(tile, LD, N, DIM, op, BASE, b, s0, h, KEEP): rows s0 …
 // s0+N−1 of head h of batch b of operand op (row offsets BASE,
-// features 0 … DIM−1) into the fp32 tile (row stride LD); rows past valid
-// are 0. The whole workgroup runs it (tid in scope) between barriers.
-#define STAGE_ROWS(tile, LD, N, DIM, op, BASE, b, s0, h, valid) \
+// features 0 … DIM−1) into the fp32 tile (row stride LD); rows r for which
+// the expression KEEP is false are 0. The whole workgroup runs it (tid in
+// scope) between barriers.
+#define STAGE_ROWS(tile, LD, N, DIM, op, BASE, b, s0, h, KEEP) \
 	STRIDED_BEGIN(e, (N) * (DIM)) \
 		uint r = e / (DIM); \
 		uint d = e - r * (DIM); \
-		tile[r * (LD) + d] = r < (valid) ? LOAD(EL(op, BASE(b, (s0) + r, h) + d)) : 0.0; \
+		tile[r * (LD) + d] = (KEEP) ? LOAD(EL(op, BASE(b, (s0) + r, h) + d)) : 0.0; \
 	STRIDED_END
 
 // STAGE_QUERY_TILE(b, h, r0, rows): query rows r0 … r0+BR−1 of head h of
 // batch b into sQ, sdO, sLSE and sD; rows past rows are 0 (LSE −inf).
 #define STAGE_QUERY_TILE(b, h, r0, rows) \
-	STAGE_ROWS(sQ, LDK, BR, D, q, q_base, b, r0, h, rows) \
-	STAGE_ROWS(sdO, LDV, BR, DV, do, o_base, b, r0, h, rows) \
+	STAGE_ROWS(sQ, LDK, BR, D, q, q_base, b, r0, h, r < (rows)) \
+	STAGE_ROWS(sdO, LDV, BR, DV, do, o_base, b, r0, h, r < (rows)) \
 	for (uint r = tid; r < BR; r += WG) { \
 		sLSE[r] = r < (rows) ? lse_buf[lse_index(b, h, (r0) + r)] : NEG_INF; \
 		sD[r] = r < (rows) ? d_buf[lse_index(b, h, (r0) + r)] : 0.0; \
@@ -62,8 +63,8 @@ shared float sD[BR];
 // STAGE_KEY_TILE(b, kvh, c0, cols): key rows c0 … c0+BC−1 of key/value
 // head kvh of batch b into sK and sV; rows past cols are 0.
 #define STAGE_KEY_TILE(b, kvh, c0, cols) \
-	STAGE_ROWS(sK, LDK, BC, D, k, k_base, b, c0, kvh, cols) \
-	STAGE_ROWS(sV, LDV, BC, DV, v, v_base, b, c0, kvh, cols)
+	STAGE_ROWS(sK, LDK, BC, D, k, k_base, b, c0, kvh, r < (cols)) \
+	STAGE_ROWS(sV, LDV, BC, DV, v, v_base, b, c0, kvh, r < (cols))
 
 // TILE_PRODUCT(acc, DIM, LD, sOwn, t, T, M, sSpread, SPREAD, N): the
 // register-tiled acc[m·N + n] += Σ_d sOwn[(t + T·m)·LD + d] ·

@@ -47,6 +47,18 @@ const uint DVN = (DV + TX - 1u) / TX;
 
 shared float sP[BR * LDP];
 
+// DKDV_ROW(CAREFUL): P and dS of row r against the thread's KM keys.
+#define DKDV_ROW(CAREFUL) \
+	[[unroll]] for (uint mm = 0u; mm < KM; ++mm) { \
+		uint c = tk + TK * mm; \
+		bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim); \
+		float p = visible ? BWD_P(CAREFUL, sacc[mm * RN + n] * sl2 - lse2, lse2) : 0.0; \
+		if (rin) { \
+			sP[r * LDP + c] = p; \
+			sdS[r * LDP + c] = BWD_DS(CAREFUL, visible, p, pacc[mm * RN + n] - drow); \
+		} \
+	}
+
 void main() {
 	uint tid = gl_LocalInvocationIndex;
 	uint tx = tid % TX;
@@ -58,6 +70,7 @@ void main() {
 	float sl2 = pc.scale * LOG2E;
 
 	STAGE_KEY_TILE(b, kvh, c0, cols)
+
 
 	float dk[KM * DN];
 	float dv[KM * DVN];
@@ -105,14 +118,21 @@ void main() {
 				uint lim = r < rows ? key_limit(r0 + r) : 0u;
 				float lse2 = lse * LOG2E;
 				float drow = sD[r];
-				[[unroll]] for (uint mm = 0u; mm < KM; ++mm) {
-					uint c = tk + TK * mm;
-					bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim);
-					float p = visible ? exp2(sacc[mm * RN + n] * sl2 - lse2) : 0.0;
-					if (rin) {
-						sP[r * LDP + c] = p;
-						sdS[r * LDP + c] = p * (pacc[mm * RN + n] - drow);
+				if (careful_l2(lse2)) { // rare: see params.glsl
+					DKDV_ROW(true)
+					if (rin && r < rows && lse == NEG_INF) {
+						// A dead row: zero its Q and dO for dK and dV. Only
+						// this row's own S and dP (discarded) may still be
+						// reading them.
+						for (uint d = tk; d < D; d += TK) {
+							sQ[r * LDK + d] = 0.0;
+						}
+						for (uint d = tk; d < DV; d += TK) {
+							sdO[r * LDV + d] = 0.0;
+						}
 					}
+				} else {
+					DKDV_ROW(false)
 				}
 			}
 			barrier();

@@ -39,6 +39,18 @@ const uint QM = BR / TQ;
 const uint CN = (BC + TX - 1u) / TX;
 const uint DN = (D + TX - 1u) / TX;
 
+// DQ_ROW(CAREFUL): dS of row r against the thread's CN keys.
+#define DQ_ROW(CAREFUL) \
+	[[unroll]] for (uint n = 0u; n < CN; ++n) { \
+		uint c = min(tx + TX * n, BC - 1u); /* clamped; stored only if in range */ \
+		bool cin = tx + TX * n < BC; \
+		bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim[m]); \
+		float p = visible ? BWD_P(CAREFUL, sacc[m * CN + n] * sl2 - lse2, lse2) : 0.0; \
+		if (cin) { \
+			sdS[r * LDP + c] = BWD_DS(CAREFUL, visible, p, pacc[m * CN + n] - drow); \
+		} \
+	}
+
 void main() {
 	uint tid = gl_LocalInvocationIndex;
 	uint tx = tid % TX;
@@ -89,14 +101,10 @@ void main() {
 			float lse = sLSE[r];
 			float lse2 = lse * LOG2E;
 			float drow = sD[r];
-			[[unroll]] for (uint n = 0u; n < CN; ++n) {
-				uint c = min(tx + TX * n, BC - 1u); // clamped; stored only if in range
-				bool cin = tx + TX * n < BC;
-				bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim[m]);
-				float p = visible ? exp2(sacc[m * CN + n] * sl2 - lse2) : 0.0;
-				if (cin) {
-					sdS[r * LDP + c] = p * (pacc[m * CN + n] - drow);
-				}
+			if (careful_l2(lse2)) { // rare: see params.glsl
+				DQ_ROW(true)
+			} else {
+				DQ_ROW(false)
 			}
 		}
 		barrier();
@@ -118,10 +126,11 @@ void main() {
 		uint r = tq + TQ * m;
 		if (r < rows) {
 			OFFSET qb = q_base(b, r0 + r, h);
+			bool dead = sLSE[r] == NEG_INF; // dQ exactly 0, even against ±Inf in K
 			[[unroll]] for (uint n = 0u; n < DN; ++n) {
 				uint d = tx + TX * n;
 				if (d < D) {
-					EL(dq, qb + d) = STORE(dq[m * DN + n] * pc.scale);
+					EL(dq, qb + d) = STORE(dead ? 0.0 : dq[m * DN + n] * pc.scale);
 				}
 			}
 		}

@@ -7,6 +7,7 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
 #include "cm_types.glsl"
 
 layout(constant_id = 10) const uint CM_M = 16;
@@ -125,4 +126,18 @@ uvec4 pack8(CM_RAWT x[8]) {
 			colOf[i] = v & 255u; \
 		} \
 		barrier(); \
+	}
+
+// CAREFUL_ROWS(res, sL, n): res = whether any of rows 0 … n−1, whose
+// LSE·log2e the shared array sL holds, is careful (careful_l2,
+// params.glsl). The rows are split across the subgroup's lanes and voted
+// on, so every subgroup of the workgroup sets the same value: a branch on
+// it is uniform.
+#define CAREFUL_ROWS(res, sL, n) \
+	{ \
+		bool c_ = false; \
+		for (uint r_ = gl_SubgroupInvocationID; r_ < (n); r_ += gl_SubgroupSize) { \
+			c_ = c_ || careful_l2(sL[r_]); \
+		} \
+		res = subgroupAny(c_); \
 	}

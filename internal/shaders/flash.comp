@@ -209,7 +209,7 @@ void main() {
 		uint r = tr + TR * i;
 		if (r < rows) {
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).
-			float inv = lt > 0.0 ? 1.0 / lt : 0.0;
+			float inv = lt == 0.0 ? 0.0 : 1.0 / lt;
 			OFFSET ob = o_base(b, r0 + r, h);
 			[[unroll]] for (uint j = 0u; j < DVN; ++j) {
 				uint dv = tc + TC * j;
@@ -218,7 +218,7 @@ void main() {
 				}
 			}
 			if (tc == 0u) {
-				lse_buf[lse_index(b, h, r0 + r)] = lt > 0.0 ? (m[i] + log2(lt)) * LN2 : NEG_INF;
+				lse_buf[lse_index(b, h, r0 + r)] = lt == 0.0 ? NEG_INF : (m[i] + log2(lt)) * LN2;
 			}
 		}
 	}

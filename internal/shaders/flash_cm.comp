@@ -398,9 +398,9 @@ void main() {
 				}
 			}
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).
-			inv[k] = lt > 0.0 ? 1.0 / lt : 0.0;
+			inv[k] = lt == 0.0 ? 0.0 : 1.0 / lt;
 			if ((lane & XORMASK) == 0u && lrow[k] < sg_rows) {
-				lse_buf[lse_index(b, h, r0 + sgr + lrow[k])] = lt > 0.0 ? (m1[k] + log2(lt)) * LN2 : NEG_INF;
+				lse_buf[lse_index(b, h, r0 + sgr + lrow[k])] = lt == 0.0 ? NEG_INF : (m1[k] + log2(lt)) * LN2;
 			}
 		}
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
@@ -417,9 +417,9 @@ void main() {
 				lt += subgroupShuffleXor(lt, o);
 			}
 			if (lr == 0u) {
-				sRow[sgr + row] = lt > 0.0 ? 1.0 / lt : 0.0;
+				sRow[sgr + row] = lt == 0.0 ? 0.0 : 1.0 / lt;
 				if (row < sg_rows) {
-					lse_buf[lse_index(b, h, r0 + sgr + row)] = lt > 0.0 ? (m0[q] + log2(lt)) * LN2 : NEG_INF;
+					lse_buf[lse_index(b, h, r0 + sgr + row)] = lt == 0.0 ? NEG_INF : (m0[q] + log2(lt)) * LN2;
 				}
 			}
 		}

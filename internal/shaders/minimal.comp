@@ -82,7 +82,10 @@ void main() {
 		}
 		// 2. rescale what was accumulated against the old max
 		float mnew = max(m, mt);
-		float alpha = exp(m - mnew); // exp(−inf) = 0 on the first tile
+		// While every score is −inf, exponentiate against 0: exp(−inf − 0)
+		// = 0, never exp(−inf + inf) = NaN (a NaN score still gives NaN).
+		float muse = mnew == NEG_INF ? 0.0 : mnew;
+		float alpha = exp(m - muse); // exp(−inf) = 0 on the first tile
 		l *= alpha;
 		UNROLLED_BEGIN(d, DV)
 			sO[ob + d] *= alpha;
@@ -90,7 +93,7 @@ void main() {
 		m = mnew;
 		// 3. add this tile
 		for (uint c = 0u; c < n; ++c) {
-			float p = exp(sc[c] - m);
+			float p = exp(sc[c] - muse);
 			l += p;
 			UNROLLED_BEGIN(d, DV)
 				sO[ob + d] += p * sV[c * DV + d];
@@ -99,10 +102,10 @@ void main() {
 	}
 
 	if (live) {
-		float inv = l > 0.0 ? 1.0 / l : 0.0; // a row that saw no key: O = 0
+		float inv = l == 0.0 ? 0.0 : 1.0 / l; // a row that saw no key: O = 0
 		UNROLLED_BEGIN(d, DV)
 			o_buf[o_base(b, i, h) + d] = STORE(sO[ob + d] * inv);
 		UNROLLED_END
-		lse_buf[lse_index(b, h, i)] = l > 0.0 ? m + log(l) : NEG_INF;
+		lse_buf[lse_index(b, h, i)] = l == 0.0 ? NEG_INF : m + log(l);
 	}
 }

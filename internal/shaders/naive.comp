@@ -85,12 +85,12 @@ void main() {
 			sum += exp(s_buf[row + j] - mu);
 		}
 		sum = block_reduce(sum, false);
-		float inv = sum > 0.0 ? 1.0 / sum : 0.0;
+		float inv = sum == 0.0 ? 0.0 : 1.0 / sum;
 		for (uint j = tid; j < pc.Nk; j += WG) {
 			s_buf[row + j] = exp(s_buf[row + j] - mu) * inv;
 		}
 		if (tid == 0u) {
-			lse_buf[lse_index(b, h, i)] = sum > 0.0 ? mx + log(sum) : NEG_INF;
+			lse_buf[lse_index(b, h, i)] = sum == 0.0 ? NEG_INF : mx + log(sum);
 		}
 	} else {
 		uint n = min(lim, pc.Nk); // P is 0 past the row's key limit

@@ -146,6 +146,31 @@ const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
+// The backward's softmax: P = 2^x, x = s·scale·log2e − l2 with l2 =
+// LSE·log2e of the row, and dS = P·(dP − D).
+//
+// Most rows take it plainly. A careful row (careful_l2) takes it with two
+// guards the others do not need:
+//   - it is dead (l2 = −inf: no key, or only −inf scores): it adds nothing,
+//     P and dS are exactly 0 (BWD_DS; P·(NaN) would be NaN), and the
+//     kernels zero its Q and dO rows before they reach dK and dV;
+//   - or |l2| ≥ 2^14, where x carries rounding noise of 2^-9 and more: P ≤ 1
+//     in exact arithmetic, so x > 0 gives 1, and so does x within
+//     2^-21·|l2| below 0 (a few fp32 ulps of l2, the noise of the row's
+//     maximum itself), which keeps scores beyond fp32's resolution (huge
+//     scales) at the forward's one-hot softmax instead of 2^±noise = 0 or
+//     Inf. NaN stays NaN.
+// internal/cpu applies the same rule to every row (snap).
+bool careful_l2(float l2) { return l2 == NEG_INF || abs(l2) >= 16384.0; }
+float snap_bound(float l2) { return -abs(l2) * 4.76837158203125e-7; }
+float prob(float x, float t) { return x >= t ? 1.0 : exp2(x); }
+// BWD_P(CAREFUL, x, l2) and BWD_DS(CAREFUL, vis, p, d) are P and dS = p·d
+// for a visible element (vis) of a careful row when the constant CAREFUL
+// is true, of a plain row when false (the kernels branch once per row or
+// step and expand the element loop with each).
+#define BWD_P(CAREFUL, x, l2) ((CAREFUL) ? prob((x), snap_bound(l2)) : exp2(x))
+#define BWD_DS(CAREFUL, vis, p, d) ((CAREFUL) ? ((vis) ? (p) * (d) : 0.0) : (p) * (d))
+
 #define MASK_NONE 0u
 #define MASK_CAUSAL_TL 1u
 #define MASK_CAUSAL_BR 2u

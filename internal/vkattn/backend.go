@@ -3,6 +3,7 @@
 package vkattn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -92,6 +93,19 @@ type Backend struct {
 	pool *bufPool
 	life gate
 
+	// chunkTarget is the expected time of one submission of a cancellable
+	// call, chunkMinGroups the fewest workgroups of a chunk, rates the
+	// kernels' measured rates (chunk.go). chunkCPU chunks for a CPU
+	// device, which ends each dispatch with its threads' partial last
+	// round: one dispatch of each launch a chunk reaches, split evenly,
+	// tiles across every head and batch (cpuOrder); a GPU overlaps the
+	// dispatches of one submission, and a chunk takes as many as its
+	// budget holds, in the order of one dispatch (gpuOrder).
+	chunkTarget    time.Duration
+	chunkMinGroups float64
+	chunkCPU       bool
+	rates          rateTable
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -152,6 +166,11 @@ func newBackend(dev *device.Device, owns bool, opts Options) (*Backend, error) {
 		modules: map[string][]byte{},
 		cfgs:    map[cfgKey]cfgResult{},
 		tune:    newTuneState(opts),
+
+		chunkTarget:    ChunkTarget(info),
+		chunkMinGroups: minChunkGroups(info),
+		chunkCPU:       info.Type == "cpu",
+		rates:          rateTable{prior: priorRate(info)},
 	}
 	if info.StorageBuffer16Bit {
 		// bf16 needs 16-bit storage only: its math is fp32 (no shaderFloat16).
@@ -248,13 +267,18 @@ func params(p *spec.Problem) shaders.Params {
 	}
 }
 
-// gate counts calls in progress and lets close wait for them.
+// gate counts calls in progress and lets close wait for them; close
+// first cancels the contexts of the calls that registered one (enterCall).
 type gate struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	users  int
-	closed bool
+	mu      sync.Mutex
+	cond    *sync.Cond
+	users   int
+	closed  bool
+	cancels map[*context.CancelCauseFunc]struct{}
 }
+
+// errClosing is the cause of a call's context cancelled by Close.
+var errClosing = errors.New("vkattn: backend closing")
 
 func (g *gate) acquire() bool {
 	g.mu.Lock()
@@ -284,6 +308,9 @@ func (g *gate) close() bool {
 		return false
 	}
 	g.closed = true
+	for c := range g.cancels {
+		(*c)(errClosing)
+	}
 	if g.cond == nil {
 		g.cond = sync.NewCond(&g.mu)
 	}
@@ -301,3 +328,44 @@ func (b *Backend) enter() error {
 }
 
 func (b *Backend) leave() { b.life.release() }
+
+// enterCall is enter for a call that Close may stop: when ctx can be
+// cancelled, the call runs under a context that Close also cancels (with
+// cause errClosing), so that Close waits only for the chunk in flight
+// (chunk.go). A context that cannot be cancelled is kept as it is: such a
+// call runs whole, and Close waits for it. leave ends the call.
+func (b *Backend) enterCall(ctx context.Context) (cctx context.Context, leave func(), err error) {
+	if err := b.enter(); err != nil {
+		return nil, nil, err
+	}
+	if ctx.Done() == nil {
+		return ctx, b.leave, nil
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	g := &b.life
+	g.mu.Lock()
+	if g.cancels == nil {
+		g.cancels = map[*context.CancelCauseFunc]struct{}{}
+	}
+	g.cancels[&cancel] = struct{}{}
+	if g.closed { // Close began after enter
+		cancel(errClosing)
+	}
+	g.mu.Unlock()
+	return cctx, func() {
+		g.mu.Lock()
+		delete(g.cancels, &cancel)
+		g.mu.Unlock()
+		cancel(nil)
+		b.leave()
+	}, nil
+}
+
+// callErr turns the error of a call that Close stopped (its context
+// cancelled with errClosing, the caller's still live) into ErrClosed.
+func callErr(caller, cctx context.Context, err error) error {
+	if err != nil && caller.Err() == nil && errors.Is(context.Cause(cctx), errClosing) {
+		return fmt.Errorf("vkattn: backend closed during the call: %w", ErrClosed)
+	}
+	return err
+}

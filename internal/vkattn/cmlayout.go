@@ -51,6 +51,9 @@ func cmSupportFor(info device.Info, dt spec.DType) (device.CoopMatShape, error) 
 	if !info.SubgroupOps.Shuffle {
 		why = append(why, "no subgroup shuffle")
 	}
+	if !info.SubgroupOps.Vote {
+		why = append(why, "no subgroup vote")
+	}
 	sg := info.SubgroupSize
 	if sg < 1 || sg&(sg-1) != 0 {
 		why = append(why, fmt.Sprintf("subgroup size %d", sg))

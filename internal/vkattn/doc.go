@@ -85,6 +85,39 @@
 // flash_cm_probe (cmlayout.go); the wait is bounded by the caller's
 // context, and a cancelled probe is run again by the next caller.
 //
+// # Cancellation: chunked submissions
+//
+// GPU work is not preempted, so a call whose context can be cancelled
+// (Done() != nil) and whose work is expected to take longer than
+// ChunkTarget (250 ms on a GPU, 100 ms on a CPU device) is submitted in
+// chunks of about that long (chunk.go): runs of each launch's grid,
+// recorded with vkCmdDispatchBase in launch order with the plan's
+// barriers (each submission starts with a full barrier). On a GPU a run
+// is whole batches, else heads of one batch, else query (or key) tiles of
+// one head, as many as a chunk holds (the order of one dispatch); on a
+// CPU device, which ends each dispatch with its threads' partial last
+// round, a chunk holds one run of each launch it reaches, split evenly,
+// of tiles across every head and batch (workgroups of like cost).
+//
+// A chunk's expected time is its arithmetic, counted exactly for the mask
+// from the (query, key) pairs its workgroups compute, over the rate the
+// kernel (and storage type) has shown on this device: every submission
+// measures it, a long one setting it and a short one (under 2 ms, mostly
+// fixed cost) only raising it, from a conservative prior per device type;
+// a kernel's first chunk is a quarter of the target, and a chunk holds at
+// least a few waves' worth of workgroups (4 per CPU thread on a CPU
+// device, 8192 on a GPU) so that its last partial wave costs little.
+//
+// The call checks its context between chunks; when it ends during one,
+// the call waits for that chunk (device.SubmitDrain) and returns the
+// context's error: within about one chunk, its buffers free, none of its
+// work left running. Backend.Close cancels the contexts of such calls and
+// waits for their chunks; their error wraps ErrClosed. Workgroups are
+// independent and the kernels use no atomics, so the results are bitwise
+// those of one submission. A context that cannot be cancelled, work
+// expected within one chunk, a device without vkCmdDispatchBase (Vulkan
+// 1.0) and Bench get one submission, recorded as before.
+//
 // # Backward and the training step
 //
 // The backward records bwd_pre (D = rowsum(dO∘O) into a float32 [B, Hq, Nq]

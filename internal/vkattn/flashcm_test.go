@@ -22,7 +22,7 @@ func h200Info() device.Info {
 	return device.Info{
 		Name: "synthetic H200", APIVersion: "1.4.312",
 		SubgroupSize: 32, MinSubgroupSize: 32, MaxSubgroupSize: 32, SubgroupSizeControl: true, ComputeFullSubgroups: true,
-		SubgroupOps:     device.SubgroupOps{Shuffle: true},
+		SubgroupOps:     device.SubgroupOps{Shuffle: true, Vote: true},
 		MaxSharedMemory: 48 << 10, MaxWorkgroupInvocations: 1024, MaxWorkgroupSize: [3]uint32{1024, 1024, 64},
 		Float16: true, StorageBuffer16Bit: true, VulkanMemoryModel: true,
 		CoopMat: []device.CoopMatShape{
@@ -60,6 +60,7 @@ func TestCMSupport(t *testing.T) {
 		"no memory model":        func(i *device.Info) { i.VulkanMemoryModel = false },
 		"Vulkan 1.2":             func(i *device.Info) { i.APIVersion = "1.2.198" },
 		"no shuffle":             func(i *device.Info) { i.SubgroupOps.Shuffle = false },
+		"no vote":                func(i *device.Info) { i.SubgroupOps.Vote = false },
 		"variable size, no ctrl": func(i *device.Info) { i.MinSubgroupSize, i.SubgroupSizeControl = 8, false },
 	} {
 		info := h200Info()

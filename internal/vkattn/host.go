@@ -141,7 +141,7 @@ func at[T any](s []T, b0 int, batchStride int) []T {
 // [B, Hq, Nq]).
 func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32) error {
 	dt := dtypeOf[T]()
-	return hostChunks(ctx, b, p, dt, false, lse, func(c *spec.Problem, b0 int, lse []float32) error {
+	return hostChunks(ctx, b, p, dt, false, lse, func(ctx context.Context, c *spec.Problem, b0 int, lse []float32) error {
 		return forwardChunk(ctx, b, c, dt,
 			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse)
 	})
@@ -151,11 +151,16 @@ func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k,
 // call needs (a dtype the device runs, an LSE of B·Hq·Nq) and runs fn on each run of whole batches that fits the
 // device's buffer and 32-bit addressing limits, with that chunk's problem,
 // first batch and LSE.
-func hostChunks(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, backward bool, lse []float32, fn func(c *spec.Problem, b0 int, lse []float32) error) error {
-	if err := b.enter(); err != nil {
+func hostChunks(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, backward bool, lse []float32, fn func(ctx context.Context, c *spec.Problem, b0 int, lse []float32) error) error {
+	cctx, leave, err := b.enterCall(ctx)
+	if err != nil {
 		return err
 	}
-	defer b.leave()
+	defer leave()
+	return callErr(ctx, cctx, b.hostChunks(cctx, p, dt, backward, lse, fn))
+}
+
+func (b *Backend) hostChunks(ctx context.Context, p *spec.Problem, dt spec.DType, backward bool, lse []float32, fn func(ctx context.Context, c *spec.Problem, b0 int, lse []float32) error) error {
 	if err := b.supports(dt); err != nil {
 		return err
 	}
@@ -168,7 +173,7 @@ func hostChunks(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType,
 	}
 	per := p.Hq * p.Nq
 	for b0 := 0; b0 < p.B; b0 += cb {
-		if err := fn(chunk(p, b0, min(cb, p.B-b0)), b0, lse[b0*per:]); err != nil {
+		if err := fn(ctx, chunk(p, b0, min(cb, p.B-b0)), b0, lse[b0*per:]); err != nil {
 			return err
 		}
 	}
@@ -179,7 +184,7 @@ func hostChunks(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType,
 // have the strides of Q, K, V) from host q, k, v, o, lse and do.
 func BackwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
 	dt := dtypeOf[T]()
-	return hostChunks(ctx, b, p, dt, true, lse, func(c *spec.Problem, b0 int, lse []float32) error {
+	return hostChunks(ctx, b, p, dt, true, lse, func(ctx context.Context, c *spec.Problem, b0 int, lse []float32) error {
 		return backwardChunk(ctx, b, c, dt,
 			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse,
 			at(do, b0, p.O.Batch), at(dq, b0, p.Q.Batch), at(dk, b0, p.K.Batch), at(dv, b0, p.V.Batch))
@@ -309,12 +314,10 @@ func hostPass[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.
 	if err != nil {
 		return err
 	}
-	r := b.dev.Record()
-	if err := b.recordPasses(r, h.s, p, pls, bufs); err != nil {
+	tainted, err := b.submitPasses(ctx, h.s, p, pls, bufs)
+	if err != nil {
+		h.tainted = h.tainted || tainted
 		return err
-	}
-	if _, err := b.dev.Submit(ctx, r); err != nil {
-		return h.fail(err)
 	}
 	for _, op := range out {
 		if op == OpLSE {

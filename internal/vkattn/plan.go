@@ -307,53 +307,66 @@ func (b *Backend) Kernel() string {
 // operandBufs are the buffers of one recorded pass, by operand.
 type operandBufs [numOperands]*device.Buffer
 
-// record records pl into r: its scratch buffers from s, its pipelines
-// (every one resolved before anything is recorded), then each launch with
-// its barrier, bindings and push constants (pc, and the device addresses
-// of an addressed launch).
-func (b *Backend) record(r *device.Recorder, s *scratch, pl *Plan, pc shaders.Params, bufs operandBufs) error {
-	pipes := make([]*device.Pipeline, len(pl.Launches))
+// readyLaunch is a launch ready to record: its pipeline, push-constant
+// block and buffers.
+type readyLaunch struct {
+	l    *Launch
+	pipe *device.Pipeline
+	push []byte
+	args []*device.Buffer
+}
+
+// dispatch records the workgroups base … base+groups−1 of the launch.
+func (rl *readyLaunch) dispatch(r *device.Recorder, base, groups [3]uint32) error {
+	if err := r.DispatchBase(rl.pipe, rl.push, base, groups, rl.args...); err != nil {
+		return fmt.Errorf("vkattn: %w", err)
+	}
+	return nil
+}
+
+// prepare resolves what recording pl needs: its pipelines (every one
+// before anything else), its scratch buffers from s, and each launch's
+// bindings and push constants (pc, and the device addresses of an
+// addressed launch).
+func (b *Backend) prepare(s *scratch, pl *Plan, pc shaders.Params, bufs operandBufs) ([]readyLaunch, error) {
+	rls := make([]readyLaunch, len(pl.Launches))
 	for i := range pl.Launches {
 		l := &pl.Launches[i]
 		p, err := b.cache.Get(l.key)
 		if err != nil {
-			return fmt.Errorf("vkattn: pipeline %s: %w", l.key.Name, err)
+			return nil, fmt.Errorf("vkattn: pipeline %s: %w", l.key.Name, err)
 		}
-		pipes[i] = p
+		rls[i] = readyLaunch{l: l, pipe: p}
 	}
 	for op, n := range pl.Scratch {
 		buf, err := s.get(n)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		bufs[op] = buf
 	}
 	plain := pc.Bytes()
-	for i, l := range pl.Launches {
-		if l.Barrier {
-			r.Barrier()
-		}
+	for i := range rls {
+		l := rls[i].l
 		args := make([]*device.Buffer, len(l.Bindings))
 		for j, op := range l.Bindings {
 			if args[j] = bufs[op]; args[j] == nil {
-				return fmt.Errorf("vkattn: %s: operand %v not bound", l.key.Name, op)
+				return nil, fmt.Errorf("vkattn: %s: operand %v not bound", l.key.Name, op)
 			}
 		}
 		if err := pipeline.CheckGroups(b.info, l.Grid); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
 		}
 		push := plain
 		if len(l.Addresses) > 0 {
 			var err error
-			if push, err = addressedPush(&l, pc, bufs); err != nil {
-				return err
+			if push, err = addressedPush(l, pc, bufs); err != nil {
+				return nil, err
 			}
 		}
-		if err := r.Dispatch(pipes[i], push, l.Grid, args...); err != nil {
-			return fmt.Errorf("vkattn: %w", err)
-		}
+		rls[i].push, rls[i].args = push, args
 	}
-	return nil
+	return rls, nil
 }
 
 // addressedPush is addressed launch l's push-constant block: pc followed

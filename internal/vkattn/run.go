@@ -4,7 +4,6 @@ package vkattn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
@@ -134,16 +133,17 @@ func (b *Backend) Step(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse
 // call checks the resident operands of a submission of the forward, the
 // backward or both, takes them for the call, and runs it.
 func (b *Backend) call(ctx context.Context, p *spec.Problem, fwd, bwd bool, ts Operands) error {
-	if err := b.enter(); err != nil {
+	cctx, leave, err := b.enterCall(ctx)
+	if err != nil {
 		return err
 	}
-	defer b.leave()
+	defer leave()
 	dt, release, err := b.acquire(p, ts.bindings(fwd, bwd))
 	if err != nil {
 		return err
 	}
 	defer release()
-	return b.run(ctx, p, dt, fwd, bwd, ts.bufs())
+	return callErr(ctx, cctx, b.run(cctx, p, dt, fwd, bwd, ts.bufs()))
 }
 
 // scratch holds the pooled buffers one submission uses.
@@ -196,43 +196,28 @@ func (b *Backend) passes(ctx context.Context, p *spec.Problem, dt spec.DType, fw
 	return pls, nil
 }
 
-// recordPasses records the plans one after the other, a barrier between
-// two (the backward reads the forward's O and LSE).
+// recordPasses records the plans one after the other into one
+// submission, a barrier between two (the backward reads the forward's O
+// and LSE).
 func (b *Backend) recordPasses(r *device.Recorder, s *scratch, p *spec.Problem, pls []*Plan, bufs operandBufs) error {
-	pc := params(p)
-	for i, pl := range pls {
-		if i > 0 {
-			r.Barrier()
-		}
-		if err := b.record(r, s, pl, pc, bufs); err != nil {
-			return err
-		}
+	cls, err := b.prepareAll(s, p, pls, bufs)
+	if err != nil {
+		return err
 	}
-	return nil
+	_, _, err = recordWhole(r, cls)
+	return err
 }
 
 // run plans the passes (fwd, bwd or both) of p, records them and submits
-// once.
+// them: once, or in chunks when the call can be cancelled and is long
+// (chunk.go).
 func (b *Backend) run(ctx context.Context, p *spec.Problem, dt spec.DType, fwd, bwd bool, bufs operandBufs) error {
 	pls, err := b.passes(ctx, p, dt, fwd, bwd)
 	if err != nil {
 		return err
 	}
 	s := &scratch{b: b}
-	r := b.dev.Record()
-	if err := b.recordPasses(r, s, p, pls, bufs); err != nil {
-		s.done(true)
-		return err
-	}
-	_, err = b.dev.Submit(ctx, r)
-	s.done(err == nil || !submitted(err))
-	if err != nil {
-		return fmt.Errorf("vkattn: %w", err)
-	}
-	return nil
-}
-
-// submitted reports whether a Submit error may leave GPU work running.
-func submitted(err error) bool {
-	return errors.Is(err, device.ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	tainted, err := b.submitPasses(ctx, s, p, pls, bufs)
+	s.done(!tainted)
+	return err
 }

@@ -1,0 +1,310 @@
+package attentiontest
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flashvk/flashvk/attention"
+	"github.com/flashvk/flashvk/reference"
+)
+
+// RunSpecial checks the special-value contract (the attention package
+// doc) on every dtype, forward and backward:
+//   - a NaN in Q, K, V or dO gives NaN exactly where the float64 reference
+//     does (IEEE arithmetic over the keys each row sees), every other
+//     output is finite and within the case's tolerance;
+//   - with a causal mask, a NaN may also reach the outputs of rows on the
+//     same side of the diagonal within MaskBand positions of it, and nowhere
+//     else;
+//   - a row whose scores are all −Inf gives O = 0, LSE = −Inf, dQ = 0 and
+//     adds nothing to dK and dV;
+//   - a huge scale (scores of 1e30) gives the exact, one-hot softmax and
+//     finite gradients within the bound fp32 rounding of dP − D allows.
+func RunSpecial(t *testing.T, e *attention.Engine) { runSpecial(t, e, true) }
+
+// RunSpecialForward is RunSpecial's forward half, for forward-only kernels.
+func RunSpecialForward(t *testing.T, e *attention.Engine) { runSpecial(t, e, false) }
+
+func runSpecial(t *testing.T, e *attention.Engine, backward bool) {
+	plain := Case{B: 1, Hq: 2, Hkv: 1, Nq: 16, Nk: 20, D: 8, Dv: 8}
+	for _, dt := range dtypes(e) {
+		for _, s := range []struct {
+			name   string
+			c      Case
+			mutate func(in *Inputs)
+		}{
+			{"nan-q", plain, func(in *Inputs) { in.setQ(0, 5, 1, 2, nan) }},
+			{"nan-k", plain, func(in *Inputs) { in.setK(0, 7, 0, 3, nan) }},
+			{"nan-v", plain, func(in *Inputs) { in.setV(0, 11, 0, 4, nan) }},
+			{"nan-do", plain, func(in *Inputs) { in.setDO(0, 9, 0, 6, nan) }},
+			{"dead-row", plain, func(in *Inputs) { in.killRow(0, 3, 1) }},
+			{"dead-row-causal", Case{B: 2, Hq: 2, Hkv: 2, Nq: 24, Nk: 30, D: 16, Dv: 16, Causal: true, Align: attention.BottomRight},
+				func(in *Inputs) { in.killRow(1, 20, 0) }},
+		} {
+			t.Run(dt.String()+"/"+s.name, func(t *testing.T) { specialValues(t, e, dt, s.c, s.mutate, backward) })
+		}
+		t.Run(dt.String()+"/nan-v-causal", func(t *testing.T) { nanBand(t, e, dt, backward) })
+		t.Run(dt.String()+"/huge-scale", func(t *testing.T) { hugeScale(t, e, dt, backward) })
+	}
+}
+
+// MaskBand bounds how far (in positions) a non-finite value may spread
+// across the causal diagonal to rows the mask hides it from: a tile on the
+// diagonal spans at most the largest query tile plus the largest key tile
+// of any kernel (128 each).
+const MaskBand = 256
+
+var nan = float32(math.NaN())
+
+func (in *Inputs) setQ(b, i, h, d int, x float32) {
+	set(in.Q.Data, in.Q.Strides.Offset(b, i, h)+d, x)
+	in.q64 = in.Q.Float64s()
+}
+
+func (in *Inputs) setK(b, j, h, d int, x float32) {
+	set(in.K.Data, in.K.Strides.Offset(b, j, h)+d, x)
+	in.k64 = in.K.Float64s()
+}
+
+func (in *Inputs) setV(b, j, h, d int, x float32) {
+	set(in.V.Data, in.V.Strides.Offset(b, j, h)+d, x)
+	in.v64 = in.V.Float64s()
+}
+
+func (in *Inputs) setDO(b, i, h, d int, x float32) {
+	set(in.DO.Data, in.DO.Strides.Offset(b, i, h)+d, x)
+	in.dO = in.DO.Float64s()
+}
+
+// killRow makes every score of query row (b, i, h) −Inf: q = (−Inf, 0, …)
+// and the first element of every key of batch b positive. Its dO row is
+// made huge, so any use of it in a gradient would show.
+func (in *Inputs) killRow(b, i, h int) {
+	c := in.Case
+	for j := range c.Nk {
+		for kh := range c.Hkv {
+			x := in.k64[c.kOff(b, j, kh)]
+			set(in.K.Data, in.K.Strides.Offset(b, j, kh), float32(math.Abs(x)+0.25))
+		}
+	}
+	in.k64 = in.K.Float64s()
+	for d := range c.D {
+		in.setQ(b, i, h, d, 0)
+	}
+	in.setQ(b, i, h, 0, float32(math.Inf(-1)))
+	for d := range c.Dv {
+		in.setDO(b, i, h, d, 3e4)
+	}
+}
+
+// specialValues runs a case whose inputs mutate changes and demands the
+// reference's NaN and ±Inf pattern exactly, the finite outputs within the
+// tolerance of the unmutated case.
+func specialValues(t *testing.T, e *attention.Engine, dt attention.DType, c Case, mutate func(in *Inputs), backward bool) {
+	seed := Seed(t)
+	in := NewInputs(c, dt, seed)
+	tol := in.tolerance(t, in.Reference(t))
+	mutate(in)
+	ref := in.Reference(t)
+	out := in.forward(t, e)
+	CheckSpecial(t, "o", out.o, ref.O, tol.O, seed)
+	CheckSpecial(t, "lse", out.lse, ref.LSE, tol.LSE, seed)
+	if !backward {
+		return
+	}
+	g := in.backward(t, e, ref)
+	CheckSpecial(t, "dq", g[0], ref.DQ, tol.DQ, seed)
+	CheckSpecial(t, "dk", g[1], ref.DK, tol.DK, seed)
+	CheckSpecial(t, "dv", g[2], ref.DV, tol.DV, seed)
+	in.checkOutsideUntouched(t)
+}
+
+// CheckSpecial fails t unless got has NaN, +Inf and −Inf exactly where
+// want has them and its finite elements are within tol (rel_l2) of want's.
+func CheckSpecial(t testing.TB, name string, got []float32, want []float64, tol float64, seed uint64) {
+	t.Helper()
+	var g []float32
+	var w []float64
+	bad := 0
+	for i, x := range want {
+		y := float64(got[i])
+		if kind(x) != kind(y) {
+			if bad < 5 {
+				t.Errorf("%s[%d] = %v, want %v (seed %d)", name, i, y, x, seed)
+			}
+			bad++
+			continue
+		}
+		if kind(x) == "finite" {
+			g, w = append(g, got[i]), append(w, x)
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d elements differ in kind (NaN, ±Inf, finite) from the reference", name, bad)
+		return
+	}
+	Check(t, name+" (finite elements)", g, w, tol, seed)
+}
+
+func kind(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "NaN"
+	case math.IsInf(x, 1):
+		return "+Inf"
+	case math.IsInf(x, -1):
+		return "-Inf"
+	}
+	return "finite"
+}
+
+// nanBand: a NaN in one value row under a causal mask. Rows that see it
+// must be NaN in that column; rows more than MaskBand before it must be
+// finite and exact; rows in between may be either (see RunSpecial).
+func nanBand(t *testing.T, e *attention.Engine, dt attention.DType, backward bool) {
+	c := Case{B: 1, Hq: 1, Hkv: 1, Nq: 600, Nk: 600, D: 16, Dv: 16, Causal: true, Align: attention.TopLeft}
+	const bad, col = 450, 3
+	seed := Seed(t)
+	in := NewInputs(c, dt, seed)
+	tol := in.tolerance(t, in.Reference(t))
+	in.setV(0, bad, 0, col, nan)
+	ref := in.Reference(t)
+	out := in.forward(t, e)
+	var g [3][]float32
+	if backward {
+		g = in.backward(t, e, ref)
+	}
+	// Rows of O and dQ: NaN where the reference is, clean before the band.
+	for _, o := range []struct {
+		name      string
+		got       []float32
+		want      []float64
+		width     int
+		tol       float64
+		rowOffset func(i int) int
+	}{
+		{"o", out.o, ref.O, c.Dv, tol.O, func(i int) int { return c.oOff(0, i, 0) }},
+		{"dq", g[0], ref.DQ, c.D, tol.DQ, func(i int) int { return c.qOff(0, i, 0) }},
+	} {
+		if o.got == nil {
+			continue
+		}
+		var cg []float32
+		var cw []float64
+		for i := range c.Nq {
+			for x := range o.width {
+				k := o.rowOffset(i) + x
+				y, w := float64(o.got[k]), o.want[k]
+				switch {
+				case math.IsNaN(w) && !math.IsNaN(y):
+					t.Fatalf("%s[%d][%d] = %v, want NaN (seed %d)", o.name, i, x, y, seed)
+				case math.IsNaN(y) && !math.IsNaN(w) && i < bad-MaskBand:
+					t.Fatalf("%s[%d][%d] = NaN: row %d is more than %d rows before the NaN value row %d (seed %d)", o.name, i, x, i, MaskBand, bad, seed)
+				case !math.IsNaN(y) && !math.IsNaN(w):
+					cg, cw = append(cg, o.got[k]), append(cw, w)
+				}
+			}
+		}
+		Check(t, o.name+" (non-NaN elements)", cg, cw, o.tol, seed)
+	}
+	if !backward {
+		return
+	}
+	// dK and dV: every NaN of the reference.
+	CheckSpecialSuperset(t, "dk", g[1], ref.DK, seed)
+	CheckSpecialSuperset(t, "dv", g[2], ref.DV, seed)
+}
+
+// CheckSpecialSuperset fails t when got lacks a NaN that want has.
+func CheckSpecialSuperset(t testing.TB, name string, got []float32, want []float64, seed uint64) {
+	t.Helper()
+	for i, w := range want {
+		if math.IsNaN(w) && !math.IsNaN(float64(got[i])) {
+			t.Fatalf("%s[%d] = %v, want NaN (seed %d)", name, i, got[i], seed)
+		}
+	}
+}
+
+// hugeScale: scale 1e30 makes every score about 1e30 and the softmax one-hot.
+// O and LSE must be the reference's; dV (sums of dO rows) too; dQ and dK
+// are 0 in exact arithmetic, and fp32 rounding of dP − D (two dot products
+// of Dv terms each) bounds each element by scale·2·Dv·u·Σ|dO∘v|·|x|
+// (u = 2⁻²⁴), past fp16's range where the storage is fp16.
+func hugeScale(t *testing.T, e *attention.Engine, dt attention.DType, backward bool) {
+	c := Case{B: 1, Hq: 2, Hkv: 1, Nq: 40, Nk: 50, D: 16, Dv: 16, Causal: true, Align: attention.BottomRight, Scale: 1e30}
+	seed := Seed(t)
+	in := NewInputs(c, dt, seed)
+	ref := in.Reference(t)
+	rel := Float32Tol
+	switch dt {
+	case attention.Float16:
+		rel = 2 * f16Floor
+	case attention.BFloat16:
+		rel = 2 * bf16Floor
+	}
+	out := in.forward(t, e)
+	CheckSpecial(t, "o", out.o, ref.O, rel, seed)
+	CheckSpecial(t, "lse", out.lse, ref.LSE, Float32Tol, seed)
+	if !backward {
+		return
+	}
+	g := in.backward(t, e, ref)
+	CheckSpecial(t, "dv", g[2], ref.DV, rel, seed)
+	mq, mk := in.dsRoundingBounds()
+	for i, m := range [][]float64{mq, mk} {
+		name, got, want := []string{"dq", "dk"}[i], g[i], [][]float64{ref.DQ, ref.DK}[i]
+		worst := 0.0
+		for x := range want {
+			bound := 2*float64(c.Dv)*0x1p-24*m[x]*(1+rel) + rel*math.Abs(want[x])
+			y := float64(got[x])
+			// fp16 cannot hold noise past its range: ±Inf is then the
+			// correctly rounded value.
+			if dt == attention.Float16 && math.IsInf(y, 0) && bound > 65504 {
+				continue
+			}
+			err := math.Abs(y - want[x])
+			if !(err <= bound) {
+				t.Fatalf("%s[%d] = %v, want %v within %.3g (seed %d)", name, x, y, want[x], bound, seed)
+			}
+			if bound > 0 {
+				worst = max(worst, err/bound)
+			}
+		}
+		t.Logf("%s: largest error %.2f of its bound", name, worst)
+	}
+}
+
+// dsRoundingBounds returns, per element of dQ and dK, Σ scale·P_ij·Σ_c|dO_ic·v_jc|·|x|
+// over the (i, j) pairs, x = k_j for dQ and q_i for dK: what a relative
+// rounding error of dP and D turns into.
+func (in *Inputs) dsRoundingBounds() (dq, dk []float64) {
+	c := in.Case
+	p := c.params()
+	scale := math.Abs(p.EffectiveScale())
+	g := c.Hq / c.Hkv
+	dq, dk = make([]float64, len(in.q64)), make([]float64, len(in.k64))
+	for b := range c.B {
+		for h := range c.Hq {
+			kh := h / g
+			P := reference.Probabilities(p, in.q64, in.k64, b, h)
+			for i := range c.Nq {
+				for j := range c.Nk {
+					pij := P.At(i, j)
+					if pij == 0 {
+						continue
+					}
+					var a float64
+					for x := range c.Dv {
+						a += math.Abs(in.dO[c.oOff(b, i, h)+x] * in.v64[c.vOff(b, j, kh)+x])
+					}
+					w := scale * pij * a
+					for x := range c.D {
+						dq[c.qOff(b, i, h)+x] += w * math.Abs(in.k64[c.kOff(b, j, kh)+x])
+						dk[c.kOff(b, j, kh)+x] += w * math.Abs(in.q64[c.qOff(b, i, h)+x])
+					}
+				}
+			}
+		}
+	}
+	return dq, dk
+}

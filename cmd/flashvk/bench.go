@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -75,7 +77,21 @@ calls, each after its own warm-up); --benchfmt then prints one line per series
 with the series' median, so benchstat has N samples per point.
 
 Times come from the backend's clock: GPU timestamps around the kernels on
-Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
+Vulkan, the host clock around each call on the CPU ("clock" in the results).
+
+--json FILE is checked (its folder made) before the sweep starts, and written
+all or nothing at the end: into a temporary file beside it, renamed over FILE
+once complete. Points that fail are left out of it and reported (exit 1); an
+interrupted sweep (SIGINT, SIGTERM: exit 130, 143) writes no file and prints
+no table — the progress lines on stderr have the points measured.
+
+A flag that would change nothing is refused (exit 2): --tokens beside
+--batch, --hidden beside --heads, --seq beside --nq and --nk, --align without
+a causal mask or a point with Nq ≠ Nk, --check with --benchfmt and no --json
+(the errors would be printed nowhere), --per-kernel and --rotate where only
+the CPU backend runs (it times whole calls on one input set), --per-kernel
+with --progress none and no --json, and the engine flags where they do not
+apply (see run --help).`,
 		Example: `  flashvk bench --json h200.json
   flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
   flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4
@@ -91,7 +107,7 @@ Vulkan, the host clock around each call on the CPU ("clock" in the results).`,
 	fl.IntVar(&f.count, "count", 1, "timed series per point: --benchfmt prints each series' median as one sample")
 	fl.IntVar(&f.rotate, "rotate", 1, "independent input sets cycled through (defeats caches)")
 	fl.BoolVar(&f.perKernel, "per-kernel", false, "also time each kernel of a call (Vulkan: a barrier and a timestamp after every dispatch, so kernels that could overlap are serialised); JSON \"kernels\"")
-	fl.StringVar(&f.jsonPath, "json", "", `write results to this file ("-": stdout, instead of the table)`)
+	fl.StringVar(&f.jsonPath, "json", "", `write results to this file, checked before the sweep and written at its end ("-": stdout, instead of the table)`)
 	fl.BoolVar(&f.benchfmt, "benchfmt", false, "print Go benchmark-format lines (for benchstat) instead of the table")
 	fl.BoolVar(&f.check, "check", false, "also record max_abs and rel_l2 against the float64 reference (small points only)")
 	fl.StringVar(&f.progress, "progress", "auto", "progress on stderr: auto (bar on a terminal, else lines), bar, lines or none")
@@ -162,6 +178,40 @@ func pointLabel(dev DeviceInfo, pt benchPoint) string {
 	return fmt.Sprintf("%s %s %s d=%d %s %s", dev.Name, direction(pt.backward), shortDType(p.DType.String()), p.D, n, p.maskString())
 }
 
+// checkEffect refuses the flags of bench that would change nothing.
+func (f *benchFlags) checkEffect(cmd *cobra.Command) error {
+	given := cmd.Flags().Changed
+	switch {
+	case f.check && f.benchfmt && f.jsonPath == "":
+		return usagef("--check has no effect with --benchfmt and no --json: the errors would be printed nowhere (add --json FILE)")
+	case f.perKernel && f.progress == "none" && f.jsonPath == "":
+		return usagef("--per-kernel has no effect with --progress none and no --json: the kernel times would be printed nowhere")
+	case given("rotate") && strings.EqualFold(f.backend.backend, "cpu"):
+		return usagef("--rotate has no effect with --backend cpu: the CPU backend times every call on the same inputs")
+	case f.perKernel && strings.EqualFold(f.backend.backend, "cpu"):
+		return usagef("--per-kernel has no effect with --backend cpu: the CPU backend times whole calls")
+	}
+	if err := f.shape.checkEffect(); err != nil {
+		return err
+	}
+	return f.shape.checkGridAlign()
+}
+
+// checkEngines refuses --rotate and --per-kernel when no engine times
+// kernels (only the CPU backend runs: auto found no Vulkan device).
+func (f *benchFlags) checkEngines(cmd *cobra.Command, es []*engine) error {
+	if slices.ContainsFunc(es, func(e *engine) bool { return e.Info().Kind != attention.CPU }) {
+		return nil
+	}
+	switch {
+	case cmd.Flags().Changed("rotate"):
+		return usagef("--rotate has no effect: only the CPU backend runs, and it times every call on the same inputs")
+	case f.perKernel:
+		return usagef("--per-kernel has no effect: only the CPU backend runs, and it times whole calls")
+	}
+	return nil
+}
+
 func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	ctx := cmd.Context()
 	if err := f.timing.check(1); err != nil {
@@ -181,16 +231,30 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	default:
 		return usagef("--progress %q: want auto, bar, lines or none", f.progress)
 	}
+	if err := f.checkEffect(cmd); err != nil {
+		return err
+	}
 	want := f.shape.dtypes
 	// Validate the grid before opening any device.
 	if _, err := f.grid(false, append([]attention.DType{attention.Float32}, want...)); err != nil {
 		return err
+	}
+	// --json FILE can be written: checked before any work.
+	out := a.newOutputs(ctx)
+	defer out.abort()
+	if f.jsonPath != "" && f.jsonPath != "-" {
+		if err := out.prepare("--json", f.jsonPath); err != nil {
+			return err
+		}
 	}
 	engines, err := a.openAll(&f.backend)
 	if err != nil {
 		return err
 	}
 	defer a.closeAll(engines)
+	if err := f.checkEngines(cmd, engines); err != nil {
+		return err
+	}
 
 	type job struct {
 		e   *engine
@@ -254,8 +318,11 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		Device: engines[0].device(), Results: []Result{}}
 	var failed []string
 	done := 0
-	var runErr error
-outer:
+	// stopped is the error of an interrupted sweep: nothing is written.
+	stopped := func(err error) error {
+		prog.close()
+		return interruptedError{detail: fmt.Sprintf("after %d of %d points (no results written)", done, total), err: err}
+	}
 	for _, j := range jobs {
 		dev := j.e.device()
 		var key string
@@ -263,8 +330,7 @@ outer:
 		var ref *refResult
 		for _, pt := range j.pts {
 			if err := ctx.Err(); err != nil {
-				runErr = fmt.Errorf("interrupted after %d of %d points", done, total)
-				break outer
+				return stopped(err)
 			}
 			p := pt.p
 			label := pointLabel(dev, pt)
@@ -272,22 +338,25 @@ outer:
 			// Inputs are drawn once per problem and shared by fwd and bwd.
 			if pk := fmt.Sprint(p); pk != key {
 				key, ref = pk, nil
-				q = randomTensor(p.DType, p.qShape(), p.Layout, rngFor(f.seed, 1))
-				k = randomTensor(p.DType, p.kShape(), p.Layout, rngFor(f.seed, 2))
-				v = randomTensor(p.DType, p.vShape(), p.Layout, rngFor(f.seed, 3))
 				do = attention.Tensor{}
+				ts := []*attention.Tensor{&q, &k, &v}
+				shapes := []attention.Shape{p.qShape(), p.kShape(), p.vShape()}
 				if f.check && f.backward {
-					do = randomTensor(p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4))
+					ts, shapes = append(ts, &do), append(shapes, p.oShape())
+				}
+				for i, t := range ts {
+					if *t, err = randomTensorCtx(ctx, p.DType, shapes[i], p.Layout, rngFor(f.seed, uint64(i+1))); err != nil {
+						return stopped(err)
+					}
 				}
 			}
 			res, samples, err := measure(ctx, j.e, q, k, v, p.options(), f.count,
 				attention.BenchOptions{Warmup: f.timing.warmup, Iters: f.timing.iters, Backward: pt.backward, Rotate: f.rotate, PerKernel: f.perKernel})
+			if ctx.Err() != nil {
+				return stopped(ctx.Err())
+			}
 			done++
 			if err != nil {
-				if ctx.Err() != nil {
-					runErr = fmt.Errorf("interrupted after %d of %d points", done-1, total)
-					break outer
-				}
 				msg := fmt.Sprintf("%s: %s", label, oneLine(err.Error()))
 				failed = append(failed, msg)
 				prog.finish(label, "error: "+oneLine(err.Error()))
@@ -322,11 +391,17 @@ outer:
 					prog.note(fmt.Sprintf("%s: too large for the float64 reference, not checked", label))
 				} else {
 					if ref == nil {
-						if ref, err = computeReference(p, q, k, v, do, f.backward); err != nil {
+						if ref, err = computeReference(ctx, p, q, k, v, do, f.backward); err != nil {
+							if ctx.Err() != nil {
+								return stopped(err)
+							}
 							return err
 						}
 					}
 					if err := checkPoint(ctx, j.e, p, q, k, v, do, pt.backward, ref, &r); err != nil {
+						if ctx.Err() != nil {
+							return stopped(err)
+						}
 						failed = append(failed, fmt.Sprintf("%s: check: %s", label, oneLine(err.Error())))
 					}
 				}
@@ -337,8 +412,20 @@ outer:
 	}
 	prog.close()
 
-	if f.jsonPath != "" {
-		if err := writeResults(f.jsonPath, a.stdout, file); err != nil {
+	switch {
+	case f.jsonPath == "-":
+		if err := writeResults("-", a.stdout, file); err != nil {
+			return err
+		}
+	case f.jsonPath != "":
+		b, err := json.MarshalIndent(file, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := out.writeBytes("--json", f.jsonPath, append(b, '\n')); err != nil {
+			return err
+		}
+		if err := out.commit(); err != nil {
 			return err
 		}
 	}
@@ -350,9 +437,6 @@ outer:
 	}
 	if f.jsonPath != "" && f.jsonPath != "-" {
 		fmt.Fprintf(a.stderr, "wrote %d results to %s\n", len(file.Results), f.jsonPath)
-	}
-	if runErr != nil {
-		return runErr
 	}
 	if len(failed) > 0 {
 		for _, m := range failed {

@@ -138,7 +138,7 @@ warned about on stderr.`,
 			default:
 				return usagef("--format %q: want markdown, plain or json", f.format)
 			}
-			files, err := readAllResults(args)
+			files, err := readAllResults(cmd.Context(), args)
 			if err != nil {
 				return err
 			}

@@ -37,11 +37,14 @@ type backendFlags struct {
 	// tuneCache is Config.TuneCache (not a flag: tune opens its engine
 	// without tuned configurations).
 	tuneCache string
+	// changed reports whether the command line gives a flag.
+	changed func(name string) bool
 }
 
 func (b *backendFlags) register(c *cobra.Command, use backendUse) {
 	b.use = use
 	f := c.Flags()
+	b.changed = f.Changed
 	switch use {
 	case vulkanEngine:
 		f.StringVar(&b.backend, "backend", "auto", "backend: auto or vulkan (tuning needs a Vulkan device: auto means vulkan here)")
@@ -51,7 +54,7 @@ func (b *backendFlags) register(c *cobra.Command, use backendUse) {
 		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring or vendor ("nvidia", "lavapipe"…)`)
 	default:
 		f.StringVar(&b.backend, "backend", "auto", "backend: auto (the best hardware Vulkan device, else the CPU), cpu or vulkan")
-		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend`)
+		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend (with --backend vulkan: every Vulkan device)`)
 	}
 	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, flash_cm (cooperative matrices: float16, and bfloat16 where the device has bf16 ones), minimal or naive (default: the fastest the device supports)")
 	f.StringVar(&b.addressing, "addressing", "auto", "how Vulkan kernels reach q, k, v, o and the gradients: auto (bindings; 64-bit device addresses for an operand larger than one binding), bindings or addresses")
@@ -94,14 +97,20 @@ func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) 
 		return nil, nil, usagef("--workers %d: must be ≥ 0", b.workers)
 	case kind == attention.CPU && b.device != "" && !all:
 		return nil, nil, usagef("--device %q selects a Vulkan device: it does not apply to --backend cpu", b.device)
+	case kind == attention.CPU && all:
+		return nil, nil, usagef("--device all adds every Vulkan device to the CPU backend: it has no effect with --backend cpu")
 	case b.kernel != "" && !slices.Contains(attention.Kernels(), b.kernel):
 		return nil, nil, usagef("--kernel %q: want one of %s", b.kernel, strings.Join(attention.Kernels(), ", "))
 	case b.kernel != "" && kind == attention.CPU:
 		return nil, nil, usagef("--kernel %q selects a Vulkan kernel: it does not apply to --backend cpu", b.kernel)
 	case b.addressing != "" && !slices.Contains([]string{"auto", "bindings", "addresses"}, b.addressing):
 		return nil, nil, usagef("--addressing %q: want auto, bindings or addresses", b.addressing)
-	case b.addressing != "" && b.addressing != "auto" && kind == attention.CPU:
+	case b.given("addressing") && kind == attention.CPU:
 		return nil, nil, usagef("--addressing %s applies to the Vulkan kernels: it does not apply to --backend cpu", b.addressing)
+	case b.given("validation") && kind == attention.CPU:
+		return nil, nil, usagef("--validation enables the Vulkan validation layer: it does not apply to --backend cpu")
+	case b.given("workers") && kind == attention.Vulkan:
+		return nil, nil, usagef("--workers sets the CPU backend's goroutines: it does not apply to --backend vulkan")
 	}
 	if b.use == vulkanEngine {
 		kind = attention.Vulkan
@@ -127,10 +136,65 @@ func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) 
 			ts = append(ts, target{label: fmt.Sprintf("vulkan device %d (%s)", g.Index, g.Name), cfg: c})
 		}
 	}
+	if kind == attention.Vulkan {
+		// --backend vulkan --device all: the Vulkan devices only.
+		if len(ts) == 0 {
+			why := "no Vulkan device"
+			if len(notes) > 0 {
+				why = notes[0]
+			}
+			return nil, nil, fmt.Errorf("--device all --backend vulkan: %s", why)
+		}
+		return ts, notes, nil
+	}
 	c := base
-	c.Backend, c.Device, c.Kernel, c.Addressing = attention.CPU, "", "", ""
+	c.Backend, c.Device, c.Kernel, c.Addressing, c.Validation = attention.CPU, "", "", "", false
 	ts = append(ts, target{label: "cpu", cfg: c})
 	return ts, notes, nil
+}
+
+// given reports whether the command line gives the flag name.
+func (b *backendFlags) given(name string) bool { return b.changed != nil && b.changed(name) }
+
+// checkOpened refuses the engine flags that none of the opened engines
+// uses (flashvk ignores no flag): the Vulkan ones when everything runs on
+// the CPU backend (auto found no Vulkan device, FLASHVK_BACKEND=cpu, or
+// --device all opened none), --workers when nothing does.
+func (b *backendFlags) checkOpened(es []*engine, notes []string) error {
+	var vulkan, cpu *engine
+	for _, e := range es {
+		if e.Info().Kind == attention.CPU {
+			cpu = firstOf(cpu, e)
+		} else {
+			vulkan = firstOf(vulkan, e)
+		}
+	}
+	if vulkan == nil {
+		why := "everything runs on the CPU backend"
+		if len(notes) > 0 {
+			why += "; " + strings.Join(notes, "; ")
+		}
+		for _, fl := range []string{"device", "kernel", "addressing", "validation"} {
+			if fl == "device" && strings.EqualFold(b.device, "all") {
+				continue // every device there is: the CPU backend here
+			}
+			if b.given(fl) {
+				return usagef("--%s applies to Vulkan devices: it has no effect here (%s)", fl, why)
+			}
+		}
+	}
+	if cpu == nil && b.given("workers") {
+		return usagef("--workers sets the CPU backend's goroutines: it has no effect on %s", vulkan.Info().Device)
+	}
+	return nil
+}
+
+// firstOf returns cur, or e when cur is nil.
+func firstOf(cur, e *engine) *engine {
+	if cur == nil {
+		return e
+	}
+	return cur
 }
 
 // engine is an open target.
@@ -159,9 +223,6 @@ func (a *app) openAll(b *backendFlags) ([]*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range notes {
-		fmt.Fprintf(a.stderr, "note: %s\n", n)
-	}
 	var out []*engine
 	for _, t := range ts {
 		e, err := attention.Open(t.cfg)
@@ -175,16 +236,28 @@ func (a *app) openAll(b *backendFlags) ([]*engine, error) {
 				}
 				return nil, fmt.Errorf("%s: %v", t.label, err)
 			}
-			fmt.Fprintf(a.stderr, "note: skipping %s: %s\n", t.label, oneLine(err.Error()))
+			notes = append(notes, fmt.Sprintf("skipping %s: %s", t.label, oneLine(err.Error())))
 			continue
 		}
 		if fb := e.Fallback(); fb != "" {
-			fmt.Fprintf(a.stderr, "note: running on the CPU backend: %s\n", oneLine(fb))
+			notes = append(notes, "running on the CPU backend: "+oneLine(fb))
 		}
 		out = append(out, &engine{Engine: e, label: t.label})
 	}
 	if len(out) == 0 {
+		for _, n := range notes {
+			fmt.Fprintf(a.stderr, "note: %s\n", n)
+		}
 		return nil, errors.New("no backend could be opened")
+	}
+	// The notes follow the check: a refused flag is one line that says
+	// why.
+	if err := b.checkOpened(out, notes); err != nil {
+		a.closeAll(out)
+		return nil, err
+	}
+	for _, n := range notes {
+		fmt.Fprintf(a.stderr, "note: %s\n", n)
 	}
 	return out, nil
 }

@@ -154,6 +154,21 @@ type explainFlags struct {
 	json         bool
 }
 
+// checkEffect refuses the flags of explain that would change nothing.
+func (f *explainFlags) checkEffect(cmd *cobra.Command, p problem) error {
+	given := cmd.Flags().Changed
+	switch {
+	case given("workers"):
+		return usagef("--workers has no effect on explain: it runs no attention, and the CPU backend's plan does not depend on its goroutines")
+	case f.preset != "" && given("peak-tflops") && given("bandwidth-gbs"):
+		return usagef("--device-preset has no effect: --peak-tflops and --bandwidth-gbs give both rates")
+	}
+	if err := f.shape.checkEffect(); err != nil {
+		return err
+	}
+	return f.shape.checkAlign(p)
+}
+
 func (a *app) explainCmd() *cobra.Command {
 	var f explainFlags
 	c := &cobra.Command{
@@ -179,7 +194,14 @@ It then opens the engine --backend, --device and --kernel select (as run does)
 and shows how it runs the problem: the kernel family of each pass and why the
 families tried first declined it, every dispatch's grid, workgroup, tile and
 shared memory (on the CPU backend its tile per worker), and whether each tile
-comes from the tune cache ('flashvk tune').`,
+comes from the tune cache ('flashvk tune').
+
+A flag that would change nothing is refused (exit 2): --workers (explain runs
+no attention, and the CPU plan does not depend on it), --device-preset beside
+both --peak-tflops and --bandwidth-gbs, --align without --causal or with
+Nq = Nk, --seq beside --nq and --nk, and a Vulkan flag (--device, --kernel,
+--addressing, --validation) where only the CPU backend runs. --scale and
+--layout are part of the problem it describes and plans.`,
 		Example: `  flashvk explain --seq 4096 --dim 128 --heads 16 --dtype float16
   flashvk explain --seq 16384 --dim 64 --causal --device-preset h200 --json
   flashvk explain --nq 1 --nk 8192 --heads 32 --kv-heads 8 --causal false --backend vulkan --kernel flash`,
@@ -187,6 +209,9 @@ comes from the tune cache ('flashvk tune').`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := f.shape.problem()
 			if err != nil {
+				return err
+			}
+			if err := f.checkEffect(cmd, p); err != nil {
 				return err
 			}
 			an := analyze(p)
@@ -343,6 +368,9 @@ func (a *app) explainLaunches(ctx context.Context, f *explainFlags, p problem, a
 			dir = "bwd"
 		}
 		pl, err := e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), bwd)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if err != nil {
 			failed = append(failed, dir+": "+oneLine(err.Error()))
 			continue

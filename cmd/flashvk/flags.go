@@ -7,6 +7,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -246,3 +247,45 @@ func (t *timingFlags) check(minIters int) error {
 	}
 	return nil
 }
+
+// scaleValue is --scale: a softmax scale the library can be given exactly,
+// a positive finite float32 (the library's Options.Scale). The value is
+// kept rounded to float32, so the float64 reference of --check uses the
+// very scale the kernels do. 0 is refused: it is the library's "default",
+// which omitting --scale already selects.
+type scaleValue struct{ v *float64 }
+
+func (s scaleValue) Set(text string) error {
+	x, err := strconv.ParseFloat(strings.TrimSpace(text), 64)
+	var ne *strconv.NumError
+	switch {
+	case err != nil && !(errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange)):
+		return fmt.Errorf("%q is not a number", text)
+	case math.IsNaN(x) || math.IsInf(x, 0) && err == nil:
+		return errors.New("must be finite")
+	case x == 0 && strings.ContainsAny(strings.SplitN(strings.ToLower(text), "e", 2)[0], "123456789"):
+		return fmt.Errorf("rounds to 0 in float32 (the smallest positive is %.2g), the type the kernels compute the scale in", math.SmallestNonzeroFloat32)
+	case x == 0:
+		return errors.New("0 is not a scale: omit --scale for the default 1/√d")
+	case x < 0:
+		return errors.New("must be positive")
+	}
+	f := float32(x)
+	switch {
+	case math.IsInf(float64(f), 0):
+		return fmt.Errorf("overflows float32 (the largest is %.4g), the type the kernels compute the scale in", math.MaxFloat32)
+	case f == 0:
+		return fmt.Errorf("rounds to 0 in float32 (the smallest positive is %.2g), the type the kernels compute the scale in", math.SmallestNonzeroFloat32)
+	}
+	*s.v = float64(f)
+	return nil
+}
+
+func (s scaleValue) String() string {
+	if *s.v == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(*s.v, 'g', -1, 32)
+}
+
+func (s scaleValue) Type() string { return "float" }

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 
 	"github.com/flashvk/flashvk/attention"
@@ -14,26 +14,39 @@ import (
 // randomTensor draws a tensor of standard normal values (rounded to the
 // dtype) stored densely in layout l.
 func randomTensor(dt attention.DType, s attention.Shape, l attention.Layout, rng *rand.Rand) attention.Tensor {
+	t, _ := randomTensorCtx(context.Background(), dt, s, l, rng)
+	return t
+}
+
+// randomTensorCtx is randomTensor, stopping with ctx's error once ctx is
+// done (large inputs take seconds to draw).
+func randomTensorCtx(ctx context.Context, dt attention.DType, s attention.Shape, l attention.Layout, rng *rand.Rand) (attention.Tensor, error) {
 	n := s.Len()
-	if dt == attention.Float16 {
-		x := make([]float16.Float16, n)
-		for i := range x {
-			x[i] = float16.Fromfloat32(float32(rng.NormFloat64()))
+	// fill draws the n values in chunks, checking ctx between them.
+	fill := func(set func(i int, v float32)) error {
+		for i := 0; i < n; i++ {
+			if i%(1<<16) == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			set(i, float32(rng.NormFloat64()))
 		}
-		return attention.FromFloat16(x, s, l)
+		return nil
 	}
-	if dt == attention.BFloat16 {
+	switch dt {
+	case attention.Float16:
+		x := make([]float16.Float16, n)
+		err := fill(func(i int, v float32) { x[i] = float16.Fromfloat32(v) })
+		return attention.FromFloat16(x, s, l), err
+	case attention.BFloat16:
 		x := make([]bfloat16.BFloat16, n)
-		for i := range x {
-			x[i] = bfloat16.FromFloat32(float32(rng.NormFloat64()))
-		}
-		return attention.FromBFloat16(x, s, l)
+		err := fill(func(i int, v float32) { x[i] = bfloat16.FromFloat32(v) })
+		return attention.FromBFloat16(x, s, l), err
 	}
 	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
-	return attention.FromFloat32(x, s, l)
+	err := fill(func(i int, v float32) { x[i] = v })
+	return attention.FromFloat32(x, s, l), err
 }
 
 // rngFor returns an independent stream for one operand of a seed.
@@ -57,13 +70,19 @@ func shapeOf(d []int, l attention.Layout) attention.Shape {
 	return attention.Shape{B: d[0], S: d[1], H: d[2], D: d[3]}
 }
 
-// saveTensor writes t as a .npy file in layout l (converting when t is
+// saveTensor writes t as the .npy file dir/name in layout l (see npyOf),
+// all or nothing.
+func saveTensor(dir, name string, t attention.Tensor, l attention.Layout) error {
+	shape, data := npyOf(t, l)
+	return writeNpy(filepath.Join(dir, name), shape, data)
+}
+
+// npyOf is the .npy shape and data of t in layout l (converted when t is
 // stored otherwise). bfloat16 tensors are written as float32 (exact: numpy
 // has no bfloat16).
-func saveTensor(dir, name string, t attention.Tensor, l attention.Layout) error {
-	path := filepath.Join(dir, name)
+func npyOf(t attention.Tensor, l attention.Layout) ([]int, any) {
 	if t.Strides == attention.Contiguous(t.Shape, l) {
-		return writeNpy(path, dims(t.Shape, l), t.Data)
+		return dims(t.Shape, l), t.Data
 	}
 	// Not dense in l: repack through a BSHD float32 copy.
 	f := t.Float32s()
@@ -86,9 +105,9 @@ func saveTensor(dir, name string, t attention.Tensor, l attention.Layout) error 
 		for i, v := range src {
 			h[i] = float16.Fromfloat32(v)
 		}
-		return writeNpy(path, dims(t.Shape, l), h)
+		return dims(t.Shape, l), h
 	}
-	return writeNpy(path, dims(t.Shape, l), dense.Data) // float32 for float32 and bfloat16
+	return dims(t.Shape, l), dense.Data // float32 for float32 and bfloat16
 }
 
 // inputFiles are the .npy files of --q, --k, --v (and --do), their headers
@@ -101,11 +120,12 @@ type inputFiles struct {
 
 // inspectInputs reads the headers of --q/--k/--v[/--do] in layout l and
 // derives the problem sizes from them. Every error names the offending
-// file.
-func inspectInputs(qp, kp, vp, dop string, l attention.Layout) (*inputFiles, problem, error) {
+// file. Each file is opened under ctx: a file that blocks (a FIFO with no
+// writer) stops with ctx's error once ctx is done.
+func inspectInputs(ctx context.Context, qp, kp, vp, dop string, l attention.Layout) (*inputFiles, problem, error) {
 	var p problem
 	head := func(path, what string) (*npyHead, attention.Shape, error) {
-		h, err := statNpy(path)
+		h, err := await(ctx, func() (*npyHead, error) { return statNpy(path) })
 		if err != nil {
 			return nil, attention.Shape{}, err
 		}
@@ -171,13 +191,14 @@ func inspectInputs(qp, kp, vp, dop string, l attention.Layout) (*inputFiles, pro
 }
 
 // read reads the files' data (dO's zero without --do); with bf16, float32
-// data is rounded to bfloat16 (numpy has no bfloat16).
-func (in *inputFiles) read(bf16 bool) (q, k, v, do attention.Tensor, err error) {
+// data is rounded to bfloat16 (numpy has no bfloat16). It stops with ctx's
+// error once ctx is done.
+func (in *inputFiles) read(ctx context.Context, bf16 bool) (q, k, v, do attention.Tensor, err error) {
 	load := func(h *npyHead) (attention.Tensor, error) {
 		if h == nil {
 			return attention.Tensor{}, nil
 		}
-		a, err := h.read()
+		a, err := await(ctx, h.read)
 		if err != nil {
 			return attention.Tensor{}, err
 		}
@@ -202,14 +223,6 @@ func layoutDims(l attention.Layout) string {
 		return "[B, H, S, D] (--layout bhsd)"
 	}
 	return "[B, S, H, D] (--layout bshd)"
-}
-
-// mkdirOut creates the --out directory.
-func mkdirOut(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	return nil
 }
 
 // roundToBFloat16 returns a float32 tensor's values rounded to bfloat16

@@ -17,12 +17,13 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 )
 
+// main runs the command line. The first SIGINT or SIGTERM stops the
+// command (exit status 130 or 143, nothing half written); a second exits
+// at once.
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := handleSignals(context.Background())
 	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

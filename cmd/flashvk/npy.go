@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,14 +12,23 @@ import (
 	"strings"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/bfloat16"
-	"github.com/sbinet/npyio/npy"
 	"github.com/x448/float16"
 )
 
 // maxNpyBytes bounds the size of an input file (16 GiB): larger inputs
 // are refused before anything is allocated for them.
 const maxNpyBytes = 16 << 30
+
+// maxNpyHeader bounds the header of a .npy file: the most a version 1.0
+// header can hold, far more than any float array's header needs (numpy
+// itself refuses headers over 10000 bytes by default).
+const maxNpyHeader = math.MaxUint16
+
+// maxNpyDims is numpy's limit on the number of dimensions of an array.
+const maxNpyDims = 64
+
+// npyMagic starts every .npy file.
+const npyMagic = "\x93NUMPY"
 
 // npyArray is a float array read from a .npy file.
 type npyArray struct {
@@ -36,9 +44,11 @@ type npyHead struct {
 	Shape []int
 	DType attention.DType
 	order binary.ByteOrder
-	// data is where the array starts, n its number of elements.
-	data int64
-	n    int
+	// data is where the array starts, n its number of elements and
+	// nbytes its size in bytes.
+	data   int64
+	n      int
+	nbytes int64
 }
 
 // statNpy reads and checks the header of a C-order float32 or float16
@@ -55,88 +65,184 @@ func statNpy(path string) (*npyHead, error) {
 	if st.IsDir() {
 		return nil, fmt.Errorf("%s: is a directory, want a .npy file", path)
 	}
-	if st.Size() > maxNpyBytes {
-		return nil, fmt.Errorf("%s: %d bytes is larger than the %d bytes flashvk reads", path, st.Size(), int64(maxNpyBytes))
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	pre := make([]byte, min(st.Size(), 12))
-	if _, err := io.ReadFull(f, pre); err != nil {
+	return parseNpy(path, f, st.Size())
+}
+
+// parseNpy reads and checks the preamble and header of a .npy file of
+// size bytes, read through r, and checks the array they declare against
+// the file's size. path names the file in errors. It reads and allocates
+// no more than the header: its length is checked against size first.
+func parseNpy(path string, r io.ReaderAt, size int64) (*npyHead, error) {
+	if size > maxNpyBytes {
+		return nil, fmt.Errorf("%s: %d bytes is larger than the %d bytes flashvk reads", path, size, int64(maxNpyBytes))
+	}
+	invalid := func(err error) error {
+		return fmt.Errorf("%s: not a valid .npy file: %s", path, oneLine(err.Error()))
+	}
+	var pre [12]byte
+	if err := readFullAt(r, pre[:min(size, int64(len(pre)))], 0); err != nil {
 		return nil, fmt.Errorf("%s: %s", path, oneLine(err.Error()))
 	}
-	end, err := npyPreamble(pre, st.Size())
+	major, start, end, err := npyPreamble(pre[:min(size, int64(len(pre)))], size)
 	if err != nil {
-		return nil, fmt.Errorf("%s: not a valid .npy file: %s", path, err)
+		return nil, invalid(err)
 	}
-	raw := make([]byte, end)
-	if _, err := f.ReadAt(raw, 0); err != nil {
+	raw := make([]byte, end-start)
+	if err := readFullAt(r, raw, int64(start)); err != nil {
 		return nil, fmt.Errorf("%s: %s", path, oneLine(err.Error()))
 	}
-	rd, err := npyHeader(bytes.NewReader(raw))
+	d, err := parseNpyDict(raw, major <= 2)
 	if err != nil {
-		return nil, fmt.Errorf("%s: not a valid .npy file: %s", path, oneLine(err.Error()))
+		return nil, invalid(err)
 	}
-	d := rd.Header.Descr
-	if d.Fortran {
+	if d.fortran {
 		return nil, fmt.Errorf("%s: Fortran-order array; save it in C order (np.ascontiguousarray)", path)
 	}
-	dt, order, err := npyDType(d.Type)
+	dt, order, err := npyDType(d.descr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
-	n := 1
-	for _, s := range d.Shape {
-		if s < 0 || (s > 0 && n > math.MaxInt/s) {
-			return nil, fmt.Errorf("%s: invalid shape %v", path, d.Shape)
-		}
-		n *= s
+	h := &npyHead{path: path, Shape: d.shape, DType: dt, order: order, data: int64(end)}
+	nbytes, ok := npyBytes(d.shape, dt.Size(), maxNpyBytes)
+	if !ok {
+		return nil, fmt.Errorf("%s: shape %v %s is larger than the %d bytes flashvk reads (the file has %d data bytes)", path, d.shape, dt, int64(maxNpyBytes), size-h.data)
 	}
-	h := &npyHead{path: path, Shape: d.Shape, DType: dt, order: order, data: int64(end), n: n}
-	return h, h.checkSize(st.Size())
+	h.nbytes, h.n = nbytes, int(nbytes/int64(dt.Size()))
+	if err := h.checkSize(size); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// readFullAt fills b from r at offset off.
+func readFullAt(r io.ReaderAt, b []byte, off int64) error {
+	n, err := r.ReadAt(b, off)
+	if n == len(b) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// npyBytes returns the size in bytes of an array of the given shape (no
+// negative dimension) and element size, or false if the product of size
+// and the non-zero dimensions is more than limit (numpy, too, refuses an
+// empty array whose other dimensions overflow). It never overflows.
+func npyBytes(shape []int, size int, limit int64) (int64, bool) {
+	total, empty := int64(size), false
+	for _, d := range shape {
+		if d == 0 {
+			empty = true
+			continue
+		}
+		if int64(d) > limit/total {
+			return 0, false
+		}
+		total *= int64(d)
+	}
+	if total > limit || total/int64(size) > math.MaxInt {
+		return 0, false
+	}
+	if empty {
+		return 0, true
+	}
+	return total, true
 }
 
 // checkSize checks that a file of size bytes holds exactly the array.
 func (h *npyHead) checkSize(size int64) error {
-	want := int64(h.n) * int64(h.DType.Size())
-	have := size - h.data
-	if have < want {
-		return fmt.Errorf("%s: truncated: shape %v %s needs %d data bytes, file has %d", h.path, h.Shape, h.DType, want, have)
+	have := max(size-h.data, 0)
+	if have < h.nbytes {
+		return fmt.Errorf("%s: truncated: shape %v %s needs %d data bytes, file has %d", h.path, h.Shape, h.DType, h.nbytes, have)
 	}
-	if have > want {
-		return fmt.Errorf("%s: %d bytes of trailing data after the %v %s array", h.path, have-want, h.Shape, h.DType)
+	if have > h.nbytes {
+		return fmt.Errorf("%s: %d bytes of trailing data after the %v %s array", h.path, have-h.nbytes, h.Shape, h.DType)
 	}
 	return nil
 }
 
 // read reads the array's data.
 func (h *npyHead) read() (*npyArray, error) {
-	raw, err := os.ReadFile(h.path)
+	f, err := os.Open(h.path)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.checkSize(int64(len(raw))); err != nil {
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return h.readFrom(f, st.Size())
+}
+
+// readFrom reads the array's data from r, a file of size bytes whose
+// header is h: it checks the size again (the file may have changed since
+// h was read), then allocates the array and fills it in chunks.
+func (h *npyHead) readFrom(r io.ReaderAt, size int64) (*npyArray, error) {
+	if err := h.checkSize(size); err != nil {
 		return nil, fmt.Errorf("%s (the file changed after its header was read)", err)
 	}
-	body := raw[h.data:]
+	body := io.NewSectionReader(r, h.data, h.nbytes)
 	a := &npyArray{Shape: h.Shape, DType: h.DType}
+	var err error
 	switch h.DType {
 	case attention.Float32:
 		x := make([]float32, h.n)
-		for i := range x {
-			x[i] = math.Float32frombits(h.order.Uint32(body[4*i:]))
-		}
+		err = readChunks(body, h.nbytes, func(off int64, b []byte) {
+			y := x[off/4:]
+			for i := range len(b) / 4 {
+				y[i] = math.Float32frombits(h.order.Uint32(b[4*i:]))
+			}
+		})
 		a.Data = x
 	case attention.Float16:
 		x := make([]float16.Float16, h.n)
-		for i := range x {
-			x[i] = float16.Frombits(h.order.Uint16(body[2*i:]))
-		}
+		err = readChunks(body, h.nbytes, func(off int64, b []byte) {
+			y := x[off/2:]
+			for i := range len(b) / 2 {
+				y[i] = float16.Frombits(h.order.Uint16(b[2*i:]))
+			}
+		})
 		a.Data = x
+	default:
+		return nil, fmt.Errorf("%s: cannot read %s", h.path, h.DType)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, fmt.Errorf("%s: truncated while its data was read (the file changed after its header was read)", h.path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s", h.path, oneLine(err.Error()))
 	}
 	return a, nil
+}
+
+// npyChunk is how many data bytes readChunks reads at a time (a multiple
+// of every element size).
+const npyChunk = 1 << 20
+
+// readChunks reads n bytes from r in chunks, passing each with its offset
+// to each.
+func readChunks(r io.Reader, n int64, each func(off int64, b []byte)) error {
+	buf := make([]byte, min(n, npyChunk))
+	for off := int64(0); off < n; {
+		b := buf[:min(n-off, int64(len(buf)))]
+		if _, err := io.ReadFull(r, b); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		each(off, b)
+		off += int64(len(b))
+	}
+	return nil
 }
 
 // readNpy reads a C-order float32 or float16 .npy file. Every error names
@@ -149,42 +255,334 @@ func readNpy(path string) (*npyArray, error) {
 	return h.read()
 }
 
-// npyHeader parses the header with npyio, turning a panic on a malformed
-// header into an error.
-func npyHeader(r *bytes.Reader) (rd *npy.Reader, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			rd, err = nil, errors.New("malformed header")
-		}
-	}()
-	return npy.NewReader(r)
+// npyPreamble checks the magic, version and header length of a file of
+// size bytes whose first bytes (up to 12) are raw. It returns the major
+// version and where the header starts and ends: it ends within the file
+// and at most maxNpyHeader bytes after it starts.
+func npyPreamble(raw []byte, size int64) (major, start, end int, err error) {
+	if len(raw) < len(npyMagic) || string(raw[:len(npyMagic)]) != npyMagic {
+		return 0, 0, 0, errors.New("no .npy magic")
+	}
+	if len(raw) < 8 {
+		return 0, 0, 0, fmt.Errorf("the file ends after %d bytes, inside the preamble", size)
+	}
+	major, minor := int(raw[6]), int(raw[7])
+	var hlen int64
+	switch {
+	case minor != 0 || major < 1 || major > 3:
+		return 0, 0, 0, fmt.Errorf("unsupported .npy version %d.%d (flashvk reads 1.0, 2.0 and 3.0)", major, minor)
+	case major == 1 && len(raw) >= 10:
+		hlen, start = int64(binary.LittleEndian.Uint16(raw[8:10])), 10
+	case major > 1 && len(raw) >= 12:
+		hlen, start = int64(binary.LittleEndian.Uint32(raw[8:12])), 12
+	default:
+		return 0, 0, 0, fmt.Errorf("the file ends after %d bytes, inside the preamble", size)
+	}
+	if hlen > size-int64(start) {
+		return 0, 0, 0, fmt.Errorf("header length %d runs past the end of the file (%d bytes after the %d-byte preamble)", hlen, size-int64(start), start)
+	}
+	if hlen > maxNpyHeader {
+		return 0, 0, 0, fmt.Errorf("header length %d is more than the %d bytes flashvk reads", hlen, maxNpyHeader)
+	}
+	return major, start, start + int(hlen), nil
 }
 
-// npyPreamble checks the magic, version and header length of a file of
-// size bytes whose first bytes are raw, and returns where the header ends,
-// before npyio sees the file: npyio allocates whatever header length the
-// file claims (a corrupt 4-byte length asks for gigabytes).
-func npyPreamble(raw []byte, size int64) (int, error) {
-	n := len(raw)
-	if n < 10 || string(raw[:6]) != "\x93NUMPY" {
-		return 0, errors.New("no .npy magic")
+// npyDict is what a .npy header's dictionary says.
+type npyDict struct {
+	descr   string
+	fortran bool
+	shape   []int
+}
+
+// parseNpyDict parses a .npy header as numpy writes it: a Python dict
+// literal with exactly the keys 'descr' (a string), 'fortran_order' (True
+// or False) and 'shape' (a tuple of non-negative ints: () or (n,) or
+// (n, m, ...)), in any order, then spaces and a final newline. Tokens may
+// be separated by spaces; strings are quoted with ' or " and hold no
+// escapes. long accepts Python 2's long suffix (3L), as numpy does for
+// versions 1.0 and 2.0. The padding need not align the data: numpy reads
+// unaligned headers, and some writers (npyio) make them. Errors say where
+// the header is wrong.
+func parseNpyDict(hdr []byte, long bool) (npyDict, error) {
+	var d npyDict
+	if len(hdr) == 0 {
+		return d, errors.New("empty header")
 	}
-	var hlen, pre int
-	switch raw[6] {
-	case 1:
-		hlen, pre = int(binary.LittleEndian.Uint16(raw[8:10])), 10
-	case 2, 3:
-		if n < 12 {
-			return 0, errors.New("truncated header")
+	if hdr[len(hdr)-1] != '\n' {
+		return d, fmt.Errorf("the %d-byte header does not end with a newline", len(hdr))
+	}
+	p := &pyScanner{b: hdr[:len(hdr)-1], long: long}
+	if !p.eat('{') {
+		return d, p.want("'{' (a dict)")
+	}
+	var vals [3]*pyValue
+	keys := [3]string{"descr", "fortran_order", "shape"}
+	for n, comma := 0, false; ; n++ {
+		p.space()
+		if p.eat('}') {
+			break
 		}
-		hlen, pre = int(binary.LittleEndian.Uint32(raw[8:12])), 12
+		if n > 0 && !comma {
+			return d, p.want("',' or '}'")
+		}
+		at := p.i
+		k, err := p.value(1)
+		if err != nil {
+			return d, err
+		}
+		if k.kind != pyStr {
+			return d, fmt.Errorf("header byte %d: key %s is not a string", at, clip(k.text))
+		}
+		slot := -1
+		for i, name := range keys {
+			if k.s == name {
+				slot = i
+			}
+		}
+		if slot < 0 {
+			return d, fmt.Errorf("header byte %d: unknown key %s: want exactly 'descr', 'fortran_order' and 'shape'", at, clip(k.text))
+		}
+		if vals[slot] != nil {
+			return d, fmt.Errorf("header byte %d: duplicate key '%s'", at, k.s)
+		}
+		p.space()
+		if !p.eat(':') {
+			return d, p.want("':'")
+		}
+		v, err := p.value(1)
+		if err != nil {
+			return d, err
+		}
+		vals[slot] = &v
+		p.space()
+		comma = p.eat(',')
+	}
+	for ; p.i < len(p.b); p.i++ {
+		if p.b[p.i] != ' ' {
+			return d, p.want("only spaces and a newline after the dict")
+		}
+	}
+	for i, name := range keys {
+		if vals[i] == nil {
+			return d, fmt.Errorf("the header has no '%s' key", name)
+		}
+	}
+	descr, fortran, shape := vals[0], vals[1], vals[2]
+	switch descr.kind {
+	case pyStr:
+		d.descr = descr.s
+	case pyList:
+		return d, fmt.Errorf("'descr' is a list: structured dtypes are not supported, want float32 or float16")
 	default:
-		return 0, fmt.Errorf("unsupported .npy version %d", raw[6])
+		return d, fmt.Errorf("'descr' is %s, want a string such as '<f4'", clip(descr.text))
 	}
-	if int64(hlen) > size-int64(pre) {
-		return 0, fmt.Errorf("header length %d runs past the end of the file", hlen)
+	if fortran.kind != pyBool {
+		return d, fmt.Errorf("'fortran_order' is %s, want True or False", clip(fortran.text))
 	}
-	return pre + hlen, nil
+	d.fortran = fortran.b
+	switch shape.kind {
+	case pyTuple:
+	case pyList:
+		return d, fmt.Errorf("'shape' is the list %s, want a tuple such as (2, 3)", clip(shape.text))
+	case pyInt:
+		return d, fmt.Errorf("'shape' is the integer %s, want a tuple: a one-element shape is written (%s,)", clip(shape.text), clip(strings.Trim(shape.text, "( )")))
+	default:
+		return d, fmt.Errorf("'shape' is %s, want a tuple such as (2, 3)", clip(shape.text))
+	}
+	d.shape = make([]int, len(shape.elems))
+	for i, e := range shape.elems {
+		switch {
+		case e.kind != pyInt:
+			return d, fmt.Errorf("'shape' %s: dimension %s is not an integer", clip(shape.text), clip(e.text))
+		case e.neg:
+			return d, fmt.Errorf("'shape' %s: dimension %s is negative", clip(shape.text), clip(e.text))
+		case e.big:
+			return d, fmt.Errorf("'shape' %s: dimension %s is too large", clip(shape.text), clip(e.text))
+		}
+		d.shape[i] = e.n
+	}
+	return d, nil
+}
+
+// pyKind is the kind of a Python literal in a .npy header.
+type pyKind int
+
+const (
+	pyStr pyKind = iota
+	pyBool
+	pyInt
+	pyTuple
+	pyList
+)
+
+// pyValue is a Python literal of a .npy header.
+type pyValue struct {
+	kind  pyKind
+	text  string // as written
+	s     string // pyStr: the string
+	b     bool   // pyBool
+	n     int    // pyInt: the value, unless neg or big
+	neg   bool   // pyInt: negative
+	big   bool   // pyInt: larger than an int holds
+	elems []pyValue
+}
+
+// pyScanner scans the Python literals of a .npy header.
+type pyScanner struct {
+	b    []byte
+	i    int
+	long bool // accept the long suffix (3L)
+}
+
+// maxPyDepth bounds the nesting of tuples and lists in a header (a
+// structured dtype's descr nests three deep).
+const maxPyDepth = 4
+
+func (p *pyScanner) space() {
+	for p.i < len(p.b) && p.b[p.i] == ' ' {
+		p.i++
+	}
+}
+
+// eat consumes c if it comes next.
+func (p *pyScanner) eat(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// want is the error of finding something other than what at p.i.
+func (p *pyScanner) want(what string) error {
+	return fmt.Errorf("header byte %d: want %s, found %s", p.i, what, p.found())
+}
+
+// found describes the byte at p.i.
+func (p *pyScanner) found() string {
+	if p.i >= len(p.b) {
+		return "the end of the header"
+	}
+	c := p.b[p.i]
+	switch {
+	case c == '\'':
+		return `"'"`
+	case c > ' ' && c < 0x7f:
+		return "'" + string(rune(c)) + "'"
+	case c == ' ':
+		return "a space"
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+// value scans a literal, after optional spaces: a string, True or False,
+// an int, a tuple or a list of literals, nested at most maxPyDepth deep.
+func (p *pyScanner) value(depth int) (pyValue, error) {
+	p.space()
+	start := p.i
+	var v pyValue
+	if p.i >= len(p.b) {
+		return v, p.want("a value")
+	}
+	switch c := p.b[p.i]; {
+	case c == '\'' || c == '"':
+		p.i++
+		for ; p.i < len(p.b) && p.b[p.i] != c; p.i++ {
+			if b := p.b[p.i]; b == '\\' || b < ' ' || b >= 0x7f {
+				return v, p.want("a plain ASCII string")
+			}
+		}
+		if p.i >= len(p.b) {
+			return v, fmt.Errorf("header byte %d: unterminated string", start)
+		}
+		p.i++
+		v.kind, v.s = pyStr, string(p.b[start+1:p.i-1])
+	case c == '(' || c == '[':
+		if depth > maxPyDepth {
+			return v, fmt.Errorf("header byte %d: tuples or lists nested more than %d deep", start, maxPyDepth)
+		}
+		end := byte(')')
+		v.kind = pyTuple
+		if c == '[' {
+			end, v.kind = ']', pyList
+		}
+		p.i++
+		comma := false // a comma after the last element
+		for {
+			p.space()
+			if p.eat(end) {
+				break
+			}
+			if len(v.elems) > 0 && !comma {
+				return v, p.want(fmt.Sprintf("',' or '%c'", end))
+			}
+			if len(v.elems) == maxNpyDims {
+				return v, fmt.Errorf("header byte %d: more than %d values in a tuple or list", p.i, maxNpyDims)
+			}
+			e, err := p.value(depth + 1)
+			if err != nil {
+				return v, err
+			}
+			v.elems = append(v.elems, e)
+			p.space()
+			comma = p.eat(',')
+		}
+		if v.kind == pyTuple && len(v.elems) == 1 && !comma {
+			// (x) is x in parentheses, not a tuple.
+			v = v.elems[0]
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		v.kind, v.neg = pyInt, c == '-'
+		if v.neg {
+			p.i++
+		}
+		d := p.i
+		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+			p.i++
+		}
+		digits := string(p.b[d:p.i])
+		switch {
+		case digits == "":
+			return v, p.want("a digit")
+		case len(digits) > 1 && digits[0] == '0':
+			return v, fmt.Errorf("header byte %d: integer %s has a leading zero", start, digits)
+		}
+		if p.long && p.i < len(p.b) && p.b[p.i] == 'L' {
+			p.i++
+		}
+		n, err := strconv.Atoi(digits)
+		v.n, v.big = n, err != nil
+	case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c == '_':
+		for p.i < len(p.b) && isPyName(p.b[p.i]) {
+			p.i++
+		}
+		switch w := string(p.b[start:p.i]); w {
+		case "True", "False":
+			v.kind, v.b = pyBool, w == "True"
+		default:
+			return v, fmt.Errorf("header byte %d: unexpected name %s", start, clip(w))
+		}
+	default:
+		return v, p.want("a value")
+	}
+	if p.i < len(p.b) && isPyName(p.b[p.i]) {
+		return v, p.want("a separator")
+	}
+	v.text = string(p.b[start:p.i])
+	return v, nil
+}
+
+func isPyName(c byte) bool {
+	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_'
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	const n = 60
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 // npyDType maps a numpy type string to a flashvk dtype and byte order.
@@ -217,72 +615,4 @@ func npyDType(s string) (attention.DType, binary.ByteOrder, error) {
 		hint = " (convert with a.astype(np.float32))"
 	}
 	return 0, nil, fmt.Errorf("dtype %s (%q) is not supported: want float32 or float16%s", name, s, hint)
-}
-
-// writeNpy writes a C-order float32, float16 or float64 array with the
-// given shape as a version 1.0 .npy file. (npyio writes only 1-D shapes
-// and no float16, so the header is formatted here, as numpy does.) numpy has
-// no bfloat16: []bfloat16.BFloat16 is written as float32 ('<f4'), which
-// holds every bfloat16 value exactly.
-func writeNpy(path string, shape []int, data any) error {
-	var descr string
-	var body []byte
-	var count int
-	switch x := data.(type) {
-	case []float32:
-		descr, count = "<f4", len(x)
-		body = make([]byte, 4*len(x))
-		for i, v := range x {
-			binary.LittleEndian.PutUint32(body[4*i:], math.Float32bits(v))
-		}
-	case []float16.Float16:
-		descr, count = "<f2", len(x)
-		body = make([]byte, 2*len(x))
-		for i, v := range x {
-			binary.LittleEndian.PutUint16(body[2*i:], v.Bits())
-		}
-	case []bfloat16.BFloat16:
-		descr, count = "<f4", len(x)
-		body = make([]byte, 4*len(x))
-		for i, v := range x {
-			binary.LittleEndian.PutUint32(body[4*i:], math.Float32bits(v.Float32()))
-		}
-	case []float64:
-		descr, count = "<f8", len(x)
-		body = make([]byte, 8*len(x))
-		for i, v := range x {
-			binary.LittleEndian.PutUint64(body[8*i:], math.Float64bits(v))
-		}
-	default:
-		return fmt.Errorf("%s: cannot write %T", path, data)
-	}
-	dims := make([]string, len(shape))
-	n := 1
-	for i, s := range shape {
-		dims[i] = strconv.Itoa(s)
-		n *= s
-	}
-	if n != count {
-		return fmt.Errorf("%s: shape %v does not match %d elements", path, shape, count)
-	}
-	tuple := "(" + strings.Join(dims, ", ")
-	if len(shape) == 1 {
-		tuple += ","
-	}
-	tuple += ")"
-	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, tuple)
-	// Magic (6) + version (2) + length (2) + header, padded with spaces to
-	// a multiple of 64 and ended by a newline.
-	total := 10 + len(h) + 1
-	h += strings.Repeat(" ", (64-total%64)%64) + "\n"
-	var buf bytes.Buffer
-	buf.Write(npy.Magic[:])
-	buf.Write([]byte{1, 0})
-	if len(h) > math.MaxUint16 {
-		return errors.New(path + ": header too long")
-	}
-	_ = binary.Write(&buf, binary.LittleEndian, uint16(len(h)))
-	buf.WriteString(h)
-	buf.Write(body)
-	return os.WriteFile(path, buf.Bytes(), 0o644)
 }

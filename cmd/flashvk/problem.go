@@ -18,16 +18,28 @@ type problem struct {
 	Layout                    attention.Layout
 	Causal                    bool
 	Align                     attention.Alignment
-	Scale                     float64 // 0: 1/√d
+	// Scale is --scale, a float32 value (0: 1/√d); see scale32.
+	Scale float64
+}
+
+// scale32 is the softmax scale the library applies: --scale, or the
+// library's default float32(1/√d). The kernels get it explicitly and the
+// float64 reference gets the same value, so --check compares like with
+// like.
+func (p problem) scale32() float32 {
+	if p.Scale == 0 {
+		return float32(1 / math.Sqrt(float64(p.D)))
+	}
+	return float32(p.Scale)
 }
 
 func (p problem) options() attention.Options {
-	return attention.Options{Scale: float32(p.Scale), Causal: p.Causal, Align: p.Align}
+	return attention.Options{Scale: p.scale32(), Causal: p.Causal, Align: p.Align}
 }
 
 func (p problem) params() reference.Params {
 	return reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
-		Scale: p.Scale, Causal: p.Causal, BottomRight: p.Align == attention.BottomRight}
+		Scale: float64(p.scale32()), Causal: p.Causal, BottomRight: p.Align == attention.BottomRight}
 }
 
 func (p problem) qShape() attention.Shape { return attention.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D} }
@@ -48,12 +60,8 @@ func (p problem) flops(backward bool) float64 {
 	return f
 }
 
-func (p problem) effectiveScale() float64 {
-	if p.Scale == 0 {
-		return 1 / math.Sqrt(float64(p.D))
-	}
-	return p.Scale
-}
+// effectiveScale is the scale applied (scale32), as a float64.
+func (p problem) effectiveScale() float64 { return float64(p.scale32()) }
 
 func (p problem) maskString() string {
 	if !p.Causal {
@@ -81,8 +89,8 @@ func (p problem) validate() error {
 	if p.Hq%p.Hkv != 0 {
 		return usagef("--kv-heads %d does not divide --heads %d", p.Hkv, p.Hq)
 	}
-	if math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
-		return usagef("--scale %v: must be finite", p.Scale)
+	if s := float32(p.Scale); math.IsNaN(p.Scale) || p.Scale < 0 || math.IsInf(float64(s), 0) || (p.Scale != 0 && s == 0) {
+		return usagef("--scale %v: must be a positive float32", p.Scale)
 	}
 	// Refuse problems whose operands cannot fit in memory before
 	// allocating anything (and before int overflow).

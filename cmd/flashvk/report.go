@@ -7,7 +7,6 @@ import (
 	"html/template"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -47,8 +46,11 @@ more result files (schema flashvk-bench/1):
   - the memory analysis of 'flashvk explain' for every shape of the grid.
 
 --markdown FILE writes the same tables as Markdown, with the charts as SVG
-files next to it. A missing output folder is created; every file is rendered
-before any is written.`,
+files next to it. The output paths are checked (a missing folder is made)
+before the result files are read, and the files are written all or none:
+each into a temporary file beside it, renamed into place once every one is
+complete. A report that cannot be written leaves no new file and every
+existing one as it was.`,
 		Example: `  flashvk report h200.json torch.json -o report.html
   flashvk report cpu.json --markdown reports/cpu/report.md`,
 		Args: cobra.MinimumNArgs(1),
@@ -56,7 +58,21 @@ before any is written.`,
 			if f.out == "" && f.markdown == "" {
 				return usagef("give -o FILE.html and/or --markdown FILE.md")
 			}
-			files, err := readAllResults(args)
+			if f.out != "" && f.markdown != "" && filepath.Clean(f.out) == filepath.Clean(f.markdown) {
+				return usagef("-o and --markdown name the same file %s", f.out)
+			}
+			ctx := cmd.Context()
+			// The outputs can be written: checked before any work.
+			o := a.newOutputs(ctx)
+			defer o.abort()
+			for _, t := range []outFile{{flag: "--output", path: f.out}, {flag: "--markdown", path: f.markdown}} {
+				if t.path != "" {
+					if err := o.prepare(t.flag, t.path); err != nil {
+						return err
+					}
+				}
+			}
+			files, err := readAllResults(ctx, args)
 			if err != nil {
 				return err
 			}
@@ -64,9 +80,8 @@ before any is written.`,
 			if err != nil {
 				return err
 			}
-			// Every file is made in memory and its folder created (a
-			// missing one is) before any is written: a report that cannot
-			// be written leaves no half of it behind.
+			// Every file is staged, then all are renamed into place: a
+			// report that cannot be written leaves no half of it behind.
 			var outs []outFile
 			if f.out != "" {
 				var buf bytes.Buffer
@@ -78,15 +93,13 @@ before any is written.`,
 			if f.markdown != "" {
 				outs = append(outs, rep.markdown(f.markdown)...)
 			}
-			for _, o := range outs {
-				if err := mkdirFor(o.flag, o.path); err != nil {
+			for _, out := range outs {
+				if err := o.writeBytes(out.flag, out.path, out.data); err != nil {
 					return err
 				}
 			}
-			for _, o := range outs {
-				if err := os.WriteFile(o.path, o.data, 0o644); err != nil {
-					return fmt.Errorf("%s: %w", o.flag, err)
-				}
+			if err := o.commit(); err != nil {
+				return err
 			}
 			if f.out != "" {
 				fmt.Fprintf(a.stdout, "wrote %s (%d results, %d charts)\n", f.out, len(rep.Rows), len(rep.Charts))

@@ -1,12 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -166,36 +166,28 @@ func writeResults(path string, stdout io.Writer, f *ResultsFile) error {
 	return writeFile("--json", path, stdout, append(b, '\n'))
 }
 
-// writeFile writes b to the file path that flag names: "-" is stdout, and
-// a missing folder is created.
+// writeFile writes b to the file path that flag names: "-" is stdout;
+// a file is written all or nothing (see outputs), a missing folder made.
 func writeFile(flag, path string, stdout io.Writer, b []byte) error {
 	if path == "-" {
 		_, err := stdout.Write(b)
 		return err
 	}
-	if err := mkdirFor(flag, path); err != nil {
+	o := (*app)(nil).newOutputs(context.Background())
+	defer o.abort()
+	if err := o.writeBytes(flag, path, b); err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("%s: %w", flag, err)
-	}
-	return nil
-}
-
-// mkdirFor creates the folder of the file path that flag names.
-func mkdirFor(flag, path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("%s %s: %w", flag, path, err)
-	}
-	return nil
+	return o.commit()
 }
 
 // readAllResults reads every file of paths, in order, stopping at the
-// first that cannot be read.
-func readAllResults(paths []string) ([]*ResultsFile, error) {
+// first that cannot be read, or with ctx's error once ctx is done (a
+// FIFO with no writer blocks in open).
+func readAllResults(ctx context.Context, paths []string) ([]*ResultsFile, error) {
 	files := make([]*ResultsFile, len(paths))
 	for i, p := range paths {
-		rf, err := readResults(p)
+		rf, err := await(ctx, func() (*ResultsFile, error) { return readResults(p) })
 		if err != nil {
 			return nil, err
 		}

@@ -22,9 +22,13 @@ type app struct {
 	gpus func() ([]attention.DeviceInfo, error)
 	// stderrTTY reports whether stderr is a terminal (progress bars).
 	stderrTTY bool
-	// beforeInputs, when set, is called by run and bench once every pass
-	// is planned, just before the inputs are made or read (tests).
+	// beforeInputs, when set, is called by run, bench and tune once every
+	// flag and output path is checked and every pass planned, just before
+	// the inputs are made or read (tests).
 	beforeInputs func()
+	// outFS, when set, replaces how output files are created and renamed
+	// (tests: a full disk, a failed rename).
+	outFS *outputFS
 }
 
 // usageError marks an error in the command line itself (exit status 2).
@@ -40,7 +44,9 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // execute runs flashvk with args and returns the process exit status:
-// 0 success, 1 failure (including a failed check), 2 bad usage.
+// 0 success, 1 failure (including a failed check), 2 bad usage; a command
+// stopped because ctx was cancelled by a signal (see handleSignals) 128 +
+// the signal's number: 130 for SIGINT, 143 for SIGTERM.
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return newApp(stdout, stderr).execute(ctx, args)
 }
@@ -72,6 +78,9 @@ func (a *app) execute(ctx context.Context, args []string) (code int) {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	if ctx.Err() != nil {
+		return a.interrupted(ctx, err)
 	}
 	var ex exitError
 	if errors.As(err, &ex) {
@@ -108,7 +117,18 @@ Backends: "vulkan" (GLSL compute shaders on a Vulkan device) and "cpu" (pure
 Go). "auto" picks a Vulkan device when one can be opened, else the CPU.
 
 Shapes follow FlashAttention: Q [B, Nq, Hq, d], K [B, Nk, Hkv, d],
-V [B, Nk, Hkv, dv]; Hq must be a multiple of Hkv (grouped-query attention).`,
+V [B, Nk, Hkv, dv]; Hq must be a multiple of Hkv (grouped-query attention).
+
+Files a command writes (run --out, bench --json, tune's cache and --json,
+report -o and --markdown) are written all or none: their paths are checked
+before any work, and they are renamed into place only once every one is
+complete; a command that fails leaves no new file and every existing one
+as it was.
+
+Exit status: 0 success; 1 failure (a failed --check included); 2 a usage
+error, a flag that would change nothing in the given combination included;
+130 or 143 stopped by SIGINT or SIGTERM (within about a second, writing
+nothing); a second signal exits at once with its own status.`,
 		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,

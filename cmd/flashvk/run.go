@@ -94,10 +94,24 @@ The exit status is 1 when any output fails.
 --out DIR writes o.npy, lse.npy ([B, Hq, Nq] float32) and with --backward
 dq.npy, dk.npy, dv.npy, in --layout and the input dtype (float32 for bf16).
 With --device all every Vulkan device and the CPU backend run the same inputs,
-and each writes to DIR/<device>/.
+and each writes to DIR/<device>/. The files are written all or none: DIR and
+every file in it are checked before any work, each file goes to a temporary
+file beside it, and they are renamed into place only when all are complete
+(a failed --check still writes them). A run that fails or is interrupted
+leaves no new file and every existing one as it was.
+
+A flag that would change nothing is refused (exit 2): --do without --backward,
+--seed with --q/--k/--v (unless --backward draws a random dO), --warmup with
+--iters 0, --align without --causal or with Nq = Nk, --seq beside --nq and
+--nk, a Vulkan flag (--device, --kernel, --addressing, --validation) where
+only the CPU backend runs, --workers where it does not.
 
 --json prints the results as JSON (schema flashvk-run/2, see
-docs/results-schema.md).`,
+docs/results-schema.md).
+
+SIGINT or SIGTERM stops the run within about a second — reading inputs and
+the float64 reference included — with exit status 130 or 143; a second
+signal exits at once.`,
 		Example: `  flashvk run --seq 1024 --heads 16 --dim 64 --causal --check
   flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype f16 --causal false --backward --check
   flashvk run --seq 512 --dtype bf16 --backward --check --iters 20
@@ -116,8 +130,8 @@ docs/results-schema.md).`,
 	fl.StringVar(&f.qFile, "q", "", "read Q from this .npy file (needs --k and --v)")
 	fl.StringVar(&f.kFile, "k", "", "read K from this .npy file")
 	fl.StringVar(&f.vFile, "v", "", "read V from this .npy file")
-	fl.StringVar(&f.doFile, "do", "", "read dO from this .npy file (default: random)")
-	fl.StringVar(&f.out, "out", "", "write o.npy, lse.npy (and dq/dk/dv.npy) into this directory")
+	fl.StringVar(&f.doFile, "do", "", "read dO from this .npy file (needs --backward; default: random)")
+	fl.StringVar(&f.out, "out", "", "write o.npy, lse.npy (and dq/dk/dv.npy) into this directory (all or none)")
 	fl.BoolVar(&f.json, "json", false, "print the results as JSON (schema flashvk-run/2)")
 	return c
 }
@@ -201,6 +215,21 @@ func (p problem) json() problemJSON {
 		Layout: p.Layout.String(), Causal: p.Causal, Align: p.Align.String(), Scale: p.effectiveScale()}
 }
 
+// checkEffect refuses the flags of run that would change nothing.
+func (f *runFlags) checkEffect(cmd *cobra.Command) error {
+	given := cmd.Flags().Changed
+	files := f.qFile != "" || f.kFile != "" || f.vFile != ""
+	switch {
+	case f.doFile != "" && !f.backward:
+		return usagef("--do has no effect without --backward: only the backward pass reads dO")
+	case given("seed") && files && !(f.backward && f.doFile == ""):
+		return usagef("--seed has no effect: the inputs are read from .npy files (it seeds only the random dO of --backward without --do)")
+	case given("warmup") && f.timing.iters == 0:
+		return usagef("--warmup has no effect with --iters 0: no steady timing follows it")
+	}
+	return f.shape.checkEffect()
+}
+
 func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	ctx := cmd.Context()
 	if err := f.timing.check(0); err != nil {
@@ -208,6 +237,9 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	}
 	p, err := f.shape.problem()
 	if err != nil {
+		return err
+	}
+	if err := f.checkEffect(cmd); err != nil {
 		return err
 	}
 	// The problem first, from the flags or the files' headers; no data yet.
@@ -218,7 +250,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		if f.qFile == "" || f.kFile == "" || f.vFile == "" {
 			return usagef("--q, --k and --v go together: give all three .npy files")
 		}
-		in, fp, err := inspectInputs(f.qFile, f.kFile, f.vFile, f.doFile, p.Layout)
+		in, fp, err := inspectInputs(ctx, f.qFile, f.kFile, f.vFile, f.doFile, p.Layout)
 		if err != nil {
 			return err
 		}
@@ -242,13 +274,20 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	} else if f.doFile != "" {
 		return usagef("--do needs --q, --k and --v")
 	}
+	if err := f.shape.checkAlign(p); err != nil {
+		return err
+	}
 	if f.check {
 		if err := p.checkable(); err != nil {
 			return err
 		}
 	}
+	// The outputs: --out is checked (and made) before any work, each file
+	// once the engines are known; nothing is at its name until the end.
+	out := a.newOutputs(ctx)
+	defer out.abort()
 	if f.out != "" {
-		if err := mkdirOut(f.out); err != nil {
+		if err := out.prepareDir("--out", f.out, f.out); err != nil {
 			return err
 		}
 	}
@@ -257,6 +296,26 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		return err
 	}
 	defer a.closeAll(engines)
+	outDirs := make([]string, len(engines))
+	if f.out != "" {
+		for i, e := range engines {
+			outDirs[i] = f.out
+			if len(engines) > 1 {
+				// DIR/<backend-device>, numbered when two devices share a name.
+				d := e.device()
+				name := slug(d.Backend + "-" + d.Name)
+				outDirs[i] = filepath.Join(f.out, name)
+				for n := 2; slices.Contains(outDirs[:i], outDirs[i]); n++ {
+					outDirs[i] = filepath.Join(f.out, fmt.Sprintf("%s-%d", name, n))
+				}
+			}
+			for _, name := range outNames(f.backward) {
+				if err := out.prepare("--out", filepath.Join(outDirs[i], name)); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	plans, err := planAll(ctx, engines, p, f.backward)
 	if err != nil {
 		return err
@@ -268,22 +327,27 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	}
 	var q, k, v, do attention.Tensor
 	if files != nil {
-		if q, k, v, do, err = files.read(roundBF16); err != nil {
+		if q, k, v, do, err = files.read(ctx, roundBF16); err != nil {
 			return err
 		}
 	} else {
-		q = randomTensor(p.DType, p.qShape(), p.Layout, rngFor(f.seed, 1))
-		k = randomTensor(p.DType, p.kShape(), p.Layout, rngFor(f.seed, 2))
-		v = randomTensor(p.DType, p.vShape(), p.Layout, rngFor(f.seed, 3))
+		for i, t := range []*attention.Tensor{&q, &k, &v} {
+			s := []attention.Shape{p.qShape(), p.kShape(), p.vShape()}[i]
+			if *t, err = randomTensorCtx(ctx, p.DType, s, p.Layout, rngFor(f.seed, uint64(i+1))); err != nil {
+				return err
+			}
+		}
 	}
 	if f.backward && do.Data == nil {
-		do = randomTensor(p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4))
+		if do, err = randomTensorCtx(ctx, p.DType, p.oShape(), p.Layout, rngFor(f.seed, 4)); err != nil {
+			return err
+		}
 	}
 
 	// The float64 reference, once for every engine.
 	var ref *refResult
 	if f.check {
-		if ref, err = computeReference(p, q, k, v, do, f.backward); err != nil {
+		if ref, err = computeReference(ctx, p, q, k, v, do, f.backward); err != nil {
 			return err
 		}
 	}
@@ -295,25 +359,23 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 			return fmt.Errorf("%s: %w", e.label, err)
 		}
 		if f.timing.iters > 0 {
-			a.timeRun(ctx, e, p, q, k, v, f.timing, &r.res)
+			if err := a.timeRun(ctx, e, p, q, k, v, f.timing, &r.res); err != nil {
+				return err
+			}
 		}
 		for _, c := range r.res.Check {
 			rep.Pass = rep.Pass && c.Pass
 		}
 		if f.out != "" {
-			dir := f.out
-			if len(engines) > 1 {
-				dir = filepath.Join(f.out, slug(r.res.Device.Backend+"-"+r.res.Device.Name))
-				if err := mkdirOut(dir); err != nil {
-					return err
-				}
-			}
-			if err := r.save(dir, p.Layout); err != nil {
+			if err := r.save(out, outDirs[i], p.Layout); err != nil {
 				return err
 			}
-			r.res.Out = dir
+			r.res.Out = outDirs[i]
 		}
 		rep.Results = append(rep.Results, r.res)
+	}
+	if err := out.commit(); err != nil {
+		return err
 	}
 	if f.json {
 		b, err := json.MarshalIndent(rep, "", "  ")
@@ -360,27 +422,6 @@ func agree(cmd *cobra.Command, flags, files problem) error {
 	return nil
 }
 
-// refResult is the float64 reference of a problem.
-type refResult struct {
-	o, lse, dq, dk, dv []float64
-}
-
-func computeReference(p problem, q, k, v, do attention.Tensor, backward bool) (*refResult, error) {
-	pp := p.params()
-	q64, k64, v64 := q.Float64s(), k.Float64s(), v.Float64s()
-	o, lse, err := reference.Forward(pp, q64, k64, v64)
-	if err != nil {
-		return nil, fmt.Errorf("reference: %w", err)
-	}
-	r := &refResult{o: o, lse: lse}
-	if backward {
-		if r.dq, r.dk, r.dv, err = reference.Backward(pp, q64, k64, v64, do.Float64s()); err != nil {
-			return nil, fmt.Errorf("reference: %w", err)
-		}
-	}
-	return r, nil
-}
-
 // oneRun holds an engine's outputs for --out.
 type oneRun struct {
 	res   runResult
@@ -389,22 +430,35 @@ type oneRun struct {
 	grads *attention.Grads
 }
 
-func (r *oneRun) save(dir string, l attention.Layout) error {
-	if err := saveTensor(dir, "o.npy", r.o, l); err != nil {
-		return err
+// outNames are the files of --out.
+func outNames(backward bool) []string {
+	if backward {
+		return []string{"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"}
 	}
-	p := r.o.Shape
-	if err := writeNpy(filepath.Join(dir, "lse.npy"), []int{p.B, p.H, p.S}, r.lse); err != nil {
-		return err
-	}
+	return []string{"o.npy", "lse.npy"}
+}
+
+// save stages the outputs in dir (see outNames) with o.
+func (r *oneRun) save(o *outputs, dir string, l attention.Layout) error {
+	ts := []attention.Tensor{r.o}
 	if r.grads != nil {
-		for _, g := range []struct {
-			name string
-			t    attention.Tensor
-		}{{"dq.npy", r.grads.DQ}, {"dk.npy", r.grads.DK}, {"dv.npy", r.grads.DV}} {
-			if err := saveTensor(dir, g.name, g.t, l); err != nil {
-				return err
-			}
+		ts = append(ts, r.grads.DQ, r.grads.DK, r.grads.DV)
+	}
+	names := outNames(r.grads != nil)
+	for i, name := range names {
+		var shape []int
+		var data any
+		switch {
+		case name == "lse.npy":
+			s := r.o.Shape
+			shape, data = []int{s.B, s.H, s.S}, r.lse
+		case i == 0:
+			shape, data = npyOf(ts[0], l)
+		default:
+			shape, data = npyOf(ts[i-1], l)
+		}
+		if err := o.write("--out", filepath.Join(dir, name), func(w io.Writer) error { return encodeNpy(w, shape, data) }); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -455,11 +509,15 @@ func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Ten
 
 // timeRun measures the steady time of each pass of res with the engine's
 // Benchmark (as bench does). A pass whose timing fails keeps its first
-// call and says why, with a warning: the run itself succeeded.
-func (a *app) timeRun(ctx context.Context, e *engine, p problem, q, k, v attention.Tensor, t timingFlags, res *runResult) {
+// call and says why, with a warning: the run itself succeeded. Only ctx's
+// end stops it, with ctx's error.
+func (a *app) timeRun(ctx context.Context, e *engine, p problem, q, k, v attention.Tensor, t timingFlags, res *runResult) error {
 	for i := range res.Passes {
 		ps := &res.Passes[i]
 		b, err := e.Benchmark(ctx, q, k, v, p.options(), attention.BenchOptions{Warmup: t.warmup, Iters: t.iters, Backward: ps.Direction == "bwd"})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if err != nil {
 			ps.TimingError = oneLine(err.Error())
 			fmt.Fprintf(a.stderr, "warning: %s: %s: steady timing failed, only the first call is timed: %s\n", e.label, ps.Direction, ps.TimingError)
@@ -468,6 +526,7 @@ func (a *app) timeRun(ctx context.Context, e *engine, p problem, q, k, v attenti
 		ps.MedianMS, ps.P10MS, ps.P90MS = ms(b.Median()), ms(b.Quantile(0.1)), ms(b.Quantile(0.9))
 		ps.TFLOPS, ps.Iters, ps.Clock, ps.Unsteady = b.TFLOPS(), len(b.Times), b.Clock, b.Unsteady
 	}
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

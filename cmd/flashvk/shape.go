@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/flashvk/flashvk/attention"
@@ -31,6 +32,8 @@ type shapeFlags struct {
 	causal                    causalValue
 	align, layout             string
 	scale                     float64
+	// changed reports whether the command line gives a flag.
+	changed func(name string) bool
 }
 
 // register adds the flags of mode to c; dtype is the one problem's
@@ -39,6 +42,7 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 	s.mode = mode
 	grid := mode != oneProblem
 	f := c.Flags()
+	s.changed = f.Changed
 	if grid {
 		batch := "batch size B (default: --tokens / max(Nq, Nk))"
 		if mode == tuneGrid {
@@ -96,7 +100,7 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 	}
 	if mode == oneProblem {
 		f.StringVar(&s.layout, "layout", "bshd", "memory layout of the operands: bshd (FlashAttention) or bhsd (PyTorch)")
-		f.Float64Var(&s.scale, "scale", 0, "softmax scale (default 1/√d)")
+		f.Var(scaleValue{&s.scale}, "scale", "softmax scale, a positive float32 (default 1/√d)")
 	}
 }
 
@@ -203,4 +207,58 @@ func (s *shapeFlags) batchHeads(nq, nk, d, tokens int) (b, h int) {
 		h = max(s.hidden/d, 1)
 	}
 	return b, h
+}
+
+// given reports whether the command line gives the flag name.
+func (s *shapeFlags) given(name string) bool { return s.changed != nil && s.changed(name) }
+
+// checkEffect refuses the problem flags that the others make ineffective
+// (flashvk ignores no flag): --seq beside both --nq and --nk, and on the
+// grids --tokens beside --batch and --hidden beside --heads.
+func (s *shapeFlags) checkEffect() error {
+	if s.given("seq") && len(s.nq) > 0 && len(s.nk) > 0 {
+		return usagef("--seq has no effect: --nq and --nk give both lengths")
+	}
+	if s.mode == oneProblem {
+		return nil
+	}
+	if s.given("tokens") && s.batch > 0 {
+		return usagef("--tokens has no effect: --batch %d sets B", s.batch)
+	}
+	if s.given("hidden") && s.heads > 0 {
+		return usagef("--hidden has no effect: --heads %d sets H", s.heads)
+	}
+	return nil
+}
+
+// checkAlign refuses --align where it changes no mask: a problem that is
+// not causal, or whose Nq = Nk (top-left and bottom-right are then the
+// same diagonal).
+func (s *shapeFlags) checkAlign(p problem) error {
+	switch {
+	case !s.given("align"):
+	case !p.Causal:
+		return usagef("--align has no effect: the mask is not causal (add --causal)")
+	case p.Nq == p.Nk:
+		return usagef("--align has no effect: Nq = Nk = %d, where top-left and bottom-right are the same diagonal", p.Nq)
+	}
+	return nil
+}
+
+// checkGridAlign is checkAlign for a grid: --align needs a causal mask
+// and a point with Nq ≠ Nk.
+func (s *shapeFlags) checkGridAlign() error {
+	if !s.given("align") {
+		return nil
+	}
+	if !slices.Contains(s.causal.vals, true) {
+		return usagef("--align has no effect: --causal false runs no causal mask")
+	}
+	unequal := func(seqs []int) bool {
+		return slices.ContainsFunc(s.lengths(seqs), func(n [2]int) bool { return n[0] != n[1] })
+	}
+	if len(s.seq) > 0 && unequal(s.seq) || len(s.seq) == 0 && (unequal(paperSeqs) || unequal(cpuSeqs)) {
+		return nil
+	}
+	return usagef("--align has no effect: every point has Nq = Nk, where top-left and bottom-right are the same diagonal (give --nq or --nk)")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/flashvk/flashvk/attention"
 	"github.com/flashvk/flashvk/reference"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 type tuneFlags struct {
@@ -62,7 +64,18 @@ device name, vendor/device IDs, driver and driver version and the pipeline
 cache UUID, so they apply only to the same device and driver. The library
 (attention.Open) uses them for matching problems (the entry whose N is
 nearest the problem's Nq); FLASHVK_TUNE=off or Config.TuneCache "off"
-disables them. 'flashvk explain' shows whether each launch is tuned.`,
+disables them. 'flashvk explain' shows whether each launch is tuned.
+
+The cache and --json FILE are checked (their folders made) before tuning
+starts and written all or none at the end: each into a temporary file beside
+it, renamed into place once both are complete. Tuning stopped by a device
+error still writes them (--json's "error" says why; the cache gets the keys
+decided before it); an interrupted tune (SIGINT, SIGTERM: exit 130, 143)
+writes neither.
+
+A flag that would change nothing is refused (exit 2): any flag but --cache
+with --show, --cache with --dry-run, --tokens beside --batch, --hidden beside
+--heads, a --dir whose direction none of --family tunes.`,
 		Example: `  flashvk tune --dtype f16 --dim 64,128
   flashvk tune --dir fwd --seq 1024,4096 --causal false --dry-run --json tune.json
   flashvk tune --device lavapipe --dtype f32 --dim 16 --seq 64 --tokens 64 --hidden 32 --max-candidates 3
@@ -160,22 +173,75 @@ func (f *tuneFlags) problems(tokens int) string {
 	return s + fmt.Sprintf(", H·d=%d", f.shape.hidden)
 }
 
-func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
-	for _, old := range [][2]string{{"d", "dim"}, {"n", "seq"}} {
-		if cmd.Flags().Changed(old[0]) {
-			fmt.Fprintf(a.stderr, "warning: --%s is deprecated: use --%s\n", old[0], old[1])
+// checkEffect refuses the flags of tune that would change nothing.
+func (f *tuneFlags) checkEffect(cmd *cobra.Command) error {
+	fl := cmd.Flags()
+	if f.show {
+		var other []string
+		fl.Visit(func(x *pflag.Flag) {
+			if x.Name != "show" && x.Name != "cache" {
+				other = append(other, "--"+x.Name)
+			}
+		})
+		if len(other) > 0 {
+			return usagef("%s has no effect with --show: it only prints the tune cache", other[0])
 		}
+		return nil
+	}
+	if f.dryRun && fl.Changed("cache") {
+		return usagef("--cache has no effect with --dry-run: no cache is written")
+	}
+	if len(f.families) > 0 && fl.Changed("dir") {
+		for _, d := range f.dirs {
+			if !slices.ContainsFunc(f.families, func(fam string) bool { return familyDir(fam) == d }) {
+				return usagef("--dir %s has no effect: no --family (%s) tunes %s", d, strings.Join(f.families, ", "), d)
+			}
+		}
+	}
+	return f.shape.checkEffect()
+}
+
+// familyDir is the direction a tunable kernel family runs: "bwd" for the
+// backward stages (bwd_…), else "fwd".
+func familyDir(family string) string {
+	if strings.HasPrefix(family, "bwd") {
+		return "bwd"
+	}
+	return "fwd"
+}
+
+func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
+	ctx := cmd.Context()
+	if err := f.checkEffect(cmd); err != nil {
+		return err
 	}
 	path, err := f.cachePath()
 	if err != nil {
 		return err
 	}
 	if f.show {
-		return a.showTuneCache(path)
+		return a.showTuneCache(ctx, path)
 	}
 	o, err := f.options()
 	if err != nil {
 		return err
+	}
+	// The cache and --json can be written: checked before any work.
+	out := a.newOutputs(ctx)
+	defer out.abort()
+	cacheFlag := "the tune cache"
+	if cmd.Flags().Changed("cache") {
+		cacheFlag = "--cache"
+	}
+	if !f.dryRun {
+		if err := out.prepare(cacheFlag, path); err != nil {
+			return err
+		}
+	}
+	if f.jsonPath != "" && f.jsonPath != "-" {
+		if err := out.prepare("--json", f.jsonPath); err != nil {
+			return err
+		}
 	}
 	f.backend.tuneCache = attention.TuneOff
 	e, err := a.openOne(&f.backend)
@@ -195,6 +261,9 @@ func (a *app) tune(cmd *cobra.Command, f *tuneFlags) error {
 	}
 	fmt.Fprintf(a.stderr, "tuning %s (driver %s) with kernel %s; timed problems %s\n", info.Device, info.Driver, info.Kernel, f.problems(tokens))
 	fmt.Fprintf(a.stderr, "tune cache %s\n", path)
+	if a.beforeInputs != nil {
+		a.beforeInputs()
+	}
 	o.Progress = func(ev attention.TuneEvent) { printTuneEvent(a.stderr, ev) }
 	start := time.Now()
 	var rs []attention.TuneResult
@@ -211,12 +280,15 @@ tuning:
 					break tuning
 				}
 			}
-			r, err := e.Tune(cmd.Context(), o)
+			r, err := e.Tune(ctx, o)
 			rs = append(rs, r...)
 			if tuneErr = err; err != nil {
 				break tuning
 			}
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return interruptedError{detail: fmt.Sprintf("after %d (key, family) pairs (no cache or --json written)", len(rs)), err: err}
 	}
 	if f.jsonPath != "-" {
 		printTuneResults(a.stdout, rs)
@@ -224,7 +296,16 @@ tuning:
 	var c *attention.TuneCache
 	if !f.dryRun {
 		var lerr error
-		c, lerr = attention.LoadTuneCache(path)
+		c, lerr = await(ctx, func() (*attention.TuneCache, error) {
+			c, err := attention.LoadTuneCache(path)
+			if c == nil {
+				c = &attention.TuneCache{}
+			}
+			return c, err
+		})
+		if ctx.Err() != nil {
+			return interruptedError{err: ctx.Err()}
+		}
 		if lerr != nil {
 			fmt.Fprintf(a.stderr, "warning: %s; it is replaced\n", oneLine(lerr.Error()))
 		}
@@ -251,17 +332,13 @@ tuning:
 	for _, m := range failed {
 		fmt.Fprintf(a.stderr, "warning: %s\n", m)
 	}
-	switch {
-	case f.dryRun:
-		fmt.Fprintf(a.stderr, "dry run: %s not written\n", path)
-	case n > 0:
-		if err := c.Save(path); err != nil {
+	// The cache and the JSON are staged, then committed together.
+	if !f.dryRun && n > 0 {
+		if err := out.writePath(cacheFlag, path, c.Save); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stderr, "wrote %d entries to %s (%d in all)\n", n, path, len(c.Entries))
-	default:
-		fmt.Fprintf(a.stderr, "nothing to write to %s\n", path)
 	}
+	var jsonOut []byte
 	if f.jsonPath != "" {
 		rep := newTuneReport(e, rs, tuneErr)
 		if !f.dryRun && n > 0 {
@@ -271,12 +348,32 @@ tuning:
 		if err != nil {
 			return err
 		}
-		if err := writeFile("--json", f.jsonPath, a.stdout, append(b, '\n')); err != nil {
+		jsonOut = append(b, '\n')
+		if f.jsonPath != "-" {
+			if err := out.writeBytes("--json", f.jsonPath, jsonOut); err != nil {
+				return err
+			}
+		}
+	}
+	if err := out.commit(); err != nil {
+		return err
+	}
+	switch {
+	case f.dryRun:
+		fmt.Fprintf(a.stderr, "dry run: %s not written\n", path)
+	case n > 0:
+		fmt.Fprintf(a.stderr, "wrote %d entries to %s (%d in all)\n", n, path, len(c.Entries))
+	default:
+		fmt.Fprintf(a.stderr, "nothing to write to %s\n", path)
+	}
+	switch f.jsonPath {
+	case "":
+	case "-":
+		if _, err := a.stdout.Write(jsonOut); err != nil {
 			return err
 		}
-		if f.jsonPath != "-" {
-			fmt.Fprintf(a.stderr, "wrote %d results to %s\n", len(rs), f.jsonPath)
-		}
+	default:
+		fmt.Fprintf(a.stderr, "wrote %d results to %s\n", len(rs), f.jsonPath)
 	}
 	if errors.Is(tuneErr, attention.ErrTuneBudget) {
 		fmt.Fprintf(a.stderr, "warning: %s: the remaining keys were not tuned\n", oneLine(tuneErr.Error()))
@@ -350,8 +447,17 @@ func printTuneResults(w io.Writer, rs []attention.TuneResult) {
 	tw.Flush()
 }
 
-func (a *app) showTuneCache(path string) error {
-	c, err := attention.LoadTuneCache(path)
+func (a *app) showTuneCache(ctx context.Context, path string) error {
+	c, err := await(ctx, func() (*attention.TuneCache, error) {
+		c, err := attention.LoadTuneCache(path)
+		if c == nil {
+			c = &attention.TuneCache{}
+		}
+		return c, err
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	fmt.Fprintf(a.stdout, "tune cache %s (schema version %d)\n", path, attention.TuneCacheVersion)
 	if tuneDisabled() {
 		fmt.Fprintln(a.stdout, "FLASHVK_TUNE=off: the library does not use it")

@@ -65,7 +65,10 @@ func TestTuneEndToEnd(t *testing.T) {
 	args := []string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--dim", "16", "--causal", "false", "--seq", "32",
 		"--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--warmup", "0"}
 	jsonPath := filepath.Join(t.TempDir(), "new", "tune.json") // its folder is made
-	code, out, errs := flashvk(t, append(args, "--dry-run", "--json", jsonPath)...)
+	// A dry run writes no cache (so it takes no --cache): the default
+	// cache, here $FLASHVK_TUNE_CACHE, stays as it is.
+	t.Setenv("FLASHVK_TUNE_CACHE", path)
+	code, out, errs := flashvk(t, append(append([]string{"tune"}, args[3:]...), "--dry-run", "--json", jsonPath)...)
 	if code != 0 || !strings.Contains(errs, "dry run") {
 		t.Fatalf("dry run: exit %d\n%s\n%s", code, out, errs)
 	}

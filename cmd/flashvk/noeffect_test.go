@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flashvk/flashvk/attention"
+)
+
+// A flag that would change nothing in the given combination is a usage
+// error (exit 2) whose one line names the flag and says why.
+func TestNoEffectFlags(t *testing.T) {
+	q, k, v, do := td("q.npy"), td("k.npy"), td("v.npy"), td("do.npy")
+	files := []string{"--q", q, "--k", k, "--v", v}
+	cpu := []string{"--backend", "cpu", "--seq", "16", "--heads", "2", "--dim", "8"}
+	grid := []string{"--seq", "16", "--dim", "8", "--tokens", "16", "--hidden", "8", "--iters", "1", "--progress", "none"}
+	noVulkan := func(a *app) {
+		a.gpus = func() ([]attention.DeviceInfo, error) { return nil, fmt.Errorf("no loader: %w", attention.ErrBackend) }
+	}
+	cat := func(xs ...[]string) []string {
+		var out []string
+		for _, x := range xs {
+			out = append(out, x...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		msg   string
+		env   string // FLASHVK_BACKEND
+		setup func(*app)
+	}{
+		// run
+		{name: "do without backward", args: cat([]string{"run", "--backend", "cpu", "--do", do}, files), msg: "--do has no effect without --backward"},
+		{name: "seed with files", args: cat([]string{"run", "--backend", "cpu", "--seed", "3"}, files), msg: "--seed has no effect: the inputs are read from .npy files"},
+		{name: "seed with files and dO", args: cat([]string{"run", "--backend", "cpu", "--seed", "3", "--backward", "--do", do}, files), msg: "--seed has no effect"},
+		{name: "warmup without timing", args: cat([]string{"run"}, cpu, []string{"--iters", "0", "--warmup", "2"}), msg: "--warmup has no effect with --iters 0"},
+		{name: "align not causal", args: cat([]string{"run"}, cpu, []string{"--align", "bottom-right"}), msg: "--align has no effect: the mask is not causal"},
+		{name: "align Nq=Nk", args: cat([]string{"run"}, cpu, []string{"--causal", "--align", "top-left"}), msg: "--align has no effect: Nq = Nk = 16"},
+		{name: "align Nq=Nk files", args: cat([]string{"run", "--backend", "cpu", "--causal", "--align", "bottom-right"},
+			[]string{"--q", td("q.npy"), "--k", td("q.npy"), "--v", td("q.npy")}), msg: "Nq = Nk = 20"},
+		{name: "seq beside nq nk", args: cat([]string{"run"}, cpu, []string{"--nq", "8", "--nk", "4"}), msg: "--seq has no effect: --nq and --nk give both lengths"},
+		{name: "kernel on cpu", args: cat([]string{"run"}, cpu, []string{"--kernel", "naive"}), msg: `--kernel "naive" selects a Vulkan kernel`},
+		{name: "addressing on cpu", args: cat([]string{"run"}, cpu, []string{"--addressing", "auto"}), msg: "--addressing auto applies to the Vulkan kernels"},
+		{name: "validation on cpu", args: cat([]string{"run"}, cpu, []string{"--validation"}), msg: "--validation enables the Vulkan validation layer"},
+		{name: "validation=false on cpu", args: cat([]string{"run"}, cpu, []string{"--validation=false"}), msg: "--validation"},
+		{name: "device on cpu", args: cat([]string{"run"}, cpu, []string{"--device", "0"}), msg: `--device "0" selects a Vulkan device`},
+		{name: "device all on cpu", args: cat([]string{"run"}, cpu, []string{"--device", "all"}), msg: "--device all adds every Vulkan device to the CPU backend"},
+		{name: "workers on vulkan", args: []string{"run", "--backend", "vulkan", "--workers", "2"}, msg: "--workers sets the CPU backend's goroutines"},
+		{name: "workers on vulkan all", args: []string{"run", "--backend", "vulkan", "--device", "all", "--workers", "2"}, msg: "--workers"},
+		{name: "validation where auto runs the cpu", args: []string{"run", "--seq", "16", "--validation"}, env: "cpu",
+			msg: "--validation applies to Vulkan devices: it has no effect here (everything runs on the CPU backend"},
+		{name: "kernel where device all opens no vulkan", args: []string{"run", "--seq", "16", "--device", "all", "--kernel", "flash"}, setup: noVulkan,
+			msg: "--kernel applies to Vulkan devices: it has no effect here"},
+		// bench
+		{name: "tokens beside batch", args: cat([]string{"bench", "--backend", "cpu", "--batch", "2"}, grid), msg: "--tokens has no effect: --batch 2 sets B"},
+		{name: "hidden beside heads", args: cat([]string{"bench", "--backend", "cpu", "--heads", "2"}, grid), msg: "--hidden has no effect: --heads 2 sets H"},
+		{name: "bench seq beside nq nk", args: cat([]string{"bench", "--backend", "cpu", "--nq", "8", "--nk", "16"}, grid), msg: "--seq has no effect"},
+		{name: "bench align not causal", args: cat([]string{"bench", "--backend", "cpu", "--causal", "false", "--align", "bottom-right", "--nk", "32"}, grid),
+			msg: "--align has no effect: --causal false runs no causal mask"},
+		{name: "bench align Nq=Nk", args: cat([]string{"bench", "--backend", "cpu", "--align", "bottom-right"}, grid), msg: "every point has Nq = Nk"},
+		{name: "check with benchfmt", args: cat([]string{"bench", "--backend", "cpu", "--check", "--benchfmt"}, grid), msg: "--check has no effect with --benchfmt and no --json"},
+		{name: "per-kernel printed nowhere", args: cat([]string{"bench", "--backend", "vulkan", "--per-kernel"}, grid), msg: "--per-kernel has no effect with --progress none and no --json"},
+		{name: "rotate on cpu", args: cat([]string{"bench", "--backend", "cpu", "--rotate", "2"}, grid), msg: "--rotate has no effect with --backend cpu"},
+		{name: "per-kernel on cpu", args: cat([]string{"bench", "--backend", "cpu", "--per-kernel", "--json", "-"}, grid), msg: "--per-kernel has no effect with --backend cpu"},
+		{name: "rotate where auto runs the cpu", args: cat([]string{"bench", "--rotate", "2"}, grid), env: "cpu",
+			msg: "--rotate has no effect: only the CPU backend runs"},
+		// tune
+		{name: "show with others", args: []string{"tune", "--show", "--dim", "64"}, msg: "--dim has no effect with --show"},
+		{name: "cache with dry-run", args: []string{"tune", "--dry-run", "--cache", "x.json"}, msg: "--cache has no effect with --dry-run"},
+		{name: "dir without its family", args: []string{"tune", "--dir", "fwd", "--family", "bwd_dq"}, msg: "--dir fwd has no effect: no --family (bwd_dq) tunes fwd"},
+		{name: "tune tokens beside batch", args: []string{"tune", "--batch", "2", "--tokens", "64"}, msg: "--tokens has no effect"},
+		{name: "tune hidden beside heads", args: []string{"tune", "--heads", "2", "--hidden", "64"}, msg: "--hidden has no effect"},
+		// explain
+		{name: "explain workers", args: []string{"explain", "--backend", "cpu", "--workers", "2"}, msg: "--workers has no effect on explain"},
+		{name: "explain preset overridden", args: []string{"explain", "--device-preset", "h200", "--peak-tflops", "100", "--bandwidth-gbs", "1000"},
+			msg: "--device-preset has no effect"},
+		{name: "explain align", args: []string{"explain", "--backend", "cpu", "--align", "bottom-right", "--nq", "8", "--nk", "16"}, msg: "not causal"},
+		{name: "explain validation on cpu", args: []string{"explain", "--backend", "cpu", "--validation"}, msg: "--validation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("FLASHVK_BACKEND", tc.env)
+			}
+			setup := tc.setup
+			code, out, errs := appRun(t, func(a *app) {
+				a.beforeInputs = func() { t.Error("the command started its work") }
+				if setup != nil {
+					setup(a)
+				}
+			}, tc.args...)
+			if code != 2 || !strings.HasPrefix(errs, "flashvk: ") || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, tc.msg) {
+				t.Errorf("flashvk %s: exit %d: %q%s, want exit 2 and one line with %q", strings.Join(tc.args, " "), code, errs, out, tc.msg)
+			}
+		})
+	}
+}
+
+// Flags near the refused combinations still work where they do
+// something.
+func TestEffectiveFlags(t *testing.T) {
+	q, k, v, do := td("q.npy"), td("k.npy"), td("v.npy"), td("do.npy")
+	cpu := []string{"run", "--backend", "cpu", "--iters", "0"}
+	for _, args := range [][]string{
+		slices.Concat(cpu, []string{"--q", q, "--k", k, "--v", v, "--backward", "--seed", "3"}), // seeds the random dO
+		slices.Concat(cpu, []string{"--q", q, "--k", k, "--v", v, "--backward", "--do", do}),
+		slices.Concat(cpu, []string{"--q", q, "--k", k, "--v", v, "--causal", "--align", "bottom-right"}), // Nq 20, Nk 24
+		slices.Concat(cpu, []string{"--nq", "16", "--nk", "8", "--dim", "8", "--causal", "--align", "bottom-right"}),
+		slices.Concat(cpu, []string{"--seq", "16", "--nk", "8", "--dim", "8"}),
+		{"run", "--backend", "cpu", "--seq", "16", "--dim", "8", "--iters", "2", "--warmup", "1", "--workers", "1"},
+		{"bench", "--backend", "cpu", "--seq", "16", "--dim", "8", "--batch", "2", "--heads", "1", "--iters", "1", "--progress", "none"},
+		{"bench", "--backend", "cpu", "--nq", "8", "--nk", "16", "--dim", "8", "--tokens", "16", "--hidden", "8", "--causal", "both",
+			"--align", "bottom-right", "--iters", "1", "--progress", "none", "--check", "--benchfmt", "--json", filepath.Join(t.TempDir(), "b.json")},
+		{"explain", "--backend", "cpu", "--seq", "64", "--device-preset", "h200", "--peak-tflops", "100"},
+		{"explain", "--backend", "cpu", "--seq", "64", "--scale", "0.5", "--layout", "bhsd"},
+		{"tune", "--show", "--cache", filepath.Join(t.TempDir(), "none.json")},
+	} {
+		mustRun(t, args...)
+	}
+}
+
+// errReached stops a command where its work starts: every flag and path
+// check passed.
+var errReached = errors.New("checks passed")
+
+// reachesWork runs args until the command starts its work (run, bench,
+// tune) or to its end, and reports whether every check passed.
+func reachesWork(t *testing.T, args []string) (bool, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	a := newApp(&out, &errb)
+	a.beforeInputs = func() { panic(errReached) }
+	code := a.execute(context.Background(), args)
+	if code == 0 || strings.Contains(errb.String(), "internal error: "+errReached.Error()) {
+		return true, ""
+	}
+	return false, fmt.Sprintf("exit %d: %s", code, errb.String())
+}
+
+// The examples of every command's help and the README's command lines
+// pass every check (on a machine with a Vulkan device for those that
+// name one).
+func TestExamplesStillValid(t *testing.T) {
+	testdata, err := filepath.Abs("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("FLASHVK_TUNE_CACHE", filepath.Join(dir, "tune-cache.json"))
+	// The files the examples read.
+	for _, f := range []string{"q", "k", "v"} {
+		b, err := os.ReadFile(filepath.Join(testdata, f+"_bhsd.npy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(f+".npy", b, 0o644)
+	}
+	tinyBench(t, filepath.Join(dir, "tiny.json"))
+	results, err := os.ReadFile(filepath.Join(dir, "tiny.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"h200.json", "torch.json", "cpu.json", "before.json", "after.json", "flashvk.json", "torch_fp16_fwd.json", "flashvk_cm_fp16.json"} {
+		os.WriteFile(f, results, 0o644)
+	}
+	_, vkErr := attention.Devices(attention.Config{})
+	var lines []string
+	root := newApp(nil, nil).rootCmd()
+	for _, c := range root.Commands() {
+		for _, l := range strings.Split(c.Example, "\n") {
+			lines = append(lines, l)
+		}
+	}
+	lines = append(lines,
+		// README
+		"flashvk bench --backend cpu --seq 256,512 --dim 64 --causal both --iters 5",
+		"flashvk explain --seq 2048 --dim 64 --heads 8 --device lavapipe",
+		"flashvk tune --device lavapipe --cache "+filepath.Join(dir, "t.json")+" --dtype f32 --dim 64 --seq 256 --tokens 512 --hidden 128 --max-candidates 3 --iters 5",
+		"flashvk explain --seq 256 --dim 64 --heads 2 --dtype f32 --causal",
+		"flashvk report torch_fp16_fwd.json flashvk_cm_fp16.json -o report.html",
+		"flashvk compare torch_fp16_fwd.json flashvk_cm_fp16.json --format plain",
+		"flashvk devices",
+		// the package doc
+		"flashvk run --seq 1024 --check",
+		"flashvk report h200.json torch.json -o r.html",
+		"flashvk explain --seq 4096 --dim 128",
+		// bench/gpu.sh's invocations (its tune passes one --family list to
+		// the fwd and the bwd run)
+		"flashvk bench --dtype f16 --seq 512,1024 --backend vulkan --backward --dim 64 --causal=both --tokens 16384 --hidden 2048 --iters 10 --warmup 3 --rotate 2 --progress lines",
+		"flashvk bench --dtype f16 --seq 512 --backend vulkan --backward --dim 64 --causal=both --tokens 16384 --hidden 2048 --iters 10 --warmup 3 --rotate 2 --progress lines --per-kernel --json perkernel.json",
+		"flashvk tune --dir bwd --seq 2048 --dtype f16 --dim 64 --causal=both --tokens 16384 --hidden 2048 --max-candidates 4 --budget 9m --family flash,bwd_dq",
+		"flashvk tune --show --cache tune-cache.json",
+	)
+	n := 0
+	for _, l := range lines {
+		l, _, _ = strings.Cut(strings.TrimSpace(l), "|")
+		args := strings.Fields(l)
+		if len(args) < 2 || args[0] != "flashvk" {
+			continue
+		}
+		args = args[1:]
+		n++
+		vulkan := args[0] == "tune" || strings.Contains(l, "lavapipe") || strings.Contains(l, "--backend vulkan")
+		if vulkan && vkErr != nil {
+			t.Logf("skipped without a Vulkan device: %s", l)
+			continue
+		}
+		if ok, why := reachesWork(t, args); !ok {
+			t.Errorf("%s: %s", l, why)
+		} else {
+			t.Logf("passes its checks: %s", l)
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d example lines", n)
+	}
+}

@@ -116,11 +116,11 @@
 //     GPU work left running, so the next call does not wait for it, and
 //     Close waits at most for the submissions in flight. A call expected
 //     to take less than one submission, and any call whose context
-//     cannot be cancelled (context.Background()), is one submission, as
-//     before: Close waits for it. Splitting costs a GPU about 1% of a
-//     call it splits (each boundary drains the last wave of workgroups). Without a deadline a wait gives up after 60 s
-//     (10 min on a CPU device such as lavapipe) and leaves the work to
-//     finish. Benchmark and Tune submit one short iteration at a time
+//     cannot be cancelled (context.Background()), is one submission:
+//     Close waits for it. Splitting costs a GPU about 1% of a call it
+//     splits (each boundary drains the last wave of workgroups). Without
+//     a deadline a wait gives up after 60 s (10 min on a CPU device such
+//     as lavapipe) and leaves the work to finish. Benchmark and Tune submit one short iteration at a time
 //     and stop waiting when their context ends, the submission in flight
 //     finishing on its own. Transfers between host and device (a host
 //     call's, and DeviceTensor Upload and Download) go in pieces of at

@@ -40,26 +40,30 @@ func scaleInputs(t attention.Tensor, f float64) []float64 {
 	return t.Float64s()
 }
 
-// largeScores: |q·k| reaches ~1e4 before scaling. The softmax is then
-// nearly one-hot and an fp32 score carries an absolute error of about
-// ε·Σ|q_i k_i|, so no fp32 computation is exact: float32 storage must come
-// within twice the error of a plain fp32 computation of the same attention
-// (or 8 ulps where that happens to be exact)
-// (every product accumulated and rounded in fp32, the softmax in fp32:
-// lowPrecisionBaseline with fp32 rounding), 16-bit storage within its
-// usual bound or 4·ε32·max|s|, whichever is larger. The backward must stay
-// finite.
+// largeScores: scores of ~1e4 and more, where an fp32 score carries an
+// absolute error of about ε·Σ|q_i k_i|, so no fp32 computation is exact.
+// float32 storage is held to a plain fp32 computation of the same
+// attention (every product accumulated and rounded in fp32, the softmax in
+// fp32: lowPrecisionBaseline with fp32 rounding), 8 ulps at least where
+// that happens to be exact: within 2× of its error where the softmax is
+// spread over many keys (shared-key: keys sharing a large component, so
+// the scores of a row differ by O(1), and the error is the sum of many
+// elements'), within 4× where it is nearly one-hot (Q and K scaled ×35 and
+// ×100: the error then comes from the few rows with near-ties, and the
+// ratio of two such errors swings by 2× between draws). 16-bit storage:
+// its usual bound or 4·ε32·max|s|, whichever is larger. The backward must
+// stay finite.
 func largeScores(t *testing.T, e *attention.Engine, dt attention.DType) {
 	for _, f := range []float64{35, 100} {
-		t.Run(fmt.Sprintf("x%g", f), func(t *testing.T) { largeScoresBy(t, e, dt, f, 0) })
+		t.Run(fmt.Sprintf("x%g", f), func(t *testing.T) { largeScoresBy(t, e, dt, f, 0, 4) })
 	}
-	// Keys sharing a large component: scores of ~1e4 whose differences
-	// within a row are O(1), so the softmax is spread over many keys and
-	// its accuracy rests on the scores' last digits.
-	t.Run("shared-key", func(t *testing.T) { largeScoresBy(t, e, dt, 1, 1200) })
+	t.Run("shared-key", func(t *testing.T) { largeScoresBy(t, e, dt, 1, 1200, 2) })
 }
 
-func largeScoresBy(t *testing.T, e *attention.Engine, dt attention.DType, f, shared float64) {
+// largeScoresBy runs largeScores with Q and K scaled by f, every key
+// moved by shared times key 0 when shared ≠ 0, and the float32 bound
+// ratio times the plain fp32 error.
+func largeScoresBy(t *testing.T, e *attention.Engine, dt attention.DType, f, shared, ratio float64) {
 	c := Case{B: 1, Hq: 2, Hkv: 1, Nq: 70, Nk: 90, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight}
 	seed := Seed(t)
 	in := NewInputs(c, dt, seed)
@@ -93,9 +97,9 @@ func largeScoresBy(t *testing.T, e *attention.Engine, dt attention.DType, f, sha
 	var tolO, tolLSE float64
 	if dt == attention.Float32 {
 		base := in.lowPrecisionBaseline(r32, r32, ref.O)
-		tolO = max(2*reference.RelL2(base.O, ref.O), 8*0x1p-24) // floor: 8 ulps where plain fp32 is exact
+		tolO = max(ratio*reference.RelL2(base.O, ref.O), 8*0x1p-24)
 		tolLSE = max(2*reference.RelL2(base.LSE, ref.LSE), Float32Tol)
-		t.Logf("plain fp32: o rel_l2 %.3g, lse %.3g", tolO/2, tolLSE/2)
+		t.Logf("plain fp32: o rel_l2 %.3g, lse %.3g (bound %g× that)", reference.RelL2(base.O, ref.O), reference.RelL2(base.LSE, ref.LSE), ratio)
 	} else {
 		tol := in.tolerance(t, ref)
 		tolO = math.Max(4*math.Pow(2, -24)*maxS*float64(c.Hq)/8, tol.O)

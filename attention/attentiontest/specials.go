@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
-	"github.com/flashvk/flashvk/reference"
 )
 
 // RunSpecial checks the special-value contract (the attention package
@@ -56,25 +55,17 @@ const MaskBand = 256
 
 var nan = float32(math.NaN())
 
-func (in *Inputs) setQ(b, i, h, d int, x float32) {
-	set(in.Q.Data, in.Q.Strides.Offset(b, i, h)+d, x)
-	in.q64 = in.Q.Float64s()
+// setIn sets element (b, s, h, d) of the input t to x and refreshes its
+// float64 copy c.
+func setIn(t attention.Tensor, c *[]float64, b, s, h, d int, x float32) {
+	set(t.Data, t.Strides.Offset(b, s, h)+d, x)
+	*c = t.Float64s()
 }
 
-func (in *Inputs) setK(b, j, h, d int, x float32) {
-	set(in.K.Data, in.K.Strides.Offset(b, j, h)+d, x)
-	in.k64 = in.K.Float64s()
-}
-
-func (in *Inputs) setV(b, j, h, d int, x float32) {
-	set(in.V.Data, in.V.Strides.Offset(b, j, h)+d, x)
-	in.v64 = in.V.Float64s()
-}
-
-func (in *Inputs) setDO(b, i, h, d int, x float32) {
-	set(in.DO.Data, in.DO.Strides.Offset(b, i, h)+d, x)
-	in.dO = in.DO.Float64s()
-}
+func (in *Inputs) setQ(b, i, h, d int, x float32)  { setIn(in.Q, &in.q64, b, i, h, d, x) }
+func (in *Inputs) setK(b, j, h, d int, x float32)  { setIn(in.K, &in.k64, b, j, h, d, x) }
+func (in *Inputs) setV(b, j, h, d int, x float32)  { setIn(in.V, &in.v64, b, j, h, d, x) }
+func (in *Inputs) setDO(b, i, h, d int, x float32) { setIn(in.DO, &in.dO, b, i, h, d, x) }
 
 // killRow makes every score of query row (b, i, h) −Inf: q = (−Inf, 0, …)
 // and the first element of every key of batch b positive. Its dO row is
@@ -279,32 +270,11 @@ func hugeScale(t *testing.T, e *attention.Engine, dt attention.DType, backward b
 // rounding error of dP and D turns into.
 func (in *Inputs) dsRoundingBounds() (dq, dk []float64) {
 	c := in.Case
-	p := c.params()
-	scale := math.Abs(p.EffectiveScale())
-	g := c.Hq / c.Hkv
-	dq, dk = make([]float64, len(in.q64)), make([]float64, len(in.k64))
-	for b := range c.B {
-		for h := range c.Hq {
-			kh := h / g
-			P := reference.Probabilities(p, in.q64, in.k64, b, h)
-			for i := range c.Nq {
-				for j := range c.Nk {
-					pij := P.At(i, j)
-					if pij == 0 {
-						continue
-					}
-					var a float64
-					for x := range c.Dv {
-						a += math.Abs(in.dO[c.oOff(b, i, h)+x] * in.v64[c.vOff(b, j, kh)+x])
-					}
-					w := scale * pij * a
-					for x := range c.D {
-						dq[c.qOff(b, i, h)+x] += w * math.Abs(in.k64[c.kOff(b, j, kh)+x])
-						dk[c.kOff(b, j, kh)+x] += w * math.Abs(in.q64[c.qOff(b, i, h)+x])
-					}
-				}
-			}
+	return in.pairSums(func(b, h, kh, i, j int) float64 {
+		var a float64
+		for x := range c.Dv {
+			a += math.Abs(in.dO[c.oOff(b, i, h)+x] * in.v64[c.vOff(b, j, kh)+x])
 		}
-	}
-	return dq, dk
+		return a
+	})
 }

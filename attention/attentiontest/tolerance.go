@@ -112,36 +112,40 @@ const condUlps = 8
 // smaller.
 func (in *Inputs) gradMagnitudes(ref *Ref) (dq, dk []float64) {
 	c := in.Case
+	dot := func(x []float64, xo int, y []float64, yo int) (s float64) {
+		for d := range c.Dv {
+			s += x[xo+d] * y[yo+d]
+		}
+		return s
+	}
+	return in.pairSums(func(b, h, kh, i, j int) float64 {
+		oi := c.oOff(b, i, h)
+		return math.Abs(dot(in.dO, oi, in.v64, c.vOff(b, j, kh))) + math.Abs(dot(in.dO, oi, ref.O, oi))
+	})
+}
+
+// pairSums returns, per element of dQ and dK, Σ scale·P_ij·w(b, h, kh, i, j)·|x|
+// over the pairs (i, j) with P_ij > 0 of every (batch b, query head h;
+// kv head kh), x = k_j for dQ and q_i for dK.
+func (in *Inputs) pairSums(w func(b, h, kh, i, j int) float64) (dq, dk []float64) {
+	c := in.Case
 	p := c.params()
-	scale := p.EffectiveScale()
-	g := c.Hq / c.Hkv
+	scale := math.Abs(p.EffectiveScale())
 	dq, dk = make([]float64, len(in.q64)), make([]float64, len(in.k64))
-	qi, ki, vi, oi := c.qOff, c.kOff, c.vOff, c.oOff
 	for b := range c.B {
 		for h := range c.Hq {
-			kh := h / g
+			kh := h / (c.Hq / c.Hkv)
 			P := reference.Probabilities(p, in.q64, in.k64, b, h)
-			if P == nil {
-				continue
-			}
 			for i := range c.Nq {
-				var d float64
-				for x := range c.Dv {
-					d += in.dO[oi(b, i, h)+x] * ref.O[oi(b, i, h)+x]
-				}
 				for j := range c.Nk {
 					pij := P.At(i, j)
 					if pij == 0 {
 						continue
 					}
-					var dp float64
-					for x := range c.Dv {
-						dp += in.dO[oi(b, i, h)+x] * in.v64[vi(b, j, kh)+x]
-					}
-					w := scale * pij * (math.Abs(dp) + math.Abs(d))
+					wij := scale * pij * w(b, h, kh, i, j)
 					for x := range c.D {
-						dq[qi(b, i, h)+x] += w * math.Abs(in.k64[ki(b, j, kh)+x])
-						dk[ki(b, j, kh)+x] += w * math.Abs(in.q64[qi(b, i, h)+x])
+						dq[c.qOff(b, i, h)+x] += wij * math.Abs(in.k64[c.kOff(b, j, kh)+x])
+						dk[c.kOff(b, j, kh)+x] += wij * math.Abs(in.q64[c.qOff(b, i, h)+x])
 					}
 				}
 			}

@@ -23,8 +23,7 @@ package vkattn
 // (the kernels' workgroups are independent and there are no atomics), so
 // the results are bitwise those of one submission. A context that cannot
 // be cancelled (Done() == nil), work expected within one chunk, or a
-// device without vkCmdDispatchBase get one submission, recorded exactly
-// as before.
+// device without vkCmdDispatchBase get one submission of the whole grid.
 
 import (
 	"context"

@@ -116,7 +116,7 @@
 // independent and the kernels use no atomics, so the results are bitwise
 // those of one submission. A context that cannot be cancelled, work
 // expected within one chunk, a device without vkCmdDispatchBase (Vulkan
-// 1.0) and Bench get one submission, recorded as before.
+// 1.0) and Bench get one submission.
 //
 // # Backward and the training step
 //

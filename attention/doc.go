@@ -97,8 +97,10 @@
 //
 // Every call stops when its context ends, returning an error that wraps
 // the context's error (context.Canceled or context.DeadlineExceeded);
-// its outputs may then be partly written. Engine.Close stops the calls in
-// progress the same way, and they return an error wrapping ErrClosed.
+// its outputs may then be partly written. Engine.Close stops the attention
+// calls in progress the same way, and they return an error wrapping
+// ErrClosed (a Benchmark or a DeviceTensor transfer in progress finishes
+// first).
 // How soon, by backend:
 //
 //   - CPU: the workers check the context between tiles of a few

@@ -251,11 +251,12 @@ func (e *Engine) Info() BackendInfo { return e.b.Info() }
 func (e *Engine) Fallback() string { return e.fallback }
 
 // Close releases the backend. It is safe to call more than once; calls
-// after Close fail with ErrClosed. Calls in progress are stopped and fail
-// with ErrClosed: Close waits for them on the CPU backend until their next
-// tile, on Vulkan until their submissions in flight finish (all the work
-// of a call whose context cannot be cancelled; see Cancellation in the
-// package documentation).
+// after Close fail with ErrClosed. Attention calls in progress are stopped
+// and fail with ErrClosed: Close waits for them on the CPU backend until
+// their next tile, on Vulkan until their submissions in flight finish (all
+// the work of a call whose context cannot be cancelled; see Cancellation
+// in the package documentation). A Benchmark or a DeviceTensor transfer
+// in progress is not stopped: Close waits for it to finish.
 func (e *Engine) Close() error {
 	e.once.Do(func() {
 		e.closed.Store(true)

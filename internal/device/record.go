@@ -361,6 +361,33 @@ func (p *inflight) release(d *Device, reuse bool) {
 
 const maxIdleFrames = 16
 
+// WaitAbandoned waits until the GPU has finished every submission whose
+// wait was given up (its context ended, or a drain timed out) and recycles
+// them: once it returns nil, none of that work is left on the GPU, so the
+// Pipelines and Buffers it used may be closed. It returns ctx's error when
+// ctx ends first (the rest stay parked); on a closed or lost device it
+// returns nil: nothing there runs or will finish.
+func (d *Device) WaitAbandoned(ctx context.Context) error {
+	if d.use() != nil {
+		return nil
+	}
+	defer d.life.RUnlock()
+	d.fmu.Lock()
+	ps := d.pending
+	d.pending = nil
+	d.fmu.Unlock()
+	for i, p := range ps {
+		if err := d.wait(ctx, p.f); err != nil {
+			d.fmu.Lock()
+			d.pending = append(d.pending, ps[i:]...)
+			d.fmu.Unlock()
+			return err
+		}
+		p.release(d, true)
+	}
+	return nil
+}
+
 // getFrame returns a reset frame (device life lock held for reading).
 func (d *Device) getFrame() (*C.fvk_frame, error) {
 	d.fmu.Lock()

@@ -196,14 +196,24 @@ func newBackend(dev *device.Device, owns bool, opts Options) (*Backend, error) {
 }
 
 // Close releases pooled buffers and the pipelines, saves the pipeline cache
-// and closes the device when Open opened it. It waits for calls in
-// progress; it is safe to call twice.
+// and closes the device when Open opened it. It stops the calls in
+// progress and waits for them, then for any GPU work a call left running
+// (a submission whose drain timed out) before it destroys what that work
+// uses; if that work does not finish within the device's default timeout
+// on a device Open did not open, the pooled buffers and pipelines are left
+// alive (an error says so). It is safe to call twice.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.life.close()
 		var errs []error
-		b.pool.free()
-		errs = append(errs, b.cache.Close())
+		// Bounded by the device's default timeout (no deadline here).
+		if err := b.dev.WaitAbandoned(context.Background()); err == nil {
+			b.pool.free()
+			errs = append(errs, b.cache.Close())
+		} else if !b.ownsDev {
+			b.closeErr = fmt.Errorf("vkattn: close: GPU work of an abandoned call is still running; its buffers and pipelines are left alive: %w", err)
+			return
+		} // else Device.Close below waits for all GPU work before it destroys anything
 		if b.ownsDev {
 			errs = append(errs, b.dev.Close())
 		}
@@ -365,7 +375,7 @@ func (b *Backend) enterCall(ctx context.Context) (cctx context.Context, leave fu
 // cancelled with errClosing, the caller's still live) into ErrClosed.
 func callErr(caller, cctx context.Context, err error) error {
 	if err != nil && caller.Err() == nil && errors.Is(context.Cause(cctx), errClosing) {
-		return fmt.Errorf("vkattn: backend closed during the call: %w", ErrClosed)
+		return fmt.Errorf("vkattn: backend closed during the call: %w: %w", ErrClosed, err)
 	}
 	return err
 }

@@ -349,3 +349,35 @@ func TestChunkedClose(t *testing.T) {
 		x.Close()
 	}
 }
+
+// TestCloseWaitsForAbandonedWork: a chunk that overruns its drain (the
+// rate table far too optimistic, as after a GPU clock drop) leaves work on
+// the GPU when Close stops its call; Close must wait for that work before
+// it destroys the pipelines and buffers it uses (the validation layer
+// reports vkDestroyPipeline on a pipeline in use otherwise), and the call's
+// error says both that Close stopped it and why its wait ended.
+func TestCloseWaitsForAbandonedWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs seconds of work")
+	}
+	dev := devicetest.Open(t)
+	b, err := New(dev, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.rates.prior = 1e15 // every chunk far longer than expected
+	h := newHostProblem(5, 1, 8, 8, 4096, 4096, 64, 64, spec.MaskNone)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done <- ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("call stopped by Close: %v, want ErrClosed", err)
+	}
+}

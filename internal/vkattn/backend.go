@@ -375,7 +375,10 @@ func (b *Backend) enterCall(ctx context.Context) (cctx context.Context, leave fu
 // cancelled with errClosing, the caller's still live) into ErrClosed.
 func callErr(caller, cctx context.Context, err error) error {
 	if err != nil && caller.Err() == nil && errors.Is(context.Cause(cctx), errClosing) {
-		return fmt.Errorf("vkattn: backend closed during the call: %w: %w", ErrClosed, err)
+		// ErrClosed only: the call's own error (its context's cancellation
+		// by Close, or a timed-out wait) is kept as text, so that the
+		// caller, whose context is live, is not told it was cancelled.
+		return fmt.Errorf("vkattn: backend closed during the call (%v): %w", err, ErrClosed)
 	}
 	return err
 }

@@ -182,9 +182,13 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 			for jj := range nk {
 				dsRowVec(st[jj*br:jj*br+nr], dpt[jj*br:jj*br+nr], delta)
 				clear(dpt[jj*br : jj*br+min(max(first[jj]-i0, 0), nr)]) // dS 0 where masked
+			}
+			if anyDead { // dS 0 in dead rows, even against NaN in V
 				for i := range nr {
-					if anyDead && dead(lse2[i]) {
-						dpt[jj*br+i] = 0
+					if dead(lse2[i]) {
+						for jj := range nk {
+							dpt[jj*br+i] = 0
+						}
 					}
 				}
 			}
@@ -207,7 +211,7 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 type qScratch struct {
 	s, dp []float32 // Br×Bc: S then P, dP then dS
 	dq    []float32 // Br×D accumulator
-	l2    []float32 // Bc copies of a row's LSE·log2e, for probRow
+	l2    []float32 // Br×Bc: each row's LSE·log2e repeated, for probRow
 }
 
 func (g *bwd) newQScratch() *qScratch {
@@ -216,7 +220,7 @@ func (g *bwd) newQScratch() *qScratch {
 		s:  make([]float32, br*bc),
 		dp: make([]float32, br*bc),
 		dq: make([]float32, br*g.p.D),
-		l2: make([]float32, bc),
+		l2: make([]float32, br*bc),
 	}
 }
 
@@ -236,6 +240,13 @@ func (g *bwd) qItem(w *qScratch, it int) {
 	dq := w.dq[:nr*d]
 	clear(dq)
 
+	for i := range nr {
+		row := w.l2[i*bc : (i+1)*bc]
+		for x := range row {
+			row[x] = lse2[i]
+		}
+	}
+
 	jEnd := p.KeyLimit(i0 + nr - 1)
 	for j0 := 0; j0 < jEnd; j0 += bc {
 		if g.ctx.Err() != nil {
@@ -254,11 +265,7 @@ func (g *bwd) qItem(w *qScratch, it int) {
 			if dead(lse2[i]) {
 				vis = 0 // dS 0: the row adds nothing (and its dQ is 0)
 			}
-			l2 := w.l2[:vis]
-			for x := range l2 {
-				l2[x] = lse2[i]
-			}
-			probRow(pr[:vis], l2, c)
+			probRow(pr[:vis], w.l2[i*bc:i*bc+vis], c)
 			dsRow(pr[:vis], dr[:vis], delta[i])
 			clear(dr[vis:])
 		}

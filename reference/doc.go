@@ -76,6 +76,11 @@
 //	dQ  = scale · dS·K
 //	dK  = scale · dSᵀ·Q
 //
+// # Cancellation
+//
+// ForwardContext and BackwardContext are Forward and Backward that stop
+// between (batch, head) pairs once their context is done.
+//
 // # Errors
 //
 // Invalid Params (non-positive sizes, Hq not a multiple of Hkv, non-finite

@@ -1,6 +1,8 @@
 package reference
 
 import (
+	"context"
+	"errors"
 	"math"
 	"testing"
 
@@ -79,4 +81,19 @@ func TestBadLengths(t *testing.T) {
 	assert.NoError(t, err)
 	_, _, _, err = Backward(p, q, k, v, do)
 	assert.NoError(t, err)
+}
+
+// TestContextCancelled: the Context forms stop on a cancelled context
+// (checked between (batch, head) pairs) and say so.
+func TestContextCancelled(t *testing.T) {
+	p := Params{B: 2, Hq: 2, Hkv: 1, Nq: 3, Nk: 4, D: 2, Dv: 2}
+	q, k, v, do := randInputs(t, p, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := ForwardContext(ctx, p, q, k, v); !errors.Is(err, context.Canceled) {
+		t.Errorf("ForwardContext: %v, want context.Canceled", err)
+	}
+	if _, _, _, err := BackwardContext(ctx, p, q, k, v, do); !errors.Is(err, context.Canceled) {
+		t.Errorf("BackwardContext: %v, want context.Canceled", err)
+	}
 }

@@ -1,6 +1,7 @@
 package reference
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -217,23 +218,29 @@ func Probabilities(p Params, q, k []float64, b, h int) *mat.Dense {
 
 // Forward computes O [B,Nq,Hq,Dv] and LSE [B,Hq,Nq]. Errors wrap ErrShape.
 func Forward(p Params, q, k, v []float64) (o, lse []float64, err error) {
+	return ForwardContext(context.Background(), p, q, k, v)
+}
+
+// ForwardContext is Forward that stops once ctx is done, between (batch,
+// head) pairs, and returns ctx's error.
+func ForwardContext(ctx context.Context, p Params, q, k, v []float64) (o, lse []float64, err error) {
 	if err := checkInputs(p, q, k, v, nil, false); err != nil {
 		return nil, nil, err
 	}
 	_, _, _, lo, ll := p.Lengths()
 	o = make([]float64, lo)
 	lse = make([]float64, ll)
-	if !allFinite(q, k, v) {
-		for b := range p.B {
-			for h := range p.Hq {
-				newDirect(p, q, k, v, b, h).forward(o, lse)
-			}
-		}
-		return o, lse, nil
-	}
+	finite := allFinite(q, k, v)
 	om := mat.NewDense(p.Nq, p.Dv, nil)
 	for b := 0; b < p.B; b++ {
 		for h := 0; h < p.Hq; h++ {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, err
+			}
+			if !finite {
+				newDirect(p, q, k, v, b, h).forward(o, lse)
+				continue
+			}
 			pm, l := probs(p, q, k, b, h)
 			vm := gather(v, b, p.Nk, p.Hkv, p.kvHead(h), p.Dv)
 			om.Mul(pm, vm)
@@ -259,6 +266,12 @@ func Outputs(p Params, q, k, v, do []float64, backward bool) ([][]float64, error
 // Backward computes dQ, dK and dV of the scalar loss whose gradient with
 // respect to O is do. Errors wrap ErrShape.
 func Backward(p Params, q, k, v, do []float64) (dq, dk, dv []float64, err error) {
+	return BackwardContext(context.Background(), p, q, k, v, do)
+}
+
+// BackwardContext is Backward that stops once ctx is done, between
+// (batch, head) pairs, and returns ctx's error.
+func BackwardContext(ctx context.Context, p Params, q, k, v, do []float64) (dq, dk, dv []float64, err error) {
 	if err := checkInputs(p, q, k, v, do, true); err != nil {
 		return nil, nil, nil, err
 	}
@@ -266,19 +279,19 @@ func Backward(p Params, q, k, v, do []float64) (dq, dk, dv []float64, err error)
 	dq = make([]float64, lq)
 	dk = make([]float64, lk)
 	dv = make([]float64, lv)
-	if !allFinite(q, k, v, do) {
-		for b := range p.B {
-			for h := range p.Hq {
-				newDirect(p, q, k, v, b, h).backward(do, dq, dk, dv)
-			}
-		}
-		return dq, dk, dv, nil
-	}
+	finite := allFinite(q, k, v, do)
 	scale := p.EffectiveScale()
 
 	var dvm, dpm, dqm, dkm mat.Dense
 	for b := 0; b < p.B; b++ {
 		for h := 0; h < p.Hq; h++ {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, nil, err
+			}
+			if !finite {
+				newDirect(p, q, k, v, b, h).backward(do, dq, dk, dv)
+				continue
+			}
 			kh := p.kvHead(h)
 			pm, _ := probs(p, q, k, b, h)
 			qm := gather(q, b, p.Nq, p.Hq, h, p.D)

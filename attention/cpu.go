@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/cpu"
+	"github.com/flashvk/flashvk/internal/gate"
 	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/x448/float16"
 )
@@ -17,7 +17,7 @@ import (
 // back to nearest even.
 type cpuBackend struct {
 	cfg   cpu.Config
-	calls calls
+	calls gate.Gate
 }
 
 func newCPUBackend(workers int) *cpuBackend {
@@ -43,12 +43,12 @@ func (c *cpuBackend) plan(_ context.Context, p *spec.Problem, _ DType, backward 
 // Close stops the calls in progress (they return ErrClosed) and waits
 // for them: their loops check their contexts between tiles.
 func (c *cpuBackend) Close() error {
-	c.calls.close()
+	c.calls.Close()
 	return nil
 }
 
 func (c *cpuBackend) Forward(ctx context.Context, p *spec.Problem, a *forwardArgs) error {
-	cctx, leave, err := c.calls.enter(ctx)
+	cctx, leave, err := c.enter(ctx)
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (c *cpuBackend) Forward(ctx context.Context, p *spec.Problem, a *forwardArg
 }
 
 func (c *cpuBackend) Backward(ctx context.Context, p *spec.Problem, a *backwardArgs) error {
-	cctx, leave, err := c.calls.enter(ctx)
+	cctx, leave, err := c.enter(ctx)
 	if err != nil {
 		return err
 	}
@@ -119,60 +119,25 @@ func narrowInto(t Tensor, w []float32) {
 	}
 }
 
-// calls tracks a backend's calls in progress so that Close can stop them:
-// each runs under a context that Close cancels (cause errClosing).
-type calls struct {
-	mu      sync.Mutex
-	closed  bool
-	cancels map[*context.CancelCauseFunc]struct{}
-	wg      sync.WaitGroup
-}
-
-// errClosing is the cause of a call's context cancelled by Close.
-var errClosing = errors.New("attention: engine closing")
-
-// enter starts a call: its context (ctx, also cancelled by close) and the
-// function that ends it; ErrClosed once close has begun.
-func (c *calls) enter(ctx context.Context) (context.Context, func(), error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+// enter starts a call that Close stops: its context (ctx, also cancelled
+// by Close; the loops check it between tiles) and the function that ends
+// it; ErrClosed once Close has begun.
+func (c *cpuBackend) enter(ctx context.Context) (context.Context, func(), error) {
+	cctx, leave, ok := c.calls.Call(ctx, false)
+	if !ok {
 		return nil, nil, fmt.Errorf("attention: engine: %w", ErrClosed)
 	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	if c.cancels == nil {
-		c.cancels = map[*context.CancelCauseFunc]struct{}{}
-	}
-	c.cancels[&cancel] = struct{}{}
-	c.wg.Add(1)
-	return cctx, func() {
-		c.mu.Lock()
-		delete(c.cancels, &cancel)
-		c.mu.Unlock()
-		cancel(nil)
-		c.wg.Done()
-	}, nil
+	return cctx, leave, nil
 }
 
-// close cancels the calls in progress and waits for them to return.
-func (c *calls) close() {
-	c.mu.Lock()
-	c.closed = true
-	for cancel := range c.cancels {
-		(*cancel)(errClosing)
-	}
-	c.mu.Unlock()
-	c.wg.Wait()
-}
-
-// callErr is the error of a call run under cctx (from calls.enter) for
-// the caller's ctx: ErrClosed when close stopped it, the context's error
+// callErr is the error of a call run under cctx (from enter) for the
+// caller's ctx: ErrClosed when Close stopped it, the context's error
 // wrapped when ctx ended.
 func callErr(ctx, cctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case ctx.Err() == nil && errors.Is(context.Cause(cctx), errClosing):
+	case gate.StoppedByClose(ctx, cctx):
 		return fmt.Errorf("attention: cpu: engine closed during the call: %w", ErrClosed)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("attention: cpu: %w", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/gate"
 	"github.com/flashvk/flashvk/internal/pipeline"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
@@ -91,7 +92,7 @@ type Backend struct {
 	cfgs    map[cfgKey]cfgResult
 
 	pool *bufPool
-	life gate
+	life gate.Gate
 
 	// chunkTarget is the expected time of one submission of a cancellable
 	// call, chunkMinGroups the fewest workgroups of a chunk, rates the
@@ -204,7 +205,7 @@ func newBackend(dev *device.Device, owns bool, opts Options) (*Backend, error) {
 // alive (an error says so). It is safe to call twice.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
-		b.life.close()
+		b.life.Close()
 		var errs []error
 		// Bounded by the device's default timeout (no deadline here).
 		if err := b.dev.WaitAbandoned(context.Background()); err == nil {
@@ -277,104 +278,34 @@ func params(p *spec.Problem) shaders.Params {
 	}
 }
 
-// gate counts calls in progress and lets close wait for them; close
-// first cancels the contexts of the calls that registered one (enterCall).
-type gate struct {
-	mu      sync.Mutex
-	cond    *sync.Cond
-	users   int
-	closed  bool
-	cancels map[*context.CancelCauseFunc]struct{}
-}
-
-// errClosing is the cause of a call's context cancelled by Close.
-var errClosing = errors.New("vkattn: backend closing")
-
-func (g *gate) acquire() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return false
-	}
-	g.users++
-	return true
-}
-
-func (g *gate) release() {
-	g.mu.Lock()
-	g.users--
-	if g.users == 0 && g.cond != nil {
-		g.cond.Broadcast()
-	}
-	g.mu.Unlock()
-}
-
-// close marks the gate closed and waits until no call holds it. It reports
-// whether this call closed it.
-func (g *gate) close() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return false
-	}
-	g.closed = true
-	for c := range g.cancels {
-		(*c)(errClosing)
-	}
-	if g.cond == nil {
-		g.cond = sync.NewCond(&g.mu)
-	}
-	for g.users > 0 {
-		g.cond.Wait()
-	}
-	return true
-}
-
 func (b *Backend) enter() error {
-	if b == nil || !b.life.acquire() {
+	if b == nil || !b.life.Acquire() {
 		return fmt.Errorf("vkattn: backend: %w", ErrClosed)
 	}
 	return nil
 }
 
-func (b *Backend) leave() { b.life.release() }
+func (b *Backend) leave() { b.life.Release() }
 
 // enterCall is enter for a call that Close may stop: when ctx can be
-// cancelled, the call runs under a context that Close also cancels (with
-// cause errClosing), so that Close waits only for the chunk in flight
-// (chunk.go). A context that cannot be cancelled is kept as it is: such a
-// call runs whole, and Close waits for it. leave ends the call.
+// cancelled, the call runs under a context that Close also cancels, so
+// that Close waits only for the chunk in flight (chunk.go). A context that
+// cannot be cancelled is kept as it is: such a call runs whole, and Close
+// waits for it. leave ends the call.
 func (b *Backend) enterCall(ctx context.Context) (cctx context.Context, leave func(), err error) {
-	if err := b.enter(); err != nil {
-		return nil, nil, err
+	if b == nil {
+		return nil, nil, fmt.Errorf("vkattn: backend: %w", ErrClosed)
 	}
-	if ctx.Done() == nil {
-		return ctx, b.leave, nil
+	cctx, leave, ok := b.life.Call(ctx, true)
+	if !ok {
+		return nil, nil, fmt.Errorf("vkattn: backend: %w", ErrClosed)
 	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	g := &b.life
-	g.mu.Lock()
-	if g.cancels == nil {
-		g.cancels = map[*context.CancelCauseFunc]struct{}{}
-	}
-	g.cancels[&cancel] = struct{}{}
-	if g.closed { // Close began after enter
-		cancel(errClosing)
-	}
-	g.mu.Unlock()
-	return cctx, func() {
-		g.mu.Lock()
-		delete(g.cancels, &cancel)
-		g.mu.Unlock()
-		cancel(nil)
-		b.leave()
-	}, nil
+	return cctx, leave, nil
 }
 
-// callErr turns the error of a call that Close stopped (its context
-// cancelled with errClosing, the caller's still live) into ErrClosed.
+// callErr turns the error of a call that Close stopped into ErrClosed.
 func callErr(caller, cctx context.Context, err error) error {
-	if err != nil && caller.Err() == nil && errors.Is(context.Cause(cctx), errClosing) {
+	if err != nil && gate.StoppedByClose(caller, cctx) {
 		// ErrClosed only: the call's own error (its context's cancellation
 		// by Close, or a timed-out wait) is kept as text, so that the
 		// caller, whose context is live, is not told it was cancelled.

@@ -59,7 +59,7 @@ func (b *Backend) acquire(p *spec.Problem, args []binding) (spec.DType, func(), 
 	var taken []*Tensor
 	release := func() {
 		for _, t := range taken {
-			t.life.release()
+			t.life.Release()
 		}
 	}
 	dt := spec.DType(0)

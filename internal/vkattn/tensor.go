@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/gate"
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
@@ -79,7 +80,7 @@ type Tensor struct {
 	shape spec.Shape
 	st    spec.Strides
 	elems int64
-	life  gate
+	life  gate.Gate
 }
 
 // NewTensor allocates a tensor (contents undefined). Zero strides mean
@@ -154,7 +155,7 @@ func (t *Tensor) Close() error {
 	if t == nil {
 		return nil
 	}
-	if t.life.close() {
+	if t.life.Close() {
 		return t.buf.Close()
 	}
 	return nil
@@ -165,7 +166,7 @@ func (t *Tensor) use(name string) error {
 	if t == nil {
 		return fmt.Errorf("%w: %s: nil tensor", ErrInvalid, name)
 	}
-	if !t.life.acquire() {
+	if !t.life.Acquire() {
 		return fmt.Errorf("vkattn: %s: tensor: %w", name, ErrClosed)
 	}
 	return nil
@@ -191,7 +192,7 @@ func transfer[T Elem](t *Tensor, op string, n int, move func() error) error {
 	if err := t.use(op); err != nil {
 		return err
 	}
-	defer t.life.release()
+	defer t.life.Release()
 	if err := t.b.enter(); err != nil {
 		return err
 	}
@@ -225,7 +226,7 @@ func (t *Tensor) Fill(ctx context.Context, word uint32) error {
 	if err := t.use("fill"); err != nil {
 		return err
 	}
-	defer t.life.release()
+	defer t.life.Release()
 	if err := t.b.enter(); err != nil {
 		return err
 	}

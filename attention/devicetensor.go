@@ -36,6 +36,9 @@ type deviceBackend interface {
 	forwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse *DeviceTensor) error
 	backwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor) error
 	stepDevice(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor) error
+	// kvDevice runs a KV-cache call (p.KV set): the append of newK and
+	// newV (nil when p.KV.New is 0) into the cache k, v, then attention.
+	kvDevice(ctx context.Context, p *spec.Problem, q, k, v, newK, newV, o, lse *DeviceTensor) error
 }
 
 // deviceBuffer is a DeviceTensor's storage on a deviceBackend; transfers

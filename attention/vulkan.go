@@ -471,3 +471,11 @@ func (b *vulkanBackend) backwardDevice(ctx context.Context, p *spec.Problem, q, 
 func (b *vulkanBackend) stepDevice(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor) error {
 	return vkErr(b.vk.Step(ctx, p, vt(q), vt(k), vt(v), vt(do), vt(o), vt(lse), vt(dq), vt(dk), vt(dv)))
 }
+
+func (b *vulkanBackend) kvDevice(ctx context.Context, p *spec.Problem, q, k, v, newK, newV, o, lse *DeviceTensor) error {
+	var nk, nv *vkattn.Tensor
+	if newK != nil {
+		nk, nv = vt(newK), vt(newV)
+	}
+	return vkErr(b.vk.KVCache(ctx, p, vt(q), vt(k), vt(v), nk, nv, vt(o), vt(lse)))
+}

@@ -128,6 +128,66 @@ type Problem struct {
 	// Q, K, V, O are the operands' strides (see the package conventions
 	// for the gradients).
 	Q, K, V, O Strides
+	// KV is set for a KV-cache (decoding) call: K and V are then the
+	// cache and Nk its capacity per sequence (see KV).
+	KV *KV
+}
+
+// KV describes a KV-cache call: sequence b's Nq queries attend to its
+// first Len(b) cache rows (its cached rows, then the New rows appended
+// at SeqLens[b] by the same call). The mask places its diagonal per
+// sequence with Nk = Len(b) (bottom-right: query i sees rows
+// j ≤ i + Len(b) − Nq).
+//
+// The cache is Pages pages of PageSize rows each: K is [Pages, PageSize,
+// Hkv, D] and V [Pages, PageSize, Hkv, Dv] through Problem.K and
+// Problem.V (Batch is the page stride). Row j of sequence b lies in page
+// Table[b·MaxPages + j/PageSize], row j mod PageSize. A contiguous cache
+// [B, Nmax, Hkv, D] is one page of Nmax rows per sequence (Table
+// 0, 1, …, B−1, MaxPages 1). Problem.Nk is MaxPages·PageSize.
+type KV struct {
+	// SeqLens are the cached lengths per sequence before the append.
+	SeqLens []int32
+	// New is the number of rows appended per sequence (0: none);
+	// NewK [B, New, Hkv, D] and NewV [B, New, Hkv, Dv] have strides
+	// NewK and NewV.
+	New        int
+	NewK, NewV Strides
+	// Paged: the caller gave a block table (else Table is synthesised).
+	Paged              bool
+	PageSize, MaxPages int
+	Pages              int
+	Table              []int32
+}
+
+// Len is the number of cache rows sequence b attends to (after the
+// append).
+func (kv *KV) Len(b int) int { return int(kv.SeqLens[b]) + kv.New }
+
+// Row returns the page and the row in it of row j of sequence b.
+func (kv *KV) Row(b, j int) (page, row int) {
+	return int(kv.Table[b*kv.MaxPages+j/kv.PageSize]), j % kv.PageSize
+}
+
+// MaxLen is the longest Len over the sequences.
+func (kv *KV) MaxLen() int {
+	m := 0
+	for b := range kv.SeqLens {
+		m = max(m, kv.Len(b))
+	}
+	return m
+}
+
+// Sequence is the plain attention problem of sequence b of a KV-cache
+// call over its gathered cache rows (B = 1, Nk = Len(b), K and V
+// contiguous [1, Len(b), Hkv, D]); Q and O keep their strides, offset to
+// batch b by the caller.
+func (p *Problem) Sequence(b int) *Problem {
+	n := p.KV.Len(b)
+	s := *p
+	s.B, s.Nk, s.KV = 1, n, nil
+	s.K, s.V = BSHD(n, p.Hkv, p.D), BSHD(n, p.Hkv, p.Dv)
+	return &s
 }
 
 // Group is the number of query heads per key/value head.

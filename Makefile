@@ -22,7 +22,7 @@
 #   make bench-shaders  rebuild bench/gemm's own kernels (gemm_khr, gemm_cm2,
 #                       flash_cm2: bench/gemm/build.sh, same toolchain)
 
-SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq
+SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq decode decode_combine kv_append
 SHADER_DTYPES := f32 f16 bf16
 SPVDIR ?= internal/shaders
 SHADER_SPV := $(foreach k,$(SHADER_KERNELS),$(foreach t,$(SHADER_DTYPES),$(SPVDIR)/$(k).$(t).spv))
@@ -42,7 +42,7 @@ ADDR_BF16_SPV := $(foreach k,$(ADDR_KERNELS),$(SPVDIR)/$(k).addr.bf16.spv)
 ADDR_CM_SPV := $(foreach k,$(ADDR_CM_KERNELS),$(SPVDIR)/$(k).addr.f16.spv)
 ADDR_CM_BF16_SPV := $(foreach k,$(ADDR_CM_KERNELS),$(SPVDIR)/$(k).addr.bf16.spv)
 ADDR_SPV := $(ADDR_F32_SPV) $(ADDR_F16_SPV) $(ADDR_BF16_SPV) $(ADDR_CM_SPV) $(ADDR_CM_BF16_SPV)
-SHADER_DEPS := internal/shaders/params.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
+SHADER_DEPS := internal/shaders/params.glsl internal/shaders/kv_params.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check bench-shaders bench-shaders-check
 

@@ -149,6 +149,7 @@ func infoFromC(index int, c *C.fvk_info) Info {
 		MaxAllocation:                uint64(c.max_alloc),
 		MaxStorageBufferRange:        uint64(c.max_storage_range),
 		MaxBufferSize:                uint64(c.max_buffer_size),
+		ComputeUnits:                 uint32(c.compute_units),
 		BufferDeviceAddress:          b(c.bda),
 		MaxAllocationCount:           uint32(c.max_alloc_count),
 		MinStorageAlignment:          uint64(c.min_storage_align),

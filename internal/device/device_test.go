@@ -692,3 +692,36 @@ func TestBFloat16Features(t *testing.T) {
 		}
 	}
 }
+
+func TestUpdate(t *testing.T) {
+	d := devicetest.Open(t)
+	ctx := ctxT(t)
+	b, err := d.NewBuffer(1 << 17)
+	require.NoError(t, err)
+	data := make([]byte, device.MaxUpdateBytes)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	r := d.Record()
+	r.Fill(b, 0xDEADBEEF)
+	r.BarrierAll()
+	r.Update(b, 8, data)
+	r.Update(b, 8+int64(len(data)), []byte{1, 2, 3, 4})
+	assert.Equal(t, "update", r.Commands()[2].Kind)
+	_, err = d.Submit(ctx, r)
+	require.NoError(t, err)
+	got := make([]byte, len(data)+16)
+	require.NoError(t, b.DownloadBytes(ctx, 0, got))
+	assert.Equal(t, []byte{0xEF, 0xBE, 0xAD, 0xDE}, got[:4])
+	assert.Equal(t, data, got[8:8+len(data)])
+	assert.Equal(t, []byte{1, 2, 3, 4, 0xEF, 0xBE, 0xAD, 0xDE}, got[8+len(data):16+len(data)])
+
+	for _, bad := range []struct {
+		off int64
+		n   int
+	}{{2, 4}, {0, 6}, {0, 0}, {0, device.MaxUpdateBytes + 4}, {1<<17 - 4, 8}} {
+		r = d.Record()
+		r.Update(b, bad.off, make([]byte, bad.n))
+		assert.ErrorIs(t, r.Err(), device.ErrInvalid, "update of %d bytes at %d", bad.n, bad.off)
+	}
+}

@@ -43,6 +43,10 @@ type Info struct {
 	MaxWorkgroupCount         [3]uint32
 	MaxPushConstants          uint32 // bytes
 	MaxStorageBuffersPerStage uint32
+	// ComputeUnits is the number of streaming multiprocessors
+	// (VK_NV_shader_sm_builtins) or compute units
+	// (VK_AMD_shader_core_properties); 0 where the driver does not say.
+	ComputeUnits uint32
 
 	// Memory.
 	MaxAllocation         uint64 // maintenance3 maxMemoryAllocationSize (NewBuffer may try beyond it)

@@ -63,7 +63,8 @@ func (r *Recorder) Len() int { return len(r.ops) }
 
 // Command describes one recorded command.
 type Command struct {
-	// Kind is "dispatch", "barrier", "copy", "fill" or "timestamp".
+	// Kind is "dispatch", "barrier", "copy", "fill", "update" or
+	// "timestamp".
 	Kind string
 	// Pipeline, Base, Groups and Buffers describe a dispatch: the
 	// pipeline's name, its first workgroup (zero but for DispatchBase),
@@ -93,6 +94,8 @@ func (r *Recorder) Commands() []Command {
 			c.Kind = "copy"
 		case C.FVK_OP_FILL:
 			c.Kind = "fill"
+		case C.FVK_OP_UPDATE:
+			c.Kind = "update"
 		case C.FVK_OP_TIMESTAMP:
 			c.Kind = "timestamp"
 		}
@@ -259,6 +262,36 @@ func (r *Recorder) FillRange(b *Buffer, off, size int64, word uint32) {
 	r.buffers = append(r.buffers, b)
 	r.ops = append(r.ops, C.fvk_op{kind: C.FVK_OP_FILL, dst: b.b.buffer, arg: C.uint32_t(word),
 		dst_off: C.uint64_t(off), size: C.uint64_t(size)})
+}
+
+// MaxUpdateBytes is the most bytes one Update records (vkCmdUpdateBuffer's
+// limit).
+const MaxUpdateBytes = 65536
+
+// Update records writing data (a multiple of 4 bytes, at most
+// MaxUpdateBytes) into b at off (a multiple of 4): the bytes travel in the
+// command buffer, so small per-call tables need no staging transfer. Like
+// Copy and Fill it is a transfer: BarrierTransferToCompute orders it
+// before the dispatches that read it.
+func (r *Recorder) Update(b *Buffer, off int64, data []byte) {
+	if err := b.usable(r.d); err != nil {
+		r.fail(fmt.Errorf("update: %w", err))
+		return
+	}
+	n := int64(len(data))
+	if off%4 != 0 || n%4 != 0 || n <= 0 || n > MaxUpdateBytes {
+		r.fail(fmt.Errorf("%w: update of %d bytes at %d: want a positive multiple of 4 up to %d at a multiple of 4", ErrInvalid, n, off, MaxUpdateBytes))
+		return
+	}
+	if err := b.checkRange(off, n); err != nil {
+		r.fail(fmt.Errorf("update: %w", err))
+		return
+	}
+	po := len(r.push)
+	r.push = append(r.push, data...)
+	r.buffers = append(r.buffers, b)
+	r.ops = append(r.ops, C.fvk_op{kind: C.FVK_OP_UPDATE, dst: b.b.buffer, dst_off: C.uint64_t(off),
+		size: C.uint64_t(n), push_off: C.uint64_t(po)})
 }
 
 // maxTimestamps bounds Timestamp calls per submission.

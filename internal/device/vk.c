@@ -408,6 +408,8 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 	int ecm = has_ext(exts, next, "VK_KHR_cooperative_matrix");
 	int ecm2 = has_ext(exts, next, "VK_NV_cooperative_matrix2");
 	int ebf = has_ext(exts, next, "VK_KHR_shader_bfloat16");
+	int esm = has_ext(exts, next, "VK_NV_shader_sm_builtins");
+	int eamd = has_ext(exts, next, "VK_AMD_shader_core_properties");
 	o->ext_portability = has_ext(exts, next, "VK_KHR_portability_subset");
 	free(exts);
 
@@ -429,8 +431,13 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		VkPhysicalDeviceMaintenance4Properties m4 = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
 		fvk_coopmat_props_khr cmp = {FVK_STYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_PROPERTIES_KHR};
 		fvk_coopmat2_props_nv cm2p = {FVK_STYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV};
+		VkPhysicalDeviceShaderSMBuiltinsPropertiesNV smp = {
+		    VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+		VkPhysicalDeviceShaderCorePropertiesAMD amdp = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
 		void **tail = &p2.pNext;
 		CHAIN(tail, &sg);
+		if (esm) CHAIN(tail, &smp);
+		if (eamd) CHAIN(tail, &amdp);
 		CHAIN(tail, &m3);
 		if (v12 || edrv) CHAIN(tail, &drv);
 		if (v13 || esc) CHAIN(tail, &scp);
@@ -450,6 +457,10 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		o->max_wg_subgroups = scp.maxComputeWorkgroupSubgroups;
 		o->required_subgroup_stages = scp.requiredSubgroupSizeStages;
 		o->max_buffer_size = m4.maxBufferSize;
+		if (esm) o->compute_units = smp.shaderSMCount;
+		else if (eamd)
+			o->compute_units = amdp.shaderEngineCount * amdp.shaderArraysPerEngineCount *
+			                   amdp.computeUnitsPerShaderArray;
 		o->coopmat_stages = cmp.cooperativeMatrixSupportedStages;
 		o->coopmat2_props = cm2p;
 		o->coopmat2_props.pNext = NULL;
@@ -713,6 +724,7 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	DPROC(d, CmdPipelineBarrier);
 	DPROC(d, CmdCopyBuffer);
 	DPROC(d, CmdFillBuffer);
+	DPROC(d, CmdUpdateBuffer);
 	DPROC(d, CmdWriteTimestamp);
 	DPROC(d, CmdResetQueryPool);
 	DPROC(d, CreateQueryPool);
@@ -1223,6 +1235,9 @@ VkResult fvk_record(fvk_device *d, fvk_frame *f, const fvk_op *ops, uint32_t nop
 		}
 		case FVK_OP_FILL:
 			d->CmdFillBuffer(f->cmd, op->dst, op->dst_off, op->size, op->arg);
+			break;
+		case FVK_OP_UPDATE:
+			d->CmdUpdateBuffer(f->cmd, op->dst, op->dst_off, op->size, push + op->push_off);
 			break;
 		case FVK_OP_TIMESTAMP:
 			d->CmdWriteTimestamp(f->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, f->qpool, op->arg);

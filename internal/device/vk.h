@@ -187,6 +187,7 @@ typedef struct fvk_info {
 
 	uint32_t max_shared, max_wg_size[3], max_wg_invocations, max_wg_count[3], max_push;
 	uint64_t max_alloc, max_buffer_size, min_storage_align;
+	uint32_t compute_units; // VK_NV_shader_sm_builtins SMs or VK_AMD_shader_core_properties CUs; 0 unknown
 	uint32_t max_storage_range, max_alloc_count, max_storage_buffers;
 	uint32_t nheaps;
 	uint64_t heap_size[VK_MAX_MEMORY_HEAPS];
@@ -283,6 +284,7 @@ typedef struct fvk_device {
 	PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
 	PFN_vkCmdCopyBuffer CmdCopyBuffer;
 	PFN_vkCmdFillBuffer CmdFillBuffer;
+	PFN_vkCmdUpdateBuffer CmdUpdateBuffer;
 	PFN_vkCmdWriteTimestamp CmdWriteTimestamp;
 	PFN_vkCmdResetQueryPool CmdResetQueryPool;
 	PFN_vkCreateQueryPool CreateQueryPool;
@@ -370,6 +372,7 @@ enum {
 	FVK_OP_COPY = 3,
 	FVK_OP_FILL = 4,
 	FVK_OP_TIMESTAMP = 5,
+	FVK_OP_UPDATE = 6, // dst at dst_off ← size bytes of the push arena at push_off
 };
 
 enum {

@@ -71,6 +71,7 @@ uint bf16_round(float x) {
 }
 #endif
 
+#ifndef KV_PARAMS
 // Push constants: 20 × 4 = 80 bytes; ADDRESSED modules append the operand
 // addresses at byte 80, 128 bytes in all (the Vulkan minimum of
 // maxPushConstantsSize).
@@ -87,6 +88,8 @@ layout(push_constant) uniform Params {
 	uint64_t addr[6];               // per address slot: element 0 of its operand (shaders.MaxAddressSlots)
 #endif
 } pc;
+
+#endif // KV_PARAMS
 
 // Operands. Each kernel declares its STYPE operands (Q, K, V, O, dO, dQ,
 // dK, dV) with
@@ -175,6 +178,7 @@ float prob(float x, float t) { return x >= t ? 1.0 : exp2(x); }
 #define MASK_CAUSAL_TL 1u
 #define MASK_CAUSAL_BR 2u
 
+#ifndef KV_PARAMS
 // key_limit mirrors spec.Problem.KeyLimit: query row i sees keys
 // 0 … key_limit(i)−1; 0 for a row that sees no key, Nk when unmasked.
 uint key_limit(uint i) {
@@ -210,6 +214,7 @@ uint query_first(uint j) {
 // binding must hold < 2^32 elements), uint64_t in the ADDRESSED build
 // (every product widened first by WIDE; the strides stay 32-bit). Kernels
 // keep row bases and element offsets in OFFSET variables.
+#endif // KV_PARAMS
 #ifdef ADDRESSED
 #define OFFSET uint64_t
 #define WIDE(x) uint64_t(x)
@@ -217,6 +222,7 @@ uint query_first(uint j) {
 #define OFFSET uint
 #define WIDE(x) x
 #endif
+#ifndef KV_PARAMS
 OFFSET q_base(uint b, uint s, uint h) { return WIDE(b) * pc.q_b + WIDE(s) * pc.q_s + WIDE(h) * pc.q_h; }
 OFFSET k_base(uint b, uint s, uint h) { return WIDE(b) * pc.k_b + WIDE(s) * pc.k_s + WIDE(h) * pc.k_h; }
 OFFSET v_base(uint b, uint s, uint h) { return WIDE(b) * pc.v_b + WIDE(s) * pc.v_s + WIDE(h) * pc.v_h; }
@@ -227,6 +233,8 @@ uint lse_index(uint b, uint h, uint i) { return (b * pc.Hq + h) * pc.Nq + i; }
 
 // kv_head maps a query head to the key/value head it reads (GQA).
 uint kv_head(uint h) { return h / pc.group; }
+
+#endif // KV_PARAMS
 
 // thread_index numbers the workgroup's invocations subgroup by subgroup, so
 // that invocations t … t+n−1 with t a multiple of n ≤ SUBGROUP (n a power of

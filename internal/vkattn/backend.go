@@ -80,7 +80,7 @@ type Backend struct {
 	// The kernel plan (plan.go): the family chains of each direction, the
 	// family selected by name (nil: automatic), the families that cannot
 	// run here at all, and the coopmat state per storage type.
-	chain    [2][]*family
+	chain    [3][]*family
 	explicit *family
 	unavail  map[*family]string // why a family cannot run on the device
 	cm       map[spec.DType]*cmState

@@ -2,14 +2,296 @@
 
 package vkattn
 
+// The KV-cache family: decoding steps over a contiguous or paged cache
+// (spec.KV). One submission: the lengths and page table (a few bytes per
+// sequence) travel in the command buffer, kv_append copies the new rows
+// into the cache, decode computes attention split along the cache
+// (flash-decoding) with the query heads of each KV head packed into one
+// workgroup, and decode_combine merges the splits in a fixed order.
+
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"runtime"
 
+	"github.com/flashvk/flashvk/internal/device"
+	"github.com/flashvk/flashvk/internal/pipeline"
+	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
-// KVCache runs a KV-cache call (p.KV set) on resident tensors.
+var decodeFamily = &family{
+	name: shaders.KernelDecode, dir: KV, auto: true,
+	init: func(b *Backend, _ bool) (string, error) {
+		if !b.info.SubgroupOps.Arithmetic {
+			return "no subgroup arithmetic in compute shaders", nil
+		}
+		return "", nil
+	},
+	plan: planDecode,
+}
+
+// DecodeConfig is how decode runs one KV-cache problem.
+type DecodeConfig struct {
+	// WG invocations per workgroup (WG/Subgroup independent streams of
+	// cache rows) and BR query rows per workgroup.
+	WG, BR int
+	// Splits per sequence of SplitKeys cache rows each.
+	Splits, SplitKeys int
+}
+
+func (c DecodeConfig) String() string {
+	return fmt.Sprintf("wg%d-br%d-split%dx%d", c.WG, c.BR, c.Splits, c.SplitKeys)
+}
+
+// maxDecodeRows bounds decode's query rows per workgroup (registers: each
+// invocation holds BR·ceil(Dv/Subgroup) accumulators).
+const maxDecodeRows = 16
+
+// splitTarget is the number of workgroups decode aims for: four per
+// compute unit where the driver reports them, a guess of 128 for other
+// GPUs, and two per CPU thread on a CPU device.
+func splitTarget(info device.Info) int {
+	switch {
+	case info.ComputeUnits > 0:
+		return 4 * int(info.ComputeUnits)
+	case info.Type == "cpu":
+		return 2 * runtime.NumCPU()
+	}
+	return 128
+}
+
+// decodeConfig chooses decode's workgroup, rows and splits for p (the
+// rule: fill splitTarget workgroups, each split at least two blocks of
+// WG rows per stream, the whole call at least one).
+func (b *Backend) decodeConfig(p *spec.Problem) (DecodeConfig, error) {
+	sg := b.lim.Subgroup
+	rows := p.Group() * p.Nq
+	br := 1
+	for br < rows && br < maxDecodeRows {
+		br *= 2
+	}
+	wg := 4 * sg
+	for wg > sg && wg > b.lim.MaxWorkgroupSize {
+		wg /= 2
+	}
+	for br > 1 && shaders.DecodeSharedBytes(wg, sg, br, p.D, p.Dv) > b.lim.SharedBytes {
+		br /= 2
+	}
+	if n := shaders.DecodeSharedBytes(wg, sg, br, p.D, p.Dv); n > b.lim.SharedBytes || wg > b.lim.MaxWorkgroupSize {
+		return DecodeConfig{}, fmt.Errorf("%w: decode needs %d bytes of shared memory and %d invocations; the device has %d and %d",
+			ErrUnsupported, n, wg, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	}
+	c := DecodeConfig{WG: wg, BR: br, Splits: 1, SplitKeys: wg}
+	maxLen := p.KV.MaxLen()
+	if maxLen == 0 {
+		return c, nil
+	}
+	base := p.B * p.Hkv * ceilDiv(rows, br)
+	splits := max(1, min(ceilDiv(splitTarget(b.info), base), ceilDiv(maxLen, 2*wg)))
+	c.SplitKeys = ceilDiv(ceilDiv(maxLen, splits), wg) * wg
+	if isLavapipe(b.info) {
+		for c.SplitKeys > wg && shaders.DecodeLoopIterations(wg, sg, br, p.D, p.Dv, c.SplitKeys) > shaders.LavapipeLoopLimit {
+			c.SplitKeys = ceilDiv(c.SplitKeys/2, wg) * wg
+		}
+	}
+	c.Splits = ceilDiv(maxLen, c.SplitKeys)
+	if uint64(c.Splits) > uint64(b.info.MaxWorkgroupCount[0]) {
+		return DecodeConfig{}, fmt.Errorf("%w: %d splits exceed the device's %d workgroups in x", ErrTooLarge, c.Splits, b.info.MaxWorkgroupCount[0])
+	}
+	return c, nil
+}
+
+// planDecode is the KV family's plan: kv_append when the call appends,
+// decode, and decode_combine when it splits.
+func planDecode(_ context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error) {
+	if err := b.checkKVBindings(p, dt); err != nil {
+		return nil, err
+	}
+	c, err := b.decodeConfig(p)
+	if err != nil {
+		return nil, err
+	}
+	kv := p.KV
+	pl := &Plan{Scratch: map[Operand]int64{OpMeta: metaBytes(p), OpPart: 16}}
+	sgSpec := func(wg, br int) []device.Spec {
+		return []device.Spec{
+			{ID: shaders.SpecWorkgroupSize, Value: uint32(wg)}, {ID: shaders.SpecD, Value: uint32(p.D)},
+			{ID: shaders.SpecDV, Value: uint32(p.Dv)}, {ID: shaders.SpecBR, Value: uint32(br)},
+			{ID: shaders.SpecBC, Value: 1}, {ID: shaders.SpecSubgroup, Value: uint32(b.lim.Subgroup)},
+		}
+	}
+	add := func(kernel, config string, wg, br int, grid [3]uint32, shared int, full bool, barrier bool, binds ...Operand) error {
+		l, err := b.newLaunch(kernel, dt, p, config, sgSpec(wg, br), b.reqSG, full, binds...)
+		if err != nil {
+			return err
+		}
+		l.key.PushSize = shaders.KVParamsSize
+		l.Source, l.Workgroup, l.BR, l.Grid, l.SharedBytes, l.Barrier = SourceDefault, wg, br, grid, shared, barrier
+		pl.Launches = append(pl.Launches, l)
+		return nil
+	}
+	copyWG := min(64, b.lim.MaxWorkgroupSize)
+	if kv.New > 0 {
+		if err := add(shaders.KernelKVAppend, fmt.Sprintf("wg%d", copyWG), copyWG, 1,
+			[3]uint32{uint32(kv.New), uint32(p.Hkv), uint32(p.B)}, 0, false, false,
+			OpNewK, OpNewV, OpK, OpV, OpMeta); err != nil {
+			return nil, err
+		}
+	}
+	full := b.info.ComputeFullSubgroups
+	grid := [3]uint32{uint32(c.Splits), uint32(p.Hkv * ceilDiv(p.Group()*p.Nq, c.BR)), uint32(p.B)}
+	if err := add(shaders.KernelDecode, c.String(), c.WG, c.BR, grid, shaders.DecodeSharedBytes(c.WG, b.lim.Subgroup, c.BR, p.D, p.Dv),
+		full, kv.New > 0, OpQ, OpK, OpV, OpO, OpLSE, OpMeta, OpPart); err != nil {
+		return nil, err
+	}
+	if c.Splits > 1 {
+		pl.Scratch[OpPart] = int64(c.Splits) * int64(p.B*p.Hq*p.Nq) * int64(p.Dv+1) * 4
+		if err := add(shaders.KernelDecodeCombine, fmt.Sprintf("wg%d", copyWG), copyWG, 1,
+			[3]uint32{uint32(p.Nq), uint32(p.Hq), uint32(p.B)}, 0, false, true, OpO, OpLSE, OpPart); err != nil {
+			return nil, err
+		}
+	}
+	pl.decode = &c
+	return pl, nil
+}
+
+// metaBytes is the size of the lengths and page table (uint32).
+func metaBytes(p *spec.Problem) int64 { return 4 * int64(p.B+p.B*p.KV.MaxPages) }
+
+// checkKVBindings refuses a KV-cache problem whose operands one binding
+// does not reach: the KV kernels have no addressed builds.
+func (b *Backend) checkKVBindings(p *spec.Problem, dt spec.DType) error {
+	for _, op := range []Operand{OpQ, OpK, OpV, OpO, OpNewK, OpNewV} {
+		if op >= OpNewK && p.KV.New == 0 {
+			continue
+		}
+		s := opSpec(p, op)
+		n, ok := extent(s.shape, s.st)
+		if !ok {
+			return fmt.Errorf("%w: %s: bad view %v %+v", ErrInvalid, s.name, s.shape, s.st)
+		}
+		if !b.bindable(n, n*int64(dt.Size())) {
+			return fmt.Errorf("%w: %s spans %d bytes; the KV-cache kernels read it through one binding, which reaches %d bytes", ErrTooLarge, s.name, n*int64(dt.Size()), b.bindBytes)
+		}
+	}
+	return nil
+}
+
+// kvParams encodes the KV kernels' push constants for p and decode's
+// configuration c (strides of dimensions of extent 1 sent as 0).
+func kvParams(p *spec.Problem, c *DecodeConfig) shaders.KVParams {
+	st := func(n, s int) uint32 {
+		if n <= 1 {
+			return 0
+		}
+		return uint32(s)
+	}
+	kv := p.KV
+	return shaders.KVParams{
+		B: uint32(p.B), Hq: uint32(p.Hq), Hkv: uint32(p.Hkv), Nq: uint32(p.Nq), Group: uint32(p.Group()),
+		QB: st(p.B, p.Q.Batch), QS: st(p.Nq, p.Q.Seq), QH: st(p.Hq, p.Q.Head),
+		KB: st(kv.Pages, p.K.Batch), KS: st(kv.PageSize, p.K.Seq), KH: st(p.Hkv, p.K.Head),
+		VB: st(kv.Pages, p.V.Batch), VS: st(kv.PageSize, p.V.Seq), VH: st(p.Hkv, p.V.Head),
+		OB: st(p.B, p.O.Batch), OS: st(p.Nq, p.O.Seq), OH: st(p.Hq, p.O.Head),
+		Scale: p.Scale, Mask: uint32(p.Mask), PageSize: uint32(kv.PageSize), MaxPages: uint32(kv.MaxPages),
+		NewRows: uint32(kv.New),
+		NKB: st(p.B, kv.NewK.Batch), NKS: st(kv.New, kv.NewK.Seq), NKH: st(p.Hkv, kv.NewK.Head),
+		NVB: st(p.B, kv.NewV.Batch), NVS: st(kv.New, kv.NewV.Seq), NVH: st(p.Hkv, kv.NewV.Head),
+		SplitKeys: uint32(c.SplitKeys), Splits: uint32(c.Splits),
+	}
+}
+
+// metaData is the lengths (before the append) and the page table.
+func metaData(p *spec.Problem) []byte {
+	kv := p.KV
+	out := make([]byte, 0, metaBytes(p))
+	for _, n := range kv.SeqLens {
+		out = binary.LittleEndian.AppendUint32(out, uint32(n))
+	}
+	for _, pg := range kv.Table {
+		out = binary.LittleEndian.AppendUint32(out, uint32(pg))
+	}
+	return out
+}
+
+// KVCache runs a KV-cache call (p.KV set; the attention package has
+// validated the lengths and the page table) on resident tensors: q, the
+// cache k and v, newK and newV (nil unless p.KV.New > 0), o and lse. It
+// is one submission.
 func (b *Backend) KVCache(ctx context.Context, p *spec.Problem, q, k, v, newK, newV, o, lse *Tensor) error {
-	return fmt.Errorf("%w: kv cache", ErrUnsupported)
+	cctx, leave, err := b.enterCall(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if p == nil || p.KV == nil {
+		return fmt.Errorf("%w: not a KV-cache problem", ErrInvalid)
+	}
+	args := []binding{{OpQ, q, false}, {OpK, k, p.KV.New > 0}, {OpV, v, p.KV.New > 0}, {OpO, o, true}, {OpLSE, lse, true}}
+	if p.KV.New > 0 {
+		args = append(args, binding{OpNewK, newK, false}, binding{OpNewV, newV, false})
+	}
+	dt, release, err := b.acquire(p, args)
+	if err != nil {
+		return err
+	}
+	defer release()
+	var ops Operands
+	for _, a := range args {
+		ops[a.op] = a.t
+	}
+	return callErr(ctx, cctx, b.runKV(cctx, p, dt, ops.bufs()))
+}
+
+// runKV plans, records and submits a KV-cache call.
+func (b *Backend) runKV(ctx context.Context, p *spec.Problem, dt spec.DType, bufs operandBufs) error {
+	pl, err := b.Plan(ctx, p, dt, KV)
+	if err != nil {
+		return err
+	}
+	s := &scratch{b: b}
+	tainted := false
+	defer func() { s.done(!tainted) }()
+	for op, n := range pl.Scratch {
+		if bufs[op], err = s.get(n); err != nil {
+			return err
+		}
+	}
+	kp := kvParams(p, pl.decode)
+	push := kp.Bytes()
+	r := b.dev.Record()
+	meta := metaData(p)
+	for off := 0; off < len(meta); off += device.MaxUpdateBytes {
+		r.Update(bufs[OpMeta], int64(off), meta[off:min(len(meta), off+device.MaxUpdateBytes)])
+	}
+	r.BarrierTransferToCompute()
+	for i := range pl.Launches {
+		l := &pl.Launches[i]
+		pipe, err := b.cache.Get(l.key)
+		if err != nil {
+			return fmt.Errorf("vkattn: pipeline %s: %w", l.key.Name, err)
+		}
+		if err := pipeline.CheckGroups(b.info, l.Grid); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
+		}
+		args := make([]*device.Buffer, len(l.Bindings))
+		for j, op := range l.Bindings {
+			if args[j] = bufs[op]; args[j] == nil {
+				return fmt.Errorf("vkattn: %s: operand %v not bound", l.key.Name, op)
+			}
+		}
+		if l.Barrier {
+			r.Barrier()
+		}
+		if err := r.Dispatch(pipe, push, l.Grid, args...); err != nil {
+			return fmt.Errorf("vkattn: %w", err)
+		}
+	}
+	if _, err := b.dev.Submit(ctx, r); err != nil {
+		tainted = submitted(err)
+		return fmt.Errorf("vkattn: %w", err)
+	}
+	return nil
 }

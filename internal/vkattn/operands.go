@@ -22,6 +22,22 @@ type operandSpec struct {
 // share their strides), LSE (contiguous float32 [B, Hq, Nq]).
 func opSpec(p *spec.Problem, op Operand) operandSpec {
 	s := operandSpec{name: op.String()}
+	if kv := p.KV; kv != nil {
+		switch op {
+		case OpK:
+			s.shape, s.st = spec.Shape{B: kv.Pages, S: kv.PageSize, H: p.Hkv, D: p.D}, p.K
+			return s
+		case OpV:
+			s.shape, s.st = spec.Shape{B: kv.Pages, S: kv.PageSize, H: p.Hkv, D: p.Dv}, p.V
+			return s
+		case OpNewK:
+			s.shape, s.st = spec.Shape{B: p.B, S: kv.New, H: p.Hkv, D: p.D}, kv.NewK
+			return s
+		case OpNewV:
+			s.shape, s.st = spec.Shape{B: p.B, S: kv.New, H: p.Hkv, D: p.Dv}, kv.NewV
+			return s
+		}
+	}
 	switch op {
 	case OpQ, OpDQ:
 		s.shape, s.st = spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D}, p.Q

@@ -29,10 +29,12 @@ const (
 	Fwd Dir = iota
 	// Bwd computes dQ, dK and dV.
 	Bwd
+	// KV is a KV-cache call (spec.Problem.KV): the append, then O and LSE.
+	KV
 )
 
 // dirNames are the tune cache's spellings of the passes.
-var dirNames = [...]string{Fwd: "fwd", Bwd: "bwd"}
+var dirNames = [...]string{Fwd: "fwd", Bwd: "bwd", KV: "kv"}
 
 // String is "fwd" or "bwd" (the tune cache's spelling).
 func (d Dir) String() string {
@@ -58,10 +60,14 @@ const (
 	OpDV
 	OpD      // scratch: the backward's float32 D = rowsum(dO∘O), [B, Hq, Nq]
 	OpScores // scratch: the naive kernel's float32 scores, [B, Hq, Nq, Nk]
+	OpNewK   // KV-cache calls: the rows appended to the cache K
+	OpNewV   // and V
+	OpMeta   // scratch: uint32 lengths and page table, written by the call
+	OpPart   // scratch: decode's float32 per-split partial results
 	numOperands
 )
 
-var operandNames = [numOperands]string{"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "D", "scores"}
+var operandNames = [numOperands]string{"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "D", "scores", "newk", "newv", "meta", "partials"}
 
 func (o Operand) String() string {
 	if o < numOperands {
@@ -119,7 +125,13 @@ type Plan struct {
 	// Declined says why the families tried before Family did not run the
 	// problem (one line each, "family: reason").
 	Declined []string
+
+	decode *DecodeConfig // the KV family's configuration (its push constants)
 }
+
+// Decode is the KV family's configuration of the plan (nil for other
+// passes).
+func (pl *Plan) Decode() *DecodeConfig { return pl.decode }
 
 // family is a way to compute one pass: its kernels, what it needs of the
 // device and the problem, its tile rule and its tunable stages.
@@ -155,6 +167,7 @@ func init() {
 		naiveFamily,
 		bwdCMFamily,
 		bwdFamily,
+		decodeFamily,
 	}
 }
 
@@ -192,7 +205,12 @@ func checkKernel(kernel string) error {
 // its backward families the backward; with "" the auto families run in
 // registry order, the first that takes a problem winning.
 func (b *Backend) initChains(kernel string) error {
-	var fwd, bwd []*family
+	var fwd, bwd, kv []*family
+	for _, f := range registry {
+		if f.dir == KV {
+			kv = append(kv, f) // whatever forward kernel was selected
+		}
+	}
 	if kernel == "" {
 		for _, f := range registry {
 			if f.auto && f.dir == Fwd {
@@ -213,7 +231,7 @@ func (b *Backend) initChains(kernel string) error {
 		b.explicit = f
 	}
 	b.unavail = map[*family]string{}
-	for _, f := range append(append([]*family(nil), fwd...), bwd...) {
+	for _, f := range append(append(append([]*family(nil), fwd...), bwd...), kv...) {
 		if f.init == nil {
 			continue
 		}
@@ -225,7 +243,7 @@ func (b *Backend) initChains(kernel string) error {
 			b.unavail[f] = why
 		}
 	}
-	b.chain = [2][]*family{fwd, bwd}
+	b.chain = [3][]*family{fwd, bwd, kv}
 	return nil
 }
 
@@ -241,6 +259,12 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 	}
 	if err := b.supports(dt); err != nil {
 		return nil, err
+	}
+	if int(dir) >= len(b.chain) {
+		return nil, fmt.Errorf("%w: pass %v", ErrInvalid, dir)
+	}
+	if (dir == KV) != (p.KV != nil) {
+		return nil, fmt.Errorf("%w: the %v pass runs KV-cache problems only, and they only it", ErrInvalid, dir)
 	}
 	var declined []string
 	tooLarge := false // a family that runs dt found p too large

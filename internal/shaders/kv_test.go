@@ -1,0 +1,111 @@
+package shaders
+
+import (
+	"encoding/binary"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flashvk/flashvk/internal/spirv"
+)
+
+// kvGLSLName maps a KVParams field to its kv_params.glsl member name
+// (QB → q_b, NKB → nk_b, PageSize → page_size, B and Hq unchanged).
+func kvGLSLName(goName string) string {
+	switch goName {
+	case "B", "Hq", "Hkv", "Nq":
+		return goName
+	}
+	if n := len(goName); n >= 2 && n <= 3 && strings.ToUpper(goName) == goName {
+		return strings.ToLower(goName[:n-1]) + "_" + strings.ToLower(goName[n-1:])
+	}
+	var out []rune
+	for i, r := range goName {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				out = append(out, '_')
+			}
+			r += 'a' - 'A'
+		}
+		out = append(out, r)
+	}
+	return string(out)
+}
+
+func TestKVPushConstantsMirrorKVParams(t *testing.T) {
+	typ := reflect.TypeOf(KVParams{})
+	if got := binary.Size(KVParams{}); got != KVParamsSize || KVParamsSize > 128 {
+		t.Fatalf("binary.Size(KVParams) = %d, KVParamsSize %d (≤ 128)", got, KVParamsSize)
+	}
+	for _, k := range KVKernels {
+		for _, dt := range KernelDTypes(k) {
+			name := k + "." + dt
+			pc := reflectKernel(t, k, dt).PushConstants
+			if pc == nil || int(pc.Size) != KVParamsSize || len(pc.Members) != typ.NumField() {
+				t.Errorf("%s: push-constant block %+v, want KVParams (%d bytes, %d members)", name, pc, KVParamsSize, typ.NumField())
+				continue
+			}
+			for i, mem := range pc.Members {
+				f := typ.Field(i)
+				want := "uint32"
+				if f.Type.Kind() == reflect.Float32 {
+					want = "float32"
+				}
+				if int(mem.Offset) != int(f.Offset) || mem.Name != kvGLSLName(f.Name) || mem.Kind != want {
+					t.Errorf("%s: member %d %q (%s at %d), KVParams.%s wants %q (%s at %d)",
+						name, i, mem.Name, mem.Kind, mem.Offset, f.Name, kvGLSLName(f.Name), want, f.Offset)
+				}
+			}
+		}
+	}
+	p := KVParams{B: 1, Hq: 2, Hkv: 3, Nq: 4, Group: 5, QB: 6, QS: 7, QH: 8, KB: 9, KS: 10, KH: 11, VB: 12, VS: 13, VH: 14,
+		OB: 15, OS: 16, OH: 17, Scale: 0.25, Mask: 2, PageSize: 20, MaxPages: 21, NewRows: 22, NKB: 23, NKS: 24, NKH: 25,
+		NVB: 26, NVS: 27, NVH: 28, SplitKeys: 29, Splits: 30}
+	checkRoundTrip(t, p, p.Bytes(), KVParamsSize)
+}
+
+func TestKVBindings(t *testing.T) {
+	// Bindings that hold float32 or uint32 whatever the storage type.
+	fixed := map[string]map[int]string{
+		KernelDecode:        {4: "float32", 5: "uint32", 6: "float32"},
+		KernelDecodeCombine: {1: "float32", 2: "float32"},
+		KernelKVAppend:      {4: "uint32"},
+	}
+	for _, k := range KVKernels {
+		n, err := Bindings(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := KernelDTypes(k); !slices.Equal(got, DTypes) {
+			t.Errorf("%s: built for %v, want %v", k, got, DTypes)
+		}
+		ids, _ := SpecIDs(k)
+		for _, dt := range DTypes {
+			name := k + "." + dt
+			m := reflectKernel(t, k, dt)
+			if m.Version != 0x00010300 {
+				t.Errorf("%s: SPIR-V version %#x, want 1.3", name, m.Version)
+			}
+			if got := m.SpecIDs(); !reflect.DeepEqual(got, ids) {
+				t.Errorf("%s: spec IDs %v, Go declares %v", name, got, ids)
+			}
+			if len(m.Bindings) != n {
+				t.Errorf("%s: %d bindings, Go declares %d", name, len(m.Bindings), n)
+				continue
+			}
+			for i, b := range m.Bindings {
+				want, ok := fixed[k][i]
+				if !ok {
+					want = map[string]string{DTypeF32: "float32", DTypeF16: "float16", DTypeBF16: "uint16"}[dt]
+				}
+				if b.Set != 0 || int(b.Binding) != i || b.Elem != want {
+					t.Errorf("%s: binding %d is set %d binding %d of %s, want %s", name, i, b.Set, b.Binding, b.Elem, want)
+				}
+			}
+			if m.HasCapability(spirv.CapabilityFloat16) || m.HasCapability(spirv.CapabilityInt16) {
+				t.Errorf("%s: declares Float16 or Int16", name)
+			}
+		}
+	}
+}

@@ -32,8 +32,11 @@ func (c *cpuBackend) Info() BackendInfo {
 // goroutine (package cpu's defaults, clamped to the sequence lengths).
 func (c *cpuBackend) plan(_ context.Context, p *spec.Problem, _ DType, backward bool) (*Plan, error) {
 	pass := "fwd"
-	if backward {
+	switch {
+	case backward:
 		pass = "bwd"
+	case p.KV != nil:
+		pass = "kv" // each sequence as a forward over its gathered cache rows
 	}
 	br, bc := max(min(cpu.DefaultBr, p.Nq), 1), max(min(cpu.DefaultBc, p.Nk), 1)
 	return &Plan{Pass: pass, Family: "cpu", Batches: p.B, Launches: []Launch{{Kernel: "cpu", TileRows: br, TileCols: bc,

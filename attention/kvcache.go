@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/spec"
@@ -534,4 +535,71 @@ func (e *Engine) kvHostOnDevice(ctx context.Context, db deviceBackend, p *spec.P
 		return err
 	}
 	return dl.Download(ctx, hl)
+}
+
+// kvBenchmarker is implemented by backends that time KV-cache calls
+// themselves (Vulkan: resident operands, GPU timestamps).
+type kvBenchmarker interface {
+	benchmarkKV(ctx context.Context, p *spec.Problem, q, k, v, newK, newV Tensor, o BenchOptions) (*BenchResult, error)
+}
+
+// BenchmarkKVCache times ForwardKVCache calls on the operands given (the
+// append, when newK and newV are given, rewrites the same cache rows every
+// call, and cache.SeqLens is left unchanged). On Vulkan the operands are
+// uploaded once and each call is timed by GPU timestamps around its
+// kernels; on the CPU by the host clock. BenchResult.Flops counts the
+// visible (query, cache row) pairs exactly (KVCacheBytes gives the cache
+// bytes read).
+func (e *Engine) BenchmarkKVCache(ctx context.Context, q Tensor, cache *KVCache, newK, newV Tensor, opt Options, o BenchOptions) (*BenchResult, error) {
+	if err := e.check(ctx); err != nil {
+		return nil, err
+	}
+	p, err := hostKVProblem(q, cache, newK, newV, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.supports(q.DType()); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	if bm, ok := e.b.(kvBenchmarker); ok {
+		r, err := bm.benchmarkKV(ctx, p, q, cache.K, cache.V, newK, newV, o)
+		if err != nil {
+			return nil, err
+		}
+		r.Flops = p.KVFlops()
+		return r, nil
+	}
+	out, err := NewTensor(q.DType(), outShape(p), BSHD)
+	if err != nil {
+		return nil, err
+	}
+	p.O = out.strides()
+	lse := make([]float32, p.B*p.Hq*p.Nq)
+	r := &BenchResult{Clock: "wall", Flops: p.KVFlops()}
+	for i := range o.Warmup + o.Iters {
+		start := time.Now()
+		if p.KV.New > 0 {
+			appendHost(p, cache.K, newK, p.K, p.KV.NewK)
+			appendHost(p, cache.V, newV, p.V, p.KV.NewV)
+		}
+		if err := e.kvHost(ctx, p, q, cache.K, cache.V, out, lse); err != nil {
+			return nil, err
+		}
+		if i >= o.Warmup {
+			r.Times = append(r.Times, time.Since(start))
+		}
+	}
+	return r, nil
+}
+
+// KVCacheBytes is the number of cache bytes a KV-cache call over cache
+// with storage dt must read at least (K and V rows each sequence attends
+// to, after an append of nNew rows): the memory-bound floor of decoding.
+func KVCacheBytes(cache *KVCache, nNew int, dt DType) float64 {
+	var rows float64
+	for _, n := range cache.SeqLens {
+		rows += float64(int(n) + nNew)
+	}
+	return rows * float64(cache.K.Shape.H) * float64(cache.K.Shape.D+cache.V.Shape.D) * float64(dt.Size())
 }

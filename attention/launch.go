@@ -1,13 +1,16 @@
 package attention
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Plan is how one pass of a problem runs on an engine: the kernel family
 // that runs it, its dispatches in recording order, and why the families
 // tried before it did not take the problem. The Vulkan backend records
 // exactly these dispatches; explain, benchmarks and the tuner read them.
 type Plan struct {
-	// Pass is "fwd" or "bwd".
+	// Pass is "fwd", "bwd" or "kv" (a KV-cache call: PlanKVCache).
 	Pass string
 	// Family is the kernel family ("flash_cm", "flash", "bwd_cm", "bwd",
 	// …; "cpu" on the CPU backend).
@@ -20,6 +23,11 @@ type Plan struct {
 	// many as fit (a call then makes ceil(B/Batches) submissions, and the
 	// launches are those of one).
 	Batches int
+	// Splits is the number of parts a KV-cache call splits each
+	// sequence's cache into (workgroups that run side by side, merged by
+	// their log-sum-exp), of SplitKeys rows each; 0 for other passes and
+	// on the CPU backend.
+	Splits, SplitKeys int
 }
 
 // Configuration sources (Launch.Source).
@@ -85,4 +93,46 @@ func (e *Engine) Plan(ctx context.Context, q, k, v Shape, l Layout, dt DType, op
 	}
 	p.O = Contiguous(outShape(p), l)
 	return e.b.plan(ctx, p, dt, backward)
+}
+
+// PlanKVCache is Plan for a KV-cache call (ForwardKVCache): q's shape, the
+// cache's (cache.K and cache.V are read for their shapes only; their Data
+// may be nil), its lengths and block table, the rows an append adds, all
+// operands contiguous in layout l. The plan depends on the lengths (the
+// splits follow the longest sequence).
+func (e *Engine) PlanKVCache(ctx context.Context, q Shape, cache *KVCache, nNew int, l Layout, dt DType, opt Options) (*Plan, error) {
+	if err := e.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.supports(dt); err != nil {
+		return nil, err
+	}
+	if cache == nil {
+		return nil, fmt.Errorf("attention: cache: nil: %w", ErrOption)
+	}
+	k, v := cache.K.Shape, cache.V.Shape
+	for _, a := range []struct {
+		name string
+		s    Shape
+	}{{"q", q}, {"cache.K", k}, {"cache.V", v}} {
+		if err := checkShape(a.name, a.s); err != nil {
+			return nil, err
+		}
+	}
+	if nNew < 0 {
+		return nil, fmt.Errorf("attention: new rows: %d: %w", nNew, ErrShape)
+	}
+	in := kvInput{q: q, k: k, v: v, qs: Contiguous(q, l), ks: Contiguous(k, l), vs: Contiguous(v, l),
+		seqLens: cache.SeqLens, table: cache.BlockTable, blockSize: cache.BlockSize}
+	if nNew > 0 {
+		in.append = true
+		in.nk, in.nv = Shape{B: q.B, S: nNew, H: k.H, D: k.D}, Shape{B: q.B, S: nNew, H: v.H, D: v.D}
+		in.nks, in.nvs = Contiguous(in.nk, l), Contiguous(in.nv, l)
+	}
+	p, err := kvProblem(in, opt)
+	if err != nil {
+		return nil, err
+	}
+	p.O = Contiguous(outShape(p), l)
+	return e.b.plan(ctx, p, dt, false)
 }

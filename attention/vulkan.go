@@ -259,19 +259,26 @@ func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, bac
 	if backward {
 		dir = vkattn.Bwd
 	}
-	// A problem the device cannot hold even one batch of at a time fails
-	// here, before anyone allocates its operands.
-	cb, err := b.vk.MaxBatchChunk(ctx, p, dt, backward)
-	if err != nil {
-		return nil, vkErr(err)
-	}
 	c := *p
-	c.B = min(cb, p.B)
+	if p.KV != nil {
+		dir = vkattn.KV // one submission whatever the size (the plan refuses what one binding does not reach)
+	} else {
+		// A problem the device cannot hold even one batch of at a time
+		// fails here, before anyone allocates its operands.
+		cb, err := b.vk.MaxBatchChunk(ctx, p, dt, backward)
+		if err != nil {
+			return nil, vkErr(err)
+		}
+		c.B = min(cb, p.B)
+	}
 	vp, err := b.vk.Plan(ctx, &c, dt, dir)
 	if err != nil {
 		return nil, vkErr(err)
 	}
 	pl := &Plan{Pass: vp.Dir.String(), Family: vp.Family, Declined: vp.Declined, Batches: c.B}
+	if d := vp.Decode(); d != nil {
+		pl.Splits, pl.SplitKeys = d.Splits, d.SplitKeys
+	}
 	for _, l := range vp.Launches {
 		var addrs []string
 		for _, op := range l.Addresses {
@@ -478,4 +485,71 @@ func (b *vulkanBackend) kvDevice(ctx context.Context, p *spec.Problem, q, k, v, 
 		nk, nv = vt(newK), vt(newV)
 	}
 	return vkErr(b.vk.KVCache(ctx, p, vt(q), vt(k), vt(v), nk, nv, vt(o), vt(lse)))
+}
+
+// benchmarkKV uploads the operands once and times KV-cache calls with GPU
+// timestamps (see vkattn.BenchKV).
+func (b *vulkanBackend) benchmarkKV(ctx context.Context, p *spec.Problem, q, k, v, newK, newV Tensor, o BenchOptions) (*BenchResult, error) {
+	var made []*vkattn.Tensor
+	defer func() {
+		for _, t := range made {
+			t.Close()
+		}
+	}()
+	put := func(t Tensor, dt DType, upload bool) (*vkattn.Tensor, error) {
+		st := spec.BSHD(t.Shape.S, t.Shape.H, t.Shape.D)
+		if dt == Float32 && t.Data == nil && t.Shape.D == 1 { // the LSE: contiguous [B, Hq, Nq]
+			st = spec.BHSD(t.Shape.S, t.Shape.H, 1)
+		}
+		vt, err := b.vk.NewTensor(dt, t.Shape, st)
+		if err != nil {
+			return nil, vkErr(err)
+		}
+		made = append(made, vt)
+		if upload {
+			err = vulkanBuffer{vt}.upload(ctx, densify(t), t.Shape.Len())
+		}
+		return vt, err
+	}
+	dt := q.DType()
+	var ops vkattn.Operands
+	var err error
+	dp := *p
+	for _, x := range []struct {
+		op vkattn.Operand
+		t  Tensor
+		st *Strides
+	}{{vkattn.OpQ, q, &dp.Q}, {vkattn.OpK, k, &dp.K}, {vkattn.OpV, v, &dp.V}} {
+		if ops[x.op], err = put(x.t, dt, true); err != nil {
+			return nil, err
+		}
+		*x.st = ops[x.op].Strides()
+	}
+	kv := *p.KV
+	dp.KV = &kv
+	if kv.New > 0 {
+		if ops[vkattn.OpNewK], err = put(newK, dt, true); err != nil {
+			return nil, err
+		}
+		if ops[vkattn.OpNewV], err = put(newV, dt, true); err != nil {
+			return nil, err
+		}
+		kv.NewK, kv.NewV = ops[vkattn.OpNewK].Strides(), ops[vkattn.OpNewV].Strides()
+	}
+	if ops[vkattn.OpO], err = put(Tensor{Shape: outShape(p)}, dt, false); err != nil {
+		return nil, err
+	}
+	dp.O = ops[vkattn.OpO].Strides()
+	if ops[vkattn.OpLSE], err = put(Tensor{Shape: LSEShape(p.B, p.Hq, p.Nq)}, Float32, false); err != nil {
+		return nil, err
+	}
+	r, err := b.vk.BenchKV(ctx, &dp, ops, vkattn.BenchOptions{Warmup: o.Warmup, Iters: o.Iters, PerKernel: o.PerKernel})
+	if err != nil {
+		return nil, vkErr(err)
+	}
+	res := &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady}
+	for _, k := range r.Kernels {
+		res.Kernels = append(res.Kernels, KernelTimes{Name: k.Name, Times: k.Times})
+	}
+	return res, nil
 }

@@ -232,3 +232,27 @@ func (p *Problem) Flops() float64 {
 
 // NegInf is the LSE of a row with no visible key.
 var NegInf = float32(math.Inf(-1))
+
+// KVFlops is the FLOP count of a KV-cache call's attention: 2·(D+Dv)
+// per (query row, head, visible cache row), every mask counted exactly.
+func (p *Problem) KVFlops() float64 {
+	var pairs float64
+	for b := range p.B {
+		s := p.Sequence(b)
+		for i := range p.Nq {
+			pairs += float64(s.KeyLimit(i))
+		}
+	}
+	return 2 * float64(p.Hq) * float64(p.D+p.Dv) * pairs
+}
+
+// KVBytes is the number of cache bytes a KV-cache call must read at
+// least: every row each sequence attends to, K and V once per KV head,
+// elements of size bytes.
+func (p *Problem) KVBytes(size int) float64 {
+	var rows float64
+	for b := range p.B {
+		rows += float64(p.KV.Len(b))
+	}
+	return rows * float64(p.Hkv) * float64(p.D+p.Dv) * float64(size)
+}

@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/flashvk/flashvk/internal/device"
 	"github.com/flashvk/flashvk/internal/pipeline"
@@ -254,14 +255,29 @@ func (b *Backend) runKV(ctx context.Context, p *spec.Problem, dt spec.DType, buf
 	s := &scratch{b: b}
 	tainted := false
 	defer func() { s.done(!tainted) }()
+	r := b.dev.Record()
+	if err := b.recordKV(r, s, p, pl, bufs); err != nil {
+		return err
+	}
+	if _, err := b.dev.Submit(ctx, r); err != nil {
+		tainted = submitted(err)
+		return fmt.Errorf("vkattn: %w", err)
+	}
+	return nil
+}
+
+// recordKV records the KV plan pl of p: the lengths and page table into
+// the meta scratch, then the launches (scratch buffers from s).
+func (b *Backend) recordKV(r *device.Recorder, s *scratch, p *spec.Problem, pl *Plan, bufs operandBufs) error {
 	for op, n := range pl.Scratch {
-		if bufs[op], err = s.get(n); err != nil {
+		buf, err := s.get(n)
+		if err != nil {
 			return err
 		}
+		bufs[op] = buf
 	}
 	kp := kvParams(p, pl.decode)
 	push := kp.Bytes()
-	r := b.dev.Record()
 	meta := metaData(p)
 	for off := 0; off < len(meta); off += device.MaxUpdateBytes {
 		r.Update(bufs[OpMeta], int64(off), meta[off:min(len(meta), off+device.MaxUpdateBytes)])
@@ -289,9 +305,83 @@ func (b *Backend) runKV(ctx context.Context, p *spec.Problem, dt spec.DType, buf
 			return fmt.Errorf("vkattn: %w", err)
 		}
 	}
-	if _, err := b.dev.Submit(ctx, r); err != nil {
-		tainted = submitted(err)
-		return fmt.Errorf("vkattn: %w", err)
+	return r.Err()
+}
+
+// BenchKV times KV-cache calls of p on the resident tensors ops (as
+// KVCache takes them; the append, when p has one, rewrites the same rows
+// every call): one submission per iteration between two GPU timestamps,
+// warm-up untimed, as Bench.
+func (b *Backend) BenchKV(ctx context.Context, p *spec.Problem, ops Operands, o BenchOptions) (*BenchResult, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
 	}
-	return nil
+	defer b.leave()
+	o = o.withDefaults()
+	if p == nil || p.KV == nil {
+		return nil, fmt.Errorf("%w: not a KV-cache problem", ErrInvalid)
+	}
+	args := []binding{{OpQ, ops[OpQ], false}, {OpK, ops[OpK], p.KV.New > 0}, {OpV, ops[OpV], p.KV.New > 0}, {OpO, ops[OpO], true}, {OpLSE, ops[OpLSE], true}}
+	if p.KV.New > 0 {
+		args = append(args, binding{OpNewK, ops[OpNewK], false}, binding{OpNewV, ops[OpNewV], false})
+	}
+	dt, release, err := b.acquire(p, args)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	pl, err := b.Plan(ctx, p, dt, KV)
+	if err != nil {
+		return nil, err
+	}
+	s := &scratch{b: b}
+	ok := true
+	defer func() { s.done(ok) }()
+	r := b.dev.Record()
+	r.Timestamp("start")
+	r.StampDispatches(o.PerKernel)
+	if err := b.recordKV(r, s, p, pl, ops.bufs()); err != nil {
+		return nil, err
+	}
+	r.Timestamp("end")
+	res := &BenchResult{Clock: "gpu-timestamps"}
+	if b.info.TimestampValidBits == 0 {
+		res.Clock = "wall"
+	}
+	submit := func() (*device.Result, error) {
+		out, err := b.dev.Submit(ctx, r)
+		if err != nil {
+			ok = !submitted(err)
+			return nil, fmt.Errorf("vkattn: bench: %w", err)
+		}
+		return out, nil
+	}
+	start := time.Now()
+	for i := 0; i < o.Warmup || (time.Since(start) < o.MinWarmup && i < o.Warmup+1000); i++ {
+		if _, err := submit(); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		res.Times, res.Kernels = res.Times[:0], nil
+		for range o.Iters {
+			out, err := submit()
+			if err != nil {
+				return nil, err
+			}
+			t := out.Wall()
+			if res.Clock != "wall" {
+				t = out.Elapsed("start", "end")
+			}
+			res.Times = append(res.Times, t)
+			if o.PerKernel {
+				res.addKernelTimes(out.Timestamps())
+			}
+		}
+		if Steady(res.Times) || attempt == o.Retries {
+			res.Unsteady = !Steady(res.Times)
+			return res, nil
+		}
+		res.Retimed++
+	}
 }

@@ -14,7 +14,9 @@
 //          partial log2-sum-exp [splits,B,Hq,Nq] (−inf: the split saw no
 //          row), which decode_combine merges.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (rows per workgroup), 5 SUBGROUP
-//   (4 BC unused). WG is a multiple of SUBGROUP; full subgroups.
+//   (4 BC unused), 7 KVEC: 1 reads each cache K row in 16-byte units
+//   (the host sets it when D and K's strides are multiples of 16 bytes),
+//   0 element by element. WG is a multiple of SUBGROUP; full subgroups.
 // Grid: (splits, Hkv·ceil(group·Nq/BR), B): workgroup (x, y, z) computes
 //   split x (cache rows x·split_keys … of sequence z) for BR rows of the
 //   group·Nq rows that read KV head y / ceil(group·Nq/BR) (GQA packing:
@@ -31,7 +33,7 @@
 // of O += P·V. At the end the subgroups' (m, l, O) are merged one by one
 // through shared memory.
 //
-// Shared memory (bytes): 4·(BR·D + NSG·SUBGROUP·BR + BR·(DV+2))
+// Shared memory (bytes): 4·(BR·4·ceil(D/4) + NSG·SUBGROUP·BR + BR·(DV+2))
 // = shaders.DecodeSharedBytes.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -40,17 +42,50 @@
 #include "kv_params.glsl"
 
 OPERAND(0, 0, QBuf, q, readonly)
-OPERAND(1, 1, KBuf, k, readonly)
+OPERAND_V(1, 1, KBuf, k, readonly)
 OPERAND(2, 2, VBuf, v, readonly)
 OPERAND(3, 3, OBuf, o, writeonly)
 layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
 layout(std430, binding = 5) readonly buffer MBuf { uint meta[]; };
 layout(std430, binding = 6) writeonly buffer PBuf { float part[]; };
 
+layout(constant_id = 7) const uint KVEC = 0;
+
 const uint NSG = WG / SUBGROUP;
 const uint DVN = (DV + SUBGROUP - 1u) / SUBGROUP;
+const uint D4 = (D + 3u) / 4u;   // Q row in vec4 units (zero-padded)
+const uint EPV = 16u / STYPE_BYTES; // elements per 16-byte unit
 
-shared float sQ[BR * D];
+// unpack_unit widens the EPV elements of a 16-byte unit (exactly).
+void unpack_unit(uvec4 w, out float f[EPV]) {
+	[[unroll]] for (uint i = 0u; i < 4u; ++i) {
+#if defined(STORAGE_F16)
+		vec2 h = unpackHalf2x16(w[i]);
+		f[2u * i] = h.x;
+		f[2u * i + 1u] = h.y;
+#elif defined(STORAGE_BF16)
+		f[2u * i] = uintBitsToFloat(w[i] << 16);
+		f[2u * i + 1u] = uintBitsToFloat(w[i] & 0xffff0000u);
+#else
+		f[i] = uintBitsToFloat(w[i]);
+#endif
+	}
+}
+
+shared vec4 sQ[BR * D4];
+
+// PV_ROW(c): acc += P[:, c]·V[row base + c] for the lane's columns.
+#define PV_ROW(c) { \
+	uvec2 pr = CACHE_ROW(b, base + (c)); \
+	OFFSET vb = WIDE(pr.x) * pc.v_b + WIDE(pr.y) * pc.v_s + WIDE(kvh) * pc.v_h; \
+	[[unroll]] for (uint i = 0u; i < DVN; ++i) { \
+		uint dv = lane + SUBGROUP * i; \
+		float vv = dv < DV ? LOAD(EL(v, vb + dv)) : 0.0; \
+		[[unroll]] for (uint r = 0u; r < BR; ++r) { \
+			acc[r * DVN + i] = fma(sP[pbase + (c) * BR + r], vv, acc[r * DVN + i]); \
+		} \
+	} \
+}
 shared float sP[NSG * SUBGROUP * BR];
 shared float sM[BR * (DV + 2u)]; // merge slot: O rows, then m, then l
 
@@ -79,15 +114,19 @@ void main() {
 	const uint j_lo = split * pc.split_keys;
 	const uint j_end = min(min(n, j_lo + pc.split_keys), lim_hi);
 
-	STRIDED_BEGIN(e, BR * D)
-		uint r = e / D;
-		uint d = e - r * D;
+	STRIDED_BEGIN(e, BR * D4)
+		uint r = e / D4;
+		uint d = (e - r * D4) * 4u;
 		uint gr = r0 + r;
-		float x = 0.0;
+		vec4 x = vec4(0.0);
 		if (gr < rows) {
 			uint h = kvh * pc.group + gr % pc.group;
 			OFFSET qb = WIDE(b) * pc.q_b + WIDE(gr / pc.group) * pc.q_s + WIDE(h) * pc.q_h;
-			x = LOAD(EL(q, qb + d)) * sl2;
+			[[unroll]] for (uint c = 0u; c < 4u; ++c) {
+				if (d + c < D) {
+					x[c] = LOAD(EL(q, qb + d + c)) * sl2;
+				}
+			}
 		}
 		sQ[e] = x;
 	STRIDED_END
@@ -115,12 +154,31 @@ void main() {
 		if (live) {
 			uvec2 pr = CACHE_ROW(b, j);
 			OFFSET kb = WIDE(pr.x) * pc.k_b + WIDE(pr.y) * pc.k_s + WIDE(kvh) * pc.k_h;
-			UNROLLED_BEGIN(d, D)
-				float kd = LOAD(EL(k, kb + d));
-				[[unroll]] for (uint r = 0u; r < BR; ++r) {
-					s[r] = fma(sQ[r * D + d], kd, s[r]);
-				}
-			UNROLLED_END
+			if (KVEC == 1u) {
+				// EPV is 4 or 8: whole vec4 units of Q per 16-byte unit.
+				UNROLLED_BEGIN(u, D / EPV)
+					float f[EPV];
+					unpack_unit(VEC(k, kb / EPV + u), f);
+					[[unroll]] for (uint c = 0u; c < EPV / 4u; ++c) {
+						vec4 kd = vec4(f[4u * c], f[4u * c + 1u], f[4u * c + 2u], f[4u * c + 3u]);
+						[[unroll]] for (uint r = 0u; r < BR; ++r) {
+							s[r] += dot(sQ[r * D4 + u * (EPV / 4u) + c], kd);
+						}
+					}
+				UNROLLED_END
+			} else {
+				UNROLLED_BEGIN(d4, D4)
+					vec4 kd = vec4(0.0);
+					[[unroll]] for (uint c = 0u; c < 4u; ++c) {
+						if (d4 * 4u + c < D) {
+							kd[c] = LOAD(EL(k, kb + d4 * 4u + c));
+						}
+					}
+					[[unroll]] for (uint r = 0u; r < BR; ++r) {
+						s[r] += dot(sQ[r * D4 + d4], kd);
+					}
+				UNROLLED_END
+			}
 		}
 		[[unroll]] for (uint r = 0u; r < BR; ++r) {
 			float x = live && j < lim[r] ? s[r] : NEG_INF;
@@ -142,15 +200,15 @@ void main() {
 		// O += P·V over the block's live rows (rows past them are never
 		// read: the cache holds anything there).
 		const uint nlive = min(SUBGROUP, j_end - base);
-		for (uint c = 0u; c < nlive; ++c) {
-			uvec2 pr = CACHE_ROW(b, base + c);
-			OFFSET vb = WIDE(pr.x) * pc.v_b + WIDE(pr.y) * pc.v_s + WIDE(kvh) * pc.v_h;
-			[[unroll]] for (uint i = 0u; i < DVN; ++i) {
-				uint dv = lane + SUBGROUP * i;
-				float vv = dv < DV ? LOAD(EL(v, vb + dv)) : 0.0;
-				[[unroll]] for (uint r = 0u; r < BR; ++r) {
-					acc[r * DVN + i] = fma(sP[pbase + c * BR + r], vv, acc[r * DVN + i]);
-				}
+		if (nlive == SUBGROUP) {
+			// Unrolled: the block's V loads issue together instead of one
+			// dependent row at a time.
+			[[unroll]] for (uint c = 0u; c < SUBGROUP; ++c) {
+				PV_ROW(c)
+			}
+		} else {
+			for (uint c = 0u; c < nlive; ++c) {
+				PV_ROW(c)
 			}
 		}
 		subgroupBarrier();

@@ -19,6 +19,11 @@ const (
 	KernelKVAppend = "kv_append"
 )
 
+// SpecKVec is decode's specialization constant 7: 1 reads cache K rows
+// in 16-byte units (D and K's strides multiples of 16 bytes), 0 element
+// by element.
+const SpecKVec uint32 = 7
+
 // KVKernels lists the KV-cache kernels.
 var KVKernels = []string{KernelDecode, KernelDecodeCombine, KernelKVAppend}
 
@@ -26,9 +31,9 @@ func init() {
 	kernelBindings[KernelDecode] = 7
 	kernelBindings[KernelDecodeCombine] = 3
 	kernelBindings[KernelKVAppend] = 5
-	for _, k := range KVKernels {
-		kernelSpecIDs[k] = sharedSpecIDs
-	}
+	kernelSpecIDs[KernelDecode] = append(append([]uint32(nil), sharedSpecIDs...), SpecKVec)
+	kernelSpecIDs[KernelDecodeCombine] = sharedSpecIDs
+	kernelSpecIDs[KernelKVAppend] = sharedSpecIDs
 }
 
 // KVParams mirrors the push-constant block of kv_params.glsl field for
@@ -71,7 +76,7 @@ func (p *KVParams) Bytes() []byte {
 // DecodeSharedBytes is decode's shared memory for br rows per workgroup,
 // wg invocations in subgroups of sg, head dims d and dv (decode.comp).
 func DecodeSharedBytes(wg, sg, br, d, dv int) int {
-	return 4 * (br*d + wg*br + br*(dv+2))
+	return 4 * (br*4*ceilDiv(d, 4) + wg*br + br*(dv+2))
 }
 
 // DecodeLoopIterations estimates the loop iterations one decode

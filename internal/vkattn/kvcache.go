@@ -143,10 +143,16 @@ func planDecode(_ context.Context, b *Backend, p *spec.Problem, dt spec.DType) (
 	}
 	full := b.info.ComputeFullSubgroups
 	grid := [3]uint32{uint32(c.Splits), uint32(p.Hkv * ceilDiv(p.Group()*p.Nq, c.BR)), uint32(p.B)}
-	if err := add(shaders.KernelDecode, c.String(), c.WG, c.BR, grid, shaders.DecodeSharedBytes(c.WG, b.lim.Subgroup, c.BR, p.D, p.Dv),
+	kvec, config := uint32(0), c.String()
+	if kVector(p, dt) {
+		kvec, config = 1, config+"-kvec"
+	}
+	if err := add(shaders.KernelDecode, config, c.WG, c.BR, grid, shaders.DecodeSharedBytes(c.WG, b.lim.Subgroup, c.BR, p.D, p.Dv),
 		full, kv.New > 0, OpQ, OpK, OpV, OpO, OpLSE, OpMeta, OpPart); err != nil {
 		return nil, err
 	}
+	dl := &pl.Launches[len(pl.Launches)-1]
+	dl.key.Spec = append(dl.key.Spec, device.Spec{ID: shaders.SpecKVec, Value: kvec})
 	if c.Splits > 1 {
 		pl.Scratch[OpPart] = int64(c.Splits) * int64(p.B*p.Hq*p.Nq) * int64(p.Dv+1) * 4
 		if err := add(shaders.KernelDecodeCombine, fmt.Sprintf("wg%d", copyWG), copyWG, 1,
@@ -156,6 +162,14 @@ func planDecode(_ context.Context, b *Backend, p *spec.Problem, dt spec.DType) (
 	}
 	pl.decode = &c
 	return pl, nil
+}
+
+// kVector reports whether decode may read cache K rows in 16-byte units:
+// D and every K stride are multiples of 16 bytes (rows then start on
+// 16-byte boundaries of the binding).
+func kVector(p *spec.Problem, dt spec.DType) bool {
+	unit := 16 / dt.Size()
+	return p.D%unit == 0 && p.K.Batch%unit == 0 && p.K.Seq%unit == 0 && p.K.Head%unit == 0
 }
 
 // metaBytes is the size of the lengths and page table (uint32).

@@ -37,6 +37,20 @@
 // device), download what is needed. On the CPU backend they wrap host
 // memory, so the same code runs everywhere.
 //
+// For decoding, ForwardKVCache (host tensors) and ForwardKVCacheDevice
+// (the cache on the device) take a few new queries per sequence, a key/
+// value cache — contiguous [B, Nmax, Hkv, D] or paged (a block table
+// into [NumBlocks, BlockSize, Hkv, D], as vLLM and FlashAttention) —
+// with each sequence's length, optionally append new K and V rows at
+// those lengths, and attend to each sequence's rows, causally
+// bottom-right for speculative decoding; the lengths advance on
+// success. On Vulkan one submission carries the append, a split-KV
+// decode kernel that packs the query heads sharing a KV head into one
+// workgroup, and a deterministic merge of the splits (PlanKVCache shows
+// the splits); the cache must fit one storage-buffer binding (4 GiB on
+// NVIDIA) — larger caches are refused with ErrShape. The CPU backend
+// computes each sequence as a forward over its gathered rows.
+//
 // Tensors may be as large as the device's largest buffer: an operand larger
 // than one storage-buffer binding reaches (4 GiB on NVIDIA) is read by the
 // kernels' addressed builds through 64-bit buffer device addresses

@@ -157,6 +157,11 @@ func (e *Engine) ForwardKVCacheDevice(ctx context.Context, q *DeviceTensor, cach
 			return fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", a.name, a.t.dt, dt, ErrDType)
 		}
 	}
+	for _, a := range named {
+		if a.name != "lse" && a.t.shape.D > MaxHeadDim {
+			return fmt.Errorf("attention: %s: head dim %d > %d: %w", a.name, a.t.shape.D, MaxHeadDim, ErrShape)
+		}
+	}
 	in := kvInput{
 		q: q.shape, qs: q.st, k: cache.K.shape, ks: cache.K.st, v: cache.V.shape, vs: cache.V.st,
 		seqLens: cache.SeqLens, table: cache.BlockTable, blockSize: cache.BlockSize,
@@ -212,14 +217,14 @@ func advance(seqLens []int32, n int) {
 // kvInput are the shapes, strides and metadata of a KV-cache call, host
 // or device.
 type kvInput struct {
-	q, k, v     Shape
-	qs, ks, vs  Strides
-	seqLens     []int32
-	table       []int32
-	blockSize   int
-	append      bool
-	nk, nv      Shape
-	nks, nvs    Strides
+	q, k, v    Shape
+	qs, ks, vs Strides
+	seqLens    []int32
+	table      []int32
+	blockSize  int
+	append     bool
+	nk, nv     Shape
+	nks, nvs   Strides
 }
 
 // hostKVProblem validates the host operands of a KV-cache call.

@@ -19,6 +19,11 @@
 // buffers, bindings 0 … Bindings(kernel)−1, plus the 80-byte push-constant
 // block Params.
 //
+// The KV-cache kernels (kv.go: decode, decode_combine, kv_append) are
+// built like the others but share kv_params.glsl's push-constant block,
+// KVParams (120 bytes), and have no addressed variants; decode needs
+// subgroup arithmetic.
+//
 // Addressed variants (addressed.go): flash, bwd_pre, bwd_dkdv, bwd_dq and
 // the cooperative-matrix flash_cm, bwd_cm_dkdv, bwd_cm_dq are also built
 // as NAME.addr.DTYPE.spv (kernel name Addressed(NAME) = NAME + ".addr",

@@ -24,6 +24,7 @@
 //	naive     three passes through a float32 score matrix, educational
 //	bwd_cm    backward on cooperative matrices: bwd_pre, bwd_cm_dkdv, bwd_cm_dq
 //	bwd       backward: bwd_pre, bwd_dkdv, bwd_dq
+//	decode    KV-cache calls (pass KV): kv_append, decode, decode_combine (kvcache.go)
 //
 // A family owns its device and dtype requirements (init, and its plan's
 // refusals), its SPIR-V modules, bindings, specialization, default tile
@@ -34,7 +35,21 @@
 // Plan.Declined; a named forward family is asked alone (a problem or
 // device it cannot run is an error, never another family's results) and
 // its backward families follow it (flash_cm: bwd_cm then bwd; the scalar
-// ones: bwd). Adding a family is one file and one registry line.
+// ones: bwd). The KV pass (Problem.KV set) always asks decode. Adding a
+// family is one file and one registry line.
+//
+// # KV-cache calls
+//
+// KVCache runs a decoding step on resident tensors in one submission: the
+// lengths and page table go into a scratch buffer through the command
+// buffer (Recorder.Update), kv_append copies the new rows into the cache,
+// decode computes attention split along each sequence's cache
+// (DecodeConfig: about four workgroups per compute unit, from the
+// device's ComputeUnits where the driver reports them), and
+// decode_combine merges the splits by their log-sum-exp in split order,
+// so results are the same bits run to run. KV kernels read the cache
+// through one binding: larger caches fail with ErrTooLarge. BenchKV
+// times such calls.
 //
 // # Device-resident and host operands
 //

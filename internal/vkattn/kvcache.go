@@ -212,7 +212,7 @@ func kvParams(p *spec.Problem, c *DecodeConfig) shaders.KVParams {
 		OB: st(p.B, p.O.Batch), OS: st(p.Nq, p.O.Seq), OH: st(p.Hq, p.O.Head),
 		Scale: p.Scale, Mask: uint32(p.Mask), PageSize: uint32(kv.PageSize), MaxPages: uint32(kv.MaxPages),
 		NewRows: uint32(kv.New),
-		NKB: st(p.B, kv.NewK.Batch), NKS: st(kv.New, kv.NewK.Seq), NKH: st(p.Hkv, kv.NewK.Head),
+		NKB:     st(p.B, kv.NewK.Batch), NKS: st(kv.New, kv.NewK.Seq), NKH: st(p.Hkv, kv.NewK.Head),
 		NVB: st(p.B, kv.NewV.Batch), NVS: st(kv.New, kv.NewV.Seq), NVH: st(p.Hkv, kv.NewV.Head),
 		SplitKeys: uint32(c.SplitKeys), Splits: uint32(c.Splits),
 	}

@@ -55,7 +55,8 @@ type DeviceKVCache struct {
 // advances SeqLens[b] by Nnew. Options.Causal masks per sequence with
 // Nk = SeqLens[b]+Nnew, placed by Align (BottomRight, FlashAttention's
 // rule for decoding: query i sees rows j ≤ i + Nk − Nq, so the Nq new
-// tokens see the cache and each other causally). A sequence that sees no
+// tokens see the cache and each other causally; set it, since the zero
+// Alignment is TopLeft). A sequence that sees no
 // row (length 0) gives O = 0 and LSE = −Inf.
 //
 // Nothing is written before every argument has been checked (errors wrap
@@ -565,6 +566,9 @@ func (e *Engine) BenchmarkKVCache(ctx context.Context, q Tensor, cache *KVCache,
 	}
 	if err := e.supports(q.DType()); err != nil {
 		return nil, err
+	}
+	if o.Backward || o.Rotate > 1 {
+		return nil, fmt.Errorf("attention: benchmark: a KV-cache call has no backward and runs on one input set (Backward %v, Rotate %d): %w", o.Backward, o.Rotate, ErrOption)
 	}
 	o = o.withDefaults()
 	if bm, ok := e.b.(kvBenchmarker); ok {

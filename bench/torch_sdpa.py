@@ -7,25 +7,60 @@ Same grid, FLOP convention and statistics as `flashvk bench`: B = tokens/N,
 H = hidden/d, forward 4*B*H*N*N*d (halved when causal), backward 2.5x that;
 warm-up, then the median of many runs timed with CUDA events around each call,
 cycling through --rotate input sets so the L2 cache does not flatter small
-problems.
+problems. --backend best times every SDPA backend (flash, efficient, cudnn,
+math) and reports the fastest.
+
+Decode mode (--cache-seqlens, --paged, --append, or --decode with --nk) is the
+anchor for `flashvk bench` in decode mode (KV-cache calls), on the same shapes:
+B sequences hold --cache-seqlens rows each (one length per sequence; it sets
+B), or without it Nk - --append rows each of B = --batch (default
+tokens/max(Nq, Nk)) sequences; --append rows are appended, and --nq queries
+per sequence (default 1) attend to the first length + append rows, with
+FlashAttention's decoding mask (bottom-right causal: query i sees rows
+j <= i + L - Nq, none for Nq = 1) unless --causal says otherwise. SDPA runs on
+the gathered cache [B, Hkv, Lmax, d] (BHSD), with GQA by enable_gqa where the
+PyTorch has it, else K and V heads repeated before timing; sequences of
+different lengths are padded to the longest with a boolean mask (the flash
+backend takes no mask, so it is skipped there). PyTorch has no paged SDPA: with
+--paged the cache is built in blocks through a shuffled block table, gathered
+to a contiguous cache before timing, and timed there (said in the output and
+in each result's "note"). The append is not timed. The default --backend in
+decode mode is best: every backend is timed, the fastest reported. Results have
+direction "kv", Nk = the cache capacity, and cache_seqlens, append, block_size,
+cache_bytes (the K and V bytes of the rows attended to: the memory-bound
+floor, as attention.KVCacheBytes) and gb_per_s, so `flashvk compare` matches
+them with flashvk's.
+    python3 bench/torch_sdpa.py --cache-seqlens 128,4000,17 --heads 32 --kv-heads 8 --dim 128 --json torch-kv.json
+    python3 bench/torch_sdpa.py --decode --nk 1024 8192 32768 --batch 16 --heads 32 --kv-heads 8 --dim 128 --dry-run
+
+The parts that need no GPU (the decode grid, FLOPs, bytes, masks' key limits,
+block tables) are plain functions with doctests:
+    python3 -m doctest -v bench/torch_sdpa.py
+and --dry-run prints the decode points as JSON lines without timing anything.
 """
 import argparse
 import datetime
 import json
+import random
 import statistics
 import sys
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError:  # the helpers below need no torch (doctests, --dry-run)
+    torch = F = SDPBackend = sdpa_kernel = None
 
-BACKENDS = {
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-    "math": SDPBackend.MATH,
-}
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+BACKENDS = ["flash", "efficient", "cudnn", "math"]
+SDP_NAMES = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+DTYPES = ["float16", "bfloat16", "float32"]
+DTYPE_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def sdp_backend(name):
+    """The SDPBackend of a backend name (None where this PyTorch lacks it)."""
+    return getattr(SDPBackend, SDP_NAMES[name], None)
 
 
 def grid(dims, seqs, causals, tokens, hidden):
@@ -36,6 +71,13 @@ def grid(dims, seqs, causals, tokens, hidden):
 
 
 def quantile(xs, q):
+    """Nearest-rank quantile, as flashvk's BenchResult.Quantile.
+
+    >>> quantile([5, 1, 4, 2, 3], 0.5)
+    3
+    >>> quantile([1, 2, 3, 4], 0.9)
+    4
+    """
     s = sorted(xs)
     return s[min(max(int(q * (len(s) - 1) + 0.5), 0), len(s) - 1)]
 
@@ -55,13 +97,288 @@ def time_calls(fn, warmup, iters):
     return times
 
 
+def int_list(s):
+    """A list flag's value: comma- and/or space-separated integers.
+
+    >>> int_list("128,4000, 17")
+    [128, 4000, 17]
+    """
+    return [int(x) for x in s.replace(",", " ").split()]
+
+
+def flatten(xss):
+    return None if xss is None else [x for xs in xss for x in xs]
+
+
+# ---- decode mode: the parts without CUDA ----
+
+def key_limit(l, nq, i, causal):
+    """How many leading rows of a sequence of l rows query i of nq sees
+    (bottom-right causal: rows j <= i + l - nq; all l when not causal).
+
+    >>> [key_limit(10, 3, i, True) for i in range(3)]
+    [8, 9, 10]
+    >>> key_limit(2, 4, 0, True), key_limit(10, 1, 0, False)
+    (0, 10)
+    """
+    if not causal:
+        return l
+    return min(max(i + 1 + l - nq, 0), l)
+
+
+def kv_flops(lens, append, nq, hq, d, dv, causal):
+    """FLOPs of a KV-cache call: 2*(d+dv) per query head and visible
+    (query, cache row) pair, as flashvk's BenchResult.Flops.
+
+    >>> kv_flops([20, 50], 0, 1, 4, 16, 16, False)
+    17920.0
+    >>> kv_flops([100, 300], 2, 2, 8, 32, 32, True)
+    825344.0
+    """
+    pairs = sum(key_limit(n + append, nq, i, causal) for n in lens for i in range(nq))
+    return 2.0 * hq * (d + dv) * pairs
+
+
+def kv_cache_bytes(lens, append, hkv, d, dv, dtype):
+    """The cache bytes a call must read (attention.KVCacheBytes): the K and V
+    rows each sequence attends to, once per KV head.
+
+    >>> kv_cache_bytes([20, 50], 0, 2, 16, 16, "float32")
+    17920.0
+    """
+    return float(sum(n + append for n in lens) * hkv * (d + dv) * DTYPE_SIZE[dtype])
+
+
+def block_table(b, max_blocks, seed):
+    """A paged cache's block table: the pool's b*max_blocks blocks in
+    shuffled order, max_blocks per sequence (row-major [b, max_blocks]).
+
+    >>> t = block_table(3, 4, 1)
+    >>> len(t), sorted(x for row in t for x in row) == list(range(12))
+    (3, True)
+    """
+    perm = list(range(b * max_blocks))
+    random.Random(seed).shuffle(perm)
+    return [perm[i * max_blocks:(i + 1) * max_blocks] for i in range(b)]
+
+
+def decode_points(a):
+    """The decode grid, as flashvk bench's decode mode builds it: every
+    d x mask x Nq x Nk. Each point is a dict of the shape.
+
+    >>> ns = argparse.Namespace(dim=[64], nq=[1, 4], nk=None, cache_seqlens=[10, 3], batch=None, heads=8, kv_heads=2,
+    ...     hidden=2048, tokens=16384, append=1, paged=16, causal=None)
+    >>> [(p["Nq"], p["Nk"], p["B"], p["causal"], p["lens"]) for p in decode_points(ns)]
+    [(1, 11, 2, False, [10, 3]), (4, 11, 2, True, [10, 3])]
+    >>> ns = argparse.Namespace(dim=[128], nq=None, nk=[1024, 8192], cache_seqlens=None, batch=None, heads=None, kv_heads=None,
+    ...     hidden=2048, tokens=16384, append=0, paged=None, causal="both")
+    >>> [(p["B"], p["H"], p["Hkv"], p["Nk"], p["causal"], p["lens"][:2]) for p in decode_points(ns)]
+    [(16, 16, 16, 1024, False, [1024, 1024]), (2, 16, 16, 8192, False, [8192, 8192])]
+    """
+    nqs, nks = a.nq or [1], a.nk or [0]
+    points, seen = [], set()
+    for d in a.dim:
+        for causal in (False, True):
+            for nq in nqs:
+                if a.causal is None and causal != (nq > 1):
+                    continue
+                if a.causal is not None and causal not in {"true": [True], "false": [False], "both": [False, True]}[a.causal]:
+                    continue
+                for nk in nks:
+                    if a.cache_seqlens:
+                        lens = list(a.cache_seqlens)
+                        b = len(lens)
+                        cap = nk or max(max(lens) + a.append, 1)
+                    else:
+                        b = a.batch or max(a.tokens // max(nq, nk), 1)
+                        cap, lens = nk, [nk - a.append] * b
+                    h = a.heads or max(a.hidden // d, 1)
+                    p = dict(B=b, H=h, Hkv=a.kv_heads or h, Nq=nq, Nk=cap, d=d, lens=lens, append=a.append,
+                             block=a.paged or 0, causal=causal and nq > 1)  # bottom-right, Nq = 1: no mask
+                    key = json.dumps(p, sort_keys=True)
+                    if key not in seen:
+                        seen.add(key)
+                        points.append(p)
+    return points
+
+
+def check_decode_args(ap, a):
+    """Refuse what flashvk refuses in decode mode (exit 2)."""
+    by = ("--cache-seqlens" if a.cache_seqlens else "--paged" if a.paged is not None
+          else "--append" if a.append_given else "--decode")
+    if a.backward:
+        ap.error(f"--backward has no effect in decode mode ({by}): decoding has no backward pass")
+    if a.seq_given:
+        ap.error(f"--seq has no effect in decode mode ({by}): --nq (default 1) and --nk or --cache-seqlens give the lengths")
+    if not a.cache_seqlens and not a.nk:
+        ap.error(f"decode mode ({by}) needs --nk (the cache capacity per sequence) or --cache-seqlens")
+    for name, xs in (("--nq", a.nq), ("--nk", a.nk), ("--dim", a.dim)):
+        for x in xs or []:
+            if x < 1:
+                ap.error(f"{name} {x}: must be positive")
+    for n in a.cache_seqlens or []:
+        if n < 0:
+            ap.error(f"--cache-seqlens {n}: must be >= 0")
+    if a.paged is not None and a.paged < 1:
+        ap.error(f"--paged {a.paged}: must be positive")
+    if a.append < 0:
+        ap.error(f"--append {a.append}: must be >= 0")
+    if a.cache_seqlens and a.batch and a.batch != len(a.cache_seqlens):
+        ap.error(f"--batch {a.batch} disagrees with --cache-seqlens ({len(a.cache_seqlens)} lengths, one per sequence)")
+    for nk in a.nk or []:
+        for i, n in enumerate(a.cache_seqlens or []):
+            if n + a.append > nk:
+                ap.error(f"--cache-seqlens: sequence {i} holds {n} rows and --append adds {a.append}: more than --nk {nk}, the cache's capacity")
+        if not a.cache_seqlens and a.append > nk:
+            ap.error(f"--append {a.append}: more rows than the cache holds (--nk {nk})")
+    if a.heads and a.kv_heads and a.heads % a.kv_heads:
+        ap.error(f"--kv-heads {a.kv_heads} does not divide --heads {a.heads}")
+    if a.causal is not None and all(nq == 1 for nq in a.nq or [1]):
+        ap.error("--causal has no effect: with Nq = 1 the decoding mask (bottom-right) shows the query every cache row")
+
+
+# ---- decode mode: timing on CUDA ----
+
+def gqa_native():
+    """Whether SDPA takes enable_gqa (PyTorch >= 2.5); probed on the CPU."""
+    q, kv = torch.zeros(1, 2, 1, 8), torch.zeros(1, 1, 3, 8)
+    try:
+        F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+        return True
+    except TypeError:
+        return False
+
+
+def decode_inputs(p, dt, dev, gen):
+    """Q [B, H, Nq, d] and the gathered cache K, V [B, Hkv, Lmax, d] of a
+    point (paged: built in blocks, gathered through a shuffled table)."""
+    b, hkv, d = p["B"], p["Hkv"], p["d"]
+    att = [n + p["append"] for n in p["lens"]]
+    lmax = max(max(att), 1)
+    q = torch.randn(b, p["H"], p["Nq"], d, device=dev, dtype=dt, generator=gen)
+    if p["block"]:
+        bs = p["block"]
+        mb = (p["Nk"] + bs - 1) // bs
+        table = torch.tensor(block_table(b, mb, gen.initial_seed()), device=dev)
+        pool_k = torch.randn(b * mb, bs, hkv, d, device=dev, dtype=dt, generator=gen)
+        pool_v = torch.randn(b * mb, bs, hkv, d, device=dev, dtype=dt, generator=gen)
+        need = (lmax + bs - 1) // bs
+        # [B, need, bs, Hkv, d] -> [B, Hkv, Lmax, d]
+        k = pool_k[table[:, :need]].reshape(b, need * bs, hkv, d)[:, :lmax].transpose(1, 2).contiguous()
+        v = pool_v[table[:, :need]].reshape(b, need * bs, hkv, d)[:, :lmax].transpose(1, 2).contiguous()
+        del pool_k, pool_v
+    else:
+        k = torch.randn(b, hkv, lmax, d, device=dev, dtype=dt, generator=gen)
+        v = torch.randn(b, hkv, lmax, d, device=dev, dtype=dt, generator=gen)
+    return q, k, v
+
+
+def decode_mask(p, dev):
+    """The attention mask of a point: None where no row is masked (uniform
+    lengths and no causal mask), PyTorch's lower-right causal bias where the
+    lengths are uniform, else a boolean [B, 1, Nq, Lmax] mask (padding and
+    bottom-right causal)."""
+    att = [n + p["append"] for n in p["lens"]]
+    lmax, nq = max(max(att), 1), p["Nq"]
+    uniform = all(l == lmax for l in att)
+    if uniform and not p["causal"]:
+        return None, "no mask"
+    if uniform and nq <= lmax:
+        try:
+            from torch.nn.attention.bias import causal_lower_right
+            return causal_lower_right(nq, lmax), "causal_lower_right"
+        except ImportError:
+            pass
+    lims = torch.tensor([[key_limit(l, nq, i, p["causal"]) for i in range(nq)] for l in att], device=dev)
+    mask = torch.arange(lmax, device=dev)[None, None, :] < lims[:, :, None]
+    return mask[:, None], "boolean mask (lengths padded to the longest)" if not uniform else "boolean mask"
+
+
+def time_decode(p, a, dev, native_gqa):
+    """Times SDPA on one decode point with every backend asked for; returns
+    {backend: times} and notes."""
+    dt = getattr(torch, a.dtype)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(a.seed if a.seed is not None else 1)
+    sets = [decode_inputs(p, dt, dev, gen) for _ in range(a.rotate)]
+    mask, how = decode_mask(p, dev)
+    notes = [how]
+    if p["block"]:
+        notes.append("paged: PyTorch has no paged SDPA; timed on the gathered contiguous cache")
+    if p["append"]:
+        notes.append("the append is not timed")
+    group = p["H"] // p["Hkv"]
+    expanded = None
+    out = {}
+    for name in BACKENDS if a.backend == "best" else [a.backend]:
+        be = sdp_backend(name)
+        if be is None:
+            print(f"skip {name}: not in this PyTorch", file=sys.stderr)
+            continue
+        for gqa in ([True, False] if native_gqa and group > 1 else [False]):
+            if not gqa and group > 1 and expanded is None:
+                expanded = [(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)) for q, k, v in sets]
+            use = sets if gqa or group == 1 else expanded
+            kw = {"enable_gqa": True} if gqa else {}
+
+            def fn(i, use=use, kw=kw):
+                q, k, v = use[i % len(use)]
+                with torch.no_grad():
+                    F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
+            try:
+                with sdpa_kernel(be):
+                    out[name] = time_calls(fn, a.warmup, a.iters)
+                if group > 1 and not gqa:
+                    notes.append(f"{name}: K and V heads repeated {group}x before timing")
+                break
+            except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:  # the backend refuses this shape, mask or GQA
+                print(f"skip {name}{' enable_gqa' if gqa else ''}: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+    return out, notes
+
+
+def run_decode(a):
+    dev = torch.device("cuda")
+    native_gqa = gqa_native()
+    results = []
+    for p in decode_points(a):
+        label = (f"kv {a.dtype} d={p['d']} Nq={p['Nq']} Nk={p['Nk']} B={p['B']} H={p['H']}/{p['Hkv']} "
+                 f"lens={','.join(map(str, p['lens'][:8]))}{'…' if len(p['lens']) > 8 else ''}"
+                 f"{' +%d' % p['append'] if p['append'] else ''}{' paged %d' % p['block'] if p['block'] else ''}"
+                 f" causal={int(p['causal'])}")
+        times, notes = time_decode(p, a, dev, native_gqa)
+        torch.cuda.empty_cache()
+        if not times:
+            print(f"skip {label}: no SDPA backend runs it", file=sys.stderr)
+            continue
+        flops = kv_flops(p["lens"], p["append"], p["Nq"], p["H"], p["d"], p["d"], p["causal"])
+        nbytes = kv_cache_bytes(p["lens"], p["append"], p["Hkv"], p["d"], p["d"], a.dtype)
+        meds = {name: statistics.median(ts) for name, ts in times.items()}
+        for name, m in meds.items():
+            print(f"{label} sdpa-{name}: {m:8.3f} ms {nbytes / (m * 1e-3) / 1e9:8.1f} GB/s", flush=True)
+        best = min(meds, key=meds.get)
+        ts, med = times[best], meds[best]
+        r = dict(direction="kv", dtype=a.dtype, B=p["B"], H=p["H"], Hkv=p["Hkv"], Nq=p["Nq"], Nk=p["Nk"], d=p["d"], dv=p["d"],
+                 causal=p["causal"], align="bottom-right", kernel=f"sdpa-{best}",
+                 median_ms=med, p10_ms=quantile(ts, 0.1), p90_ms=quantile(ts, 0.9),
+                 tflops=flops / (med * 1e-3) / 1e12, iters=a.iters, clock="cuda-events",
+                 cache_seqlens=p["lens"], append=p["append"], cache_bytes=nbytes, gb_per_s=nbytes / (med * 1e-3) / 1e9,
+                 backends_ms=meds, note="; ".join(notes))
+        if p["block"]:
+            r["block_size"] = p["block"]
+        results.append(r)
+        print(f"{label} best sdpa-{best}: {med:8.3f} ms {r['tflops']:9.3f} TFLOP/s {r['gb_per_s']:8.1f} GB/s ({r['note']})", flush=True)
+    return results
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="flash", choices=BACKENDS)
+    ap.add_argument("--backend", default=None, choices=BACKENDS + ["best"],
+                    help="SDPA backend, or best: time each and report the fastest (default: flash; best in decode mode)")
     ap.add_argument("--dtype", default="float16", choices=DTYPES)
     ap.add_argument("--dim", type=int, nargs="+", default=[64, 128])
-    ap.add_argument("--seq", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
-    ap.add_argument("--causal", default="both", choices=["true", "false", "both"])
+    ap.add_argument("--seq", type=int, nargs="+", default=None, help="sequence lengths N (default 512 … 16384)")
+    ap.add_argument("--causal", default=None, choices=["true", "false", "both"],
+                    help="masks (default both; in decode mode the decoding rule: bottom-right causal, none for Nq = 1)")
     ap.add_argument("--tokens", type=int, default=16384, help="B*N (default 16384)")
     ap.add_argument("--hidden", type=int, default=2048, help="H*d (default 2048)")
     ap.add_argument("--warmup", type=int, default=10)
@@ -69,51 +386,48 @@ def main():
     ap.add_argument("--rotate", type=int, default=4)
     ap.add_argument("--backward", action="store_true", help="also time the backward")
     ap.add_argument("--json", help="write results here")
+    dm = ap.add_argument_group("decode mode (KV-cache calls, as flashvk bench's decode mode)")
+    dm.add_argument("--decode", action="store_true", help="decode mode (implied by --cache-seqlens, --paged, --append)")
+    dm.add_argument("--cache-seqlens", type=int_list, nargs="+", help="rows cached per sequence before the call (sets B)")
+    dm.add_argument("--nq", type=int_list, nargs="+", help="queries per sequence (default 1)")
+    dm.add_argument("--nk", type=int_list, nargs="+", help="cache capacities per sequence (default: longest length + append)")
+    dm.add_argument("--batch", type=int, help="sequences B (default: len(--cache-seqlens), else tokens/max(Nq, Nk))")
+    dm.add_argument("--heads", type=int, help="query heads H (default hidden/d)")
+    dm.add_argument("--kv-heads", type=int, help="key/value heads Hkv (default H)")
+    dm.add_argument("--paged", type=int, help="paged cache of blocks of this many rows (timed gathered: see above)")
+    dm.add_argument("--append", type=int, default=None, help="new K/V rows appended per sequence (not timed)")
+    dm.add_argument("--seed", type=int, default=None, help="seed of the inputs and the block table (default 1)")
+    dm.add_argument("--dry-run", action="store_true", help="print the decode points as JSON lines and time nothing (no GPU)")
     a = ap.parse_args()
+    a.cache_seqlens, a.nq, a.nk = flatten(a.cache_seqlens), flatten(a.nq), flatten(a.nk)
+    a.seq_given, a.append_given = a.seq is not None, a.append is not None
+    a.append = a.append or 0
+    decode = a.decode or a.cache_seqlens is not None or a.paged is not None or a.append_given
 
-    dev = torch.device("cuda")
-    dt = DTYPES[a.dtype]
-    causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal]
-    results = []
-    for d, n, causal, b, h in grid(a.dim, a.seq, causals, a.tokens, a.hidden):
-        # BHSD, as SDPA takes it.
-        sets = []
-        for _ in range(a.rotate):
-            q, k, v = (torch.randn(b, h, n, d, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
-            sets.append((q, k, v, torch.randn(b, h, n, d, device=dev, dtype=dt)))
-        flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
-        directions = ["fwd", "bwd"] if a.backward else ["fwd"]
-        for direction in directions:
-            with sdpa_kernel(BACKENDS[a.backend]):
-                if direction == "fwd":
-                    def fn(i):
-                        q, k, v, _ = sets[i % len(sets)]
-                        with torch.no_grad():
-                            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    f = flops
-                else:
-                    outs = [F.scaled_dot_product_attention(q, k, v, is_causal=causal) for q, k, v, _ in sets]
+    if decode:
+        if a.decode and (a.cache_seqlens is not None or a.paged is not None or a.append_given):
+            ap.error("--decode has no effect: --cache-seqlens, --paged or --append selects decode mode")
+        check_decode_args(ap, a)
+        a.backend = a.backend or "best"
+        if a.dry_run:
+            for p in decode_points(a):
+                p["cache_bytes"] = kv_cache_bytes(p["lens"], p["append"], p["Hkv"], p["d"], p["d"], a.dtype)
+                p["flops"] = kv_flops(p["lens"], p["append"], p["Nq"], p["H"], p["d"], p["d"], p["causal"])
+                print(json.dumps(p))
+            return
+    else:
+        for flag, given in (("--nq", a.nq), ("--nk", a.nk), ("--batch", a.batch), ("--heads", a.heads),
+                            ("--kv-heads", a.kv_heads), ("--seed", a.seed is not None), ("--dry-run", a.dry_run)):
+            if given:
+                ap.error(f"{flag} applies to decode mode (--cache-seqlens, --paged, --append or --decode)")
+        a.backend = a.backend or "flash"
+    if torch is None:
+        sys.exit("torch_sdpa.py: needs PyTorch with CUDA (import torch failed)")
 
-                    def fn(i):
-                        j = i % len(sets)
-                        q, k, v, do = sets[j]
-                        torch.autograd.grad(outs[j], (q, k, v), do, retain_graph=True)
-                    f = 2.5 * flops
-                try:
-                    ts = time_calls(fn, a.warmup, a.iters)
-                except RuntimeError as e:  # backend refuses this shape
-                    print(f"skip d={d} N={n} causal={causal} {direction}: {e}", file=sys.stderr)
-                    continue
-            med = statistics.median(ts)
-            r = dict(direction=direction, dtype=a.dtype, B=b, H=h, Hkv=h, Nq=n, Nk=n, d=d, dv=d,
-                      causal=causal, align="top-left", kernel=f"sdpa-{a.backend}",
-                      median_ms=med, p10_ms=quantile(ts, 0.1), p90_ms=quantile(ts, 0.9),
-                      tflops=f / (med * 1e-3) / 1e12, iters=a.iters, clock="cuda-events")
-            results.append(r)
-            print(f"{direction} {a.dtype} d={d:3d} N={n:5d} causal={int(causal)} B={b:2d} H={h:2d} "
-                  f"{med:8.3f} ms {r['tflops']:7.1f} TFLOP/s", flush=True)
-        del sets
-        torch.cuda.empty_cache()
+    if decode:
+        results = run_decode(a)
+    else:
+        results = run_grid(a)
 
     doc = {
         "schema": "flashvk-bench/1", "tool": "torch", "version": torch.__version__,
@@ -125,6 +439,64 @@ def main():
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(doc, fh, indent=1)
+
+
+def run_grid(a):
+    dev = torch.device("cuda")
+    dt = getattr(torch, a.dtype)
+    seqs = a.seq or [512, 1024, 2048, 4096, 8192, 16384]
+    causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"]
+    results = []
+    for d, n, causal, b, h in grid(a.dim, seqs, causals, a.tokens, a.hidden):
+        # BHSD, as SDPA takes it.
+        sets = []
+        for _ in range(a.rotate):
+            q, k, v = (torch.randn(b, h, n, d, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
+            sets.append((q, k, v, torch.randn(b, h, n, d, device=dev, dtype=dt)))
+        flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
+        directions = ["fwd", "bwd"] if a.backward else ["fwd"]
+        for direction in directions:
+            timed = {}
+            for name in BACKENDS if a.backend == "best" else [a.backend]:
+                be = sdp_backend(name)
+                if be is None:
+                    print(f"skip {name}: not in this PyTorch", file=sys.stderr)
+                    continue
+                with sdpa_kernel(be):
+                    try:
+                        if direction == "fwd":
+                            def fn(i):
+                                q, k, v, _ = sets[i % len(sets)]
+                                with torch.no_grad():
+                                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            f = flops
+                        else:
+                            outs = [F.scaled_dot_product_attention(q, k, v, is_causal=causal) for q, k, v, _ in sets]
+
+                            def fn(i, outs=outs):
+                                j = i % len(sets)
+                                q, k, v, do = sets[j]
+                                torch.autograd.grad(outs[j], (q, k, v), do, retain_graph=True)
+                            f = 2.5 * flops
+                        timed[name] = time_calls(fn, a.warmup, a.iters)
+                    except RuntimeError as e:  # backend refuses this shape
+                        print(f"skip {name} d={d} N={n} causal={causal} {direction}: {e}", file=sys.stderr)
+                        continue
+            if not timed:
+                continue
+            best = min(timed, key=lambda name: statistics.median(timed[name]))
+            ts = timed[best]
+            med = statistics.median(ts)
+            r = dict(direction=direction, dtype=a.dtype, B=b, H=h, Hkv=h, Nq=n, Nk=n, d=d, dv=d,
+                     causal=causal, align="top-left", kernel=f"sdpa-{best}",
+                     median_ms=med, p10_ms=quantile(ts, 0.1), p90_ms=quantile(ts, 0.9),
+                     tflops=f / (med * 1e-3) / 1e12, iters=a.iters, clock="cuda-events")
+            results.append(r)
+            print(f"{direction} {a.dtype} d={d:3d} N={n:5d} causal={int(causal)} B={b:2d} H={h:2d} "
+                  f"{med:8.3f} ms {r['tflops']:7.1f} TFLOP/s", flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    return results
 
 
 if __name__ == "__main__":

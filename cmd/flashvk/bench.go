@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -76,6 +77,18 @@ Progress goes to stderr, the table to stdout. --json FILE writes the results
 calls, each after its own warm-up); --benchfmt then prints one line per series
 with the series' median, so benchstat has N samples per point.
 
+Decode mode (--cache-seqlens, --paged, --append, or --decode with --nk; see
+run --help) benchmarks KV-cache calls (Engine.BenchmarkKVCache): the grid is
+every dtype × d × Nq × Nk, with --nq the queries per sequence (default 1) and
+--nk the cache capacities; --cache-seqlens gives one length per sequence (and
+B), else every sequence holds Nk − --append rows and B is --batch or
+--tokens / max(Nq, Nk). The mask is --causal's where given, else the decoding
+rule (bottom-right causal; none for Nq = 1). Besides the time and TFLOP/s
+(visible pairs counted exactly) it reports GB/s: the cache bytes one call
+must read (attention.KVCacheBytes, the memory-bound floor) over the median.
+The results have direction "kv", Nk the capacity, and cache_seqlens, append,
+block_size, cache_bytes and gb_per_s; --benchfmt adds a GB/s metric.
+
 Times come from the backend's clock: GPU timestamps around the kernels on
 Vulkan, the host clock around each call on the CPU ("clock" in the results).
 
@@ -90,12 +103,14 @@ A flag that would change nothing is refused (exit 2): --tokens beside
 a causal mask or a point with Nq ≠ Nk, --check with --benchfmt and no --json
 (the errors would be printed nowhere), --per-kernel and --rotate where only
 the CPU backend runs (it times whole calls on one input set), --per-kernel
-with --progress none and no --json, and the engine flags where they do not
+with --progress none and no --json, in decode mode --backward, --rotate,
+--seq and --tokens beside --cache-seqlens, and the engine flags where they do not
 apply (see run --help).`,
 		Example: `  flashvk bench --json h200.json
   flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
   flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4
-  flashvk bench --backend cpu --seq 128 --iters 5 --json cpu.json`,
+  flashvk bench --backend cpu --seq 128 --iters 5 --json cpu.json
+  flashvk bench --decode --nk 1024,8192,32768 --batch 16 --heads 32 --kv-heads 8 --dim 128 --dtype f16 --json decode.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.bench(cmd, &f) },
 	}
@@ -120,11 +135,17 @@ type benchPoint struct {
 	p        problem
 	backward bool
 	launches []Launch
+	// dec is the KV-cache call of a decode-mode point (p is its
+	// problem); nil otherwise.
+	dec *decodeProblem
 }
 
 // grid builds the points for one engine.
 func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, error) {
 	s := &f.shape
+	if s.decodeMode() {
+		return f.decodeGrid(dtypes)
+	}
 	seqs, tokens := s.seq, s.tokens
 	if len(seqs) == 0 {
 		seqs = paperSeqs
@@ -168,9 +189,71 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 	return pts, nil
 }
 
+// decodeGrid builds the points of decode mode: every dtype × d × mask ×
+// Nq × Nk (Nk the cache capacity; without --nk the longest sequence),
+// the mask --causal's where given, else the decoding rule (bottom-right
+// causal, no mask for Nq = 1). Points that run the same call are run
+// once.
+func (f *benchFlags) decodeGrid(dtypes []attention.DType) ([]benchPoint, error) {
+	s := &f.shape
+	if err := s.checkDecodeSizes(); err != nil {
+		return nil, err
+	}
+	align, err := s.decodeAlign()
+	if err != nil {
+		return nil, err
+	}
+	nqs, nks, tokens := s.nq, s.nk, s.tokens
+	if len(nqs) == 0 {
+		nqs = []int{1}
+	}
+	if len(nks) == 0 {
+		nks = []int{0}
+	}
+	if tokens == 0 {
+		tokens = paperTokens
+	}
+	var pts []benchPoint
+	seen := map[string]bool{}
+	for _, dt := range dtypes {
+		for _, d := range s.dim {
+			for _, causal := range []bool{false, true} {
+				for _, nq := range nqs {
+					if s.given("causal") && !slices.Contains(s.causal.vals, causal) || !s.given("causal") && causal != (nq > 1) {
+						continue
+					}
+					for _, nk := range nks {
+						b, h := s.batchHeads(nq, nk, d, tokens)
+						dp, err := s.decodePoint(b, h, nq, nk, d, dt, causal, align)
+						if err != nil {
+							return nil, err
+						}
+						if k := fmt.Sprint(dp, dp.Lens); !seen[k] {
+							seen[k] = true
+							pts = append(pts, benchPoint{p: dp.problem, dec: &dp})
+						}
+					}
+				}
+			}
+		}
+	}
+	return pts, nil
+}
+
 // pointLabel names a point in progress lines and errors.
 func pointLabel(dev DeviceInfo, pt benchPoint) string {
 	p := pt.p
+	if d := pt.dec; d != nil {
+		c := ""
+		if d.Append > 0 {
+			c += fmt.Sprintf(" +%d", d.Append)
+		}
+		if d.paged() {
+			c += fmt.Sprintf(" paged %d", d.Block)
+		}
+		return fmt.Sprintf("%s kv %s d=%d Nq=%d B=%d lens=%s%s %s", dev.Name, shortDType(p.DType.String()), p.D, p.Nq, p.B,
+			compactLens(d.lens(), ","), c, p.maskString())
+	}
 	n := fmt.Sprintf("N=%d", p.Nq)
 	if p.Nk != p.Nq {
 		n = fmt.Sprintf("Nq=%d Nk=%d", p.Nq, p.Nk)
@@ -181,7 +264,12 @@ func pointLabel(dev DeviceInfo, pt benchPoint) string {
 // checkEffect refuses the flags of bench that would change nothing.
 func (f *benchFlags) checkEffect(cmd *cobra.Command) error {
 	given := cmd.Flags().Changed
+	decode := f.shape.decodeMode()
 	switch {
+	case decode && f.backward:
+		return usagef("--backward has no effect in decode mode (%s): decoding has no backward pass", f.shape.decodeBy())
+	case decode && given("rotate"):
+		return usagef("--rotate has no effect in decode mode (%s): BenchmarkKVCache times one input set, resident on the device", f.shape.decodeBy())
 	case f.check && f.benchfmt && f.jsonPath == "":
 		return usagef("--check has no effect with --benchfmt and no --json: the errors would be printed nowhere (add --json FILE)")
 	case f.perKernel && f.progress == "none" && f.jsonPath == "":
@@ -190,6 +278,9 @@ func (f *benchFlags) checkEffect(cmd *cobra.Command) error {
 		return usagef("--rotate has no effect with --backend cpu: the CPU backend times every call on the same inputs")
 	case f.perKernel && strings.EqualFold(f.backend.backend, "cpu"):
 		return usagef("--per-kernel has no effect with --backend cpu: the CPU backend times whole calls")
+	}
+	if decode {
+		return f.shape.checkDecodeGrid()
 	}
 	if err := f.shape.checkEffect(); err != nil {
 		return err
@@ -277,7 +368,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 			}
 		}
 		cpu := info.Kind == attention.CPU
-		if cpu && len(f.shape.seq) == 0 && (len(f.shape.nq) == 0 || len(f.shape.nk) == 0) {
+		if cpu && !f.shape.decodeMode() && len(f.shape.seq) == 0 && (len(f.shape.nq) == 0 || len(f.shape.nk) == 0) {
 			fmt.Fprintf(a.stderr, "note: %s: the CPU backend runs the small grid N ∈ {128, 256, 512}, B·N = %d (the paper's grid would take hours); give --seq to choose\n",
 				e.label, cpuTokens)
 		}
@@ -295,7 +386,13 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		dev := j.e.device()
 		for i := range j.pts {
 			pt := &j.pts[i]
-			pl, err := j.e.Plan(ctx, pt.p.qShape(), pt.p.kShape(), pt.p.vShape(), pt.p.Layout, pt.p.DType, pt.p.options(), pt.backward)
+			var pl *attention.Plan
+			var err error
+			if d := pt.dec; d != nil {
+				pl, err = j.e.PlanKVCache(ctx, d.qShape(), d.shapes(d.table(f.seed)), d.Append, d.Layout, d.DType, d.options())
+			} else {
+				pl, err = j.e.Plan(ctx, pt.p.qShape(), pt.p.kShape(), pt.p.vShape(), pt.p.Layout, pt.p.DType, pt.p.options(), pt.backward)
+			}
 			if err != nil {
 				unplanned = append(unplanned, fmt.Sprintf("%s: %s", pointLabel(dev, *pt), oneLine(err.Error())))
 				continue
@@ -327,6 +424,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		dev := j.e.device()
 		var key string
 		var q, k, v, do attention.Tensor
+		var din *decodeInputs
 		var ref *refResult
 		for _, pt := range j.pts {
 			if err := ctx.Err(); err != nil {
@@ -336,7 +434,14 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 			label := pointLabel(dev, pt)
 			prog.start(label)
 			// Inputs are drawn once per problem and shared by fwd and bwd.
-			if pk := fmt.Sprint(p); pk != key {
+			if d := pt.dec; d != nil {
+				if pk := fmt.Sprint(*d, d.Lens); pk != key {
+					key, ref = pk, nil
+					if din, err = d.inputs(ctx, f.seed, d.table(f.seed)); err != nil {
+						return stopped(err)
+					}
+				}
+			} else if pk := fmt.Sprint(p); pk != key {
 				key, ref = pk, nil
 				do = attention.Tensor{}
 				ts := []*attention.Tensor{&q, &k, &v}
@@ -350,8 +455,17 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 					}
 				}
 			}
-			res, samples, err := measure(ctx, j.e, q, k, v, p.options(), f.count,
-				attention.BenchOptions{Warmup: f.timing.warmup, Iters: f.timing.iters, Backward: pt.backward, Rotate: f.rotate, PerKernel: f.perKernel})
+			bench := func() (*attention.BenchResult, error) {
+				return j.e.Benchmark(ctx, q, k, v, p.options(),
+					attention.BenchOptions{Warmup: f.timing.warmup, Iters: f.timing.iters, Backward: pt.backward, Rotate: f.rotate, PerKernel: f.perKernel})
+			}
+			if d := pt.dec; d != nil {
+				bench = func() (*attention.BenchResult, error) {
+					return j.e.BenchmarkKVCache(ctx, din.q, d.cache(din.k, din.v, din.table), din.newK, din.newV, p.options(),
+						attention.BenchOptions{Warmup: f.timing.warmup, Iters: f.timing.iters, PerKernel: f.perKernel})
+				}
+			}
+			res, samples, err := measure(f.count, bench)
 			if ctx.Err() != nil {
 				return stopped(ctx.Err())
 			}
@@ -366,6 +480,11 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 				D: p.D, Dv: p.Dv, Causal: p.Causal, Align: p.Align.String(), Kernel: j.e.kernel(),
 				MedianMS: ms(res.Median()), P10MS: ms(res.Quantile(0.1)), P90MS: ms(res.Quantile(0.9)),
 				TFLOPS: res.TFLOPS(), Iters: len(res.Times), Clock: res.Clock}
+			if d := pt.dec; d != nil {
+				r.Direction, r.CacheSeqLens, r.Append, r.BlockSize = "kv", d.lens(), d.Append, d.Block
+				r.CacheBytes = d.cacheBytes()
+				r.GBPerS = gbs(r.CacheBytes, r.MedianMS)
+			}
 			for _, t := range res.Times {
 				r.TimesMS = append(r.TimesMS, ms(t))
 			}
@@ -386,7 +505,18 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 			d := dev
 			r.Device = &d
 			r.Launch, r.Launches = mainLaunch(pt.launches), pt.launches
-			if f.check {
+			if f.check && pt.dec != nil {
+				if err := checkDecodePoint(ctx, j.e, *pt.dec, din, &ref, &r); err != nil {
+					if ctx.Err() != nil {
+						return stopped(err)
+					}
+					if errors.Is(err, errTooLargeToCheck) {
+						prog.note(fmt.Sprintf("%s: too large for the float64 reference, not checked", label))
+					} else {
+						failed = append(failed, fmt.Sprintf("%s: check: %s", label, oneLine(err.Error())))
+					}
+				}
+			} else if f.check {
 				if float64(p.B)*float64(p.Hq)*float64(p.Nq)*float64(p.Nk) > maxCheckScores {
 					prog.note(fmt.Sprintf("%s: too large for the float64 reference, not checked", label))
 				} else {
@@ -407,7 +537,11 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 				}
 			}
 			file.Results = append(file.Results, r)
-			prog.finish(label, fmt.Sprintf("%s  %s TFLOP/s", fmtMS(r.MedianMS), fmtTFLOPS(r.TFLOPS)))
+			outcome := fmt.Sprintf("%s  %s TFLOP/s", fmtMS(r.MedianMS), fmtTFLOPS(r.TFLOPS))
+			if pt.dec != nil {
+				outcome += fmt.Sprintf("  %s GB/s", fmtGBs(r.GBPerS))
+			}
+			prog.finish(label, outcome)
 		}
 	}
 	prog.close()
@@ -450,11 +584,11 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 // measure times one point count times, each an independent series (its
 // own warm-up, then o.Iters timed calls), and returns the series merged
 // (their times in call order) and each series' median: the samples.
-func measure(ctx context.Context, e *engine, q, k, v attention.Tensor, opt attention.Options, count int, o attention.BenchOptions) (*attention.BenchResult, []time.Duration, error) {
+func measure(count int, bench func() (*attention.BenchResult, error)) (*attention.BenchResult, []time.Duration, error) {
 	var all *attention.BenchResult
 	var samples []time.Duration
 	for range count {
-		r, err := e.Benchmark(ctx, q, k, v, opt, o)
+		r, err := bench()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -497,6 +631,34 @@ func checkPoint(ctx context.Context, e *engine, p problem, q, k, v, do attention
 		maxAbs, relL2 = max(maxAbs, s.MaxAbs), max(relL2, s.RelL2)
 	}
 	r.MaxAbs, r.RelL2 = metric(maxAbs), metric(relL2)
+	return nil
+}
+
+// errTooLargeToCheck: a point too large for the float64 reference.
+var errTooLargeToCheck = errors.New("too large for the float64 reference")
+
+// checkDecodePoint runs one KV-cache call and records the error of O
+// against the float64 reference (*ref, computed on first use).
+func checkDecodePoint(ctx context.Context, e *engine, d decodeProblem, in *decodeInputs, ref **refResult, r *Result) error {
+	var scores float64
+	for b := range d.B {
+		scores += float64(d.Hq) * float64(d.Nq) * float64(d.seqLen(b))
+	}
+	if scores > maxCheckScores || d.checkable() != nil {
+		return errTooLargeToCheck
+	}
+	if *ref == nil {
+		var err error
+		if *ref, err = computeDecodeReference(ctx, d, in); err != nil {
+			return err
+		}
+	}
+	out, err := e.ForwardKVCache(ctx, in.q, d.cache(in.k, in.v, in.table), in.newK, in.newV, d.options())
+	if err != nil {
+		return err
+	}
+	s := reference.Compare(out.O.Float32s(), (*ref).o)
+	r.MaxAbs, r.RelL2 = metric(s.MaxAbs), metric(s.RelL2)
 	return nil
 }
 
@@ -570,6 +732,10 @@ func printBench(w io.Writer, rs []Result, multi bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := "dir\tdtype\tB\tH\tN\td\tcausal\tmedian\tp10\tp90\tTFLOP/s\t"
 	check := slices.ContainsFunc(rs, func(r Result) bool { return r.RelL2 != nil })
+	kv := slices.ContainsFunc(rs, func(r Result) bool { return r.Direction == "kv" })
+	if kv {
+		hdr += "GB/s\tcache\t"
+	}
 	if check {
 		hdr += "max_abs\trel_l2\t"
 	}
@@ -583,6 +749,13 @@ func printBench(w io.Writer, rs []Result, multi bool) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%v\t%s\t%s\t%s\t%s\t", r.Direction, shortDType(r.DType), r.B, headsLabel(r), seqN(&r), r.D,
 			r.Causal, fmtMS(r.MedianMS), fmtMS(r.P10MS), fmtMS(r.P90MS), fmtTFLOPS(r.TFLOPS))
+		if kv {
+			if r.Direction == "kv" {
+				fmt.Fprintf(tw, "%s\t%s\t", fmtGBs(r.GBPerS), cacheLabel(r))
+			} else {
+				fmt.Fprint(tw, "-\t-\t")
+			}
+		}
 		if check {
 			if r.RelL2 != nil {
 				fmt.Fprintf(tw, "%.2e\t%.2e\t", float64(*r.MaxAbs), float64(*r.RelL2))
@@ -595,8 +768,24 @@ func printBench(w io.Writer, rs []Result, multi bool) {
 	tw.Flush()
 }
 
+// cacheLabel describes a kv result's cache: the lengths before the call,
+// the rows appended, the block size of a paged cache.
+func cacheLabel(r Result) string {
+	s := "lens " + compactLens(r.CacheSeqLens, ",")
+	if r.Append > 0 {
+		s += fmt.Sprintf(" +%d", r.Append)
+	}
+	if r.BlockSize > 0 {
+		s += fmt.Sprintf(" paged %d", r.BlockSize)
+	}
+	return s
+}
+
 // benchName is a result's Go benchmark name (without the -GOMAXPROCS suffix).
 func benchName(r Result) string {
+	if r.Direction == "kv" {
+		return kvBenchName(r)
+	}
 	mask := "noncausal"
 	if r.Causal {
 		mask = "causal"
@@ -610,6 +799,36 @@ func benchName(r Result) string {
 		if r.Nk != r.Nq {
 			name += "Nk" + strconv.Itoa(r.Nk)
 		}
+	}
+	return name
+}
+
+// kvBenchName is benchName for a kv result: the shape, the lengths (up
+// to 8, else their count, range and mean), the append and the block size.
+func kvBenchName(r Result) string {
+	mask := "noncausal"
+	if r.Causal {
+		mask = "causal"
+	}
+	name := fmt.Sprintf("BenchmarkAttention/kv/%s/d%d/N%d/%s/B%dH%d", shortDType(r.DType), r.D, r.Nq, mask, r.B, r.H)
+	if r.Hkv != r.H {
+		name += "Hkv" + strconv.Itoa(r.Hkv)
+	}
+	name += "Nk" + strconv.Itoa(r.Nk) + "/L"
+	if ls := r.CacheSeqLens; len(ls) <= 8 {
+		name += compactLens(ls, "-")
+	} else {
+		sum := 0
+		for _, x := range ls {
+			sum += x
+		}
+		name += fmt.Sprintf("n%dmin%dmax%dmean%d", len(ls), slices.Min(ls), slices.Max(ls), sum/len(ls))
+	}
+	if r.Append > 0 {
+		name += fmt.Sprintf("/append%d", r.Append)
+	}
+	if r.BlockSize > 0 {
+		name += fmt.Sprintf("/paged%d", r.BlockSize)
 	}
 	return name
 }
@@ -629,13 +848,20 @@ func printBenchfmt(w io.Writer, rs []Result) {
 			last = cfg
 			fmt.Fprintf(w, "device: %s\nbackend: %s\nkernel: %s\nclock: %s\n", dev.Name, dev.Backend, r.Kernel, r.Clock)
 		}
+		// A kv result also reports its cache bandwidth.
+		bw := func(m float64) string {
+			if r.Direction != "kv" {
+				return ""
+			}
+			return fmt.Sprintf("\t%.4g GB/s", gbs(r.CacheBytes, m))
+		}
 		if len(r.SamplesMS) == 0 {
-			fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS)
+			fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s%s\n", benchName(r), procs, r.Iters, r.MedianMS*1e6, r.TFLOPS, bw(r.MedianMS))
 			continue
 		}
 		// One line per timed series: benchstat's samples.
 		for _, m := range r.SamplesMS {
-			fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s\n", benchName(r), procs, r.Iters/len(r.SamplesMS), m*1e6, r.flops()/(m/1e3)/1e12)
+			fmt.Fprintf(w, "%s-%d\t%d\t%.0f ns/op\t%.4g TFLOP/s%s\n", benchName(r), procs, r.Iters/len(r.SamplesMS), m*1e6, r.flops()/(m/1e3)/1e12, bw(m))
 		}
 	}
 }

@@ -24,21 +24,32 @@ type rowKey struct {
 	Nk        int    `json:"Nk"`
 	D         int    `json:"d"`
 	Causal    bool   `json:"causal"`
+	// Cache tells KV-cache results (direction "kv") apart: their lengths,
+	// rows appended and block size (see cacheLabel); "" for the others.
+	Cache string `json:"cache,omitempty"`
 }
 
 func keyOf(r *Result) rowKey {
-	return rowKey{r.Direction, r.DType, r.B, r.H, r.Nq, r.Nk, r.D, r.Causal}
+	k := rowKey{Direction: r.Direction, DType: r.DType, B: r.B, H: r.H, Nq: r.Nq, Nk: r.Nk, D: r.D, Causal: r.Causal}
+	if r.Direction == "kv" {
+		k.Cache = cacheLabel(*r)
+	}
+	return k
 }
 
 func (k rowKey) less(o rowKey) int {
 	return cmp.Or(cmp.Compare(dirOrder(k.Direction), dirOrder(o.Direction)), cmp.Compare(k.DType, o.DType), cmp.Compare(k.D, o.D),
-		boolCmp(k.Causal, o.Causal), cmp.Compare(k.Nq, o.Nq), cmp.Compare(k.Nk, o.Nk), cmp.Compare(k.B, o.B), cmp.Compare(k.H, o.H))
+		boolCmp(k.Causal, o.Causal), cmp.Compare(k.Nq, o.Nq), cmp.Compare(k.Nk, o.Nk), cmp.Compare(k.B, o.B), cmp.Compare(k.H, o.H),
+		cmp.Compare(k.Cache, o.Cache))
 }
 
-// dirOrder puts the forward before the backward.
+// dirOrder puts the forward before the backward, and KV-cache calls last.
 func dirOrder(d string) int {
-	if d == "fwd" {
+	switch d {
+	case "fwd":
 		return 0
+	case "kv":
+		return 2
 	}
 	return 1
 }
@@ -124,7 +135,8 @@ func (a *app) compareCmd() *cobra.Command {
 		Short: "Compare benchmark result files side by side (TFLOP/s and ratios)",
 		Long: `Compare two or more result files (schema flashvk-bench/1, written by
 flashvk bench --json or bench/torch_sdpa.py). Results are matched on
-(direction, dtype, B, H, N, d, causal); each file (each device and kernel in a
+(direction, dtype, B, H, N, d, causal; for KV-cache results, direction "kv",
+also the cache lengths, rows appended and block size); each file (each device and kernel in a
 file) is a column of TFLOP/s, followed by the ratio of every other column to the
 first. A geometric mean of each ratio closes the table. "-" marks a problem a
 column did not measure; a column that shares no problem with the first is
@@ -237,6 +249,9 @@ func (t *comparison) cells(k rowKey) []string {
 	n := fmt.Sprint(k.Nq)
 	if k.Nk != k.Nq {
 		n = fmt.Sprintf("%d×%d", k.Nq, k.Nk)
+	}
+	if k.Cache != "" {
+		n += " (" + k.Cache + ")"
 	}
 	c := []string{k.Direction, shortDType(k.DType), fmt.Sprint(k.B), fmt.Sprint(k.H), n, fmt.Sprint(k.D), fmt.Sprint(k.Causal)}
 	for _, s := range t.srcs {

@@ -56,6 +56,12 @@ type analysis struct {
 	NaiveMinMS   float64 `json:"naive_min_ms,omitempty"`
 	FlashMinMS   float64 `json:"flash_min_ms,omitempty"`
 	RateSource   string  `json:"rate_source,omitempty"`
+	enginePlan
+	Assumptions []string `json:"assumptions"`
+}
+
+// enginePlan is how the engine explain opens runs the problem.
+type enginePlan struct {
 	// Device facts.
 	Device          string `json:"device,omitempty"`
 	MaxSharedMemory uint32 `json:"max_shared_memory,omitempty"`
@@ -65,14 +71,14 @@ type analysis struct {
 	TuneWarnings []string `json:"tune_warnings,omitempty"`
 	// Backend is the backend the launch configuration is of ("vulkan",
 	// "cpu"); Tiles summarises it and Launches lists the Vulkan
-	// dispatches of the forward and the backward, in order.
+	// dispatches of the forward and the backward (or of the KV-cache
+	// call), in order.
 	Backend  string          `json:"backend,omitempty"`
 	Tiles    string          `json:"tiles"`
 	Launches []explainLaunch `json:"launches,omitempty"`
 	// Plans say which kernel family runs each pass and why the families
 	// tried first did not.
-	Plans       []explainPlan `json:"plans,omitempty"`
-	Assumptions []string      `json:"assumptions"`
+	Plans []explainPlan `json:"plans,omitempty"`
 }
 
 // explainPlan is the family choice of one pass.
@@ -87,6 +93,12 @@ type explainPlan struct {
 	Batches   int      `json:"batches"`
 	// Split: Batches < B.
 	Split bool `json:"split,omitempty"`
+	// Splits and SplitKeys (a KV-cache call): each sequence's cache is
+	// split into Splits parts of SplitKeys rows, run side by side and
+	// merged by their log-sum-exp (0: the backend does not split, as the
+	// CPU backend).
+	Splits    int `json:"splits,omitempty"`
+	SplitKeys int `json:"split_keys,omitempty"`
 }
 
 // analyze computes the memory traffic of naive and flash attention.
@@ -117,13 +129,13 @@ func analyze(p problem) analysis {
 		FlashElems: io,
 		Flops:      p.flops(false),
 		BwdFlops:   p.flops(true),
-		Tiles:      "launch configuration: unknown",
 		Assumptions: []string{
 			"naive: S = scale·QKᵀ is written, read by the softmax, P is written and read by P·V (4 passes over Nq×Nk per head, in the storage dtype); Q, K, V are read and O written once; a causal mask does not shrink S",
 			"flash: Q, K and V are read once and O written once (the ideal: a real kernel streams K and V once per query tile, from L2 when they fit); the LSE (B·Hq·Nq float32) is not counted",
 			"FLOPs: FlashAttention convention, 4·B·Hq·Nq·Nk·d forward (d the mean of d and dv), halved when causal; backward 2.5× the forward",
 		},
 	}
+	a.Tiles = "launch configuration: unknown"
 	a.NaiveBytes = a.NaiveElems * float64(es)
 	a.FlashBytes = a.FlashElems * float64(es)
 	a.TrafficGain = a.NaiveBytes / a.FlashBytes
@@ -196,17 +208,30 @@ families tried first declined it, every dispatch's grid, workgroup, tile and
 shared memory (on the CPU backend its tile per worker), and whether each tile
 comes from the tune cache ('flashvk tune').
 
+In decode mode (--cache-seqlens, --paged, --append, or --decode with --nk;
+see run --help) it explains one KV-cache call instead: the cache bytes it
+must read (attention.KVCacheBytes), in all and per generated token (B·Nq
+tokens a call), its FLOPs and intensity, the roofline floor, and the plan
+(PlanKVCache), with how many parts each sequence's cache is split into
+(splits × rows per split, merged by their log-sum-exp).
+
 A flag that would change nothing is refused (exit 2): --workers (explain runs
 no attention, and the CPU plan does not depend on it), --device-preset beside
 both --peak-tflops and --bandwidth-gbs, --align without --causal or with
-Nq = Nk, --seq beside --nq and --nk, and a Vulkan flag (--device, --kernel,
+Nq = Nk, --seq beside --nq and --nk, in decode mode --seq, --decode beside
+another decode flag and --causal with Nq = 1 under the bottom-right mask,
+and a Vulkan flag (--device, --kernel,
 --addressing, --validation) where only the CPU backend runs. --scale and
 --layout are part of the problem it describes and plans.`,
 		Example: `  flashvk explain --seq 4096 --dim 128 --heads 16 --dtype float16
   flashvk explain --seq 16384 --dim 64 --causal --device-preset h200 --json
-  flashvk explain --nq 1 --nk 8192 --heads 32 --kv-heads 8 --causal false --backend vulkan --kernel flash`,
+  flashvk explain --nq 1 --nk 8192 --heads 32 --kv-heads 8 --causal false --backend vulkan --kernel flash
+  flashvk explain --cache-seqlens 128,4000,17 --heads 32 --kv-heads 8 --dim 128 --paged 16 --device-preset h200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.shape.decodeMode() {
+				return a.explainDecode(cmd, &f)
+			}
 			p, err := f.shape.problem()
 			if err != nil {
 				return err
@@ -215,28 +240,9 @@ Nq = Nk, --seq beside --nq and --nk, and a Vulkan flag (--device, --kernel,
 				return err
 			}
 			an := analyze(p)
-			peak, bw, src := f.peakTFLOPS, f.bandwidthGBs, "--peak-tflops/--bandwidth-gbs"
-			if f.preset != "" {
-				pr, ok := presets[strings.ToLower(f.preset)]
-				if !ok {
-					return usagef("--device-preset %q: known presets: h200", f.preset)
-				}
-				if peak == 0 {
-					peak = pr.PeakTFLOPS[p.DType.String()]
-				}
-				if bw == 0 {
-					bw = pr.BandwidthGBs
-				}
-				src = fmt.Sprintf("--device-preset %s: %s %s peak", pr.Name, p.DType, pr.PeakKind[p.DType.String()])
-				if f.peakTFLOPS != 0 || f.bandwidthGBs != 0 {
-					src += ", overridden by --peak-tflops/--bandwidth-gbs"
-				}
-			}
-			if peak < 0 || bw < 0 {
-				return usagef("--peak-tflops and --bandwidth-gbs must be positive")
-			}
-			if (peak > 0) != (bw > 0) {
-				return usagef("give both --peak-tflops and --bandwidth-gbs (or --device-preset h200)")
+			peak, bw, src, err := f.rates(p.DType)
+			if err != nil {
+				return err
 			}
 			an.roofline(peak, bw, src)
 			if err := a.explainLaunches(cmd.Context(), &f, p, &an); err != nil {
@@ -262,6 +268,153 @@ Nq = Nk, --seq beside --nq and --nk, and a Vulkan flag (--device, --kernel,
 	fl.Float64Var(&f.bandwidthGBs, "bandwidth-gbs", 0, "memory bandwidth in GB/s for the roofline")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	return c
+}
+
+// decodeAnalysis is explain's analysis of a KV-cache call (decode mode):
+// the cache bytes it must read against its FLOPs.
+type decodeAnalysis struct {
+	Problem   problemJSON `json:"problem"`
+	ElemBytes int         `json:"elem_bytes"`
+	// Flops counts 4·d per query head and visible (query, cache row)
+	// pair (d the mean of d and dv), every mask exactly.
+	Flops float64 `json:"flops"`
+	// CacheBytes are the K and V bytes the call must read
+	// (attention.KVCacheBytes); Tokens = B·Nq the tokens one call
+	// generates, BytesPerToken = CacheBytes / Tokens.
+	CacheBytes    float64 `json:"cache_bytes"`
+	Tokens        int     `json:"tokens"`
+	BytesPerToken float64 `json:"bytes_per_token"`
+	// Intensity is FLOP per cache byte.
+	Intensity float64 `json:"intensity"`
+	// Roofline, when peak rates are known: MinMS is the lower bound on
+	// the time, the larger of the compute and the memory time.
+	PeakTFLOPS   float64 `json:"peak_tflops,omitempty"`
+	BandwidthGBs float64 `json:"bandwidth_gbs,omitempty"`
+	Ridge        float64 `json:"ridge_point,omitempty"`
+	MinMS        float64 `json:"min_ms,omitempty"`
+	RateSource   string  `json:"rate_source,omitempty"`
+	enginePlan
+	Assumptions []string `json:"assumptions"`
+}
+
+// explainDecode is explain in decode mode: the bytes and FLOPs of one
+// KV-cache call and the engine's plan of it (PlanKVCache: the kernels and
+// how each sequence's cache is split).
+func (a *app) explainDecode(cmd *cobra.Command, f *explainFlags) error {
+	ctx := cmd.Context()
+	p, err := f.shape.decodeProblem()
+	if err != nil {
+		return err
+	}
+	if err := f.checkDecodeEffect(cmd, p); err != nil {
+		return err
+	}
+	peak, bw, src, err := f.rates(p.DType)
+	if err != nil {
+		return err
+	}
+	an := decodeAnalysis{Problem: p.json(), ElemBytes: p.DType.Size(), Flops: p.flops(), CacheBytes: p.cacheBytes(), Tokens: p.B * p.Nq,
+		Assumptions: []string{
+			"cache bytes: the K and V rows each sequence attends to (its length plus the rows appended), read once per KV head in the storage dtype (attention.KVCacheBytes): the memory-bound floor of decoding; Q, O, the LSE, the appended rows' writes and a split's partial results are not counted",
+			"FLOPs: 4·d per query head and visible (query, cache row) pair (d the mean of d and dv), every mask counted exactly",
+			"the mask defaults to bottom-right causal (FlashAttention's decoding rule: query i sees rows j ≤ i + L − Nq), which for Nq = 1 masks nothing",
+		}}
+	an.BytesPerToken = an.CacheBytes / float64(an.Tokens)
+	if an.CacheBytes > 0 {
+		an.Intensity = an.Flops / an.CacheBytes
+	}
+	if peak > 0 && bw > 0 {
+		an.PeakTFLOPS, an.BandwidthGBs, an.RateSource = peak, bw, src
+		an.Ridge = peak * 1e12 / (bw * 1e9)
+		an.MinMS = max(an.Flops/(peak*1e12), an.CacheBytes/(bw*1e9)) * 1e3
+	}
+	an.Tiles = "launch configuration: unknown"
+	table := p.table(1)
+	pass := planPass{"kv", func(e *engine) (*attention.Plan, error) {
+		return e.PlanKVCache(ctx, p.qShape(), p.shapes(table), p.Append, p.Layout, p.DType, p.options())
+	}}
+	if err := a.explainPlans(ctx, f, p.DType, p.B, []planPass{pass}, &an.enginePlan); err != nil {
+		return err
+	}
+	if f.json {
+		b, err := json.MarshalIndent(an, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s\n", b)
+		return nil
+	}
+	w := a.stdout
+	fmt.Fprintf(w, "problem   %s\n", p)
+	fmt.Fprintf(w, "cache     %s\n", p.cacheString())
+	fmt.Fprintf(w, "FLOPs     %s (4·d per visible (query, cache row) pair and query head)\n", siFlops(an.Flops))
+	fmt.Fprintf(w, "bytes     %s of cache read in all (K and V rows each sequence attends to, in %s)\n", si(an.CacheBytes, "B"), p.DType)
+	tokens := "tokens"
+	if an.Tokens == 1 {
+		tokens = "token"
+	}
+	fmt.Fprintf(w, "          %s per generated token (B·Nq = %d %s per call)\n", si(an.BytesPerToken, "B"), an.Tokens, tokens)
+	fmt.Fprintf(w, "          %.3g FLOP/byte\n", an.Intensity)
+	if an.Ridge > 0 {
+		fmt.Fprintf(w, "\nroofline  %.0f TFLOP/s, %.0f GB/s (%s)\n", an.PeakTFLOPS, an.BandwidthGBs, an.RateSource)
+		fmt.Fprintf(w, "          ridge point %.1f FLOP/byte\n", an.Ridge)
+		bound := "compute-bound"
+		if an.Intensity < an.Ridge {
+			bound = "memory-bound"
+		}
+		fmt.Fprintf(w, "          %s, ≥ %s\n", bound, fmtMS(an.MinMS))
+	} else {
+		fmt.Fprintf(w, "\nroofline  peak rates unknown: give --peak-tflops and --bandwidth-gbs (or --device-preset h200) for the time floor\n")
+	}
+	printEnginePlan(w, &an.enginePlan)
+	fmt.Fprintln(w, "\nassumptions:")
+	for _, s := range an.Assumptions {
+		fmt.Fprintf(w, "  - %s\n", s)
+	}
+	return nil
+}
+
+// checkDecodeEffect refuses the flags of explain that would change nothing
+// in decode mode.
+func (f *explainFlags) checkDecodeEffect(cmd *cobra.Command, p decodeProblem) error {
+	given := cmd.Flags().Changed
+	switch {
+	case given("workers"):
+		return usagef("--workers has no effect on explain: it runs no attention, and the CPU backend's plan does not depend on its goroutines")
+	case f.preset != "" && given("peak-tflops") && given("bandwidth-gbs"):
+		return usagef("--device-preset has no effect: --peak-tflops and --bandwidth-gbs give both rates")
+	}
+	return f.shape.checkDecodeEffect(p)
+}
+
+// rates are the peak compute rate and bandwidth of the roofline (0, 0
+// when unknown) and where they come from: --peak-tflops and
+// --bandwidth-gbs, else --device-preset's for dt.
+func (f *explainFlags) rates(dt attention.DType) (peak, bw float64, src string, err error) {
+	peak, bw, src = f.peakTFLOPS, f.bandwidthGBs, "--peak-tflops/--bandwidth-gbs"
+	if f.preset != "" {
+		pr, ok := presets[strings.ToLower(f.preset)]
+		if !ok {
+			return 0, 0, "", usagef("--device-preset %q: known presets: h200", f.preset)
+		}
+		if peak == 0 {
+			peak = pr.PeakTFLOPS[dt.String()]
+		}
+		if bw == 0 {
+			bw = pr.BandwidthGBs
+		}
+		src = fmt.Sprintf("--device-preset %s: %s %s peak", pr.Name, dt, pr.PeakKind[dt.String()])
+		if f.peakTFLOPS != 0 || f.bandwidthGBs != 0 {
+			src += ", overridden by --peak-tflops/--bandwidth-gbs"
+		}
+	}
+	if peak < 0 || bw < 0 {
+		return 0, 0, "", usagef("--peak-tflops and --bandwidth-gbs must be positive")
+	}
+	if (peak > 0) != (bw > 0) {
+		return 0, 0, "", usagef("give both --peak-tflops and --bandwidth-gbs (or --device-preset h200)")
+	}
+	return peak, bw, src, nil
 }
 
 func printAnalysis(w io.Writer, p problem, a *analysis) {
@@ -293,6 +446,17 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 	} else {
 		fmt.Fprintf(w, "\nroofline  peak rates unknown: give --peak-tflops and --bandwidth-gbs (or --device-preset h200) for the ridge point\n")
 	}
+	printEnginePlan(w, &a.enginePlan)
+	fmt.Fprintln(w, "\nassumptions:")
+	for _, s := range a.Assumptions {
+		fmt.Fprintf(w, "  - %s\n", s)
+	}
+}
+
+// printEnginePlan prints how the engine runs the problem: the launch
+// configuration, each pass's family (and a KV-cache call's splits), the
+// tuning.
+func printEnginePlan(w io.Writer, a *enginePlan) {
 	fmt.Fprintf(w, "\n%s\n", a.Tiles)
 	if a.Device != "" {
 		fmt.Fprintf(w, "device    %s: at most %s (%d bytes) of shared memory per workgroup\n", a.Device, bytesIEC(uint64(a.MaxSharedMemory)), a.MaxSharedMemory)
@@ -309,6 +473,16 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 		if pl.Split {
 			fmt.Fprintf(w, " in submissions of %d batches", pl.Batches)
 		}
+		if pl.Direction == "kv" {
+			switch pl.Splits {
+			case 0:
+				fmt.Fprint(w, ", splits none (each sequence's cache rows in one pass)")
+			case 1:
+				fmt.Fprintf(w, ", splits 1 × %d rows (one part per sequence: nothing to merge)", pl.SplitKeys)
+			default:
+				fmt.Fprintf(w, ", splits %d × %d rows (each sequence's cache in %d parts run side by side, merged by their log-sum-exp)", pl.Splits, pl.SplitKeys, pl.Splits)
+			}
+		}
 		if len(pl.Declined) > 0 {
 			fmt.Fprintf(w, "; not %s", strings.Join(pl.Declined, "; not "))
 		}
@@ -321,10 +495,6 @@ func printAnalysis(w io.Writer, p problem, a *analysis) {
 		for _, s := range a.TuneWarnings {
 			fmt.Fprintf(w, "          warning: %s\n", s)
 		}
-	}
-	fmt.Fprintln(w, "\nassumptions:")
-	for _, s := range a.Assumptions {
-		fmt.Fprintf(w, "  - %s\n", s)
 	}
 }
 
@@ -347,46 +517,60 @@ func planAddresses(pl *attention.Plan) []string {
 // and each dispatch's kernel, grid, workgroup, tile and shared memory) on
 // a Vulkan device, or the CPU backend's tiles.
 func (a *app) explainLaunches(ctx context.Context, f *explainFlags, p problem, an *analysis) error {
+	var passes []planPass
+	for _, bwd := range []bool{false, true} {
+		passes = append(passes, planPass{direction(bwd), func(e *engine) (*attention.Plan, error) {
+			return e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), bwd)
+		}})
+	}
+	return a.explainPlans(ctx, f, p.DType, p.B, passes, &an.enginePlan)
+}
+
+// planPass is one pass explain plans: its direction and how.
+type planPass struct {
+	dir  string
+	plan func(e *engine) (*attention.Plan, error)
+}
+
+// explainPlans opens the engine the backend flags select and fills ep
+// with its plan of each pass (a problem of b batches in dtype dt).
+func (a *app) explainPlans(ctx context.Context, f *explainFlags, dt attention.DType, b int, passes []planPass, ep *enginePlan) error {
 	e, err := a.openOne(&f.backend)
 	if err != nil {
 		return err
 	}
 	defer a.closeAll([]*engine{e})
 	in := e.Info()
-	an.Backend = in.Name
+	ep.Backend = in.Name
 	why := ""
 	if fb := e.Fallback(); fb != "" {
 		why = "; no Vulkan backend: " + oneLine(fb)
 	}
 	if in.Vulkan != nil {
-		an.Device, an.MaxSharedMemory = in.Device, in.Vulkan.MaxSharedMemory
+		ep.Device, ep.MaxSharedMemory = in.Device, in.Vulkan.MaxSharedMemory
 	}
 	var failed []string
-	for _, bwd := range []bool{false, true} {
-		dir := "fwd"
-		if bwd {
-			dir = "bwd"
-		}
-		pl, err := e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), bwd)
+	for _, ps := range passes {
+		pl, err := ps.plan(e)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err != nil {
-			failed = append(failed, dir+": "+oneLine(err.Error()))
+			failed = append(failed, ps.dir+": "+oneLine(err.Error()))
 			continue
 		}
-		an.Plans = append(an.Plans, explainPlan{Direction: dir, Family: pl.Family, Declined: pl.Declined,
-			Addresses: planAddresses(pl), Batches: pl.Batches, Split: pl.Batches < p.B})
+		ep.Plans = append(ep.Plans, explainPlan{Direction: ps.dir, Family: pl.Family, Declined: pl.Declined,
+			Addresses: planAddresses(pl), Batches: pl.Batches, Split: pl.Batches < b, Splits: pl.Splits, SplitKeys: pl.SplitKeys})
 		for _, l := range resultLaunches(pl) {
-			an.Launches = append(an.Launches, explainLaunch{Direction: dir, Launch: l})
+			ep.Launches = append(ep.Launches, explainLaunch{Direction: ps.dir, Launch: l})
 		}
 	}
-	an.Tiles = fmt.Sprintf("launch configuration (%s backend, %s storage)%s", in.Name, p.DType, why)
+	ep.Tiles = fmt.Sprintf("launch configuration (%s backend, %s storage)%s", in.Name, dt, why)
 	if len(failed) > 0 {
-		an.Tiles += ": " + strings.Join(failed, "; ")
+		ep.Tiles += ": " + strings.Join(failed, "; ")
 	}
 	if in.Kind == attention.Vulkan {
-		an.Tuning, an.TuneWarnings = tuningLine(e.TuneInfo())
+		ep.Tuning, ep.TuneWarnings = tuningLine(e.TuneInfo())
 	}
 	return nil
 }

@@ -14,8 +14,11 @@ func resultLaunches(pl *attention.Plan) []Launch {
 	out := make([]Launch, len(pl.Launches))
 	for i, l := range pl.Launches {
 		var tile []string
-		if l.TileRows > 0 || l.TileCols > 0 {
+		switch {
+		case l.TileCols > 0:
 			tile = append(tile, fmt.Sprintf("Br=%d Bc=%d", l.TileRows, l.TileCols))
+		case l.TileRows > 0: // a KV-cache kernel: query rows, no key tile
+			tile = append(tile, fmt.Sprintf("Br=%d", l.TileRows))
 		}
 		if l.Config != "" {
 			tile = append(tile, l.Config)

@@ -4,6 +4,7 @@
 //
 //	flashvk devices                      # what can run: Vulkan devices and the CPU
 //	flashvk run --seq 1024 --check       # one call, checked against a float64 reference
+//	flashvk run --cache-seqlens 128,4000 --check # one KV-cache (decoding) call
 //	flashvk bench --json h200.json       # the FlashAttention-2 paper's sweep
 //	flashvk compare a.json b.json        # ratio table of two or more runs
 //	flashvk report a.json b.json -o r.html

@@ -189,8 +189,12 @@ func TestExamplesStillValid(t *testing.T) {
 		"flashvk report torch_fp16_fwd.json flashvk_cm_fp16.json -o report.html",
 		"flashvk compare torch_fp16_fwd.json flashvk_cm_fp16.json --format plain",
 		"flashvk devices",
+		"flashvk run --backend cpu --cache-seqlens 300,1000 --nq 4 --heads 8 --kv-heads 2 --paged 16 --append 4 --check --iters 5",
+		"flashvk bench --backend cpu --nk 1024,4096 --nq 1,4 --batch 4 --heads 32 --kv-heads 8 --dim 128 --paged 16 --append 1 --iters 5",
+		"flashvk explain --device lavapipe --cache-seqlens 32768 --heads 8 --kv-heads 1 --dim 128",
 		// the package doc
 		"flashvk run --seq 1024 --check",
+		"flashvk run --cache-seqlens 128,4000 --check",
 		"flashvk report h200.json torch.json -o r.html",
 		"flashvk explain --seq 4096 --dim 128",
 		// bench/gpu.sh's invocations (its tune passes one --family list to

@@ -243,7 +243,7 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 		if k.causal {
 			mask = "causal"
 		}
-		dir := map[string]string{"fwd": "forward", "bwd": "backward"}[k.dir]
+		dir := map[string]string{"fwd": "forward", "bwd": "backward", "kv": "KV-cache decode"}[k.dir]
 		t := fmt.Sprintf("%s, d = %d, %s", dir, k.d, mask)
 		svg, legend, err := chartSVG(t, groups[k], colorOf, false)
 		if err != nil {
@@ -281,6 +281,9 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 	// Memory analysis of every forward shape of the grid.
 	seenShape := map[string]bool{}
 	for _, r := range rep.Rows {
+		if r.R.Direction == "kv" {
+			continue // no naive attention to compare a KV-cache call with
+		}
 		dt, err := attention.ParseDType(r.R.DType)
 		if err != nil {
 			dt = attention.Float16 // a dtype flashvk does not parse: assume 2 bytes
@@ -312,6 +315,9 @@ func shapeLabel(r *Result) string {
 	s := fmt.Sprintf("%s %s B=%d H=%d N=%d d=%d", r.Direction, shortDType(r.DType), r.B, r.H, r.Nq, r.D)
 	if r.Causal {
 		s += " causal"
+	}
+	if r.Direction == "kv" {
+		s += " " + cacheLabel(*r)
 	}
 	return s
 }
@@ -368,10 +374,16 @@ func chartSVG(title string, rows []reportRow, colorOf map[string]int, withLegend
 			series[r.Series] = m
 			names = append(names, r.Series)
 		}
-		if _, ok := m[r.R.Nq]; !ok {
-			m[r.R.Nq] = r.R.TFLOPS
+		x := r.R.Nq
+		if r.R.Direction == "kv" {
+			// KV-cache calls: against the cache capacity.
+			x = r.R.Nk
+			p.X.Label.Text = "cache capacity Nk"
 		}
-		xs[r.R.Nq] = true
+		if _, ok := m[x]; !ok {
+			m[x] = r.R.TFLOPS
+		}
+		xs[x] = true
 	}
 	var ticks seqTicks
 	for x := range xs {

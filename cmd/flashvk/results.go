@@ -37,7 +37,7 @@ type DeviceInfo struct {
 
 // Result is one measured problem.
 type Result struct {
-	Direction string  `json:"direction"` // "fwd" or "bwd"
+	Direction string  `json:"direction"` // "fwd", "bwd", or "kv" (a KV-cache decoding call, bench's decode mode)
 	DType     string  `json:"dtype"`     // "float16", "float32", "bfloat16"
 	B         int     `json:"B"`
 	H         int     `json:"H"` // query heads
@@ -55,6 +55,19 @@ type Result struct {
 	TFLOPS    float64 `json:"tflops"` // FlashAttention FLOP convention over the median time
 	Iters     int     `json:"iters"`
 	Clock     string  `json:"clock"` // "gpu-timestamps", "wall", "cuda-events"
+	// A KV-cache result (direction "kv") has Nk = the cache capacity per
+	// sequence, and: CacheSeqLens, the rows each of the B sequences holds
+	// before the call; Append, the rows appended to each before it is
+	// attended to; BlockSize, the rows per block of a paged cache (0:
+	// contiguous); CacheBytes, the cache bytes one call reads
+	// (attention.KVCacheBytes, the memory-bound floor); GBPerS, those
+	// bytes over the median time. TFLOPS counts the visible (query,
+	// cache row) pairs exactly.
+	CacheSeqLens []int   `json:"cache_seqlens,omitempty"`
+	Append       int     `json:"append,omitempty"`
+	BlockSize    int     `json:"block_size,omitempty"`
+	CacheBytes   float64 `json:"cache_bytes,omitempty"`
+	GBPerS       float64 `json:"gb_per_s,omitempty"`
 	// TimesMS are the per-iteration times in call order (flashvk only), so
 	// that a bimodal or drifting series can be seen, not only its quantiles.
 	TimesMS []float64 `json:"times_ms,omitempty"`
@@ -147,6 +160,9 @@ func (r *Result) device(f *ResultsFile) DeviceInfo {
 // (forward 4·B·H·Nq·Nk·d with d the mean of d and dv, halved when causal;
 // backward 2.5× the forward).
 func (r *Result) flops() float64 {
+	if r.Direction == "kv" {
+		return kvFlops(r.CacheSeqLens, r.Append, r.Nq, r.H, r.D, r.Dv, r.Causal, r.Align == "bottom-right")
+	}
 	f := 2 * float64(r.B) * float64(r.H) * float64(r.Nq) * float64(r.Nk) * float64(r.D+r.Dv)
 	if r.Causal {
 		f /= 2
@@ -213,8 +229,11 @@ func readResults(path string) (*ResultsFile, error) {
 		return nil, fmt.Errorf("%s: schema %q is newer than this flashvk understands (%q)", path, f.Schema, SchemaV1)
 	}
 	for i, r := range f.Results {
-		if r.Direction != "fwd" && r.Direction != "bwd" {
-			return nil, fmt.Errorf("%s: results[%d]: direction %q, want \"fwd\" or \"bwd\"", path, i, r.Direction)
+		if r.Direction != "fwd" && r.Direction != "bwd" && r.Direction != "kv" {
+			return nil, fmt.Errorf("%s: results[%d]: direction %q, want \"fwd\", \"bwd\" or \"kv\"", path, i, r.Direction)
+		}
+		if r.Direction == "kv" && len(r.CacheSeqLens) != r.B {
+			return nil, fmt.Errorf("%s: results[%d]: a kv result has %d cache_seqlens, want one per sequence (B = %d)", path, i, len(r.CacheSeqLens), r.B)
 		}
 		if r.B <= 0 || r.H <= 0 || r.Nq <= 0 || r.Nk <= 0 || r.D <= 0 {
 			return nil, fmt.Errorf("%s: results[%d]: B, H, Nq, Nk and d must be positive", path, i)

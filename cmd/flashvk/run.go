@@ -100,10 +100,30 @@ file beside it, and they are renamed into place only when all are complete
 (a failed --check still writes them). A run that fails or is interrupted
 leaves no new file and every existing one as it was.
 
+Decode mode runs one KV-cache call (Engine.ForwardKVCache) instead; it is
+selected by --cache-seqlens, --paged or --append, or by --decode with --nk.
+B sequences hold --cache-seqlens rows each (one length per sequence: it sets
+B), or without it --nk − --append rows each of --batch sequences, in a cache
+of --nk rows per sequence (default: the longest length plus --append):
+contiguous [B, Nk, Hkv, d], or with --paged BLOCK a pool of blocks of BLOCK
+rows, enough for every sequence's capacity, named by a block table shuffled
+by --seed. --append N new K/V rows are appended to every sequence, then --nq
+queries per sequence (default 1) attend to its first length + N rows. The
+mask defaults to FlashAttention's decoding rule, bottom-right causal (query i
+sees rows j ≤ i + L − Nq), which for Nq = 1 masks nothing; --causal false and
+--align top-left change it. --check compares O and LSE with the float64
+reference run sequence by sequence over the rows gathered through the block
+table, the appended ones taken from the new K/V (a wrong append fails). The
+time is BenchmarkKVCache's, and GB/s is the cache bytes one call must read
+(attention.KVCacheBytes, the memory-bound floor) over it. --out writes o.npy
+and lse.npy.
+
 A flag that would change nothing is refused (exit 2): --do without --backward,
 --seed with --q/--k/--v (unless --backward draws a random dO), --warmup with
 --iters 0, --align without --causal or with Nq = Nk, --seq beside --nq and
---nk, a Vulkan flag (--device, --kernel, --addressing, --validation) where
+--nk; in decode mode --backward (decoding has no backward pass), --q/--k/--v/
+--do, --seq, --decode beside another decode flag, and --causal with Nq = 1
+under the bottom-right mask; a Vulkan flag (--device, --kernel, --addressing, --validation) where
 only the CPU backend runs, --workers where it does not.
 
 --json prints the results as JSON (schema flashvk-run/2, see
@@ -116,7 +136,9 @@ signal exits at once.`,
   flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype f16 --causal false --backward --check
   flashvk run --seq 512 --dtype bf16 --backward --check --iters 20
   flashvk run --seq 131072 --heads 16 --dim 128 --dtype f16 --iters 0
-  flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/`,
+  flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/
+  flashvk run --cache-seqlens 128,4000,17 --heads 32 --kv-heads 8 --dim 128 --dtype f16 --check
+  flashvk run --nk 4096 --batch 4 --nq 4 --heads 8 --kv-heads 2 --paged 16 --append 4 --check`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd, &f) },
 	}
@@ -160,6 +182,9 @@ type passResult struct {
 	P10MS    float64 `json:"p10_ms,omitempty"`
 	P90MS    float64 `json:"p90_ms,omitempty"`
 	TFLOPS   float64 `json:"tflops,omitempty"`
+	// GBPerS is the cache bytes a decode-mode call reads
+	// (attention.KVCacheBytes) over the median time.
+	GBPerS float64 `json:"gb_per_s,omitempty"`
 	// Iters is the number of timed calls (0: not timed, --iters 0 or a
 	// failed timing); Clock how they were timed.
 	Iters    int    `json:"iters"`
@@ -208,6 +233,9 @@ type problemJSON struct {
 	Causal bool    `json:"causal"`
 	Align  string  `json:"align"`
 	Scale  float64 `json:"scale"`
+	// Cache describes the KV cache in decode mode (Nk is then its
+	// capacity per sequence).
+	Cache *cacheJSON `json:"cache,omitempty"`
 }
 
 func (p problem) json() problemJSON {
@@ -234,6 +262,9 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	ctx := cmd.Context()
 	if err := f.timing.check(0); err != nil {
 		return err
+	}
+	if f.shape.decodeMode() {
+		return a.runDecode(cmd, f)
 	}
 	p, err := f.shape.problem()
 	if err != nil {
@@ -296,25 +327,9 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		return err
 	}
 	defer a.closeAll(engines)
-	outDirs := make([]string, len(engines))
-	if f.out != "" {
-		for i, e := range engines {
-			outDirs[i] = f.out
-			if len(engines) > 1 {
-				// DIR/<backend-device>, numbered when two devices share a name.
-				d := e.device()
-				name := slug(d.Backend + "-" + d.Name)
-				outDirs[i] = filepath.Join(f.out, name)
-				for n := 2; slices.Contains(outDirs[:i], outDirs[i]); n++ {
-					outDirs[i] = filepath.Join(f.out, fmt.Sprintf("%s-%d", name, n))
-				}
-			}
-			for _, name := range outNames(f.backward) {
-				if err := out.prepare("--out", filepath.Join(outDirs[i], name)); err != nil {
-					return err
-				}
-			}
-		}
+	outDirs, err := prepareOutDirs(out, f.out, engines, outNames(f.backward))
+	if err != nil {
+		return err
 	}
 	plans, err := planAll(ctx, engines, p, f.backward)
 	if err != nil {
@@ -385,6 +400,166 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		fmt.Fprintf(a.stdout, "%s\n", b)
 	} else {
 		printRun(a.stdout, p, &rep)
+	}
+	if !rep.Pass {
+		return exitError{1}
+	}
+	return nil
+}
+
+// prepareOutDirs checks --out's files for every engine: DIR itself with
+// one engine, DIR/<backend-device> with several (numbered when two
+// devices share a name). It returns each engine's folder ("" without
+// --out).
+func prepareOutDirs(out *outputs, dir string, engines []*engine, names []string) ([]string, error) {
+	outDirs := make([]string, len(engines))
+	if dir == "" {
+		return outDirs, nil
+	}
+	for i, e := range engines {
+		outDirs[i] = dir
+		if len(engines) > 1 {
+			d := e.device()
+			name := slug(d.Backend + "-" + d.Name)
+			outDirs[i] = filepath.Join(dir, name)
+			for n := 2; slices.Contains(outDirs[:i], outDirs[i]); n++ {
+				outDirs[i] = filepath.Join(dir, fmt.Sprintf("%s-%d", name, n))
+			}
+		}
+		for _, name := range names {
+			if err := out.prepare("--out", filepath.Join(outDirs[i], name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return outDirs, nil
+}
+
+// checkDecodeEffect refuses the flags of run that decode mode does not
+// read.
+func (f *runFlags) checkDecodeEffect(cmd *cobra.Command, p decodeProblem) error {
+	given := cmd.Flags().Changed
+	by := f.shape.decodeBy()
+	switch {
+	case given("backward"):
+		return usagef("--backward has no effect in decode mode (%s): decoding has no backward pass", by)
+	case f.qFile != "" || f.kFile != "" || f.vFile != "" || f.doFile != "":
+		return usagef("--q, --k, --v and --do do not apply in decode mode (%s): its inputs are drawn from --seed", by)
+	case given("warmup") && f.timing.iters == 0:
+		return usagef("--warmup has no effect with --iters 0: no steady timing follows it")
+	}
+	return f.shape.checkDecodeEffect(p)
+}
+
+// runDecode is run in decode mode: one ForwardKVCache call per engine on
+// random inputs, checked sequence by sequence against the float64
+// reference, then timed by BenchmarkKVCache.
+func (a *app) runDecode(cmd *cobra.Command, f *runFlags) error {
+	ctx := cmd.Context()
+	p, err := f.shape.decodeProblem()
+	if err != nil {
+		return err
+	}
+	if err := f.checkDecodeEffect(cmd, p); err != nil {
+		return err
+	}
+	if f.check {
+		if err := p.checkable(); err != nil {
+			return err
+		}
+	}
+	out := a.newOutputs(ctx)
+	defer out.abort()
+	if f.out != "" {
+		if err := out.prepareDir("--out", f.out, f.out); err != nil {
+			return err
+		}
+	}
+	engines, err := a.openAll(&f.backend)
+	if err != nil {
+		return err
+	}
+	defer a.closeAll(engines)
+	outDirs, err := prepareOutDirs(out, f.out, engines, outNames(false))
+	if err != nil {
+		return err
+	}
+	// Plan on every engine before any input exists.
+	table := p.table(f.seed)
+	plans := make([]*attention.Plan, len(engines))
+	for i, e := range engines {
+		if plans[i], err = e.PlanKVCache(ctx, p.qShape(), p.shapes(table), p.Append, p.Layout, p.DType, p.options()); err != nil {
+			return fmt.Errorf("%s: kv %s: %w", e.label, p, err)
+		}
+	}
+	if a.beforeInputs != nil {
+		a.beforeInputs()
+	}
+	in, err := p.inputs(ctx, f.seed, table)
+	if err != nil {
+		return err
+	}
+	var ref *refResult
+	if f.check {
+		if ref, err = computeDecodeReference(ctx, p, in); err != nil {
+			return err
+		}
+	}
+	rep := runReport{Schema: RunSchema, Version: version(), Problem: p.json(), Inputs: fmt.Sprintf("random N(0,1), seed %d", f.seed),
+		Warmup: f.timing.warmup, Iters: f.timing.iters, Checked: f.check, Pass: true}
+	bytes := p.cacheBytes()
+	for i, e := range engines {
+		r := &oneRun{res: runResult{Device: e.device()}}
+		start := time.Now()
+		o, err := e.ForwardKVCache(ctx, in.q, p.cache(in.k, in.v, table), in.newK, in.newV, p.options())
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.label, err)
+		}
+		el := time.Since(start)
+		r.res.Passes = []passResult{{Direction: plans[i].Pass, Kernel: plans[i].Family, FirstCallMS: ms(el),
+			FirstCallTFLOPS: p.flops() / el.Seconds() / 1e12}}
+		r.o, r.lse = o.O, o.LSE
+		if ref != nil {
+			r.res.Check = decodeCheck(p.DType, o, ref)
+		}
+		if f.timing.iters > 0 {
+			// The append rewrites the rows the first call wrote; the
+			// lengths are those before it.
+			err := a.timePasses(ctx, e, &r.res, bytes, func(string) (*attention.BenchResult, error) {
+				return e.BenchmarkKVCache(ctx, in.q, p.cache(in.k, in.v, table), in.newK, in.newV, p.options(),
+					attention.BenchOptions{Warmup: f.timing.warmup, Iters: f.timing.iters})
+			})
+			if err != nil {
+				return err
+			}
+		}
+		for _, c := range r.res.Check {
+			rep.Pass = rep.Pass && c.Pass
+		}
+		if f.out != "" {
+			if err := r.save(out, outDirs[i], p.Layout); err != nil {
+				return err
+			}
+			r.res.Out = outDirs[i]
+		}
+		rep.Results = append(rep.Results, r.res)
+	}
+	if err := out.commit(); err != nil {
+		return err
+	}
+	if f.json {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s\n", b)
+	} else {
+		fmt.Fprintf(a.stdout, "problem  %s\n", p)
+		fmt.Fprintf(a.stdout, "cache    %s\n", p.cacheString())
+		fmt.Fprintf(a.stdout, "inputs   %s\n", rep.Inputs)
+		fmt.Fprintf(a.stdout, "flops    kv %s (4·d per visible (query, cache row) pair and query head)\n", siFlops(p.flops()))
+		fmt.Fprintf(a.stdout, "bytes    %s of cache read (K and V rows each sequence attends to)\n\n", si(bytes, "B"))
+		printRunResults(a.stdout, p.DType, &rep)
 	}
 	if !rep.Pass {
 		return exitError{1}
@@ -492,9 +667,7 @@ func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Ten
 	if ref != nil {
 		tol := tolerance(p.DType)
 		add := func(name string, got []float32, want []float64) {
-			s := reference.Compare(got, want)
-			r.res.Check = append(r.res.Check, checkRow{Output: name, MaxAbs: Metric(s.MaxAbs), RelL2: Metric(s.RelL2),
-				Bound: Metric(tol), NaN: s.NaN, Inf: s.Inf, Pass: s.RelL2 <= tol && s.NaN == 0})
+			r.res.Check = append(r.res.Check, checkRowOf(name, got, want, tol))
 		}
 		add("o", out.O.Float32s(), ref.o)
 		add("lse", out.LSE, ref.lse)
@@ -507,14 +680,30 @@ func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Ten
 	return r, nil
 }
 
+// checkRowOf is the error of one output against the float64 reference,
+// passing when rel_l2 ≤ tol and no element is NaN.
+func checkRowOf(name string, got []float32, want []float64, tol float64) checkRow {
+	s := reference.Compare(got, want)
+	return checkRow{Output: name, MaxAbs: Metric(s.MaxAbs), RelL2: Metric(s.RelL2),
+		Bound: Metric(tol), NaN: s.NaN, Inf: s.Inf, Pass: s.RelL2 <= tol && s.NaN == 0}
+}
+
 // timeRun measures the steady time of each pass of res with the engine's
 // Benchmark (as bench does). A pass whose timing fails keeps its first
 // call and says why, with a warning: the run itself succeeded. Only ctx's
 // end stops it, with ctx's error.
 func (a *app) timeRun(ctx context.Context, e *engine, p problem, q, k, v attention.Tensor, t timingFlags, res *runResult) error {
+	return a.timePasses(ctx, e, res, 0, func(dir string) (*attention.BenchResult, error) {
+		return e.Benchmark(ctx, q, k, v, p.options(), attention.BenchOptions{Warmup: t.warmup, Iters: t.iters, Backward: dir == "bwd"})
+	})
+}
+
+// timePasses times each pass of res with bench (given the pass's
+// direction); bytes > 0 are the bytes a call reads, for GB/s.
+func (a *app) timePasses(ctx context.Context, e *engine, res *runResult, bytes float64, bench func(dir string) (*attention.BenchResult, error)) error {
 	for i := range res.Passes {
 		ps := &res.Passes[i]
-		b, err := e.Benchmark(ctx, q, k, v, p.options(), attention.BenchOptions{Warmup: t.warmup, Iters: t.iters, Backward: ps.Direction == "bwd"})
+		b, err := bench(ps.Direction)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -525,6 +714,9 @@ func (a *app) timeRun(ctx context.Context, e *engine, p problem, q, k, v attenti
 		}
 		ps.MedianMS, ps.P10MS, ps.P90MS = ms(b.Median()), ms(b.Quantile(0.1)), ms(b.Quantile(0.9))
 		ps.TFLOPS, ps.Iters, ps.Clock, ps.Unsteady = b.TFLOPS(), len(b.Times), b.Clock, b.Unsteady
+		if bytes > 0 {
+			ps.GBPerS = gbs(bytes, ps.MedianMS)
+		}
 	}
 	return nil
 }
@@ -540,15 +732,26 @@ func printRun(w io.Writer, p problem, rep *runReport) {
 		fmt.Fprintf(w, ", bwd %s", siFlops(p.flops(true)))
 	}
 	fmt.Fprintf(w, " (FlashAttention convention)\n\n")
+	printRunResults(w, p.DType, rep)
+}
+
+// printRunResults prints the table of times (with GB/s in decode mode)
+// and the check of a run.
+func printRunResults(w io.Writer, dt attention.DType, rep *runReport) {
+	decode := rep.Problem.Cache != nil
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "backend\tdevice\tkernel\tpass\ttime\tTFLOP/s\tfirst call")
+	if decode {
+		fmt.Fprintln(tw, "backend\tdevice\tkernel\tpass\ttime\tTFLOP/s\tGB/s\tfirst call")
+	} else {
+		fmt.Fprintln(tw, "backend\tdevice\tkernel\tpass\ttime\tTFLOP/s\tfirst call")
+	}
 	var clocks []string
 	unsteady := false
 	for _, r := range rep.Results {
 		for _, ps := range r.Passes {
-			t, rate := "-", "-"
+			t, rate, bw := "-", "-", "-"
 			if ps.Iters > 0 {
-				t, rate = fmtMS(ps.MedianMS), fmtTFLOPS(ps.TFLOPS)
+				t, rate, bw = fmtMS(ps.MedianMS), fmtTFLOPS(ps.TFLOPS), fmtGBs(ps.GBPerS)
 				if ps.Unsteady {
 					t += " *"
 					unsteady = true
@@ -556,6 +759,9 @@ func printRun(w io.Writer, p problem, rep *runReport) {
 				if c := clockText(ps.Clock, r.Device.Backend); !slices.Contains(clocks, c) {
 					clocks = append(clocks, c)
 				}
+			}
+			if decode {
+				rate += "\t" + bw
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Device.Backend, r.Device.Name, ps.Kernel, ps.Direction, t, rate, fmtMS(ps.FirstCallMS))
 		}
@@ -570,9 +776,16 @@ func printRun(w io.Writer, p problem, rep *runReport) {
 	if unsteady {
 		fmt.Fprintln(w, "            * the times still have a step (a GPU clock change?): not a steady-state time")
 	}
+	if decode && rep.Iters > 0 {
+		fmt.Fprintln(w, "GB/s        the cache bytes the call reads (attention.KVCacheBytes) over the time")
+	}
 	fmt.Fprintln(w, "first call  host wall time of the first call, incl. transfers and pipeline creation")
 	if rep.Checked {
-		fmt.Fprintf(w, "\ncheck against the float64 reference (%s: rel_l2 ≤ %s)\n", p.DType, fmtBound(tolerance(p.DType)))
+		fmt.Fprintf(w, "\ncheck against the float64 reference (%s: rel_l2 ≤ %s)", dt, fmtBound(tolerance(dt)))
+		if decode {
+			fmt.Fprint(w, ", sequence by sequence over its gathered cache rows")
+		}
+		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		multi := len(rep.Results) > 1
 		if multi {

@@ -32,6 +32,11 @@ type shapeFlags struct {
 	causal                    causalValue
 	align, layout             string
 	scale                     float64
+	// Decode mode (run, bench, explain; see decode.go): --decode,
+	// --cache-seqlens, --paged, --append.
+	decode         bool
+	cacheLens      []int
+	paged, appendN int
 	// changed reports whether the command line gives a flag.
 	changed func(name string) bool
 }
@@ -61,15 +66,15 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 	case oneProblem:
 		s.seq, s.dim, s.dtypes = []int{512}, []int{64}, []attention.DType{dtype}
 		f.Var(intsValue(&s.seq, false), "seq", "sequence length N: sets Nq = Nk = N")
-		f.Var(intsValue(&s.nq, false), "nq", "query length Nq (overrides --seq)")
-		f.Var(intsValue(&s.nk, false), "nk", "key/value length Nk (overrides --seq)")
+		f.Var(intsValue(&s.nq, false), "nq", "query length Nq (overrides --seq; in decode mode the queries per sequence, default 1)")
+		f.Var(intsValue(&s.nk, false), "nk", "key/value length Nk (overrides --seq; in decode mode the cache capacity per sequence)")
 		f.Var(intsValue(&s.dim, false), "dim", "head dimension d of Q and K")
 		f.IntVar(&s.dv, "dv", 0, "head dimension of V and O (default: --dim)")
 		f.Var(dtypesValue(&s.dtypes, false), "dtype", "storage type: float32, float16 or bfloat16 (f32, f16, bf16); arithmetic is float32")
 	case benchGrid:
 		f.Var(intsValue(&s.seq, true), "seq", "sequence lengths N: Nq = Nk = N (default 512,1024,…,16384; on the CPU backend 128,256,512)")
-		f.Var(intsValue(&s.nq, true), "nq", "query lengths Nq (default: --seq); with --nq or --nk the grid is every Nq × Nk")
-		f.Var(intsValue(&s.nk, true), "nk", "key/value lengths Nk (default: --seq); with --nq or --nk the grid is every Nq × Nk")
+		f.Var(intsValue(&s.nq, true), "nq", "query lengths Nq (default: --seq; in decode mode the queries per sequence, default 1); with --nq or --nk the grid is every Nq × Nk")
+		f.Var(intsValue(&s.nk, true), "nk", "key/value lengths Nk (default: --seq; in decode mode the cache capacities per sequence); with --nq or --nk the grid is every Nq × Nk")
 	case tuneGrid:
 		s.seq = []int{2048}
 		f.Var(intsValue(&s.seq, true), "seq", "sequence lengths N = Nq = Nk of the timed problem (one cache entry per N; a problem uses the nearest)")
@@ -96,7 +101,11 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 	}
 	f.Lookup("causal").NoOptDefVal = "true"
 	if mode != tuneGrid {
-		f.StringVar(&s.align, "align", "top-left", "causal diagonal when Nq ≠ Nk: top-left (PyTorch is_causal) or bottom-right (FlashAttention-2)")
+		f.StringVar(&s.align, "align", "top-left", "causal diagonal when Nq ≠ Nk: top-left (PyTorch is_causal) or bottom-right (FlashAttention-2; the default in decode mode)")
+		f.BoolVar(&s.decode, "decode", false, "decode mode: one KV-cache call (ForwardKVCache) of --nq queries per sequence over a cache of --nk rows (implied by --cache-seqlens, --paged and --append)")
+		f.Var(intsValue(&s.cacheLens, true), "cache-seqlens", "decode mode: rows cached per sequence before the call, one per sequence (sets B; default: --nk − --append for each sequence)")
+		f.IntVar(&s.paged, "paged", 0, "decode mode: a paged cache of blocks of this many rows, the block table a random permutation (default: contiguous)")
+		f.IntVar(&s.appendN, "append", 0, "decode mode: new K/V rows appended to every sequence before it is attended to")
 	}
 	if mode == oneProblem {
 		f.StringVar(&s.layout, "layout", "bshd", "memory layout of the operands: bshd (FlashAttention) or bhsd (PyTorch)")

@@ -143,16 +143,19 @@ func planDecode(_ context.Context, b *Backend, p *spec.Problem, dt spec.DType) (
 	}
 	full := b.info.ComputeFullSubgroups
 	grid := [3]uint32{uint32(c.Splits), uint32(p.Hkv * ceilDiv(p.Group()*p.Nq, c.BR)), uint32(p.B)}
-	kvec, config := uint32(0), c.String()
+	// The pipeline's name carries what specialises it (the splits are
+	// per call: they are in Launch.Config).
+	kvec, pipeName := uint32(0), fmt.Sprintf("wg%d-br%d", c.WG, c.BR)
 	if kVector(p, dt) {
-		kvec, config = 1, config+"-kvec"
+		kvec, pipeName = 1, pipeName+"-kvec"
 	}
-	if err := add(shaders.KernelDecode, config, c.WG, c.BR, grid, shaders.DecodeSharedBytes(c.WG, b.lim.Subgroup, c.BR, p.D, p.Dv),
+	if err := add(shaders.KernelDecode, pipeName, c.WG, c.BR, grid, shaders.DecodeSharedBytes(c.WG, b.lim.Subgroup, c.BR, p.D, p.Dv),
 		full, kv.New > 0, OpQ, OpK, OpV, OpO, OpLSE, OpMeta, OpPart); err != nil {
 		return nil, err
 	}
 	dl := &pl.Launches[len(pl.Launches)-1]
 	dl.key.Spec = append(dl.key.Spec, device.Spec{ID: shaders.SpecKVec, Value: kvec})
+	dl.Config = pipeName + fmt.Sprintf("-split%dx%d", c.Splits, c.SplitKeys)
 	if c.Splits > 1 {
 		pl.Scratch[OpPart] = int64(c.Splits) * int64(p.B*p.Hq*p.Nq) * int64(p.Dv+1) * 4
 		if err := add(shaders.KernelDecodeCombine, fmt.Sprintf("wg%d", copyWG), copyWG, 1,

@@ -161,12 +161,8 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 		r.Timestamp("end")
 		recs[i] = r
 	}
-	res := &BenchResult{Clock: "gpu-timestamps"}
-	if b.info.TimestampValidBits == 0 {
-		res.Clock = "wall"
-	}
 	next := 0
-	submit := func() (*device.Result, error) {
+	return b.timeSubmissions(o, func() (*device.Result, error) {
 		out, err := b.dev.Submit(ctx, recs[next%len(recs)])
 		next++
 		if err != nil {
@@ -174,6 +170,17 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 			return nil, fmt.Errorf("vkattn: bench: %w", err)
 		}
 		return out, nil
+	})
+}
+
+// timeSubmissions runs submit (one recorded submission between the
+// timestamps "start" and "end") o.Warmup times (and for at least
+// o.MinWarmup) untimed, then o.Iters times timed, again up to o.Retries
+// times while the series has a step (Steady).
+func (b *Backend) timeSubmissions(o BenchOptions, submit func() (*device.Result, error)) (*BenchResult, error) {
+	res := &BenchResult{Clock: "gpu-timestamps"}
+	if b.info.TimestampValidBits == 0 {
+		res.Clock = "wall"
 	}
 	start := time.Now()
 	for i := 0; i < o.Warmup || (time.Since(start) < o.MinWarmup && i < o.Warmup+1000); i++ {

@@ -14,7 +14,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
-	"time"
 
 	"github.com/flashvk/flashvk/internal/device"
 	"github.com/flashvk/flashvk/internal/pipeline"
@@ -361,44 +360,12 @@ func (b *Backend) BenchKV(ctx context.Context, p *spec.Problem, ops Operands, o 
 		return nil, err
 	}
 	r.Timestamp("end")
-	res := &BenchResult{Clock: "gpu-timestamps"}
-	if b.info.TimestampValidBits == 0 {
-		res.Clock = "wall"
-	}
-	submit := func() (*device.Result, error) {
+	return b.timeSubmissions(o, func() (*device.Result, error) {
 		out, err := b.dev.Submit(ctx, r)
 		if err != nil {
 			ok = !submitted(err)
 			return nil, fmt.Errorf("vkattn: bench: %w", err)
 		}
 		return out, nil
-	}
-	start := time.Now()
-	for i := 0; i < o.Warmup || (time.Since(start) < o.MinWarmup && i < o.Warmup+1000); i++ {
-		if _, err := submit(); err != nil {
-			return nil, err
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		res.Times, res.Kernels = res.Times[:0], nil
-		for range o.Iters {
-			out, err := submit()
-			if err != nil {
-				return nil, err
-			}
-			t := out.Wall()
-			if res.Clock != "wall" {
-				t = out.Elapsed("start", "end")
-			}
-			res.Times = append(res.Times, t)
-			if o.PerKernel {
-				res.addKernelTimes(out.Timestamps())
-			}
-		}
-		if Steady(res.Times) || attempt == o.Retries {
-			res.Unsteady = !Steady(res.Times)
-			return res, nil
-		}
-		res.Retimed++
-	}
+	})
 }

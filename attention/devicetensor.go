@@ -201,13 +201,8 @@ func (e *Engine) deviceProblem(q, k, v, o, lse *DeviceTensor, opt Options) (*spe
 		}
 	}
 	dt := q.dt
-	for _, a := range []namedDT{{"q", q}, {"k", k}, {"v", v}} {
-		if a.t.dt != dt {
-			return nil, fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", a.name, a.t.dt, dt, ErrDType)
-		}
-		if a.t.shape.D > MaxHeadDim {
-			return nil, fmt.Errorf("attention: %s: head dim %d > %d: %w", a.name, a.t.shape.D, MaxHeadDim, ErrShape)
-		}
+	if err := checkInputs(dt, []namedDT{{"q", q}, {"k", k}, {"v", v}}); err != nil {
+		return nil, err
 	}
 	qs, ks, vs := q.shape, k.shape, v.shape
 	p, err := newProblem(qs, ks, vs, q.st, k.st, v.st, opt)
@@ -222,6 +217,20 @@ func (e *Engine) deviceProblem(q, k, v, o, lse *DeviceTensor, opt Options) (*spe
 		return nil, err
 	}
 	return p, nil
+}
+
+// checkInputs checks device inputs against q's dtype dt and the head-dim
+// bound.
+func checkInputs(dt DType, args []namedDT) error {
+	for _, a := range args {
+		if a.t.dt != dt {
+			return fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", a.name, a.t.dt, dt, ErrDType)
+		}
+		if a.t.shape.D > MaxHeadDim {
+			return fmt.Errorf("attention: %s: head dim %d > %d: %w", a.name, a.t.shape.D, MaxHeadDim, ErrShape)
+		}
+	}
+	return nil
 }
 
 func deviceLike(name string, t *DeviceTensor, want Shape, dt DType) error {

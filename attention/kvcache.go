@@ -118,11 +118,8 @@ func (e *Engine) ForwardKVCacheInto(ctx context.Context, q Tensor, cache *KVCach
 	if err := distinctHost(all[:written], all); err != nil {
 		return err
 	}
-	if p.KV.New > 0 {
-		appendHost(p, cache.K, newK, p.K, p.KV.NewK)
-		appendHost(p, cache.V, newV, p.V, p.KV.NewV)
-	}
-	if err := e.kvHost(ctx, p, q, cache.K, cache.V, o, lse); err != nil {
+	a := kvOperands{q: q, k: cache.K, v: cache.V, newK: newK, newV: newV, o: o, lse: lse}
+	if err := e.appendAndAttend(ctx, p, a); err != nil {
 		return err
 	}
 	advance(cache.SeqLens, p.KV.New)
@@ -150,18 +147,12 @@ func (e *Engine) ForwardKVCacheDevice(ctx context.Context, q *DeviceTensor, cach
 		}
 	}
 	dt := q.dt
-	for _, a := range named[1:] {
-		if a.name == "lse" {
-			continue
-		}
-		if a.t.dt != dt {
-			return fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", a.name, a.t.dt, dt, ErrDType)
-		}
+	inputs := []namedDT{{"q", q}, {"cache.K", cache.K}, {"cache.V", cache.V}}
+	if newK != nil {
+		inputs = append(inputs, namedDT{"newK", newK}, namedDT{"newV", newV})
 	}
-	for _, a := range named {
-		if a.name != "lse" && a.t.shape.D > MaxHeadDim {
-			return fmt.Errorf("attention: %s: head dim %d > %d: %w", a.name, a.t.shape.D, MaxHeadDim, ErrShape)
-		}
+	if err := checkInputs(dt, inputs); err != nil {
+		return err
 	}
 	in := kvInput{
 		q: q.shape, qs: q.st, k: cache.K.shape, ks: cache.K.st, v: cache.V.shape, vs: cache.V.st,
@@ -198,11 +189,11 @@ func (e *Engine) ForwardKVCacheDevice(ctx context.Context, q *DeviceTensor, cach
 		advance(cache.SeqLens, p.KV.New)
 		return nil
 	}
-	if p.KV.New > 0 {
-		appendHost(p, cache.K.host, newK.host, p.K, p.KV.NewK)
-		appendHost(p, cache.V.host, newV.host, p.V, p.KV.NewV)
+	a := kvOperands{q: q.host, k: cache.K.host, v: cache.V.host, o: o.host, lse: lse.host.Data.([]float32)}
+	if newK != nil {
+		a.newK, a.newV = newK.host, newV.host
 	}
-	if err := e.kvHost(ctx, p, q.host, cache.K.host, cache.V.host, o.host, lse.host.Data.([]float32)); err != nil {
+	if err := e.appendAndAttend(ctx, p, a); err != nil {
 		return err
 	}
 	advance(cache.SeqLens, p.KV.New)
@@ -235,18 +226,21 @@ func hostKVProblem(q Tensor, c *KVCache, newK, newV Tensor, opt Options) (*spec.
 	}
 	dt := q.DType()
 	in := kvInput{q: q.Shape, k: c.K.Shape, v: c.V.Shape, seqLens: c.SeqLens, table: c.BlockTable, blockSize: c.BlockSize}
+	// An append writes cache rows: the cache is then an output, whose
+	// rows may not overlap.
+	in.append = newK.Data != nil || newV.Data != nil
 	var err error
 	if in.qs, err = checkOperand("q", q, 0, false); err != nil {
 		return nil, err
 	}
-	if in.ks, err = checkOperand("cache.K", c.K, dt, false); err != nil {
+	if in.ks, err = checkOperand("cache.K", c.K, dt, in.append); err != nil {
 		return nil, err
 	}
-	if in.vs, err = checkOperand("cache.V", c.V, dt, false); err != nil {
+	if in.vs, err = checkOperand("cache.V", c.V, dt, in.append); err != nil {
 		return nil, err
 	}
-	if newK.Data != nil || newV.Data != nil {
-		in.append, in.nk, in.nv = true, newK.Shape, newV.Shape
+	if in.append {
+		in.nk, in.nv = newK.Shape, newV.Shape
 		if in.nks, err = checkOperand("newK", newK, dt, false); err != nil {
 			return nil, err
 		}
@@ -254,23 +248,7 @@ func hostKVProblem(q Tensor, c *KVCache, newK, newV Tensor, opt Options) (*spec.
 			return nil, err
 		}
 	}
-	p, err := kvProblem(in, opt)
-	if err != nil {
-		return nil, err
-	}
-	if p.KV.New > 0 {
-		// The append writes cache rows: they must not overlap each other.
-		for _, x := range []struct {
-			name string
-			t    Tensor
-			st   Strides
-		}{{"cache.K", c.K, p.K}, {"cache.V", c.V, p.V}} {
-			if overlapping(x.t.Shape, x.st) {
-				return nil, fmt.Errorf("attention: %s: strides %+v make rows of %v overlap (the append writes it): %w", x.name, x.st, x.t.Shape, ErrStride)
-			}
-		}
-	}
-	return p, nil
+	return kvProblem(in, opt)
 }
 
 // kvProblem checks that the operands of a KV-cache call agree and builds
@@ -387,6 +365,26 @@ func blockOf(kv *spec.KV, b int, pg int32) int {
 	return -1
 }
 
+// kvOperands are the host operands of a KV-cache call (newK and newV
+// zero Tensors without an append).
+type kvOperands struct {
+	q, k, v, newK, newV, o Tensor
+	lse                    []float32
+}
+
+// appendAndAttend appends the new rows into the host cache (when p has
+// any) and runs the attention on host operands.
+func (e *Engine) appendAndAttend(ctx context.Context, p *spec.Problem, a kvOperands) error {
+	if p.KV.New > 0 {
+		appendHost(p, a.k, a.newK, p.K, p.KV.NewK)
+		appendHost(p, a.v, a.newV, p.V, p.KV.NewV)
+	}
+	if db, ok := e.b.(deviceBackend); ok {
+		return e.kvHostOnDevice(ctx, db, p, a)
+	}
+	return e.kvGathered(ctx, p, a.q, a.k, a.v, a.o, a.lse)
+}
+
 // appendHost copies the rows of src ([B, New, H, D], strides ss) into the
 // cache tensor dst (strides ds) at each sequence's length.
 func appendHost(p *spec.Problem, dst, src Tensor, ds, ss Strides) {
@@ -399,28 +397,6 @@ func appendHost(p *spec.Problem, dst, src Tensor, ds, ss Strides) {
 			}
 		}
 	}
-}
-
-// copyRow copies n elements from src[j:] to dst[i:] (same element type).
-func copyRow(dst, src any, i, j, n int) {
-	switch d := dst.(type) {
-	case []float32:
-		copy(d[i:i+n], src.([]float32)[j:j+n])
-	case []float16.Float16:
-		copy(d[i:i+n], src.([]float16.Float16)[j:j+n])
-	case []bfloat16.BFloat16:
-		copy(d[i:i+n], src.([]bfloat16.BFloat16)[j:j+n])
-	}
-}
-
-// kvHost runs the attention of a KV-cache call (the append done) on host
-// operands: on a device backend through device tensors, else sequence by
-// sequence over gathered copies of the cache rows.
-func (e *Engine) kvHost(ctx context.Context, p *spec.Problem, q, k, v, o Tensor, lse []float32) error {
-	if db, ok := e.b.(deviceBackend); ok {
-		return e.kvHostOnDevice(ctx, db, p, q, k, v, o, lse)
-	}
-	return e.kvGathered(ctx, p, q, k, v, o, lse)
 }
 
 // kvGathered computes each sequence as a plain forward over its cache
@@ -482,71 +458,97 @@ func gatherCache(p *spec.Problem, c Tensor, st Strides, b, d int) Tensor {
 	return g
 }
 
-// kvHostOnDevice runs a host KV-cache call (the append done) through
-// device tensors: the operands are uploaded, the device kernels run, O
-// and LSE come back.
-func (e *Engine) kvHostOnDevice(ctx context.Context, db deviceBackend, p *spec.Problem, q, k, v, o Tensor, lse []float32) error {
-	var made []*DeviceTensor
-	defer func() {
-		for _, d := range made {
-			d.Close()
-		}
-	}()
+// kvDeviceSet are the device tensors of a KV-cache call made from host
+// operands (newK and newV nil without an append).
+type kvDeviceSet struct {
+	q, k, v, newK, newV, o, lse *DeviceTensor
+	made                        []*DeviceTensor
+}
+
+func (d *kvDeviceSet) close() {
+	for _, t := range d.made {
+		t.Close()
+	}
+}
+
+// kvUpload copies the host operands of the KV-cache call p into dense
+// device tensors (O and LSE allocated, not uploaded) and returns them
+// with a copy of p whose strides are theirs. Close the set when done.
+func (e *Engine) kvUpload(ctx context.Context, p *spec.Problem, a kvOperands) (*kvDeviceSet, *spec.Problem, error) {
+	d := &kvDeviceSet{}
 	put := func(t Tensor, dt DType, l Layout, upload bool) (*DeviceTensor, error) {
-		d, err := e.NewDeviceTensor(dt, t.Shape, l)
+		dt0, err := e.NewDeviceTensor(dt, t.Shape, l)
 		if err != nil {
 			return nil, err
 		}
-		made = append(made, d)
+		d.made = append(d.made, dt0)
 		if upload {
-			err = d.Upload(ctx, t)
+			err = dt0.Upload(ctx, t)
 		}
-		return d, err
+		return dt0, err
 	}
-	dt := q.DType()
-	dq, err := put(q, dt, BSHD, true)
-	if err != nil {
-		return err
+	dt, dp, kv := a.q.DType(), *p, *p.KV
+	dp.KV = &kv
+	var err error
+	for _, x := range []struct {
+		dst    **DeviceTensor
+		t      Tensor
+		st     *Strides
+		upload bool
+	}{{&d.q, a.q, &dp.Q, true}, {&d.k, a.k, &dp.K, true}, {&d.v, a.v, &dp.V, true}, {&d.o, a.o, &dp.O, false}} {
+		if *x.dst, err = put(x.t, dt, BSHD, x.upload); err != nil {
+			d.close()
+			return nil, nil, err
+		}
+		*x.st = (*x.dst).st
 	}
-	dk, err := put(k, dt, BSHD, true)
-	if err != nil {
-		return err
+	if kv.New > 0 {
+		if d.newK, err = put(a.newK, dt, BSHD, true); err == nil {
+			d.newV, err = put(a.newV, dt, BSHD, true)
+		}
+		if err != nil {
+			d.close()
+			return nil, nil, err
+		}
+		kv.NewK, kv.NewV = d.newK.st, d.newV.st
 	}
-	dv, err := put(v, dt, BSHD, true)
-	if err != nil {
-		return err
+	if d.lse, err = put(Tensor{Shape: LSEShape(p.B, p.Hq, p.Nq)}, Float32, BHSD, false); err != nil {
+		d.close()
+		return nil, nil, err
 	}
-	do, err := put(o, dt, BSHD, false)
-	if err != nil {
-		return err
-	}
-	hl := FromFloat32(lse, LSEShape(p.B, p.Hq, p.Nq), BHSD)
-	dl, err := put(hl, Float32, BHSD, false)
-	if err != nil {
-		return err
-	}
-	dp := *p
+	return d, &dp, nil
+}
+
+// kvHostOnDevice runs a host KV-cache call (the append done on the host)
+// through device tensors: the operands are uploaded, the device kernels
+// run on the advanced lengths with no new rows, O and LSE come back.
+func (e *Engine) kvHostOnDevice(ctx context.Context, db deviceBackend, p *spec.Problem, a kvOperands) error {
+	done := *p
 	kv := *p.KV
-	// The append is done: the device sees the advanced lengths and no new rows.
 	kv.SeqLens = make([]int32, p.B)
 	for b := range kv.SeqLens {
 		kv.SeqLens[b] = int32(p.KV.Len(b))
 	}
 	kv.New = 0
-	dp.KV, dp.Q, dp.K, dp.V, dp.O = &kv, dq.st, dk.st, dv.st, do.st
-	if err := db.kvDevice(ctx, &dp, dq, dk, dv, nil, nil, do, dl); err != nil {
+	done.KV = &kv
+	d, dp, err := e.kvUpload(ctx, &done, a)
+	if err != nil {
 		return err
 	}
-	if err := do.Download(ctx, o); err != nil {
+	defer d.close()
+	if err := db.kvDevice(ctx, dp, d.q, d.k, d.v, nil, nil, d.o, d.lse); err != nil {
 		return err
 	}
-	return dl.Download(ctx, hl)
+	if err := d.o.Download(ctx, a.o); err != nil {
+		return err
+	}
+	return d.lse.Download(ctx, FromFloat32(a.lse, LSEShape(p.B, p.Hq, p.Nq), BHSD))
 }
 
 // kvBenchmarker is implemented by backends that time KV-cache calls
-// themselves (Vulkan: resident operands, GPU timestamps).
+// themselves (Vulkan: GPU timestamps) on device tensors.
 type kvBenchmarker interface {
-	benchmarkKV(ctx context.Context, p *spec.Problem, q, k, v, newK, newV Tensor, o BenchOptions) (*BenchResult, error)
+	benchmarkKV(ctx context.Context, p *spec.Problem, q, k, v, newK, newV, o, lse *DeviceTensor, o2 BenchOptions) (*BenchResult, error)
 }
 
 // BenchmarkKVCache times ForwardKVCache calls on the operands given (the
@@ -571,28 +573,29 @@ func (e *Engine) BenchmarkKVCache(ctx context.Context, q Tensor, cache *KVCache,
 		return nil, fmt.Errorf("attention: benchmark: a KV-cache call has no backward and runs on one input set (Backward %v, Rotate %d): %w", o.Backward, o.Rotate, ErrOption)
 	}
 	o = o.withDefaults()
+	out, err := NewTensor(q.DType(), outShape(p), BSHD)
+	if err != nil {
+		return nil, err
+	}
+	p.O = out.strides()
+	a := kvOperands{q: q, k: cache.K, v: cache.V, newK: newK, newV: newV, o: out, lse: make([]float32, p.B*p.Hq*p.Nq)}
 	if bm, ok := e.b.(kvBenchmarker); ok {
-		r, err := bm.benchmarkKV(ctx, p, q, cache.K, cache.V, newK, newV, o)
+		d, dp, err := e.kvUpload(ctx, p, a)
+		if err != nil {
+			return nil, err
+		}
+		defer d.close()
+		r, err := bm.benchmarkKV(ctx, dp, d.q, d.k, d.v, d.newK, d.newV, d.o, d.lse, o)
 		if err != nil {
 			return nil, err
 		}
 		r.Flops = p.KVFlops()
 		return r, nil
 	}
-	out, err := NewTensor(q.DType(), outShape(p), BSHD)
-	if err != nil {
-		return nil, err
-	}
-	p.O = out.strides()
-	lse := make([]float32, p.B*p.Hq*p.Nq)
 	r := &BenchResult{Clock: "wall", Flops: p.KVFlops()}
 	for i := range o.Warmup + o.Iters {
 		start := time.Now()
-		if p.KV.New > 0 {
-			appendHost(p, cache.K, newK, p.K, p.KV.NewK)
-			appendHost(p, cache.V, newV, p.V, p.KV.NewV)
-		}
-		if err := e.kvHost(ctx, p, q, cache.K, cache.V, out, lse); err != nil {
+		if err := e.appendAndAttend(ctx, p, a); err != nil {
 			return nil, err
 		}
 		if i >= o.Warmup {

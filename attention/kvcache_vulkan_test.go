@@ -2,6 +2,7 @@ package attention_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
@@ -34,4 +35,31 @@ func kvProbe(e *attention.Engine) error {
 	q, _ := attention.NewTensor(attention.Float32, row, attention.BSHD)
 	_, err := e.ForwardKVCache(context.Background(), q, &attention.KVCache{K: k, V: v, SeqLens: []int32{3}}, q, q, attention.Options{Causal: true, Align: attention.BottomRight})
 	return err
+}
+
+// TestKVCacheBenchmarkVulkan: BenchmarkKVCache uploads once and times
+// every call with GPU timestamps, appends included, leaving SeqLens alone;
+// it refuses a backward.
+func TestKVCacheBenchmarkVulkan(t *testing.T) {
+	e := openVulkanConfig(t, attention.Config{})
+	kv := attention.Shape{B: 2, S: 64, H: 2, D: 32}
+	k, _ := attention.NewTensor(attention.Float16, kv, attention.BSHD)
+	v, _ := attention.NewTensor(attention.Float16, kv, attention.BSHD)
+	q, _ := attention.NewTensor(attention.Float16, attention.Shape{B: 2, S: 2, H: 4, D: 32}, attention.BSHD)
+	nk, _ := attention.NewTensor(attention.Float16, attention.Shape{B: 2, S: 2, H: 2, D: 32}, attention.BSHD)
+	cache := &attention.KVCache{K: k, V: v, SeqLens: []int32{10, 40}}
+	opt := attention.Options{Causal: true, Align: attention.BottomRight}
+	r, err := e.BenchmarkKVCache(context.Background(), q, cache, nk, nk, opt, attention.BenchOptions{Warmup: 1, Iters: 3, PerKernel: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Times) != 3 || r.Median() <= 0 || len(r.Kernels) < 2 || r.Flops <= 0 {
+		t.Errorf("times %v, %d kernels, flops %g", r.Times, len(r.Kernels), r.Flops)
+	}
+	if cache.SeqLens[0] != 10 || cache.SeqLens[1] != 40 {
+		t.Errorf("SeqLens %v changed", cache.SeqLens)
+	}
+	if _, err := e.BenchmarkKVCache(context.Background(), q, cache, nk, nk, opt, attention.BenchOptions{Backward: true}); !errors.Is(err, attention.ErrOption) {
+		t.Errorf("backward: %v, want ErrOption", err)
+	}
 }

@@ -234,14 +234,18 @@ func densify(t Tensor) Tensor {
 func scatter(dst, src Tensor) {
 	ds, ss, n := dst.strides(), src.strides(), src.Shape.D
 	forEachRow(src.Shape, func(b, s, h int) {
-		i, j := ds.Offset(b, s, h), ss.Offset(b, s, h)
-		switch d := dst.Data.(type) {
-		case []float32:
-			copy(d[i:i+n], src.Data.([]float32)[j:j+n])
-		case []float16.Float16:
-			copy(d[i:i+n], src.Data.([]float16.Float16)[j:j+n])
-		case []bfloat16.BFloat16:
-			copy(d[i:i+n], src.Data.([]bfloat16.BFloat16)[j:j+n])
-		}
+		copyRow(dst.Data, src.Data, ds.Offset(b, s, h), ss.Offset(b, s, h), n)
 	})
+}
+
+// copyRow copies n elements from src[j:] to dst[i:] (same element type).
+func copyRow(dst, src any, i, j, n int) {
+	switch d := dst.(type) {
+	case []float32:
+		copy(d[i:i+n], src.([]float32)[j:j+n])
+	case []float16.Float16:
+		copy(d[i:i+n], src.([]float16.Float16)[j:j+n])
+	case []bfloat16.BFloat16:
+		copy(d[i:i+n], src.([]bfloat16.BFloat16)[j:j+n])
+	}
 }

@@ -314,11 +314,16 @@ func (b *vulkanBackend) Benchmark(ctx context.Context, p *spec.Problem, a *backw
 	if err != nil {
 		return nil, vkErr(err)
 	}
+	return benchResult(r), nil
+}
+
+// benchResult converts vkattn's timing.
+func benchResult(r *vkattn.BenchResult) *BenchResult {
 	res := &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady}
 	for _, k := range r.Kernels {
 		res.Kernels = append(res.Kernels, KernelTimes{Name: k.Name, Times: k.Times})
 	}
-	return res, nil
+	return res
 }
 
 // tuneSession opens a vkattn tune session on the engine's device.
@@ -487,69 +492,16 @@ func (b *vulkanBackend) kvDevice(ctx context.Context, p *spec.Problem, q, k, v, 
 	return vkErr(b.vk.KVCache(ctx, p, vt(q), vt(k), vt(v), nk, nv, vt(o), vt(lse)))
 }
 
-// benchmarkKV uploads the operands once and times KV-cache calls with GPU
-// timestamps (see vkattn.BenchKV).
-func (b *vulkanBackend) benchmarkKV(ctx context.Context, p *spec.Problem, q, k, v, newK, newV Tensor, o BenchOptions) (*BenchResult, error) {
-	var made []*vkattn.Tensor
-	defer func() {
-		for _, t := range made {
-			t.Close()
-		}
-	}()
-	put := func(t Tensor, dt DType, upload bool) (*vkattn.Tensor, error) {
-		st := spec.BSHD(t.Shape.S, t.Shape.H, t.Shape.D)
-		if dt == Float32 && t.Data == nil && t.Shape.D == 1 { // the LSE: contiguous [B, Hq, Nq]
-			st = spec.BHSD(t.Shape.S, t.Shape.H, 1)
-		}
-		vt, err := b.vk.NewTensor(dt, t.Shape, st)
-		if err != nil {
-			return nil, vkErr(err)
-		}
-		made = append(made, vt)
-		if upload {
-			err = vulkanBuffer{vt}.upload(ctx, densify(t), t.Shape.Len())
-		}
-		return vt, err
+// benchmarkKV times KV-cache calls on device tensors with GPU timestamps
+// (see vkattn.BenchKV).
+func (b *vulkanBackend) benchmarkKV(ctx context.Context, p *spec.Problem, q, k, v, newK, newV, o, lse *DeviceTensor, bo BenchOptions) (*BenchResult, error) {
+	ops := vkattn.Operands{vkattn.OpQ: vt(q), vkattn.OpK: vt(k), vkattn.OpV: vt(v), vkattn.OpO: vt(o), vkattn.OpLSE: vt(lse)}
+	if newK != nil {
+		ops[vkattn.OpNewK], ops[vkattn.OpNewV] = vt(newK), vt(newV)
 	}
-	dt := q.DType()
-	var ops vkattn.Operands
-	var err error
-	dp := *p
-	for _, x := range []struct {
-		op vkattn.Operand
-		t  Tensor
-		st *Strides
-	}{{vkattn.OpQ, q, &dp.Q}, {vkattn.OpK, k, &dp.K}, {vkattn.OpV, v, &dp.V}} {
-		if ops[x.op], err = put(x.t, dt, true); err != nil {
-			return nil, err
-		}
-		*x.st = ops[x.op].Strides()
-	}
-	kv := *p.KV
-	dp.KV = &kv
-	if kv.New > 0 {
-		if ops[vkattn.OpNewK], err = put(newK, dt, true); err != nil {
-			return nil, err
-		}
-		if ops[vkattn.OpNewV], err = put(newV, dt, true); err != nil {
-			return nil, err
-		}
-		kv.NewK, kv.NewV = ops[vkattn.OpNewK].Strides(), ops[vkattn.OpNewV].Strides()
-	}
-	if ops[vkattn.OpO], err = put(Tensor{Shape: outShape(p)}, dt, false); err != nil {
-		return nil, err
-	}
-	dp.O = ops[vkattn.OpO].Strides()
-	if ops[vkattn.OpLSE], err = put(Tensor{Shape: LSEShape(p.B, p.Hq, p.Nq)}, Float32, false); err != nil {
-		return nil, err
-	}
-	r, err := b.vk.BenchKV(ctx, &dp, ops, vkattn.BenchOptions{Warmup: o.Warmup, Iters: o.Iters, PerKernel: o.PerKernel})
+	r, err := b.vk.BenchKV(ctx, p, ops, vkattn.BenchOptions{Warmup: bo.Warmup, Iters: bo.Iters, PerKernel: bo.PerKernel})
 	if err != nil {
 		return nil, vkErr(err)
 	}
-	res := &BenchResult{Times: r.Times, Clock: r.Clock, Retimed: r.Retimed, Unsteady: r.Unsteady}
-	for _, k := range r.Kernels {
-		res.Kernels = append(res.Kernels, KernelTimes{Name: k.Name, Times: k.Times})
-	}
-	return res, nil
+	return benchResult(r), nil
 }

@@ -245,14 +245,3 @@ func (p *Problem) KVFlops() float64 {
 	}
 	return 2 * float64(p.Hq) * float64(p.D+p.Dv) * pairs
 }
-
-// KVBytes is the number of cache bytes a KV-cache call must read at
-// least: every row each sequence attends to, K and V once per KV head,
-// elements of size bytes.
-func (p *Problem) KVBytes(size int) float64 {
-	var rows float64
-	for b := range p.B {
-		rows += float64(p.KV.Len(b))
-	}
-	return rows * float64(p.Hkv) * float64(p.D+p.Dv) * float64(size)
-}

@@ -393,7 +393,7 @@ func (b *Backend) prepareAll(s *scratch, p *spec.Problem, pls []*Plan, bufs oper
 	pc := params(p)
 	var cls []chunkLaunch
 	for i, pl := range pls {
-		rls, err := b.prepare(s, pl, pc, bufs)
+		rls, err := b.prepare(s, pl, attentionPush(pc), bufs)
 		if err != nil {
 			return nil, err
 		}

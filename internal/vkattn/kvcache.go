@@ -16,7 +16,6 @@ import (
 	"runtime"
 
 	"github.com/flashvk/flashvk/internal/device"
-	"github.com/flashvk/flashvk/internal/pipeline"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
 )
@@ -285,43 +284,38 @@ func (b *Backend) runKV(ctx context.Context, p *spec.Problem, dt spec.DType, buf
 // recordKV records the KV plan pl of p: the lengths and page table into
 // the meta scratch, then the launches (scratch buffers from s).
 func (b *Backend) recordKV(r *device.Recorder, s *scratch, p *spec.Problem, pl *Plan, bufs operandBufs) error {
-	for op, n := range pl.Scratch {
-		buf, err := s.get(n)
-		if err != nil {
-			return err
-		}
-		bufs[op] = buf
-	}
 	kp := kvParams(p, pl.decode)
 	push := kp.Bytes()
-	meta := metaData(p)
+	rls, err := b.prepare(s, pl, func(*Launch, operandBufs) ([]byte, error) { return push, nil }, bufs)
+	if err != nil {
+		return err
+	}
+	meta, meta0 := metaData(p), boundTo(rls, OpMeta)
 	for off := 0; off < len(meta); off += device.MaxUpdateBytes {
-		r.Update(bufs[OpMeta], int64(off), meta[off:min(len(meta), off+device.MaxUpdateBytes)])
+		r.Update(meta0, int64(off), meta[off:min(len(meta), off+device.MaxUpdateBytes)])
 	}
 	r.BarrierTransferToCompute()
-	for i := range pl.Launches {
-		l := &pl.Launches[i]
-		pipe, err := b.cache.Get(l.key)
-		if err != nil {
-			return fmt.Errorf("vkattn: pipeline %s: %w", l.key.Name, err)
-		}
-		if err := pipeline.CheckGroups(b.info, l.Grid); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
-		}
-		args := make([]*device.Buffer, len(l.Bindings))
-		for j, op := range l.Bindings {
-			if args[j] = bufs[op]; args[j] == nil {
-				return fmt.Errorf("vkattn: %s: operand %v not bound", l.key.Name, op)
-			}
-		}
-		if l.Barrier {
+	for i := range rls {
+		if rls[i].l.Barrier {
 			r.Barrier()
 		}
-		if err := r.Dispatch(pipe, push, l.Grid, args...); err != nil {
-			return fmt.Errorf("vkattn: %w", err)
+		if err := rls[i].dispatch(r, [3]uint32{}, rls[i].l.Grid); err != nil {
+			return err
 		}
 	}
 	return r.Err()
+}
+
+// boundTo is the buffer the prepared launches bind to op (nil if none).
+func boundTo(rls []readyLaunch, op Operand) *device.Buffer {
+	for _, rl := range rls {
+		for j, o := range rl.l.Bindings {
+			if o == op {
+				return rl.args[j]
+			}
+		}
+	}
+	return nil
 }
 
 // BenchKV times KV-cache calls of p on the resident tensors ops (as

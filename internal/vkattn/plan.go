@@ -350,9 +350,9 @@ func (rl *readyLaunch) dispatch(r *device.Recorder, base, groups [3]uint32) erro
 
 // prepare resolves what recording pl needs: its pipelines (every one
 // before anything else), its scratch buffers from s, and each launch's
-// bindings and push constants (pc, and the device addresses of an
-// addressed launch).
-func (b *Backend) prepare(s *scratch, pl *Plan, pc shaders.Params, bufs operandBufs) ([]readyLaunch, error) {
+// bindings and push constants (push's block for the launch, given the
+// buffers).
+func (b *Backend) prepare(s *scratch, pl *Plan, push func(l *Launch, bufs operandBufs) ([]byte, error), bufs operandBufs) ([]readyLaunch, error) {
 	rls := make([]readyLaunch, len(pl.Launches))
 	for i := range pl.Launches {
 		l := &pl.Launches[i]
@@ -369,7 +369,6 @@ func (b *Backend) prepare(s *scratch, pl *Plan, pc shaders.Params, bufs operandB
 		}
 		bufs[op] = buf
 	}
-	plain := pc.Bytes()
 	for i := range rls {
 		l := rls[i].l
 		args := make([]*device.Buffer, len(l.Bindings))
@@ -381,16 +380,25 @@ func (b *Backend) prepare(s *scratch, pl *Plan, pc shaders.Params, bufs operandB
 		if err := pipeline.CheckGroups(b.info, l.Grid); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
 		}
-		push := plain
-		if len(l.Addresses) > 0 {
-			var err error
-			if push, err = addressedPush(l, pc, bufs); err != nil {
-				return nil, err
-			}
+		block, err := push(l, bufs)
+		if err != nil {
+			return nil, err
 		}
-		rls[i].push, rls[i].args = push, args
+		rls[i].push, rls[i].args = block, args
 	}
 	return rls, nil
+}
+
+// attentionPush is the push-constant block of the attention passes'
+// launches: pc, followed by the device addresses of an addressed launch.
+func attentionPush(pc shaders.Params) func(l *Launch, bufs operandBufs) ([]byte, error) {
+	plain := pc.Bytes()
+	return func(l *Launch, bufs operandBufs) ([]byte, error) {
+		if len(l.Addresses) > 0 {
+			return addressedPush(l, pc, bufs)
+		}
+		return plain, nil
+	}
 }
 
 // addressedPush is addressed launch l's push-constant block: pc followed

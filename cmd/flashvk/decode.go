@@ -259,26 +259,11 @@ func (p decodeProblem) validate() error {
 		intFlag{"--dim", p.D}, intFlag{"--dv", p.Dv}); err != nil {
 		return err
 	}
-	for _, f := range []intFlag{{"--dim", p.D}, {"--dv", p.Dv}} {
-		if f.v > attention.MaxHeadDim {
-			return usagef("%s %d: at most %d", f.name, f.v, attention.MaxHeadDim)
-		}
-	}
-	if p.Hq%p.Hkv != 0 {
-		return usagef("--kv-heads %d does not divide --heads %d", p.Hkv, p.Hq)
-	}
-	if s := float32(p.Scale); math.IsNaN(p.Scale) || p.Scale < 0 || math.IsInf(float64(s), 0) || (p.Scale != 0 && s == 0) {
-		return usagef("--scale %v: must be a positive float32", p.Scale)
+	if err := checkHeads(p.Hq, p.Hkv, p.D, p.Dv, p.Scale); err != nil {
+		return err
 	}
 	// Refuse caches that cannot fit in memory before allocating anything.
-	var elems float64
-	for _, s := range []attention.Shape{p.qShape(), p.oShape(), p.cacheShape(p.D), p.cacheShape(p.Dv), p.newShape(p.D), p.newShape(p.Dv)} {
-		elems += float64(s.B) * float64(s.S) * float64(s.H) * float64(s.D)
-	}
-	if bytes, limit := elems*float64(max(p.DType.Size(), 4)), hostLimit(); bytes > limit {
-		return usagef("decode problem %s needs %.3g GB of operands, more than the %.3g GB flashvk allows on this machine", p, bytes/1e9, limit/1e9)
-	}
-	return nil
+	return checkHostBytes("decode problem", p, p.DType, p.qShape(), p.oShape(), p.cacheShape(p.D), p.cacheShape(p.Dv), p.newShape(p.D), p.newShape(p.Dv))
 }
 
 // checkable refuses --check where the float64 reference of the longest

@@ -168,12 +168,8 @@ type explainFlags struct {
 
 // checkEffect refuses the flags of explain that would change nothing.
 func (f *explainFlags) checkEffect(cmd *cobra.Command, p problem) error {
-	given := cmd.Flags().Changed
-	switch {
-	case given("workers"):
-		return usagef("--workers has no effect on explain: it runs no attention, and the CPU backend's plan does not depend on its goroutines")
-	case f.preset != "" && given("peak-tflops") && given("bandwidth-gbs"):
-		return usagef("--device-preset has no effect: --peak-tflops and --bandwidth-gbs give both rates")
+	if err := f.checkRates(cmd); err != nil {
+		return err
 	}
 	if err := f.shape.checkEffect(); err != nil {
 		return err
@@ -377,6 +373,15 @@ func (a *app) explainDecode(cmd *cobra.Command, f *explainFlags) error {
 // checkDecodeEffect refuses the flags of explain that would change nothing
 // in decode mode.
 func (f *explainFlags) checkDecodeEffect(cmd *cobra.Command, p decodeProblem) error {
+	if err := f.checkRates(cmd); err != nil {
+		return err
+	}
+	return f.shape.checkDecodeEffect(p)
+}
+
+// checkRates refuses the flags of explain that change nothing in either
+// mode: --workers, and a device preset both rates override.
+func (f *explainFlags) checkRates(cmd *cobra.Command) error {
 	given := cmd.Flags().Changed
 	switch {
 	case given("workers"):
@@ -384,7 +389,7 @@ func (f *explainFlags) checkDecodeEffect(cmd *cobra.Command, p decodeProblem) er
 	case f.preset != "" && given("peak-tflops") && given("bandwidth-gbs"):
 		return usagef("--device-preset has no effect: --peak-tflops and --bandwidth-gbs give both rates")
 	}
-	return f.shape.checkDecodeEffect(p)
+	return nil
 }
 
 // rates are the peak compute rate and bandwidth of the roofline (0, 0

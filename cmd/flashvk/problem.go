@@ -81,25 +81,41 @@ func (p problem) validate() error {
 		intFlag{"--nk", p.Nk}, intFlag{"--dim", p.D}, intFlag{"--dv", p.Dv}); err != nil {
 		return err
 	}
-	for _, f := range []intFlag{{"--dim", p.D}, {"--dv", p.Dv}} {
+	if err := checkHeads(p.Hq, p.Hkv, p.D, p.Dv, p.Scale); err != nil {
+		return err
+	}
+	// Refuse problems whose operands cannot fit in memory before
+	// allocating anything (and before int overflow).
+	return checkHostBytes("problem", p, p.DType, p.qShape(), p.kShape(), p.vShape(), p.oShape())
+}
+
+// checkHeads checks the head counts and dims and the scale the way
+// attention does, with flag names.
+func checkHeads(hq, hkv, d, dv int, scale float64) error {
+	for _, f := range []intFlag{{"--dim", d}, {"--dv", dv}} {
 		if f.v > attention.MaxHeadDim {
 			return usagef("%s %d: at most %d", f.name, f.v, attention.MaxHeadDim)
 		}
 	}
-	if p.Hq%p.Hkv != 0 {
-		return usagef("--kv-heads %d does not divide --heads %d", p.Hkv, p.Hq)
+	if hq%hkv != 0 {
+		return usagef("--kv-heads %d does not divide --heads %d", hkv, hq)
 	}
-	if s := float32(p.Scale); math.IsNaN(p.Scale) || p.Scale < 0 || math.IsInf(float64(s), 0) || (p.Scale != 0 && s == 0) {
-		return usagef("--scale %v: must be a positive float32", p.Scale)
+	if s := float32(scale); math.IsNaN(scale) || scale < 0 || math.IsInf(float64(s), 0) || (scale != 0 && s == 0) {
+		return usagef("--scale %v: must be a positive float32", scale)
 	}
-	// Refuse problems whose operands cannot fit in memory before
-	// allocating anything (and before int overflow).
+	return nil
+}
+
+// checkHostBytes refuses a problem (what p, e.g. "problem") whose
+// operands of the given shapes cannot fit in host memory, before
+// anything is allocated (and before int overflow).
+func checkHostBytes(what string, p fmt.Stringer, dt attention.DType, shapes ...attention.Shape) error {
 	var elems float64
-	for _, s := range []attention.Shape{p.qShape(), p.kShape(), p.vShape(), p.oShape()} {
+	for _, s := range shapes {
 		elems += float64(s.B) * float64(s.S) * float64(s.H) * float64(s.D)
 	}
-	if bytes, limit := elems*float64(max(p.DType.Size(), 4)), hostLimit(); bytes > limit {
-		return usagef("problem %s needs %.3g GB of operands, more than the %.3g GB flashvk allows on this machine", p, bytes/1e9, limit/1e9)
+	if bytes, limit := elems*float64(max(dt.Size(), 4)), hostLimit(); bytes > limit {
+		return usagef("%s %s needs %.3g GB of operands, more than the %.3g GB flashvk allows on this machine", what, p, bytes/1e9, limit/1e9)
 	}
 	return nil
 }

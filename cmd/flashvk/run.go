@@ -378,33 +378,11 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 				return err
 			}
 		}
-		for _, c := range r.res.Check {
-			rep.Pass = rep.Pass && c.Pass
-		}
-		if f.out != "" {
-			if err := r.save(out, outDirs[i], p.Layout); err != nil {
-				return err
-			}
-			r.res.Out = outDirs[i]
-		}
-		rep.Results = append(rep.Results, r.res)
-	}
-	if err := out.commit(); err != nil {
-		return err
-	}
-	if f.json {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
+		if err := rep.add(r, out, outDirs[i], p.Layout); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "%s\n", b)
-	} else {
-		printRun(a.stdout, p, &rep)
 	}
-	if !rep.Pass {
-		return exitError{1}
-	}
-	return nil
+	return a.finishRun(out, &rep, f.json, func() { printRun(a.stdout, p, &rep) })
 }
 
 // prepareOutDirs checks --out's files for every engine: DIR itself with
@@ -533,33 +511,50 @@ func (a *app) runDecode(cmd *cobra.Command, f *runFlags) error {
 				return err
 			}
 		}
-		for _, c := range r.res.Check {
-			rep.Pass = rep.Pass && c.Pass
-		}
-		if f.out != "" {
-			if err := r.save(out, outDirs[i], p.Layout); err != nil {
-				return err
-			}
-			r.res.Out = outDirs[i]
-		}
-		rep.Results = append(rep.Results, r.res)
-	}
-	if err := out.commit(); err != nil {
-		return err
-	}
-	if f.json {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
+		if err := rep.add(r, out, outDirs[i], p.Layout); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "%s\n", b)
-	} else {
+	}
+	return a.finishRun(out, &rep, f.json, func() {
 		fmt.Fprintf(a.stdout, "problem  %s\n", p)
 		fmt.Fprintf(a.stdout, "cache    %s\n", p.cacheString())
 		fmt.Fprintf(a.stdout, "inputs   %s\n", rep.Inputs)
 		fmt.Fprintf(a.stdout, "flops    kv %s (4·d per visible (query, cache row) pair and query head)\n", siFlops(p.flops()))
 		fmt.Fprintf(a.stdout, "bytes    %s of cache read (K and V rows each sequence attends to)\n\n", si(bytes, "B"))
 		printRunResults(a.stdout, p.DType, &rep)
+	})
+}
+
+// add records one engine's run: its checks in the verdict, its outputs
+// saved under dir (with --out; "" without).
+func (rep *runReport) add(r *oneRun, out *outputs, dir string, l attention.Layout) error {
+	for _, c := range r.res.Check {
+		rep.Pass = rep.Pass && c.Pass
+	}
+	if dir != "" {
+		if err := r.save(out, dir, l); err != nil {
+			return err
+		}
+		r.res.Out = dir
+	}
+	rep.Results = append(rep.Results, r.res)
+	return nil
+}
+
+// finishRun writes run's files (all or none), prints the report as JSON
+// or with print, and fails with exit status 1 when a check failed.
+func (a *app) finishRun(out *outputs, rep *runReport, asJSON bool, print func()) error {
+	if err := out.commit(); err != nil {
+		return err
+	}
+	if asJSON {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s\n", b)
+	} else {
+		print()
 	}
 	if !rep.Pass {
 		return exitError{1}

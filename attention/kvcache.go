@@ -316,11 +316,7 @@ func kvProblem(in kvInput, opt Options) (*spec.Problem, error) {
 			return nil, err
 		}
 	}
-	scale, err := opt.scale(in.q.D)
-	if err != nil {
-		return nil, err
-	}
-	mask, err := opt.mask()
+	scale, mask, err := opt.resolve(in.q.D)
 	if err != nil {
 		return nil, err
 	}

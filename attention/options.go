@@ -56,6 +56,17 @@ type Options struct {
 	Align Alignment
 }
 
+// resolve is the scale (for head dim d) and mask of o, or why o is
+// invalid.
+func (o Options) resolve(d int) (float32, spec.Mask, error) {
+	scale, err := o.scale(d)
+	if err != nil {
+		return 0, 0, err
+	}
+	mask, err := o.mask()
+	return scale, mask, err
+}
+
 func (o Options) mask() (spec.Mask, error) {
 	if !o.Causal {
 		return spec.MaskNone, nil

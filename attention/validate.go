@@ -152,11 +152,7 @@ func newProblem(q, k, v Shape, qs, ks, vs Strides, opt Options) (*spec.Problem, 
 	case q.H%k.H != 0:
 		return nil, fmt.Errorf("attention: k: %d kv heads do not divide q's %d heads: %w", k.H, q.H, ErrShape)
 	}
-	scale, err := opt.scale(q.D)
-	if err != nil {
-		return nil, err
-	}
-	mask, err := opt.mask()
+	scale, mask, err := opt.resolve(q.D)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -65,11 +64,9 @@ an error.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep := a.listDevices()
 			if asJSON {
-				b, err := json.MarshalIndent(rep, "", "  ")
-				if err != nil {
+				if err := a.printJSON(rep); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "%s\n", b)
 				return nil
 			}
 			printDevices(a.stdout, rep)

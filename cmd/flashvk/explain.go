@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -245,11 +244,9 @@ and a Vulkan flag (--device, --kernel,
 				return err
 			}
 			if f.json {
-				b, err := json.MarshalIndent(an, "", "  ")
-				if err != nil {
+				if err := a.printJSON(an); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "%s\n", b)
 				return nil
 			}
 			printAnalysis(a.stdout, p, &an)
@@ -333,11 +330,9 @@ func (a *app) explainDecode(cmd *cobra.Command, f *explainFlags) error {
 		return err
 	}
 	if f.json {
-		b, err := json.MarshalIndent(an, "", "  ")
-		if err != nil {
+		if err := a.printJSON(an); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "%s\n", b)
 		return nil
 	}
 	w := a.stdout

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -172,3 +173,13 @@ func oneLine(s string) string {
 
 // usagef returns a usage error.
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// printJSON writes v to stdout as indented JSON.
+func (a *app) printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "%s\n", b)
+	return nil
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -313,24 +312,11 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 			return err
 		}
 	}
-	// The outputs: --out is checked (and made) before any work, each file
-	// once the engines are known; nothing is at its name until the end.
-	out := a.newOutputs(ctx)
-	defer out.abort()
-	if f.out != "" {
-		if err := out.prepareDir("--out", f.out, f.out); err != nil {
-			return err
-		}
-	}
-	engines, err := a.openAll(&f.backend)
+	out, engines, outDirs, done, err := a.runTargets(ctx, f, outNames(f.backward))
 	if err != nil {
 		return err
 	}
-	defer a.closeAll(engines)
-	outDirs, err := prepareOutDirs(out, f.out, engines, outNames(f.backward))
-	if err != nil {
-		return err
-	}
+	defer done()
 	plans, err := planAll(ctx, engines, p, f.backward)
 	if err != nil {
 		return err
@@ -383,6 +369,34 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		}
 	}
 	return a.finishRun(out, &rep, f.json, func() { printRun(a.stdout, p, &rep) })
+}
+
+// runTargets prepares where run writes and what it runs on: --out is
+// checked (and made) before any work, each engine's folder named once the
+// engines are open (files named names); nothing is at its name until
+// finishRun commits. done closes the engines and drops the uncommitted
+// outputs.
+func (a *app) runTargets(ctx context.Context, f *runFlags, names []string) (out *outputs, engines []*engine, outDirs []string, done func(), err error) {
+	out = a.newOutputs(ctx)
+	if f.out != "" {
+		if err := out.prepareDir("--out", f.out, f.out); err != nil {
+			out.abort()
+			return nil, nil, nil, nil, err
+		}
+	}
+	if engines, err = a.openAll(&f.backend); err != nil {
+		out.abort()
+		return nil, nil, nil, nil, err
+	}
+	done = func() {
+		a.closeAll(engines)
+		out.abort()
+	}
+	if outDirs, err = prepareOutDirs(out, f.out, engines, names); err != nil {
+		done()
+		return nil, nil, nil, nil, err
+	}
+	return out, engines, outDirs, done, nil
 }
 
 // prepareOutDirs checks --out's files for every engine: DIR itself with
@@ -446,22 +460,11 @@ func (a *app) runDecode(cmd *cobra.Command, f *runFlags) error {
 			return err
 		}
 	}
-	out := a.newOutputs(ctx)
-	defer out.abort()
-	if f.out != "" {
-		if err := out.prepareDir("--out", f.out, f.out); err != nil {
-			return err
-		}
-	}
-	engines, err := a.openAll(&f.backend)
+	out, engines, outDirs, done, err := a.runTargets(ctx, f, outNames(false))
 	if err != nil {
 		return err
 	}
-	defer a.closeAll(engines)
-	outDirs, err := prepareOutDirs(out, f.out, engines, outNames(false))
-	if err != nil {
-		return err
-	}
+	defer done()
 	// Plan on every engine before any input exists.
 	table := p.table(f.seed)
 	plans := make([]*attention.Plan, len(engines))
@@ -548,11 +551,9 @@ func (a *app) finishRun(out *outputs, rep *runReport, asJSON bool, print func())
 		return err
 	}
 	if asJSON {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
+		if err := a.printJSON(rep); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "%s\n", b)
 	} else {
 		print()
 	}

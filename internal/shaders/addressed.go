@@ -35,7 +35,7 @@ import (
 const addrSuffix = ".addr"
 
 // MaxAddressSlots is the length of AddressedParams.Addr (and of addr[] in
-// params.glsl): the most storage-type operands a kernel has (bwd_dkdv's
+// attn_params.glsl): the most storage-type operands a kernel has (bwd_dkdv's
 // Q, K, V, dO, dK, dV).
 const MaxAddressSlots = 6
 
@@ -45,7 +45,7 @@ const MaxAddressSlots = 6
 const AddressedParamsSize = ParamsSize + 8*MaxAddressSlots
 
 // AddressedParams mirrors the push-constant block of the addressed
-// modules (params.glsl with ADDRESSED): Params, then Addr at byte 80.
+// modules (attn_params.glsl with ADDRESSED): Params, then Addr at byte 80.
 // Addr[s] is the buffer device address of address slot s
 // (AddressSlots(kernel)[s]); unused slots are ignored.
 type AddressedParams struct {

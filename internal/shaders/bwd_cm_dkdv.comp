@@ -36,6 +36,7 @@
 //   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8))
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "attn_params.glsl"
 #include "cm_common.glsl"
 
 // 23 KVREG: 1 keeps the subgroup's K_j and V_j rows as A fragments in

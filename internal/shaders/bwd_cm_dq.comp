@@ -29,6 +29,7 @@
 //   + MODE 0: NSG·CM_M·(8·(BC+4) + 2·(BC+8))
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "attn_params.glsl"
 #include "cm_common.glsl"
 
 OPERAND_V(0, 0, QBuf, q, readonly)

@@ -32,6 +32,7 @@
 //   dP = dO Vᵀ, dS = P ∘ (dP − D), dK += dSᵀ Q; finally dK ·= scale.
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "attn_params.glsl"
 #include "bwd_common.glsl"
 
 OPERAND(4, 6, dKBuf, dk, writeonly)

@@ -28,6 +28,7 @@
 // dS = P ∘ (dP − D), dQ += dS K; finally dQ ·= scale.
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "attn_params.glsl"
 #include "bwd_common.glsl"
 
 OPERAND(4, 6, dQBuf, dq, writeonly)

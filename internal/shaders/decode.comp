@@ -37,7 +37,6 @@
 // = shaders.DecodeSharedBytes.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#define KV_PARAMS 1
 #include "params.glsl"
 #include "kv_params.glsl"
 

@@ -12,7 +12,6 @@
 // Grid: (Nq, Hq, B): one workgroup per output row; thread t computes
 //   columns t, t+WG, …
 #extension GL_GOOGLE_include_directive : require
-#define KV_PARAMS 1
 #include "params.glsl"
 #include "kv_params.glsl"
 

@@ -44,6 +44,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "params.glsl"
+#include "attn_params.glsl"
 
 OPERAND(0, 0, QBuf, q, readonly)
 OPERAND(1, 1, KBuf, k, readonly)

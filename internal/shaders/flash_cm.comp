@@ -14,7 +14,7 @@
 // ADDRESSED build: Q, K, V, O at pc.addr[0 … 3] instead of bindings
 //   0 … 3 (params.glsl, Operands; 16-byte aligned addresses when VEC = 1);
 //   LSE stays binding 4.
-// Push constants: Params (params.glsl). Grid: (ceil(Nq/BR), Hq, B).
+// Push constants: Params (attn_params.glsl). Grid: (ceil(Nq/BR), Hq, B).
 //
 // Spec constants (params.glsl ids 0–5, plus 10–22):
 //   0 WG = NSG·SUBGROUP (NSG subgroups, each owning CM_M query rows)
@@ -59,6 +59,7 @@
 // BR = 128, BC = 64, MODE 1: ≈ 35.3 KB.
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "attn_params.glsl"
 // S = Q·Kᵀ contracts over D only and O = P·V produces DV only: D pads to
 // CM_K and DV to CM_N (cm_common.glsl's default, for the backward, pads
 // both to both).

@@ -11,7 +11,6 @@
 // Spec constants: 0 WG, 1 D, 2 DV (others unused).
 // Grid: (new_rows, Hkv, B): one workgroup per appended row and head.
 #extension GL_GOOGLE_include_directive : require
-#define KV_PARAMS 1
 #include "params.glsl"
 #include "kv_params.glsl"
 

@@ -1,9 +1,8 @@
 // kv_params.glsl: the push-constant block and helpers of the KV-cache
 // kernels (decode, decode_combine, kv_append), mirrored field for field by
 // shaders.KVParams (params_test.go checks the offsets against the SPIR-V).
-// A kernel defines KV_PARAMS before it includes params.glsl (which then
-// leaves out the attention kernels' block and the helpers that read it)
-// and includes this file after it.
+// A kernel includes it after params.glsl (the attention kernels include
+// attn_params.glsl instead).
 //
 // The cache: sequence b's row j lies in page meta[B + b·max_pages +
 // j/page_size], row j mod page_size, of K [pages, page_size, Hkv, D] and V

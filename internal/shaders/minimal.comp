@@ -16,6 +16,7 @@
 // output once, then adds the tile's exp(s − m)·v.
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "attn_params.glsl"
 
 layout(std430, binding = 0) readonly buffer QBuf { STYPE q_buf[]; };
 layout(std430, binding = 1) readonly buffer KBuf { STYPE k_buf[]; };

@@ -17,6 +17,7 @@
 //   PASS 2: O[i, :] = Σ_j P[i, j]·v_j.
 #extension GL_GOOGLE_include_directive : require
 #include "params.glsl"
+#include "attn_params.glsl"
 
 layout(constant_id = 6) const uint PASS = 0;
 

@@ -1,11 +1,13 @@
 // params.glsl: the one include shared by every flashvk kernel.
 //
-// It declares the push-constant block (mirrored field for field by
-// shaders.Params in params.go; params_test.go checks the offsets against
-// the compiled SPIR-V), the specialization constants, the storage type and
-// the helpers every kernel uses: operand declaration and access (OPERAND,
-// EL, VEC), masking (key_limit / query_first), row base offsets and LSE/D
-// indexing.
+// It declares the specialization constants, the storage type and the
+// helpers every kernel uses: operand declaration and access (OPERAND, EL,
+// VEC), offsets (OFFSET, WIDE), loop and subgroup macros. Each kernel then
+// includes its family's push-constant block and the helpers that read it:
+// attn_params.glsl (the attention kernels: shaders.Params, masking, row
+// bases, LSE/D indexing) or kv_params.glsl (the KV-cache kernels:
+// shaders.KVParams). Both name their block pc, which the ADDRESSED
+// operand macros read.
 //
 // Compile-time defines: STORAGE_F16 (set by the build for NAME.f16.spv)
 // makes the Q/K/V/O/dO/dQ/dK/dV buffers float16_t, STORAGE_BF16 (for
@@ -71,25 +73,6 @@ uint bf16_round(float x) {
 }
 #endif
 
-#ifndef KV_PARAMS
-// Push constants: 20 × 4 = 80 bytes; ADDRESSED modules append the operand
-// addresses at byte 80, 128 bytes in all (the Vulkan minimum of
-// maxPushConstantsSize).
-layout(push_constant) uniform Params {
-	uint B; uint Hq; uint Hkv; uint Nq; uint Nk;
-	uint q_b; uint q_s; uint q_h;   // element strides (batch, seq, head); feature stride 1
-	uint k_b; uint k_s; uint k_h;
-	uint v_b; uint v_s; uint v_h;
-	uint o_b; uint o_s; uint o_h;   // O and dO
-	float scale;                    // softmax scale (resolved, never 0)
-	uint mask;                      // 0 none, 1 causal top-left, 2 causal bottom-right
-	uint group;                     // Hq / Hkv
-#ifdef ADDRESSED
-	uint64_t addr[6];               // per address slot: element 0 of its operand (shaders.MaxAddressSlots)
-#endif
-} pc;
-
-#endif // KV_PARAMS
 
 // Operands. Each kernel declares its STYPE operands (Q, K, V, O, dO, dQ,
 // dK, dV) with
@@ -178,43 +161,14 @@ float prob(float x, float t) { return x >= t ? 1.0 : exp2(x); }
 #define MASK_CAUSAL_TL 1u
 #define MASK_CAUSAL_BR 2u
 
-#ifndef KV_PARAMS
-// key_limit mirrors spec.Problem.KeyLimit: query row i sees keys
-// 0 … key_limit(i)−1; 0 for a row that sees no key, Nk when unmasked.
-uint key_limit(uint i) {
-	if (pc.mask == MASK_CAUSAL_TL) {
-		return min(i + 1u, pc.Nk);
-	}
-	if (pc.mask == MASK_CAUSAL_BR) {
-		int lim = int(i) + 1 + int(pc.Nk) - int(pc.Nq);
-		return uint(clamp(lim, 0, int(pc.Nk)));
-	}
-	return pc.Nk;
-}
-
-// query_first returns the first query row that sees key j (key_limit is
-// non-decreasing in i, so rows query_first(j) … Nq−1 see it); it may be ≥ Nq
-// when no row sees key j.
-uint query_first(uint j) {
-	if (pc.mask == MASK_CAUSAL_TL) {
-		return j;
-	}
-	if (pc.mask == MASK_CAUSAL_BR) {
-		int f = int(j) + int(pc.Nq) - int(pc.Nk);
-		return uint(max(f, 0));
-	}
-	return 0u;
-}
-
-// Row base offsets (element index of feature 0 of row (b, s, h)), one
-// function per operand. Varlen (packed sequences through cu_seqlens) will
-// later replace the batch term b*stride_b (and the sequence lengths) here,
-// in this one place per operand; kernels never compute offsets themselves.
-// Offsets have type OFFSET: uint in the bindings build (each operand's
+// Row base offsets (element index of feature 0 of row (b, s, h)) are one
+// function per operand in attn_params.glsl (q_base …); varlen (packed
+// sequences through cu_seqlens) will later replace the batch term
+// b*stride_b (and the sequence lengths) there, in that one place per
+// operand; kernels never compute offsets themselves. Offsets have type OFFSET: uint in the bindings build (each operand's
 // binding must hold < 2^32 elements), uint64_t in the ADDRESSED build
 // (every product widened first by WIDE; the strides stay 32-bit). Kernels
 // keep row bases and element offsets in OFFSET variables.
-#endif // KV_PARAMS
 #ifdef ADDRESSED
 #define OFFSET uint64_t
 #define WIDE(x) uint64_t(x)
@@ -222,19 +176,6 @@ uint query_first(uint j) {
 #define OFFSET uint
 #define WIDE(x) x
 #endif
-#ifndef KV_PARAMS
-OFFSET q_base(uint b, uint s, uint h) { return WIDE(b) * pc.q_b + WIDE(s) * pc.q_s + WIDE(h) * pc.q_h; }
-OFFSET k_base(uint b, uint s, uint h) { return WIDE(b) * pc.k_b + WIDE(s) * pc.k_s + WIDE(h) * pc.k_h; }
-OFFSET v_base(uint b, uint s, uint h) { return WIDE(b) * pc.v_b + WIDE(s) * pc.v_s + WIDE(h) * pc.v_h; }
-// O and dO share O's strides (dQ uses q_base, dK k_base, dV v_base).
-OFFSET o_base(uint b, uint s, uint h) { return WIDE(b) * pc.o_b + WIDE(s) * pc.o_s + WIDE(h) * pc.o_h; }
-// Index of row (b, h, i) in LSE and D (contiguous [B, Hq, Nq]).
-uint lse_index(uint b, uint h, uint i) { return (b * pc.Hq + h) * pc.Nq + i; }
-
-// kv_head maps a query head to the key/value head it reads (GQA).
-uint kv_head(uint h) { return h / pc.group; }
-
-#endif // KV_PARAMS
 
 // thread_index numbers the workgroup's invocations subgroup by subgroup, so
 // that invocations t … t+n−1 with t a multiple of n ≤ SUBGROUP (n a power of

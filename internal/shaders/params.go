@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Params mirrors the push-constant block of params.glsl field for field
+// Params mirrors the push-constant block of attn_params.glsl field for field
 // (params_test.go checks it against every compiled module). Strides are in
 // elements; the feature dimension has stride 1.
 type Params struct {

@@ -32,6 +32,7 @@
 #error flash_cm2 is fp16-only: compile with -DSTORAGE_F16=1
 #endif
 #include "params.glsl"
+#include "attn_params.glsl"
 
 layout(std430, binding = 0) readonly buffer QBuf { float16_t q_buf[]; };
 layout(std430, binding = 1) readonly buffer KBuf { float16_t k_buf[]; };

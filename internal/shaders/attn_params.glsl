@@ -1,0 +1,62 @@
+// attn_params.glsl: the push-constant block of the attention kernels
+// (forward and backward; mirrored field for field by shaders.Params,
+// params_test.go checks the offsets against the compiled SPIR-V) and the
+// helpers that read it: masking (key_limit / query_first), row base
+// offsets (q_base …) and LSE/D indexing. Include it after params.glsl.
+// The KV-cache kernels have their own block (kv_params.glsl).
+
+// Push constants: 20 × 4 = 80 bytes; ADDRESSED modules append the operand
+// addresses at byte 80, 128 bytes in all (the Vulkan minimum of
+// maxPushConstantsSize).
+layout(push_constant) uniform Params {
+	uint B; uint Hq; uint Hkv; uint Nq; uint Nk;
+	uint q_b; uint q_s; uint q_h;   // element strides (batch, seq, head); feature stride 1
+	uint k_b; uint k_s; uint k_h;
+	uint v_b; uint v_s; uint v_h;
+	uint o_b; uint o_s; uint o_h;   // O and dO
+	float scale;                    // softmax scale (resolved, never 0)
+	uint mask;                      // 0 none, 1 causal top-left, 2 causal bottom-right
+	uint group;                     // Hq / Hkv
+#ifdef ADDRESSED
+	uint64_t addr[6];               // per address slot: element 0 of its operand (shaders.MaxAddressSlots)
+#endif
+} pc;
+
+
+// key_limit mirrors spec.Problem.KeyLimit: query row i sees keys
+// 0 … key_limit(i)−1; 0 for a row that sees no key, Nk when unmasked.
+uint key_limit(uint i) {
+	if (pc.mask == MASK_CAUSAL_TL) {
+		return min(i + 1u, pc.Nk);
+	}
+	if (pc.mask == MASK_CAUSAL_BR) {
+		int lim = int(i) + 1 + int(pc.Nk) - int(pc.Nq);
+		return uint(clamp(lim, 0, int(pc.Nk)));
+	}
+	return pc.Nk;
+}
+
+// query_first returns the first query row that sees key j (key_limit is
+// non-decreasing in i, so rows query_first(j) … Nq−1 see it); it may be ≥ Nq
+// when no row sees key j.
+uint query_first(uint j) {
+	if (pc.mask == MASK_CAUSAL_TL) {
+		return j;
+	}
+	if (pc.mask == MASK_CAUSAL_BR) {
+		int f = int(j) + int(pc.Nq) - int(pc.Nk);
+		return uint(max(f, 0));
+	}
+	return 0u;
+}
+
+OFFSET q_base(uint b, uint s, uint h) { return WIDE(b) * pc.q_b + WIDE(s) * pc.q_s + WIDE(h) * pc.q_h; }
+OFFSET k_base(uint b, uint s, uint h) { return WIDE(b) * pc.k_b + WIDE(s) * pc.k_s + WIDE(h) * pc.k_h; }
+OFFSET v_base(uint b, uint s, uint h) { return WIDE(b) * pc.v_b + WIDE(s) * pc.v_s + WIDE(h) * pc.v_h; }
+// O and dO share O's strides (dQ uses q_base, dK k_base, dV v_base).
+OFFSET o_base(uint b, uint s, uint h) { return WIDE(b) * pc.o_b + WIDE(s) * pc.o_s + WIDE(h) * pc.o_h; }
+// Index of row (b, h, i) in LSE and D (contiguous [B, Hq, Nq]).
+uint lse_index(uint b, uint h, uint i) { return (b * pc.Hq + h) * pc.Nq + i; }
+
+// kv_head maps a query head to the key/value head it reads (GQA).
+uint kv_head(uint h) { return h / pc.group; }

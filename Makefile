@@ -42,7 +42,7 @@ ADDR_BF16_SPV := $(foreach k,$(ADDR_KERNELS),$(SPVDIR)/$(k).addr.bf16.spv)
 ADDR_CM_SPV := $(foreach k,$(ADDR_CM_KERNELS),$(SPVDIR)/$(k).addr.f16.spv)
 ADDR_CM_BF16_SPV := $(foreach k,$(ADDR_CM_KERNELS),$(SPVDIR)/$(k).addr.bf16.spv)
 ADDR_SPV := $(ADDR_F32_SPV) $(ADDR_F16_SPV) $(ADDR_BF16_SPV) $(ADDR_CM_SPV) $(ADDR_CM_BF16_SPV)
-SHADER_DEPS := internal/shaders/params.glsl internal/shaders/attn_params.glsl internal/shaders/kv_params.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
+SHADER_DEPS := internal/shaders/params.glsl internal/shaders/attn_params.glsl internal/shaders/kv_params.glsl internal/shaders/ext.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check bench-shaders bench-shaders-check
 

@@ -1,7 +1,8 @@
 // attn_params.glsl: the push-constant block of the attention kernels
 // (forward and backward; mirrored field for field by shaders.Params,
 // params_test.go checks the offsets against the compiled SPIR-V) and the
-// helpers that read it: masking (key_limit / query_first), row base
+// helpers that read it: masking (mask_key_limit / mask_query_first,
+// and the kernels' key_limit … without ext.glsl), row base
 // offsets (q_base …) and LSE/D indexing. Include it after params.glsl.
 // The KV-cache kernels have their own block (kv_params.glsl).
 
@@ -23,9 +24,10 @@ layout(push_constant) uniform Params {
 } pc;
 
 
-// key_limit mirrors spec.Problem.KeyLimit: query row i sees keys
-// 0 … key_limit(i)−1; 0 for a row that sees no key, Nk when unmasked.
-uint key_limit(uint i) {
+// mask_key_limit mirrors spec.Problem.KeyLimit: under pc.mask query row i
+// sees keys 0 … mask_key_limit(i)−1; 0 for a row that sees no key, Nk
+// when unmasked.
+uint mask_key_limit(uint i) {
 	if (pc.mask == MASK_CAUSAL_TL) {
 		return min(i + 1u, pc.Nk);
 	}
@@ -36,10 +38,11 @@ uint key_limit(uint i) {
 	return pc.Nk;
 }
 
-// query_first returns the first query row that sees key j (key_limit is
-// non-decreasing in i, so rows query_first(j) … Nq−1 see it); it may be ≥ Nq
-// when no row sees key j.
-uint query_first(uint j) {
+// mask_query_first returns the first query row that sees key j under
+// pc.mask (mask_key_limit is non-decreasing in i, so rows
+// mask_query_first(j) … Nq−1 see it); it may be ≥ Nq when no row sees
+// key j.
+uint mask_query_first(uint j) {
 	if (pc.mask == MASK_CAUSAL_TL) {
 		return j;
 	}
@@ -49,6 +52,17 @@ uint query_first(uint j) {
 	}
 	return 0u;
 }
+
+// The masking helpers the kernels call: ext.glsl's in a kernel that
+// defines EXT_BINDING (and includes ext.glsl next), else pc.mask's rule:
+// query row i sees keys key_first(i) … key_limit(i)−1, key j is seen by
+// query rows query_first(j) … query_limit(j)−1.
+#ifndef EXT_BINDING
+uint key_first(uint i) { return 0u; }
+uint key_limit(uint i) { return mask_key_limit(i); }
+uint query_first(uint j) { return mask_query_first(j); }
+uint query_limit(uint j) { return pc.Nq; }
+#endif
 
 OFFSET q_base(uint b, uint s, uint h) { return WIDE(b) * pc.q_b + WIDE(s) * pc.q_s + WIDE(h) * pc.q_h; }
 OFFSET k_base(uint b, uint s, uint h) { return WIDE(b) * pc.k_b + WIDE(s) * pc.k_s + WIDE(h) * pc.k_h; }

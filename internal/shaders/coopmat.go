@@ -83,7 +83,7 @@ const (
 )
 
 var (
-	flashCMSpecIDs = append(append([]uint32(nil), sharedSpecIDs...),
+	flashCMSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
 	probeSpecIDs = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}

@@ -113,30 +113,31 @@ const MaxHeadDim = 256
 var kernelBindings = map[string]int{
 	KernelNaive:   6,
 	KernelMinimal: 5,
-	KernelFlash:   5,
+	KernelFlash:   6,
 	KernelBwdPre:  3,
-	KernelBwdDKDV: 8,
-	KernelBwdDQ:   7,
+	KernelBwdDKDV: 9,
+	KernelBwdDQ:   8,
 	// Cooperative-matrix kernels (f16 and bf16; coopmat.go).
-	KernelFlashCM:      5,
+	KernelFlashCM:      6,
 	KernelFlashCMProbe: 1,
-	KernelBwdCMDKDV:    8,
-	KernelBwdCMDQ:      7,
+	KernelBwdCMDKDV:    9,
+	KernelBwdCMDQ:      8,
 }
 
 // kernelSpecIDs are the specialization constants each module declares
 // (params_test.go checks them against the SPIR-V): every module declares
 // the shared IDs 0 … 5 of params.glsl (set them all; a kernel ignores those
-// its header says it does not use) and naive adds 6 PASS.
+// its header says it does not use), naive adds 6 PASS and the ExtKernels
+// 8 EXT (ext.glsl).
 var (
 	sharedSpecIDs = []uint32{SpecWorkgroupSize, SpecD, SpecDV, SpecBR, SpecBC, SpecSubgroup}
 	kernelSpecIDs = map[string][]uint32{
 		KernelNaive:        append(append([]uint32(nil), sharedSpecIDs...), SpecPass),
 		KernelMinimal:      sharedSpecIDs,
-		KernelFlash:        sharedSpecIDs,
+		KernelFlash:        append(append([]uint32(nil), sharedSpecIDs...), SpecExt),
 		KernelBwdPre:       sharedSpecIDs,
-		KernelBwdDKDV:      sharedSpecIDs,
-		KernelBwdDQ:        sharedSpecIDs,
+		KernelBwdDKDV:      append(append([]uint32(nil), sharedSpecIDs...), SpecExt),
+		KernelBwdDQ:        append(append([]uint32(nil), sharedSpecIDs...), SpecExt),
 		KernelFlashCM:      flashCMSpecIDs,
 		KernelFlashCMProbe: probeSpecIDs,
 		KernelBwdCMDKDV:    bwdCMKVSpecIDs,

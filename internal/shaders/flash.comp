@@ -8,9 +8,10 @@
 //   3 O   [B,Nq,Hq,DV] STYPE, written    (pc.o_*)
 //   4 LSE [B,Hq,Nq]    float32, written  (natural log; −inf for a row that
 //                                         sees no key, whose O row is 0)
+//   5 Ext              uint32, readonly  (ext.glsl; read when EXT = 1)
 // ADDRESSED build (flash.addr.DTYPE.spv): Q, K, V, O at pc.addr[0 … 3]
 //   instead of bindings 0 … 3 (params.glsl, Operands); LSE stays binding 4.
-// Spec constants: 0 WG, 1 D, 2 DV, 3 BR, 4 BC, 5 SUBGROUP.
+// Spec constants: 0 WG, 1 D, 2 DV, 3 BR, 4 BC, 5 SUBGROUP, 8 EXT.
 // Grid: (ceil(Nq/BR), Hq, B); workgroup (x, y, z) computes query rows
 //   x·BR … x·BR+BR−1 of head y of batch z.
 //
@@ -36,15 +37,18 @@
 // Algorithm per workgroup: Q tile → shared; for each key tile that some row
 // of the tile can see (causal: tiles wholly above the diagonal are neither
 // loaded nor computed; only tiles that cross the diagonal or the Nk tail are
-// masked): K tile → shared, S = Q·Kᵀ (fp32, in the exp2 domain:
+// masked; with EXT a window also skips the tiles left of every row's
+// window): K tile → shared, S = Q·Kᵀ (fp32, in the exp2 domain:
 // S·scale·log2 e), online softmax (running row max m and partial row sums l,
 // the sums reduced across the row's threads once at the end, FA2), P →
 // shared, V tile → shared, O += P·V with O in registers. Finally
 // O /= l and LSE = ln2·(m + log2 l).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#define EXT_BINDING 5
 #include "params.glsl"
 #include "attn_params.glsl"
+#include "ext.glsl"
 
 OPERAND(0, 0, QBuf, q, readonly)
 OPERAND(1, 1, KBuf, k, readonly)
@@ -77,6 +81,8 @@ void main() {
 	uint r0 = gl_WorkGroupID.x * BR;
 	uint rows = min(BR, pc.Nq - r0);
 	float sl2 = pc.scale * LOG2E;
+	ext_begin(b);
+	ext_head(b, h);
 
 	// Q tile → shared (coalesced along the feature dimension; tail rows 0).
 	STRIDED_BEGIN(e, BR * D)
@@ -89,15 +95,18 @@ void main() {
 		sQ[r * LDQ + d] = x;
 	STRIDED_END
 
-	// Keys visible to the tile: rows see 0 … key_limit(row)−1, and
-	// key_limit is non-decreasing in the row.
+	// Keys visible to the tile: rows see key_first(row) … key_limit(row)−1,
+	// both non-decreasing in the row.
 	uint lim_lo = key_limit(r0);
 	uint lim_hi = key_limit(r0 + rows - 1u);
+	uint fst_lo = key_first(r0);
+	uint fst_hi = key_first(r0 + rows - 1u);
 	uint ntiles = (lim_hi + BC - 1u) / BC;
 
 	float m[RM];
 	float l[RM];
 	uint lim[RM];
+	uint fst[RM];
 	float acc[RM * DVN];
 	float s[RM * CN];
 	[[unroll]] for (uint i = 0u; i < RM; ++i) {
@@ -105,12 +114,13 @@ void main() {
 		m[i] = NEG_INF;
 		l[i] = 0.0;
 		lim[i] = r < rows ? key_limit(r0 + r) : 0u;
+		fst[i] = r < rows ? key_first(r0 + r) : 0u;
 		[[unroll]] for (uint j = 0u; j < DVN; ++j) {
 			acc[i * DVN + j] = 0.0;
 		}
 	}
 
-	for (uint kt = 0u; kt < ntiles; ++kt) {
+	for (uint kt = fst_lo / BC; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
 		uint cols = min(BC, pc.Nk - c0);
 
@@ -144,13 +154,15 @@ void main() {
 		UNROLLED_END
 
 		// Online softmax. need_mask is uniform: false for tiles every row of
-		// the tile sees entirely (no causal diagonal, no Nk tail).
-		bool need_mask = c0 + BC > lim_lo;
+		// the tile sees entirely (no causal diagonal, no window edge, no Nk
+		// tail).
+		bool need_mask = c0 + BC > lim_lo || c0 < fst_hi;
 		[[unroll]] for (uint i = 0u; i < RM; ++i) {
 			float mloc = NEG_INF;
 			[[unroll]] for (uint j = 0u; j < CN; ++j) {
-				float x = s[i * CN + j] * sl2;
-				if (need_mask && c0 + tc + TC * j >= lim[i]) {
+				uint c = c0 + tc + TC * j;
+				float x = EXT != 0u ? ext_score(s[i * CN + j], r0 + tr + TR * i, c) : s[i * CN + j] * sl2;
+				if (need_mask && (c >= lim[i] || c < fst[i])) {
 					x = NEG_INF;
 				}
 				s[i * CN + j] = x;

@@ -206,9 +206,10 @@ type SpecEntry struct {
 
 // SpecEntries returns the specialization constants of kernel (a base or
 // addressed name) for Config c, head dims d, dv, the device's subgroup
-// size and (naive only) the pass 0, 1 or 2, in ID order, limited to the
-// IDs the kernel declares.
-func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int) ([]SpecEntry, error) {
+// size, (naive only) the pass 0, 1 or 2 and (ExtKernels) whether the
+// extended variant runs, in ID order, limited to the IDs the kernel
+// declares.
+func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int, ext bool) ([]SpecEntry, error) {
 	ids, err := SpecIDs(kernel)
 	if err != nil {
 		return nil, err
@@ -221,6 +222,9 @@ func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int) ([]SpecEntr
 		SpecBC:            uint32(c.BC),
 		SpecSubgroup:      uint32(subgroup),
 		SpecPass:          uint32(pass),
+	}
+	if ext {
+		val[SpecExt] = 1
 	}
 	out := make([]SpecEntry, len(ids))
 	for i, id := range ids {

@@ -131,6 +131,102 @@ type Problem struct {
 	// KV is set for a KV-cache (decoding) call: K and V are then the
 	// cache and Nk its capacity per sequence (see KV).
 	KV *KV
+	// Ext is set when the call asks for more than Scale and Mask: a
+	// sliding window, a softcap, ALiBi slopes or per-sequence key
+	// counts (see Ext). With Ext set, Ext's window is the whole mask;
+	// Mask still says whether the call was causal and how aligned.
+	Ext *Ext
+}
+
+// Ext holds the options of a problem beyond its scale and causal mask.
+//
+// Row i of sequence b has its diagonal at key Diag(b, i) = i + Keys(b) −
+// Nq when BottomRight, else i; it sees the keys j with Diag − Left ≤ j ≤
+// Diag + Right and j < Keys(b) (Left, Right = −1: unbounded on that
+// side; a causal mask is Right = 0). Its score of key j is s = Scale·q·k,
+// then c·tanh(s/c) with c = Softcap when Softcap > 0, then
+// s − slope·|Diag(b, i) − j| with the ALiBi slope of (b, h) when Slopes
+// is set.
+type Ext struct {
+	Left, Right int
+	BottomRight bool
+	Softcap     float32
+	// Slopes are per query head ([Hq]) or, with SlopesPerBatch, per
+	// sequence and head ([B, Hq]); nil: no ALiBi.
+	Slopes         []float32
+	SlopesPerBatch bool
+	// SeqUsedK is each sequence's key count (≤ Nk); nil: Nk for all.
+	SeqUsedK []int32
+}
+
+// Keys is the number of keys sequence b has: Nk, or its SeqUsedK.
+func (p *Problem) Keys(b int) int {
+	if p.Ext != nil && p.Ext.SeqUsedK != nil {
+		return int(p.Ext.SeqUsedK[b])
+	}
+	return p.Nk
+}
+
+// Diag is the key on the diagonal of query row i of sequence b (it may
+// lie outside 0 … Keys(b)−1).
+func (p *Problem) Diag(b, i int) int {
+	if e := p.Ext; e != nil {
+		if e.BottomRight {
+			return i + p.Keys(b) - p.Nq
+		}
+		return i
+	}
+	if p.Mask == MaskCausalBottomRight {
+		return i + p.Nk - p.Nq
+	}
+	return i
+}
+
+// KeyRange returns the keys query row i of sequence b sees: lo … hi−1
+// (lo = hi when none). Both bounds are non-decreasing in i.
+func (p *Problem) KeyRange(b, i int) (lo, hi int) {
+	e := p.Ext
+	if e == nil {
+		return 0, p.KeyLimit(i)
+	}
+	n, d := p.Keys(b), p.Diag(b, i)
+	lo, hi = 0, n
+	if e.Left >= 0 {
+		lo = min(max(d-e.Left, 0), n)
+	}
+	if e.Right >= 0 {
+		hi = min(max(d+e.Right+1, 0), n)
+	}
+	return lo, max(lo, hi)
+}
+
+// Slope is the ALiBi slope of sequence b, query head h (0 without
+// ALiBi).
+func (p *Problem) Slope(b, h int) float32 {
+	e := p.Ext
+	if e == nil || e.Slopes == nil {
+		return 0
+	}
+	if e.SlopesPerBatch {
+		return e.Slopes[b*p.Hq+h]
+	}
+	return e.Slopes[h]
+}
+
+// Pairs is the number of (query row, key) pairs each head computes,
+// summed over the batch: what every mask, window and key count leaves.
+func (p *Problem) Pairs() float64 {
+	var n float64
+	for b := range p.B {
+		for i := range p.Nq {
+			lo, hi := p.KeyRange(b, i)
+			n += float64(hi - lo)
+		}
+		if p.Ext == nil { // every sequence alike
+			return n * float64(p.B)
+		}
+	}
+	return n
 }
 
 // KV describes a KV-cache call: sequence b's Nq queries attend to its
@@ -199,10 +295,10 @@ func (p *Problem) KVHead(h int) int { return h / p.Group() }
 // Causal reports whether a causal mask is applied.
 func (p *Problem) Causal() bool { return p.Mask != MaskNone }
 
-// KeyLimit returns how many leading keys query row i may see: keys
-// 0 … KeyLimit(i)−1. It is 0 for a row that sees no key (bottom-right
+// KeyLimit returns how many leading keys query row i may see under Mask:
+// keys 0 … KeyLimit(i)−1. It is 0 for a row that sees no key (bottom-right
 // alignment with Nq > Nk leaves the first Nq−Nk rows empty) and Nk when
-// unmasked.
+// unmasked. It ignores Ext (KeyRange does not).
 func (p *Problem) KeyLimit(i int) int {
 	var lim int
 	switch p.Mask {
@@ -220,9 +316,13 @@ func (p *Problem) KeyLimit(i int) int {
 func (p *Problem) LSEIndex(b, h, i int) int { return (b*p.Hq+h)*p.Nq + i }
 
 // Flops returns the FlashAttention convention FLOP count of the forward
-// pass: 4·B·Hq·Nq·Nk·d (d the mean of D and Dv), halved when causal.
-// The backward is counted as 2.5× this.
+// pass: 4·B·Hq·Nq·Nk·d (d the mean of D and Dv), halved when causal; with
+// Ext, 2·Hq·(D+Dv) per visible (query, key) pair (Pairs). The backward
+// is counted as 2.5× this.
 func (p *Problem) Flops() float64 {
+	if p.Ext != nil {
+		return 2 * float64(p.Hq) * float64(p.D+p.Dv) * p.Pairs()
+	}
 	f := 2 * float64(p.B) * float64(p.Hq) * float64(p.Nq) * float64(p.Nk) * float64(p.D+p.Dv)
 	if p.Causal() {
 		f /= 2

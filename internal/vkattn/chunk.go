@@ -238,6 +238,23 @@ type chunkLaunch struct {
 	at      [3]uint32 // first workgroup not yet recorded (x, y, z)
 	taken   float64   // the work recorded
 	done    bool
+	// init, when set, is written into initBuf before the launch's first
+	// workgroups (the call's Ext buffer; see recordInit).
+	init    []byte
+	initBuf *device.Buffer
+}
+
+// recordInit records the launch's init write, once, and the barrier
+// that orders it before the dispatches.
+func (cl *chunkLaunch) recordInit(r *device.Recorder) {
+	if cl.init == nil {
+		return
+	}
+	for off := 0; off < len(cl.init); off += device.MaxUpdateBytes {
+		r.Update(cl.initBuf, int64(off), cl.init[off:min(len(cl.init), off+device.MaxUpdateBytes)])
+	}
+	r.BarrierTransferToCompute()
+	cl.init = nil
 }
 
 // Orders of the workgroups of a chunked launch (dimensions from the
@@ -397,12 +414,17 @@ func (b *Backend) prepareAll(s *scratch, p *spec.Problem, pls []*Plan, bufs oper
 		if err != nil {
 			return nil, err
 		}
+		first := len(cls)
 		for j := range rls {
 			cl := chunkLaunch{ready: rls[j], cost: costOf(p, rls[j].l), barrier: rls[j].l.Barrier || (i > 0 && j == 0), order: gpuOrder}
 			if b.chunkCPU {
 				cl.order = cpuOrder
 			}
 			cls = append(cls, cl)
+		}
+		if ext := boundTo(rls, OpExt); p.Ext != nil && ext != nil {
+			// The pass's Ext scratch, written before its first launch.
+			cls[first].init, cls[first].initBuf = shaders.ExtBytes(p), ext
 		}
 	}
 	return cls, nil
@@ -414,6 +436,7 @@ func recordWhole(r *device.Recorder, cls []chunkLaunch) (float64, []string, erro
 	var work float64
 	var keys []string
 	for i := range cls {
+		cls[i].recordInit(r)
 		if cls[i].barrier {
 			r.Barrier()
 		}
@@ -508,6 +531,7 @@ func (b *Backend) recordChunk(r *device.Recorder, cls []chunkLaunch, budget floa
 			if !ok {
 				break
 			}
+			cl.recordInit(r)
 			if !first && !started && cl.barrier {
 				r.Barrier() // (a chunk starts with a full barrier)
 			}

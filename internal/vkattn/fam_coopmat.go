@@ -31,13 +31,13 @@ import (
 
 var (
 	flashCMFamily = &family{
-		name: shaders.KernelFlashCM, dir: Fwd, auto: true, backward: []string{"bwd_cm", "bwd"},
+		name: shaders.KernelFlashCM, dir: Fwd, auto: true, ext: true, backward: []string{"bwd_cm", "bwd"},
 		init:     initCoopmat,
 		plan:     planFlashCM,
 		tunables: []*Tunable{flashCMTunable},
 	}
 	bwdCMFamily = &family{
-		name: "bwd_cm", dir: Bwd, auto: true,
+		name: "bwd_cm", dir: Bwd, auto: true, ext: true,
 		init:     func(b *Backend, _ bool) (string, error) { return initCoopmat(b, false) },
 		plan:     planBwdCM,
 		tunables: []*Tunable{bwdCMTunable(shaders.KernelBwdCMDKDV, true), bwdCMTunable(shaders.KernelBwdCMDQ, false)},

@@ -20,7 +20,7 @@ import (
 
 var (
 	flashFamily = &family{
-		name: shaders.KernelFlash, dir: Fwd, auto: true, backward: []string{"bwd"},
+		name: shaders.KernelFlash, dir: Fwd, auto: true, ext: true, backward: []string{"bwd"},
 		plan: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error) {
 			l, err := b.scalarLaunch(ctx, shaders.KernelFlash, p, dt, 0, OpQ, OpK, OpV, OpO, OpLSE)
 			if err != nil {
@@ -45,7 +45,7 @@ var (
 		plan: planNaive,
 	}
 	bwdFamily = &family{
-		name: "bwd", dir: Bwd, auto: true,
+		name: "bwd", dir: Bwd, auto: true, ext: true,
 		plan: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error) {
 			pre, err := b.bwdPreLaunch(ctx, p, dt)
 			if err != nil {
@@ -94,7 +94,7 @@ func (b *Backend) scalarLaunch(ctx context.Context, kernel string, p *spec.Probl
 	if err != nil {
 		return Launch{}, err
 	}
-	ents, err := shaders.SpecEntries(kernel, c, p.D, p.Dv, b.lim.Subgroup, pass)
+	ents, err := shaders.SpecEntries(kernel, c, p.D, p.Dv, b.lim.Subgroup, pass, p.Ext != nil)
 	if err != nil {
 		return Launch{}, fmt.Errorf("vkattn: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/flashvk/flashvk/internal/device"
@@ -64,10 +65,11 @@ const (
 	OpNewV   // and V
 	OpMeta   // scratch: uint32 lengths and page table, written by the call
 	OpPart   // scratch: decode's float32 per-split partial results
+	OpExt    // scratch: the Ext buffer (shaders.ExtWords), written by the call
 	numOperands
 )
 
-var operandNames = [numOperands]string{"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "D", "scores", "newk", "newv", "meta", "partials"}
+var operandNames = [numOperands]string{"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "D", "scores", "newk", "newv", "meta", "partials", "ext"}
 
 func (o Operand) String() string {
 	if o < numOperands {
@@ -140,6 +142,9 @@ type family struct {
 	dir  Dir
 	// auto: part of the default chain ("" kernel selection).
 	auto bool
+	// ext: the family runs problems with spec.Ext (its kernels are
+	// shaders.ExtKernels, or need no mask); the others decline them.
+	ext bool
 	// backward: for a forward family selected by name, the backward
 	// families that run with it, in order of preference.
 	backward []string
@@ -273,9 +278,18 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 			declined = append(declined, f.name+": "+why)
 			continue
 		}
+		if p.Ext != nil && !f.ext {
+			err := fmt.Errorf("%w: %s runs no window, softcap, ALiBi or per-sequence key counts", ErrUnsupported, f.name)
+			if f == b.explicit {
+				return nil, err
+			}
+			declined = append(declined, f.name+": "+err.Error())
+			continue
+		}
 		pl, err := f.plan(ctx, b, p, dt)
 		if err == nil {
 			pl.Dir = dir
+			pl.bindExt(p)
 			err = b.address(p, dt, pl)
 		}
 		if err == nil {
@@ -416,13 +430,36 @@ func addressedPush(l *Launch, pc shaders.Params, bufs operandBufs) ([]byte, erro
 	return ap.Bytes(), nil
 }
 
+// bindExt gives the plan's Ext scratch its size (shaders.ExtWords of p)
+// when a launch binds it.
+func (pl *Plan) bindExt(p *spec.Problem) {
+	for _, l := range pl.Launches {
+		if slices.Contains(l.Bindings, OpExt) {
+			if pl.Scratch == nil {
+				pl.Scratch = map[Operand]int64{}
+			}
+			pl.Scratch[OpExt] = int64(len(shaders.ExtBytes(p)))
+			return
+		}
+	}
+}
+
 // newLaunch fills the pipeline key of a launch of kernel with storage dt,
 // its specialization constants and subgroup settings; the name carries
-// the configuration and head dims.
+// the configuration and head dims. A kernel of shaders.ExtKernels also
+// binds the Ext buffer (last) and is specialized to its extended variant
+// when p has Ext.
 func (b *Backend) newLaunch(kernel string, dt spec.DType, p *spec.Problem, config string, sp []device.Spec, reqSG uint32, full bool, binds ...Operand) (Launch, error) {
 	spv, err := b.module(kernel, dt)
 	if err != nil {
 		return Launch{}, err
+	}
+	if slices.Contains(shaders.ExtKernels, kernel) {
+		binds = append(slices.Clip(binds), OpExt)
+		sp = setSpec(sp, shaders.SpecExt, b2u(p.Ext != nil))
+		if p.Ext != nil {
+			config += " ext"
+		}
 	}
 	return Launch{
 		Kernel: kernel, DType: dt, Config: config, Bindings: binds,
@@ -436,6 +473,16 @@ func (b *Backend) newLaunch(kernel string, dt spec.DType, p *spec.Problem, confi
 			FullSubgroups: full,
 		},
 	}, nil
+}
+
+// setSpec returns sp with constant id set to v (replaced, or appended
+// to a copy).
+func setSpec(sp []device.Spec, id, v uint32) []device.Spec {
+	if i := slices.IndexFunc(sp, func(e device.Spec) bool { return e.ID == id }); i >= 0 {
+		sp[i].Value = v
+		return sp
+	}
+	return append(slices.Clip(sp), device.Spec{ID: id, Value: v})
 }
 
 // module returns the SPIR-V of kernel for storage dt, loaded once per

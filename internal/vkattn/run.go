@@ -39,6 +39,40 @@ func CheckProblem(p *spec.Problem) error {
 	if s := float64(p.Scale); s == 0 || math.IsNaN(s) || math.IsInf(s, 0) {
 		return fmt.Errorf("%w: problem: scale %v (must be resolved, finite and non-zero)", ErrInvalid, p.Scale)
 	}
+	return checkExt(p)
+}
+
+// checkExt validates what the extended kernels assume of p.Ext (ext.glsl):
+// their int32 window arithmetic needs Nq + Nk < 2^30.
+func checkExt(p *spec.Problem) error {
+	e := p.Ext
+	if e == nil {
+		return nil
+	}
+	switch c := float64(e.Softcap); {
+	case e.Left < -1 || e.Right < -1:
+		return fmt.Errorf("%w: problem: window (%d, %d)", ErrInvalid, e.Left, e.Right)
+	case p.Nq+p.Nk >= 1<<30:
+		return fmt.Errorf("%w: problem: Nq + Nk = %d with extended options (kernels take < 2^30)", ErrTooLarge, p.Nq+p.Nk)
+	case c < 0 || math.IsNaN(c) || math.IsInf(c, 0):
+		return fmt.Errorf("%w: problem: softcap %v", ErrInvalid, e.Softcap)
+	case e.SeqUsedK != nil && len(e.SeqUsedK) != p.B:
+		return fmt.Errorf("%w: problem: %d key counts for %d sequences", ErrInvalid, len(e.SeqUsedK), p.B)
+	}
+	for b, n := range e.SeqUsedK {
+		if n < 0 || int(n) > p.Nk {
+			return fmt.Errorf("%w: problem: key count %d of sequence %d (Nk = %d)", ErrInvalid, n, b, p.Nk)
+		}
+	}
+	if e.Slopes != nil {
+		want := p.Hq
+		if e.SlopesPerBatch {
+			want *= p.B
+		}
+		if len(e.Slopes) != want {
+			return fmt.Errorf("%w: problem: %d ALiBi slopes, want %d", ErrInvalid, len(e.Slopes), want)
+		}
+	}
 	return nil
 }
 

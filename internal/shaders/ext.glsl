@@ -1,0 +1,159 @@
+// ext.glsl: the options of spec.Ext for the attention kernels — sliding
+// window, softcap, ALiBi and per-sequence key counts. Include it after
+// attn_params.glsl, with EXT_BINDING defined as the binding of the Ext
+// buffer (the kernel's last). It defines the masking helpers the kernels
+// call (key_first, key_limit, query_first, query_limit) and the score
+// helpers (ext_score, ext_dsoft).
+//
+// Specialization constant 8, EXT: 0 builds the plain kernel (the helpers
+// reduce to pc.mask's causal rule, the Ext buffer is bound but never
+// read); 1 builds the extended kernel, which reads its options from the
+// Ext buffer: per-call values that do not fit the push-constant block
+// (it already fills the 128 bytes every Vulkan device offers in the
+// addressed build), written by the call before its first dispatch
+// (shaders.ExtWords mirrors the layout):
+//   word 0 left, 1 right   window (int32; −1 unbounded; causal: right 0)
+//   word 2 flags           EXT_* below
+//   word 3 softcap c       (float32; used with EXT_SOFTCAP)
+//   word 4 seqused offset  (words; [B] int32 key counts, EXT_SEQUSED)
+//   word 5 slopes offset   (words; [Hq] or [B, Hq] float32, EXT_ALIBI)
+// The host stores a window side wider than Nq + Nk as −1, so the int32
+// arithmetic below cannot overflow (CheckProblem bounds Nq + Nk).
+//
+// A kernel calls ext_begin(b) once it knows its sequence and ext_head(b,
+// h) for each query head it works on (before the score helpers), both in
+// uniform control flow; the state they set is per invocation.
+
+layout(constant_id = 8) const uint EXT = 0u;
+layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; };
+
+#define EXT_BOTTOM_RIGHT 1u
+#define EXT_SOFTCAP 2u
+#define EXT_ALIBI 4u
+#define EXT_ALIBI_BATCH 8u
+#define EXT_SEQUSED 16u
+
+int ext_nk = 0;          // keys of the sequence (Keys(b))
+int ext_off = 0;         // row i's diagonal is key i + ext_off
+int ext_left = -1;       // window (−1 unbounded)
+int ext_right = -1;
+float ext_cap = 0.0;     // softcap c (0: off)
+float ext_inv_cap = 0.0; // 1/c
+float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
+
+void ext_begin(uint b) {
+	if (EXT == 0u) {
+		return;
+	}
+	uint flags = ext_buf[2];
+	ext_nk = (flags & EXT_SEQUSED) != 0u ? int(ext_buf[ext_buf[4] + b]) : int(pc.Nk);
+	ext_off = (flags & EXT_BOTTOM_RIGHT) != 0u ? ext_nk - int(pc.Nq) : 0;
+	ext_left = int(ext_buf[0]);
+	ext_right = int(ext_buf[1]);
+	ext_cap = (flags & EXT_SOFTCAP) != 0u ? uintBitsToFloat(ext_buf[3]) : 0.0;
+	ext_inv_cap = ext_cap > 0.0 ? 1.0 / ext_cap : 0.0;
+	ext_slope = 0.0;
+}
+
+void ext_head(uint b, uint h) {
+	if (EXT == 0u) {
+		return;
+	}
+	uint flags = ext_buf[2];
+	ext_slope = 0.0;
+	if ((flags & EXT_ALIBI) != 0u) {
+		uint idx = (flags & EXT_ALIBI_BATCH) != 0u ? b * pc.Hq + h : h;
+		ext_slope = uintBitsToFloat(ext_buf[ext_buf[5] + idx]) * LOG2E;
+	}
+}
+
+// key_first: query row i sees keys key_first(i) … key_limit(i)−1 (mirrors
+// spec.Problem.KeyRange); both are non-decreasing in i, and key_first(i)
+// ≤ key_limit(i).
+uint key_first(uint i) {
+	if (EXT == 0u || ext_left < 0) {
+		return 0u;
+	}
+	return uint(clamp(int(i) + ext_off - ext_left, 0, ext_nk));
+}
+
+uint key_limit(uint i) {
+	if (EXT != 0u) {
+		int hi = ext_right < 0 ? ext_nk : min(int(i) + ext_off + ext_right + 1, ext_nk);
+		return uint(max(hi, int(key_first(i))));
+	}
+	return mask_key_limit(i);
+}
+
+// query_first … query_limit(j)−1 are the query rows that see key j
+// (query_first(j) ≥ query_limit(j) when none; both may exceed Nq).
+uint query_first(uint j) {
+	if (EXT != 0u) {
+		if (int(j) >= ext_nk) {
+			return pc.Nq;
+		}
+		return ext_right < 0 ? 0u : uint(max(int(j) - ext_off - ext_right, 0));
+	}
+	return mask_query_first(j);
+}
+
+uint query_limit(uint j) {
+	if (EXT == 0u || ext_left < 0) {
+		return pc.Nq;
+	}
+	return uint(clamp(int(j) + ext_left - ext_off + 1, 0, int(pc.Nq)));
+}
+
+// ext_tanh is tanh to about an ulp: an odd Taylor polynomial below 0.55
+// (the next term is below 5e-8 of the result), 1 − 2/(e^2a + 1) up to 9,
+// and ±1 beyond (tanh(9) rounds to 1 in float32; ±Inf gives ±1); NaN
+// stays NaN.
+float ext_tanh(float x) {
+	float a = abs(x);
+	float t;
+	if (a < 0.55) {
+		float z = x * x;
+		float p = -929569.0 / 638512875.0;
+		p = p * z + 21844.0 / 6081075.0;
+		p = p * z - 1382.0 / 155925.0;
+		p = p * z + 62.0 / 2835.0;
+		p = p * z - 17.0 / 315.0;
+		p = p * z + 2.0 / 15.0;
+		p = p * z - 1.0 / 3.0;
+		t = a + a * z * p;
+	} else if (a < 9.0) {
+		t = 1.0 - 2.0 / (exp2(a * (2.0 * LOG2E)) + 1.0);
+	} else if (a >= 9.0) {
+		t = 1.0;
+	} else {
+		return x; // NaN
+	}
+	return x < 0.0 ? -t : t;
+}
+
+// ext_score is the score of raw product s = q·k for query row i and key
+// j in log2 units: z = scale·s, then c·tanh(z/c) (softcap), times log2e,
+// minus slope·log2e·|i + off − j| (ALiBi). The plain kernel's is
+// scale·log2e·s (kernels keep that product as sl2).
+float ext_score(float s, uint i, uint j) {
+	float z = s * pc.scale;
+	if (ext_cap > 0.0) {
+		z = ext_cap * ext_tanh(z * ext_inv_cap);
+	}
+	z *= LOG2E;
+	if (ext_slope != 0.0) {
+		z -= ext_slope * abs(float(int(i) + ext_off - int(j)));
+	}
+	return z;
+}
+
+// ext_dsoft is the softcap's derivative at raw product s: d(c·tanh(z/c))
+// / dz = 1 − tanh²(z/c), z = scale·s (1 without a softcap). The backward
+// multiplies dS by it before dS meets K or Q.
+float ext_dsoft(float s) {
+	if (EXT != 0u && ext_cap > 0.0) {
+		float t = ext_tanh(s * pc.scale * ext_inv_cap);
+		return 1.0 - t * t;
+	}
+	return 1.0;
+}

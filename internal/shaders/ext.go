@@ -1,0 +1,83 @@
+package shaders
+
+import (
+	"math"
+
+	"github.com/flashvk/flashvk/internal/spec"
+)
+
+// SpecExt is the specialization constant (ext.glsl) that builds a
+// kernel's extended variant: 1 reads spec.Ext's options from the Ext
+// buffer, 0 is the plain kernel.
+const SpecExt uint32 = 8
+
+// ExtKernels are the kernels with an extended variant (they declare
+// SpecExt and bind the Ext buffer last).
+var ExtKernels = []string{KernelFlash, KernelBwdDKDV, KernelBwdDQ, KernelFlashCM, KernelBwdCMDKDV, KernelBwdCMDQ}
+
+// Flags of word 2 of the Ext buffer (ext.glsl's EXT_*).
+const (
+	ExtBottomRight uint32 = 1 << iota
+	ExtSoftcap
+	ExtALiBi
+	ExtALiBiBatch
+	ExtSeqUsed
+)
+
+// extHeader is the number of words before the Ext buffer's arrays.
+const extHeader = 8
+
+// ExtWords is the Ext buffer of p (ext.glsl's layout): the window (a
+// side wider than Nq + Nk stored as −1, unbounded), the flags, the
+// softcap, then SeqUsedK and the ALiBi slopes. A plain problem (p.Ext
+// nil) gets the header of an unbounded window with no flags.
+func ExtWords(p *spec.Problem) []uint32 {
+	w := make([]uint32, extHeader)
+	side := func(x int) uint32 {
+		if x < 0 || x >= p.Nq+p.Nk {
+			return math.MaxUint32 // int32 −1
+		}
+		return uint32(x)
+	}
+	e := p.Ext
+	if e == nil {
+		w[0], w[1] = side(-1), side(-1)
+		return w
+	}
+	w[0], w[1] = side(e.Left), side(e.Right)
+	if e.BottomRight {
+		w[2] |= ExtBottomRight
+	}
+	if e.Softcap > 0 {
+		w[2] |= ExtSoftcap
+		w[3] = math.Float32bits(e.Softcap)
+	}
+	if e.SeqUsedK != nil {
+		w[2] |= ExtSeqUsed
+		w[4] = uint32(len(w))
+		for _, n := range e.SeqUsedK {
+			w = append(w, uint32(n))
+		}
+	}
+	if e.Slopes != nil {
+		w[2] |= ExtALiBi
+		if e.SlopesPerBatch {
+			w[2] |= ExtALiBiBatch
+		}
+		w[5] = uint32(len(w))
+		for _, s := range e.Slopes {
+			w = append(w, math.Float32bits(s))
+		}
+	}
+	return w
+}
+
+// ExtBytes is ExtWords as the little-endian bytes the buffer holds.
+func ExtBytes(p *spec.Problem) []byte {
+	w := ExtWords(p)
+	b := make([]byte, 4*len(w))
+	for i, x := range w {
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+	}
+	return b
+}

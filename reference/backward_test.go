@@ -45,9 +45,17 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 		{B: 2, Hq: 4, Hkv: 2, Nq: 6, Nk: 3, D: 2, Dv: 3, Causal: true, BottomRight: true},             // bottom-right, Nq > Nk: empty rows
 		{B: 1, Hq: 4, Hkv: 1, Nq: 5, Nk: 4, D: 3, Dv: 2, Scale: 0.9, Causal: true, BottomRight: true}, // MQA
 		{B: 1, Hq: 4, Hkv: 2, Nq: 2, Nk: 7, D: 3, Dv: 3, Scale: 1.3},
+		// Window, softcap, ALiBi, key counts.
+		{B: 1, Hq: 2, Hkv: 1, Nq: 6, Nk: 6, D: 3, Dv: 2, Window: &Window{Left: 2, Right: 1}},
+		{B: 2, Hq: 2, Hkv: 2, Nq: 4, Nk: 7, D: 2, Dv: 3, Causal: true, BottomRight: true, Window: &Window{Left: 3, Right: -1}},
+		{B: 1, Hq: 2, Hkv: 2, Nq: 5, Nk: 5, D: 3, Dv: 3, Scale: 2.5, Softcap: 1.5},
+		{B: 2, Hq: 2, Hkv: 1, Nq: 4, Nk: 6, D: 3, Dv: 2, Causal: true, ALiBi: []float64{0.5, 0.25}},
+		{B: 2, Hq: 2, Hkv: 2, Nq: 4, Nk: 6, D: 2, Dv: 2, BottomRight: true, ALiBi: []float64{0.5, 0.25, 1, 0.125}, Softcap: 2},
+		{B: 2, Hq: 2, Hkv: 1, Nq: 5, Nk: 6, D: 3, Dv: 2, Causal: true, BottomRight: true, SeqUsedK: []int{6, 3}, Window: &Window{Left: 2, Right: 0}},
 	}
 	for ci, p := range cases {
-		t.Run(fmt.Sprintf("%d_Hq%d_Hkv%d_Nq%d_Nk%d_D%d_Dv%d_causal%v_br%v", ci, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.Causal, p.BottomRight), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d_Hq%d_Hkv%d_Nq%d_Nk%d_D%d_Dv%d_causal%v_br%v_win%v_cap%v_alibi%v_used%v", ci, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.Causal, p.BottomRight,
+			p.Window != nil, p.Softcap, p.ALiBi != nil, p.SeqUsedK), func(t *testing.T) {
 			q, k, v, g := randInputs(t, p, uint64(100+ci))
 			dq, dk, dv, err := Backward(p, q, k, v, g)
 			require.NoError(t, err)

@@ -39,10 +39,10 @@ func newDirect(p Params, q, k, v []float64, b, h int) *direct {
 		d.pm[i] = make([]float64, p.Nk)
 		m := math.Inf(-1)
 		for j := range p.Nk {
-			if !p.Visible(i, j) {
+			if !p.Visible(b, i, j) {
 				continue
 			}
-			s[j] = scale * dot(d.qRow(i), d.kRow(j))
+			s[j] = p.Score(b, h, i, j, scale*dot(d.qRow(i), d.kRow(j)))
 			m = math.Max(m, s[j]) // NaN wins
 		}
 		if math.IsInf(m, -1) { // no key, or only −Inf scores: empty row
@@ -51,13 +51,13 @@ func newDirect(p Params, q, k, v []float64, b, h int) *direct {
 		}
 		sum := 0.0
 		for j := range p.Nk {
-			if p.Visible(i, j) {
+			if p.Visible(b, i, j) {
 				d.pm[i][j] = math.Exp(s[j] - m)
 				sum += d.pm[i][j]
 			}
 		}
 		for j := range p.Nk {
-			if p.Visible(i, j) {
+			if p.Visible(b, i, j) {
 				d.pm[i][j] /= sum
 			}
 		}
@@ -91,7 +91,7 @@ func (d *direct) vRow(j int) []float64 {
 
 // sees reports whether row i reads key j: visible, and the row not empty.
 func (d *direct) sees(i, j int) bool {
-	return d.p.Visible(i, j) && !math.IsInf(d.lse[i], -1)
+	return d.p.Visible(d.b, i, j) && !math.IsInf(d.lse[i], -1)
 }
 
 // forward adds the pair's O rows into o and copies its LSE into lse.
@@ -133,6 +133,9 @@ func (d *direct) backward(do, dq, dk, dv []float64) {
 			}
 			koff := (d.b*p.Nk+j)*p.Hkv + d.kh
 			ds := d.pm[i][j] * (dp[j] - di)
+			if p.Softcap > 0 {
+				ds *= p.scoreGrad(scale * dot(d.qRow(i), d.kRow(j)))
+			}
 			for c, x := range doRow {
 				dv[koff*p.Dv+c] += d.pm[i][j] * x
 			}

@@ -33,22 +33,34 @@
 // default 1/√D. Any other finite value (including a negative one) is used as
 // given; NaN and ±Inf are rejected.
 //
-// # Masks
+// # Masks, window, softcap, ALiBi and key counts
 //
-// Without Causal every query sees every key. With Causal, query i sees key j
-// iff
+// Query i of sequence b has its diagonal at key Diag(b, i): i (top-left,
+// BottomRight false) or i + Nk_b − Nq (bottom-right, FlashAttention-2's
+// rule), where Nk_b is the sequence's key count (SeqUsedK[b], or Nk). It
+// sees key j iff j < Nk_b and
 //
-//	top-left     (BottomRight=false, PyTorch SDPA is_causal):  j ≤ i
-//	bottom-right (BottomRight=true,  FlashAttention-2):        j ≤ i + Nk − Nq
+//	Diag − Left ≤ j ≤ Diag + Right
 //
-// The two coincide when Nq == Nk. BottomRight is ignored when Causal is
-// false. Params.Visible implements exactly this rule.
+// with Window{Left, Right} (−1: unbounded on that side; no Window: both
+// unbounded) and Right taken as 0 when Causal. Plain causal masks are
+// thus j ≤ i (top-left, PyTorch SDPA's is_causal) and j ≤ i + Nk − Nq
+// (bottom-right); the two coincide when Nq == Nk. Params.Visible
+// implements exactly this rule.
 //
+// The score of a visible key is the scaled product s = scale·q_i·k_j,
+// then c·tanh(s/c) when Softcap c > 0, then s − slope·|Diag(b, i) − j|
+// with the ALiBi slope of (b, h) (Params.Score). FlashAttention-2
+// measures ALiBi's distance from the bottom-right diagonal; with
+// BottomRight false it is measured from the top-left one, which differs
+// only when Nq ≠ Nk (and, under a causal mask, by a constant per row,
+// which the softmax cancels).
+
 // # Softmax, LSE and empty rows
 //
 // The softmax is computed stably (the row maximum over visible keys is
 // subtracted before exponentiating). LSE is the natural-log log-sum-exp of
-// the scaled scores of the visible keys: LSE_i = log Σ_{j visible} exp(scale·q_i·k_j).
+// the scores of the visible keys: LSE_i = log Σ_{j visible} exp(score_ij).
 // Masked probabilities are exactly 0.
 //
 // A row with no visible key (bottom-right with Nq > Nk leaves the first
@@ -72,9 +84,12 @@
 //
 //	dV  = Pᵀ·dO
 //	dP  = dO·Vᵀ
-//	dS  = P ∘ (dP − rowsum(dP ∘ P))
+//	dS  = P ∘ (dP − rowsum(dP ∘ P)) ∘ G
 //	dQ  = scale · dS·K
 //	dK  = scale · dSᵀ·Q
+//
+// where G is 1, or with a softcap the derivative 1 − tanh²(s/c) at each
+// scaled product s (ALiBi is a constant and has no gradient).
 //
 // # Cancellation
 //

@@ -152,10 +152,10 @@ func TestProbabilities(t *testing.T) {
 							if maskRule(m.causal, m.bottom, p.Nq, p.Nk, i, j) {
 								anyVisible = true
 								assert.Greater(t, x, 0.0)
-								assert.Equal(t, maskRule(m.causal, m.bottom, p.Nq, p.Nk, i, j), p.Visible(i, j))
+								assert.Equal(t, maskRule(m.causal, m.bottom, p.Nq, p.Nk, i, j), p.Visible(0, i, j))
 							} else {
 								assert.Equal(t, 0.0, x, "masked entry (%d,%d) %+v", i, j, p)
-								assert.False(t, p.Visible(i, j))
+								assert.False(t, p.Visible(0, i, j))
 							}
 							sum += x
 						}

@@ -20,10 +20,27 @@ type Params struct {
 	// Scale multiplies QKᵀ; 0 means 1/√D.
 	Scale  float64
 	Causal bool
-	// BottomRight selects the causal alignment: false = top-left
-	// (j ≤ i), true = bottom-right (j ≤ i + Nk − Nq). Ignored unless Causal.
+	// BottomRight places each query's diagonal (Diag): false = top-left
+	// (key i), true = bottom-right (key i + Nk − Nq, Nk the sequence's key
+	// count). The causal mask, the window and ALiBi measure from it.
 	BottomRight bool
+	// Window, when set, limits query i to the keys Diag−Left … Diag+Right
+	// (−1: unbounded on that side). Causal is Right = 0 (with a window
+	// too: its Right is then taken as 0).
+	Window *Window
+	// Softcap c > 0 replaces each scaled score s by c·tanh(s/c).
+	Softcap float64
+	// ALiBi are slopes per query head ([Hq]) or per sequence and head
+	// ([B·Hq]): the score of (i, j) gains −slope·|Diag(i) − j|.
+	ALiBi []float64
+	// SeqUsedK is each sequence's key count ([B], ≤ Nk): keys at or past
+	// it are masked, and Diag uses it as Nk.
+	SeqUsedK []int
 }
+
+// Window bounds the keys a query sees around its diagonal; −1 is
+// unbounded.
+type Window struct{ Left, Right int }
 
 // Validate reports whether p describes a well-formed problem. Errors wrap
 // ErrShape.
@@ -42,6 +59,9 @@ func (p Params) Validate() error {
 	}
 	if math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
 		return fmt.Errorf("%w: Scale = %v, must be finite", ErrShape, p.Scale)
+	}
+	if err := p.validateExt(); err != nil {
+		return err
 	}
 	for _, t := range []struct {
 		name string
@@ -81,15 +101,94 @@ func (p Params) EffectiveScale() float64 {
 	return p.Scale
 }
 
-// Visible reports whether query i may attend to key j under p's mask.
-func (p Params) Visible(i, j int) bool {
-	if !p.Causal {
-		return true
+// validateExt checks the window, softcap, slopes and key counts.
+func (p Params) validateExt() error {
+	if w := p.Window; w != nil && (w.Left < -1 || w.Right < -1) {
+		return fmt.Errorf("%w: Window = %+v, sides must be ≥ −1", ErrShape, *w)
 	}
+	if c := p.Softcap; c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+		return fmt.Errorf("%w: Softcap = %v, must be finite and ≥ 0", ErrShape, c)
+	}
+	if n := len(p.ALiBi); p.ALiBi != nil && n != p.Hq && n != p.B*p.Hq {
+		return fmt.Errorf("%w: %d ALiBi slopes, want Hq = %d or B·Hq = %d", ErrShape, n, p.Hq, p.B*p.Hq)
+	}
+	for _, x := range p.ALiBi {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Errorf("%w: ALiBi slope %v, must be finite", ErrShape, x)
+		}
+	}
+	if p.SeqUsedK != nil && len(p.SeqUsedK) != p.B {
+		return fmt.Errorf("%w: %d key counts, want B = %d", ErrShape, len(p.SeqUsedK), p.B)
+	}
+	for b, n := range p.SeqUsedK {
+		if n < 0 || n > p.Nk {
+			return fmt.Errorf("%w: SeqUsedK[%d] = %d, want 0 … Nk = %d", ErrShape, b, n, p.Nk)
+		}
+	}
+	return nil
+}
+
+// Keys is sequence b's key count: SeqUsedK[b], or Nk.
+func (p Params) Keys(b int) int {
+	if p.SeqUsedK != nil {
+		return p.SeqUsedK[b]
+	}
+	return p.Nk
+}
+
+// Diag is the key on query i's diagonal in sequence b.
+func (p Params) Diag(b, i int) int {
 	if p.BottomRight {
-		return j <= i+p.Nk-p.Nq
+		return i + p.Keys(b) - p.Nq
 	}
-	return j <= i
+	return i
+}
+
+// Visible reports whether query i of sequence b may attend to key j: j
+// below the sequence's key count, inside the window, and not after the
+// diagonal when causal.
+func (p Params) Visible(b, i, j int) bool {
+	if j >= p.Keys(b) {
+		return false
+	}
+	left, right := -1, -1
+	if p.Window != nil {
+		left, right = p.Window.Left, p.Window.Right
+	}
+	if p.Causal {
+		right = 0
+	}
+	d := p.Diag(b, i)
+	return (left < 0 || j >= d-left) && (right < 0 || j <= d+right)
+}
+
+// Score is the score of query i and key j of sequence b, head h, given
+// their scaled product s: the softcap, then ALiBi.
+func (p Params) Score(b, h, i, j int, s float64) float64 {
+	if p.Softcap > 0 {
+		s = p.Softcap * math.Tanh(s/p.Softcap)
+	}
+	if p.ALiBi != nil {
+		s -= p.slope(b, h) * math.Abs(float64(p.Diag(b, i)-j))
+	}
+	return s
+}
+
+// scoreGrad is dScore/ds at scaled product s: the softcap's
+// 1 − tanh²(s/c), else 1.
+func (p Params) scoreGrad(s float64) float64 {
+	if p.Softcap > 0 {
+		t := math.Tanh(s / p.Softcap)
+		return 1 - t*t
+	}
+	return 1
+}
+
+func (p Params) slope(b, h int) float64 {
+	if len(p.ALiBi) == p.Hq {
+		return p.ALiBi[h]
+	}
+	return p.ALiBi[b*p.Hq+h]
 }
 
 // Lengths returns the required slice lengths of Q, K, V, O (= dO) and LSE.
@@ -163,13 +262,18 @@ func probs(p Params, q, k []float64, b, h int) (*mat.Dense, []float64) {
 	s := mat.NewDense(p.Nq, p.Nk, nil)
 	s.Mul(qm, km.T())
 	s.Scale(p.EffectiveScale(), s)
+	for i := range p.Nq {
+		for j := range p.Nk {
+			s.Set(i, j, p.Score(b, h, i, j, s.At(i, j)))
+		}
+	}
 
 	lse := make([]float64, p.Nq)
 	pm := mat.NewDense(p.Nq, p.Nk, nil) // masked entries stay exactly 0
 	for i := 0; i < p.Nq; i++ {
 		m := math.Inf(-1)
 		for j := 0; j < p.Nk; j++ {
-			if p.Visible(i, j) {
+			if p.Visible(b, i, j) {
 				m = math.Max(m, s.At(i, j))
 			}
 		}
@@ -179,7 +283,7 @@ func probs(p Params, q, k []float64, b, h int) (*mat.Dense, []float64) {
 		}
 		sum := 0.0
 		for j := 0; j < p.Nk; j++ {
-			if p.Visible(i, j) {
+			if p.Visible(b, i, j) {
 				e := math.Exp(s.At(i, j) - m)
 				pm.Set(i, j, e)
 				sum += e
@@ -307,13 +411,22 @@ func BackwardContext(ctx context.Context, p Params, q, k, v, do []float64) (dq, 
 			// dP = dO Vᵀ;  dS = P ∘ (dP − rowsum(dP ∘ P)), stored in dpm.
 			dpm.Reset()
 			dpm.Mul(dom, vm.T())
+			var sm mat.Dense // scaled products, for the softcap's derivative
+			if p.Softcap > 0 {
+				sm.Mul(qm, km.T())
+				sm.Scale(scale, &sm)
+			}
 			for i := 0; i < p.Nq; i++ {
 				di := 0.0
 				for j := 0; j < p.Nk; j++ {
 					di += dpm.At(i, j) * pm.At(i, j)
 				}
 				for j := 0; j < p.Nk; j++ {
-					dpm.Set(i, j, pm.At(i, j)*(dpm.At(i, j)-di))
+					ds := pm.At(i, j) * (dpm.At(i, j) - di)
+					if p.Softcap > 0 {
+						ds *= p.scoreGrad(sm.At(i, j))
+					}
+					dpm.Set(i, j, ds)
 				}
 			}
 

@@ -320,6 +320,9 @@ func kvProblem(in kvInput, opt Options) (*spec.Problem, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !opt.plain() {
+		return nil, fmt.Errorf("attention: options: KV-cache calls take Scale, Causal and Align only (no Window, Softcap, ALiBi or SeqUsedK; the cache's SeqLens are its key counts): %w", ErrOption)
+	}
 	return &spec.Problem{
 		B: b, Hq: in.q.H, Hkv: in.k.H, Nq: in.q.S, Nk: capacity, D: in.q.D, Dv: in.v.D,
 		Scale: scale, Mask: mask, Q: in.qs, K: in.ks, V: in.vs, KV: kv,

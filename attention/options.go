@@ -3,6 +3,7 @@ package attention
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/flashvk/flashvk/internal/spec"
 )
@@ -10,7 +11,8 @@ import (
 // MaxHeadDim is the largest head dimension (D and Dv) any backend accepts.
 const MaxHeadDim = 256
 
-// Alignment places the causal diagonal when Nq ≠ Nk.
+// Alignment places each query's diagonal — the causal mask's edge, the
+// sliding window's centre and ALiBi's zero distance — when Nq ≠ Nk.
 type Alignment uint8
 
 const (
@@ -46,15 +48,50 @@ func ParseAlignment(s string) (Alignment, error) {
 
 // Options are the per-call settings. The zero value is plain,
 // non-causal attention with scale 1/√d.
+//
+// Query row i of sequence b has its diagonal at key i (TopLeft) or
+// i + Nk_b − Nq (BottomRight), Nk_b its key count (SeqUsedK, else Nk). It
+// sees the keys j < Nk_b with diag − Left ≤ j ≤ diag + Right (Window;
+// Causal is Right = 0). Its score of key j is s = Scale·q·k, then
+// Softcap·tanh(s/Softcap), then s − slope·|diag − j| (ALiBi); the softmax
+// runs over the keys it sees. A row that sees no key (or only −Inf
+// scores) has O = 0, LSE = −Inf and zero gradients.
 type Options struct {
 	// Scale multiplies QKᵀ before the softmax; 0 means 1/√D. NaN and ±Inf
 	// are refused.
 	Scale float32
-	// Causal masks keys after each query, placed by Align.
+	// Causal masks keys after each query's diagonal.
 	Causal bool
-	// Align places the causal diagonal when Nq ≠ Nk (ignored unless Causal).
+	// Align places the diagonal when Nq ≠ Nk (it matters to Causal, Window
+	// and ALiBi; FlashAttention-2's rule is BottomRight).
 	Align Alignment
+	// Window, when set, is a sliding window (local attention): each query
+	// sees the keys from Left before its diagonal to Right after it; −1
+	// leaves a side unbounded, and a side wider than Nq + Nk is the same.
+	// With Causal, Right must be −1 or 0. Key tiles outside every row's
+	// window are skipped, not computed.
+	Window *Window
+	// Softcap c > 0 caps each scaled score s to c·tanh(s/c) (Gemma 2's
+	// attention softcap; the backward differentiates through tanh). 0 is
+	// off; negative, NaN and ±Inf are refused.
+	Softcap float32
+	// ALiBi are the slopes of ALiBi's linear bias, one per query head
+	// ([Hq], shared by the batch) or per sequence and head ([B·Hq],
+	// row-major): the score of query i and key j gains
+	// −slope·|diag(i) − j|. FlashAttention-2 measures from the
+	// bottom-right diagonal (Align BottomRight); TopLeft measures from
+	// key i, which differs when Nq ≠ Nk (under Causal only by a constant
+	// per row, which the softmax cancels). nil: no ALiBi.
+	ALiBi []float32
+	// SeqUsedK is each sequence's key count ([B], 0 … Nk) in a padded
+	// batch: keys at or past it are masked, and the diagonal is placed
+	// with it as Nk. nil: every sequence has Nk keys.
+	SeqUsedK []int32
 }
+
+// Window bounds the keys a query sees around its diagonal (see
+// Options.Window); −1 is unbounded.
+type Window struct{ Left, Right int }
 
 // resolve is the scale (for head dim d) and mask of o, or why o is
 // invalid.
@@ -65,6 +102,71 @@ func (o Options) resolve(d int) (float32, spec.Mask, error) {
 	}
 	mask, err := o.mask()
 	return scale, mask, err
+}
+
+// ext is the spec.Ext of o for a problem of B sequences, Hq query heads,
+// Nq queries and Nk keys, or nil when o asks for no more than Scale,
+// Causal and Align; errors wrap ErrOption and name the option.
+func (o Options) ext(b, hq, nq, nk int) (*spec.Ext, error) {
+	if o.plain() {
+		return nil, nil
+	}
+	e := &spec.Ext{Left: -1, Right: -1, BottomRight: o.Align == BottomRight}
+	// A side wider than Nq + Nk reaches every key: unbounded.
+	side := func(x int) int {
+		if x >= nq+nk {
+			return -1
+		}
+		return x
+	}
+	if w := o.Window; w != nil {
+		if w.Left < -1 || w.Right < -1 {
+			return nil, fmt.Errorf("attention: options: window %+v: sides must be ≥ −1 (−1 unbounded): %w", *w, ErrOption)
+		}
+		if o.Causal && w.Right > 0 {
+			return nil, fmt.Errorf("attention: options: window %+v with causal: Right must be −1 or 0: %w", *w, ErrOption)
+		}
+		e.Left, e.Right = side(w.Left), side(w.Right)
+	}
+	if o.Causal {
+		e.Right = 0
+	}
+	if c := float64(o.Softcap); c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+		return nil, fmt.Errorf("attention: options: softcap %v: want a finite c > 0 (0: off): %w", o.Softcap, ErrOption)
+	}
+	e.Softcap = o.Softcap
+	if o.ALiBi != nil {
+		switch len(o.ALiBi) {
+		case hq:
+		case b * hq:
+			e.SlopesPerBatch = b > 1
+		default:
+			return nil, fmt.Errorf("attention: options: alibi: %d slopes, want Hq = %d or B·Hq = %d: %w", len(o.ALiBi), hq, b*hq, ErrOption)
+		}
+		for i, x := range o.ALiBi {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("attention: options: alibi: slope %d is %v: %w", i, x, ErrOption)
+			}
+		}
+		e.Slopes = slices.Clone(o.ALiBi)
+	}
+	if o.SeqUsedK != nil {
+		if len(o.SeqUsedK) != b {
+			return nil, fmt.Errorf("attention: options: seqused_k: %d key counts for B = %d sequences: %w", len(o.SeqUsedK), b, ErrOption)
+		}
+		for i, n := range o.SeqUsedK {
+			if n < 0 || int(n) > nk {
+				return nil, fmt.Errorf("attention: options: seqused_k[%d] = %d, want 0 … Nk = %d: %w", i, n, nk, ErrOption)
+			}
+		}
+		e.SeqUsedK = slices.Clone(o.SeqUsedK)
+	}
+	return e, nil
+}
+
+// plain reports whether o asks for no more than Scale, Causal and Align.
+func (o Options) plain() bool {
+	return o.Window == nil && o.Softcap == 0 && o.ALiBi == nil && o.SeqUsedK == nil
 }
 
 func (o Options) mask() (spec.Mask, error) {

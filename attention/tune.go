@@ -50,9 +50,8 @@ func (k TuneKey) String() string {
 	return fmt.Sprintf("%s %s %s %s %s", k.Dir, k.DType, d, mask, k.Family)
 }
 
-// ReferenceProblem describes a problem for a ReferenceFunc; its fields are
-// those of package reference's Params, so that reference.Params(p)
-// converts it.
+// ReferenceProblem describes a problem for a ReferenceFunc: the fields of
+// package reference's Params that tuned problems use.
 type ReferenceProblem struct {
 	B, Hq, Hkv, Nq, Nk, D, Dv int
 	// Scale multiplies QKᵀ (resolved: never 0 here).

@@ -14,7 +14,8 @@ import (
 
 // tuneRef is the tuner's float64 verifier: package reference.
 func tuneRef(p attention.ReferenceProblem, q, k, v, do []float64, backward bool) ([][]float64, error) {
-	return reference.Outputs(reference.Params(p), q, k, v, do, backward)
+	return reference.Outputs(reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
+		Scale: p.Scale, Causal: p.Causal, BottomRight: p.BottomRight}, q, k, v, do, backward)
 }
 
 // TestTuneCacheEngine: Engine.Tune searches a tiny problem; an engine

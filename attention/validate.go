@@ -156,8 +156,12 @@ func newProblem(q, k, v Shape, qs, ks, vs Strides, opt Options) (*spec.Problem, 
 	if err != nil {
 		return nil, err
 	}
+	ext, err := opt.ext(q.B, q.H, q.S, k.S)
+	if err != nil {
+		return nil, err
+	}
 	return &spec.Problem{
 		B: q.B, Hq: q.H, Hkv: k.H, Nq: q.S, Nk: k.S, D: q.D, Dv: v.D,
-		Scale: scale, Mask: mask, Q: qs, K: ks, V: vs,
+		Scale: scale, Mask: mask, Q: qs, K: ks, V: vs, Ext: ext,
 	}, nil
 }

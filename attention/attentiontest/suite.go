@@ -48,6 +48,32 @@ type Case struct {
 	// Hq = Hkv, D = Dv) and O and the gradients inside larger buffers, so
 	// strided views are exercised and writes outside a view are caught.
 	Packed bool
+	// Window, Softcap and SeqUsedK are Options'; ALiBi selects its slopes
+	// (Slopes): 0 none, 1 per head, 2 per sequence and head.
+	Window   *attention.Window
+	Softcap  float32
+	ALiBi    int
+	SeqUsedK []int32
+}
+
+// Slopes are the case's ALiBi slopes: the geometric 2^(−8(h+1)/Hq) of
+// ALiBi's paper per head, and per sequence b that times 1 + b/2 (so
+// sequences differ); nil without ALiBi.
+func (c Case) Slopes() []float32 {
+	if c.ALiBi == 0 {
+		return nil
+	}
+	n := 1
+	if c.ALiBi == 2 {
+		n = c.B
+	}
+	s := make([]float32, n*c.Hq)
+	for b := range n {
+		for h := range c.Hq {
+			s[b*c.Hq+h] = float32(math.Exp2(-8*float64(h+1)/float64(c.Hq)) * (1 + float64(b)/2))
+		}
+	}
+	return s
 }
 
 func (c Case) String() string {
@@ -67,6 +93,18 @@ func (c Case) String() string {
 	if c.Scale != 0 {
 		s += fmt.Sprintf("_scale%g", c.Scale)
 	}
+	if w := c.Window; w != nil {
+		s += fmt.Sprintf("_window%d,%d", w.Left, w.Right)
+	}
+	if c.Softcap != 0 {
+		s += fmt.Sprintf("_softcap%g", c.Softcap)
+	}
+	if c.ALiBi > 0 {
+		s += []string{"", "_alibi", "_alibi-batch"}[c.ALiBi]
+	}
+	if c.SeqUsedK != nil {
+		s += fmt.Sprintf("_seqused%v", c.SeqUsedK)
+	}
 	if c.Name != "" {
 		s = c.Name + "/" + s
 	}
@@ -74,12 +112,24 @@ func (c Case) String() string {
 }
 
 func (c Case) params() reference.Params {
-	return reference.Params{B: c.B, Hq: c.Hq, Hkv: c.Hkv, Nq: c.Nq, Nk: c.Nk, D: c.D, Dv: c.Dv,
-		Scale: float64(c.Scale), Causal: c.Causal, BottomRight: c.Align == attention.BottomRight}
+	p := reference.Params{B: c.B, Hq: c.Hq, Hkv: c.Hkv, Nq: c.Nq, Nk: c.Nk, D: c.D, Dv: c.Dv,
+		Scale: float64(c.Scale), Causal: c.Causal, BottomRight: c.Align == attention.BottomRight,
+		Softcap: float64(c.Softcap)}
+	if w := c.Window; w != nil {
+		p.Window = &reference.Window{Left: w.Left, Right: w.Right}
+	}
+	for _, x := range c.Slopes() {
+		p.ALiBi = append(p.ALiBi, float64(x))
+	}
+	for _, n := range c.SeqUsedK {
+		p.SeqUsedK = append(p.SeqUsedK, int(n))
+	}
+	return p
 }
 
 func (c Case) options() attention.Options {
-	return attention.Options{Scale: c.Scale, Causal: c.Causal, Align: c.Align}
+	return attention.Options{Scale: c.Scale, Causal: c.Causal, Align: c.Align,
+		Window: c.Window, Softcap: c.Softcap, ALiBi: c.Slopes(), SeqUsedK: c.SeqUsedK}
 }
 
 // Cases is the conformance table: tails around tile sizes, Nq ≠ Nk both
@@ -112,6 +162,50 @@ func Cases() []Case {
 	}
 }
 
+// FeatureCases is the table of the options beyond Scale/Causal/Align and
+// the combinations models use: sliding windows (one side, both, with
+// causal in both alignments, wider than the sequence, Nq ≠ Nk both ways,
+// a long sequence whose window skips tiles), softcap (alone, with a
+// window as Gemma 2), ALiBi (per head with causal, per sequence), key
+// counts (0, a few, all) with and without the rest, GQA and MQA, D ≠ Dv,
+// d256, BHSD and packed views.
+func FeatureCases() []Case {
+	tl, br := attention.TopLeft, attention.BottomRight
+	win := func(l, r int) *attention.Window { return &attention.Window{Left: l, Right: r} }
+	return []Case{
+		{Name: "window", B: 1, Hq: 1, Hkv: 1, Nq: 1, Nk: 1, D: 8, Dv: 8, Window: win(0, 0)},
+		{Name: "window", B: 1, Hq: 2, Hkv: 1, Nq: 129, Nk: 129, D: 64, Dv: 64, Window: win(32, 16)},
+		{Name: "window", B: 1, Hq: 2, Hkv: 2, Nq: 70, Nk: 90, D: 40, Dv: 40, Window: win(-1, 5), Align: br},
+		{Name: "window-causal", B: 2, Hq: 4, Hkv: 2, Nq: 100, Nk: 300, D: 64, Dv: 64, Causal: true, Align: br, Window: win(64, -1)},
+		{Name: "window-causal", B: 1, Hq: 2, Hkv: 2, Nq: 300, Nk: 128, D: 32, Dv: 32, Causal: true, Align: br, Window: win(17, 0)},
+		{Name: "window-causal", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 127, D: 48, Dv: 48, Causal: true, Align: tl, Window: win(3, -1)},
+		{Name: "window-wide", B: 1, Hq: 1, Hkv: 1, Nq: 33, Nk: 47, D: 16, Dv: 16, Window: win(5000, 70)},
+		{Name: "window-long", B: 1, Hq: 1, Hkv: 1, Nq: 1000, Nk: 1000, D: 64, Dv: 64, Causal: true, Window: win(127, 0)},
+		{Name: "softcap", B: 1, Hq: 2, Hkv: 2, Nq: 127, Nk: 129, D: 80, Dv: 80, Scale: 1, Softcap: 5},
+		{Name: "softcap", B: 1, Hq: 2, Hkv: 1, Nq: 70, Nk: 90, D: 64, Dv: 24, Softcap: 0.5, Causal: true, Align: br},
+		{Name: "gemma", B: 2, Hq: 4, Hkv: 2, Nq: 257, Nk: 257, D: 128, Dv: 128, Scale: 0.25, Softcap: 20, Causal: true, Align: br, Window: win(100, 0)},
+		{Name: "alibi", B: 2, Hq: 4, Hkv: 4, Nq: 129, Nk: 129, D: 64, Dv: 64, Causal: true, ALiBi: 1},
+		{Name: "alibi", B: 2, Hq: 4, Hkv: 2, Nq: 50, Nk: 70, D: 64, Dv: 64, Align: br, ALiBi: 2},
+		{Name: "alibi", B: 1, Hq: 8, Hkv: 1, Nq: 65, Nk: 33, D: 32, Dv: 32, ALiBi: 1, Softcap: 3},
+		{Name: "seqused", B: 3, Hq: 2, Hkv: 1, Nq: 64, Nk: 129, D: 64, Dv: 64, Causal: true, Align: br, SeqUsedK: []int32{129, 0, 17}},
+		{Name: "seqused", B: 3, Hq: 2, Hkv: 2, Nq: 40, Nk: 100, D: 32, Dv: 32, SeqUsedK: []int32{1, 100, 63}, Window: win(20, 10), ALiBi: 2},
+		{Name: "d256", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 129, D: 256, Dv: 256, Causal: true, Align: br, Window: win(40, 0), Softcap: 10},
+		{Name: "bhsd", B: 2, Hq: 4, Hkv: 2, Nq: 96, Nk: 80, D: 64, Dv: 64, Layout: attention.BHSD, Window: win(30, 30), ALiBi: 1},
+		{Name: "packed", B: 2, Hq: 3, Hkv: 3, Nq: 77, Nk: 77, D: 40, Dv: 40, Packed: true, Causal: true, Window: win(9, 0), Softcap: 2},
+	}
+}
+
+// RunFeatures runs the feature table forward and backward on every dtype,
+// then the backward of a window + softcap + ALiBi GQA case n times,
+// demanding bitwise-identical gradients.
+func RunFeatures(t *testing.T, e *attention.Engine) {
+	t.Run("forward", func(t *testing.T) { RunForwardCases(t, e, FeatureCases()) })
+	t.Run("backward", func(t *testing.T) { RunBackwardCases(t, e, FeatureCases()) })
+	c := Case{B: 2, Hq: 4, Hkv: 2, Nq: 150, Nk: 130, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight,
+		Window: &attention.Window{Left: 50, Right: 0}, Softcap: 4, ALiBi: 1, SeqUsedK: []int32{130, 77}}
+	t.Run("deterministic", func(t *testing.T) { runDeterminism(t, e, c, 5) })
+}
+
 // Seed returns FLASHVK_SEED when set, else a fresh seed; the test logs it.
 func Seed(t testing.TB) uint64 {
 	if s := os.Getenv("FLASHVK_SEED"); s != "" {
@@ -130,6 +224,7 @@ func Run(t *testing.T, e *attention.Engine) {
 	t.Run("forward", func(t *testing.T) { RunForward(t, e) })
 	t.Run("backward", func(t *testing.T) { RunBackward(t, e) })
 	t.Run("deterministic", func(t *testing.T) { RunDeterminism(t, e, 10) })
+	t.Run("features", func(t *testing.T) { RunFeatures(t, e) })
 	t.Run("edges", func(t *testing.T) { RunEdges(t, e) })
 	t.Run("special", func(t *testing.T) { RunSpecial(t, e) })
 	t.Run("concurrent", func(t *testing.T) { RunConcurrent(t, e) })
@@ -195,7 +290,10 @@ func eachCase(t *testing.T, e *attention.Engine, cases []Case, check func(t *tes
 // RunDeterminism runs the backward of a GQA causal case n times and demands
 // bitwise-identical gradients.
 func RunDeterminism(t *testing.T, e *attention.Engine, n int) {
-	c := Case{B: 2, Hq: 4, Hkv: 2, Nq: 150, Nk: 130, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight}
+	runDeterminism(t, e, Case{B: 2, Hq: 4, Hkv: 2, Nq: 150, Nk: 130, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight}, n)
+}
+
+func runDeterminism(t *testing.T, e *attention.Engine, c Case, n int) {
 	for _, dt := range dtypes(e) {
 		t.Run(dt.String(), func(t *testing.T) {
 			in := NewInputs(c, dt, Seed(t))

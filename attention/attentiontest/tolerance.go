@@ -219,8 +219,8 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 				m := math.Inf(-1)
 				for j := range c.Nk {
 					s[j] = math.Inf(-1)
-					if p.Visible(i, j) {
-						s[j] = r16(scale * dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D))
+					if p.Visible(b, i, j) {
+						s[j] = r16(p.Score(b, h, i, j, r16(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D))))
 						m = math.Max(m, s[j])
 					}
 				}
@@ -264,6 +264,10 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 					}
 					dP := r16(dot(in.dO, oi(b, i, h), in.v64, vi(b, j, kh), c.Dv))
 					dS[j] = r16(P[i][j] * (dP - Di))
+					if c.Softcap > 0 { // through c·tanh(s/c): 1 − tanh²
+						t := math.Tanh(r16(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D)) / float64(c.Softcap))
+						dS[j] = r16(dS[j] * (1 - t*t))
+					}
 				}
 				for d := range c.D {
 					var acc float32

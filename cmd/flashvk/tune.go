@@ -531,7 +531,8 @@ func tuneDisabled() bool {
 
 // tuneReference is the tuner's float64 verifier: package reference.
 func tuneReference(p attention.ReferenceProblem, q, k, v, do []float64, backward bool) ([][]float64, error) {
-	return reference.Outputs(reference.Params(p), q, k, v, do, backward)
+	return reference.Outputs(reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
+		Scale: p.Scale, Causal: p.Causal, BottomRight: p.BottomRight}, q, k, v, do, backward)
 }
 
 // TuneSchema names the JSON of tune --json (docs/results-schema.md).

@@ -259,7 +259,7 @@ func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, bac
 	if backward {
 		dir = vkattn.Bwd
 	}
-	c := *p
+	c := p
 	if p.KV != nil {
 		dir = vkattn.KV // one submission whatever the size (the plan refuses what one binding does not reach)
 	} else {
@@ -269,9 +269,9 @@ func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, bac
 		if err != nil {
 			return nil, vkErr(err)
 		}
-		c.B = min(cb, p.B)
+		c = p.Batches(0, min(cb, p.B))
 	}
-	vp, err := b.vk.Plan(ctx, &c, dt, dir)
+	vp, err := b.vk.Plan(ctx, c, dt, dir)
 	if err != nil {
 		return nil, vkErr(err)
 	}

@@ -159,6 +159,24 @@ type Ext struct {
 	SeqUsedK []int32
 }
 
+// Batches is p restricted to sequences b0 … b0+n−1: its per-sequence
+// options sliced (the operands' offsets are the caller's).
+func (p *Problem) Batches(b0, n int) *Problem {
+	c := *p
+	c.B = n
+	if e := p.Ext; e != nil {
+		x := *e
+		if e.SeqUsedK != nil {
+			x.SeqUsedK = e.SeqUsedK[b0 : b0+n]
+		}
+		if e.SlopesPerBatch {
+			x.Slopes = e.Slopes[b0*p.Hq : (b0+n)*p.Hq]
+		}
+		c.Ext = &x
+	}
+	return &c
+}
+
 // Keys is the number of keys sequence b has: Nk, or its SeqUsedK.
 func (p *Problem) Keys(b int) int {
 	if p.Ext != nil && p.Ext.SeqUsedK != nil {

@@ -29,13 +29,12 @@ func (b *Backend) MaxBatchChunk(ctx context.Context, p *spec.Problem, dt spec.DT
 	if err := CheckProblem(p); err != nil {
 		return 0, err
 	}
-	one := *p
-	one.B = 1
+	one := p.Batches(0, 1)
 	dir := Fwd
 	if backward {
 		dir = Bwd
 	}
-	pl, err := b.Plan(ctx, &one, dt, dir)
+	pl, err := b.Plan(ctx, one, dt, dir)
 	if err != nil {
 		return 0, err
 	}
@@ -117,12 +116,8 @@ func batchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Opera
 	return max(cb, 1), nil
 }
 
-// chunk is the problem restricted to batches b0 … b0+p.B−1.
-func chunk(p *spec.Problem, b0, n int) *spec.Problem {
-	c := *p
-	c.B = n
-	return &c
-}
+// chunk is the problem restricted to batches b0 … b0+n−1.
+func chunk(p *spec.Problem, b0, n int) *spec.Problem { return p.Batches(b0, n) }
 
 // at returns s from the element offset of batch b0 of strides st.
 func at[T any](s []T, b0 int, batchStride int) []T {

@@ -103,16 +103,35 @@ func TestConformanceVulkanAddressed(t *testing.T) {
 // The minimal and naive forwards run the forward suites only: the backward
 // kernels (and hence RunBackward and RunDeterminism) are the same for
 // every forward kernel and covered by TestConformanceVulkan.
+// They run no window, softcap, ALiBi or key counts (Options beyond
+// Scale, Causal and Align): such calls fail with ErrBackend.
 func TestConformanceVulkanMinimal(t *testing.T) {
 	e := openVulkan(t, "minimal")
 	attentiontest.RunForward(t, e)
 	t.Run("special", func(t *testing.T) { attentiontest.RunSpecialForward(t, e) })
+	t.Run("features", func(t *testing.T) { refusesFeatures(t, e) })
 }
 
 func TestConformanceVulkanNaive(t *testing.T) {
 	e := openVulkan(t, "naive")
 	attentiontest.RunForward(t, e)
 	t.Run("special", func(t *testing.T) { attentiontest.RunSpecialForward(t, e) })
+	t.Run("features", func(t *testing.T) { refusesFeatures(t, e) })
+}
+
+// refusesFeatures checks that e's forward refuses each option beyond
+// Scale, Causal and Align with ErrBackend, naming the family.
+func refusesFeatures(t *testing.T, e *attention.Engine) {
+	s := attention.Shape{B: 2, S: 16, H: 2, D: 8}
+	q, _ := attention.NewTensor(attention.Float32, s, attention.BSHD)
+	for _, o := range []attention.Options{
+		{Window: &attention.Window{Left: 3, Right: 0}}, {Softcap: 5}, {ALiBi: []float32{1, 0.5}}, {SeqUsedK: []int32{3, 16}},
+	} {
+		_, err := e.Forward(context.Background(), q, q, q, o)
+		if !errors.Is(err, attention.ErrBackend) || !strings.Contains(err.Error(), e.Info().Kernel) {
+			t.Errorf("%+v: %v, want ErrBackend naming %s", o, err, e.Info().Kernel)
+		}
+	}
 }
 
 // TestConformanceVulkanCoopmat runs the forward and backward suites with
@@ -172,6 +191,16 @@ func TestConformanceVulkanCoopmat(t *testing.T) {
 	t.Run("backward-long", func(t *testing.T) { attentiontest.RunBackwardCases(t, e, long[:3]) })
 	t.Run("edges", func(t *testing.T) { attentiontest.RunEdges(t, e) })
 	t.Run("special", func(t *testing.T) { attentiontest.RunSpecial(t, e) })
+	t.Run("features", func(t *testing.T) { attentiontest.RunFeatures(t, e) })
+	longExt := []attentiontest.Case{
+		{Name: "long-window", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 128, Dv: 128, Causal: true, Align: attention.BottomRight,
+			Window: &attention.Window{Left: 300, Right: 0}, Softcap: 30, Scale: 0.5},
+		{Name: "long-alibi", B: 2, Hq: 2, Hkv: 2, Nq: 1100, Nk: 2060, D: 64, Dv: 64, ALiBi: 2, SeqUsedK: []int32{2060, 999}},
+	}
+	t.Run("features-long", func(t *testing.T) {
+		attentiontest.RunForwardCases(t, e, longExt)
+		attentiontest.RunBackwardCases(t, e, longExt)
+	})
 }
 
 func randTensor(rng *rand.Rand, dt attention.DType, s attention.Shape, l attention.Layout) attention.Tensor {

@@ -3,6 +3,9 @@ package attention
 import (
 	"context"
 	"fmt"
+	"slices"
+
+	"github.com/flashvk/flashvk/internal/spec"
 )
 
 // Plan is how one pass of a problem runs on an engine: the kernel family
@@ -23,6 +26,12 @@ type Plan struct {
 	// many as fit (a call then makes ceil(B/Batches) submissions, and the
 	// launches are those of one).
 	Batches int
+	// Tiles is the number of query×key tiles (TileRows×TileCols) of the
+	// pass's first tiled launch over every batch (per head), and
+	// TilesVisited how many of them hold a (query, key) pair the mask,
+	// window and key counts leave visible: the tiles the kernels compute,
+	// the rest being skipped (0 and 0 when no launch is tiled).
+	Tiles, TilesVisited int64
 	// Splits is the number of parts a KV-cache call splits each
 	// sequence's cache into (workgroups that run side by side, merged by
 	// their log-sum-exp), of SplitKeys rows each; 0 for other passes and
@@ -92,7 +101,49 @@ func (e *Engine) Plan(ctx context.Context, q, k, v Shape, l Layout, dt DType, op
 		return nil, err
 	}
 	p.O = Contiguous(outShape(p), l)
-	return e.b.plan(ctx, p, dt, backward)
+	pl, err := e.b.plan(ctx, p, dt, backward)
+	if err != nil {
+		return nil, err
+	}
+	pl.Tiles, pl.TilesVisited = tileCounts(p, pl.Launches)
+	return pl, nil
+}
+
+// tileCounts are Plan.Tiles and Plan.TilesVisited of p for the first
+// launch with a tile: per batch and query tile, the key tiles from the
+// one holding its first row's first visible key to the one holding its
+// last row's last.
+func tileCounts(p *spec.Problem, ls []Launch) (all, visited int64) {
+	i := slices.IndexFunc(ls, func(l Launch) bool { return l.TileRows > 0 && l.TileCols > 0 })
+	if i < 0 {
+		return 0, 0
+	}
+	br, bc := ls[i].TileRows, ls[i].TileCols
+	qt, kt := (p.Nq+br-1)/br, (p.Nk+bc-1)/bc
+	for b := range p.B {
+		for t := range qt {
+			lo, _ := p.KeyRange(b, t*br)
+			_, hi := p.KeyRange(b, min(t*br+br, p.Nq)-1)
+			if hi > lo {
+				visited += int64((hi+bc-1)/bc - lo/bc)
+			}
+		}
+	}
+	return int64(p.B) * int64(qt) * int64(kt), visited
+}
+
+// Flops is the FLOP count of the forward of attention on q, k, v shapes
+// with opt, as the benchmarks count it: FlashAttention's 4·B·Hq·Nq·Nk·d
+// (d the mean of D and Dv), halved when causal, for options no richer
+// than Scale, Causal and Align; with a window, softcap, ALiBi or key
+// counts, 2·Hq·(D+Dv) per (query, key) pair left visible, exactly. The
+// backward is counted as 2.5× the forward.
+func Flops(q, k, v Shape, opt Options) (float64, error) {
+	p, err := newProblem(q, k, v, Contiguous(q, BSHD), Contiguous(k, BSHD), Contiguous(v, BSHD), opt)
+	if err != nil {
+		return 0, err
+	}
+	return p.Flops(), nil
 }
 
 // PlanKVCache is Plan for a KV-cache call (ForwardKVCache): q's shape, the

@@ -167,6 +167,9 @@ func maskShift(p *spec.Problem) int64 {
 // pairsOfRows is Σ KeyLimit(i) over query rows i0 … i1−1: the (query, key)
 // pairs the rows compute.
 func pairsOfRows(p *spec.Problem, i0, i1 int) float64 {
+	if p.Ext != nil {
+		return extPairs(p, i0, i1, 0, p.Nk)
+	}
 	if !p.Causal() {
 		return float64(i1-i0) * float64(p.Nk)
 	}
@@ -177,6 +180,9 @@ func pairsOfRows(p *spec.Problem, i0, i1 int) float64 {
 // pairsOfKeys is the number of (query, key) pairs of keys j0 … j1−1: for
 // each, the query rows that see it.
 func pairsOfKeys(p *spec.Problem, j0, j1 int) float64 {
+	if p.Ext != nil {
+		return extPairs(p, 0, p.Nq, j0, j1)
+	}
 	nq := float64(p.Nq)
 	if !p.Causal() {
 		return float64(j1-j0) * nq
@@ -184,6 +190,24 @@ func pairsOfKeys(p *spec.Problem, j0, j1 int) float64 {
 	// Rows i ≥ j−c+1 see key j: Nq − clamp(j+1−c, 0, Nq) of them.
 	c, n := 1-maskShift(p), int64(p.Nq)
 	return float64(j1-j0)*nq - (clampSum(int64(j1), c, n) - clampSum(int64(j0), c, n))
+}
+
+// extPairs is the mean over the batch of the (query, key) pairs of rows
+// i0 … i1−1 and keys j0 … j1−1 that p's window and key counts leave
+// visible (sequences differ only in their key counts).
+func extPairs(p *spec.Problem, i0, i1, j0, j1 int) float64 {
+	nb := 1
+	if p.Ext.SeqUsedK != nil {
+		nb = p.B
+	}
+	var n float64
+	for b := range nb {
+		for i := i0; i < i1; i++ {
+			lo, hi := p.KeyRange(b, i)
+			n += float64(max(min(hi, j1)-max(lo, j0), 0))
+		}
+	}
+	return n / float64(nb)
 }
 
 // costOf is the work model of launch l of p: per (query, key) pair, the

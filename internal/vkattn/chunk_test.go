@@ -59,6 +59,31 @@ func TestChunkCostModel(t *testing.T) {
 	}
 }
 
+// TestChunkCostModelExt: with a window and key counts the work model
+// counts the visible pairs: by rows, by keys and in total alike, and a
+// key range's pairs directly.
+func TestChunkCostModelExt(t *testing.T) {
+	p := &spec.Problem{B: 2, Hq: 1, Hkv: 1, Nq: 37, Nk: 50, D: 8, Dv: 8,
+		Ext: &spec.Ext{Left: 5, Right: 2, BottomRight: true, SeqUsedK: []int32{50, 21}}}
+	total := p.Pairs() / float64(p.B)
+	if r, k := pairsOfRows(p, 0, p.Nq), pairsOfKeys(p, 0, p.Nk); r != total || k != total {
+		t.Fatalf("pairs by rows %v, by keys %v, want %v", r, k, total)
+	}
+	var want float64
+	for b := range p.B {
+		for i := range p.Nq {
+			for j := 10; j < 30; j++ {
+				if lo, hi := p.KeyRange(b, i); j >= lo && j < hi {
+					want++
+				}
+			}
+		}
+	}
+	if got := pairsOfKeys(p, 10, 30); got != want/float64(p.B) {
+		t.Fatalf("pairsOfKeys(10, 30) = %v, want %v", got, want/float64(p.B))
+	}
+}
+
 // chunkPlans are the passes of problem p the chunk tests record: the
 // forward, the backward and the step.
 func chunkPlans(t *testing.T, b *Backend, p *spec.Problem) map[string][]*Plan {

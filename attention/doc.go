@@ -51,6 +51,17 @@
 // NVIDIA) — larger caches are refused with ErrShape. The CPU backend
 // computes each sequence as a forward over its gathered rows.
 //
+// Options beyond the scale and the causal mask — a sliding window
+// (Window{Left, Right}, placed by Align like the causal diagonal), a
+// softcap (c·tanh(s/c), differentiated through in the backward), ALiBi
+// slopes per head or per sequence and head, and per-sequence key counts
+// for padded batches (SeqUsedK) — run forward and backward on every
+// backend and storage type, alone or together (see Options for the exact
+// definitions). Key tiles that the window, the diagonal or a key count
+// leave empty are skipped, not computed (Plan.TilesVisited counts the
+// rest). On Vulkan they run in the flash, flash_cm, bwd and bwd_cm
+// families; the minimal and naive forwards and KV-cache calls refuse them.
+//
 // Tensors may be as large as the device's largest buffer: an operand larger
 // than one storage-buffer binding reaches (4 GiB on NVIDIA) is read by the
 // kernels' addressed builds through 64-bit buffer device addresses
@@ -76,7 +87,8 @@
 // type: 16-bit inputs are widened exactly, outputs rounded to nearest even
 // (bfloat16 keeps float32's exponent range and is never computed through
 // float16); a query row that sees no key (causal bottom-right alignment with
-// Nq > Nk) gives O = 0, LSE = −Inf and zero gradients, never NaN. The
+// Nq > Nk, a window or a key count of 0) gives O = 0, LSE = −Inf and zero
+// gradients, never NaN. The
 // backward is deterministic: the same inputs give the same bits on every
 // run.
 //
@@ -85,9 +97,12 @@
 //   - NaN in Q, K, V or dO gives NaN exactly where the float64 reference
 //     has it: in every output that reads it (a product with a probability
 //     that rounds to 0 still reads it: 0·NaN is NaN) and nowhere else.
-//     One exception: under a causal mask, a NaN (or ±Inf) in a row the mask
-//     hides may also reach rows less than 256 positions across the
-//     diagonal from it (the kernels multiply a masked tile corner by zero).
+//     One exception: under a causal mask or window, a NaN (or ±Inf) in a
+//     row the mask hides may also reach rows less than 256 positions across
+//     the mask's edge from it (the kernels multiply a masked tile corner
+//     by zero).
+//   - A softcap maps a score of ±Inf to ±c, a finite score: such a row is
+//     not empty.
 //   - A row whose visible scores are all −Inf (or that sees no key) is
 //     empty: O = 0, LSE = −Inf, dQ = 0, and it adds nothing to dK and dV,
 //     even where its Q or dO holds ±Inf.

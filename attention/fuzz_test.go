@@ -52,3 +52,54 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOptions throws arbitrary windows, softcaps, ALiBi slopes and key
+// counts at the CPU engine on a valid problem: every call must either
+// succeed — with no NaN in O or LSE (the inputs are finite) — or fail
+// with ErrOption, never panic.
+func FuzzOptions(f *testing.F) {
+	f.Add(3, 0, true, uint8(1), float32(0), 2, float32(0.5), 2, int32(5), int32(0))
+	f.Add(-1, 4, false, uint8(0), float32(30), 0, float32(0), 0, int32(0), int32(0))
+	f.Add(-2, 1, true, uint8(1), float32(-1), 3, float32(math.NaN()), 1, int32(9), int32(-1))
+	f.Add(1<<40, 1<<62, false, uint8(1), float32(math.Inf(1)), 4, float32(1), 2, int32(0), int32(7))
+	e, err := attention.Open(attention.Config{Backend: attention.CPU, Workers: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { e.Close() })
+	s := attention.Shape{B: 2, S: 7, H: 2, D: 4}
+	q, _ := attention.NewTensor(attention.Float32, s, attention.BSHD)
+	for i := range q.Float32s() {
+		q.Float32s()[i] = float32(i%5) - 2
+	}
+	f.Fuzz(func(t *testing.T, left, right int, causal bool, align uint8, softcap float32, nslopes int, slope float32, nused int, used0, used1 int32) {
+		opt := attention.Options{Causal: causal, Align: attention.Alignment(align), Softcap: softcap,
+			Window: &attention.Window{Left: left, Right: right}}
+		if nslopes = min(max(nslopes, 0), 5); nslopes > 0 {
+			opt.ALiBi = make([]float32, nslopes)
+			for i := range opt.ALiBi {
+				opt.ALiBi[i] = slope * float32(i+1)
+			}
+		}
+		if nused = min(max(nused, 0), 3); nused > 0 {
+			opt.SeqUsedK = []int32{used0, used1, used0}[:nused]
+		}
+		out, err := e.Forward(context.Background(), q, q, q, opt)
+		if err != nil {
+			if !errors.Is(err, attention.ErrOption) {
+				t.Fatalf("%+v: error wraps no ErrOption: %v", opt, err)
+			}
+			return
+		}
+		for i, x := range out.LSE {
+			if math.IsNaN(float64(x)) {
+				t.Fatalf("%+v: lse[%d] is NaN", opt, i)
+			}
+		}
+		for i, x := range out.O.Float32s() {
+			if math.IsNaN(float64(x)) {
+				t.Fatalf("%+v: o[%d] is NaN", opt, i)
+			}
+		}
+	})
+}

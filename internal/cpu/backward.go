@@ -90,10 +90,11 @@ func (g *bwd) deltaItem(_ struct{}, it int) {
 // transposed (key-major) so that dV += Pᵀ·dO and dK += dSᵀ·Q are the same
 // row-axpy kernel as the forward's P·V.
 type kvScratch struct {
-	st, dpt []float32 // Bc×Br: Sᵀ then Pᵀ, dPᵀ then dSᵀ
-	dk, dv  []float32 // Bc×D, Bc×Dv accumulators
-	first   []int     // Bc: first query row that sees each key
-	q, do   []float32 // Br×D, Br×Dv: a query tile with its dead rows zeroed
+	st, dpt      []float32 // Bc×Br: Sᵀ then Pᵀ, dPᵀ then dSᵀ
+	soft         []float32 // Bc×Br: the softcap's derivative (nil without one)
+	dk, dv       []float32 // Bc×D, Bc×Dv accumulators
+	first, limit []int     // Bc: the query rows that see each key (queryRows)
+	q, do        []float32 // Br×D, Br×Dv: a query tile with its dead rows zeroed
 }
 
 func (g *bwd) newKVScratch() *kvScratch {
@@ -101,12 +102,23 @@ func (g *bwd) newKVScratch() *kvScratch {
 	return &kvScratch{
 		st:    make([]float32, bc*br),
 		dpt:   make([]float32, bc*br),
+		soft:  g.softTile(),
 		dk:    make([]float32, bc*g.p.D),
 		dv:    make([]float32, bc*g.p.Dv),
 		first: make([]int, bc),
+		limit: make([]int, bc),
 		q:     make([]float32, br*g.p.D),
 		do:    make([]float32, br*g.p.Dv),
 	}
+}
+
+// softTile returns a Br×Bc tile for the softcap's derivative, nil when the
+// problem has no softcap.
+func (g *bwd) softTile() []float32 {
+	if !softcapped(g.p) {
+		return nil
+	}
+	return make([]float32, g.cfg.Br*g.cfg.Bc)
 }
 
 // dead reports whether a row's LSE·log2e marks it as dead: it sees no key,
@@ -142,46 +154,57 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 	j0 := t * bc
 	nk := min(bc, p.Nk-j0)
 	d, dvw := p.D, p.Dv
-	c := p.Scale * math.Log2E
+	diag := p.Diag(b, 0) // row i's diagonal is key diag+i
 
 	dk, dv := w.dk[:nk*d], w.dv[:nk*dvw]
 	clear(dk)
 	clear(dv)
-	first := w.first[:nk]
+	first, limit := w.first[:nk], w.limit[:nk]
 	for jj := range first {
-		first[jj] = firstRow(p, j0+jj)
+		first[jj], limit[jj] = queryRows(p, b, j0+jj)
 	}
+	// Both are non-decreasing in the key: rows iBegin … iEnd−1 hold every
+	// row that sees a key of the tile.
+	iBegin, iEnd := first[0], limit[nk-1]
 	kr := rows{g.k, p.K.Offset(b, j0, kvh), p.K.Seq}
 	vr := rows{g.v, p.V.Offset(b, j0, kvh), p.V.Seq}
 
 	grp := p.Group()
 	for h := kvh * grp; h < (kvh+1)*grp; h++ {
 		base := p.LSEIndex(b, h, 0)
-		for i0 := first[0]; i0 < p.Nq; i0 += br {
+		rule := newScoreRule(p, b, h)
+		c := rule.c
+		for i0 := iBegin; i0 < iEnd; i0 += br {
 			if g.ctx.Err() != nil {
 				return // cancelled: parallel returns the error
 			}
-			nr := min(br, p.Nq-i0)
+			nr := min(br, iEnd-i0)
 			qr := rows{g.q, p.Q.Offset(b, i0, h), p.Q.Seq}
 			dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
 			lse2 := g.lse2[base+i0 : base+i0+nr]
 			delta := g.delta[base+i0 : base+i0+nr]
 			qr, dor, anyDead := w.liveRows(qr, dor, nr, d, dvw, lse2)
 
-			st, dpt := w.st, w.dpt
+			st, dpt, soft := w.st, w.dpt, w.soft
 			dotTile(st, br, kr, nk, qr, nr, d)
 			for jj := range nk {
 				row := st[jj*br : jj*br+nr]
-				lo := min(max(first[jj]-i0, 0), nr) // rows before lo cannot see key j
+				lo, hi := clip(first[jj]-i0, limit[jj]-i0, nr) // the rows that see key j0+jj
 				clear(row[:lo])
-				probRow(row[lo:], lse2[lo:], c)
+				rule.toLog2(row[lo:hi], tileRow(soft, jj, br, lo, hi), diag+i0+lo-(j0+jj), 1)
+				probRow(row[lo:hi], lse2[lo:hi], c)
+				clear(row[hi:])
 			}
 			accTile(dv, dvw, st, br, nk, nr, dor, dvw)
 
 			dotTile(dpt, br, vr, nk, dor, nr, dvw)
 			for jj := range nk {
-				dsRowVec(st[jj*br:jj*br+nr], dpt[jj*br:jj*br+nr], delta)
-				clear(dpt[jj*br : jj*br+min(max(first[jj]-i0, 0), nr)]) // dS 0 where masked
+				lo, hi := clip(first[jj]-i0, limit[jj]-i0, nr)
+				ds := dpt[jj*br : jj*br+nr]
+				dsRowVec(st[jj*br:jj*br+nr], ds, delta)
+				clear(ds[:lo]) // dS 0 where masked
+				clear(ds[hi:])
+				rule.softGrad(ds[lo:hi], tileRow(soft, jj, br, lo, hi))
 			}
 			if anyDead { // dS 0 in dead rows, even against NaN in V
 				for i := range nr {
@@ -210,6 +233,7 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 // qScratch is one worker's memory for the dQ pass.
 type qScratch struct {
 	s, dp []float32 // Br×Bc: S then P, dP then dS
+	soft  []float32 // Br×Bc: the softcap's derivative (nil without one)
 	dq    []float32 // Br×D accumulator
 	l2    []float32 // Br×Bc: each row's LSE·log2e repeated, for probRow
 }
@@ -217,10 +241,11 @@ type qScratch struct {
 func (g *bwd) newQScratch() *qScratch {
 	br, bc := g.cfg.Br, g.cfg.Bc
 	return &qScratch{
-		s:  make([]float32, br*bc),
-		dp: make([]float32, br*bc),
-		dq: make([]float32, br*g.p.D),
-		l2: make([]float32, br*bc),
+		s:    make([]float32, br*bc),
+		dp:   make([]float32, br*bc),
+		soft: g.softTile(),
+		dq:   make([]float32, br*g.p.D),
+		l2:   make([]float32, br*bc),
 	}
 }
 
@@ -230,7 +255,9 @@ func (g *bwd) qItem(w *qScratch, it int) {
 	p, bc := g.p, g.cfg.Bc
 	b, h, kvh, i0, nr := queryTile(p, g.cfg.Br, g.qTiles, it)
 	d, dvw := p.D, p.Dv
-	c := p.Scale * math.Log2E
+	rule := newScoreRule(p, b, h)
+	c := rule.c
+	diag := p.Diag(b, i0) // row i0+i's diagonal is key diag+i
 
 	base := p.LSEIndex(b, h, i0)
 	lse2 := g.lse2[base : base+nr]
@@ -247,27 +274,30 @@ func (g *bwd) qItem(w *qScratch, it int) {
 		}
 	}
 
-	jEnd := p.KeyLimit(i0 + nr - 1)
-	for j0 := 0; j0 < jEnd; j0 += bc {
+	jBegin, jEnd := tileKeys(p, b, i0, nr)
+	for j0 := jBegin; j0 < jEnd; j0 += bc {
 		if g.ctx.Err() != nil {
 			return // cancelled: parallel returns the error
 		}
 		nc := min(bc, jEnd-j0)
 		kr := rows{g.k, p.K.Offset(b, j0, kvh), p.K.Seq}
 		vr := rows{g.v, p.V.Offset(b, j0, kvh), p.V.Seq}
-		s, dp := w.s, w.dp
+		s, dp, soft := w.s, w.dp, w.soft
 		dotTile(s, bc, qr, nr, kr, nc, d)
 		dotTile(dp, bc, dor, nr, vr, nc, dvw)
 		for i := range nr {
-			vis := min(max(p.KeyLimit(i0+i)-j0, 0), nc)
+			lo, hi := rowKeys(p, b, i0+i, j0, nc)
 			pr := s[i*bc : i*bc+nc]
 			dr := dp[i*bc : i*bc+nc]
 			if dead(lse2[i]) {
-				vis = 0 // dS 0: the row adds nothing (and its dQ is 0)
+				lo, hi = 0, 0 // dS 0: the row adds nothing (and its dQ is 0)
 			}
-			probRow(pr[:vis], w.l2[i*bc:i*bc+vis], c)
-			dsRow(pr[:vis], dr[:vis], delta[i])
-			clear(dr[vis:])
+			rule.toLog2(pr[lo:hi], tileRow(soft, i, bc, lo, hi), diag+i-(j0+lo), -1)
+			probRow(pr[lo:hi], w.l2[i*bc+lo:i*bc+hi], c)
+			dsRow(pr[lo:hi], dr[lo:hi], delta[i])
+			rule.softGrad(dr[lo:hi], tileRow(soft, i, bc, lo, hi))
+			clear(dr[:lo])
+			clear(dr[hi:])
 		}
 		accTile(dq, d, dp, bc, nr, nc, kr, d)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sort"
 	"sync"
@@ -77,6 +78,40 @@ func checkProblem(p *spec.Problem) error {
 	default:
 		return fmt.Errorf("cpu: invalid mask %d", p.Mask)
 	}
+	return checkExt(p)
+}
+
+// checkExt rejects Ext options that would index out of range: key counts
+// outside 0 … Nk, slope tables of the wrong length, and window sides below
+// −1 or so wide that KeyRange's arithmetic would overflow (its bounds
+// would then not be monotonic).
+func checkExt(p *spec.Problem) error {
+	e := p.Ext
+	if e == nil {
+		return nil
+	}
+	if e.Left < -1 || e.Right < -1 || e.Left > math.MaxInt/4 || e.Right > math.MaxInt/4 {
+		return fmt.Errorf("cpu: window (%d, %d)", e.Left, e.Right)
+	}
+	if e.SeqUsedK != nil {
+		if len(e.SeqUsedK) != p.B {
+			return fmt.Errorf("cpu: %d key counts for %d sequences", len(e.SeqUsedK), p.B)
+		}
+		for b, n := range e.SeqUsedK {
+			if n < 0 || int(n) > p.Nk {
+				return fmt.Errorf("cpu: key count %d of sequence %d (Nk = %d)", n, b, p.Nk)
+			}
+		}
+	}
+	if e.Slopes != nil {
+		want := p.Hq
+		if e.SlopesPerBatch {
+			want *= p.B
+		}
+		if len(e.Slopes) != want {
+			return fmt.Errorf("cpu: %d ALiBi slopes, want %d", len(e.Slopes), want)
+		}
+	}
 	return nil
 }
 
@@ -146,10 +181,15 @@ func checkLSE(name string, buf []float32, p *spec.Problem) error {
 	return nil
 }
 
-// firstRow returns the first query row that sees key j (Nq if none).
-// KeyLimit is non-decreasing in the row, so the rows seeing j are a suffix.
-func firstRow(p *spec.Problem, j int) int {
-	return sort.Search(p.Nq, func(i int) bool { return p.KeyLimit(i) > j })
+// queryRows returns the query rows of sequence b that see key j: first …
+// limit−1 (first ≤ limit, equal when none). Both bounds of KeyRange are
+// non-decreasing in the row, so the rows whose range ends after j are a
+// suffix, those whose range starts at or before j a prefix, and the rows
+// seeing j their intersection (without a left window bound, limit = Nq).
+func queryRows(p *spec.Problem, b, j int) (first, limit int) {
+	first = sort.Search(p.Nq, func(i int) bool { _, hi := p.KeyRange(b, i); return hi > j })
+	limit = sort.Search(p.Nq, func(i int) bool { lo, _ := p.KeyRange(b, i); return lo > j })
+	return first, limit
 }
 
 // tileItem splits work item it of a pass over tiles × batches × heads,
@@ -161,15 +201,24 @@ func tileItem(it, batches, heads int) (t, b, h int) {
 
 // queryTile returns work item it of a pass over the query tiles (tiles of
 // br rows) of every batch and query head: its batch, query head and kv
-// head, first row and row count. With a causal mask the tiles are taken
-// last first, the late ones (that see the most keys) leading.
+// head, first row and row count. When later rows see more keys (keysGrow)
+// the tiles are taken last first, the late ones (the longest) leading.
 func queryTile(p *spec.Problem, br, tiles, it int) (b, h, kvh, i0, nr int) {
 	t, b, h := tileItem(it, p.B, p.Hq)
-	if p.Causal() {
+	if keysGrow(p) {
 		t = tiles - 1 - t
 	}
 	i0 = t * br
 	return b, h, p.KVHead(h), i0, min(br, p.Nq-i0)
+}
+
+// keysGrow reports whether later query rows see more keys: a causal mask,
+// or a window bounded on the right only.
+func keysGrow(p *spec.Problem) bool {
+	if e := p.Ext; e != nil {
+		return e.Left < 0 && e.Right >= 0
+	}
+	return p.Causal()
 }
 
 // parallel runs fn(w, item) for item in [0, n) on up to workers goroutines,

@@ -140,6 +140,9 @@ type tcase struct {
 	layout                    string
 	cfg                       Config
 	scale                     float32 // 0 → 1/√D
+	ext                       *spec.Ext
+	// edit, when set, changes the drawn Q, K and V before the call.
+	edit func(q, k, v dense)
 }
 
 func (c tcase) String() string {
@@ -150,39 +153,54 @@ func (c tcase) String() string {
 	if c.scale != 0 {
 		s += fmt.Sprintf("_scale%g", c.scale)
 	}
+	if c.ext != nil {
+		s += extString(c.ext)
+	}
 	return s
 }
 
 func (c tcase) problem() *spec.Problem {
-	p := &spec.Problem{B: c.b, Hq: c.hq, Hkv: c.hkv, Nq: c.nq, Nk: c.nk, D: c.d, Dv: c.dv, Mask: c.mask, Scale: c.scale}
+	p := &spec.Problem{B: c.b, Hq: c.hq, Hkv: c.hkv, Nq: c.nq, Nk: c.nk, D: c.d, Dv: c.dv, Mask: c.mask, Scale: c.scale, Ext: c.ext}
 	if p.Scale == 0 {
 		p.Scale = float32(1 / math.Sqrt(float64(c.d)))
 	}
 	return p
 }
 
+// runCase draws c's inputs, runs its forward and backward and returns the
+// operands (outputs included), the LSE and the float64 reference.
+func runCase(t *testing.T, c tcase) (ops operands, lse []float32, ref refResult) {
+	p := c.problem()
+	ops = layoutViews(p, c.layout)
+	rng := rand.New(rand.NewPCG(uint64(c.nq*1000+c.nk), uint64(c.d*100+c.dv)))
+	qd, kd, vd, dod := ops.setInputs(p, rng, 2)
+	if c.edit != nil {
+		c.edit(qd, kd, vd)
+		ops.q.set(qd)
+		ops.k.set(kd)
+		ops.v.set(vd)
+	}
+	ref = refBackward(p, qd, kd, vd, dod)
+
+	ctx := context.Background()
+	lse = nanFull(p.B * p.Hq * p.Nq)
+	require.NoError(t, ForwardWith(ctx, c.cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
+	require.NoError(t, BackwardWith(ctx, c.cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse,
+		ops.do.buf(), ops.dq.buf(), ops.dk.buf(), ops.dv.buf()))
+	return ops, lse, ref
+}
+
 // checkCase runs the forward and backward of c and compares them with the
 // float64 reference.
 func checkCase(t *testing.T, c tcase) {
-	p := c.problem()
-	ops := layoutViews(p, c.layout)
-	rng := rand.New(rand.NewPCG(uint64(c.nq*1000+c.nk), uint64(c.d*100+c.dv)))
-	qd, kd, vd, dod := ops.setInputs(p, rng, 2)
-	ref := refBackward(p, qd, kd, vd, dod)
-
-	ctx := context.Background()
-	lse := nanFull(p.B * p.Hq * p.Nq)
-	require.NoError(t, ForwardWith(ctx, c.cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
-	assert.LessOrEqual(t, reference.RelL2(ops.o.get().x, ref.o.x), tol, "O")
+	ops, lse, ref := runCase(t, c)
 	assertLSE(t, lse, ref.lse)
-
-	require.NoError(t, BackwardWith(ctx, c.cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse,
-		ops.do.buf(), ops.dq.buf(), ops.dk.buf(), ops.dv.buf()))
 	eo := reference.RelL2(ops.o.get().x, ref.o.x)
 	eq := reference.RelL2(ops.dq.get().x, ref.dq.x)
 	ek := reference.RelL2(ops.dk.get().x, ref.dk.x)
 	ev := reference.RelL2(ops.dv.get().x, ref.dv.x)
 	t.Logf("rel_l2: O %.2g dQ %.2g dK %.2g dV %.2g", eo, eq, ek, ev)
+	assert.LessOrEqual(t, eo, tol, "O")
 	assert.LessOrEqual(t, eq, tol, "dQ")
 	assert.LessOrEqual(t, ek, tol, "dK")
 	assert.LessOrEqual(t, ev, tol, "dV")

@@ -13,13 +13,25 @@
 // (the softmax scale is multiplied by log2(e)) so the exponential is a
 // cheap exp2 polynomial.
 //
+// A problem with [spec.Ext] options follows spec.Ext's definition. Its
+// mask is spec.Problem.KeyRange: a query tile streams only the key tiles
+// between its first row's first key and its last row's last key, so a
+// sliding window skips the tiles outside it, and a sequence's key count
+// bounds its keys. With a softcap or ALiBi slopes each visible score is
+// rewritten in float64 (Scale·q·k, c·tanh(·/c), minus slope·|diagonal −
+// key|, times log2(e)) and rounded once before the same softmax; the
+// backward multiplies dS by the softcap's derivative 1 − tanh² before it
+// meets K or Q. With neither, the arithmetic is the plain problem's.
+//
 // Backward recomputes the probabilities from Q, K and LSE (no stored P):
 // first D = rowsum(dO∘O) per query row, then one pass whose work item is a
 // (batch, key/value head, key tile) that accumulates dK and dV over the
-// group's query heads in a fixed order, then one pass whose work item is a
-// (batch, query head, query tile) that accumulates dQ. Every output element
-// is owned by exactly one work item and summed in a fixed order, so the
-// gradients are bitwise identical whatever the worker count or scheduling.
+// group's query heads in a fixed order (visiting only the query tiles
+// that hold a row seeing one of its keys), then one pass whose work item
+// is a (batch, query head, query tile) that accumulates dQ. Every output
+// element is owned by exactly one work item and summed in a fixed order,
+// so the gradients are bitwise identical whatever the worker count or
+// scheduling.
 //
 // Work items run on a pool of Config.Workers goroutines (GOMAXPROCS by
 // default). The context is checked between work items and, within an
@@ -45,7 +57,8 @@
 // Operands are addressed through the strides of a [spec.Problem], so views
 // into larger tensors (a packed QKV buffer, BHSD storage) work without
 // copies. LSE is contiguous [B, Hq, Nq]. Rows that see no key (bottom-right
-// causal with Nq > Nk) get O = 0, LSE = −Inf and zero gradients.
+// causal with Nq > Nk, a window past the keys, a key count of 0) or whose
+// visible scores are all −Inf get O = 0, LSE = −Inf and zero gradients.
 //
 // Storage is float32 only: package attention widens float16 and bfloat16
 // operands to float32 exactly before calling in, and rounds the outputs back

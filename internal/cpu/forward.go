@@ -55,7 +55,9 @@ func (f *fwd) item(w *fwdScratch, it int) {
 	p, bc := f.p, f.cfg.Bc
 	b, h, kvh, i0, nr := queryTile(p, f.cfg.Br, f.tiles, it)
 	d, dv := p.D, p.Dv
-	c := p.Scale * math.Log2E
+	rule := newScoreRule(p, b, h)
+	c := rule.c
+	diag := p.Diag(b, i0) // row i0+i's diagonal is key diag+i
 
 	qr := rows{f.q, p.Q.Offset(b, i0, h), p.Q.Seq}
 	m, l, acc := w.m[:nr], w.l[:nr], w.acc[:nr*dv]
@@ -65,8 +67,8 @@ func (f *fwd) item(w *fwdScratch, it int) {
 	}
 	clear(acc)
 
-	jEnd := p.KeyLimit(i0 + nr - 1) // keys beyond are never seen by the tile
-	for j0 := 0; j0 < jEnd; j0 += bc {
+	jBegin, jEnd := tileKeys(p, b, i0, nr)
+	for j0 := jBegin; j0 < jEnd; j0 += bc {
 		if f.ctx.Err() != nil {
 			return // cancelled: parallel returns the error
 		}
@@ -77,14 +79,15 @@ func (f *fwd) item(w *fwdScratch, it int) {
 		dotTile(s, bc, qr, nr, kr, nc, d)
 		for i := range nr {
 			row := s[i*bc : i*bc+nc]
-			vis := min(max(p.KeyLimit(i0+i)-j0, 0), nc)
-			if vis == 0 {
+			lo, hi := rowKeys(p, b, i0+i, j0, nc)
+			if lo == hi {
 				clear(row)
 				continue
 			}
+			r := row[lo:hi]
+			rule.toLog2(r, nil, diag+i-(j0+lo), -1)
 			// The tile's row maximum of c·s (c·max s, or c·min s when c < 0:
 			// multiplying by c is monotonic, rounding included).
-			r := row[:vis]
 			mx, mn := rowMaxMin(r)
 			mt := c * mx
 			if c < 0 {
@@ -99,7 +102,8 @@ func (f *fwd) item(w *fwdScratch, it int) {
 				mUse = 0
 			}
 			sum := expRow(r, c, mUse)
-			clear(row[vis:])
+			clear(row[:lo])
+			clear(row[hi:])
 			if mNew != mOld {
 				alpha := exp2(mOld - mNew)
 				a := acc[i*dv : i*dv+dv]

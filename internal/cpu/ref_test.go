@@ -7,8 +7,9 @@ import (
 )
 
 // Naive float64 attention, independent of the tiled code: it materialises
-// the full score matrix of each (batch, head) and softmaxes it row by row.
-// Dense operands are [B, H, N, W] with W contiguous.
+// the full score matrix of each (batch, head) and softmaxes it row by row,
+// following spec.Ext's definition through the problem's methods (KeyRange,
+// Diag, Slope). Dense operands are [B, H, N, W] with W contiguous.
 
 type dense struct {
 	x          []float64
@@ -67,24 +68,52 @@ func refRows(p *spec.Problem, q, k dense, f func(b, h, kvh, i int, pr []float64,
 	}
 }
 
-// refScores fills s (Nq×Nk) with scale·q_i·k_j, −Inf where masked.
+// refScores fills s (Nq×Nk) with the scores of spec.Ext's rule (a plain
+// problem's are scale·q_i·k_j), −Inf where masked.
 func refScores(p *spec.Problem, q, k dense, b, h, kvh int, s []float64) {
 	for i := range p.Nq {
-		lim := p.KeyLimit(i)
+		lo, hi := p.KeyRange(b, i)
 		qr := q.row(b, h, i)
 		for j := range p.Nk {
-			if j >= lim {
+			if j < lo || j >= hi {
 				s[i*p.Nk+j] = math.Inf(-1)
 				continue
 			}
-			kr := k.row(b, kvh, j)
-			var acc float64
-			for c := range qr {
-				acc += qr[c] * kr[c]
+			z := refZ(p, qr, k.row(b, kvh, j))
+			if c := refCap(p); c > 0 {
+				z = c * math.Tanh(z/c)
 			}
-			s[i*p.Nk+j] = float64(p.Scale) * acc
+			s[i*p.Nk+j] = z - float64(p.Slope(b, h))*math.Abs(float64(p.Diag(b, i)-j))
 		}
 	}
+}
+
+// refZ returns scale·q·k.
+func refZ(p *spec.Problem, q, k []float64) float64 {
+	var acc float64
+	for c := range q {
+		acc += q[c] * k[c]
+	}
+	return float64(p.Scale) * acc
+}
+
+// refCap returns p's softcap (0: none).
+func refCap(p *spec.Problem) float64 {
+	if p.Ext == nil {
+		return 0
+	}
+	return float64(p.Ext.Softcap)
+}
+
+// refSoftGrad returns the derivative of the score with respect to z =
+// scale·q·k: 1 − tanh²(z/c) with a softcap c, else 1.
+func refSoftGrad(p *spec.Problem, q, k []float64) float64 {
+	c := refCap(p)
+	if c <= 0 {
+		return 1
+	}
+	t := math.Tanh(refZ(p, q, k) / c)
+	return 1 - t*t
 }
 
 // refSoftmax replaces the row by its softmax and returns its log-sum-exp
@@ -134,8 +163,8 @@ func refBackward(p *spec.Problem, q, k, v, do dense) refResult {
 			for c := range dor {
 				dp += dor[c] * vr[c]
 			}
-			ds := pij * (dp - dsum)
 			kr, dkr, dvr := k.row(b, kvh, j), r.dk.row(b, kvh, j), r.dv.row(b, kvh, j)
+			ds := pij * (dp - dsum) * refSoftGrad(p, qr, kr)
 			for c := range dqr {
 				dqr[c] += sc * ds * kr[c]
 				dkr[c] += sc * ds * qr[c]

@@ -5,10 +5,12 @@
 // Bindings (set 0): 0 Q, 1 K, 2 V, 3 dO, 4 LSE, 5 D as bwd_common.glsl;
 //   6 dK  [B,Nk,Hkv,D]  STYPE, written (K's strides)
 //   7 dV  [B,Nk,Hkv,DV] STYPE, written (V's strides)
+//   8 Ext               uint32, readonly (ext.glsl; read when EXT = 1)
 // ADDRESSED build: Q, K, V, dO, dK, dV at pc.addr[0 … 5] instead of
 //   bindings 0 1 2 3 6 7 (params.glsl, Operands); LSE, D stay bindings 4, 5.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per inner tile),
-//   4 BC (key rows per workgroup) (5 SUBGROUP unused: no reductions).
+//   4 BC (key rows per workgroup) (5 SUBGROUP unused: no reductions),
+//   8 EXT.
 // Grid: (ceil(Nk/BC), Hkv, B); workgroup (x, y, z) owns keys x·BC … x·BC+BC−1
 //   of key/value head y of batch z.
 //
@@ -27,12 +29,17 @@
 // = shaders.BwdDKDVSharedBytes(BR, BC, D, DV, f16).
 //
 // For each query head of the group (in order) and each query tile that can
-// see the key tile (causal: tiles wholly above the diagonal are skipped):
-//   P = exp(scale·Q Kᵀ − LSE) (0 where masked or LSE = −inf), dV += Pᵀ dO,
-//   dP = dO Vᵀ, dS = P ∘ (dP − D), dK += dSᵀ Q; finally dK ·= scale.
+// see the key tile (causal: tiles wholly above the diagonal are skipped;
+// with EXT a window also skips the tiles below every key's window):
+//   P = exp(scale·Q Kᵀ − LSE) (with EXT, exp of ext_score − LSE; 0 where
+//   masked or LSE = −inf), dV += Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D) (with
+//   a softcap times its derivative ext_dsoft), dK += dSᵀ Q; finally
+//   dK ·= scale.
 #extension GL_GOOGLE_include_directive : require
+#define EXT_BINDING 8
 #include "params.glsl"
 #include "attn_params.glsl"
+#include "ext.glsl"
 #include "bwd_common.glsl"
 
 OPERAND(4, 6, dKBuf, dk, writeonly)
@@ -48,15 +55,23 @@ const uint DVN = (DV + TX - 1u) / TX;
 
 shared float sP[BR * LDP];
 
-// DKDV_ROW(CAREFUL): P and dS of row r against the thread's KM keys.
+// DKDV_ROW(CAREFUL): P and dS of row r against the thread's KM keys (with
+// EXT: of the raw scores sacc through ext_score, dS times ext_dsoft where
+// visible, which leaves masked elements exactly 0).
 #define DKDV_ROW(CAREFUL) \
 	[[unroll]] for (uint mm = 0u; mm < KM; ++mm) { \
 		uint c = tk + TK * mm; \
-		bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim); \
-		float p = visible ? BWD_P(CAREFUL, sacc[mm * RN + n] * sl2 - lse2, lse2) : 0.0; \
+		bool visible = lse != NEG_INF && !(need_mask && (c0 + c >= lim || c0 + c < fst)); \
+		float sv = sacc[mm * RN + n]; \
+		float x = EXT != 0u ? ext_score(sv, r0 + r, c0 + c) : sv * sl2; \
+		float p = visible ? BWD_P(CAREFUL, x - lse2, lse2) : 0.0; \
 		if (rin) { \
+			float ds = BWD_DS(CAREFUL, visible, p, pacc[mm * RN + n] - drow); \
+			if (EXT != 0u && visible) { \
+				ds *= ext_dsoft(sv); \
+			} \
 			sP[r * LDP + c] = p; \
-			sdS[r * LDP + c] = BWD_DS(CAREFUL, visible, p, pacc[mm * RN + n] - drow); \
+			sdS[r * LDP + c] = ds; \
 		} \
 	}
 
@@ -69,6 +84,7 @@ void main() {
 	uint c0 = gl_WorkGroupID.x * BC;
 	uint cols = min(BC, pc.Nk - c0);
 	float sl2 = pc.scale * LOG2E;
+	ext_begin(b);
 
 	STAGE_KEY_TILE(b, kvh, c0, cols)
 
@@ -83,16 +99,18 @@ void main() {
 	}
 
 	// Query rows that see at least one key of the tile: query_first(c0) …
-	// Nq−1 (key_limit is non-decreasing in the row).
+	// query_limit(last key)−1 (both bounds non-decreasing in the key; the
+	// masking does not depend on the head).
 	uint qfirst = query_first(c0);
 	uint qt0 = qfirst / BR;
-	uint nqt = (pc.Nq + BR - 1u) / BR;
+	uint nqt = (query_limit(c0 + cols - 1u) + BR - 1u) / BR;
 	if (cols == 0u || qfirst >= pc.Nq) {
 		nqt = 0u; // no query row sees these keys: dK = dV = 0
 	}
 
 	for (uint g = 0u; g < pc.group; ++g) {
 		uint h = kvh * pc.group + g;
+		ext_head(b, h);
 		for (uint qt = qt0; qt < nqt; ++qt) {
 			uint r0 = qt * BR;
 			uint rows = min(BR, pc.Nq - r0);
@@ -100,8 +118,9 @@ void main() {
 			STAGE_QUERY_TILE(b, h, r0, rows)
 			barrier();
 
-			// No mask needed when even the tile's first row sees all its keys.
-			bool need_mask = key_limit(r0) < c0 + BC;
+			// No mask needed when even the tile's first row sees all its keys
+			// up to the last, and even its last row all from the first.
+			bool need_mask = key_limit(r0) < c0 + BC || key_first(r0 + rows - 1u) > c0;
 			// S = Q Kᵀ and dP = dO Vᵀ for the thread's RN query rows × KM key
 			// rows, register-tiled: one pass over the features.
 			float sacc[KM * RN];
@@ -116,7 +135,8 @@ void main() {
 				uint r = min(tx + TX * n, BR - 1u); // clamped; stored only if in range
 				bool rin = tx + TX * n < BR;
 				float lse = sLSE[r];
-				uint lim = r < rows ? key_limit(r0 + r) : 0u;
+				uint lim = r < rows ? key_limit(r0 + r) : 0u; // row r sees keys fst … lim−1
+				uint fst = r < rows ? key_first(r0 + r) : 0u;
 				float lse2 = lse * LOG2E;
 				float drow = sD[r];
 				if (careful_l2(lse2)) { // rare: see params.glsl

@@ -4,10 +4,12 @@
 //
 // Bindings (set 0): 0 Q, 1 K, 2 V, 3 dO, 4 LSE, 5 D as bwd_common.glsl;
 //   6 dQ  [B,Nq,Hq,D]   STYPE, written (Q's strides)
+//   7 Ext               uint32, readonly (ext.glsl; read when EXT = 1)
 // ADDRESSED build: Q, K, V, dO, dQ at pc.addr[0 … 4] instead of bindings
 //   0 1 2 3 6 (params.glsl, Operands); LSE, D stay bindings 4, 5.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per workgroup),
-//   4 BC (key rows per inner tile) (5 SUBGROUP unused: no reductions).
+//   4 BC (key rows per inner tile) (5 SUBGROUP unused: no reductions),
+//   8 EXT.
 // Grid: (ceil(Nq/BR), Hq, B).
 //
 // Thread layout: TX = max(WG/BR, 1) threads per query row, TQ = WG/TX row
@@ -24,11 +26,15 @@
 // = shaders.BwdDQSharedBytes(BR, BC, D, DV, f16).
 //
 // For each key tile the query tile can see (causal: tiles wholly above the
-// diagonal are skipped): P = exp(scale·Q Kᵀ − LSE), dP = dO Vᵀ,
-// dS = P ∘ (dP − D), dQ += dS K; finally dQ ·= scale.
+// diagonal are skipped; with EXT a window also skips the tiles left of
+// every row's window): P = exp(scale·Q Kᵀ − LSE) (with EXT, exp of
+// ext_score − LSE), dP = dO Vᵀ, dS = P ∘ (dP − D) (with a softcap times its
+// derivative ext_dsoft), dQ += dS K; finally dQ ·= scale.
 #extension GL_GOOGLE_include_directive : require
+#define EXT_BINDING 7
 #include "params.glsl"
 #include "attn_params.glsl"
+#include "ext.glsl"
 #include "bwd_common.glsl"
 
 OPERAND(4, 6, dQBuf, dq, writeonly)
@@ -40,15 +46,23 @@ const uint QM = BR / TQ;
 const uint CN = (BC + TX - 1u) / TX;
 const uint DN = (D + TX - 1u) / TX;
 
-// DQ_ROW(CAREFUL): dS of row r against the thread's CN keys.
+// DQ_ROW(CAREFUL): dS of row r against the thread's CN keys (with EXT: of
+// the raw scores sacc through ext_score, and times ext_dsoft where
+// visible, which leaves masked elements exactly 0).
 #define DQ_ROW(CAREFUL) \
 	[[unroll]] for (uint n = 0u; n < CN; ++n) { \
 		uint c = min(tx + TX * n, BC - 1u); /* clamped; stored only if in range */ \
 		bool cin = tx + TX * n < BC; \
-		bool visible = lse != NEG_INF && !(need_mask && c0 + c >= lim[m]); \
-		float p = visible ? BWD_P(CAREFUL, sacc[m * CN + n] * sl2 - lse2, lse2) : 0.0; \
+		bool visible = lse != NEG_INF && !(need_mask && (c0 + c >= lim[m] || c0 + c < fst[m])); \
+		float sv = sacc[m * CN + n]; \
+		float x = EXT != 0u ? ext_score(sv, r0 + r, c0 + c) : sv * sl2; \
+		float p = visible ? BWD_P(CAREFUL, x - lse2, lse2) : 0.0; \
 		if (cin) { \
-			sdS[r * LDP + c] = BWD_DS(CAREFUL, visible, p, pacc[m * CN + n] - drow); \
+			float ds = BWD_DS(CAREFUL, visible, p, pacc[m * CN + n] - drow); \
+			if (EXT != 0u && visible) { \
+				ds *= ext_dsoft(sv); \
+			} \
+			sdS[r * LDP + c] = ds; \
 		} \
 	}
 
@@ -62,31 +76,42 @@ void main() {
 	uint r0 = gl_WorkGroupID.x * BR;
 	uint rows = min(BR, pc.Nq - r0);
 	float sl2 = pc.scale * LOG2E;
+	ext_begin(b);
+	ext_head(b, h);
 
 	STAGE_QUERY_TILE(b, h, r0, rows)
 
+	// Row r0 + r sees keys fst[m] … lim[m]−1 (none past the tail).
 	float dq[QM * DN];
 	uint lim[QM];
+	uint fst[QM];
 	[[unroll]] for (uint m = 0u; m < QM; ++m) {
 		uint r = tq + TQ * m;
 		lim[m] = r < rows ? key_limit(r0 + r) : 0u;
+		fst[m] = r < rows ? key_first(r0 + r) : 0u;
 		[[unroll]] for (uint n = 0u; n < DN; ++n) {
 			dq[m * DN + n] = 0.0;
 		}
 	}
 
+	// Keys visible to the tile: key_first(r0) … key_limit(last row)−1
+	// (both bounds non-decreasing in the row).
 	uint lim_lo = key_limit(r0);
 	uint lim_hi = key_limit(r0 + rows - 1u);
+	uint fst_lo = key_first(r0);
+	uint fst_hi = key_first(r0 + rows - 1u);
 	uint ntiles = (lim_hi + BC - 1u) / BC;
 
-	for (uint kt = 0u; kt < ntiles; ++kt) {
+	for (uint kt = fst_lo / BC; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
 		uint cols = min(BC, pc.Nk - c0);
 		barrier(); // Q/dO/LSE/D staged; the previous tile is done with sK, sdS
 		STAGE_KEY_TILE(b, kvh, c0, cols)
 		barrier();
 
-		bool need_mask = c0 + BC > lim_lo;
+		// need_mask is uniform: false for tiles every row of the tile sees
+		// entirely (no causal diagonal, no window edge, no Nk tail).
+		bool need_mask = c0 + BC > lim_lo || c0 < fst_hi;
 		// S = Q Kᵀ and dP = dO Vᵀ for the thread's QM rows × CN key columns,
 		// register-tiled: one pass over the features.
 		float sacc[QM * CN];

@@ -9,10 +9,10 @@ import (
 
 func TestCoopMatModules(t *testing.T) {
 	elems := map[string][]string{
-		KernelFlashCM:      {"float16", "float16", "float16", "float16", "float32"},
+		KernelFlashCM:      {"float16", "float16", "float16", "float16", "float32", "uint32"},
 		KernelFlashCMProbe: {"float32"},
-		KernelBwdCMDKDV:    {"float16", "float16", "float16", "float16", "float32", "float32", "float16", "float16"},
-		KernelBwdCMDQ:      {"float16", "float16", "float16", "float16", "float32", "float32", "float16"},
+		KernelBwdCMDKDV:    {"float16", "float16", "float16", "float16", "float32", "float32", "float16", "float16", "uint32"},
+		KernelBwdCMDQ:      {"float16", "float16", "float16", "float16", "float32", "float32", "float16", "uint32"},
 	}
 	for _, k := range CoopMatKernels {
 		if got := KernelDTypes(k); !reflect.DeepEqual(got, []string{DTypeF16, DTypeBF16}) {

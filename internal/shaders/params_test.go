@@ -142,6 +142,7 @@ func TestBindingsAndCapabilities(t *testing.T) {
 		KernelBwdDKDV: {4, 5}, // LSE, D
 		KernelBwdDQ:   {4, 5}, // LSE, D
 	}
+	uint32Bindings := map[string]int{KernelFlash: 5, KernelBwdDKDV: 8, KernelBwdDQ: 7} // the Ext buffer (ext.glsl)
 	for _, k := range Kernels {
 		n, err := Bindings(k)
 		if err != nil {
@@ -170,6 +171,9 @@ func TestBindingsAndCapabilities(t *testing.T) {
 					if f == i {
 						want = "float32"
 					}
+				}
+				if e, ok := uint32Bindings[k]; ok && e == i {
+					want = "uint32"
 				}
 				if b.Elem != want {
 					t.Errorf("%s: binding %d holds %s, want %s", name, i, b.Elem, want)

@@ -183,7 +183,7 @@ func TestSpecEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []SpecEntry{{0, 128}, {1, 64}, {2, 80}, {3, 32}, {4, 16}, {5, 8}}
+	want := []SpecEntry{{0, 128}, {1, 64}, {2, 80}, {3, 32}, {4, 16}, {5, 8}, {SpecExt, 0}}
 	if len(e) != len(want) {
 		t.Fatalf("entries %v", e)
 	}
@@ -191,6 +191,9 @@ func TestSpecEntries(t *testing.T) {
 		if e[i] != want[i] {
 			t.Fatalf("entries %v, want %v", e, want)
 		}
+	}
+	if e, _ := SpecEntries(KernelFlash, Config{128, 32, 16}, 64, 80, 8, 0, true); e[len(e)-1] != (SpecEntry{SpecExt, 1}) {
+		t.Fatalf("extended entries %v, want EXT 1 last", e)
 	}
 }
 

@@ -244,7 +244,7 @@ func deviceLike(name string, t *DeviceTensor, want Shape, dt DType) error {
 }
 
 func (e *Engine) checkLSE(lse *DeviceTensor, p *spec.Problem) error {
-	want := LSEShape(p.B, p.Hq, p.Nq)
+	want := lseShape(p)
 	if err := deviceLike("lse", lse, want, Float32); err != nil {
 		return err
 	}

@@ -287,8 +287,9 @@ type Output struct {
 	// O is [B, Nq, Hq, Dv] in q's dtype, laid out like q (BHSD when q is
 	// dense BHSD, else BSHD).
 	O Tensor
-	// LSE is the natural-log log-sum-exp of each row's scaled scores,
-	// contiguous [B, Hq, Nq]; −Inf for a row that sees no key.
+	// LSE is the natural-log log-sum-exp of each row's scores,
+	// contiguous [B, Hq, Nq] ([Hq, Tq] for packed sequences); −Inf for a
+	// row that sees no key.
 	LSE []float32
 }
 
@@ -307,7 +308,7 @@ func (e *Engine) Forward(ctx context.Context, q, k, v Tensor, opt Options) (*Out
 	if err != nil {
 		return nil, err
 	}
-	out := &Output{O: o, LSE: make([]float32, p.B*p.Hq*p.Nq)}
+	out := &Output{O: o, LSE: make([]float32, p.LSELen())}
 	if err := e.ForwardInto(ctx, q, k, v, out.O, out.LSE, opt); err != nil {
 		return nil, err
 	}

@@ -87,6 +87,18 @@ type Options struct {
 	// batch: keys at or past it are masked, and the diagonal is placed
 	// with it as Nk. nil: every sequence has Nk keys.
 	SeqUsedK []int32
+	// CuSeqlensQ and CuSeqlensK pack a batch of variable-length sequences
+	// without padding (FlashAttention's varlen): Q, O, dO and dQ are
+	// [1, Tq, Hq, ·] and K, V, dK and dV [1, Tk, Hkv, ·] (any strides);
+	// sequence b's queries are rows CuSeqlensQ[b] … CuSeqlensQ[b+1]−1 and
+	// its keys rows CuSeqlensK[b] … CuSeqlensK[b+1]−1. Both hold B+1
+	// offsets, start at 0, never decrease and end at Tq and Tk; a
+	// sequence may be empty. Each sequence attends only within itself,
+	// with the causal mask, window and ALiBi placed by its own lengths;
+	// SeqUsedK and per-sequence ALiBi slopes count the B sequences. LSE
+	// is [Hq, Tq] (Hq·Tq values). Rows of no sequence are neither read
+	// nor written.
+	CuSeqlensQ, CuSeqlensK []int32
 }
 
 // Window bounds the keys a query sees around its diagonal (see
@@ -161,12 +173,59 @@ func (o Options) ext(b, hq, nq, nk int) (*spec.Ext, error) {
 		}
 		e.SeqUsedK = slices.Clone(o.SeqUsedK)
 	}
+	if o.varlen() {
+		e.CuQ, e.CuK = slices.Clone(o.CuSeqlensQ), slices.Clone(o.CuSeqlensK)
+		for i, n := range e.SeqUsedK {
+			if stored := e.CuK[i+1] - e.CuK[i]; n > stored {
+				return nil, fmt.Errorf("attention: options: seqused_k[%d] = %d, but sequence %d has %d keys: %w", i, n, i, stored, ErrOption)
+			}
+		}
+	}
 	return e, nil
 }
 
 // plain reports whether o asks for no more than Scale, Causal and Align.
 func (o Options) plain() bool {
-	return o.Window == nil && o.Softcap == 0 && o.ALiBi == nil && o.SeqUsedK == nil
+	return o.Window == nil && o.Softcap == 0 && o.ALiBi == nil && o.SeqUsedK == nil && !o.varlen()
+}
+
+// varlen reports whether o packs variable-length sequences.
+func (o Options) varlen() bool { return o.CuSeqlensQ != nil || o.CuSeqlensK != nil }
+
+// packed is the batch of a varlen call: the number of sequences and the
+// longest query and key lengths, after checking the offsets against Tq
+// and Tk (errors wrap ErrOption and name the option).
+func (o Options) packed(tq, tk int) (b, nq, nk int, err error) {
+	if o.CuSeqlensQ == nil || o.CuSeqlensK == nil {
+		return 0, 0, 0, fmt.Errorf("attention: options: cu_seqlens: set both CuSeqlensQ and CuSeqlensK or neither: %w", ErrOption)
+	}
+	if len(o.CuSeqlensQ) != len(o.CuSeqlensK) || len(o.CuSeqlensQ) < 2 {
+		return 0, 0, 0, fmt.Errorf("attention: options: cu_seqlens: %d query and %d key offsets, want B+1 ≥ 2 of each: %w",
+			len(o.CuSeqlensQ), len(o.CuSeqlensK), ErrOption)
+	}
+	for _, c := range []struct {
+		name  string
+		cu    []int32
+		total int
+		max   *int
+	}{{"CuSeqlensQ", o.CuSeqlensQ, tq, &nq}, {"CuSeqlensK", o.CuSeqlensK, tk, &nk}} {
+		if c.cu[0] != 0 {
+			return 0, 0, 0, fmt.Errorf("attention: options: %s[0] = %d, want 0: %w", c.name, c.cu[0], ErrOption)
+		}
+		for i := 1; i < len(c.cu); i++ {
+			if c.cu[i] < c.cu[i-1] {
+				return 0, 0, 0, fmt.Errorf("attention: options: %s decreases at %d (%d after %d): %w", c.name, i, c.cu[i], c.cu[i-1], ErrOption)
+			}
+			*c.max = max(*c.max, int(c.cu[i]-c.cu[i-1]))
+		}
+		if last := int(c.cu[len(c.cu)-1]); last != c.total {
+			return 0, 0, 0, fmt.Errorf("attention: options: %s ends at %d, but the packed tensor has %d rows: %w", c.name, last, c.total, ErrOption)
+		}
+	}
+	if nq == 0 || nk == 0 {
+		return 0, 0, 0, fmt.Errorf("attention: options: cu_seqlens: every sequence is empty: %w", ErrOption)
+	}
+	return len(o.CuSeqlensQ) - 1, nq, nk, nil
 }
 
 func (o Options) mask() (spec.Mask, error) {

@@ -107,8 +107,8 @@ func problem(q, k, v, o Tensor, lse []float32, opt Options, haveOut bool) (*spec
 	if p.O, err = checkLike("o", o, outShape(p), dt, true); err != nil {
 		return nil, err
 	}
-	if want := p.B * p.Hq * p.Nq; len(lse) != want {
-		return nil, fmt.Errorf("attention: lse: length %d, want B·Hq·Nq = %d: %w", len(lse), want, ErrLength)
+	if want := p.LSELen(); len(lse) != want {
+		return nil, fmt.Errorf("attention: lse: length %d, want %s = %d: %w", len(lse), lseLenName(p), want, ErrLength)
 	}
 	return p, nil
 }
@@ -121,7 +121,30 @@ func checkLike(name string, t Tensor, want Shape, dt DType, output bool) (Stride
 	return checkOperand(name, t, dt, output)
 }
 
-func outShape(p *spec.Problem) Shape { return Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv} }
+// outShape is O's shape: [B, Nq, Hq, Dv], or packed [1, Tq, Hq, Dv].
+func outShape(p *spec.Problem) Shape {
+	if p.Varlen() {
+		return Shape{B: 1, S: p.TotalQ(), H: p.Hq, D: p.Dv}
+	}
+	return Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv}
+}
+
+// lseShape is the LSE's shape as a DeviceTensor: LSEShape(B, Hq, Nq), or
+// packed LSEShape(1, Hq, Tq).
+func lseShape(p *spec.Problem) Shape {
+	if p.Varlen() {
+		return LSEShape(1, p.Hq, p.TotalQ())
+	}
+	return LSEShape(p.B, p.Hq, p.Nq)
+}
+
+// lseLenName names the LSE's length in errors.
+func lseLenName(p *spec.Problem) string {
+	if p.Varlen() {
+		return "Hq·Tq"
+	}
+	return "B·Hq·Nq"
+}
 
 // layoutOf returns BHSD when t is dense BHSD, else BSHD; outputs are
 // allocated in the layout of the input they derive from.
@@ -156,12 +179,21 @@ func newProblem(q, k, v Shape, qs, ks, vs Strides, opt Options) (*spec.Problem, 
 	if err != nil {
 		return nil, err
 	}
-	ext, err := opt.ext(q.B, q.H, q.S, k.S)
+	b, nq, nk := q.B, q.S, k.S
+	if opt.varlen() {
+		if q.B != 1 {
+			return nil, fmt.Errorf("attention: q: batch %d with cu_seqlens, want 1 (packed [1, Tq, Hq, D]): %w", q.B, ErrShape)
+		}
+		if b, nq, nk, err = opt.packed(q.S, k.S); err != nil {
+			return nil, err
+		}
+	}
+	ext, err := opt.ext(b, q.H, nq, nk)
 	if err != nil {
 		return nil, err
 	}
 	return &spec.Problem{
-		B: q.B, Hq: q.H, Hkv: k.H, Nq: q.S, Nk: k.S, D: q.D, Dv: v.D,
+		B: b, Hq: q.H, Hkv: k.H, Nq: nq, Nk: nk, D: q.D, Dv: v.D,
 		Scale: scale, Mask: mask, Q: qs, K: ks, V: vs, Ext: ext,
 	}, nil
 }

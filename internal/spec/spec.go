@@ -9,6 +9,9 @@
 //     head); the last dimension is always contiguous (stride 1).
 //   - dO has O's strides, dQ has Q's, dK has K's and dV has V's.
 //   - LSE (and the backward's D = rowsum(dO∘O)) are contiguous [B, Hq, Nq].
+//   - A packed problem (Ext.CuQ, Varlen) stores sequence b's rows at
+//     QRow(b, i) and KRow(b, j) of one batch (QOffset, KOffset), and LSE
+//     as [Hq, Tq].
 //   - Query head h reads key/value head h / (Hq/Hkv) (GQA; Hkv = 1 is MQA).
 package spec
 
@@ -155,13 +158,96 @@ type Ext struct {
 	// sequence and head ([B, Hq]); nil: no ALiBi.
 	Slopes         []float32
 	SlopesPerBatch bool
-	// SeqUsedK is each sequence's key count (≤ Nk); nil: Nk for all.
+	// SeqUsedK is each sequence's key count (≤ its stored keys); nil:
+	// every stored key counts.
 	SeqUsedK []int32
+	// CuQ and CuK, when set (B+1 offsets each, from 0, non-decreasing),
+	// pack variable-length sequences: sequence b's queries are rows
+	// CuQ[b] … CuQ[b+1]−1 of Q and O (and dO, dQ), its keys rows CuK[b]
+	// … CuK[b+1]−1 of K and V (and dK, dV) — the operands hold one
+	// batch, whose stride is never used (QOffset, KOffset) — and Nq, Nk
+	// are the longest lengths. LSE and D are then [Hq, Tq]
+	// (Tq = CuQ[B]). nil: every sequence has Nq queries and Nk keys.
+	CuQ, CuK []int32
 }
+
+// Varlen reports whether p packs variable-length sequences (Ext.CuQ).
+func (p *Problem) Varlen() bool { return p.Ext != nil && p.Ext.CuQ != nil }
+
+// Queries is the number of query rows sequence b has: Nq, or its packed
+// length.
+func (p *Problem) Queries(b int) int {
+	if p.Varlen() {
+		return int(p.Ext.CuQ[b+1] - p.Ext.CuQ[b])
+	}
+	return p.Nq
+}
+
+// StoredKeys is the number of key rows sequence b has in K and V: Nk, or
+// its packed length (Keys may count fewer).
+func (p *Problem) StoredKeys(b int) int {
+	if p.Varlen() {
+		return int(p.Ext.CuK[b+1] - p.Ext.CuK[b])
+	}
+	return p.Nk
+}
+
+// QRow and KRow are the rows of query i and key j of sequence b in their
+// operands' sequence dimension (with batch b's stride: 0 when packed).
+func (p *Problem) QRow(b, i int) int {
+	if p.Varlen() {
+		return int(p.Ext.CuQ[b]) + i
+	}
+	return i
+}
+
+func (p *Problem) KRow(b, j int) int {
+	if p.Varlen() {
+		return int(p.Ext.CuK[b]) + j
+	}
+	return j
+}
+
+// QOffset is the element offset of query row i of sequence b, head h, in
+// an operand with strides st shaped like Q or O (Q, O, dO, dQ).
+func (p *Problem) QOffset(st Strides, b, i, h int) int {
+	if p.Varlen() {
+		return st.Offset(0, p.QRow(b, i), h)
+	}
+	return st.Offset(b, i, h)
+}
+
+// KOffset is QOffset for key row j in an operand shaped like K or V (K,
+// V, dK, dV).
+func (p *Problem) KOffset(st Strides, b, j, h int) int {
+	if p.Varlen() {
+		return st.Offset(0, p.KRow(b, j), h)
+	}
+	return st.Offset(b, j, h)
+}
+
+// TotalQ is the number of query rows over the batch: B·Nq, or CuQ[B].
+func (p *Problem) TotalQ() int {
+	if p.Varlen() {
+		return int(p.Ext.CuQ[p.B])
+	}
+	return p.B * p.Nq
+}
+
+// LSELen is the number of LSE (and D) entries: Hq per query row.
+func (p *Problem) LSELen() int { return p.Hq * p.TotalQ() }
 
 // Batches is p restricted to sequences b0 … b0+n−1: its per-sequence
 // options sliced (the operands' offsets are the caller's).
+// A packed (Varlen) problem is not split: it returns p for the whole
+// batch and panics otherwise.
 func (p *Problem) Batches(b0, n int) *Problem {
+	if p.Varlen() {
+		if b0 != 0 || n != p.B {
+			panic("spec: Batches of a packed problem")
+		}
+		return p
+	}
 	c := *p
 	c.B = n
 	if e := p.Ext; e != nil {
@@ -177,12 +263,13 @@ func (p *Problem) Batches(b0, n int) *Problem {
 	return &c
 }
 
-// Keys is the number of keys sequence b has: Nk, or its SeqUsedK.
+// Keys is the number of keys sequence b has: its SeqUsedK, or its stored
+// keys.
 func (p *Problem) Keys(b int) int {
 	if p.Ext != nil && p.Ext.SeqUsedK != nil {
 		return int(p.Ext.SeqUsedK[b])
 	}
-	return p.Nk
+	return p.StoredKeys(b)
 }
 
 // Diag is the key on the diagonal of query row i of sequence b (it may
@@ -190,7 +277,7 @@ func (p *Problem) Keys(b int) int {
 func (p *Problem) Diag(b, i int) int {
 	if e := p.Ext; e != nil {
 		if e.BottomRight {
-			return i + p.Keys(b) - p.Nq
+			return i + p.Keys(b) - p.Queries(b)
 		}
 		return i
 	}
@@ -201,11 +288,16 @@ func (p *Problem) Diag(b, i int) int {
 }
 
 // KeyRange returns the keys query row i of sequence b sees: lo … hi−1
-// (lo = hi when none). Both bounds are non-decreasing in i.
+// (lo = hi when none; none for a row past the sequence's queries). Both
+// bounds are non-decreasing in i.
 func (p *Problem) KeyRange(b, i int) (lo, hi int) {
 	e := p.Ext
 	if e == nil {
 		return 0, p.KeyLimit(i)
+	}
+	if i >= p.Queries(b) {
+		n := p.Keys(b)
+		return n, n
 	}
 	n, d := p.Keys(b), p.Diag(b, i)
 	lo, hi = 0, n
@@ -236,7 +328,7 @@ func (p *Problem) Slope(b, h int) float32 {
 func (p *Problem) Pairs() float64 {
 	var n float64
 	for b := range p.B {
-		for i := range p.Nq {
+		for i := range p.Queries(b) {
 			lo, hi := p.KeyRange(b, i)
 			n += float64(hi - lo)
 		}
@@ -330,8 +422,14 @@ func (p *Problem) KeyLimit(i int) int {
 	return min(max(lim, 0), p.Nk)
 }
 
-// LSEIndex returns the index of row (b, h, i) in LSE and D.
-func (p *Problem) LSEIndex(b, h, i int) int { return (b*p.Hq+h)*p.Nq + i }
+// LSEIndex returns the index of row (b, h, i) in LSE and D: contiguous
+// [B, Hq, Nq], or [Hq, Tq] when packed.
+func (p *Problem) LSEIndex(b, h, i int) int {
+	if p.Varlen() {
+		return h*p.TotalQ() + p.QRow(b, i)
+	}
+	return (b*p.Hq+h)*p.Nq + i
+}
 
 // Flops returns the FlashAttention convention FLOP count of the forward
 // pass: 4·B·Hq·Nq·Nk·d (d the mean of D and Dv), halved when causal; with

@@ -162,3 +162,56 @@ func BenchmarkSpeedupVsNaive(b *testing.B) {
 		})
 	}
 }
+
+// extBenchOpts are the score options BenchmarkExtCost times against the
+// plain problem. The softcap of 1 sends a sizeable share of the scores
+// (|Scale·q·k| ≥ 0.55) past tanh's polynomial range at these sizes.
+var extBenchOpts = []struct {
+	name string
+	ext  func(hq int) *spec.Ext
+}{
+	{"softcap", func(int) *spec.Ext { return &spec.Ext{Left: -1, Right: -1, Softcap: 1} }},
+	{"alibi", func(hq int) *spec.Ext { return &spec.Ext{Left: -1, Right: -1, Slopes: alibi(hq)} }},
+	{"softcap_alibi", func(hq int) *spec.Ext { return &spec.Ext{Left: -1, Right: -1, Softcap: 1, Slopes: alibi(hq)} }},
+}
+
+// BenchmarkExtCost times the forward and the backward (one worker) of a
+// problem with a softcap and/or ALiBi slopes and of the same problem
+// without them, interleaved, and reports the ratio of their best times
+// (robust to a busy machine) as "x-plain", with both times.
+func BenchmarkExtCost(b *testing.B) {
+	for _, s := range []benchSize{{1, 4, 1024, 64, spec.MaskNone}, {1, 4, 1024, 128, spec.MaskNone}} {
+		for _, opt := range extBenchOpts {
+			for _, pass := range []string{"fwd", "bwd"} {
+				b.Run(s.String()+"_"+opt.name+"_"+pass, func(b *testing.B) {
+					plain, q, k, v, o, lse, do := benchProblem(s)
+					ext := *plain
+					ext.Ext = opt.ext(s.h)
+					dq, dk, dv := make([]float32, len(q)), make([]float32, len(k)), make([]float32, len(v))
+					ctx, cfg := context.Background(), Config{Workers: 1}
+					run := func(p *spec.Problem) time.Duration {
+						t := time.Now()
+						err := ForwardWith(ctx, cfg, p, q, k, v, o, lse)
+						if pass == "bwd" {
+							t = time.Now()
+							err = BackwardWith(ctx, cfg, p, q, k, v, o, lse, do, dq, dk, dv)
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+						return time.Since(t)
+					}
+					best := [2]time.Duration{math.MaxInt64, math.MaxInt64}
+					for b.Loop() {
+						for i, p := range []*spec.Problem{plain, &ext} {
+							best[i] = min(best[i], run(p))
+						}
+					}
+					b.ReportMetric(float64(best[1])/float64(best[0]), "x-plain")
+					b.ReportMetric(float64(best[0].Microseconds()), "plain-µs")
+					b.ReportMetric(float64(best[1].Microseconds()), "ext-µs")
+				})
+			}
+		}
+	}
+}

@@ -11,24 +11,32 @@ import (
 // ALiBi slope (a plain problem, or a spec.Ext one with only a window or
 // key counts) the tiles keep the raw products and the softmax multiplies
 // them by c = Scale·log2e, as in a plain problem; otherwise toLog2
-// rewrites each visible element of a tile (scale, softcap, ALiBi, log2e)
+// rewrites each visible element of a tile in float32 (capRow or biasRow)
 // and c is 1.
 type scoreRule struct {
 	c       float32 // log2-domain score = c·(tile element)
 	rewrite bool    // the tiles are rewritten by toLog2
-	scale   float64 // Scale
-	softcap float64 // softcap (0: none)
-	slope   float64 // ALiBi slope of the sequence and head (0: none)
+	softcap bool    // the rewrite is capRow's (else biasRow's)
+	k       float32 // raw product factor: Scale/softcap (tanh's argument), else Scale·log2e
+	capL2   float32 // softcap·log2e
+	slope   float32 // ALiBi slope·log2e of the sequence and head (0: none)
 }
 
+// newScoreRule returns the rule of sequence b, query head h. Its factors
+// are rounded to float32 once each, as the shaders' ext_score rounds its
+// (there in two steps: Scale, then 1/softcap).
 func newScoreRule(p *spec.Problem, b, h int) scoreRule {
-	r := scoreRule{c: p.Scale * math.Log2E, scale: float64(p.Scale), slope: float64(p.Slope(b, h))}
-	if p.Ext != nil {
-		r.softcap = float64(p.Ext.Softcap)
+	r := scoreRule{c: p.Scale * math.Log2E, slope: p.Slope(b, h) * math.Log2E}
+	switch {
+	case softcapped(p):
+		c := p.Ext.Softcap
+		r.softcap, r.k, r.capL2 = true, p.Scale/c, c*math.Log2E
+	case r.slope != 0:
+		r.k = r.c
+	default:
+		return r
 	}
-	if r.softcap > 0 || r.slope != 0 {
-		r.c, r.rewrite = 1, true
-	}
+	r.c, r.rewrite = 1, true
 	return r
 }
 
@@ -36,27 +44,18 @@ func newScoreRule(p *spec.Problem, b, h int) scoreRule {
 func softcapped(p *spec.Problem) bool { return p.Ext != nil && p.Ext.Softcap > 0 }
 
 // toLog2 replaces the raw products r[x] by their scores times log2e
-// (spec.Ext's rule, in float64, rounded once), the pair of r[x] having
-// its row's diagonal off + x·step keys right of its key (d − j: step −1
-// along a row's keys, +1 along a key's rows). With a softcap and soft not
-// nil, soft[x] gets the softcap's derivative 1 − tanh²(z/c) at z =
-// Scale·r[x], which the backward multiplies dS by. Without rewrite the
-// tiles are left as they are.
+// (spec.Ext's rule in float32), the pair of r[x] having its row's
+// diagonal off + x·step keys right of its key (d − j: step −1 along a
+// row's keys, +1 along a key's rows). With a softcap and soft not nil,
+// soft[x] gets the softcap's derivative 1 − tanh²(z/c) at z = Scale·r[x],
+// which the backward multiplies dS by. Without rewrite the tiles are left
+// as they are.
 func (s *scoreRule) toLog2(r, soft []float32, off, step int) {
-	if !s.rewrite {
-		return
-	}
-	for x, v := range r {
-		z := s.scale * float64(v)
-		if s.softcap > 0 {
-			t := math.Tanh(z / s.softcap) // ±Inf gives ±1: a finite score
-			if soft != nil {
-				soft[x] = float32((1 - t) * (1 + t))
-			}
-			z = s.softcap * t
-		}
-		z -= s.slope * math.Abs(float64(off+x*step))
-		r[x] = float32(z * math.Log2E)
+	switch {
+	case s.softcap:
+		capRow(r, soft, s.k, s.capL2, s.slope, off, step)
+	case s.rewrite:
+		biasRow(r, s.k, s.slope, off, step)
 	}
 }
 
@@ -64,12 +63,8 @@ func (s *scoreRule) toLog2(r, soft []float32, off, step int) {
 // in soft (len(soft) ≥ len(ds)): dS then is the gradient with respect to
 // Scale·q·k. Without a softcap it leaves dS as it is.
 func (s *scoreRule) softGrad(ds, soft []float32) {
-	if s.softcap <= 0 {
-		return
-	}
-	soft = soft[:len(ds)]
-	for x := range ds {
-		ds[x] *= soft[x]
+	if s.softcap {
+		mulRow(ds, soft)
 	}
 }
 

@@ -251,3 +251,88 @@ func rowMaxMin(r []float32) (mx, mn float32) {
 	}
 	return mx, mn
 }
+
+// tanh coefficients: the odd Taylor series tanh a = a + a·z·p(z), z = a²,
+// to degree 15 (the next term is below 5e-8 of tanh a for a < tanhPolyMax).
+const (
+	t3  = -1.0 / 3.0
+	t5  = 2.0 / 15.0
+	t7  = -17.0 / 315.0
+	t9  = 62.0 / 2835.0
+	t11 = -1382.0 / 155925.0
+	t13 = 21844.0 / 6081075.0
+	t15 = -929569.0 / 638512875.0
+
+	tanhPolyMax = 0.55 // the polynomial below, 1 − 2/(e^2a + 1) above
+	tanhOneMin  = 9    // tanh a is 1 from here on (to about an ulp)
+)
+
+// tanh32 returns tanh x in float32 to about an ulp, by the scheme of the
+// shaders' ext_tanh (internal/shaders/ext.glsl): the Taylor polynomial for
+// |x| < 0.55, 1 − 2/(2^(2|x|·log2e) + 1) up to 9 and 1 beyond (±Inf
+// included), with x's sign (±0 gives ±0); NaN stays NaN.
+func tanh32(x float32) float32 {
+	a := math.Float32frombits(math.Float32bits(x) &^ signBit)
+	var t float32
+	switch {
+	case a < tanhPolyMax:
+		z := a * a
+		p := (((((t15*z+t13)*z+t11)*z+t9)*z+t7)*z+t5)*z + t3
+		t = a*z*p + a
+	case a < tanhOneMin:
+		t = 1 - 2/(exp2(a*(2*math.Log2E))+1)
+	case a >= tanhOneMin:
+		t = 1
+	default:
+		return x // NaN
+	}
+	return math.Float32frombits(math.Float32bits(t) | math.Float32bits(x)&signBit)
+}
+
+// signBit is a float32's sign bit.
+const signBit = 1 << 31
+
+// capRow sets r[x] = capL2·tanh(k·r[x]) − slope·|off + x·step| (the
+// softcapped score in log2 units, with ALiBi's distance penalty) and, when
+// soft is not nil, soft[x] = 1 − tanh²(k·r[x]) (len(soft) ≥ len(r)). The
+// vector kernel fuses the products and the sums (FMA); the scalar code
+// below rounds each step, computing 1 − t² as (1 − t)(1 + t).
+func capRow(r, soft []float32, k, capL2, slope float32, off, step int) {
+	n := capRowSIMD(r, soft, k, capL2, slope, off, step)
+	if soft == nil {
+		for x := n; x < len(r); x++ {
+			r[x] = capL2*tanh32(k*r[x]) - slope*dist(off+x*step)
+		}
+		return
+	}
+	soft = soft[:len(r)]
+	for x := n; x < len(r); x++ {
+		t := tanh32(k * r[x])
+		soft[x] = (1 - t) * (1 + t)
+		r[x] = capL2*t - slope*dist(off+x*step)
+	}
+}
+
+// biasRow sets r[x] = k·r[x] − slope·|off + x·step| (a score in log2
+// units with ALiBi's distance penalty).
+func biasRow(r []float32, k, slope float32, off, step int) {
+	for x := biasRowSIMD(r, k, slope, off, step); x < len(r); x++ {
+		r[x] = k*r[x] - slope*dist(off+x*step)
+	}
+}
+
+// dist returns |d| rounded to float32 (exact below 2^24).
+func dist(d int) float32 {
+	if d < 0 {
+		d = -d
+	}
+	return float32(d)
+}
+
+// mulRow sets a[x] *= b[x] (len(b) ≥ len(a)).
+func mulRow(a, b []float32) {
+	b = b[:len(a)]
+	for x := mulRowSIMD(a, b); x < len(a); x++ {
+		a[x] *= b[x]
+	}
+}

@@ -2,6 +2,8 @@
 
 package cpu
 
+import "math"
+
 // AVX2+FMA kernels (kernels_amd64.s), used when the CPU and the OS support
 // them. Each wrapper checks that the memory the assembly touches lies
 // inside its slices (the first and last row of every operand), hands the
@@ -33,6 +35,15 @@ func dsRowVecAVX(p, dp, d *float32, n int)
 
 //go:noescape
 func rowMaxMinAVX(r *float32, n int) (mx, mn float32)
+
+//go:noescape
+func capRowAVX(r, soft *float32, n int, k, capL2, slope float32, off, step int32)
+
+//go:noescape
+func biasRowAVX(r *float32, n int, k, slope float32, off, step int32)
+
+//go:noescape
+func mulRowAVX(a, b *float32, n int)
 
 // hasAVX2FMA reports AVX2 and FMA support, with the YMM state enabled by
 // the OS.
@@ -166,4 +177,46 @@ func rowMaxMinSIMD(r []float32) (n int, mx, mn float32) {
 	}
 	mx, mn = rowMaxMinAVX(&r[0], n)
 	return n, mx, mn
+}
+
+// distLen returns how many of the n elements of a row the distance kernels
+// (capRow, biasRow) take: simdLen(n), or none when a distance |off + x·step|
+// of theirs would not fit their int32 lanes.
+func distLen(n, off, step int) int {
+	n = simdLen(n)
+	in32 := func(d int) bool { return d > math.MinInt32 && d <= math.MaxInt32 }
+	if n == 0 || !in32(off) || !in32(off+(n-1)*step) {
+		return 0
+	}
+	return n
+}
+
+func capRowSIMD(r, soft []float32, k, capL2, slope float32, off, step int) int {
+	n := distLen(len(r), off, step)
+	if n == 0 {
+		return 0
+	}
+	var sp *float32
+	if soft != nil {
+		_ = soft[n-1]
+		sp = &soft[0]
+	}
+	capRowAVX(&r[0], sp, n, k, capL2, slope, int32(off), int32(step))
+	return n
+}
+
+func biasRowSIMD(r []float32, k, slope float32, off, step int) int {
+	n := distLen(len(r), off, step)
+	if n > 0 {
+		biasRowAVX(&r[0], n, k, slope, int32(off), int32(step))
+	}
+	return n
+}
+
+func mulRowSIMD(a, b []float32) int {
+	n := simdLen(min(len(a), len(b)))
+	if n > 0 {
+		mulRowAVX(&a[0], &b[0], n)
+	}
+	return n
 }

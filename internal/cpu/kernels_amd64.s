@@ -34,6 +34,32 @@ VCONST(absMask, 0x7fffffff)
 VCONST(snapTol, 0x35000000)
 VCONST(maxFloat, 0x7f7fffff)
 
+// tanh (tanh32 in kernels.go): the Taylor coefficients t3 … t15, the
+// polynomial's bound 0.55, the bound 9 beyond which tanh is 1, 2·log2e
+// and 2.
+VCONST(tanhT3, 0xbeaaaaab)
+VCONST(tanhT5, 0x3e088889)
+VCONST(tanhT7, 0xbd5d0dd1)
+VCONST(tanhT9, 0x3cb327a4)
+VCONST(tanhT11, 0xbc11371b)
+VCONST(tanhT13, 0x3b6b69e8)
+VCONST(tanhT15, 0xbabed1b2)
+VCONST(tanhPolyMax, 0x3f0ccccd)
+VCONST(tanhOneMin, 0x41100000)
+VCONST(twoLog2E, 0x4038aa3b)
+VCONST(two, 0x40000000)
+
+// laneIndex is the int32 lanes 0 … 7.
+DATA laneIndex<>+0(SB)/4, $0
+DATA laneIndex<>+4(SB)/4, $1
+DATA laneIndex<>+8(SB)/4, $2
+DATA laneIndex<>+12(SB)/4, $3
+DATA laneIndex<>+16(SB)/4, $4
+DATA laneIndex<>+20(SB)/4, $5
+DATA laneIndex<>+24(SB)/4, $6
+DATA laneIndex<>+28(SB)/4, $7
+GLOBL laneIndex<>(SB), RODATA|NOPTR, $32
+
 // EXP2(X, T, F, Q, M): X = 2^X lane-wise, as exp2 in kernels.go (0 below
 // −126, clamped above 127, NaN propagates). T, F, Q, M are clobbered.
 #define EXP2(X, T, F, Q, M) \
@@ -468,5 +494,121 @@ mmDone:
 	VMINPS       X3, X1, X1
 	VMOVSS       X0, mx+16(FP)
 	VMOVSS       X1, mn+20(FP)
+	VZEROUPPER
+	RET
+
+// DISTINIT(OFF, STEP): Y12 = the int32 lanes off + step·(0 … 7), Y11 =
+// 8·step (Y10 clobbered), for DIST: the distances of a row's first 8
+// elements and their increment.
+#define DISTINIT(OFF, STEP) \
+	VPBROADCASTD OFF, Y12 \
+	VPBROADCASTD STEP, Y11 \
+	VPMULLD      laneIndex<>(SB), Y11, Y10 \
+	VPADDD       Y10, Y12, Y12 \
+	VPSLLD       $3, Y11, Y11
+
+// DIST(X): X −= slope·|Y12| (slope in Y13; the int32 distances rounded to
+// float32), then Y12 moves on to the next 8 elements' distances. Y10 is
+// clobbered.
+#define DIST(X) \
+	VPABSD       Y12, Y10 \
+	VCVTDQ2PS    Y10, Y10 \
+	VFNMADD231PS Y13, Y10, X \
+	VPADDD       Y11, Y12, Y12
+
+// func capRowAVX(r, soft *float32, n int, k, capL2, slope float32, off, step int32)
+//
+// For j < n (a multiple of 8), with x = k·r[j] and t = tanh x (tanh32 in
+// kernels.go, its three ranges computed for every lane and blended):
+// r[j] = capL2·t − slope·|off + j·step| and, when soft is not nil,
+// soft[j] = 1 − t². Every distance fits an int32 lane.
+TEXT ·capRowAVX(SB), NOSPLIT, $0-44
+	MOVQ         r+0(FP), DI
+	MOVQ         soft+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS k+24(FP), Y15
+	VBROADCASTSS capL2+28(FP), Y14
+	VBROADCASTSS slope+32(FP), Y13
+	DISTINIT(off+36(FP), step+40(FP))
+	ROWLOOP(capLoop, capDone)
+	VMULPS       Y15, Y0, Y0
+	VANDPS       absMask<>(SB), Y0, Y1 // a = |x|
+	VXORPS       Y1, Y0, Y2            // x's sign bit
+
+	// a < 0.55: a·z·p(z) + a, z = a².
+	VMULPS      Y1, Y1, Y3
+	VMOVUPS     tanhT15<>(SB), Y4
+	VFMADD213PS tanhT13<>(SB), Y3, Y4
+	VFMADD213PS tanhT11<>(SB), Y3, Y4
+	VFMADD213PS tanhT9<>(SB), Y3, Y4
+	VFMADD213PS tanhT7<>(SB), Y3, Y4
+	VFMADD213PS tanhT5<>(SB), Y3, Y4
+	VFMADD213PS tanhT3<>(SB), Y3, Y4
+	VMULPS      Y1, Y3, Y3
+	VFMADD213PS Y1, Y3, Y4
+
+	// Up to 9: 1 − 2/(2^(2a·log2e) + 1).
+	VMULPS  twoLog2E<>(SB), Y1, Y5
+	EXP2(Y5, Y6, Y7, Y8, Y9)
+	VADDPS  expOne<>(SB), Y5, Y5
+	VMOVUPS two<>(SB), Y6
+	VDIVPS  Y5, Y6, Y6
+	VMOVUPS expOne<>(SB), Y5
+	VSUBPS  Y6, Y5, Y5
+
+	// Blend: the polynomial below 0.55, 1 from 9 (NaN: neither, and the
+	// exponential's NaN stays), then x's sign.
+	VCMPPS    $1, tanhPolyMax<>(SB), Y1, Y6
+	VBLENDVPS Y6, Y4, Y5, Y5
+	VCMPPS    $13, tanhOneMin<>(SB), Y1, Y6
+	VBLENDVPS Y6, expOne<>(SB), Y5, Y5
+	VORPS     Y2, Y5, Y5
+
+	TESTQ        SI, SI
+	JEQ          capNoSoft
+	VMOVUPS      expOne<>(SB), Y6
+	VFNMADD231PS Y5, Y5, Y6
+	VMOVUPS      Y6, (SI)(AX*1)
+
+capNoSoft:
+	VMULPS Y14, Y5, Y0
+	DIST(Y0)
+	ROWNEXT(capLoop)
+
+capDone:
+	VZEROUPPER
+	RET
+
+// func biasRowAVX(r *float32, n int, k, slope float32, off, step int32)
+//
+// r[j] = k·r[j] − slope·|off + j·step| for j < n (a multiple of 8). Every
+// distance fits an int32 lane.
+TEXT ·biasRowAVX(SB), NOSPLIT, $0-32
+	MOVQ         r+0(FP), DI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS k+16(FP), Y15
+	VBROADCASTSS slope+20(FP), Y13
+	DISTINIT(off+24(FP), step+28(FP))
+	ROWLOOP(biasLoop, biasDone)
+	VMULPS Y15, Y0, Y0
+	DIST(Y0)
+	ROWNEXT(biasLoop)
+
+biasDone:
+	VZEROUPPER
+	RET
+
+// func mulRowAVX(a, b *float32, n int)
+//
+// a[j] *= b[j] for j < n (a multiple of 8).
+TEXT ·mulRowAVX(SB), NOSPLIT, $0-24
+	MOVQ a+0(FP), DI
+	MOVQ b+8(FP), SI
+	MOVQ n+16(FP), CX
+	ROWLOOP(mulLoop, mulDone)
+	VMULPS (SI)(AX*1), Y0, Y0
+	ROWNEXT(mulLoop)
+
+mulDone:
 	VZEROUPPER
 	RET

@@ -144,3 +144,115 @@ func TestExpEdges(t *testing.T) {
 	expRow(nan, 1, 0)
 	assert.True(t, math.IsNaN(float64(nan[7])))
 }
+
+// ulps returns how many float32 spacings at want separate got from want.
+func ulps(got float32, want float64) float64 {
+	w := float32(want)
+	spacing := float64(math.Nextafter32(abs32(w), float32(math.Inf(1))) - abs32(w))
+	return math.Abs(float64(got)-want) / spacing
+}
+
+func abs32(x float32) float32 { return float32(math.Abs(float64(x))) }
+
+// tanhInputs returns float32 values of both signs from 1e-30 to 30
+// (every 6007th bit pattern) and every float32 within 10 000 patterns of
+// the range bounds 0.55 and 9, padded with zeros to a multiple of 8.
+func tanhInputs() []float32 {
+	var x []float32
+	add := func(lo, hi, step uint32) {
+		for b := lo; b <= hi; b += step {
+			v := math.Float32frombits(b)
+			x = append(x, v, -v)
+		}
+	}
+	add(math.Float32bits(1e-30), math.Float32bits(30), 6007)
+	for _, v := range []float32{tanhPolyMax, tanhOneMin} {
+		add(math.Float32bits(v)-10000, math.Float32bits(v)+10000, 1)
+	}
+	for len(x)%8 != 0 {
+		x = append(x, 0)
+	}
+	return x
+}
+
+// TestTanh: tanh32 and capRow's vector kernel are within 2 ulps of tanh,
+// and the derivatives 1 − tanh² from both within 2^-22 of the exact value
+// (the error of t, doubled, and a rounding); the special values follow
+// ext_tanh.
+func TestTanh(t *testing.T) {
+	in := tanhInputs()
+	got := append([]float32(nil), in...)
+	soft := make([]float32, len(in))
+	capRow(got, soft, 1, 1, 0, 0, 1) // the vector kernel where there is one
+	var worst, worstVec, worstSoft, worstSoftVec float64
+	for i, x := range in {
+		want := math.Tanh(float64(x))
+		th := tanh32(x)
+		worst = max(worst, ulps(th, want))
+		worstVec = max(worstVec, ulps(got[i], want))
+		worstSoft = max(worstSoft, math.Abs(float64((1-th)*(1+th))-(1-want*want)))
+		worstSoftVec = max(worstSoftVec, math.Abs(float64(soft[i])-(1-want*want)))
+	}
+	t.Logf("max error: tanh32 %.2f ulp, capRow %.2f ulp; 1 − tanh²: scalar %.2g, capRow %.2g", worst, worstVec, worstSoft, worstSoftVec)
+	assert.LessOrEqual(t, worst, 2.0)
+	assert.LessOrEqual(t, worstVec, 2.0)
+	assert.LessOrEqual(t, worstSoft, 0x1p-22)
+	assert.LessOrEqual(t, worstSoftVec, 0x1p-22)
+
+	inf := float32(math.Inf(1))
+	special := []float32{0, float32(math.Copysign(0, -1)), inf, -inf, 1e-45, -1e-45, 9, -9, 1e30, float32(math.NaN())}
+	want := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 1e-45, -1e-45, 1, -1, 1, float32(math.NaN())}
+	for len(special)%8 != 0 {
+		special, want = append(special, 0), append(want, 0)
+	}
+	vec := append([]float32(nil), special...)
+	capRow(vec, nil, 1, 1, 0, 0, 1)
+	for i, x := range special {
+		for _, g := range []float32{tanh32(x), vec[i]} {
+			assert.Equal(t, math.Float32bits(want[i]), math.Float32bits(g), "tanh(%v) = %v, want %v", x, g, want[i])
+		}
+	}
+}
+
+// The distance kernels (capRow, biasRow, vector where available) against
+// their definition in float64, on rows of every remainder length whose
+// distances cross the diagonal both ways, and mulRow.
+func TestDistKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const k, capL2, slope = 0.7, 3.5, 0.3
+	for n := range 40 {
+		for _, step := range []int{-1, 1} {
+			r := make([]float32, n)
+			for i := range r {
+				r[i] = 4 * (2*rng.Float32() - 1)
+			}
+			off := n/2 - 3
+			bias := func(x int) float64 { return slope * math.Abs(float64(off+x*step)) }
+
+			got, soft := append([]float32(nil), r...), make([]float32, n)
+			capRow(got, soft, k, capL2, slope, off, step)
+			noSoft := append([]float32(nil), r...)
+			capRow(noSoft, nil, k, capL2, slope, off, step)
+			for x, v := range r {
+				th := math.Tanh(float64(k * v))
+				want := capL2*th - bias(x)
+				assert.InDelta(t, want, got[x], 4e-7*(capL2+bias(x)), "capRow n=%d step=%d x=%d", n, step, x)
+				assert.Equal(t, got[x], noSoft[x], "capRow without soft n=%d x=%d", n, x)
+				assert.InDelta(t, 1-th*th, soft[x], 0x1p-23, "capRow soft n=%d x=%d", n, x)
+			}
+
+			got = append(got[:0], r...)
+			biasRow(got, k, slope, off, step)
+			for x, v := range r {
+				want := float64(k*v) - bias(x)
+				assert.InDelta(t, want, got[x], 2e-7*(math.Abs(want)+bias(x)), "biasRow n=%d step=%d x=%d", n, step, x)
+			}
+
+			got = append(got[:0], r...)
+			mulRow(got, soft)
+			for x, v := range r {
+				assert.Equal(t, v*soft[x], got[x], "mulRow n=%d x=%d", n, x)
+			}
+		}
+	}
+}

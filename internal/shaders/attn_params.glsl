@@ -23,6 +23,28 @@ layout(push_constant) uniform Params {
 #endif
 } pc;
 
+// The sequence a workgroup works on, set by seq_begin(b) (or, in a
+// kernel with ext.glsl, by ext_begin, which also reads packed
+// variable-length sequences from the Ext buffer): its query and key rows
+// (seq_nq, seq_nk) and where they start in Q/O and K/V (seq_q0, seq_k0;
+// 0 unless packed), and its LSE/D rows (lse_index). A kernel calls it
+// once it knows b, before any row base or LSE index.
+uint seq_nq;
+uint seq_nk;
+uint seq_q0;
+uint seq_k0;
+uint seq_lse0; // LSE/D index of (b, head 0, row 0)
+uint seq_lse_h; // … and the stride of a head
+
+void seq_begin(uint b) {
+	seq_nq = pc.Nq;
+	seq_nk = pc.Nk;
+	seq_q0 = 0u;
+	seq_k0 = 0u;
+	seq_lse0 = b * pc.Hq * pc.Nq;
+	seq_lse_h = pc.Nq;
+}
+
 
 // mask_key_limit mirrors spec.Problem.KeyLimit: under pc.mask query row i
 // sees keys 0 … mask_key_limit(i)−1; 0 for a row that sees no key, Nk
@@ -61,16 +83,18 @@ uint mask_query_first(uint j) {
 uint key_first(uint i) { return 0u; }
 uint key_limit(uint i) { return mask_key_limit(i); }
 uint query_first(uint j) { return mask_query_first(j); }
-uint query_limit(uint j) { return pc.Nq; }
+uint query_limit(uint j) { return seq_nq; }
 #endif
 
-OFFSET q_base(uint b, uint s, uint h) { return WIDE(b) * pc.q_b + WIDE(s) * pc.q_s + WIDE(h) * pc.q_h; }
-OFFSET k_base(uint b, uint s, uint h) { return WIDE(b) * pc.k_b + WIDE(s) * pc.k_s + WIDE(h) * pc.k_h; }
-OFFSET v_base(uint b, uint s, uint h) { return WIDE(b) * pc.v_b + WIDE(s) * pc.v_s + WIDE(h) * pc.v_h; }
+// Row bases of row s of the workgroup's sequence (b, from seq_begin).
+OFFSET q_base(uint b, uint s, uint h) { return WIDE(b) * pc.q_b + WIDE(seq_q0 + s) * pc.q_s + WIDE(h) * pc.q_h; }
+OFFSET k_base(uint b, uint s, uint h) { return WIDE(b) * pc.k_b + WIDE(seq_k0 + s) * pc.k_s + WIDE(h) * pc.k_h; }
+OFFSET v_base(uint b, uint s, uint h) { return WIDE(b) * pc.v_b + WIDE(seq_k0 + s) * pc.v_s + WIDE(h) * pc.v_h; }
 // O and dO share O's strides (dQ uses q_base, dK k_base, dV v_base).
-OFFSET o_base(uint b, uint s, uint h) { return WIDE(b) * pc.o_b + WIDE(s) * pc.o_s + WIDE(h) * pc.o_h; }
-// Index of row (b, h, i) in LSE and D (contiguous [B, Hq, Nq]).
-uint lse_index(uint b, uint h, uint i) { return (b * pc.Hq + h) * pc.Nq + i; }
+OFFSET o_base(uint b, uint s, uint h) { return WIDE(b) * pc.o_b + WIDE(seq_q0 + s) * pc.o_s + WIDE(h) * pc.o_h; }
+// Index of row (b, h, i) in LSE and D (contiguous [B,Hq,Nq]; [Hq,Tq]
+// when packed).
+uint lse_index(uint b, uint h, uint i) { return seq_lse0 + h * seq_lse_h + i; }
 
 // kv_head maps a query head to the key/value head it reads (GQA).
 uint kv_head(uint h) { return h / pc.group; }

@@ -114,7 +114,7 @@ var kernelBindings = map[string]int{
 	KernelNaive:   6,
 	KernelMinimal: 5,
 	KernelFlash:   6,
-	KernelBwdPre:  3,
+	KernelBwdPre:  4,
 	KernelBwdDKDV: 9,
 	KernelBwdDQ:   8,
 	// Cooperative-matrix kernels (f16 and bf16; coopmat.go).
@@ -135,7 +135,7 @@ var (
 		KernelNaive:        append(append([]uint32(nil), sharedSpecIDs...), SpecPass),
 		KernelMinimal:      sharedSpecIDs,
 		KernelFlash:        append(append([]uint32(nil), sharedSpecIDs...), SpecExt),
-		KernelBwdPre:       sharedSpecIDs,
+		KernelBwdPre:       append(append([]uint32(nil), sharedSpecIDs...), SpecExt),
 		KernelBwdDKDV:      append(append([]uint32(nil), sharedSpecIDs...), SpecExt),
 		KernelBwdDQ:        append(append([]uint32(nil), sharedSpecIDs...), SpecExt),
 		KernelFlashCM:      flashCMSpecIDs,

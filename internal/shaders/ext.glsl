@@ -17,12 +17,19 @@
 //   word 3 softcap c       (float32; used with EXT_SOFTCAP)
 //   word 4 seqused offset  (words; [B] int32 key counts, EXT_SEQUSED)
 //   word 5 slopes offset   (words; [Hq] or [B, Hq] float32, EXT_ALIBI)
+//   word 6 cu offset       (words; CuQ then CuK, B+1 uint32 each,
+//                           EXT_VARLEN)
+//   word 7 Tq              (the packed query rows, EXT_VARLEN)
 // The host stores a window side wider than Nq + Nk as −1, so the int32
 // arithmetic below cannot overflow (CheckProblem bounds Nq + Nk).
 //
-// A kernel calls ext_begin(b) once it knows its sequence and ext_head(b,
-// h) for each query head it works on (before the score helpers), both in
-// uniform control flow; the state they set is per invocation.
+// A kernel calls ext_begin(b) once it knows its sequence (instead of
+// seq_begin: it calls it) and ext_head(b, h) for each query head it works
+// on (before the score helpers), both in uniform control flow; the state
+// they set is per invocation. With EXT_VARLEN the sequence's rows are
+// seq_nq and seq_nk (attn_params.glsl) — fewer than pc.Nq and pc.Nk, the
+// longest — so the kernels bound rows and keys by those, and a workgroup
+// whose tile lies past them has nothing to do.
 
 layout(constant_id = 8) const uint EXT = 0u;
 layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; };
@@ -32,6 +39,7 @@ layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; }
 #define EXT_ALIBI 4u
 #define EXT_ALIBI_BATCH 8u
 #define EXT_SEQUSED 16u
+#define EXT_VARLEN 32u
 
 int ext_nk = 0;          // keys of the sequence (Keys(b))
 int ext_off = 0;         // row i's diagonal is key i + ext_off
@@ -42,12 +50,23 @@ float ext_inv_cap = 0.0; // 1/c
 float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
 
 void ext_begin(uint b) {
+	seq_begin(b);
 	if (EXT == 0u) {
 		return;
 	}
 	uint flags = ext_buf[2];
-	ext_nk = (flags & EXT_SEQUSED) != 0u ? int(ext_buf[ext_buf[4] + b]) : int(pc.Nk);
-	ext_off = (flags & EXT_BOTTOM_RIGHT) != 0u ? ext_nk - int(pc.Nq) : 0;
+	if ((flags & EXT_VARLEN) != 0u) {
+		uint cq = ext_buf[6] + b;    // CuQ[b]
+		uint ck = cq + pc.B + 1u;    // CuK[b]
+		seq_q0 = ext_buf[cq];
+		seq_nq = ext_buf[cq + 1u] - seq_q0;
+		seq_k0 = ext_buf[ck];
+		seq_nk = ext_buf[ck + 1u] - seq_k0;
+		seq_lse0 = seq_q0;
+		seq_lse_h = ext_buf[7];
+	}
+	ext_nk = (flags & EXT_SEQUSED) != 0u ? int(ext_buf[ext_buf[4] + b]) : int(seq_nk);
+	ext_off = (flags & EXT_BOTTOM_RIGHT) != 0u ? ext_nk - int(seq_nq) : 0;
 	ext_left = int(ext_buf[0]);
 	ext_right = int(ext_buf[1]);
 	ext_cap = (flags & EXT_SOFTCAP) != 0u ? uintBitsToFloat(ext_buf[3]) : 0.0;
@@ -66,6 +85,12 @@ void ext_head(uint b, uint h) {
 		ext_slope = uintBitsToFloat(ext_buf[ext_buf[5] + idx]) * LOG2E;
 	}
 }
+
+// read_keys is how many of the sequence's leading key rows a kernel may
+// read: seq_nk, or with EXT its key count (SeqUsedK), so that padding past
+// it — which may hold anything, NaN included — is never loaded (a masked
+// key's probability is 0, but 0·NaN is NaN).
+uint read_keys() { return EXT != 0u ? uint(ext_nk) : seq_nk; }
 
 // key_first: query row i sees keys key_first(i) … key_limit(i)−1 (mirrors
 // spec.Problem.KeyRange); both are non-decreasing in i, and key_first(i)
@@ -86,11 +111,11 @@ uint key_limit(uint i) {
 }
 
 // query_first … query_limit(j)−1 are the query rows that see key j
-// (query_first(j) ≥ query_limit(j) when none; both may exceed Nq).
+// (query_first(j) ≥ query_limit(j) when none; both may exceed seq_nq).
 uint query_first(uint j) {
 	if (EXT != 0u) {
 		if (int(j) >= ext_nk) {
-			return pc.Nq;
+			return seq_nq;
 		}
 		return ext_right < 0 ? 0u : uint(max(int(j) - ext_off - ext_right, 0));
 	}
@@ -99,9 +124,9 @@ uint query_first(uint j) {
 
 uint query_limit(uint j) {
 	if (EXT == 0u || ext_left < 0) {
-		return pc.Nq;
+		return seq_nq;
 	}
-	return uint(clamp(int(j) + ext_left - ext_off + 1, 0, int(pc.Nq)));
+	return uint(clamp(int(j) + ext_left - ext_off + 1, 0, int(seq_nq)));
 }
 
 // ext_tanh is tanh to about an ulp: an odd Taylor polynomial below 0.55

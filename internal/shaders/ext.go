@@ -13,7 +13,7 @@ const SpecExt uint32 = 8
 
 // ExtKernels are the kernels with an extended variant (they declare
 // SpecExt and bind the Ext buffer last).
-var ExtKernels = []string{KernelFlash, KernelBwdDKDV, KernelBwdDQ, KernelFlashCM, KernelBwdCMDKDV, KernelBwdCMDQ}
+var ExtKernels = []string{KernelFlash, KernelBwdPre, KernelBwdDKDV, KernelBwdDQ, KernelFlashCM, KernelBwdCMDKDV, KernelBwdCMDQ}
 
 // Flags of word 2 of the Ext buffer (ext.glsl's EXT_*).
 const (
@@ -22,6 +22,7 @@ const (
 	ExtALiBi
 	ExtALiBiBatch
 	ExtSeqUsed
+	ExtVarlen
 )
 
 // extHeader is the number of words before the Ext buffer's arrays.
@@ -29,7 +30,8 @@ const extHeader = 8
 
 // ExtWords is the Ext buffer of p (ext.glsl's layout): the window (a
 // side wider than Nq + Nk stored as −1, unbounded), the flags, the
-// softcap, then SeqUsedK and the ALiBi slopes. A plain problem (p.Ext
+// softcap, then SeqUsedK, the ALiBi slopes and the packed sequences'
+// offsets (CuQ then CuK) with Tq. A plain problem (p.Ext
 // nil) gets the header of an unbounded window with no flags.
 func ExtWords(p *spec.Problem) []uint32 {
 	w := make([]uint32, extHeader)
@@ -68,6 +70,14 @@ func ExtWords(p *spec.Problem) []uint32 {
 		for _, s := range e.Slopes {
 			w = append(w, math.Float32bits(s))
 		}
+	}
+	if e.CuQ != nil {
+		w[2] |= ExtVarlen
+		w[6] = uint32(len(w))
+		for _, c := range append(append([]int32(nil), e.CuQ...), e.CuK...) {
+			w = append(w, uint32(c))
+		}
+		w[7] = uint32(p.TotalQ())
 	}
 	return w
 }

@@ -7,13 +7,16 @@
 //   2 V   [B,Nk,Hkv,DV] STYPE, readonly  (pc.v_*)
 //   3 O   [B,Nq,Hq,DV] STYPE, written    (pc.o_*)
 //   4 LSE [B,Hq,Nq]    float32, written  (natural log; −inf for a row that
-//                                         sees no key, whose O row is 0)
+//                                         sees no key, whose O row is 0;
+//                                         [Hq,Tq] when packed)
 //   5 Ext              uint32, readonly  (ext.glsl; read when EXT = 1)
 // ADDRESSED build (flash.addr.DTYPE.spv): Q, K, V, O at pc.addr[0 … 3]
 //   instead of bindings 0 … 3 (params.glsl, Operands); LSE stays binding 4.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR, 4 BC, 5 SUBGROUP, 8 EXT.
 // Grid: (ceil(Nq/BR), Hq, B); workgroup (x, y, z) computes query rows
-//   x·BR … x·BR+BR−1 of head y of batch z.
+//   x·BR … x·BR+BR−1 of head y of batch z (with EXT: of the sequence's
+//   seq_nq rows — packed sequences are shorter than Nq — reading only its
+//   read_keys() keys; ext.glsl).
 //
 // Thread layout (derived from the spec constants; shaders.FlashFwdLayout
 // computes and checks the same):
@@ -79,10 +82,14 @@ void main() {
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
 	uint r0 = gl_WorkGroupID.x * BR;
-	uint rows = min(BR, pc.Nq - r0);
-	float sl2 = pc.scale * LOG2E;
 	ext_begin(b);
 	ext_head(b, h);
+	if (r0 >= seq_nq) {
+		return; // past a packed sequence's queries (uniform)
+	}
+	uint rows = min(BR, seq_nq - r0);
+	uint nkeys = read_keys();
+	float sl2 = pc.scale * LOG2E;
 
 	// Q tile → shared (coalesced along the feature dimension; tail rows 0).
 	STRIDED_BEGIN(e, BR * D)
@@ -122,7 +129,7 @@ void main() {
 
 	for (uint kt = fst_lo / BC; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
-		uint cols = min(BC, pc.Nk - c0);
+		uint cols = min(BC, nkeys - c0);
 
 		barrier(); // the previous tile's P·V is done with sKV and sP
 		STRIDED_BEGIN(e, BC * D)

@@ -32,6 +32,7 @@ void main() {
 	uint tid = gl_LocalInvocationIndex;
 	uint h = gl_WorkGroupID.y;
 	uint b = gl_WorkGroupID.z;
+	seq_begin(b);
 	uint kvh = kv_head(h);
 	uint i = gl_WorkGroupID.x * BR + tid; // this thread's query row
 	bool live = tid < BR && i < pc.Nq;

@@ -53,6 +53,7 @@ void main() {
 	uint i = gl_WorkGroupID.x;
 	uint h = gl_WorkGroupID.y;
 	uint b = gl_WorkGroupID.z;
+	seq_begin(b);
 	uint kvh = kv_head(h);
 	uint row = lse_index(b, h, i) * pc.Nk; // start of S row (b, h, i)
 	uint lim = key_limit(i);

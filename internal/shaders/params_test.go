@@ -142,7 +142,7 @@ func TestBindingsAndCapabilities(t *testing.T) {
 		KernelBwdDKDV: {4, 5}, // LSE, D
 		KernelBwdDQ:   {4, 5}, // LSE, D
 	}
-	uint32Bindings := map[string]int{KernelFlash: 5, KernelBwdDKDV: 8, KernelBwdDQ: 7} // the Ext buffer (ext.glsl)
+	uint32Bindings := map[string]int{KernelFlash: 5, KernelBwdPre: 3, KernelBwdDKDV: 8, KernelBwdDQ: 7} // the Ext buffer (ext.glsl)
 	for _, k := range Kernels {
 		n, err := Bindings(k)
 		if err != nil {

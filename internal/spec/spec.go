@@ -234,6 +234,14 @@ func (p *Problem) TotalQ() int {
 	return p.B * p.Nq
 }
 
+// TotalK is the number of key rows over the batch: B·Nk, or CuK[B].
+func (p *Problem) TotalK() int {
+	if p.Varlen() {
+		return int(p.Ext.CuK[p.B])
+	}
+	return p.B * p.Nk
+}
+
 // LSELen is the number of LSE (and D) entries: Hq per query row.
 func (p *Problem) LSELen() int { return p.Hq * p.TotalQ() }
 

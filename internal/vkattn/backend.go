@@ -268,12 +268,18 @@ func params(p *spec.Problem) shaders.Params {
 		}
 		return uint32(s)
 	}
+	// The extents the strides step over: packed sequences are one batch
+	// of Tq query and Tk key rows.
+	nb, nq, nk := p.B, p.Nq, p.Nk
+	if p.Varlen() {
+		nb, nq, nk = 1, p.TotalQ(), p.TotalK()
+	}
 	return shaders.Params{
 		B: uint32(p.B), Hq: uint32(p.Hq), Hkv: uint32(p.Hkv), Nq: uint32(p.Nq), Nk: uint32(p.Nk),
-		QB: st(p.B, p.Q.Batch), QS: st(p.Nq, p.Q.Seq), QH: st(p.Hq, p.Q.Head),
-		KB: st(p.B, p.K.Batch), KS: st(p.Nk, p.K.Seq), KH: st(p.Hkv, p.K.Head),
-		VB: st(p.B, p.V.Batch), VS: st(p.Nk, p.V.Seq), VH: st(p.Hkv, p.V.Head),
-		OB: st(p.B, p.O.Batch), OS: st(p.Nq, p.O.Seq), OH: st(p.Hq, p.O.Head),
+		QB: st(nb, p.Q.Batch), QS: st(nq, p.Q.Seq), QH: st(p.Hq, p.Q.Head),
+		KB: st(nb, p.K.Batch), KS: st(nk, p.K.Seq), KH: st(p.Hkv, p.K.Head),
+		VB: st(nb, p.V.Batch), VS: st(nk, p.V.Seq), VH: st(p.Hkv, p.V.Head),
+		OB: st(nb, p.O.Batch), OS: st(nq, p.O.Seq), OH: st(p.Hq, p.O.Head),
 		Scale: p.Scale, Mask: uint32(p.Mask), Group: uint32(p.Group()),
 	}
 }

@@ -217,7 +217,7 @@ func NaiveScratchBytes(p *spec.Problem) int64 {
 
 // BackwardScratchBytes is the backward's extra device memory: the float32
 // D = rowsum(dO∘O) of every query row, 4·B·Hq·Nq bytes.
-func BackwardScratchBytes(p *spec.Problem) int64 { return 4 * int64(p.B) * int64(p.Hq) * int64(p.Nq) }
+func BackwardScratchBytes(p *spec.Problem) int64 { return 4 * int64(p.LSELen()) }
 
 // ScalarTile is a scalar kernel's tile configuration as a tune Candidate:
 // "wg64-br64-bc16".

@@ -29,12 +29,23 @@ func (b *Backend) MaxBatchChunk(ctx context.Context, p *spec.Problem, dt spec.DT
 	if err := CheckProblem(p); err != nil {
 		return 0, err
 	}
-	one := p.Batches(0, 1)
 	dir := Fwd
 	if backward {
 		dir = Bwd
 	}
-	pl, err := b.Plan(ctx, one, dt, dir)
+	if p.Varlen() {
+		// Packed sequences share their operands' one batch: they run
+		// whole, if every operand and scratch buffer fits.
+		pl, err := b.Plan(ctx, p, dt, dir)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := maxBatchChunk(p, dt, backward, pl.Scratch, b.chunkLimits()); err != nil {
+			return 0, err
+		}
+		return p.B, nil
+	}
+	pl, err := b.Plan(ctx, p.Batches(0, 1), dt, dir)
 	if err != nil {
 		return 0, err
 	}

@@ -38,15 +38,20 @@ func opSpec(p *spec.Problem, op Operand) operandSpec {
 			return s
 		}
 	}
+	// Packed sequences are one batch of Tq query and Tk key rows.
+	nb, nq, nk := p.B, p.Nq, p.Nk
+	if p.Varlen() {
+		nb, nq, nk = 1, p.TotalQ(), p.TotalK()
+	}
 	switch op {
 	case OpQ, OpDQ:
-		s.shape, s.st = spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D}, p.Q
+		s.shape, s.st = spec.Shape{B: nb, S: nq, H: p.Hq, D: p.D}, p.Q
 	case OpK, OpDK:
-		s.shape, s.st = spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.D}, p.K
+		s.shape, s.st = spec.Shape{B: nb, S: nk, H: p.Hkv, D: p.D}, p.K
 	case OpV, OpDV:
-		s.shape, s.st = spec.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.Dv}, p.V
+		s.shape, s.st = spec.Shape{B: nb, S: nk, H: p.Hkv, D: p.Dv}, p.V
 	case OpO, OpDO:
-		s.shape, s.st = spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv}, p.O
+		s.shape, s.st = spec.Shape{B: nb, S: nq, H: p.Hq, D: p.Dv}, p.O
 	case OpLSE:
 		s.shape, s.st, s.dt = LSEShape(p), LSEStrides(p), spec.Float32
 	}

@@ -59,9 +59,17 @@ func checkExt(p *spec.Problem) error {
 	case e.SeqUsedK != nil && len(e.SeqUsedK) != p.B:
 		return fmt.Errorf("%w: problem: %d key counts for %d sequences", ErrInvalid, len(e.SeqUsedK), p.B)
 	}
+	if e.CuQ != nil || e.CuK != nil {
+		if err := checkCu("CuQ", e.CuQ, p.B, p.Nq); err != nil {
+			return err
+		}
+		if err := checkCu("CuK", e.CuK, p.B, p.Nk); err != nil {
+			return err
+		}
+	}
 	for b, n := range e.SeqUsedK {
-		if n < 0 || int(n) > p.Nk {
-			return fmt.Errorf("%w: problem: key count %d of sequence %d (Nk = %d)", ErrInvalid, n, b, p.Nk)
+		if n < 0 || int(n) > p.StoredKeys(b) {
+			return fmt.Errorf("%w: problem: key count %d of sequence %d (%d stored)", ErrInvalid, n, b, p.StoredKeys(b))
 		}
 	}
 	if e.Slopes != nil {
@@ -71,6 +79,20 @@ func checkExt(p *spec.Problem) error {
 		}
 		if len(e.Slopes) != want {
 			return fmt.Errorf("%w: problem: %d ALiBi slopes, want %d", ErrInvalid, len(e.Slopes), want)
+		}
+	}
+	return nil
+}
+
+// checkCu validates packed sequences' offsets: B+1 of them from 0, none
+// decreasing, no sequence longer than n.
+func checkCu(name string, cu []int32, b, n int) error {
+	if len(cu) != b+1 || cu[0] != 0 {
+		return fmt.Errorf("%w: problem: %s: %d offsets from %v, want %d from 0", ErrInvalid, name, len(cu), cu[:min(len(cu), 1)], b+1)
+	}
+	for i := 1; i < len(cu); i++ {
+		if d := cu[i] - cu[i-1]; d < 0 || int(d) > n {
+			return fmt.Errorf("%w: problem: %s: sequence %d has %d rows (0 … %d)", ErrInvalid, name, i-1, d, n)
 		}
 	}
 	return nil

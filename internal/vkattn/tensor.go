@@ -35,10 +35,15 @@ func dtypeOf[T Elem]() spec.DType {
 
 // LSEShape is the shape of the LSE (and of the backward's D) as a Tensor:
 // [B, Nq, Hq, 1], stored as contiguous [B, Hq, Nq] (LSEStrides).
-func LSEShape(p *spec.Problem) spec.Shape { return spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: 1} }
+func LSEShape(p *spec.Problem) spec.Shape {
+	if p.Varlen() {
+		return spec.Shape{B: 1, S: p.TotalQ(), H: p.Hq, D: 1}
+	}
+	return spec.Shape{B: p.B, S: p.Nq, H: p.Hq, D: 1}
+}
 
 // LSEStrides are the strides of contiguous [B, Hq, Nq] for LSEShape.
-func LSEStrides(p *spec.Problem) spec.Strides { return spec.BHSD(p.Nq, p.Hq, 1) }
+func LSEStrides(p *spec.Problem) spec.Strides { s := LSEShape(p); return spec.BHSD(s.S, s.H, 1) }
 
 // extent returns 1 + the largest element offset of shape s with strides
 // st, and false on negative strides, empty shapes or overflow past 2^62.

@@ -197,13 +197,15 @@ func FeatureCases() []Case {
 
 // RunFeatures runs the feature table forward and backward on every dtype,
 // then the backward of a window + softcap + ALiBi GQA case n times,
-// demanding bitwise-identical gradients.
+// demanding bitwise-identical gradients, then the packed
+// variable-length sequences (RunVarlen).
 func RunFeatures(t *testing.T, e *attention.Engine) {
 	t.Run("forward", func(t *testing.T) { RunForwardCases(t, e, FeatureCases()) })
 	t.Run("backward", func(t *testing.T) { RunBackwardCases(t, e, FeatureCases()) })
 	c := Case{B: 2, Hq: 4, Hkv: 2, Nq: 150, Nk: 130, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight,
 		Window: &attention.Window{Left: 50, Right: 0}, Softcap: 4, ALiBi: 1, SeqUsedK: []int32{130, 77}}
 	t.Run("deterministic", func(t *testing.T) { runDeterminism(t, e, c, 5) })
+	t.Run("varlen", func(t *testing.T) { RunVarlen(t, e) })
 }
 
 // Seed returns FLASHVK_SEED when set, else a fresh seed; the test logs it.

@@ -154,7 +154,7 @@ func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k,
 }
 
 // hostChunks enters the backend for one host call, checks what every host
-// call needs (a dtype the device runs, an LSE of B·Hq·Nq) and runs fn on each run of whole batches that fits the
+// call needs (a dtype the device runs, an LSE of LSELen) and runs fn on each run of whole batches that fits the
 // device's buffer and 32-bit addressing limits, with that chunk's problem,
 // first batch and LSE.
 func hostChunks(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, backward bool, lse []float32, fn func(ctx context.Context, c *spec.Problem, b0 int, lse []float32) error) error {
@@ -174,10 +174,10 @@ func (b *Backend) hostChunks(ctx context.Context, p *spec.Problem, dt spec.DType
 	if err != nil {
 		return err
 	}
-	if want := p.B * p.Hq * p.Nq; len(lse) < want {
+	if want := p.LSELen(); len(lse) < want {
 		return fmt.Errorf("%w: lse: %d elements, want %d", ErrInvalid, len(lse), want)
 	}
-	per := p.Hq * p.Nq
+	per := p.Hq * p.Nq // (a packed problem runs whole: cb = B)
 	for b0 := 0; b0 < p.B; b0 += cb {
 		if err := fn(ctx, chunk(p, b0, min(cb, p.B-b0)), b0, lse[b0*per:]); err != nil {
 			return err
@@ -294,7 +294,7 @@ func hostPass[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.
 			return fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, os.name, len(data[op]), n)
 		}
 	}
-	nl := p.B * p.Hq * p.Nq
+	nl := p.LSELen()
 	var bufs operandBufs
 	var err error
 	for _, op := range in {

@@ -174,7 +174,7 @@ float prob(float x, float t) { return x >= t ? 1.0 : exp2(x); }
 #define WIDE(x) uint64_t(x)
 #else
 #define OFFSET uint
-#define WIDE(x) x
+#define WIDE(x) (x)
 #endif
 
 // thread_index numbers the workgroup's invocations subgroup by subgroup, so

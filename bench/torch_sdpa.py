@@ -33,12 +33,36 @@ them with flashvk's.
     python3 bench/torch_sdpa.py --cache-seqlens 128,4000,17 --heads 32 --kv-heads 8 --dim 128 --json torch-kv.json
     python3 bench/torch_sdpa.py --decode --nk 1024 8192 32768 --batch 16 --heads 32 --kv-heads 8 --dim 128 --dry-run
 
+Options beyond the causal mask, the anchor for `flashvk bench` with the same
+flags, on every point of the grid, forward and backward: --window L,R (a
+sliding window: query i sees keys i-L ... i+R, -1 unbounded; with --causal R
+is -1 or 0), --alibi (ALiBi, the bias -slope_h*|i - j| with the standard slopes
+slope_h = 2^(-8(h+1)/H)) and --seqused-k N1,N2,... (the keys each sequence
+uses, the rest masked: one value for every sequence, or one per sequence,
+which sets B) become one additive float attn_mask for SDPA, in the storage
+dtype and only as large as they need ([1, 1, N, N]; [B, 1, N, N] for key
+counts that differ; [., H, N, N] with ALiBi; the causal mask is folded in):
+16384^2 fp16 is 512 MiB per [1, 1] slice. The flash backend takes no
+attn_mask, so the default --backend is then best, which times the others
+(efficient, cudnn, math) and reports the fastest. --softcap C (each scaled
+score s becomes C*tanh(s/C)) runs through torch.nn.attention.flex_attention,
+compiled with torch.compile, with a score_mod (softcap, then ALiBi) and a
+block mask (causal, window, key counts) where this PyTorch has it, else on an
+eager math path that materialises the scores. Each result records the
+options ("window", "softcap", "alibi", "seqused_k", as flashvk writes them),
+the implementation that ran ("kernel": "sdpa-<backend>", "flex-attention" or
+"eager-softcap"), how ("note") and every implementation's median
+("backends_ms"); TFLOP/s then counts the visible (query, key) pairs exactly,
+as flashvk does. Diagonals are top-left (flashvk bench's default --align).
+    python3 bench/torch_sdpa.py --dtype float16 --seq 4096 8192 --causal true --window 1024,0 --backward --json torch-window.json
+
 The parts that need no GPU (the decode grid, FLOPs, bytes, masks' key limits,
-block tables) are plain functions with doctests:
+block tables, the options' visible pairs) are plain functions with doctests:
     python3 -m doctest -v bench/torch_sdpa.py
 and --dry-run prints the decode points as JSON lines without timing anything.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import random
@@ -63,11 +87,12 @@ def sdp_backend(name):
     return getattr(SDPBackend, SDP_NAMES[name], None)
 
 
-def grid(dims, seqs, causals, tokens, hidden):
+def grid(dims, seqs, causals, tokens, hidden, batch=None):
+    """The points (d, N, causal, B, H): B = batch, else tokens/N."""
     for d in dims:
         for n in seqs:
             for c in causals:
-                yield d, n, c, max(tokens // n, 1), max(hidden // d, 1)
+                yield d, n, c, batch or max(tokens // n, 1), max(hidden // d, 1)
 
 
 def quantile(xs, q):
@@ -108,6 +133,116 @@ def int_list(s):
 
 def flatten(xss):
     return None if xss is None else [x for xs in xss for x in xs]
+
+
+def window_pair(s):
+    """--window's value: L,R, two integers >= -1 (-1: unbounded).
+
+    >>> window_pair("128,0"), window_pair("-1, 16")
+    ([128, 0], [-1, 16])
+    >>> window_pair("5")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: want L,R: two integers >= -1 (-1 unbounded)
+    """
+    parts = s.split(",")
+    try:
+        w = [int(x) for x in parts]
+    except ValueError:
+        w = []
+    if len(w) != 2 or min(w) < -1:
+        raise argparse.ArgumentTypeError("want L,R: two integers >= -1 (-1 unbounded)")
+    return w
+
+
+def join_window(argv):
+    """argv with "--window L,R" as "--window=L,R": argparse would take a
+    value such as -1,0 for an option.
+
+    >>> join_window(["--window", "-1,0", "--alibi"])
+    ['--window=-1,0', '--alibi']
+    """
+    out = list(argv)
+    for i in range(len(out) - 1):
+        if out[i] == "--window":
+            out[i:i + 2] = ["--window=" + out[i + 1]]
+            break
+    return out
+
+
+# ---- options beyond the causal mask: the parts without CUDA ----
+
+def alibi_slopes(h):
+    """The standard ALiBi slopes of h heads, 2^(-8(i+1)/h) for i = 0 ... h-1
+    (flashvk's --alibi).
+
+    >>> alibi_slopes(4)
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    """
+    return [2.0 ** (-8.0 * (i + 1) / h) for i in range(h)]
+
+
+def key_range(i, nk, window, causal):
+    """The keys [lo, hi) query i of a sequence of nk keys sees under a
+    top-left diagonal: j < nk, i - L <= j <= i + R (-1 unbounded) and, when
+    causal, j <= i.
+
+    >>> key_range(10, 64, [4, 2], False), key_range(10, 64, [4, -1], True), key_range(10, 8, None, False)
+    ((6, 13), (6, 11), (0, 8))
+    >>> key_range(10, 4, [2, 0], False)
+    (4, 4)
+    """
+    lo, hi = 0, nk
+    if window is not None and window[0] >= 0:
+        lo = min(max(i - window[0], 0), nk)
+    if window is not None and window[1] >= 0:
+        hi = min(max(i + window[1] + 1, 0), nk)
+    if causal:
+        hi = min(hi, i + 1)
+    return lo, max(lo, hi)
+
+
+def feature_flops(b, h, n, d, causal, window, seqused):
+    """Forward FLOPs with options, as flashvk's attention.Flops counts them:
+    2*H*(d+dv) per visible (query, key) pair, exactly (dv = d; seqused:
+    one key count per sequence, or None for n each).
+
+    >>> feature_flops(1, 2, 8, 4, True, None, None)  # 36 pairs, not 32
+    1152.0
+    >>> feature_flops(2, 1, 8, 4, False, [1, 0], [8, 3])
+    336.0
+    """
+    counts = seqused or [n] * b
+    pairs = sum(hi - lo for nk in counts for lo, hi in (key_range(i, nk, window, causal) for i in range(n)))
+    return 2.0 * h * (d + d) * pairs
+
+
+def features_of(a):
+    """The options a result records, as flashvk writes them (None: unset)."""
+    return {k: v for k, v in (("window", a.window), ("softcap", a.softcap), ("alibi", a.alibi or None),
+                              ("seqused_k", a.seqused_k)) if v is not None}
+
+
+def check_feature_args(ap, a, seqs, causals):
+    """Refuse what flashvk bench refuses for --window, --softcap, --alibi and
+    --seqused-k on a grid (exit 2)."""
+    w = a.window
+    if w == [-1, -1]:
+        ap.error("--window -1,-1 has no effect: both sides are unbounded (omit --window)")
+    if w is not None and w[1] > 0 and True in causals:
+        ap.error(f"--window {w[0]},{w[1]} with --causal: R must be -1 or 0 (a causal mask shows no key after the diagonal)")
+    if w is not None and w[0] == -1 and causals == [True]:
+        ap.error(f"--window -1,{w[1]} has no effect with --causal: the left side is unbounded and the causal mask already bounds the right")
+    if a.softcap is not None and not 0 < a.softcap < float("inf"):
+        ap.error(f"--softcap {a.softcap}: want a finite c > 0 (omit --softcap for none)")
+    for k in a.seqused_k or []:
+        if not 0 <= k <= min(seqs):
+            ap.error(f"--seqused-k {k}: want 0 ... Nk = {min(seqs)} (every point's Nk)")
+    if a.seqused_k and all(k == n for k in a.seqused_k for n in seqs):
+        ap.error(f"--seqused-k has no effect: every sequence uses all Nk = {seqs[0]} keys")
+    if a.softcap is not None and a.backend is not None:
+        ap.error("--backend has no effect with --softcap: the softcap runs through flex_attention (or the eager math path)")
+    if (w is not None or a.alibi or a.seqused_k) and a.backend == "flash":
+        ap.error("--backend flash takes no attn_mask, which --window, --alibi and --seqused-k need: give efficient, cudnn, math or best")
 
 
 # ---- decode mode: the parts without CUDA ----
@@ -208,6 +343,9 @@ def check_decode_args(ap, a):
           else "--append" if a.append_given else "--decode")
     if a.backward:
         ap.error(f"--backward has no effect in decode mode ({by}): decoding has no backward pass")
+    for flag, given in (("--window", a.window), ("--softcap", a.softcap), ("--alibi", a.alibi), ("--seqused-k", a.seqused_k)):
+        if given:
+            ap.error(f"{flag} does not apply in decode mode ({by}): a KV-cache call takes no window, softcap, ALiBi or key counts")
     if a.seq_given:
         ap.error(f"--seq has no effect in decode mode ({by}): --nq (default 1) and --nk or --cache-seqlens give the lengths")
     if not a.cache_seqlens and not a.nk:
@@ -386,6 +524,12 @@ def main():
     ap.add_argument("--rotate", type=int, default=4)
     ap.add_argument("--backward", action="store_true", help="also time the backward")
     ap.add_argument("--json", help="write results here")
+    op = ap.add_argument_group("options beyond the causal mask (as flashvk bench's; not in decode mode)")
+    op.add_argument("--window", type=window_pair, help="sliding window L,R: keys i-L ... i+R (-1 unbounded; with --causal R is -1 or 0)")
+    op.add_argument("--softcap", type=float, help="cap each scaled score s to C*tanh(s/C) (flex_attention, else the eager math path)")
+    op.add_argument("--alibi", action="store_true", help="ALiBi bias -slope_h*|i - j|, slope_h = 2^(-8(h+1)/H)")
+    op.add_argument("--seqused-k", type=int_list, nargs="+",
+                    help="keys each sequence uses (the rest masked): one for every sequence, or one per sequence (sets B)")
     dm = ap.add_argument_group("decode mode (KV-cache calls, as flashvk bench's decode mode)")
     dm.add_argument("--decode", action="store_true", help="decode mode (implied by --cache-seqlens, --paged, --append)")
     dm.add_argument("--cache-seqlens", type=int_list, nargs="+", help="rows cached per sequence before the call (sets B)")
@@ -398,8 +542,8 @@ def main():
     dm.add_argument("--append", type=int, default=None, help="new K/V rows appended per sequence (not timed)")
     dm.add_argument("--seed", type=int, default=None, help="seed of the inputs and the block table (default 1)")
     dm.add_argument("--dry-run", action="store_true", help="print the decode points as JSON lines and time nothing (no GPU)")
-    a = ap.parse_args()
-    a.cache_seqlens, a.nq, a.nk = flatten(a.cache_seqlens), flatten(a.nq), flatten(a.nk)
+    a = ap.parse_args(join_window(sys.argv[1:]))
+    a.cache_seqlens, a.nq, a.nk, a.seqused_k = flatten(a.cache_seqlens), flatten(a.nq), flatten(a.nk), flatten(a.seqused_k)
     a.seq_given, a.append_given = a.seq is not None, a.append is not None
     a.append = a.append or 0
     decode = a.decode or a.cache_seqlens is not None or a.paged is not None or a.append_given
@@ -420,7 +564,10 @@ def main():
                             ("--kv-heads", a.kv_heads), ("--seed", a.seed is not None), ("--dry-run", a.dry_run)):
             if given:
                 ap.error(f"{flag} applies to decode mode (--cache-seqlens, --paged, --append or --decode)")
-        a.backend = a.backend or "flash"
+        check_feature_args(ap, a, a.seq or [512, 1024, 2048, 4096, 8192, 16384],
+                           {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"])
+        masked = a.window is not None or a.alibi or a.seqused_k
+        a.backend = a.backend or ("flex" if a.softcap is not None else "best" if masked else "flash")
     if torch is None:
         sys.exit("torch_sdpa.py: needs PyTorch with CUDA (import torch failed)")
 
@@ -433,7 +580,8 @@ def main():
         "schema": "flashvk-bench/1", "tool": "torch", "version": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": {"name": torch.cuda.get_device_name(), "driver": f"CUDA {torch.version.cuda}",
-                   "backend": f"torch-sdpa-{a.backend}"},
+                   "backend": f"torch-sdpa-{a.backend}" if a.backend != "flex" else
+                   f"torch-{'flex-attention' if flex() else 'eager-softcap'}"},
         "results": results,
     }
     if a.json:
@@ -441,37 +589,167 @@ def main():
             json.dump(doc, fh, indent=1)
 
 
+# ---- options beyond the causal mask: on CUDA ----
+
+def feature_mask(a, b, h, n, causal, dt, dev):
+    """The additive float attn_mask of --window, --alibi and --seqused-k (the
+    causal mask folded in), in dtype dt, only as large as needed: [B or 1,
+    H or 1, N, N]; 0 where a key is visible (plus ALiBi's bias), -inf where
+    not. Returns the mask and its description."""
+    i = torch.arange(n, device=dev)[:, None]
+    j = torch.arange(n, device=dev)[None, :]
+    vis = torch.ones(n, n, dtype=torch.bool, device=dev)
+    w = a.window
+    if w is not None and w[0] >= 0:
+        vis &= j >= i - w[0]
+    if w is not None and w[1] >= 0:
+        vis &= j <= i + w[1]
+    if causal:
+        vis &= j <= i
+    ks = a.seqused_k or [n] * b
+    per_batch = len(set(ks)) > 1
+    mb, mh = (b if per_batch else 1), (h if a.alibi else 1)
+    mask = torch.empty(mb, mh, n, n, dtype=dt, device=dev)
+    dist = (i - j).abs().float() if a.alibi else None
+    slopes = alibi_slopes(h)
+    for x in range(mb):
+        keep = vis & (j < ks[x])
+        for y in range(mh):
+            bias = -slopes[y] * dist if a.alibi else torch.zeros(n, n, device=dev)
+            mask[x, y] = bias.masked_fill_(~keep, float("-inf"))  # copied into dt
+    del vis, dist
+    what = [k for k, on in (("window %d,%d" % tuple(w) if w else "", w), ("alibi", a.alibi),
+                           ("seqused_k", a.seqused_k), ("causal", causal)) if on]
+    return mask, (f"additive {a.dtype} attn_mask {list(mask.shape)} ({', '.join(what)}; top-left diagonal), "
+                  f"{mask.numel() * mask.element_size() / 2**20:.0f} MiB")
+
+
+_flex = None
+
+
+def flex():
+    """flex_attention compiled with torch.compile, and create_block_mask;
+    None where this PyTorch has no flex_attention."""
+    global _flex
+    if _flex is None:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            _flex = (torch.compile(flex_attention, dynamic=False), create_block_mask)
+        except ImportError:
+            _flex = ()
+    return _flex or None
+
+
+def softcap_impl(a, b, h, n, causal, dt, dev):
+    """--softcap's implementation of a point: flex_attention with a score_mod
+    (the softcap, then ALiBi) and a block mask (causal, window, key counts),
+    or, without flex_attention, the eager math path (scores materialised,
+    softcapped, the feature mask added, softmax in float32). Returns
+    (name, attend(q, k, v), note)."""
+    c, w = a.softcap, a.window
+    if flex() is not None:
+        attend_flex, create_block_mask = flex()
+        slopes = torch.tensor(alibi_slopes(h), device=dev)
+        seqk = torch.tensor(a.seqused_k or [n] * b, device=dev)
+
+        def score_mod(score, bi, hi, qi, ki):
+            score = c * torch.tanh(score / c)
+            if a.alibi:
+                score = score - slopes[hi] * (qi - ki).abs()
+            return score
+
+        def mask_mod(bi, hi, qi, ki):
+            ok = ki < seqk[bi]
+            if causal:
+                ok = ok & (ki <= qi)
+            if w is not None and w[0] >= 0:
+                ok = ok & (ki >= qi - w[0])
+            if w is not None and w[1] >= 0:
+                ok = ok & (ki <= qi + w[1])
+            return ok
+        masked = causal or w is not None or a.seqused_k
+        per_batch = a.seqused_k and len(set(a.seqused_k)) > 1
+        block = create_block_mask(mask_mod, b if per_batch else None, None, n, n, device=dev) if masked else None
+        return ("flex-attention", lambda q, k, v: attend_flex(q, k, v, score_mod=score_mod, block_mask=block),
+                "flex_attention (torch.compile) with a score_mod (softcap" + (", alibi" if a.alibi else "") + ")"
+                + (" and a block mask" if masked else ""))
+    mask, how = (feature_mask(a, b, h, n, causal, dt, dev) if causal or w is not None or a.alibi or a.seqused_k
+                 else (None, "no mask"))
+
+    def attend_eager(q, k, v):
+        s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        s = c * torch.tanh(s / c)
+        if mask is not None:
+            s = s + mask
+        return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+    return "eager-softcap", attend_eager, f"no flex_attention in this PyTorch: eager math path (scores materialised); {how}"
+
+
+def point_impls(a, b, h, n, causal, dt, dev):
+    """The implementations to time on a point: [(name, context, attend)],
+    attend(q, k, v) -> O under context(), and a note on how the options
+    ran ("" without options)."""
+    if a.softcap is not None:
+        name, attend, note = softcap_impl(a, b, h, n, causal, dt, dev)
+        return [(name, contextlib.nullcontext, attend)], note
+    mask, note = None, ""
+    if a.window is not None or a.alibi or a.seqused_k:
+        mask, note = feature_mask(a, b, h, n, causal, dt, dev)
+    impls = []
+    for name in BACKENDS if a.backend == "best" else [a.backend]:
+        be = sdp_backend(name)
+        if be is None:
+            print(f"skip {name}: not in this PyTorch", file=sys.stderr)
+            continue
+        if mask is not None and name == "flash":
+            print("skip flash: it takes no attn_mask", file=sys.stderr)
+            continue
+        if mask is None:
+            def attend(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            def attend(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        impls.append((f"sdpa-{name}", lambda be=be: sdpa_kernel(be), attend))
+    return impls, note
+
+
 def run_grid(a):
     dev = torch.device("cuda")
     dt = getattr(torch, a.dtype)
     seqs = a.seq or [512, 1024, 2048, 4096, 8192, 16384]
     causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"]
+    feats = features_of(a)
+    batch = len(a.seqused_k) if a.seqused_k and len(a.seqused_k) > 1 else None
     results = []
-    for d, n, causal, b, h in grid(a.dim, seqs, causals, a.tokens, a.hidden):
+    for d, n, causal, b, h in grid(a.dim, seqs, causals, a.tokens, a.hidden, batch):
         # BHSD, as SDPA takes it.
         sets = []
         for _ in range(a.rotate):
             q, k, v = (torch.randn(b, h, n, d, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
             sets.append((q, k, v, torch.randn(b, h, n, d, device=dev, dtype=dt)))
-        flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
+        if feats:
+            seqused = a.seqused_k * b if a.seqused_k and len(a.seqused_k) == 1 else a.seqused_k
+            flops = feature_flops(b, h, n, d, causal, a.window, seqused)
+        else:
+            flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
+        impls, note = point_impls(a, b, h, n, causal, dt, dev)
+        if note:
+            print(f"d={d} N={n} causal={int(causal)}: {note}", file=sys.stderr)
         directions = ["fwd", "bwd"] if a.backward else ["fwd"]
         for direction in directions:
             timed = {}
-            for name in BACKENDS if a.backend == "best" else [a.backend]:
-                be = sdp_backend(name)
-                if be is None:
-                    print(f"skip {name}: not in this PyTorch", file=sys.stderr)
-                    continue
-                with sdpa_kernel(be):
+            for name, context, attend in impls:
+                with context():
                     try:
                         if direction == "fwd":
-                            def fn(i):
+                            def fn(i, attend=attend):
                                 q, k, v, _ = sets[i % len(sets)]
                                 with torch.no_grad():
-                                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                                    attend(q, k, v)
                             f = flops
                         else:
-                            outs = [F.scaled_dot_product_attention(q, k, v, is_causal=causal) for q, k, v, _ in sets]
+                            outs = [attend(q, k, v) for q, k, v, _ in sets]
 
                             def fn(i, outs=outs):
                                 j = i % len(sets)
@@ -479,22 +757,29 @@ def run_grid(a):
                                 torch.autograd.grad(outs[j], (q, k, v), do, retain_graph=True)
                             f = 2.5 * flops
                         timed[name] = time_calls(fn, a.warmup, a.iters)
-                    except RuntimeError as e:  # backend refuses this shape
+                    except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:  # the implementation refuses this shape or mask
                         print(f"skip {name} d={d} N={n} causal={causal} {direction}: {e}", file=sys.stderr)
                         continue
+                    finally:
+                        outs = fn = None  # the backward graphs of this implementation
             if not timed:
                 continue
             best = min(timed, key=lambda name: statistics.median(timed[name]))
             ts = timed[best]
             med = statistics.median(ts)
             r = dict(direction=direction, dtype=a.dtype, B=b, H=h, Hkv=h, Nq=n, Nk=n, d=d, dv=d,
-                     causal=causal, align="top-left", kernel=f"sdpa-{best}",
+                     causal=causal, align="top-left", kernel=best,
                      median_ms=med, p10_ms=quantile(ts, 0.1), p90_ms=quantile(ts, 0.9),
                      tflops=f / (med * 1e-3) / 1e12, iters=a.iters, clock="cuda-events")
+            if feats:
+                r.update(feats)
+                if a.seqused_k:
+                    r["seqused_k"] = seqused
+                r.update(note=note, backends_ms={name: statistics.median(t) for name, t in timed.items()})
             results.append(r)
             print(f"{direction} {a.dtype} d={d:3d} N={n:5d} causal={int(causal)} B={b:2d} H={h:2d} "
-                  f"{med:8.3f} ms {r['tflops']:7.1f} TFLOP/s", flush=True)
-        del sets
+                  f"{med:8.3f} ms {r['tflops']:7.1f} TFLOP/s {best}", flush=True)
+        del sets, impls
         torch.cuda.empty_cache()
     return results
 

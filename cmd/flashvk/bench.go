@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,17 +99,31 @@ once complete. Points that fail are left out of it and reported (exit 1); an
 interrupted sweep (SIGINT, SIGTERM: exit 130, 143) writes no file and prints
 no table — the progress lines on stderr have the points measured.
 
+--window L,R, --softcap C, --alibi and --seqused-k (see run --help) apply to
+every point of the grid (the causal ones and the others: with --causal both,
+R must be −1 or 0), and the results record them ("window", "softcap",
+"alibi", "seqused_k"; TFLOP/s then counts the visible (query, key) pairs
+exactly), so compare and report keep them apart from plain points.
+--seqused-k with one value gives every sequence of every point that many
+keys; with several, one per sequence, it sets B at every point (beside
+--batch they must agree; --tokens then has no effect). Every value must be at
+most every point's Nk: a point with fewer keys is refused, not clamped.
+bench/torch_sdpa.py takes the same flags for a PyTorch anchor.
+
 A flag that would change nothing is refused (exit 2): --tokens beside
---batch, --hidden beside --heads, --seq beside --nq and --nk, --align without
-a causal mask or a point with Nq ≠ Nk, --check with --benchfmt and no --json
-(the errors would be printed nowhere), --per-kernel and --rotate where only
-the CPU backend runs (it times whole calls on one input set), --per-kernel
-with --progress none and no --json, in decode mode --backward, --rotate,
---seq and --tokens beside --cache-seqlens, and the engine flags where they do not
-apply (see run --help).`,
+--batch or several --seqused-k values, --hidden beside --heads, --seq beside
+--nq and --nk, --align without a causal mask, --window or --alibi or without
+a point whose sequences have Nk ≠ Nq keys, a --window or --seqused-k that
+changes no point, --check with --benchfmt and no --json (the errors would be
+printed nowhere), --per-kernel and --rotate where only the CPU backend runs
+(it times whole calls on one input set), --per-kernel with --progress none
+and no --json, in decode mode --backward, --rotate, --seq, --tokens beside
+--cache-seqlens, --window, --softcap, --alibi and --seqused-k, and the engine
+flags where they do not apply (see run --help).`,
 		Example: `  flashvk bench --json h200.json
   flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
   flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4
+  flashvk bench --dtype f16 --seq 4096,8192 --causal --window 1024,0 --backward --json sliding.json
   flashvk bench --backend cpu --seq 128 --iters 5 --json cpu.json
   flashvk bench --decode --nk 1024,8192,32768 --batch 16 --heads 32 --kv-heads 8 --dim 128 --dtype f16 --json decode.json`,
 		Args: cobra.NoArgs,
@@ -163,7 +178,14 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkKeyCountBatch(); err != nil {
+		return nil, err
+	}
 	var pts []benchPoint
+	// The features must change some point: noEffect says why they
+	// change the first point, effective whether they change any.
+	var noEffect error
+	effective := false
 	for _, dt := range dtypes {
 		for _, d := range s.dim {
 			for _, causal := range s.causal.vals {
@@ -174,9 +196,14 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 						hkv = h
 					}
 					p := problem{B: b, Hq: h, Hkv: hkv, Nq: n[0], Nk: n[1], D: d, Dv: d, DType: dt, Layout: attention.BSHD,
-						Causal: causal, Align: align}
+						Causal: causal, Align: align, features: s.features(b)}
 					if err := p.validate(); err != nil {
 						return nil, err
+					}
+					if err := p.features.effect(p.Nk, p.Causal); err == nil {
+						effective = true
+					} else if noEffect == nil {
+						noEffect = err
 					}
 					pts = append(pts, benchPoint{p: p})
 					if f.backward {
@@ -185,6 +212,9 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 				}
 			}
 		}
+	}
+	if !effective && noEffect != nil {
+		return nil, noEffect
 	}
 	return pts, nil
 }
@@ -258,7 +288,7 @@ func pointLabel(dev DeviceInfo, pt benchPoint) string {
 	if p.Nk != p.Nq {
 		n = fmt.Sprintf("Nq=%d Nk=%d", p.Nq, p.Nk)
 	}
-	return fmt.Sprintf("%s %s %s d=%d %s %s", dev.Name, direction(pt.backward), shortDType(p.DType.String()), p.D, n, p.maskString())
+	return fmt.Sprintf("%s %s %s d=%d %s %s", dev.Name, direction(pt.backward), shortDType(p.DType.String()), p.D, n, p.optionsString())
 }
 
 // checkEffect refuses the flags of bench that would change nothing.
@@ -477,7 +507,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 				continue
 			}
 			r := Result{Direction: direction(pt.backward), DType: p.DType.String(), B: p.B, H: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk,
-				D: p.D, Dv: p.Dv, Causal: p.Causal, Align: p.Align.String(), Kernel: j.e.kernel(),
+				D: p.D, Dv: p.Dv, Causal: p.Causal, Align: p.Align.String(), features: p.features, Kernel: j.e.kernel(),
 				MedianMS: ms(res.Median()), P10MS: ms(res.Quantile(0.1)), P90MS: ms(res.Quantile(0.9)),
 				TFLOPS: res.TFLOPS(), Iters: len(res.Times), Clock: res.Clock}
 			if d := pt.dec; d != nil {
@@ -733,11 +763,15 @@ func printBench(w io.Writer, rs []Result, multi bool) {
 	hdr := "dir\tdtype\tB\tH\tN\td\tcausal\tmedian\tp10\tp90\tTFLOP/s\t"
 	check := slices.ContainsFunc(rs, func(r Result) bool { return r.RelL2 != nil })
 	kv := slices.ContainsFunc(rs, func(r Result) bool { return r.Direction == "kv" })
+	options := slices.ContainsFunc(rs, func(r Result) bool { return r.features.set() })
 	if kv {
 		hdr += "GB/s\tcache\t"
 	}
 	if check {
 		hdr += "max_abs\trel_l2\t"
+	}
+	if options {
+		hdr += "options\t"
 	}
 	if multi {
 		hdr = "device\t" + hdr
@@ -762,6 +796,9 @@ func printBench(w io.Writer, rs []Result, multi bool) {
 			} else {
 				fmt.Fprint(tw, "-\t-\t")
 			}
+		}
+		if options {
+			fmt.Fprintf(tw, "%s\t", cmp.Or(keyOf(&r).Options, "-"))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -800,7 +837,7 @@ func benchName(r Result) string {
 			name += "Nk" + strconv.Itoa(r.Nk)
 		}
 	}
-	return name
+	return name + r.features.nameSuffix()
 }
 
 // kvBenchName is benchName for a kv result: the shape, the lengths (up
@@ -814,16 +851,7 @@ func kvBenchName(r Result) string {
 	if r.Hkv != r.H {
 		name += "Hkv" + strconv.Itoa(r.Hkv)
 	}
-	name += "Nk" + strconv.Itoa(r.Nk) + "/L"
-	if ls := r.CacheSeqLens; len(ls) <= 8 {
-		name += compactLens(ls, "-")
-	} else {
-		sum := 0
-		for _, x := range ls {
-			sum += x
-		}
-		name += fmt.Sprintf("n%dmin%dmax%dmean%d", len(ls), slices.Min(ls), slices.Max(ls), sum/len(ls))
-	}
+	name += "Nk" + strconv.Itoa(r.Nk) + "/L" + lensName(r.CacheSeqLens)
 	if r.Append > 0 {
 		name += fmt.Sprintf("/append%d", r.Append)
 	}
@@ -831,6 +859,19 @@ func kvBenchName(r Result) string {
 		name += fmt.Sprintf("/paged%d", r.BlockSize)
 	}
 	return name
+}
+
+// lensName is a list of lengths in a benchmark name: up to 8 joined by
+// "-", else their count, range and mean.
+func lensName(ls []int) string {
+	if len(ls) <= 8 {
+		return compactLens(ls, "-")
+	}
+	sum := 0
+	for _, x := range ls {
+		sum += x
+	}
+	return fmt.Sprintf("n%dmin%dmax%dmean%d", len(ls), slices.Min(ls), slices.Max(ls), sum/len(ls))
 }
 
 // printBenchfmt prints the results in the Go benchmark format, one

@@ -24,6 +24,9 @@ type rowKey struct {
 	Nk        int    `json:"Nk"`
 	D         int    `json:"d"`
 	Causal    bool   `json:"causal"`
+	// Options tells results with a window, softcap, ALiBi or key counts
+	// apart (problem.featuresLabel); "" for the others.
+	Options string `json:"options,omitempty"`
 	// Cache tells KV-cache results (direction "kv") apart: their lengths,
 	// rows appended and block size (see cacheLabel); "" for the others.
 	Cache string `json:"cache,omitempty"`
@@ -31,6 +34,9 @@ type rowKey struct {
 
 func keyOf(r *Result) rowKey {
 	k := rowKey{Direction: r.Direction, DType: r.DType, B: r.B, H: r.H, Nq: r.Nq, Nk: r.Nk, D: r.D, Causal: r.Causal}
+	if r.features.set() {
+		k.Options = r.problem().featuresLabel()
+	}
 	if r.Direction == "kv" {
 		k.Cache = cacheLabel(*r)
 	}
@@ -39,8 +45,8 @@ func keyOf(r *Result) rowKey {
 
 func (k rowKey) less(o rowKey) int {
 	return cmp.Or(cmp.Compare(dirOrder(k.Direction), dirOrder(o.Direction)), cmp.Compare(k.DType, o.DType), cmp.Compare(k.D, o.D),
-		boolCmp(k.Causal, o.Causal), cmp.Compare(k.Nq, o.Nq), cmp.Compare(k.Nk, o.Nk), cmp.Compare(k.B, o.B), cmp.Compare(k.H, o.H),
-		cmp.Compare(k.Cache, o.Cache))
+		boolCmp(k.Causal, o.Causal), cmp.Compare(k.Options, o.Options), cmp.Compare(k.Nq, o.Nq), cmp.Compare(k.Nk, o.Nk),
+		cmp.Compare(k.B, o.B), cmp.Compare(k.H, o.H), cmp.Compare(k.Cache, o.Cache))
 }
 
 // dirOrder puts the forward before the backward, and KV-cache calls last.
@@ -135,10 +141,11 @@ func (a *app) compareCmd() *cobra.Command {
 		Short: "Compare benchmark result files side by side (TFLOP/s and ratios)",
 		Long: `Compare two or more result files (schema flashvk-bench/1, written by
 flashvk bench --json or bench/torch_sdpa.py). Results are matched on
-(direction, dtype, B, H, N, d, causal; for KV-cache results, direction "kv",
-also the cache lengths, rows appended and block size); each file (each device and kernel in a
-file) is a column of TFLOP/s, followed by the ratio of every other column to the
-first. A geometric mean of each ratio closes the table. "-" marks a problem a
+(direction, dtype, B, H, N, d, causal; with a window, softcap, ALiBi or key
+counts also those, and the diagonal where it matters; for KV-cache results,
+direction "kv", also the cache lengths, rows appended and block size); each
+file (each device and kernel in a file) is a column of TFLOP/s, followed by
+the ratio of every other column to the first. A geometric mean of each ratio closes the table. "-" marks a problem a
 column did not measure; a column that shares no problem with the first is
 warned about on stderr.`,
 		Example: `  flashvk compare before.json after.json
@@ -160,7 +167,7 @@ warned about on stderr.`,
 			}
 			for i, s := range t.srcs[1:] {
 				if !t.shares(i + 1) {
-					fmt.Fprintf(a.stderr, "warning: %s and %s share no problem: no ratio to compare (results match on direction, dtype, B, H, Nq, Nk, d and causal)\n",
+					fmt.Fprintf(a.stderr, "warning: %s and %s share no problem: no ratio to compare (results match on direction, dtype, B, H, Nq, Nk, d, causal and options)\n",
 						t.srcs[0].label, s.label)
 				}
 			}
@@ -182,6 +189,7 @@ warned about on stderr.`,
 type comparison struct {
 	srcs    []*source
 	rows    []rowKey
+	options bool      // some row has options: the table has their column
 	geomean []float64 // per source (index 0 unused): geometric mean of ratio to the first
 	matched []int     // rows the ratio was taken over
 }
@@ -194,6 +202,7 @@ func buildComparison(srcs []*source) *comparison {
 			if !seen[k] {
 				seen[k] = true
 				t.rows = append(t.rows, k)
+				t.options = t.options || k.Options != ""
 			}
 		}
 	}
@@ -236,6 +245,9 @@ func (t *comparison) ratio(k rowKey, i int) (float64, bool) {
 
 func (t *comparison) header() []string {
 	h := []string{"dir", "dtype", "B", "H", "N", "d", "causal"}
+	if t.options {
+		h = append(h, "options")
+	}
 	for _, s := range t.srcs {
 		h = append(h, s.label+" TFLOP/s")
 	}
@@ -254,6 +266,9 @@ func (t *comparison) cells(k rowKey) []string {
 		n += " (" + k.Cache + ")"
 	}
 	c := []string{k.Direction, shortDType(k.DType), fmt.Sprint(k.B), fmt.Sprint(k.H), n, fmt.Sprint(k.D), fmt.Sprint(k.Causal)}
+	if t.options {
+		c = append(c, cmp.Or(k.Options, "-"))
+	}
 	for _, s := range t.srcs {
 		if v, ok := s.vals[k]; ok {
 			c = append(c, fmtTFLOPS(v))
@@ -273,6 +288,9 @@ func (t *comparison) cells(k rowKey) []string {
 
 func (t *comparison) footer() []string {
 	c := []string{"geomean", "", "", "", "", "", ""}
+	if t.options {
+		c = append(c, "")
+	}
 	for range t.srcs {
 		c = append(c, "")
 	}
@@ -293,7 +311,7 @@ func (t *comparison) markdown(w io.Writer) {
 	sep := make([]string, len(h))
 	for i := range sep {
 		sep[i] = "---"
-		if i >= 2 && i != 6 {
+		if i >= 2 && i != 6 && !(t.options && i == 7) {
 			sep[i] = "---:"
 		}
 	}

@@ -363,6 +363,11 @@ func (s *shapeFlags) checkDecodeEffect(p decodeProblem) error {
 // command.
 func (s *shapeFlags) checkDecodeFlags() error {
 	by := s.decodeBy()
+	for _, name := range featureFlags {
+		if s.given(name) {
+			return usagef("--%s does not apply in decode mode (%s): a KV-cache call takes no window, softcap, ALiBi or key counts", name, by)
+		}
+	}
 	switch {
 	case s.given("decode") && by != "--decode":
 		return usagef("--decode has no effect: %s selects decode mode", by)

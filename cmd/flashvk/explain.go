@@ -98,6 +98,23 @@ type explainPlan struct {
 	// CPU backend).
 	Splits    int `json:"splits,omitempty"`
 	SplitKeys int `json:"split_keys,omitempty"`
+	// Tiles are the query×key tiles of the pass's first tiled launch
+	// (per head, over every batch), TilesComputed those the mask, window
+	// and key counts leave a visible pair in (the kernels skip the rest),
+	// TilesFraction their share (Plan.Tiles, Plan.TilesVisited); absent
+	// where no launch is tiled.
+	Tiles         int64   `json:"tiles,omitempty"`
+	TilesComputed int64   `json:"tiles_computed,omitempty"`
+	TilesFraction float64 `json:"tiles_fraction,omitempty"`
+}
+
+// tilesText says how many of a pass's tiles are computed:
+// "36 of 64 query×key tiles computed (56.2%)"; "" where none is counted.
+func (pl explainPlan) tilesText() string {
+	if pl.Tiles == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d query×key tiles computed (%.1f%%)", pl.TilesComputed, pl.Tiles, 100*pl.TilesFraction)
 }
 
 // analyze computes the memory traffic of naive and flash attention.
@@ -133,6 +150,9 @@ func analyze(p problem) analysis {
 			"flash: Q, K and V are read once and O written once (the ideal: a real kernel streams K and V once per query tile, from L2 when they fit); the LSE (B·Hq·Nq float32) is not counted",
 			"FLOPs: FlashAttention convention, 4·B·Hq·Nq·Nk·d forward (d the mean of d and dv), halved when causal; backward 2.5× the forward",
 		},
+	}
+	if p.features.set() {
+		a.Assumptions[2] = "FLOPs: 4·Hq·d forward per (query, key) pair the mask, window and key counts leave visible, counted exactly (d the mean of d and dv; the softcap's tanh and ALiBi's bias are not counted); backward 2.5× the forward"
 	}
 	a.Tiles = "launch configuration: unknown"
 	a.NaiveBytes = a.NaiveElems * float64(es)
@@ -173,7 +193,7 @@ func (f *explainFlags) checkEffect(cmd *cobra.Command, p problem) error {
 	if err := f.shape.checkEffect(); err != nil {
 		return err
 	}
-	return f.shape.checkAlign(p)
+	return f.shape.checkProblem(p)
 }
 
 func (a *app) explainCmd() *cobra.Command {
@@ -210,16 +230,25 @@ tokens a call), its FLOPs and intensity, the roofline floor, and the plan
 (PlanKVCache), with how many parts each sequence's cache is split into
 (splits × rows per split, merged by their log-sum-exp).
 
+Each pass's plan also says how many of its query×key tiles the kernels
+compute: those the causal mask, --window and --seqused-k leave a visible
+(query, key) pair in (Plan.TilesVisited of Plan.Tiles, and their fraction);
+the rest are skipped. With --window, --softcap, --alibi or --seqused-k (see
+run --help) the FLOPs count the visible pairs exactly.
+
 A flag that would change nothing is refused (exit 2): --workers (explain runs
 no attention, and the CPU plan does not depend on it), --device-preset beside
-both --peak-tflops and --bandwidth-gbs, --align without --causal or with
-Nq = Nk, --seq beside --nq and --nk, in decode mode --seq, --decode beside
-another decode flag and --causal with Nq = 1 under the bottom-right mask,
-and a Vulkan flag (--device, --kernel,
---addressing, --validation) where only the CPU backend runs. --scale and
---layout are part of the problem it describes and plans.`,
+both --peak-tflops and --bandwidth-gbs, --align without --causal, --window or
+--alibi, or where every sequence has Nq keys, --window -1,-1, --window -1,R
+with --causal, --seqused-k where every sequence uses all Nk keys, --seq
+beside --nq and --nk, in decode mode --seq, --decode beside another decode
+flag, --window, --softcap, --alibi, --seqused-k and --causal with Nq = 1 under
+the bottom-right mask, and a Vulkan flag (--device, --kernel, --addressing,
+--validation) where only the CPU backend runs. --scale and --layout are part
+of the problem it describes and plans.`,
 		Example: `  flashvk explain --seq 4096 --dim 128 --heads 16 --dtype float16
   flashvk explain --seq 16384 --dim 64 --causal --device-preset h200 --json
+  flashvk explain --seq 16384 --dim 128 --causal --window 4096,0 --device-preset h200
   flashvk explain --nq 1 --nk 8192 --heads 32 --kv-heads 8 --causal false --backend vulkan --kernel flash
   flashvk explain --cache-seqlens 128,4000,17 --heads 32 --kv-heads 8 --dim 128 --paged 16 --device-preset h200`,
 		Args: cobra.NoArgs,
@@ -420,7 +449,10 @@ func (f *explainFlags) rates(dt attention.DType) (peak, bw float64, src string, 
 func printAnalysis(w io.Writer, p problem, a *analysis) {
 	fmt.Fprintf(w, "problem   %s\n", p)
 	fmt.Fprintf(w, "FLOPs     forward %s", siFlops(a.Flops))
-	if p.Causal {
+	switch {
+	case p.features.set():
+		fmt.Fprint(w, " (visible pairs)")
+	case p.Causal:
 		fmt.Fprint(w, " (halved: causal)")
 	}
 	fmt.Fprintf(w, ", backward %s\n", siFlops(a.BwdFlops))
@@ -472,6 +504,9 @@ func printEnginePlan(w io.Writer, a *enginePlan) {
 		}
 		if pl.Split {
 			fmt.Fprintf(w, " in submissions of %d batches", pl.Batches)
+		}
+		if t := pl.tilesText(); t != "" {
+			fmt.Fprintf(w, ", %s", t)
 		}
 		if pl.Direction == "kv" {
 			switch pl.Splits {
@@ -560,7 +595,11 @@ func (a *app) explainPlans(ctx context.Context, f *explainFlags, dt attention.DT
 			continue
 		}
 		ep.Plans = append(ep.Plans, explainPlan{Direction: ps.dir, Family: pl.Family, Declined: pl.Declined,
-			Addresses: planAddresses(pl), Batches: pl.Batches, Split: pl.Batches < b, Splits: pl.Splits, SplitKeys: pl.SplitKeys})
+			Addresses: planAddresses(pl), Batches: pl.Batches, Split: pl.Batches < b, Splits: pl.Splits, SplitKeys: pl.SplitKeys,
+			Tiles: pl.Tiles, TilesComputed: pl.TilesVisited})
+		if pl.Tiles > 0 {
+			ep.Plans[len(ep.Plans)-1].TilesFraction = float64(pl.TilesVisited) / float64(pl.Tiles)
+		}
 		for _, l := range resultLaunches(pl) {
 			ep.Launches = append(ep.Launches, explainLaunch{Direction: ps.dir, Launch: l})
 		}

@@ -248,44 +248,95 @@ func (t *timingFlags) check(minIters int) error {
 	return nil
 }
 
-// scaleValue is --scale: a softmax scale the library can be given exactly,
-// a positive finite float32 (the library's Options.Scale). The value is
-// kept rounded to float32, so the float64 reference of --check uses the
-// very scale the kernels do. 0 is refused: it is the library's "default",
-// which omitting --scale already selects.
-type scaleValue struct{ v *float64 }
+// float32Value is a flag whose value the kernels take as a positive,
+// finite float32 (--scale, --softcap). The value is kept rounded to
+// float32, so the float64 reference of --check uses the very value the
+// kernels do. 0 is refused with zero, which says what to give instead.
+type float32Value struct {
+	v    *float64
+	what string // "the scale": what the kernels compute in float32
+	zero string
+}
 
-func (s scaleValue) Set(text string) error {
+func (s float32Value) Set(text string) error {
 	x, err := strconv.ParseFloat(strings.TrimSpace(text), 64)
 	var ne *strconv.NumError
+	tooSmall := fmt.Errorf("rounds to 0 in float32 (the smallest positive is %.2g), the type the kernels compute %s in", math.SmallestNonzeroFloat32, s.what)
 	switch {
 	case err != nil && !(errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange)):
 		return fmt.Errorf("%q is not a number", text)
 	case math.IsNaN(x) || math.IsInf(x, 0) && err == nil:
 		return errors.New("must be finite")
 	case x == 0 && strings.ContainsAny(strings.SplitN(strings.ToLower(text), "e", 2)[0], "123456789"):
-		return fmt.Errorf("rounds to 0 in float32 (the smallest positive is %.2g), the type the kernels compute the scale in", math.SmallestNonzeroFloat32)
+		return tooSmall
 	case x == 0:
-		return errors.New("0 is not a scale: omit --scale for the default 1/√d")
+		return errors.New(s.zero)
 	case x < 0:
 		return errors.New("must be positive")
 	}
 	f := float32(x)
 	switch {
 	case math.IsInf(float64(f), 0):
-		return fmt.Errorf("overflows float32 (the largest is %.4g), the type the kernels compute the scale in", math.MaxFloat32)
+		return fmt.Errorf("overflows float32 (the largest is %.4g), the type the kernels compute %s in", math.MaxFloat32, s.what)
 	case f == 0:
-		return fmt.Errorf("rounds to 0 in float32 (the smallest positive is %.2g), the type the kernels compute the scale in", math.SmallestNonzeroFloat32)
+		return tooSmall
 	}
 	*s.v = float64(f)
 	return nil
 }
 
-func (s scaleValue) String() string {
+func (s float32Value) String() string {
 	if *s.v == 0 {
 		return ""
 	}
 	return strconv.FormatFloat(*s.v, 'g', -1, 32)
 }
 
-func (s scaleValue) Type() string { return "float" }
+func (s float32Value) Type() string { return "float" }
+
+// scaleValue is --scale, the softmax scale (the library's Options.Scale).
+// 0 is refused: it is the library's "default", which omitting --scale
+// already selects.
+func scaleValue(v *float64) float32Value {
+	return float32Value{v: v, what: "the scale", zero: "0 is not a scale: omit --scale for the default 1/√d"}
+}
+
+// softcapValue is --softcap c: each scaled score s becomes c·tanh(s/c)
+// (the library's Options.Softcap; omitting it is no softcap).
+func softcapValue(v *float64) float32Value {
+	return float32Value{v: v, what: "the softcap", zero: "0 is not a softcap: omit --softcap for none"}
+}
+
+// windowValue is --window L,R: each query sees the keys from L before its
+// diagonal to R after it, −1 leaving a side unbounded (the library's
+// Options.Window).
+type windowValue struct{ w **[2]int }
+
+func (v windowValue) Set(text string) error {
+	parts := strings.Split(text, ",")
+	if len(parts) != 2 {
+		return errors.New("want L,R: two integers ≥ −1 (keys before and after the diagonal; −1 unbounded)")
+	}
+	var w [2]int
+	for i, p := range parts {
+		x, err := strconv.Atoi(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			return fmt.Errorf("%q is not an integer: want L,R, two integers ≥ −1 (−1 unbounded)", p)
+		case x < -1:
+			return fmt.Errorf("%d: a side must be ≥ −1 (−1 unbounded)", x)
+		}
+		w[i] = x
+	}
+	*v.w = &w
+	return nil
+}
+
+func (v windowValue) String() string {
+	if *v.w == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d,%d", (*v.w)[0], (*v.w)[1])
+}
+
+func (v windowValue) Type() string { return "L,R" }

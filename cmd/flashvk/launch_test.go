@@ -91,7 +91,12 @@ func TestBenchLaunch(t *testing.T) {
 	}
 }
 
-// fmtSscanTile reads "Br=%d Bc=%d" from the start of a tile description.
+// fmtSscanTile reads "Br=%d Bc=%d" (or "Br=%d" for a rows-only tile,
+// bc then 0) from the start of a tile description.
 func fmtSscanTile(tile string, br, bc *int) (int, error) {
-	return fmt.Sscanf(tile, "Br=%d Bc=%d", br, bc)
+	if n, err := fmt.Sscanf(tile, "Br=%d Bc=%d", br, bc); err == nil {
+		return n, nil
+	}
+	*bc = 0
+	return fmt.Sscanf(tile, "Br=%d", br)
 }

@@ -48,6 +48,19 @@ func TestNoEffectFlags(t *testing.T) {
 		{name: "align Nq=Nk files", args: cat([]string{"run", "--backend", "cpu", "--causal", "--align", "bottom-right"},
 			[]string{"--q", td("q.npy"), "--k", td("q.npy"), "--v", td("q.npy")}), msg: "Nq = Nk = 20"},
 		{name: "seq beside nq nk", args: cat([]string{"run"}, cpu, []string{"--nq", "8", "--nk", "4"}), msg: "--seq has no effect: --nq and --nk give both lengths"},
+		{name: "window unbounded", args: cat([]string{"run"}, cpu, []string{"--window", "-1,-1"}), msg: "--window -1,-1 has no effect: both sides are unbounded"},
+		{name: "window left unbounded causal", args: cat([]string{"run"}, cpu, []string{"--causal", "--window", "-1,0"}),
+			msg: "--window -1,0 has no effect with --causal"},
+		{name: "seqused-k all keys", args: cat([]string{"run"}, cpu, []string{"--seqused-k", "16"}), msg: "--seqused-k has no effect: every sequence uses all Nk = 16 keys"},
+		{name: "align softcap", args: cat([]string{"run", "--backend", "cpu", "--dim", "8", "--nq", "8", "--nk", "16", "--softcap", "2", "--align", "bottom-right"}),
+			msg: "--align has no effect: the mask is not causal and there is no --window or --alibi"},
+		{name: "align alibi Nq=Nk", args: cat([]string{"run"}, cpu, []string{"--alibi", "--align", "bottom-right"}), msg: "--align has no effect: Nq = Nk = 16"},
+		{name: "align seqused-k Nq", args: cat([]string{"run", "--backend", "cpu", "--dim", "8", "--nq", "16", "--nk", "32", "--causal", "--seqused-k", "16",
+			"--align", "bottom-right"}), msg: "--align has no effect: every sequence uses Nq = 16 keys (--seqused-k)"},
+		{name: "window in decode mode", args: []string{"run", "--backend", "cpu", "--cache-seqlens", "8", "--window", "2,2"},
+			msg: "--window does not apply in decode mode (--cache-seqlens): a KV-cache call takes no window, softcap, ALiBi or key counts"},
+		{name: "seqused-k in decode mode", args: []string{"run", "--backend", "cpu", "--decode", "--nk", "8", "--seqused-k", "4"},
+			msg: "--seqused-k does not apply in decode mode (--decode)"},
 		{name: "kernel on cpu", args: cat([]string{"run"}, cpu, []string{"--kernel", "naive"}), msg: `--kernel "naive" selects a Vulkan kernel`},
 		{name: "addressing on cpu", args: cat([]string{"run"}, cpu, []string{"--addressing", "auto"}), msg: "--addressing auto applies to the Vulkan kernels"},
 		{name: "validation on cpu", args: cat([]string{"run"}, cpu, []string{"--validation"}), msg: "--validation enables the Vulkan validation layer"},
@@ -67,6 +80,15 @@ func TestNoEffectFlags(t *testing.T) {
 		{name: "bench align not causal", args: cat([]string{"bench", "--backend", "cpu", "--causal", "false", "--align", "bottom-right", "--nk", "32"}, grid),
 			msg: "--align has no effect: --causal false runs no causal mask"},
 		{name: "bench align Nq=Nk", args: cat([]string{"bench", "--backend", "cpu", "--align", "bottom-right"}, grid), msg: "every point has Nq = Nk"},
+		{name: "bench window left unbounded causal", args: cat([]string{"bench", "--backend", "cpu", "--causal", "true", "--window", "-1,0"}, grid),
+			msg: "--window -1,0 has no effect with --causal"},
+		{name: "bench seqused-k all keys", args: cat([]string{"bench", "--backend", "cpu", "--seqused-k", "16"}, grid), msg: "--seqused-k has no effect"},
+		{name: "tokens beside seqused-k", args: cat([]string{"bench", "--backend", "cpu", "--seqused-k", "4,8"}, grid),
+			msg: "--tokens has no effect: --seqused-k gives one key count per sequence"},
+		{name: "bench align alibi Nq=Nk", args: cat([]string{"bench", "--backend", "cpu", "--causal", "false", "--alibi", "--align", "bottom-right"}, grid),
+			msg: "every point has Nq = Nk"},
+		{name: "bench softcap in decode mode", args: []string{"bench", "--backend", "cpu", "--decode", "--nk", "16", "--softcap", "3"},
+			msg: "--softcap does not apply in decode mode (--decode)"},
 		{name: "check with benchfmt", args: cat([]string{"bench", "--backend", "cpu", "--check", "--benchfmt"}, grid), msg: "--check has no effect with --benchfmt and no --json"},
 		{name: "per-kernel printed nowhere", args: cat([]string{"bench", "--backend", "vulkan", "--per-kernel"}, grid), msg: "--per-kernel has no effect with --progress none and no --json"},
 		{name: "rotate on cpu", args: cat([]string{"bench", "--backend", "cpu", "--rotate", "2"}, grid), msg: "--rotate has no effect with --backend cpu"},
@@ -85,6 +107,9 @@ func TestNoEffectFlags(t *testing.T) {
 			msg: "--device-preset has no effect"},
 		{name: "explain align", args: []string{"explain", "--backend", "cpu", "--align", "bottom-right", "--nq", "8", "--nk", "16"}, msg: "not causal"},
 		{name: "explain validation on cpu", args: []string{"explain", "--backend", "cpu", "--validation"}, msg: "--validation"},
+		{name: "explain alibi in decode mode", args: []string{"explain", "--backend", "cpu", "--cache-seqlens", "8", "--alibi"},
+			msg: "--alibi does not apply in decode mode (--cache-seqlens)"},
+		{name: "explain window unbounded", args: []string{"explain", "--backend", "cpu", "--window", "-1,-1"}, msg: "--window -1,-1 has no effect"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.env != "" {
@@ -115,6 +140,12 @@ func TestEffectiveFlags(t *testing.T) {
 		slices.Concat(cpu, []string{"--q", q, "--k", k, "--v", v, "--causal", "--align", "bottom-right"}), // Nq 20, Nk 24
 		slices.Concat(cpu, []string{"--nq", "16", "--nk", "8", "--dim", "8", "--causal", "--align", "bottom-right"}),
 		slices.Concat(cpu, []string{"--seq", "16", "--nk", "8", "--dim", "8"}),
+		slices.Concat(cpu, []string{"--nq", "16", "--nk", "8", "--dim", "8", "--alibi", "--align", "bottom-right"}),          // ALiBi's diagonal
+		slices.Concat(cpu, []string{"--seq", "16", "--dim", "8", "--causal", "--seqused-k", "8", "--align", "bottom-right"}), // placed with the key counts
+		slices.Concat(cpu, []string{"--seq", "16", "--dim", "8", "--window", "-1,0"}),                                        // causal without --causal
+		slices.Concat(cpu, []string{"--seq", "16", "--dim", "8", "--seqused-k", "16,8"}),
+		{"bench", "--backend", "cpu", "--seq", "16,32", "--dim", "8", "--batch", "1", "--heads", "1", "--iters", "1", "--progress", "none",
+			"--causal", "both", "--window", "-1,0", "--seqused-k", "16"}, // each changes some point
 		{"run", "--backend", "cpu", "--seq", "16", "--dim", "8", "--iters", "2", "--warmup", "1", "--workers", "1"},
 		{"bench", "--backend", "cpu", "--seq", "16", "--dim", "8", "--batch", "2", "--heads", "1", "--iters", "1", "--progress", "none"},
 		{"bench", "--backend", "cpu", "--nq", "8", "--nk", "16", "--dim", "8", "--tokens", "16", "--hidden", "8", "--causal", "both",
@@ -192,6 +223,9 @@ func TestExamplesStillValid(t *testing.T) {
 		"flashvk run --backend cpu --cache-seqlens 300,1000 --nq 4 --heads 8 --kv-heads 2 --paged 16 --append 4 --check --iters 5",
 		"flashvk bench --backend cpu --nk 1024,4096 --nq 1,4 --batch 4 --heads 32 --kv-heads 8 --dim 128 --paged 16 --append 1 --iters 5",
 		"flashvk explain --device lavapipe --cache-seqlens 32768 --heads 8 --kv-heads 1 --dim 128",
+		"flashvk run --backend cpu --seq 512 --heads 8 --dim 64 --causal --window 128,0 --alibi --softcap 30 --seqused-k 400,512 --backward --check --iters 5",
+		"flashvk explain --backend cpu --seq 4096 --dim 64 --heads 8 --causal --window 512,0",
+		"flashvk bench --backend cpu --seq 512,1024 --dim 64 --tokens 4096 --causal true --window 128,0 --alibi --iters 5",
 		// the package doc
 		"flashvk run --seq 1024 --check",
 		"flashvk run --cache-seqlens 128,4000 --check",

@@ -20,6 +20,8 @@ type problem struct {
 	Align                     attention.Alignment
 	// Scale is --scale, a float32 value (0: 1/√d); see scale32.
 	Scale float64
+	// features are --window, --softcap, --alibi and --seqused-k.
+	features
 }
 
 // scale32 is the softmax scale the library applies: --scale, or the
@@ -34,12 +36,18 @@ func (p problem) scale32() float32 {
 }
 
 func (p problem) options() attention.Options {
-	return attention.Options{Scale: p.scale32(), Causal: p.Causal, Align: p.Align}
+	o := attention.Options{Scale: p.scale32(), Causal: p.Causal, Align: p.Align}
+	p.features.setOptions(&o, p.Hq)
+	return o
 }
 
+// params are the float64 reference's parameters of p, with the very
+// scale, softcap and slopes the kernels get.
 func (p problem) params() reference.Params {
-	return reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
+	rp := reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
 		Scale: float64(p.scale32()), Causal: p.Causal, BottomRight: p.Align == attention.BottomRight}
+	p.features.setParams(&rp)
+	return rp
 }
 
 func (p problem) qShape() attention.Shape { return attention.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D} }
@@ -47,17 +55,29 @@ func (p problem) kShape() attention.Shape { return attention.Shape{B: p.B, S: p.
 func (p problem) vShape() attention.Shape { return attention.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.Dv} }
 func (p problem) oShape() attention.Shape { return attention.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv} }
 
-// flops is the FlashAttention FLOP count: forward 4·B·Hq·Nq·Nk·d (d the
-// mean of d and dv), halved when causal; backward 2.5× the forward.
+// flops is the FLOP count of a pass as the benchmarks count it
+// (attention.Flops): forward 4·B·Hq·Nq·Nk·d (d the mean of d and dv),
+// halved when causal, or with a window, softcap, ALiBi or key counts
+// 2·Hq·(d+dv) per visible (query, key) pair exactly; backward 2.5× the
+// forward. NaN for a problem attention refuses (validate refuses it
+// first).
 func (p problem) flops(backward bool) float64 {
-	f := 2 * float64(p.B) * float64(p.Hq) * float64(p.Nq) * float64(p.Nk) * float64(p.D+p.Dv)
-	if p.Causal {
-		f /= 2
+	f, err := attention.Flops(p.qShape(), p.kShape(), p.vShape(), p.options())
+	if err != nil {
+		return math.NaN()
 	}
 	if backward {
 		f *= 2.5
 	}
 	return f
+}
+
+// flopsRule says how flops counts.
+func (p problem) flopsRule() string {
+	if p.features.set() {
+		return "visible (query, key) pairs counted exactly"
+	}
+	return "FlashAttention convention"
 }
 
 // effectiveScale is the scale applied (scale32), as a float64.
@@ -70,9 +90,36 @@ func (p problem) maskString() string {
 	return "causal " + p.Align.String()
 }
 
+// optionsString is the mask and the features: "causal top-left",
+// "non-causal window=64,64 alibi"; a window or ALiBi without a causal mask
+// names the diagonal they measure from where Nq ≠ Nk or --seqused-k is
+// given ("non-causal bottom-right window=64,64").
+func (p problem) optionsString() string {
+	s := p.maskString()
+	if !p.Causal && p.diagonal() && (p.Nq != p.Nk || p.SeqUsedK != nil) {
+		s += " " + p.Align.String()
+	}
+	if f := p.features.String(); f != "" {
+		s += " " + f
+	}
+	return s
+}
+
+// featuresLabel is the features with the diagonal they and the mask
+// measure from where it matters (Nq ≠ Nk, or --seqused-k), as compare and
+// report tell results apart: "alibi seqused_k=100,200 bottom-right"; ""
+// without features.
+func (p problem) featuresLabel() string {
+	f := p.features.String()
+	if f != "" && (p.Causal || p.diagonal()) && (p.Nq != p.Nk || p.SeqUsedK != nil) {
+		f += " " + p.Align.String()
+	}
+	return f
+}
+
 func (p problem) String() string {
 	return fmt.Sprintf("B=%d Hq=%d Hkv=%d Nq=%d Nk=%d d=%d dv=%d %s %s %s scale=%.4g",
-		p.B, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.DType, p.Layout, p.maskString(), p.effectiveScale())
+		p.B, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.DType, p.Layout, p.optionsString(), p.effectiveScale())
 }
 
 // validate checks the sizes the way attention does, with flag names.
@@ -82,6 +129,9 @@ func (p problem) validate() error {
 		return err
 	}
 	if err := checkHeads(p.Hq, p.Hkv, p.D, p.Dv, p.Scale); err != nil {
+		return err
+	}
+	if err := p.features.check(p.B, p.Nk, p.Causal); err != nil {
 		return err
 	}
 	// Refuse problems whose operands cannot fit in memory before

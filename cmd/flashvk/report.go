@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashvk/flashvk/attention"
 	"github.com/spf13/cobra"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -213,8 +212,8 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 		return cmp.Or(keyOf(&a.R).less(keyOf(&b.R)), cmp.Compare(a.Series, b.Series))
 	})
 
-	// Charts: one per (direction, d, causal); a series keeps its colour
-	// across charts.
+	// Charts: one per (direction, d, causal, options); a series keeps its
+	// colour across charts.
 	colorOf := map[string]int{}
 	for _, r := range rep.Rows {
 		if _, ok := colorOf[r.Series]; !ok {
@@ -222,21 +221,23 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 		}
 	}
 	type chartKey struct {
-		dir    string
-		d      int
-		causal bool
+		dir     string
+		d       int
+		causal  bool
+		options string
 	}
 	groups := map[chartKey][]reportRow{}
 	var keys []chartKey
 	for _, r := range rep.Rows {
-		k := chartKey{r.R.Direction, r.R.D, r.R.Causal}
+		k := chartKey{r.R.Direction, r.R.D, r.R.Causal, keyOf(&r.R).Options}
 		if groups[k] == nil {
 			keys = append(keys, k)
 		}
 		groups[k] = append(groups[k], r)
 	}
 	slices.SortFunc(keys, func(a, b chartKey) int {
-		return cmp.Or(cmp.Compare(dirOrder(a.dir), dirOrder(b.dir)), cmp.Compare(a.d, b.d), boolCmp(a.causal, b.causal))
+		return cmp.Or(cmp.Compare(dirOrder(a.dir), dirOrder(b.dir)), cmp.Compare(a.d, b.d), boolCmp(a.causal, b.causal),
+			cmp.Compare(a.options, b.options))
 	})
 	for _, k := range keys {
 		mask := "non-causal"
@@ -245,6 +246,11 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 		}
 		dir := map[string]string{"fwd": "forward", "bwd": "backward", "kv": "KV-cache decode"}[k.dir]
 		t := fmt.Sprintf("%s, d = %d, %s", dir, k.d, mask)
+		name := fmt.Sprintf("%s-d%d-%s", k.dir, k.d, mask)
+		if k.options != "" {
+			t += ", " + k.options
+			name += "-" + slug(k.options)
+		}
 		svg, legend, err := chartSVG(t, groups[k], colorOf, false)
 		if err != nil {
 			return nil, fmt.Errorf("chart %s: %w", t, err)
@@ -253,7 +259,7 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 		if err != nil {
 			return nil, fmt.Errorf("chart %s: %w", t, err)
 		}
-		rep.Charts = append(rep.Charts, chart{Title: t, Slug: fmt.Sprintf("%s-d%d-%s", k.dir, k.d, mask), SVG: template.HTML(svg),
+		rep.Charts = append(rep.Charts, chart{Title: t, Slug: name, SVG: template.HTML(svg),
 			SVGMD: svgMD, Legend: legend})
 	}
 
@@ -284,15 +290,8 @@ func buildReport(paths []string, files []*ResultsFile, title string) (*report, e
 		if r.R.Direction == "kv" {
 			continue // no naive attention to compare a KV-cache call with
 		}
-		dt, err := attention.ParseDType(r.R.DType)
-		if err != nil {
-			dt = attention.Float16 // a dtype flashvk does not parse: assume 2 bytes
-			if strings.Contains(r.R.DType, "32") {
-				dt = attention.Float32
-			}
-		}
-		p := problem{B: r.R.B, Hq: r.R.H, Hkv: r.R.Hkv, Nq: r.R.Nq, Nk: r.R.Nk, D: r.R.D, Dv: r.R.Dv, DType: dt, Causal: r.R.Causal}
-		label := fmt.Sprintf("%s B=%d H=%d N=%d d=%d %s", shortDType(r.R.DType), p.B, p.Hq, p.Nq, p.D, p.maskString())
+		p := r.R.problem()
+		label := fmt.Sprintf("%s B=%d H=%d N=%d d=%d %s", shortDType(r.R.DType), p.B, p.Hq, p.Nq, p.D, p.optionsString())
 		if p.Hkv != p.Hq {
 			label += fmt.Sprintf(" Hkv=%d", p.Hkv)
 		}
@@ -315,6 +314,9 @@ func shapeLabel(r *Result) string {
 	s := fmt.Sprintf("%s %s B=%d H=%d N=%d d=%d", r.Direction, shortDType(r.DType), r.B, r.H, r.Nq, r.D)
 	if r.Causal {
 		s += " causal"
+	}
+	if o := keyOf(r).Options; o != "" {
+		s += " " + o
 	}
 	if r.Direction == "kv" {
 		s += " " + cacheLabel(*r)
@@ -477,7 +479,7 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 	"dt":    shortDType,
 	"n":     func(r Result) string { return seqN(&r) },
 	"sci":   sciMetric,
-	"mask":  func(c bool) string { return map[bool]string{true: "causal", false: "—"}[c] },
+	"mask":  maskLabel,
 	"dir":   func(s string) string { return s },
 	"heads": headsLabel,
 }).Parse(`<!DOCTYPE html>
@@ -520,7 +522,7 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 {{end}}</table></div>
 
 <h2>Throughput</h2>
-<p class="note">TFLOP/s over the median time, FlashAttention convention: forward 4·B·H·N²·d, halved when causal; backward 2.5× the forward. B·N and H·d follow the result files (the FlashAttention-2 grid keeps B·N = 16k and H·d = 2048).</p>
+<p class="note">TFLOP/s over the median time, FlashAttention convention: forward 4·B·H·N²·d, halved when causal (with a window, softcap, ALiBi or key counts: 4·H·d per visible (query, key) pair, exactly); backward 2.5× the forward. B·N and H·d follow the result files (the FlashAttention-2 grid keeps B·N = 16k and H·d = 2048).</p>
 <div class="charts">
 {{range .Charts}}<figure id="{{.Slug}}">{{.SVG}}
 <figcaption>{{range .Legend}}<span class="key"><span class="swatch" style="background: {{.Color}}"></span>{{.Name}}</span>{{end}}</figcaption></figure>
@@ -529,7 +531,7 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 <h2>Results</h2>
 <div class="scroll"><table>
 <tr><th class="l">series</th><th class="l">dir</th><th class="l">dtype</th><th>B</th><th>H</th><th>N</th><th>d</th><th class="l">mask</th><th>median</th><th>p10</th><th>p90</th><th>TFLOP/s</th><th>iters</th><th class="l">clock</th></tr>
-{{range .Rows}}<tr><td class="l">{{.Series}}</td><td class="l">{{.R.Direction}}</td><td class="l">{{dt .R.DType}}</td><td>{{.R.B}}</td><td>{{heads .R}}</td><td>{{n .R}}</td><td>{{.R.D}}</td><td class="l">{{mask .R.Causal}}</td><td>{{ms .R.MedianMS}}</td><td>{{ms .R.P10MS}}</td><td>{{ms .R.P90MS}}</td><td><b>{{tf .R.TFLOPS}}</b></td><td>{{.R.Iters}}</td><td class="l">{{.R.Clock}}</td></tr>
+{{range .Rows}}<tr><td class="l">{{.Series}}</td><td class="l">{{.R.Direction}}</td><td class="l">{{dt .R.DType}}</td><td>{{.R.B}}</td><td>{{heads .R}}</td><td>{{n .R}}</td><td>{{.R.D}}</td><td class="l">{{mask .R}}</td><td>{{ms .R.MedianMS}}</td><td>{{ms .R.P10MS}}</td><td>{{ms .R.P90MS}}</td><td><b>{{tf .R.TFLOPS}}</b></td><td>{{.R.Iters}}</td><td class="l">{{.R.Clock}}</td></tr>
 {{end}}</table></div>
 
 {{if .HasErrors}}
@@ -537,7 +539,7 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 <p class="note">max_abs and rel_l2 of O (forward) or the worst of dQ, dK, dV (backward). flashvk's bounds: rel_l2 ≤ 1e-5 for float32, ≤ 2e-3 for float16, ≤ 1.6e-2 for bfloat16.</p>
 <div class="scroll"><table>
 <tr><th class="l">series</th><th class="l">dir</th><th class="l">dtype</th><th>B</th><th>H</th><th>N</th><th>d</th><th class="l">mask</th><th>max_abs</th><th>rel_l2</th></tr>
-{{range .Rows}}{{if .R.RelL2}}<tr><td class="l">{{.Series}}</td><td class="l">{{.R.Direction}}</td><td class="l">{{dt .R.DType}}</td><td>{{.R.B}}</td><td>{{heads .R}}</td><td>{{n .R}}</td><td>{{.R.D}}</td><td class="l">{{mask .R.Causal}}</td><td>{{sci .R.MaxAbs}}</td><td>{{sci .R.RelL2}}</td></tr>
+{{range .Rows}}{{if .R.RelL2}}<tr><td class="l">{{.Series}}</td><td class="l">{{.R.Direction}}</td><td class="l">{{dt .R.DType}}</td><td>{{.R.B}}</td><td>{{heads .R}}</td><td>{{n .R}}</td><td>{{.R.D}}</td><td class="l">{{mask .R}}</td><td>{{sci .R.MaxAbs}}</td><td>{{sci .R.RelL2}}</td></tr>
 {{end}}{{end}}</table></div>
 {{end}}
 
@@ -565,6 +567,19 @@ func seqN(r *Result) string {
 		return fmt.Sprintf("%d×%d", r.Nq, r.Nk)
 	}
 	return fmt.Sprint(r.Nq)
+}
+
+// maskLabel is a result's mask in the report's tables: "causal" or "—",
+// and its options.
+func maskLabel(r Result) string {
+	s := "—"
+	if r.Causal {
+		s = "causal"
+	}
+	if o := keyOf(&r).Options; o != "" {
+		s += " " + o
+	}
+	return s
 }
 
 func headsLabel(r Result) string {
@@ -613,7 +628,7 @@ func (rep *report) markdown(path string) []outFile {
 	fmt.Fprintln(&b, "## Results\n\n| series | dir | dtype | B | H | N | d | mask | median | p10 | p90 | TFLOP/s | iters | clock |\n|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
 	for _, r := range rep.Rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %d | %s | %s | %s | %s | %s | %d | %s |\n", r.Series, r.R.Direction, shortDType(r.R.DType),
-			r.R.B, headsLabel(r.R), seqN(&r.R), r.R.D, map[bool]string{true: "causal", false: "—"}[r.R.Causal],
+			r.R.B, headsLabel(r.R), seqN(&r.R), r.R.D, maskLabel(r.R),
 			fmtMS(r.R.MedianMS), fmtMS(r.R.P10MS), fmtMS(r.R.P90MS), fmtTFLOPS(r.R.TFLOPS), r.R.Iters, r.R.Clock)
 	}
 	if rep.HasErrors {

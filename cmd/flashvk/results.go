@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"strings"
+
+	"github.com/flashvk/flashvk/attention"
 )
 
 // SchemaV1 names the benchmark results format written by `flashvk bench
@@ -47,14 +50,18 @@ type Result struct {
 	D         int     `json:"d"`
 	Dv        int     `json:"dv"`
 	Causal    bool    `json:"causal"`
-	Align     string  `json:"align"`  // "top-left" or "bottom-right" (meaningful when causal)
+	Align     string  `json:"align"`  // "top-left" or "bottom-right" (meaningful when causal, or with a window or ALiBi)
 	Kernel    string  `json:"kernel"` // kernel variant, e.g. "flash", "naive", torch's "flash"/"efficient"/"math"
 	MedianMS  float64 `json:"median_ms"`
 	P10MS     float64 `json:"p10_ms"`
 	P90MS     float64 `json:"p90_ms"`
-	TFLOPS    float64 `json:"tflops"` // FlashAttention FLOP convention over the median time
+	TFLOPS    float64 `json:"tflops"` // FLOPs over the median time (see problem.flops)
 	Iters     int     `json:"iters"`
 	Clock     string  `json:"clock"` // "gpu-timestamps", "wall", "cuda-events"
+	// The window, softcap, ALiBi and key counts of the problem (each
+	// omitted when unset; see features); TFLOPS then counts the visible
+	// (query, key) pairs exactly.
+	features
 	// A KV-cache result (direction "kv") has Nk = the cache capacity per
 	// sequence, and: CacheSeqLens, the rows each of the B sequences holds
 	// before the call; Append, the rows appended to each before it is
@@ -156,21 +163,32 @@ func (r *Result) device(f *ResultsFile) DeviceInfo {
 	return f.Device
 }
 
-// flopsOf is the FlashAttention FLOP count of a result's problem
-// (forward 4·B·H·Nq·Nk·d with d the mean of d and dv, halved when causal;
-// backward 2.5× the forward).
+// flops is the FLOP count of a result's problem as bench counts it (see
+// problem.flops; a KV-cache call's visible pairs exactly).
 func (r *Result) flops() float64 {
 	if r.Direction == "kv" {
 		return kvFlops(r.CacheSeqLens, r.Append, r.Nq, r.H, r.D, r.Dv, r.Causal, r.Align == "bottom-right")
 	}
-	f := 2 * float64(r.B) * float64(r.H) * float64(r.Nq) * float64(r.Nk) * float64(r.D+r.Dv)
-	if r.Causal {
-		f /= 2
+	return r.problem().flops(r.Direction == "bwd")
+}
+
+// problem is the problem a result measured (its layout and scale are
+// not recorded: the defaults; a dtype flashvk does not know is taken as
+// a 2-byte one, float32 where its name says 32).
+func (r *Result) problem() problem {
+	dt, err := attention.ParseDType(r.DType)
+	if err != nil {
+		dt = attention.Float16
+		if strings.Contains(r.DType, "32") {
+			dt = attention.Float32
+		}
 	}
-	if r.Direction == "bwd" {
-		f *= 2.5
+	align := attention.TopLeft
+	if r.Align == "bottom-right" {
+		align = attention.BottomRight
 	}
-	return f
+	return problem{B: r.B, Hq: r.H, Hkv: r.Hkv, Nq: r.Nq, Nk: r.Nk, D: r.D, Dv: r.Dv, DType: dt, Causal: r.Causal, Align: align,
+		features: r.features}
 }
 
 // writeResults writes f as indented JSON to path ("-" is stdout).
@@ -238,6 +256,9 @@ func readResults(path string) (*ResultsFile, error) {
 		if r.B <= 0 || r.H <= 0 || r.Nq <= 0 || r.Nk <= 0 || r.D <= 0 {
 			return nil, fmt.Errorf("%s: results[%d]: B, H, Nq, Nk and d must be positive", path, i)
 		}
+		if err := r.checkFeatures(); err != nil {
+			return nil, fmt.Errorf("%s: results[%d]: %w", path, i, err)
+		}
 		if r.Dv == 0 {
 			f.Results[i].Dv = r.D
 		}
@@ -249,6 +270,27 @@ func readResults(path string) (*ResultsFile, error) {
 		}
 	}
 	return &f, nil
+}
+
+// checkFeatures refuses a result whose window, softcap or key counts are
+// out of range (a kv result has none).
+func (r *Result) checkFeatures() error {
+	switch {
+	case r.features.set() && r.Direction == "kv":
+		return errors.New("a kv result has no window, softcap, alibi or seqused_k")
+	case r.Window != nil && (r.Window[0] < -1 || r.Window[1] < -1):
+		return fmt.Errorf("window %v: sides must be ≥ −1 (−1 unbounded)", *r.Window)
+	case r.Softcap < 0 || math.IsNaN(r.Softcap) || math.IsInf(r.Softcap, 0):
+		return fmt.Errorf("softcap %v: want a finite c > 0", r.Softcap)
+	case r.SeqUsedK != nil && len(r.SeqUsedK) != r.B:
+		return fmt.Errorf("%d seqused_k, want one per sequence (B = %d)", len(r.SeqUsedK), r.B)
+	}
+	for _, n := range r.SeqUsedK {
+		if n < 0 || n > r.Nk {
+			return fmt.Errorf("seqused_k %d: want 0 … Nk = %d", n, r.Nk)
+		}
+	}
+	return nil
 }
 
 // KernelResult is one kernel's time within a benchmarked call (bench

@@ -119,11 +119,27 @@ and lse.npy.
 
 A flag that would change nothing is refused (exit 2): --do without --backward,
 --seed with --q/--k/--v (unless --backward draws a random dO), --warmup with
---iters 0, --align without --causal or with Nq = Nk, --seq beside --nq and
---nk; in decode mode --backward (decoding has no backward pass), --q/--k/--v/
---do, --seq, --decode beside another decode flag, and --causal with Nq = 1
-under the bottom-right mask; a Vulkan flag (--device, --kernel, --addressing, --validation) where
-only the CPU backend runs, --workers where it does not.
+--iters 0, --align without --causal, --window or --alibi, or where every
+sequence has Nq keys (Nq = Nk and no --seqused-k), --window -1,-1, --window
+-1,R with --causal, --seqused-k where every sequence uses all Nk keys, --seq
+beside --nq and --nk; in decode mode --backward (decoding has no backward
+pass), --window, --softcap, --alibi, --seqused-k, --q/--k/--v/--do, --seq,
+--decode beside another decode flag, and --causal with Nq = 1 under the
+bottom-right mask; a Vulkan flag (--device, --kernel, --addressing,
+--validation) where only the CPU backend runs, --workers where it does not.
+
+Beyond the causal mask: --window L,R is a sliding window (each query sees
+the keys from L before its diagonal to R after it; −1 leaves a side
+unbounded; with --causal R is −1 or 0), --softcap C caps each scaled score s
+to C·tanh(s/C), --alibi adds ALiBi's bias −slope_h·|diagonal − j| to the
+score of key j with the standard slopes slope_h = 2^(−8(h+1)/Hq) (h = 0 …
+Hq−1), and --seqused-k N1,N2,… gives the keys each sequence uses, 0 … Nk (the
+rest are masked; one value per sequence sets B, a single value applies to
+every sequence). The diagonal is --align's, placed with each sequence's key
+count. --check runs the float64 reference with the same options (the very
+float32 softcap and slopes the kernels get). With any of them the FLOPs count
+the visible (query, key) pairs exactly (attention.Flops). Decode mode refuses
+them: a KV-cache call takes none.
 
 --json prints the results as JSON (schema flashvk-run/2, see
 docs/results-schema.md).
@@ -133,6 +149,7 @@ the float64 reference included — with exit status 130 or 143; a second
 signal exits at once.`,
 		Example: `  flashvk run --seq 1024 --heads 16 --dim 64 --causal --check
   flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype f16 --causal false --backward --check
+  flashvk run --backend cpu --seq 512 --causal --window 128,0 --alibi --softcap 30 --seqused-k 400,512 --backward --check
   flashvk run --seq 512 --dtype bf16 --backward --check --iters 20
   flashvk run --seq 131072 --heads 16 --dim 128 --dtype f16 --iters 0
   flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/
@@ -232,6 +249,8 @@ type problemJSON struct {
 	Causal bool    `json:"causal"`
 	Align  string  `json:"align"`
 	Scale  float64 `json:"scale"`
+	// The window, softcap, ALiBi and key counts, each omitted when unset.
+	features
 	// Cache describes the KV cache in decode mode (Nk is then its
 	// capacity per sequence).
 	Cache *cacheJSON `json:"cache,omitempty"`
@@ -239,7 +258,7 @@ type problemJSON struct {
 
 func (p problem) json() problemJSON {
 	return problemJSON{B: p.B, H: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv, DType: p.DType.String(),
-		Layout: p.Layout.String(), Causal: p.Causal, Align: p.Align.String(), Scale: p.effectiveScale()}
+		Layout: p.Layout.String(), Causal: p.Causal, Align: p.Align.String(), Scale: p.effectiveScale(), features: p.features}
 }
 
 // checkEffect refuses the flags of run that would change nothing.
@@ -291,7 +310,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		if err := agree(cmd, p, fp); err != nil {
 			return err
 		}
-		fp.Causal, fp.Align, fp.Scale = p.Causal, p.Align, p.Scale
+		fp.Causal, fp.Align, fp.Scale, fp.features = p.Causal, p.Align, p.Scale, f.shape.features(fp.B)
 		p = fp
 		if err := p.validate(); err != nil {
 			return err
@@ -304,7 +323,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	} else if f.doFile != "" {
 		return usagef("--do needs --q, --k and --v")
 	}
-	if err := f.shape.checkAlign(p); err != nil {
+	if err := f.shape.checkProblem(p); err != nil {
 		return err
 	}
 	if f.check {
@@ -727,7 +746,7 @@ func printRun(w io.Writer, p problem, rep *runReport) {
 	if backward {
 		fmt.Fprintf(w, ", bwd %s", siFlops(p.flops(true)))
 	}
-	fmt.Fprintf(w, " (FlashAttention convention)\n\n")
+	fmt.Fprintf(w, " (%s)\n\n", p.flopsRule())
 	printRunResults(w, p.DType, rep)
 }
 

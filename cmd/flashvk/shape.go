@@ -32,6 +32,12 @@ type shapeFlags struct {
 	causal                    causalValue
 	align, layout             string
 	scale                     float64
+	// The features (run, bench, explain; see features.go): --window,
+	// --softcap, --alibi, --seqused-k.
+	window   *[2]int
+	softcap  float64
+	alibi    bool
+	seqUsedK []int
 	// Decode mode (run, bench, explain; see decode.go): --decode,
 	// --cache-seqlens, --paged, --append.
 	decode         bool
@@ -106,11 +112,34 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 		f.Var(intsValue(&s.cacheLens, true), "cache-seqlens", "decode mode: rows cached per sequence before the call, one per sequence (sets B; default: --nk − --append for each sequence)")
 		f.IntVar(&s.paged, "paged", 0, "decode mode: a paged cache of blocks of this many rows, the block table a random permutation (default: contiguous)")
 		f.IntVar(&s.appendN, "append", 0, "decode mode: new K/V rows appended to every sequence before it is attended to")
+		s.registerFeatures(c)
 	}
 	if mode == oneProblem {
 		f.StringVar(&s.layout, "layout", "bshd", "memory layout of the operands: bshd (FlashAttention) or bhsd (PyTorch)")
-		f.Var(scaleValue{&s.scale}, "scale", "softmax scale, a positive float32 (default 1/√d)")
+		f.Var(scaleValue(&s.scale), "scale", "softmax scale, a positive float32 (default 1/√d)")
 	}
+}
+
+// registerFeatures adds --window, --softcap, --alibi and --seqused-k.
+func (s *shapeFlags) registerFeatures(c *cobra.Command) {
+	f := c.Flags()
+	f.Var(windowValue{&s.window}, "window", "sliding window: each query sees the L keys before its diagonal and the R after it (−1: unbounded; with --causal R is −1 or 0)")
+	f.Var(softcapValue(&s.softcap), "softcap", "cap each scaled score s to c·tanh(s/c), c a positive float32")
+	f.BoolVar(&s.alibi, "alibi", false, "ALiBi: add −slope_h·|diagonal − j| to the score of key j, slope_h = 2^(−8(h+1)/Hq) for query head h")
+	keys := "keys each sequence uses (0 … Nk; the rest are masked): one per sequence (it sets B), or one for every sequence"
+	if s.mode == benchGrid {
+		keys = "keys each sequence uses (0 … Nk of every point; the rest are masked): one per sequence (B = their count at every point), or one for every sequence of every point"
+	}
+	f.Var(intsValue(&s.seqUsedK, true), "seqused-k", keys)
+}
+
+// checkKeyCountBatch refuses --batch beside --seqused-k values of another
+// count: several values give B.
+func (s *shapeFlags) checkKeyCountBatch() error {
+	if n := len(s.seqUsedK); n > 1 && s.given("batch") && s.batch != n {
+		return usagef("--batch %d disagrees with --seqused-k (%d key counts, one per sequence)", s.batch, n)
+	}
+	return nil
 }
 
 // alignment parses --align.
@@ -141,6 +170,13 @@ func (s *shapeFlags) problem() (problem, error) {
 	if s.dv == 0 {
 		p.Dv = p.D
 	}
+	if err := s.checkKeyCountBatch(); err != nil {
+		return p, err
+	}
+	if len(s.seqUsedK) > 1 {
+		p.B = len(s.seqUsedK)
+	}
+	p.features = s.features(p.B)
 	var err error
 	if p.Layout, err = attention.ParseLayout(strings.ToLower(s.layout)); err != nil {
 		return p, usagef("--layout %q: want bshd or bhsd", s.layout)
@@ -207,9 +243,14 @@ func (s *shapeFlags) lengths(seqs []int) [][2]int {
 }
 
 // batchHeads are a grid point's batch and query heads: --batch, else
+// the count of --seqused-k's values where it has several, else
 // tokens / max(Nq, Nk); --heads, else --hidden / d.
 func (s *shapeFlags) batchHeads(nq, nk, d, tokens int) (b, h int) {
-	if b = s.batch; b == 0 {
+	switch b = s.batch; {
+	case b > 0:
+	case len(s.seqUsedK) > 1:
+		b = len(s.seqUsedK)
+	default:
 		b = max(tokens/max(nq, nk), 1)
 	}
 	if h = s.heads; h == 0 {
@@ -234,40 +275,55 @@ func (s *shapeFlags) checkEffect() error {
 	if s.given("tokens") && s.batch > 0 {
 		return usagef("--tokens has no effect: --batch %d sets B", s.batch)
 	}
+	if s.given("tokens") && len(s.seqUsedK) > 1 {
+		return usagef("--tokens has no effect: --seqused-k gives one key count per sequence, which sets B")
+	}
 	if s.given("hidden") && s.heads > 0 {
 		return usagef("--hidden has no effect: --heads %d sets H", s.heads)
 	}
 	return nil
 }
 
-// checkAlign refuses --align where it changes no mask: a problem that is
-// not causal, or whose Nq = Nk (top-left and bottom-right are then the
-// same diagonal).
-func (s *shapeFlags) checkAlign(p problem) error {
+// checkProblem refuses the flags that change nothing in the problem p:
+// features that change nothing (features.effect) and --align where no
+// mask or bias measures from the diagonal, or where top-left and
+// bottom-right are the same diagonal (every sequence has Nq keys).
+func (s *shapeFlags) checkProblem(p problem) error {
+	if err := p.features.effect(p.Nk, p.Causal); err != nil {
+		return err
+	}
 	switch {
 	case !s.given("align"):
-	case !p.Causal:
-		return usagef("--align has no effect: the mask is not causal (add --causal)")
-	case p.Nq == p.Nk:
+	case !p.Causal && !p.diagonal():
+		return usagef("--align has no effect: the mask is not causal and there is no --window or --alibi (add --causal)")
+	case p.SeqUsedK == nil && p.Nq == p.Nk:
 		return usagef("--align has no effect: Nq = Nk = %d, where top-left and bottom-right are the same diagonal", p.Nq)
+	case p.SeqUsedK != nil && !slices.ContainsFunc(p.SeqUsedK, func(n int) bool { return n != p.Nq }):
+		return usagef("--align has no effect: every sequence uses Nq = %d keys (--seqused-k), where top-left and bottom-right are the same diagonal", p.Nq)
 	}
 	return nil
 }
 
-// checkGridAlign is checkAlign for a grid: --align needs a causal mask
-// and a point with Nq ≠ Nk.
+// checkGridAlign is checkProblem's --align check for a grid: --align
+// needs a causal mask, --window or --alibi, and a point whose sequences
+// have Nk ≠ Nq keys.
 func (s *shapeFlags) checkGridAlign() error {
 	if !s.given("align") {
 		return nil
 	}
-	if !slices.Contains(s.causal.vals, true) {
-		return usagef("--align has no effect: --causal false runs no causal mask")
+	if !slices.Contains(s.causal.vals, true) && s.window == nil && !s.alibi {
+		return usagef("--align has no effect: --causal false runs no causal mask, and there is no --window or --alibi")
 	}
 	unequal := func(seqs []int) bool {
-		return slices.ContainsFunc(s.lengths(seqs), func(n [2]int) bool { return n[0] != n[1] })
+		return slices.ContainsFunc(s.lengths(seqs), func(n [2]int) bool {
+			return n[0] != n[1] && len(s.seqUsedK) == 0 || slices.ContainsFunc(s.seqUsedK, func(k int) bool { return k != n[0] })
+		})
 	}
 	if len(s.seq) > 0 && unequal(s.seq) || len(s.seq) == 0 && (unequal(paperSeqs) || unequal(cpuSeqs)) {
 		return nil
+	}
+	if len(s.seqUsedK) > 0 {
+		return usagef("--align has no effect: every sequence of every point uses Nq keys (--seqused-k), where top-left and bottom-right are the same diagonal")
 	}
 	return usagef("--align has no effect: every point has Nq = Nk, where top-left and bottom-right are the same diagonal (give --nq or --nk)")
 }

@@ -119,7 +119,9 @@ func (b *Backend) scalarLaunch(ctx context.Context, kernel string, p *spec.Probl
 // bwdPreLaunch is bwd_pre (D = rowsum(dO∘O)), the first launch of both
 // backward families.
 func (b *Backend) bwdPreLaunch(ctx context.Context, p *spec.Problem, dt spec.DType) (Launch, error) {
-	return b.scalarLaunch(ctx, shaders.KernelBwdPre, p, dt, 0, OpO, OpDO, OpD)
+	l, err := b.scalarLaunch(ctx, shaders.KernelBwdPre, p, dt, 0, OpO, OpDO, OpD)
+	l.BC = 0 // rows only: no key tile
+	return l, err
 }
 
 // scalarGrid is the grid of a scalar kernel for p with configuration c.

@@ -82,11 +82,17 @@ void main() {
 	uint kvh = gl_WorkGroupID.y;
 	uint b = gl_WorkGroupID.z;
 	uint c0 = gl_WorkGroupID.x * BC;
-	uint cols = min(BC, pc.Nk - c0);
 	float sl2 = pc.scale * LOG2E;
 	ext_begin(b);
+	if (c0 >= seq_nk) {
+		return; // past a packed sequence's keys (uniform)
+	}
+	// The tile's keys: cols stored (dK and dV written, 0 for a key no row
+	// sees), the first lcols read (none past a key count: ext.glsl).
+	uint cols = min(BC, seq_nk - c0);
+	uint lcols = min(BC, max(read_keys(), c0) - c0);
 
-	STAGE_KEY_TILE(b, kvh, c0, cols)
+	STAGE_KEY_TILE(b, kvh, c0, lcols)
 
 
 	float dk[KM * DN];
@@ -103,8 +109,8 @@ void main() {
 	// masking does not depend on the head).
 	uint qfirst = query_first(c0);
 	uint qt0 = qfirst / BR;
-	uint nqt = (query_limit(c0 + cols - 1u) + BR - 1u) / BR;
-	if (cols == 0u || qfirst >= pc.Nq) {
+	uint nqt = (query_limit(c0 + lcols - 1u) + BR - 1u) / BR;
+	if (lcols == 0u || qfirst >= seq_nq) {
 		nqt = 0u; // no query row sees these keys: dK = dV = 0
 	}
 
@@ -113,7 +119,7 @@ void main() {
 		ext_head(b, h);
 		for (uint qt = qt0; qt < nqt; ++qt) {
 			uint r0 = qt * BR;
-			uint rows = min(BR, pc.Nq - r0);
+			uint rows = min(BR, seq_nq - r0);
 			barrier(); // the previous tile is done with sQ, sdO, sP, sdS
 			STAGE_QUERY_TILE(b, h, r0, rows)
 			barrier();

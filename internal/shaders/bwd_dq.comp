@@ -74,10 +74,14 @@ void main() {
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
 	uint r0 = gl_WorkGroupID.x * BR;
-	uint rows = min(BR, pc.Nq - r0);
 	float sl2 = pc.scale * LOG2E;
 	ext_begin(b);
 	ext_head(b, h);
+	if (r0 >= seq_nq) {
+		return; // past a packed sequence's queries (uniform)
+	}
+	uint rows = min(BR, seq_nq - r0);
+	uint nkeys = read_keys(); // no key past a key count is read (ext.glsl)
 
 	STAGE_QUERY_TILE(b, h, r0, rows)
 
@@ -104,7 +108,7 @@ void main() {
 
 	for (uint kt = fst_lo / BC; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
-		uint cols = min(BC, pc.Nk - c0);
+		uint cols = min(BC, nkeys - c0);
 		barrier(); // Q/dO/LSE/D staged; the previous tile is done with sK, sdS
 		STAGE_KEY_TILE(b, kvh, c0, cols)
 		barrier();

@@ -121,9 +121,9 @@ func tileCounts(p *spec.Problem, ls []Launch) (all, visited int64) {
 	br, bc := ls[i].TileRows, ls[i].TileCols
 	qt, kt := (p.Nq+br-1)/br, (p.Nk+bc-1)/bc
 	for b := range p.B {
-		for t := range qt {
+		for t := range (p.Queries(b) + br - 1) / br { // (the tiles past a packed sequence's queries do nothing)
 			lo, _ := p.KeyRange(b, t*br)
-			_, hi := p.KeyRange(b, min(t*br+br, p.Nq)-1)
+			_, hi := p.KeyRange(b, min(t*br+br, p.Queries(b))-1)
 			if hi > lo {
 				visited += int64((hi+bc-1)/bc - lo/bc)
 			}

@@ -9,14 +9,17 @@
 //
 // Bindings (set 0), as the scalar flash kernel:
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
-//   3 O [B,Nq,Hq,DV] (written)   4 LSE [B,Hq,Nq] f32 (written; −inf and
-//   an O row of 0 for a row that sees no key)
+//   3 O [B,Nq,Hq,DV] (written)   4 LSE [B,Hq,Nq] f32 ([Hq,Tq] packed;
+//   written; −inf and an O row of 0 for a row that sees no key)   5 Ext u32 (ext.glsl;
+//   read when EXT = 1)
 // ADDRESSED build: Q, K, V, O at pc.addr[0 … 3] instead of bindings
 //   0 … 3 (params.glsl, Operands; 16-byte aligned addresses when VEC = 1);
 //   LSE stays binding 4.
-// Push constants: Params (attn_params.glsl). Grid: (ceil(Nq/BR), Hq, B).
+// Push constants: Params (attn_params.glsl). Grid: (ceil(Nq/BR), Hq, B)
+//   (with EXT a workgroup works on its sequence's seq_nq rows — packed
+//   sequences are shorter than Nq — and reads only its read_keys() keys).
 //
-// Spec constants (params.glsl ids 0–5, plus 10–22):
+// Spec constants (params.glsl ids 0–5, 8 EXT (ext.glsl), plus 10–22):
 //   0 WG = NSG·SUBGROUP (NSG subgroups, each owning CM_M query rows)
 //   1 D, 2 DV (any ≤ 256; padded with zeros to multiples of 16 inside)
 //   3 BR = NSG·CM_M query rows per workgroup, 4 BC key rows per tile
@@ -52,14 +55,24 @@
 // happen in registers too; MODE 0 stores S to shared memory, does the
 // softmax with scalar code, and loads P back as an A matrix.
 //
+// Key tiles: the workgroup walks the tiles from the first key any of its
+// rows sees (key_first; 0 unless EXT has a left window) to the last
+// (key_limit), so a sliding window costs only the tiles it covers. In
+// MODE 1 a subgroup skips the tiles none of its rows sees; masking is
+// per element only on tiles that cross a row's visible range (causal
+// diagonal, window edge, key-count tail). With EXT the scores come from
+// ext_score (softcap, ALiBi) instead of S·scale·log2 e.
+//
 // Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
 // 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V and
 // O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per row) + 4·BR
 // (row buffer) + MODE 0: 4·BR·(BC+4) (S) + 2·BR·(BC+8) (P). At d = 128,
 // BR = 128, BC = 64, MODE 1: ≈ 35.3 KB.
 #extension GL_GOOGLE_include_directive : require
+#define EXT_BINDING 5
 #include "params.glsl"
 #include "attn_params.glsl"
+#include "ext.glsl"
 // S = Q·Kᵀ contracts over D only and O = P·V produces DV only: D pads to
 // CM_K and DV to CM_N (cm_common.glsl's default, for the backward, pads
 // both to both).
@@ -126,8 +139,14 @@ void main() {
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
 	uint r0 = gl_WorkGroupID.x * BR;
-	uint rows = min(BR, pc.Nq - r0);
 	float sl2 = pc.scale * LOG2E;
+	ext_begin(b);
+	ext_head(b, h);
+	if (r0 >= seq_nq) {
+		return; // past a packed sequence's queries (uniform)
+	}
+	uint rows = min(BR, seq_nq - r0);
+	uint nkeys = read_keys(); // no key past a key count is read (ext.glsl)
 
 	// Q tile → shared (rows past Nq are zero), then into A fragments.
 	for (uint e = tid; e < BR * DP8; e += WG) {
@@ -149,16 +168,23 @@ void main() {
 	uint colOf[CM_LEN];
 	CM_LAYOUT_MAP(sKV, rowOf, colOf)
 
+	// Keys visible to the tile and to the subgroup: row i sees key_first(i)
+	// … key_limit(i)−1, both non-decreasing in i. The workgroup walks key
+	// tiles kt0 … ntiles−1.
 	uint sgr = sg * CM_M; // first row of the subgroup within the tile
 	uint sg_rows = rows > sgr ? min(CM_M, rows - sgr) : 0u;
 	uint sg_lim_lo = sg_rows > 0u ? key_limit(r0 + sgr) : 0u;
 	uint sg_lim_hi = sg_rows > 0u ? key_limit(r0 + sgr + sg_rows - 1u) : 0u;
+	uint sg_fst_lo = sg_rows > 0u ? key_first(r0 + sgr) : 0u;
+	uint sg_fst_hi = sg_rows > 0u ? key_first(r0 + sgr + sg_rows - 1u) : 0u;
 	uint lim_hi = key_limit(r0 + rows - 1u);
 	uint ntiles = (lim_hi + BC - 1u) / BC;
+	uint kt0 = EXT != 0u ? key_first(r0) / BC : 0u;
 
 	// MODE 1 per-local-row state.
 	uint lrow[RL];
 	uint limOf[RL];
+	uint fstOf[RL];
 	float m1[RL];
 	float l1[RL];
 	[[unroll]] for (uint k = 0u; k < RL; ++k) {
@@ -169,6 +195,7 @@ void main() {
 			}
 		}
 		limOf[k] = lrow[k] < sg_rows ? key_limit(r0 + sgr + lrow[k]) : 0u;
+		fstOf[k] = lrow[k] < sg_rows ? key_first(r0 + sgr + lrow[k]) : 0u;
 		m1[k] = NEG_INF;
 		l1[k] = 0.0;
 	}
@@ -189,22 +216,22 @@ void main() {
 
 	uvec4 pk[NPK];
 	uvec4 pv[NPV];
-	if (PREFETCH != 0u && ntiles > 0u) {
+	if (PREFETCH != 0u && kt0 < ntiles) {
 		[[unroll]] for (uint i = 0u; i < NPK; ++i) {
 			uint e = tid + i * WG;
 			uint r = e / DP8;
-			uint s = r;
-			pk[i] = (e < KCH && s < pc.Nk) ? fetch_k(b, s, kvh, e - r * DP8) : uvec4(0u);
+			uint s = kt0 * BC + r;
+			pk[i] = (e < KCH && s < nkeys) ? fetch_k(b, s, kvh, e - r * DP8) : uvec4(0u);
 		}
 		[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 			uint e = tid + i * WG;
 			uint r = e / DVP8;
-			uint s = r;
-			pv[i] = (e < VCH && s < pc.Nk) ? fetch_v(b, s, kvh, e - r * DVP8) : uvec4(0u);
+			uint s = kt0 * BC + r;
+			pv[i] = (e < VCH && s < nkeys) ? fetch_v(b, s, kvh, e - r * DVP8) : uvec4(0u);
 		}
 	}
 
-	for (uint kt = 0u; kt < ntiles; ++kt) {
+	for (uint kt = kt0; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
 		barrier(); // every subgroup is done with the previous K/V tile
 		if (PREFETCH != 0u) {
@@ -226,12 +253,12 @@ void main() {
 			for (uint e = tid; e < KCH; e += WG) {
 				uint r = e / DP8;
 				uint c4 = e - r * DP8;
-				sKV[KOFF + r * LDK4 + c4] = c0 + r < pc.Nk ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
+				sKV[KOFF + r * LDK4 + c4] = c0 + r < nkeys ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
 			}
 			for (uint e = tid; e < VCH; e += WG) {
 				uint r = e / DVP8;
 				uint c4 = e - r * DVP8;
-				sKV[VOFF + r * LDV4 + c4] = c0 + r < pc.Nk ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+				sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
 			}
 		}
 		barrier();
@@ -240,24 +267,27 @@ void main() {
 			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DP8;
-				pk[i] = (e < KCH && n0 + r < pc.Nk) ? fetch_k(b, n0 + r, kvh, e - r * DP8) : uvec4(0u);
+				pk[i] = (e < KCH && n0 + r < nkeys) ? fetch_k(b, n0 + r, kvh, e - r * DP8) : uvec4(0u);
 			}
 			[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DVP8;
-				pv[i] = (e < VCH && n0 + r < pc.Nk) ? fetch_v(b, n0 + r, kvh, e - r * DVP8) : uvec4(0u);
+				pv[i] = (e < VCH && n0 + r < nkeys) ? fetch_v(b, n0 + r, kvh, e - r * DVP8) : uvec4(0u);
 			}
 		}
 
-		// Subgroup-uniform: does any row of this subgroup see this tile? In
-		// MODE 1 a subgroup that sees none skips it. MODE 0 computes it
-		// (fully masked) anyway: its subgroupBarrier()s must be reached by
-		// every subgroup on implementations that treat them as workgroup
-		// barriers (seen on lavapipe, Mesa 26).
-		if (MODE == 1u && c0 >= sg_lim_hi) {
+		// Subgroup-uniform: does any row of this subgroup see this tile
+		// (keys sg_fst_lo … sg_lim_hi−1 at most)? In MODE 1 a subgroup that
+		// sees none skips it. MODE 0 computes it (fully masked) anyway: its
+		// subgroupBarrier()s must be reached by every subgroup on
+		// implementations that treat them as workgroup barriers (seen on
+		// lavapipe, Mesa 26). need_mask is false for tiles every row of the
+		// subgroup sees entirely (no causal diagonal, window edge or
+		// key-count tail).
+		if (MODE == 1u && (c0 >= sg_lim_hi || (EXT != 0u && c0 + BC <= sg_fst_lo))) {
 			continue;
 		}
-		bool need_mask = c0 + BC > sg_lim_lo;
+		bool need_mask = c0 + BC > sg_lim_lo || (EXT != 0u && c0 < sg_fst_hi);
 
 		ACC S[NST];
 		[[unroll]] for (uint t = 0u; t < NST; ++t) {
@@ -276,8 +306,9 @@ void main() {
 			}
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-					float x = S[t][i] * sl2;
-					if (need_mask && c0 + t * CM_N + colOf[i] >= limOf[slotrow(i)]) {
+					uint c = c0 + t * CM_N + colOf[i];
+					float x = EXT != 0u ? ext_score(S[t][i], r0 + sgr + rowOf[i], c) : S[t][i] * sl2;
+					if (need_mask && (c >= limOf[slotrow(i)] || (EXT != 0u && c < fstOf[slotrow(i)]))) {
 						x = NEG_INF;
 					}
 					S[t][i] = x;
@@ -337,13 +368,15 @@ void main() {
 			[[unroll]] for (uint q = 0u; q < RPL; ++q) {
 				uint row = rb + q * RSTEP;
 				uint lim = row < sg_rows ? key_limit(r0 + sgr + row) : 0u;
+				uint fst = row < sg_rows ? key_first(r0 + sgr + row) : 0u;
 				uint sbase = (sgr + row) * LDS;
 				float x[CPL];
 				float mloc = NEG_INF;
 				[[unroll]] for (uint j = 0u; j < CPL; ++j) {
 					uint c = lr + LPR * j;
-					float v = sS[sbase + c] * sl2;
-					if (need_mask && c0 + c >= lim) {
+					uint key = c0 + c;
+					float v = EXT != 0u ? ext_score(sS[sbase + c], r0 + sgr + row, key) : sS[sbase + c] * sl2;
+					if (need_mask && (key >= lim || (EXT != 0u && key < fst))) {
 						v = NEG_INF;
 					}
 					x[j] = v;

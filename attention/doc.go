@@ -54,10 +54,12 @@
 // Options beyond the scale and the causal mask — a sliding window
 // (Window{Left, Right}, placed by Align like the causal diagonal), a
 // softcap (c·tanh(s/c), differentiated through in the backward), ALiBi
-// slopes per head or per sequence and head, and per-sequence key counts
-// for padded batches (SeqUsedK) — run forward and backward on every
-// backend and storage type, alone or together (see Options for the exact
-// definitions). Key tiles that the window, the diagonal or a key count
+// slopes per head or per sequence and head, per-sequence key counts for
+// padded batches (SeqUsedK), and batches of variable-length sequences
+// packed without padding (CuSeqlensQ, CuSeqlensK: Q [1, Tq, Hq, D], LSE
+// [Hq, Tq], gradients in the packed layout) — run forward and backward on
+// every backend and storage type, alone or together (see Options for the
+// exact definitions). Key tiles that the window, the diagonal or a key count
 // leave empty are skipped, not computed (Plan.TilesVisited counts the
 // rest). On Vulkan they run in the flash, flash_cm, bwd and bwd_cm
 // families; the minimal and naive forwards and KV-cache calls refuse them.

@@ -56,10 +56,37 @@ the implementation that ran ("kernel": "sdpa-<backend>", "flex-attention" or
 as flashvk does. Diagonals are top-left (flashvk bench's default --align).
     python3 bench/torch_sdpa.py --dtype float16 --seq 4096 8192 --causal true --window 1024,0 --backward --json torch-window.json
 
-The parts that need no GPU (the decode grid, FLOPs, bytes, masks' key limits,
-block tables, the options' visible pairs) are plain functions with doctests:
+Packed sequences (--seqlens N1,N2,...), the anchor for `flashvk bench
+--seqlens`: one packed batch of self-attention sequences (sequence i has
+Nq = Nk = Ni; B is their count; it replaces --seq and --tokens, H is --heads
+else hidden/d, Hkv --kv-heads else H), at every d x mask. Two ways are timed
+and the fastest reported: (a) SDPA on the batch padded to the longest length
+[B, H, Nmax, d], with an additive attn_mask of the key padding (the causal
+mask, --window, --alibi and --seqused-k folded in; query rows past a
+sequence's length are padding, their outputs unused) on the efficient,
+cudnn and math backends (flash takes no mask; with equal lengths and no
+option there is no mask, is_causal, and flash runs too), or with --softcap
+flex_attention or the eager math path as above; (b) where this PyTorch has
+them, SDPA on nested jagged tensors [B, H, {Ni}, d] over the packed rows
+(torch.nested.nested_tensor_from_jagged: the flash and efficient backends'
+varlen kernels; empty sequences are left out, having no rows) -- nested
+tensors take no mask, so only without --window, --alibi, --seqused-k and
+--softcap. GQA (--kv-heads) runs by enable_gqa on the padded batch where
+SDPA takes it; otherwise, and on nested tensors, K and V have all H heads.
+Each result records "seqlens" (and the options), the implementation that
+won ("kernel": "sdpa-padded-<backend>", "sdpa-nested-<backend>",
+"flex-attention" or "eager-softcap"), how each ran ("note") and every
+median ("backends_ms"); TFLOP/s counts each sequence's own visible pairs,
+as flashvk's attention.Flops (causal: Ni(Ni+1)/2 per head, 2*H*(d+dv) each).
+    python3 bench/torch_sdpa.py --seqlens 8192,512,2048,77 --dim 128 --causal true --backward --json torch-packed.json
+    python3 bench/torch_sdpa.py --seqlens 300,0,77,512 --heads 8 --kv-heads 2 --dim 64 --dry-run
+
+The parts that need no GPU (the decode grid, the packed points, FLOPs,
+bytes, masks' key limits, block tables, the options' visible pairs) are
+plain functions with doctests:
     python3 -m doctest -v bench/torch_sdpa.py
-and --dry-run prints the decode points as JSON lines without timing anything.
+and --dry-run prints the decode (or --seqlens) points as JSON lines
+without timing anything.
 """
 import argparse
 import contextlib
@@ -201,18 +228,23 @@ def key_range(i, nk, window, causal):
     return lo, max(lo, hi)
 
 
-def feature_flops(b, h, n, d, causal, window, seqused):
+def feature_flops(b, h, n, d, causal, window, seqused, lens=None):
     """Forward FLOPs with options, as flashvk's attention.Flops counts them:
     2*H*(d+dv) per visible (query, key) pair, exactly (dv = d; seqused:
-    one key count per sequence, or None for n each).
+    one key count per sequence, or None for all; lens: a packed batch's
+    lengths, sequence i having lens[i] queries and keys, or None for b
+    sequences of n: each sequence counts only its own pairs).
 
     >>> feature_flops(1, 2, 8, 4, True, None, None)  # 36 pairs, not 32
     1152.0
     >>> feature_flops(2, 1, 8, 4, False, [1, 0], [8, 3])
     336.0
+    >>> feature_flops(3, 2, 4, 8, True, None, None, lens=[4, 0, 2])  # 10 + 0 + 3 pairs
+    832.0
     """
-    counts = seqused or [n] * b
-    pairs = sum(hi - lo for nk in counts for lo, hi in (key_range(i, nk, window, causal) for i in range(n)))
+    lens = lens or [n] * b
+    counts = seqused or lens
+    pairs = sum(hi - lo for nq, nk in zip(lens, counts) for lo, hi in (key_range(i, nk, window, causal) for i in range(nq)))
     return 2.0 * h * (d + d) * pairs
 
 
@@ -224,7 +256,8 @@ def features_of(a):
 
 def check_feature_args(ap, a, seqs, causals):
     """Refuse what flashvk bench refuses for --window, --softcap, --alibi and
-    --seqused-k on a grid (exit 2)."""
+    --seqused-k on a grid (exit 2; with --seqlens, seqs is the longest
+    length, and check_packed_args checks the key counts)."""
     w = a.window
     if w == [-1, -1]:
         ap.error("--window -1,-1 has no effect: both sides are unbounded (omit --window)")
@@ -234,15 +267,81 @@ def check_feature_args(ap, a, seqs, causals):
         ap.error(f"--window -1,{w[1]} has no effect with --causal: the left side is unbounded and the causal mask already bounds the right")
     if a.softcap is not None and not 0 < a.softcap < float("inf"):
         ap.error(f"--softcap {a.softcap}: want a finite c > 0 (omit --softcap for none)")
-    for k in a.seqused_k or []:
-        if not 0 <= k <= min(seqs):
-            ap.error(f"--seqused-k {k}: want 0 ... Nk = {min(seqs)} (every point's Nk)")
-    if a.seqused_k and all(k == n for k in a.seqused_k for n in seqs):
-        ap.error(f"--seqused-k has no effect: every sequence uses all Nk = {seqs[0]} keys")
+    if a.seqused_k and not a.seqlens:  # packed: check_packed_args checks them
+        for k in a.seqused_k:
+            if not 0 <= k <= min(seqs):
+                ap.error(f"--seqused-k {k}: want 0 ... Nk = {min(seqs)} (every point's Nk)")
+        if all(k == n for k in a.seqused_k for n in seqs):
+            ap.error(f"--seqused-k has no effect: every sequence uses all Nk = {seqs[0]} keys")
     if a.softcap is not None and a.backend is not None:
         ap.error("--backend has no effect with --softcap: the softcap runs through flex_attention (or the eager math path)")
     if (w is not None or a.alibi or a.seqused_k) and a.backend == "flash":
         ap.error("--backend flash takes no attn_mask, which --window, --alibi and --seqused-k need: give efficient, cudnn, math or best")
+
+
+# ---- packed sequences (--seqlens): the parts without CUDA ----
+
+def packed_key_counts(lens, seqused):
+    """Each sequence's key count in a packed batch: --seqused-k's (one value
+    for every sequence, or one per sequence), else its length.
+
+    >>> packed_key_counts([5, 0, 3], None), packed_key_counts([5, 2, 3], [2]), packed_key_counts([5, 0, 3], [4, 0, 1])
+    ([5, 0, 3], [2, 2, 2], [4, 0, 1])
+    """
+    if not seqused:
+        return list(lens)
+    return seqused * len(lens) if len(seqused) == 1 else list(seqused)
+
+
+def check_packed_args(ap, a):
+    """Refuse what flashvk bench refuses for --seqlens (exit 2)."""
+    if a.seq_given:
+        ap.error("--seq does not apply with --seqlens: each sequence's length is both its Nq and its Nk")
+    if a.tokens_given:
+        ap.error("--tokens does not apply with --seqlens: B is the number of lengths (one per sequence)")
+    for n in a.seqlens:
+        if n < 0:
+            ap.error(f"--seqlens {n}: a length must be >= 0")
+    if not any(a.seqlens):
+        ap.error(f"--seqlens {','.join(map(str, a.seqlens))}: every sequence is empty (give at least one length > 0)")
+    if a.seqused_k and len(a.seqused_k) not in (1, len(a.seqlens)):
+        ap.error(f"--seqused-k: {len(a.seqused_k)} key counts for the {len(a.seqlens)} sequences of --seqlens: "
+                 "give one per sequence, or one for every sequence")
+    ks = packed_key_counts(a.seqlens, a.seqused_k)
+    for i, (k, n) in enumerate(zip(ks, a.seqlens)):
+        if not 0 <= k <= n:
+            ap.error(f"--seqused-k {k}: want 0 ... {n} for sequence {i} (its length in --seqlens)")
+    if a.seqused_k and ks == list(a.seqlens):
+        ap.error("--seqused-k has no effect: every sequence uses all its keys (its length in --seqlens)")
+    for name, x in (("--heads", a.heads), ("--kv-heads", a.kv_heads)):
+        if x is not None and x < 1:
+            ap.error(f"{name} {x}: must be positive")
+    if a.heads and a.kv_heads and a.heads % a.kv_heads:
+        ap.error(f"--kv-heads {a.kv_heads} does not divide --heads {a.heads}")
+
+
+def packed_points(a, causals):
+    """The points of --seqlens, as flashvk bench builds them: one packed
+    batch at every d x mask; B the number of lengths, Nq = Nk the longest,
+    H = --heads else hidden/d, Hkv = --kv-heads else H, and the FLOPs of
+    each sequence's own visible pairs.
+
+    >>> ns = argparse.Namespace(dim=[64], seqlens=[4, 0, 2], heads=None, kv_heads=None, hidden=128, window=None, seqused_k=None)
+    >>> [(p["B"], p["H"], p["Nq"], p["causal"], p["seqlens"], p["flops"]) for p in packed_points(ns, [False, True])]
+    [(3, 2, 4, False, [4, 0, 2], 10240.0), (3, 2, 4, True, [4, 0, 2], 6656.0)]
+    """
+    points = []
+    lens = list(a.seqlens)
+    ks = packed_key_counts(lens, a.seqused_k)
+    for d in a.dim:
+        for causal in causals:
+            h = a.heads or max(a.hidden // d, 1)
+            p = dict(B=len(lens), H=h, Hkv=a.kv_heads or h, Nq=max(lens), Nk=max(lens), d=d, causal=causal, seqlens=lens,
+                     flops=feature_flops(len(lens), h, max(lens), d, causal, a.window, ks, lens))
+            if a.seqused_k:
+                p["seqused_k"] = ks
+            points.append(p)
+    return points
 
 
 # ---- decode mode: the parts without CUDA ----
@@ -343,6 +442,9 @@ def check_decode_args(ap, a):
           else "--append" if a.append_given else "--decode")
     if a.backward:
         ap.error(f"--backward has no effect in decode mode ({by}): decoding has no backward pass")
+    if a.seqlens is not None:
+        ap.error(f"--seqlens does not apply in decode mode ({by}): a KV-cache call packs no sequences "
+                 "(--cache-seqlens gives the rows each sequence holds)")
     for flag, given in (("--window", a.window), ("--softcap", a.softcap), ("--alibi", a.alibi), ("--seqused-k", a.seqused_k)):
         if given:
             ap.error(f"{flag} does not apply in decode mode ({by}): a KV-cache call takes no window, softcap, ALiBi or key counts")
@@ -517,7 +619,7 @@ def main():
     ap.add_argument("--seq", type=int, nargs="+", default=None, help="sequence lengths N (default 512 … 16384)")
     ap.add_argument("--causal", default=None, choices=["true", "false", "both"],
                     help="masks (default both; in decode mode the decoding rule: bottom-right causal, none for Nq = 1)")
-    ap.add_argument("--tokens", type=int, default=16384, help="B*N (default 16384)")
+    ap.add_argument("--tokens", type=int, default=None, help="B*N (default 16384)")
     ap.add_argument("--hidden", type=int, default=2048, help="H*d (default 2048)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=50)
@@ -530,22 +632,28 @@ def main():
     op.add_argument("--alibi", action="store_true", help="ALiBi bias -slope_h*|i - j|, slope_h = 2^(-8(h+1)/H)")
     op.add_argument("--seqused-k", type=int_list, nargs="+",
                     help="keys each sequence uses (the rest masked): one for every sequence, or one per sequence (sets B)")
+    op.add_argument("--seqlens", type=int_list, nargs="+",
+                    help="a packed batch of sequences of these lengths (Nq = Nk = each, B their count): replaces --seq and --tokens; "
+                         "takes --heads, --kv-heads and --dry-run (see above)")
     dm = ap.add_argument_group("decode mode (KV-cache calls, as flashvk bench's decode mode)")
     dm.add_argument("--decode", action="store_true", help="decode mode (implied by --cache-seqlens, --paged, --append)")
     dm.add_argument("--cache-seqlens", type=int_list, nargs="+", help="rows cached per sequence before the call (sets B)")
     dm.add_argument("--nq", type=int_list, nargs="+", help="queries per sequence (default 1)")
     dm.add_argument("--nk", type=int_list, nargs="+", help="cache capacities per sequence (default: longest length + append)")
     dm.add_argument("--batch", type=int, help="sequences B (default: len(--cache-seqlens), else tokens/max(Nq, Nk))")
-    dm.add_argument("--heads", type=int, help="query heads H (default hidden/d)")
-    dm.add_argument("--kv-heads", type=int, help="key/value heads Hkv (default H)")
+    dm.add_argument("--heads", type=int, help="query heads H (default hidden/d; also with --seqlens)")
+    dm.add_argument("--kv-heads", type=int, help="key/value heads Hkv (default H; also with --seqlens)")
     dm.add_argument("--paged", type=int, help="paged cache of blocks of this many rows (timed gathered: see above)")
     dm.add_argument("--append", type=int, default=None, help="new K/V rows appended per sequence (not timed)")
     dm.add_argument("--seed", type=int, default=None, help="seed of the inputs and the block table (default 1)")
-    dm.add_argument("--dry-run", action="store_true", help="print the decode points as JSON lines and time nothing (no GPU)")
+    dm.add_argument("--dry-run", action="store_true",
+                    help="print the decode (or --seqlens) points as JSON lines and time nothing (no GPU)")
     a = ap.parse_args(join_window(sys.argv[1:]))
     a.cache_seqlens, a.nq, a.nk, a.seqused_k = flatten(a.cache_seqlens), flatten(a.nq), flatten(a.nk), flatten(a.seqused_k)
-    a.seq_given, a.append_given = a.seq is not None, a.append is not None
+    a.seqlens = flatten(a.seqlens)
+    a.seq_given, a.append_given, a.tokens_given = a.seq is not None, a.append is not None, a.tokens is not None
     a.append = a.append or 0
+    a.tokens = 16384 if a.tokens is None else a.tokens
     decode = a.decode or a.cache_seqlens is not None or a.paged is not None or a.append_given
 
     if decode:
@@ -560,19 +668,30 @@ def main():
                 print(json.dumps(p))
             return
     else:
+        packed = a.seqlens is not None
+        packed_flags = ("--heads", "--kv-heads", "--dry-run")
         for flag, given in (("--nq", a.nq), ("--nk", a.nk), ("--batch", a.batch), ("--heads", a.heads),
                             ("--kv-heads", a.kv_heads), ("--seed", a.seed is not None), ("--dry-run", a.dry_run)):
-            if given:
-                ap.error(f"{flag} applies to decode mode (--cache-seqlens, --paged, --append or --decode)")
-        check_feature_args(ap, a, a.seq or [512, 1024, 2048, 4096, 8192, 16384],
-                           {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"])
-        masked = a.window is not None or a.alibi or a.seqused_k
+            if given and not (packed and flag in packed_flags):
+                also = " or to --seqlens" if flag in packed_flags else ""
+                ap.error(f"{flag} applies to decode mode (--cache-seqlens, --paged, --append or --decode){also}")
+        causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"]
+        if packed:
+            check_packed_args(ap, a)
+        check_feature_args(ap, a, [max(a.seqlens)] if packed else a.seq or [512, 1024, 2048, 4096, 8192, 16384], causals)
+        masked = a.window is not None or a.alibi or a.seqused_k or packed
         a.backend = a.backend or ("flex" if a.softcap is not None else "best" if masked else "flash")
+        if a.dry_run:
+            for p in packed_points(a, causals):
+                print(json.dumps(p))
+            return
     if torch is None:
         sys.exit("torch_sdpa.py: needs PyTorch with CUDA (import torch failed)")
 
     if decode:
         results = run_decode(a)
+    elif a.seqlens is not None:
+        results = run_packed(a)
     else:
         results = run_grid(a)
 
@@ -591,11 +710,16 @@ def main():
 
 # ---- options beyond the causal mask: on CUDA ----
 
-def feature_mask(a, b, h, n, causal, dt, dev):
+def feature_mask(a, b, h, n, causal, dt, dev, ks=None):
     """The additive float attn_mask of --window, --alibi and --seqused-k (the
     causal mask folded in), in dtype dt, only as large as needed: [B or 1,
     H or 1, N, N]; 0 where a key is visible (plus ALiBi's bias), -inf where
-    not. Returns the mask and its description."""
+    not. ks are each sequence's key counts (a packed batch padded to N: the
+    keys past its length or --seqused-k are masked), else --seqused-k's or
+    N each. A row that would see no key (a padding row of an empty sequence,
+    a key count of 0) sees key 0: SDPA returns NaN for a row of -inf, and
+    such a row's output is not flashvk's anyway (0). Returns the mask and
+    its description."""
     i = torch.arange(n, device=dev)[:, None]
     j = torch.arange(n, device=dev)[None, :]
     vis = torch.ones(n, n, dtype=torch.bool, device=dev)
@@ -606,20 +730,26 @@ def feature_mask(a, b, h, n, causal, dt, dev):
         vis &= j <= i + w[1]
     if causal:
         vis &= j <= i
-    ks = a.seqused_k or [n] * b
+    ks = ks or a.seqused_k or [n] * b
     per_batch = len(set(ks)) > 1
     mb, mh = (b if per_batch else 1), (h if a.alibi else 1)
     mask = torch.empty(mb, mh, n, n, dtype=dt, device=dev)
     dist = (i - j).abs().float() if a.alibi else None
     slopes = alibi_slopes(h)
+    keyless = False
     for x in range(mb):
         keep = vis & (j < ks[x])
+        none = ~keep.any(dim=-1)
+        if bool(none.any()):
+            keep[:, 0] = keep[:, 0] | none
+            keyless = True
         for y in range(mh):
             bias = -slopes[y] * dist if a.alibi else torch.zeros(n, n, device=dev)
             mask[x, y] = bias.masked_fill_(~keep, float("-inf"))  # copied into dt
     del vis, dist
-    what = [k for k, on in (("window %d,%d" % tuple(w) if w else "", w), ("alibi", a.alibi),
-                           ("seqused_k", a.seqused_k), ("causal", causal)) if on]
+    what = [k for k, on in (("key padding of --seqlens", a.seqlens), ("window %d,%d" % tuple(w) if w else "", w),
+                           ("alibi", a.alibi), ("seqused_k", a.seqused_k), ("causal", causal),
+                           ("rows without a key see key 0", keyless)) if on]
     return mask, (f"additive {a.dtype} attn_mask {list(mask.shape)} ({', '.join(what)}; top-left diagonal), "
                   f"{mask.numel() * mask.element_size() / 2**20:.0f} MiB")
 
@@ -640,17 +770,18 @@ def flex():
     return _flex or None
 
 
-def softcap_impl(a, b, h, n, causal, dt, dev):
+def softcap_impl(a, b, h, n, causal, dt, dev, ks=None):
     """--softcap's implementation of a point: flex_attention with a score_mod
-    (the softcap, then ALiBi) and a block mask (causal, window, key counts),
-    or, without flex_attention, the eager math path (scores materialised,
-    softcapped, the feature mask added, softmax in float32). Returns
-    (name, attend(q, k, v), note)."""
+    (the softcap, then ALiBi) and a block mask (causal, window, key counts:
+    ks, as feature_mask takes them), or, without flex_attention, the eager
+    math path (scores materialised, softcapped, the feature mask added,
+    softmax in float32). Returns (name, attend(q, k, v), note)."""
     c, w = a.softcap, a.window
+    ks = ks or a.seqused_k or [n] * b
     if flex() is not None:
         attend_flex, create_block_mask = flex()
         slopes = torch.tensor(alibi_slopes(h), device=dev)
-        seqk = torch.tensor(a.seqused_k or [n] * b, device=dev)
+        seqk = torch.tensor(ks, device=dev)
 
         def score_mod(score, bi, hi, qi, ki):
             score = c * torch.tanh(score / c)
@@ -667,13 +798,13 @@ def softcap_impl(a, b, h, n, causal, dt, dev):
             if w is not None and w[1] >= 0:
                 ok = ok & (ki <= qi + w[1])
             return ok
-        masked = causal or w is not None or a.seqused_k
-        per_batch = a.seqused_k and len(set(a.seqused_k)) > 1
+        masked = causal or w is not None or any(k != n for k in ks)
+        per_batch = len(set(ks)) > 1
         block = create_block_mask(mask_mod, b if per_batch else None, None, n, n, device=dev) if masked else None
         return ("flex-attention", lambda q, k, v: attend_flex(q, k, v, score_mod=score_mod, block_mask=block),
                 "flex_attention (torch.compile) with a score_mod (softcap" + (", alibi" if a.alibi else "") + ")"
                 + (" and a block mask" if masked else ""))
-    mask, how = (feature_mask(a, b, h, n, causal, dt, dev) if causal or w is not None or a.alibi or a.seqused_k
+    mask, how = (feature_mask(a, b, h, n, causal, dt, dev, ks) if causal or w is not None or a.alibi or any(k != n for k in ks)
                  else (None, "no mask"))
 
     def attend_eager(q, k, v):
@@ -779,6 +910,164 @@ def run_grid(a):
             results.append(r)
             print(f"{direction} {a.dtype} d={d:3d} N={n:5d} causal={int(causal)} B={b:2d} H={h:2d} "
                   f"{med:8.3f} ms {r['tflops']:7.1f} TFLOP/s {best}", flush=True)
+        del sets, impls
+        torch.cuda.empty_cache()
+    return results
+
+
+# ---- packed sequences (--seqlens): on CUDA ----
+
+def packed_impls(a, p, dt, dev, native_gqa):
+    """The implementations to time on a packed point: [(name, context,
+    layout, attend)], attend taking that layout's inputs ("padded": the
+    batch padded to the longest length, [B, H, N, d]; "nested": nested
+    jagged tensors over the packed rows); a note on how they ran; and the
+    K and V heads of the padded inputs (Hkv where SDPA takes enable_gqa,
+    else H). The padded batch runs SDPA with an additive mask of the key
+    padding (and the causal mask, window, ALiBi and key counts), or, where
+    every length is the same and no option needs one, with no mask
+    (is_causal); the flash backend takes no mask. With --softcap it runs
+    flex_attention or the eager math path instead (see softcap_impl).
+    Nested tensors take no mask: SDPA on them (the flash and efficient
+    backends' varlen kernels, is_causal) runs only without --window,
+    --alibi, --seqused-k and --softcap."""
+    b, h, n, lens, causal = p["B"], p["H"], p["Nq"], p["seqlens"], p["causal"]
+    ks = p.get("seqused_k", lens)
+    group = h // p["Hkv"]
+    gqa = native_gqa and group > 1 and a.softcap is None
+    notes = []
+    if group > 1:
+        notes.append("GQA: " + ("padded by enable_gqa" if gqa else f"K and V with all {h} heads")
+                     + ("" if a.softcap is not None else "; nested K and V with all heads (nested tensors take no GQA)"))
+    if a.softcap is not None:
+        name, attend, note = softcap_impl(a, b, h, n, causal, dt, dev, ks)
+        return [(name, contextlib.nullcontext, "padded", attend)], "; ".join([f"padded to {n}: {note}"] + notes), h
+    mask, how = None, f"padded to {n}, no mask (every length {n})" + (", is_causal" if causal else "")
+    options = a.window is not None or a.alibi or a.seqused_k
+    if options or any(x != n for x in lens):
+        mask, how = feature_mask(a, b, h, n, causal, dt, dev, ks)
+        how = f"padded to {n}: {how}"
+    notes.insert(0, how)
+    kw = {"enable_gqa": True} if gqa else {}
+    impls = []
+    for name in BACKENDS if a.backend == "best" else [a.backend]:
+        be = sdp_backend(name)
+        if be is None:
+            print(f"skip {name}: not in this PyTorch", file=sys.stderr)
+            continue
+        if mask is not None and name == "flash":
+            print("skip padded flash: it takes no attn_mask", file=sys.stderr)
+            continue
+        if mask is None:
+            def attend(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
+        else:
+            def attend(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
+        impls.append((f"sdpa-padded-{name}", lambda be=be: sdpa_kernel(be), "padded", attend))
+    if options:
+        notes.insert(1, "nested: not timed (nested tensors take no mask)")
+    elif getattr(torch.nested, "nested_tensor_from_jagged", None) is None:
+        notes.insert(1, "nested: not timed (no torch.nested.nested_tensor_from_jagged in this PyTorch)")
+    else:
+        def attend_nested(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2).values()
+        for name in BACKENDS if a.backend == "best" else [a.backend]:
+            be = sdp_backend(name)
+            if be is not None:
+                impls.append((f"sdpa-nested-{name}", lambda be=be: sdpa_kernel(be), "nested", attend_nested))
+        empty = sum(1 for x in lens if x == 0)
+        notes.insert(1, "nested: SDPA on nested jagged tensors [B, H, {Ni}, d] over the packed rows (varlen kernels)"
+                     + (f", the {empty} empty sequences left out (no rows)" if empty else ""))
+    return impls, "; ".join(notes), p["Hkv"] if gqa else h
+
+
+def packed_inputs(p, dt, dev, hkv, nested):
+    """One input set of a packed point: "padded" [q, k, v, do]
+    [B, H, N, d] (K and V with hkv heads), and with nested "nested"
+    (views, leaves, do): q, k, v nested jagged tensors [B', H, {Ni}, d]
+    viewing the packed leaves [T, H, d] (the non-empty sequences' rows),
+    and dO [T, H, d] for the backward."""
+    b, h, n, d, lens = p["B"], p["H"], p["Nq"], p["d"], p["seqlens"]
+    padded = [torch.randn(b, x, n, d, device=dev, dtype=dt, requires_grad=True) for x in (h, hkv, hkv)]
+    padded.append(torch.randn(b, h, n, d, device=dev, dtype=dt))
+    out = {"padded": padded}
+    if nested:
+        rows = [x for x in lens if x]
+        offsets = torch.tensor([sum(rows[:i]) for i in range(len(rows) + 1)], device=dev, dtype=torch.int64)
+        leaves = [torch.randn(sum(rows), h, d, device=dev, dtype=dt, requires_grad=True) for _ in range(3)]
+        views = [torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2) for x in leaves]
+        out["nested"] = (views, leaves, torch.randn(sum(rows), h, d, device=dev, dtype=dt))
+    return out
+
+
+def run_packed(a):
+    dev = torch.device("cuda")
+    dt = getattr(torch, a.dtype)
+    causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"]
+    native_gqa = gqa_native()
+    feats = features_of(a)
+    results = []
+    for p in packed_points(a, causals):
+        b, h, n, d, lens, causal = p["B"], p["H"], p["Nq"], p["d"], p["seqlens"], p["causal"]
+        label = f"d={d} B={b} T={sum(lens)} seqlens={','.join(map(str, lens[:8]))}{'…' if len(lens) > 8 else ''} causal={int(causal)}"
+        impls, note, hkv = packed_impls(a, p, dt, dev, native_gqa)
+        nested = any(layout == "nested" for _, _, layout, _ in impls)
+        sets = [packed_inputs(p, dt, dev, hkv, nested) for _ in range(a.rotate)]
+        print(f"{label}: {note}", file=sys.stderr)
+        for direction in ["fwd", "bwd"] if a.backward else ["fwd"]:
+            timed = {}
+            for name, context, layout, attend in impls:
+                # args(s): attend's inputs in set s; grads(s): the leaves
+                # and dO of the backward.
+                if layout == "padded":
+                    def args(s):
+                        return s["padded"][:3]
+
+                    def grads(s):
+                        return s["padded"][:3], s["padded"][3]
+                else:
+                    def args(s):
+                        return s["nested"][0]
+
+                    def grads(s):
+                        return s["nested"][1], s["nested"][2]
+                with context():
+                    try:
+                        if direction == "fwd":
+                            def fn(i, attend=attend, args=args):
+                                with torch.no_grad():
+                                    attend(*args(sets[i % len(sets)]))
+                        else:
+                            outs = [attend(*args(s)) for s in sets]
+
+                            def fn(i, outs=outs, grads=grads):
+                                j = i % len(sets)
+                                leaves, do = grads(sets[j])
+                                torch.autograd.grad(outs[j], leaves, do, retain_graph=True)
+                        timed[name] = time_calls(fn, a.warmup, a.iters)
+                    except (RuntimeError, TypeError, ValueError, NotImplementedError, AttributeError) as e:  # refuses this shape, mask or layout
+                        print(f"skip {name} {label} {direction}: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+                        continue
+                    finally:
+                        outs = fn = None  # the backward graphs of this implementation
+            if not timed:
+                print(f"skip {label} {direction}: no implementation runs it", file=sys.stderr)
+                continue
+            meds = {name: statistics.median(t) for name, t in timed.items()}
+            best = min(meds, key=meds.get)
+            ts, med = timed[best], meds[best]
+            f = p["flops"] * (2.5 if direction == "bwd" else 1)
+            r = dict(direction=direction, dtype=a.dtype, B=b, H=h, Hkv=p["Hkv"], Nq=n, Nk=n, d=d, dv=d,
+                     causal=causal, align="top-left", kernel=best,
+                     median_ms=med, p10_ms=quantile(ts, 0.1), p90_ms=quantile(ts, 0.9),
+                     tflops=f / (med * 1e-3) / 1e12, iters=a.iters, clock="cuda-events")
+            r.update(feats)
+            r.update(seqlens=lens, note=note, backends_ms=meds)
+            if a.seqused_k:
+                r["seqused_k"] = p["seqused_k"]
+            results.append(r)
+            print(f"{direction} {a.dtype} {label} {med:8.3f} ms {r['tflops']:7.1f} TFLOP/s {best}", flush=True)
         del sets, impls
         torch.cuda.empty_cache()
     return results

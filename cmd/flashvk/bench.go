@@ -32,8 +32,9 @@ var (
 	cpuTokens = 1024
 )
 
-// maxCheckScores bounds B·Hq·Nq·Nk for bench --check: the float64
-// reference materialises the score matrix and is slow beyond this.
+// maxCheckScores bounds B·Hq·Nq·Nk (packed: Hq·ΣNi²) for bench --check:
+// the float64 reference materialises the score matrix and is slow beyond
+// this.
 const maxCheckScores = 1 << 24
 
 type benchFlags struct {
@@ -110,6 +111,17 @@ keys; with several, one per sequence, it sets B at every point (beside
 most every point's Nk: a point with fewer keys is refused, not clamped.
 bench/torch_sdpa.py takes the same flags for a PyTorch anchor.
 
+--seqlens N1,N2,… (see run --help) benchmarks one packed batch of
+self-attention sequences: the lengths are the grid's only length point,
+run at every dtype × d × mask (--dim, --dtype and --causal still sweep;
+--seq, --nq, --nk, --batch and --tokens are refused beside it). B is the
+number of lengths, and the results have Nq = Nk = the longest and "seqlens"
+with every length, which compare and report match and label on; TFLOP/s
+counts each sequence's own visible pairs, and --check runs the reference
+sequence by sequence. bench/torch_sdpa.py --seqlens times PyTorch's anchors
+on the same batch (padded SDPA with a mask, and its packed path where it
+has one).
+
 A flag that would change nothing is refused (exit 2): --tokens beside
 --batch or several --seqused-k values, --hidden beside --heads, --seq beside
 --nq and --nk, --align without a causal mask, --window or --alibi or without
@@ -118,12 +130,13 @@ changes no point, --check with --benchfmt and no --json (the errors would be
 printed nowhere), --per-kernel and --rotate where only the CPU backend runs
 (it times whole calls on one input set), --per-kernel with --progress none
 and no --json, in decode mode --backward, --rotate, --seq, --tokens beside
---cache-seqlens, --window, --softcap, --alibi and --seqused-k, and the engine
-flags where they do not apply (see run --help).`,
+--cache-seqlens, --window, --softcap, --alibi, --seqused-k and --seqlens, and
+the engine flags where they do not apply (see run --help).`,
 		Example: `  flashvk bench --json h200.json
   flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
   flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4
   flashvk bench --dtype f16 --seq 4096,8192 --causal --window 1024,0 --backward --json sliding.json
+  flashvk bench --dtype f16 --dim 128 --seqlens 8192,512,2048,77 --causal true --backward --json packed.json
   flashvk bench --backend cpu --seq 128 --iters 5 --json cpu.json
   flashvk bench --decode --nk 1024,8192,32768 --batch 16 --heads 32 --kv-heads 8 --dim 128 --dtype f16 --json decode.json`,
 		Args: cobra.NoArgs,
@@ -285,7 +298,11 @@ func pointLabel(dev DeviceInfo, pt benchPoint) string {
 			compactLens(d.lens(), ","), c, p.maskString())
 	}
 	n := fmt.Sprintf("N=%d", p.Nq)
-	if p.Nk != p.Nq {
+	switch {
+	case p.packed():
+		_, t, _ := p.stored()
+		n = fmt.Sprintf("B=%d T=%d", p.B, t)
+	case p.Nk != p.Nq:
 		n = fmt.Sprintf("Nq=%d Nk=%d", p.Nq, p.Nk)
 	}
 	return fmt.Sprintf("%s %s %s d=%d %s %s", dev.Name, direction(pt.backward), shortDType(p.DType.String()), p.D, n, p.optionsString())
@@ -398,7 +415,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 			}
 		}
 		cpu := info.Kind == attention.CPU
-		if cpu && !f.shape.decodeMode() && len(f.shape.seq) == 0 && (len(f.shape.nq) == 0 || len(f.shape.nk) == 0) {
+		if cpu && !f.shape.decodeMode() && len(f.shape.seqLens) == 0 && len(f.shape.seq) == 0 && (len(f.shape.nq) == 0 || len(f.shape.nk) == 0) {
 			fmt.Fprintf(a.stderr, "note: %s: the CPU backend runs the small grid N ∈ {128, 256, 512}, B·N = %d (the paper's grid would take hours); give --seq to choose\n",
 				e.label, cpuTokens)
 		}
@@ -547,7 +564,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 					}
 				}
 			} else if f.check {
-				if float64(p.B)*float64(p.Hq)*float64(p.Nq)*float64(p.Nk) > maxCheckScores {
+				if float64(p.Hq)*p.pairs() > maxCheckScores {
 					prog.note(fmt.Sprintf("%s: too large for the float64 reference, not checked", label))
 				} else {
 					if ref == nil {

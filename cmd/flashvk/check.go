@@ -20,8 +20,15 @@ type refResult struct {
 // problem takes seconds).
 func computeReference(ctx context.Context, p problem, q, k, v, do attention.Tensor, backward bool) (*refResult, error) {
 	return await(ctx, func() (*refResult, error) {
-		pp := p.params()
 		q64, k64, v64 := q.Float64s(), k.Float64s(), v.Float64s()
+		if p.packed() {
+			var do64 []float64
+			if backward {
+				do64 = do.Float64s()
+			}
+			return packedReference(ctx, p, q64, k64, v64, do64)
+		}
+		pp := p.params()
 		o, lse, err := reference.ForwardContext(ctx, pp, q64, k64, v64)
 		if err != nil {
 			return nil, fmt.Errorf("reference: %w", err)
@@ -34,4 +41,46 @@ func computeReference(ctx context.Context, p problem, q, k, v, do attention.Tens
 		}
 		return r, nil
 	})
+}
+
+// packedReference is the float64 reference of a packed batch (q, k, v and,
+// for the backward, do: the packed operands in BSHD order). Package
+// reference has no packed form: each sequence runs as a batch of one over
+// its own rows, and the results are packed as the library returns them —
+// O and dQ [1, T, Hq, ·], dK and dV [1, T, Hkv, ·], LSE [Hq, T]. An empty
+// sequence has no rows.
+func packedReference(ctx context.Context, p problem, q, k, v, do []float64) (*refResult, error) {
+	_, t, _ := p.stored()
+	r := &refResult{lse: make([]float64, p.Hq*t)}
+	// rows are sequence b's rows of x, h heads of dim d each.
+	rows := func(x []float64, start, n, h, d int) []float64 { return x[start*h*d : (start+n)*h*d] }
+	start := 0
+	for b, n := range p.SeqLens {
+		if n == 0 {
+			continue
+		}
+		pp := p.params()
+		pp.B, pp.Nq, pp.Nk = 1, n, n
+		if pp.SeqUsedK != nil {
+			pp.SeqUsedK = pp.SeqUsedK[b : b+1]
+		}
+		qb, kb, vb := rows(q, start, n, p.Hq, p.D), rows(k, start, n, p.Hkv, p.D), rows(v, start, n, p.Hkv, p.Dv)
+		o, lse, err := reference.ForwardContext(ctx, pp, qb, kb, vb)
+		if err != nil {
+			return nil, fmt.Errorf("reference: sequence %d: %w", b, err)
+		}
+		r.o = append(r.o, o...)
+		for h := range p.Hq {
+			copy(r.lse[h*t+start:], lse[h*n:(h+1)*n])
+		}
+		if do != nil {
+			dq, dk, dv, err := reference.BackwardContext(ctx, pp, qb, kb, vb, rows(do, start, n, p.Hq, p.Dv))
+			if err != nil {
+				return nil, fmt.Errorf("reference: sequence %d: %w", b, err)
+			}
+			r.dq, r.dk, r.dv = append(r.dq, dq...), append(r.dk, dk...), append(r.dv, dv...)
+		}
+		start += n
+	}
+	return r, nil
 }

@@ -24,9 +24,13 @@ type rowKey struct {
 	Nk        int    `json:"Nk"`
 	D         int    `json:"d"`
 	Causal    bool   `json:"causal"`
-	// Options tells results with a window, softcap, ALiBi or key counts
-	// apart (problem.featuresLabel); "" for the others.
+	// Options tells results with packed lengths, a window, softcap, ALiBi
+	// or key counts apart (problem.featuresLabel: more than 8 lengths are
+	// summarised there); "" for the others.
 	Options string `json:"options,omitempty"`
+	// SeqLens are a packed batch's lengths, every one ("100,512,300"):
+	// packed results whose summaries agree stay apart; "" for the others.
+	SeqLens string `json:"seqlens,omitempty"`
 	// Cache tells KV-cache results (direction "kv") apart: their lengths,
 	// rows appended and block size (see cacheLabel); "" for the others.
 	Cache string `json:"cache,omitempty"`
@@ -37,6 +41,9 @@ func keyOf(r *Result) rowKey {
 	if r.features.set() {
 		k.Options = r.problem().featuresLabel()
 	}
+	if r.SeqLens != nil {
+		k.SeqLens = joinInts(r.SeqLens)
+	}
 	if r.Direction == "kv" {
 		k.Cache = cacheLabel(*r)
 	}
@@ -46,7 +53,7 @@ func keyOf(r *Result) rowKey {
 func (k rowKey) less(o rowKey) int {
 	return cmp.Or(cmp.Compare(dirOrder(k.Direction), dirOrder(o.Direction)), cmp.Compare(k.DType, o.DType), cmp.Compare(k.D, o.D),
 		boolCmp(k.Causal, o.Causal), cmp.Compare(k.Options, o.Options), cmp.Compare(k.Nq, o.Nq), cmp.Compare(k.Nk, o.Nk),
-		cmp.Compare(k.B, o.B), cmp.Compare(k.H, o.H), cmp.Compare(k.Cache, o.Cache))
+		cmp.Compare(k.B, o.B), cmp.Compare(k.H, o.H), cmp.Compare(k.Cache, o.Cache), cmp.Compare(k.SeqLens, o.SeqLens))
 }
 
 // dirOrder puts the forward before the backward, and KV-cache calls last.
@@ -141,11 +148,11 @@ func (a *app) compareCmd() *cobra.Command {
 		Short: "Compare benchmark result files side by side (TFLOP/s and ratios)",
 		Long: `Compare two or more result files (schema flashvk-bench/1, written by
 flashvk bench --json or bench/torch_sdpa.py). Results are matched on
-(direction, dtype, B, H, N, d, causal; with a window, softcap, ALiBi or key
-counts also those, and the diagonal where it matters; for KV-cache results,
-direction "kv", also the cache lengths, rows appended and block size); each
-file (each device and kernel in a file) is a column of TFLOP/s, followed by
-the ratio of every other column to the first. A geometric mean of each ratio closes the table. "-" marks a problem a
+(direction, dtype, B, H, N, d, causal; with packed lengths, a window,
+softcap, ALiBi or key counts also those, and the diagonal where it matters;
+for KV-cache results, direction "kv", also the cache lengths, rows appended
+and block size); each file (each device and kernel in a file) is a column of
+TFLOP/s, followed by the ratio of every other column to the first. A geometric mean of each ratio closes the table. "-" marks a problem a
 column did not measure; a column that shares no problem with the first is
 warned about on stderr.`,
 		Example: `  flashvk compare before.json after.json

@@ -363,6 +363,9 @@ func (s *shapeFlags) checkDecodeEffect(p decodeProblem) error {
 // command.
 func (s *shapeFlags) checkDecodeFlags() error {
 	by := s.decodeBy()
+	if s.given("seqlens") {
+		return usagef("--seqlens does not apply in decode mode (%s): a KV-cache call packs no sequences (--cache-seqlens gives the rows each sequence holds)", by)
+	}
 	for _, name := range featureFlags {
 		if s.given(name) {
 			return usagef("--%s does not apply in decode mode (%s): a KV-cache call takes no window, softcap, ALiBi or key counts", name, by)

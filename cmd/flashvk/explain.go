@@ -37,7 +37,7 @@ var presets = map[string]devicePreset{
 type analysis struct {
 	Problem     problemJSON `json:"problem"`
 	ElemBytes   int         `json:"elem_bytes"`
-	ScoreElems  float64     `json:"score_elems"` // B·Hq·Nq·Nk: S (and P) per materialisation
+	ScoreElems  float64     `json:"score_elems"` // B·Hq·Nq·Nk (packed: Hq·ΣNi²): S (and P) per materialisation
 	ScoreBytes  float64     `json:"score_bytes"`
 	NaiveElems  float64     `json:"naive_elems"`
 	FlashElems  float64     `json:"flash_elems"`
@@ -133,8 +133,9 @@ func analyze(p problem) analysis {
 		}
 		return r
 	}
-	io := f(p.B, p.Hq, p.Nq, p.D) + f(p.B, p.Hkv, p.Nk, p.D) + f(p.B, p.Hkv, p.Nk, p.Dv) + f(p.B, p.Hq, p.Nq, p.Dv)
-	score := f(p.B, p.Hq, p.Nq, p.Nk)
+	b, tq, tk := p.stored()
+	io := f(b, p.Hq, tq, p.D) + f(b, p.Hkv, tk, p.D) + f(b, p.Hkv, tk, p.Dv) + f(b, p.Hq, tq, p.Dv)
+	score := float64(p.Hq) * p.pairs()
 	es := p.DType.Size()
 	a := analysis{
 		Problem:    p.json(),
@@ -153,6 +154,11 @@ func analyze(p problem) analysis {
 	}
 	if p.features.set() {
 		a.Assumptions[2] = "FLOPs: 4·Hq·d forward per (query, key) pair the mask, window and key counts leave visible, counted exactly (d the mean of d and dv; the softcap's tanh and ALiBi's bias are not counted); backward 2.5× the forward"
+	}
+	if p.packed() {
+		a.Assumptions[0] = "naive: each sequence's S = scale·QKᵀ (Ni×Ni per head, Hq·ΣNi² elements in all) is written, read by the softmax, P is written and read by P·V, in the storage dtype; Q, K, V are read and O written once; a causal mask does not shrink S"
+		a.Assumptions[2] = "FLOPs: 4·Hq·d forward per (query, key) pair of a sequence's own that the mask, window and key counts leave visible, counted exactly (d the mean of d and dv; the softcap's tanh and ALiBi's bias are not counted); backward 2.5× the forward"
+		a.Assumptions = append(a.Assumptions, fmt.Sprintf("tiles: a packed batch is tiled as the padded grid of B = %d sequences of Nmax = %d queries and keys (Plan.Tiles); the kernels compute only the tiles that hold a visible pair of one sequence's own queries and keys (Plan.TilesVisited) and skip the rest", p.B, p.Nq))
 	}
 	a.Tiles = "launch configuration: unknown"
 	a.NaiveBytes = a.NaiveElems * float64(es)
@@ -236,19 +242,28 @@ compute: those the causal mask, --window and --seqused-k leave a visible
 the rest are skipped. With --window, --softcap, --alibi or --seqused-k (see
 run --help) the FLOPs count the visible pairs exactly.
 
+With --seqlens (a packed batch of sequences, see run --help) the traffic and
+FLOPs are those of each sequence's own rows and (query, key) pairs (naive
+attention materialises Hq·ΣNi² scores), and each pass's tiles are those of
+the padded grid the kernels launch — B sequences of the longest length —
+against those computed: the tiles that hold a visible pair of one
+sequence's own queries and keys.
+
 A flag that would change nothing is refused (exit 2): --workers (explain runs
 no attention, and the CPU plan does not depend on it), --device-preset beside
 both --peak-tflops and --bandwidth-gbs, --align without --causal, --window or
 --alibi, or where every sequence has Nq keys, --window -1,-1, --window -1,R
-with --causal, --seqused-k where every sequence uses all Nk keys, --seq
+with --causal, --seqused-k where every sequence uses all its keys, --seq
 beside --nq and --nk, in decode mode --seq, --decode beside another decode
-flag, --window, --softcap, --alibi, --seqused-k and --causal with Nq = 1 under
-the bottom-right mask, and a Vulkan flag (--device, --kernel, --addressing,
---validation) where only the CPU backend runs. --scale and --layout are part
-of the problem it describes and plans.`,
+flag, --window, --softcap, --alibi, --seqused-k, --seqlens and --causal with
+Nq = 1 under the bottom-right mask, and a Vulkan flag (--device, --kernel,
+--addressing, --validation) where only the CPU backend runs. --seq, --nq,
+--nk and --batch beside --seqlens do not apply (exit 2). --scale and
+--layout are part of the problem it describes and plans.`,
 		Example: `  flashvk explain --seq 4096 --dim 128 --heads 16 --dtype float16
   flashvk explain --seq 16384 --dim 64 --causal --device-preset h200 --json
   flashvk explain --seq 16384 --dim 128 --causal --window 4096,0 --device-preset h200
+  flashvk explain --seqlens 4096,512,1024,77 --dim 128 --causal --device-preset h200
   flashvk explain --nq 1 --nk 8192 --heads 32 --kv-heads 8 --causal false --backend vulkan --kernel flash
   flashvk explain --cache-seqlens 128,4000,17 --heads 32 --kv-heads 8 --dim 128 --paged 16 --device-preset h200`,
 		Args: cobra.NoArgs,
@@ -448,19 +463,28 @@ func (f *explainFlags) rates(dt attention.DType) (peak, bw float64, src string, 
 
 func printAnalysis(w io.Writer, p problem, a *analysis) {
 	fmt.Fprintf(w, "problem   %s\n", p)
+	scores, naive := "B·Hq·Nq·Nk", "4·B·H·Nq·Nk"
+	if p.packed() {
+		scores, naive = "Hq·ΣNi²", "4·H·ΣNi²"
+		_, t, _ := p.stored()
+		fmt.Fprintf(w, "packed    %d sequences, %d rows in all: the plans tile the padded grid of %d × Nmax = %d queries × %d keys per head\n          and compute only the tiles with a visible pair of one sequence's own queries and keys\n",
+			p.B, t, p.B, p.Nq, p.Nk)
+	}
 	fmt.Fprintf(w, "FLOPs     forward %s", siFlops(a.Flops))
 	switch {
+	case p.packed():
+		fmt.Fprint(w, " (each sequence's own visible pairs)")
 	case p.features.set():
 		fmt.Fprint(w, " (visible pairs)")
 	case p.Causal:
 		fmt.Fprint(w, " (halved: causal)")
 	}
 	fmt.Fprintf(w, ", backward %s\n", siFlops(a.BwdFlops))
-	fmt.Fprintf(w, "S and P   B·Hq·Nq·Nk = %s elements = %s each in %s: materialised by naive attention,\n          never by flash attention (tiles stay in shared memory and registers)\n\n",
-		si(a.ScoreElems, ""), si(a.ScoreBytes, "B"), p.DType)
+	fmt.Fprintf(w, "S and P   %s = %s elements = %s each in %s: materialised by naive attention,\n          never by flash attention (tiles stay in shared memory and registers)\n\n",
+		scores, si(a.ScoreElems, ""), si(a.ScoreBytes, "B"), p.DType)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tmemory traffic\telements\tbytes\tFLOP/byte\t")
-	fmt.Fprintf(tw, "naive\t4·B·H·Nq·Nk + Q,K,V,O\t%s\t%s\t%.1f\t\n", si(a.NaiveElems, ""), si(a.NaiveBytes, "B"), a.NaiveAI)
+	fmt.Fprintf(tw, "naive\t%s + Q,K,V,O\t%s\t%s\t%.1f\t\n", naive, si(a.NaiveElems, ""), si(a.NaiveBytes, "B"), a.NaiveAI)
 	fmt.Fprintf(tw, "flash\tQ,K,V,O once\t%s\t%s\t%.1f\t\n", si(a.FlashElems, ""), si(a.FlashBytes, "B"), a.FlashAI)
 	tw.Flush()
 	fmt.Fprintf(w, "\nflash moves %.1f× fewer bytes than naive attention\n", a.TrafficGain)

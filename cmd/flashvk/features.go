@@ -2,7 +2,8 @@ package main
 
 // The options beyond --causal, --align and --scale that run, bench and
 // explain take: --window, --softcap, --alibi and --seqused-k, the
-// library's Options.Window, Softcap, ALiBi and SeqUsedK.
+// library's Options.Window, Softcap, ALiBi and SeqUsedK, and --seqlens, a
+// packed batch of sequences (Options.CuSeqlensQ and CuSeqlensK).
 
 import (
 	"fmt"
@@ -15,10 +16,16 @@ import (
 	"github.com/flashvk/flashvk/reference"
 )
 
-// features are a problem's window, softcap, ALiBi and key counts, as the
-// commands and the JSON of run, explain and bench carry them (each
-// omitted when unset).
+// features are a problem's packed lengths, window, softcap, ALiBi and key
+// counts, as the commands and the JSON of run, explain and bench carry
+// them (each omitted when unset).
 type features struct {
+	// SeqLens are the lengths of a packed batch of self-attention
+	// sequences (--seqlens): sequence i has Nq = Nk = SeqLens[i], B is
+	// their count and the problem's Nq and Nk the longest. Q, K and V hold
+	// ΣNi rows, [1, ΣNi, H, d], split by the library's CuSeqlensQ and
+	// CuSeqlensK. nil: a padded batch of B sequences of Nq and Nk.
+	SeqLens []int `json:"seqlens,omitempty"`
 	// Window is [Left, Right]: the keys a query sees before and after its
 	// diagonal, −1 unbounded; nil: no window.
 	Window *[2]int `json:"window,omitempty"`
@@ -28,26 +35,38 @@ type features struct {
 	// ALiBi adds −slope_h·|diag − j| to the score of key j, with the
 	// standard slopes of alibiSlopes.
 	ALiBi bool `json:"alibi,omitempty"`
-	// SeqUsedK are the keys each sequence uses ([B], 0 … Nk): keys past
-	// them are masked, and the bottom-right diagonal is placed with them.
-	// nil: Nk each.
+	// SeqUsedK are the keys each sequence uses ([B], 0 … Nk, or with
+	// SeqLens 0 … the sequence's length): keys past them are masked, and
+	// the bottom-right diagonal is placed with them. nil: all.
 	SeqUsedK []int `json:"seqused_k,omitempty"`
 }
 
 // set reports whether f asks for anything.
 func (f features) set() bool {
-	return f.Window != nil || f.Softcap != 0 || f.ALiBi || f.SeqUsedK != nil
+	return f.SeqLens != nil || f.Window != nil || f.Softcap != 0 || f.ALiBi || f.SeqUsedK != nil
+}
+
+// keys is the keys sequence i stores: its length in a packed batch, else
+// nk.
+func (f features) keys(i, nk int) int {
+	if f.SeqLens != nil {
+		return f.SeqLens[i]
+	}
+	return nk
 }
 
 // diagonal reports whether f measures from the diagonal (the window and
 // ALiBi do), which --align places.
 func (f features) diagonal() bool { return f.Window != nil || f.ALiBi }
 
-// String is f as labels show it, "window=128,0 softcap=30 alibi
-// seqused_k=100,200" ("seqused_k=100 each" where the counts are equal);
-// "" when unset.
+// String is f as labels show it, "seqlens=300,100 window=128,0
+// softcap=30 alibi seqused_k=100,200" ("seqused_k=100 each" where the
+// counts are equal; more than 8 lengths summarised); "" when unset.
 func (f features) String() string {
 	var s []string
+	if f.SeqLens != nil {
+		s = append(s, "seqlens="+compactLens(f.SeqLens, ","))
+	}
 	if w := f.Window; w != nil {
 		s = append(s, fmt.Sprintf("window=%d,%d", w[0], w[1]))
 	}
@@ -66,9 +85,13 @@ func (f features) String() string {
 }
 
 // nameSuffix is f as a Go benchmark name's suffix,
-// "/window128_0/softcap30/alibi/seqk100-200"; "" when unset.
+// "/seqlens300-100/window128_0/softcap30/alibi/seqk100-200"; "" when
+// unset.
 func (f features) nameSuffix() string {
 	var s string
+	if f.SeqLens != nil {
+		s += "/seqlens" + lensName(f.SeqLens)
+	}
 	if w := f.Window; w != nil {
 		s += fmt.Sprintf("/window%d_%d", w[0], w[1])
 	}
@@ -99,6 +122,10 @@ func alibiSlopes(hq int) []float32 {
 
 // setOptions sets f in o, for a problem of hq query heads.
 func (f features) setOptions(o *attention.Options, hq int) {
+	if f.SeqLens != nil {
+		cu := cuSeqlens(f.SeqLens)
+		o.CuSeqlensQ, o.CuSeqlensK = cu, cu
+	}
 	if w := f.Window; w != nil {
 		o.Window = &attention.Window{Left: w[0], Right: w[1]}
 	}
@@ -114,8 +141,20 @@ func (f features) setOptions(o *attention.Options, hq int) {
 	}
 }
 
+// cuSeqlens are the B+1 row offsets of a packed batch of sequences of
+// lengths lens: 0, N1, N1+N2, …, ΣNi.
+func cuSeqlens(lens []int) []int32 {
+	cu := make([]int32, len(lens)+1)
+	for i, n := range lens {
+		cu[i+1] = cu[i] + int32(n)
+	}
+	return cu
+}
+
 // setParams sets f in the float64 reference's p, with the very float32
-// slopes and softcap the kernels get.
+// slopes and softcap the kernels get (a packed batch's lengths are not
+// among them: package reference runs one sequence at a time, see
+// packedReference).
 func (f features) setParams(p *reference.Params) {
 	if w := f.Window; w != nil {
 		p.Window = &reference.Window{Left: w[0], Right: w[1]}
@@ -136,11 +175,17 @@ func (f features) check(b, nk int, causal bool) error {
 		return usagef("--window %d,%d with --causal: R must be −1 or 0 (a causal mask shows no key after the diagonal)", w[0], w[1])
 	}
 	if ks := f.SeqUsedK; ks != nil {
-		if len(ks) != b {
+		switch {
+		case len(ks) != b && f.SeqLens != nil:
+			return usagef("--seqused-k: %d key counts for the %d sequences of --seqlens: give one per sequence, or one for every sequence", len(ks), b)
+		case len(ks) != b:
 			return usagef("--seqused-k: %d key counts for B = %d sequences: give one per sequence, or one for every sequence", len(ks), b)
 		}
-		for _, n := range ks {
-			if n < 0 || n > nk {
+		for i, n := range ks {
+			switch {
+			case f.SeqLens != nil && (n < 0 || n > f.SeqLens[i]):
+				return usagef("--seqused-k %d: want 0 … %d for sequence %d (its length in --seqlens)", n, f.SeqLens[i], i)
+			case n < 0 || n > nk:
 				return usagef("--seqused-k %d: want 0 … Nk = %d", n, nk)
 			}
 		}
@@ -150,7 +195,8 @@ func (f features) check(b, nk int, causal bool) error {
 
 // effect refuses the features that change nothing in a problem of nk
 // keys (causal or not): a window unbounded on both sides, or on the left
-// beside a causal mask, and key counts that are all nk.
+// beside a causal mask, and key counts that are all nk (in a packed
+// batch: each its sequence's length).
 func (f features) effect(nk int, causal bool) error {
 	if w := f.Window; w != nil {
 		switch {
@@ -160,8 +206,52 @@ func (f features) effect(nk int, causal bool) error {
 			return usagef("--window -1,%d has no effect with --causal: the left side is unbounded and the causal mask already bounds the right", w[1])
 		}
 	}
-	if ks := f.SeqUsedK; ks != nil && !slices.ContainsFunc(ks, func(n int) bool { return n != nk }) {
-		return usagef("--seqused-k has no effect: every sequence uses all Nk = %d keys", nk)
+	ks := f.SeqUsedK
+	if ks == nil {
+		return nil
+	}
+	for i, n := range ks {
+		if n != f.keys(i, nk) {
+			return nil
+		}
+	}
+	if f.SeqLens != nil {
+		return usagef("--seqused-k has no effect: every sequence uses all its keys (its length in --seqlens)")
+	}
+	return usagef("--seqused-k has no effect: every sequence uses all Nk = %d keys", nk)
+}
+
+// checkPacked checks --seqlens and refuses the flags it replaces: the
+// lengths (--seq, --nq, --nk) and the batch (--batch, and on bench's grid
+// --tokens). Decode mode refuses --seqlens itself (checkDecodeFlags).
+func (s *shapeFlags) checkPacked() error {
+	if len(s.seqLens) == 0 || s.decodeMode() {
+		return nil
+	}
+	for _, name := range []string{"seq", "nq", "nk"} {
+		if s.given(name) {
+			return usagef("--%s does not apply with --seqlens: each sequence's length is both its Nq and its Nk", name)
+		}
+	}
+	for _, name := range []string{"batch", "tokens"} {
+		if s.given(name) {
+			return usagef("--%s does not apply with --seqlens: B is the number of lengths (one per sequence)", name)
+		}
+	}
+	total := 0
+	for _, n := range s.seqLens {
+		switch {
+		case n < 0:
+			return usagef("--seqlens %d: a length must be ≥ 0", n)
+		case n > math.MaxInt32:
+			return usagef("--seqlens %d: a length must be at most %d", n, math.MaxInt32)
+		}
+		if total += n; total > math.MaxInt32 {
+			return usagef("--seqlens: %d rows in all, more than the %d a packed batch holds", total, math.MaxInt32)
+		}
+	}
+	if total == 0 {
+		return usagef("--seqlens %s: every sequence is empty (give at least one length > 0)", joinInts(s.seqLens))
 	}
 	return nil
 }
@@ -177,8 +267,9 @@ func (s *shapeFlags) keyCounts(b int) []int {
 
 // features are the problem's features from the flags, for b sequences.
 func (s *shapeFlags) features(b int) features {
-	return features{Window: s.window, Softcap: s.softcap, ALiBi: s.alibi, SeqUsedK: s.keyCounts(b)}
+	return features{SeqLens: slices.Clone(s.seqLens), Window: s.window, Softcap: s.softcap, ALiBi: s.alibi, SeqUsedK: s.keyCounts(b)}
 }
 
-// featureFlags are the flags of the features, in order.
+// featureFlags are the flags of the options beyond the mask, in order
+// (--seqlens apart: decode mode refuses it for a reason of its own).
 var featureFlags = []string{"window", "softcap", "alibi", "seqused-k"}

@@ -20,8 +20,39 @@ type problem struct {
 	Align                     attention.Alignment
 	// Scale is --scale, a float32 value (0: 1/√d); see scale32.
 	Scale float64
-	// features are --window, --softcap, --alibi and --seqused-k.
+	// features are --seqlens, --window, --softcap, --alibi and
+	// --seqused-k. With --seqlens, B is the number of sequences and Nq =
+	// Nk the longest: the padded grid the library tiles.
 	features
+}
+
+// packed reports whether p is a packed batch of sequences (--seqlens).
+func (p problem) packed() bool { return p.SeqLens != nil }
+
+// stored are the batch and the query and key rows of the operands: B, Nq
+// and Nk, or for a packed batch 1, ΣNi and ΣNi.
+func (p problem) stored() (b, nq, nk int) {
+	if !p.packed() {
+		return p.B, p.Nq, p.Nk
+	}
+	t := 0
+	for _, n := range p.SeqLens {
+		t += n
+	}
+	return 1, t, t
+}
+
+// pairs are the (query, key) pairs of one head's score matrices, no mask
+// applied: B·Nq·Nk, or for a packed batch each sequence's own, ΣNi².
+func (p problem) pairs() float64 {
+	if !p.packed() {
+		return float64(p.B) * float64(p.Nq) * float64(p.Nk)
+	}
+	var s float64
+	for _, n := range p.SeqLens {
+		s += float64(n) * float64(n)
+	}
+	return s
 }
 
 // scale32 is the softmax scale the library applies: --scale, or the
@@ -50,17 +81,27 @@ func (p problem) params() reference.Params {
 	return rp
 }
 
-func (p problem) qShape() attention.Shape { return attention.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.D} }
-func (p problem) kShape() attention.Shape { return attention.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.D} }
-func (p problem) vShape() attention.Shape { return attention.Shape{B: p.B, S: p.Nk, H: p.Hkv, D: p.Dv} }
-func (p problem) oShape() attention.Shape { return attention.Shape{B: p.B, S: p.Nq, H: p.Hq, D: p.Dv} }
+// shape is the shape of an operand of h heads of dim d along the queries
+// (q) or the keys: [B, Nq or Nk, h, d], packed [1, ΣNi, h, d].
+func (p problem) shape(q bool, h, d int) attention.Shape {
+	b, nq, nk := p.stored()
+	if q {
+		return attention.Shape{B: b, S: nq, H: h, D: d}
+	}
+	return attention.Shape{B: b, S: nk, H: h, D: d}
+}
+
+func (p problem) qShape() attention.Shape { return p.shape(true, p.Hq, p.D) }
+func (p problem) kShape() attention.Shape { return p.shape(false, p.Hkv, p.D) }
+func (p problem) vShape() attention.Shape { return p.shape(false, p.Hkv, p.Dv) }
+func (p problem) oShape() attention.Shape { return p.shape(true, p.Hq, p.Dv) }
 
 // flops is the FLOP count of a pass as the benchmarks count it
 // (attention.Flops): forward 4·B·Hq·Nq·Nk·d (d the mean of d and dv),
-// halved when causal, or with a window, softcap, ALiBi or key counts
-// 2·Hq·(d+dv) per visible (query, key) pair exactly; backward 2.5× the
-// forward. NaN for a problem attention refuses (validate refuses it
-// first).
+// halved when causal, or with packed sequences, a window, softcap, ALiBi
+// or key counts 2·Hq·(d+dv) per visible (query, key) pair exactly (a
+// packed batch: each sequence's own pairs); backward 2.5× the forward.
+// NaN for a problem attention refuses (validate refuses it first).
 func (p problem) flops(backward bool) float64 {
 	f, err := attention.Flops(p.qShape(), p.kShape(), p.vShape(), p.options())
 	if err != nil {
@@ -74,6 +115,9 @@ func (p problem) flops(backward bool) float64 {
 
 // flopsRule says how flops counts.
 func (p problem) flopsRule() string {
+	if p.packed() {
+		return "each sequence's own visible (query, key) pairs counted exactly"
+	}
 	if p.features.set() {
 		return "visible (query, key) pairs counted exactly"
 	}
@@ -117,9 +161,16 @@ func (p problem) featuresLabel() string {
 	return f
 }
 
+// String is p's sizes, storage and options; a packed batch shows its
+// rows in all (T = ΣNi) and, among the options, its lengths.
 func (p problem) String() string {
-	return fmt.Sprintf("B=%d Hq=%d Hkv=%d Nq=%d Nk=%d d=%d dv=%d %s %s %s scale=%.4g",
-		p.B, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.DType, p.Layout, p.optionsString(), p.effectiveScale())
+	lens := fmt.Sprintf("Nq=%d Nk=%d", p.Nq, p.Nk)
+	if p.packed() {
+		_, t, _ := p.stored()
+		lens = fmt.Sprintf("T=%d (packed)", t)
+	}
+	return fmt.Sprintf("B=%d Hq=%d Hkv=%d %s d=%d dv=%d %s %s %s scale=%.4g",
+		p.B, p.Hq, p.Hkv, lens, p.D, p.Dv, p.DType, p.Layout, p.optionsString(), p.effectiveScale())
 }
 
 // validate checks the sizes the way attention does, with flag names.
@@ -173,9 +224,13 @@ func checkHostBytes(what string, p fmt.Stringer, dt attention.DType, shapes ...a
 // checkable refuses --check for problems whose float64 reference would
 // not fit: it materialises the Nq×Nk scores and probabilities per head.
 func (p problem) checkable() error {
+	smaller := "a smaller --seq"
+	if p.packed() {
+		smaller = "shorter --seqlens (it runs one sequence at a time)"
+	}
 	if per := 2 * 8 * float64(p.Nq) * float64(p.Nk); per > maxRefMatrixBytes {
-		return usagef("--check: the float64 reference materialises Nq×Nk = %d×%d matrices (%.3g GB per head); at most %.3g GB: use a smaller --seq",
-			p.Nq, p.Nk, per/1e9, maxRefMatrixBytes/1e9)
+		return usagef("--check: the float64 reference materialises Nq×Nk = %d×%d matrices (%.3g GB per head); at most %.3g GB: use %s",
+			p.Nq, p.Nk, per/1e9, maxRefMatrixBytes/1e9, smaller)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/flashvk/flashvk/attention"
@@ -272,12 +273,16 @@ func readResults(path string) (*ResultsFile, error) {
 	return &f, nil
 }
 
-// checkFeatures refuses a result whose window, softcap or key counts are
-// out of range (a kv result has none).
+// checkFeatures refuses a result whose packed lengths, window, softcap or
+// key counts are out of range (a kv result has none).
 func (r *Result) checkFeatures() error {
 	switch {
 	case r.features.set() && r.Direction == "kv":
-		return errors.New("a kv result has no window, softcap, alibi or seqused_k")
+		return errors.New("a kv result has no seqlens, window, softcap, alibi or seqused_k")
+	case r.SeqLens != nil && len(r.SeqLens) != r.B:
+		return fmt.Errorf("%d seqlens, want one per sequence (B = %d)", len(r.SeqLens), r.B)
+	case r.SeqLens != nil && (r.Nq != r.Nk || slices.Max(r.SeqLens) != r.Nq || slices.Min(r.SeqLens) < 0):
+		return fmt.Errorf("seqlens %v with Nq = %d, Nk = %d: want lengths ≥ 0, the longest Nq = Nk", r.SeqLens, r.Nq, r.Nk)
 	case r.Window != nil && (r.Window[0] < -1 || r.Window[1] < -1):
 		return fmt.Errorf("window %v: sides must be ≥ −1 (−1 unbounded)", *r.Window)
 	case r.Softcap < 0 || math.IsNaN(r.Softcap) || math.IsInf(r.Softcap, 0):
@@ -285,9 +290,9 @@ func (r *Result) checkFeatures() error {
 	case r.SeqUsedK != nil && len(r.SeqUsedK) != r.B:
 		return fmt.Errorf("%d seqused_k, want one per sequence (B = %d)", len(r.SeqUsedK), r.B)
 	}
-	for _, n := range r.SeqUsedK {
-		if n < 0 || n > r.Nk {
-			return fmt.Errorf("seqused_k %d: want 0 … Nk = %d", n, r.Nk)
+	for i, n := range r.SeqUsedK {
+		if nk := r.keys(i, r.Nk); n < 0 || n > nk {
+			return fmt.Errorf("seqused_k %d: want 0 … %d, the keys of sequence %d", n, nk, i)
 		}
 	}
 	return nil

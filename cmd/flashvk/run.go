@@ -121,12 +121,13 @@ A flag that would change nothing is refused (exit 2): --do without --backward,
 --seed with --q/--k/--v (unless --backward draws a random dO), --warmup with
 --iters 0, --align without --causal, --window or --alibi, or where every
 sequence has Nq keys (Nq = Nk and no --seqused-k), --window -1,-1, --window
--1,R with --causal, --seqused-k where every sequence uses all Nk keys, --seq
+-1,R with --causal, --seqused-k where every sequence uses all its keys, --seq
 beside --nq and --nk; in decode mode --backward (decoding has no backward
-pass), --window, --softcap, --alibi, --seqused-k, --q/--k/--v/--do, --seq,
---decode beside another decode flag, and --causal with Nq = 1 under the
-bottom-right mask; a Vulkan flag (--device, --kernel, --addressing,
---validation) where only the CPU backend runs, --workers where it does not.
+pass), --window, --softcap, --alibi, --seqused-k, --seqlens,
+--q/--k/--v/--do, --seq, --decode beside another decode flag, and --causal
+with Nq = 1 under the bottom-right mask; a Vulkan flag (--device, --kernel,
+--addressing, --validation) where only the CPU backend runs, --workers where
+it does not.
 
 Beyond the causal mask: --window L,R is a sliding window (each query sees
 the keys from L before its diagonal to R after it; −1 leaves a side
@@ -141,6 +142,21 @@ float32 softcap and slopes the kernels get). With any of them the FLOPs count
 the visible (query, key) pairs exactly (attention.Flops). Decode mode refuses
 them: a KV-cache call takes none.
 
+Packed sequences: --seqlens N1,N2,… runs a packed batch of self-attention
+sequences without padding (the library's Options.CuSeqlensQ and CuSeqlensK):
+sequence i has Nq = Nk = Ni (a length may be 0; one at least is not), B is
+their count, and Q, K, V and O (dO, dQ, dK, dV) are [1, ΣNi, H, d], each
+sequence attending only within itself, its causal mask, window and ALiBi
+placed by its own length. It replaces --seq, --nq, --nk and --batch (each
+refused beside it) and combines with --causal, --align, --window,
+--softcap, --alibi and --seqused-k (one key count per sequence, or one for
+every sequence, each at most its sequence's length). The problem line shows
+B, T = ΣNi and the lengths; the FLOPs count each sequence's own visible
+pairs; .npy inputs must hold the packed rows, [1, ΣNi, H, d]; --out's
+lse.npy is [1, Hq, ΣNi]. --check runs the float64 reference sequence by
+sequence, each as a batch of one over its own rows, and compares the packed
+outputs. Decode mode refuses --seqlens.
+
 --json prints the results as JSON (schema flashvk-run/2, see
 docs/results-schema.md).
 
@@ -150,6 +166,7 @@ signal exits at once.`,
 		Example: `  flashvk run --seq 1024 --heads 16 --dim 64 --causal --check
   flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype f16 --causal false --backward --check
   flashvk run --backend cpu --seq 512 --causal --window 128,0 --alibi --softcap 30 --seqused-k 400,512 --backward --check
+  flashvk run --seqlens 1000,24,0,512 --heads 16 --kv-heads 4 --dim 64 --causal --backward --check
   flashvk run --seq 512 --dtype bf16 --backward --check --iters 20
   flashvk run --seq 131072 --heads 16 --dim 128 --dtype f16 --iters 0
   flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/
@@ -309,6 +326,11 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		}
 		if err := agree(cmd, p, fp); err != nil {
 			return err
+		}
+		if p.packed() {
+			if fp, err = packInputs(fp, p.SeqLens); err != nil {
+				return err
+			}
 		}
 		fp.Causal, fp.Align, fp.Scale, fp.features = p.Causal, p.Align, p.Scale, f.shape.features(fp.B)
 		p = fp
@@ -612,6 +634,19 @@ func agree(cmd *cobra.Command, flags, files problem) error {
 	return nil
 }
 
+// packInputs is the problem of input files that hold a packed batch of
+// sequences of lengths lens: Q, K and V [1, ΣNi, H, d] each (--seqlens).
+func packInputs(fp problem, lens []int) (problem, error) {
+	fp.features = features{SeqLens: lens}
+	if _, t, _ := fp.stored(); fp.B != 1 || fp.Nq != t || fp.Nk != t {
+		return fp, usagef("--seqlens packs %d rows in all, but the input files hold B=%d, Nq=%d, Nk=%d: want packed Q, K and V of B=1 and %d rows each",
+			t, fp.B, fp.Nq, fp.Nk, t)
+	}
+	fp.B, fp.Nq = len(lens), slices.Max(lens)
+	fp.Nk = fp.Nq
+	return fp, nil
+}
+
 // oneRun holds an engine's outputs for --out.
 type oneRun struct {
 	res   runResult
@@ -797,8 +832,11 @@ func printRunResults(w io.Writer, dt attention.DType, rep *runReport) {
 	fmt.Fprintln(w, "first call  host wall time of the first call, incl. transfers and pipeline creation")
 	if rep.Checked {
 		fmt.Fprintf(w, "\ncheck against the float64 reference (%s: rel_l2 ≤ %s)", dt, fmtBound(tolerance(dt)))
-		if decode {
+		switch {
+		case decode:
 			fmt.Fprint(w, ", sequence by sequence over its gathered cache rows")
+		case rep.Problem.SeqLens != nil:
+			fmt.Fprint(w, ", sequence by sequence over its packed rows")
 		}
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -32,8 +32,9 @@ type shapeFlags struct {
 	causal                    causalValue
 	align, layout             string
 	scale                     float64
-	// The features (run, bench, explain; see features.go): --window,
-	// --softcap, --alibi, --seqused-k.
+	// The features (run, bench, explain; see features.go): --seqlens,
+	// --window, --softcap, --alibi, --seqused-k.
+	seqLens  []int
 	window   *[2]int
 	softcap  float64
 	alibi    bool
@@ -120,13 +121,19 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 	}
 }
 
-// registerFeatures adds --window, --softcap, --alibi and --seqused-k.
+// registerFeatures adds --seqlens, --window, --softcap, --alibi and
+// --seqused-k.
 func (s *shapeFlags) registerFeatures(c *cobra.Command) {
 	f := c.Flags()
+	packed := "a packed batch of self-attention sequences of these lengths (each its Nq = Nk; B their count), Q, K, V [1, ΣNi, H, d]: replaces --seq, --nq, --nk and --batch"
+	if s.mode == benchGrid {
+		packed = "a packed batch of self-attention sequences of these lengths (each its Nq = Nk; B their count), Q, K, V [1, ΣNi, H, d]: the grid's one length point, at every dtype × d × mask (replaces --seq, --nq, --nk, --batch and --tokens)"
+	}
+	f.Var(intsValue(&s.seqLens, true), "seqlens", packed)
 	f.Var(windowValue{&s.window}, "window", "sliding window: each query sees the L keys before its diagonal and the R after it (−1: unbounded; with --causal R is −1 or 0)")
 	f.Var(softcapValue(&s.softcap), "softcap", "cap each scaled score s to c·tanh(s/c), c a positive float32")
 	f.BoolVar(&s.alibi, "alibi", false, "ALiBi: add −slope_h·|diagonal − j| to the score of key j, slope_h = 2^(−8(h+1)/Hq) for query head h")
-	keys := "keys each sequence uses (0 … Nk; the rest are masked): one per sequence (it sets B), or one for every sequence"
+	keys := "keys each sequence uses (0 … Nk, or with --seqlens 0 … its length; the rest are masked): one per sequence (it sets B), or one for every sequence"
 	if s.mode == benchGrid {
 		keys = "keys each sequence uses (0 … Nk of every point; the rest are masked): one per sequence (B = their count at every point), or one for every sequence of every point"
 	}
@@ -153,6 +160,9 @@ func (s *shapeFlags) alignment() (attention.Alignment, error) {
 
 // problem turns the flags of a one-problem command into its problem.
 func (s *shapeFlags) problem() (problem, error) {
+	if err := s.checkPacked(); err != nil {
+		return problem{}, err
+	}
 	if err := s.checkSizes(); err != nil {
 		return problem{}, err
 	}
@@ -175,6 +185,10 @@ func (s *shapeFlags) problem() (problem, error) {
 	}
 	if len(s.seqUsedK) > 1 {
 		p.B = len(s.seqUsedK)
+	}
+	if len(s.seqLens) > 0 {
+		p.B, p.Nq = len(s.seqLens), slices.Max(s.seqLens)
+		p.Nk = p.Nq
 	}
 	p.features = s.features(p.B)
 	var err error
@@ -202,6 +216,9 @@ func (s *shapeFlags) checkSizes() error {
 
 // checkGrid refuses grid flags out of range, naming the flag.
 func (s *shapeFlags) checkGrid() error {
+	if err := s.checkPacked(); err != nil {
+		return err
+	}
 	if err := s.checkSizes(); err != nil {
 		return err
 	}
@@ -218,8 +235,13 @@ func (s *shapeFlags) checkGrid() error {
 }
 
 // lengths are the grid's (Nq, Nk) pairs: Nq = Nk = N for each N of seqs,
-// or, when --nq or --nk is given, every Nq × Nk (each defaulting to seqs).
+// or, when --nq or --nk is given, every Nq × Nk (each defaulting to seqs);
+// with --seqlens one pair, the longest length.
 func (s *shapeFlags) lengths(seqs []int) [][2]int {
+	if len(s.seqLens) > 0 {
+		n := slices.Max(s.seqLens)
+		return [][2]int{{n, n}}
+	}
 	var out [][2]int
 	if len(s.nq) == 0 && len(s.nk) == 0 {
 		for _, n := range seqs {
@@ -243,11 +265,13 @@ func (s *shapeFlags) lengths(seqs []int) [][2]int {
 }
 
 // batchHeads are a grid point's batch and query heads: --batch, else
-// the count of --seqused-k's values where it has several, else
-// tokens / max(Nq, Nk); --heads, else --hidden / d.
+// the count of --seqlens's or --seqused-k's values where it has several,
+// else tokens / max(Nq, Nk); --heads, else --hidden / d.
 func (s *shapeFlags) batchHeads(nq, nk, d, tokens int) (b, h int) {
 	switch b = s.batch; {
 	case b > 0:
+	case len(s.seqLens) > 0:
+		b = len(s.seqLens)
 	case len(s.seqUsedK) > 1:
 		b = len(s.seqUsedK)
 	default:
@@ -296,8 +320,13 @@ func (s *shapeFlags) checkProblem(p problem) error {
 	case !s.given("align"):
 	case !p.Causal && !p.diagonal():
 		return usagef("--align has no effect: the mask is not causal and there is no --window or --alibi (add --causal)")
+	case p.SeqUsedK == nil && p.packed():
+		return usagef("--align has no effect: every sequence of --seqlens has Nq = Nk, where top-left and bottom-right are the same diagonal (add --seqused-k)")
 	case p.SeqUsedK == nil && p.Nq == p.Nk:
 		return usagef("--align has no effect: Nq = Nk = %d, where top-left and bottom-right are the same diagonal", p.Nq)
+	case p.packed():
+		// --seqused-k changes some sequence's keys (features.effect): its
+		// diagonals differ.
 	case p.SeqUsedK != nil && !slices.ContainsFunc(p.SeqUsedK, func(n int) bool { return n != p.Nq }):
 		return usagef("--align has no effect: every sequence uses Nq = %d keys (--seqused-k), where top-left and bottom-right are the same diagonal", p.Nq)
 	}
@@ -313,6 +342,12 @@ func (s *shapeFlags) checkGridAlign() error {
 	}
 	if !slices.Contains(s.causal.vals, true) && s.window == nil && !s.alibi {
 		return usagef("--align has no effect: --causal false runs no causal mask, and there is no --window or --alibi")
+	}
+	if len(s.seqLens) > 0 {
+		if ks := s.keyCounts(len(s.seqLens)); ks != nil && !slices.Equal(ks, s.seqLens) {
+			return nil
+		}
+		return usagef("--align has no effect: every sequence of --seqlens has Nq = Nk, where top-left and bottom-right are the same diagonal (add --seqused-k)")
 	}
 	unequal := func(seqs []int) bool {
 		return slices.ContainsFunc(s.lengths(seqs), func(n [2]int) bool {

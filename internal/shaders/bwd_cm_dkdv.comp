@@ -10,22 +10,29 @@
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
 //   f32 (bwd_pre)   6 dK (K's strides, written)   7 dV (V's strides,
-//   written)
+//   written)   8 Ext uint32 (ext.glsl; read when EXT = 1)
 // ADDRESSED build: Q, K, V, dO, dK, dV at pc.addr[0 … 5] instead of
 //   bindings 0 1 2 3 6 7 (params.glsl, Operands; 16-byte aligned addresses
-//   when VEC = 1); LSE, D stay bindings 4, 5.
-// Push constants: Params. Grid: (ceil(Nk/BC), Hkv, B).
+//   when VEC = 1); LSE, D, Ext stay bindings 4, 5, 8.
+// Push constants: Params. Grid: (ceil(Nk/BC), Hkv, B); LSE and D are [Hq,Tq]
+//   for packed sequences, whose workgroups work on their own sequence's
+//   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR query rows
 //   per step (a multiple of CM_N and CM_K); 4 BC = NSG·CM_M keys per
-//   workgroup (each subgroup owns CM_M keys); 5 SUBGROUP; 10–14, 19–21 as
-//   cm_common.glsl (MODE 1 needs CM_N == CM_K and the probe's aperm);
-//   22 PREFETCH, 23 KVREG (below).
+//   workgroup (each subgroup owns CM_M keys); 5 SUBGROUP; 8 EXT
+//   (ext.glsl); 10–14, 19–21 as cm_common.glsl (MODE 1 needs CM_N == CM_K
+//   and the probe's aperm); 22 PREFETCH, 23 KVREG (below).
 //
-// Per key tile (K_j, V_j resident in shared memory) and query step i:
+// Per key tile (K_j, V_j resident in shared memory) and query step i (the
+// steps whose rows see a key of the tile: query_first(first key) …
+// query_limit(last key)−1, so a window skips the steps outside it; only
+// steps crossing a key's first or last row are masked):
 //   Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ (fp32 accumulators, CM_M keys × BR
-//   queries per subgroup); Pᵀ = exp2(Sᵀ·scale·log2e − LSE_i·log2e) (0 where
-//   masked or LSE = −inf), dSᵀ = Pᵀ ∘ (dPᵀ − D_i), both rounded (nearest
-//   even) to the storage type as A operands; dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i (fp32); finally dK ·= scale.
+//   queries per subgroup); Pᵀ = exp2(Sᵀ·scale·log2e − LSE_i·log2e) (with
+//   EXT the score is ext_score(Sᵀ) instead; 0 where masked or LSE = −inf),
+//   dSᵀ = Pᵀ ∘ (dPᵀ − D_i) (with EXT times the softcap's derivative
+//   ext_dsoft(Sᵀ)), both rounded (nearest even) to the storage type as A
+//   operands; dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i (fp32); finally dK ·= scale.
 //   MODE 1 does the elementwise step in registers (the accumulator layout
 //   from flash_cm_probe: component i at row rowOf[i], column colOf[i]; A
 //   component j = accumulator component aperm(j)); MODE 0 through shared
@@ -35,8 +42,10 @@
 //   16·(max(BC·LDK4, CM_M·CM_N/4) + BC·LDV4 + BR·LDK4 + BR·LDV4) + 8·BR
 //   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8))
 #extension GL_GOOGLE_include_directive : require
+#define EXT_BINDING 8
 #include "params.glsl"
 #include "attn_params.glsl"
+#include "ext.glsl"
 #include "cm_common.glsl"
 
 // 23 KVREG: 1 keeps the subgroup's K_j and V_j rows as A fragments in
@@ -76,7 +85,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 		uint pg = (s) / nqs; \
 		uint ph = kvh * pc.group + pg; \
 		uint pr0 = (qt0 + (s) - pg * nqs) * BR; \
-		uint prows = min(BR, pc.Nq - pr0); \
+		uint prows = min(BR, seq_nq - pr0); \
 		[[unroll]] for (uint i = 0u; i < NPQ; ++i) { \
 			uint e = tid + i * WG; \
 			uint r = e / DP8; \
@@ -98,16 +107,25 @@ const uint NPL = (BR + WG - 1u) / WG;
 // SOFTMAX_M1(CAREFUL), SOFTMAX_M0(CAREFUL): Pᵀ and dSᵀ of the subgroup's
 // keys against the step's query rows, in registers (MODE 1, into pA and
 // dsA) or through shared memory (MODE 0, into sP and sdS); CAREFUL as in
-// params.glsl.
+// params.glsl. With EXT the score is ext_score of the raw product Sᵀ and
+// dPᵀ − D is scaled by ext_dsoft(Sᵀ) (dSᵀ is w.r.t. the capped score; a
+// masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites
+// Sᵀ.
 #define SOFTMAX_M1(CAREFUL) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint col = t * CM_N + colOf[i]; \
+			uint kj = c0 + sgk + rowOf[i]; \
 			float l2 = sL[col]; \
-			bool vis = l2 != NEG_INF && !(need_mask && c0 + sgk + rowOf[i] >= key_limit(r0 + col)); \
-			float p = vis ? BWD_P(CAREFUL, S[t][i] * sl2 - l2, l2) : 0.0; \
+			bool vis = l2 != NEG_INF && !(need_mask && (kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
+			float x = EXT != 0u ? ext_score(S[t][i], r0 + col, kj) : S[t][i] * sl2; \
+			float g = dP[t][i] - sDr[col]; \
+			if (EXT != 0u) { \
+				g *= ext_dsoft(S[t][i]); \
+			} \
+			float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
 			S[t][i] = p; \
-			dP[t][i] = BWD_DS(CAREFUL, vis, p, dP[t][i] - sDr[col]); \
+			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
 			pA[t][j] = CM_TO(S[t][aperm(j)]); \
@@ -118,13 +136,19 @@ const uint NPL = (BR + WG - 1u) / WG;
 	for (uint e = lane; e < CM_M * BR; e += SUBGROUP) { \
 		uint kr = e / BR; \
 		uint col = e - kr * BR; \
+		uint kj = c0 + sgk + kr; \
 		float l2 = sL[col]; \
-		bool vis = l2 != NEG_INF && !(need_mask && c0 + sgk + kr >= key_limit(r0 + col)); \
+		bool vis = l2 != NEG_INF && !(need_mask && (kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
 		uint si = (sgk + kr) * LDS + col; \
-		float p = vis ? BWD_P(CAREFUL, sS[si] * sl2 - l2, l2) : 0.0; \
+		float x = EXT != 0u ? ext_score(sS[si], r0 + col, kj) : sS[si] * sl2; \
+		float g = sdP[si] - sDr[col]; \
+		if (EXT != 0u) { \
+			g *= ext_dsoft(sS[si]); \
+		} \
+		float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
 		uint pi = (sgk + kr) * LDP + col; \
 		sP[pi] = CM_TO(p); \
-		sdS[pi] = CM_TO(BWD_DS(CAREFUL, vis, p, sdP[si] - sDr[col])); \
+		sdS[pi] = CM_TO(BWD_DS(CAREFUL, vis, p, g)); \
 	}
 
 const uint KB = NSG * CM_M;                  // keys per workgroup (= BC)
@@ -160,9 +184,17 @@ void main() {
 	uint kvh = gl_WorkGroupID.y;
 	uint b = gl_WorkGroupID.z;
 	uint c0 = gl_WorkGroupID.x * KB;
-	uint cols = min(KB, pc.Nk - c0);
 	uint sgk = sg * CM_M; // the subgroup's first key within the tile
 	float sl2 = pc.scale * LOG2E;
+	ext_begin(b);
+	if (c0 >= seq_nk) {
+		return; // past a packed sequence's keys (uniform)
+	}
+	// The tile's keys: cols stored (dK and dV written, 0 for a key no row
+	// sees), the first kn read (with EXT, SeqUsedK may end the sequence
+	// inside the tile; no key past it is read: ext.glsl).
+	uint cols = min(KB, seq_nk - c0);
+	uint kn = min(cols, max(read_keys(), c0) - c0);
 
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
@@ -174,12 +206,12 @@ void main() {
 	for (uint e = tid; e < KB * DP8; e += WG) {
 		uint r = e / DP8;
 		uint c4 = e - r * DP8;
-		sK[r * LDK4 + c4] = r < cols ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
+		sK[r * LDK4 + c4] = r < kn ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
 	}
 	for (uint e = tid; e < KB * DVP8; e += WG) {
 		uint r = e / DVP8;
 		uint c4 = e - r * DVP8;
-		sV[r * LDV4 + c4] = r < cols ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+		sV[r * LDV4 + c4] = r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
 	}
 
 	MATA kR[KVREG != 0u ? NKF : 1u];
@@ -203,12 +235,14 @@ void main() {
 		dV[j] = ACC(0.0);
 	}
 
-	// Query rows that see a key of the tile: query_first(c0) … Nq−1.
+	// Query rows that see a key of the tile: query_first(c0) …
+	// query_limit(last)−1 (both non-decreasing in the key), last the tile's
+	// last key read.
 	uint qfirst = query_first(c0);
 	uint qt0 = qfirst / BR;
-	uint nqt = (pc.Nq + BR - 1u) / BR;
-	if (cols == 0u || qfirst >= pc.Nq) {
-		nqt = 0u; // no query row sees these keys: dK = dV = 0
+	uint nqt = 0u; // no query row sees these keys: dK = dV = 0
+	if (kn > 0u && qfirst < seq_nq) {
+		nqt = (query_limit(c0 + kn - 1u) + BR - 1u) / BR;
 	}
 
 	// Steps: query heads of the group in order, query tiles qt0 … nqt−1 in
@@ -226,7 +260,8 @@ void main() {
 		uint g = st / nqs;
 		uint h = kvh * pc.group + g;
 		uint r0 = (qt0 + st - g * nqs) * BR;
-		uint rows = min(BR, pc.Nq - r0);
+		uint rows = min(BR, seq_nq - r0);
+		ext_head(b, h);
 		{
 			barrier(); // every subgroup is done with the previous step's tiles
 			if (PREFETCH != 0u) {
@@ -294,8 +329,9 @@ void main() {
 				PREFETCH_STEP(st + 1u)
 			}
 
-			// No mask needed when the step's first row sees every key of the tile.
-			bool need_mask = key_limit(r0) < c0 + KB;
+			// No mask needed when the step's first row sees every key of the
+			// tile up to its end and its last row from its start.
+			bool need_mask = key_limit(r0) < c0 + KB || key_first(r0 + rows - 1u) > c0;
 
 			ACC S[NST];
 			ACC dP[NST];

@@ -8,28 +8,38 @@
 // Bindings (set 0), as bwd_dq:
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
-//   f32 (bwd_pre)   6 dQ (Q's strides, written)
+//   f32 (bwd_pre)   6 dQ (Q's strides, written)   7 Ext uint32 (ext.glsl;
+//   read when EXT = 1)
 // ADDRESSED build: Q, K, V, dO, dQ at pc.addr[0 … 4] instead of bindings
 //   0 1 2 3 6 (params.glsl, Operands; 16-byte aligned addresses when
-//   VEC = 1); LSE, D stay bindings 4, 5.
-// Push constants: Params. Grid: (ceil(Nq/BR), Hq, B).
+//   VEC = 1); LSE, D, Ext stay bindings 4, 5, 7.
+// Push constants: Params. Grid: (ceil(Nq/BR), Hq, B); LSE and D are [Hq,Tq]
+//   for packed sequences, whose workgroups work on their own sequence's
+//   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
 //   query rows per workgroup (each subgroup owns CM_M rows); 4 BC keys per
-//   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 10–14, 19–21 as
-//   cm_common.glsl.
+//   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
+//   10–14, 19–21 as cm_common.glsl.
 //
-// Q_i and dO_i are held as A operands in registers; per key tile (K_j, V_j
-// through shared memory): S = Q_i K_jᵀ, dP = dO_i V_jᵀ (fp32), P = exp2(S·
-// scale·log2e − LSE·log2e) (0 where masked or LSE = −inf), dS = P ∘ (dP −
-// D) rounded (nearest even) to the storage type, dQ_i += dS K_j (fp32); finally dQ ·= scale. MODE 1
-// does the elementwise step in registers, MODE 0 through shared memory.
+// Q_i and dO_i are held as A operands in registers; per key tile that some
+// row of the workgroup sees (key_first(first row) … key_limit(last row)−1:
+// a window skips the tiles outside it; only tiles crossing a row's first
+// or last key are masked) (K_j, V_j through shared memory): S = Q_i K_jᵀ,
+// dP = dO_i V_jᵀ (fp32), P = exp2(S·scale·log2e − LSE·log2e) (with EXT the
+// score is ext_score(S) instead; 0 where masked or LSE = −inf), dS = P ∘
+// (dP − D) (with EXT times the softcap's derivative ext_dsoft(S)) rounded
+// (nearest even) to the storage type, dQ_i += dS K_j (fp32); finally dQ ·=
+// scale. MODE 1 does the elementwise step in registers, MODE 0 through
+// shared memory.
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
 //   16·max(BR·LDK4, BR·LDV4, BC·(LDK4+LDV4), CM_M·CM_N/4) + 8·BR
 //   + MODE 0: NSG·CM_M·(8·(BC+4) + 2·(BC+8))
 #extension GL_GOOGLE_include_directive : require
+#define EXT_BINDING 7
 #include "params.glsl"
 #include "attn_params.glsl"
+#include "ext.glsl"
 #include "cm_common.glsl"
 
 OPERAND_V(0, 0, QBuf, q, readonly)
@@ -53,13 +63,21 @@ const uint NKC = BC / CM_K;   // key chunks of dS·K
 const uint NDQ = DP / CM_N;   // dQ accumulators
 // DS_M1(CAREFUL), DS_M0(CAREFUL): dS of the subgroup's rows against the key
 // tile, in registers (MODE 1, into dsA) or through shared memory (MODE 0,
-// into sdS); CAREFUL as in params.glsl.
+// into sdS); CAREFUL as in params.glsl. With EXT the score is ext_score of
+// the raw product S and dP − D is scaled by ext_dsoft(S) (dS is w.r.t. the
+// capped score; a masked element's dS stays 0).
 #define DS_M1(CAREFUL) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
-			bool vis = lOf[i] != NEG_INF && !(need_mask && c0 + t * CM_N + colOf[i] >= limOf[i]); \
-			float p = vis ? BWD_P(CAREFUL, S[t][i] * sl2 - lOf[i], lOf[i]) : 0.0; \
-			dP[t][i] = BWD_DS(CAREFUL, vis, p, dP[t][i] - dOf[i]); \
+			uint c = c0 + t * CM_N + colOf[i]; \
+			bool vis = lOf[i] != NEG_INF && !(need_mask && (c >= limOf[i] || c < fstOf[i])); \
+			float x = EXT != 0u ? ext_score(S[t][i], r0 + sgr + rowOf[i], c) : S[t][i] * sl2; \
+			float g = dP[t][i] - dOf[i]; \
+			if (EXT != 0u) { \
+				g *= ext_dsoft(S[t][i]); \
+			} \
+			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
+			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
 			dsA[t][j] = CM_TO(dP[t][aperm(j)]); \
@@ -72,10 +90,16 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 		uint r = sgr + rr; \
 		float l2 = sL[r]; \
 		uint lim = r < rows ? key_limit(r0 + r) : 0u; \
-		bool vis = l2 != NEG_INF && !(need_mask && c0 + col >= lim); \
+		uint fst = r < rows ? key_first(r0 + r) : 0u; \
+		bool vis = l2 != NEG_INF && !(need_mask && (c0 + col >= lim || c0 + col < fst)); \
 		uint si = r * LDS + col; \
-		float p = vis ? BWD_P(CAREFUL, sS[si] * sl2 - l2, l2) : 0.0; \
-		sdS[r * LDP + col] = CM_TO(BWD_DS(CAREFUL, vis, p, sdP[si] - sDr[r])); \
+		float x = EXT != 0u ? ext_score(sS[si], r0 + r, c0 + col) : sS[si] * sl2; \
+		float g = sdP[si] - sDr[r]; \
+		if (EXT != 0u) { \
+			g *= ext_dsoft(sS[si]); \
+		} \
+		float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
+		sdS[r * LDP + col] = CM_TO(BWD_DS(CAREFUL, vis, p, g)); \
 	}
 
 const uint KOFF = 0u;
@@ -106,9 +130,15 @@ void main() {
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
 	uint r0 = gl_WorkGroupID.x * BR;
-	uint rows = min(BR, pc.Nq - r0);
 	uint sgr = sg * CM_M; // the subgroup's first row within the tile
 	float sl2 = pc.scale * LOG2E;
+	ext_begin(b);
+	ext_head(b, h);
+	if (r0 >= seq_nq) {
+		return; // past a packed sequence's queries (uniform)
+	}
+	uint rows = min(BR, seq_nq - r0);
+	uint nkeys = read_keys(); // no key past a key count is read (ext.glsl)
 
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
@@ -149,16 +179,19 @@ void main() {
 	bool careful;
 	CAREFUL_ROWS(careful, sL, rows)
 
-	// MODE 1: LSE·log2e, D and key limit of each accumulator component's row.
+	// MODE 1: LSE·log2e, D and visible keys (fstOf … limOf−1) of each
+	// accumulator component's row.
 	float lOf[CM_LEN];
 	float dOf[CM_LEN];
 	uint limOf[CM_LEN];
+	uint fstOf[CM_LEN];
 	if (MODE == 1u) {
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 			uint r = sgr + rowOf[i];
 			lOf[i] = sL[r];
 			dOf[i] = sDr[r];
 			limOf[i] = r < rows ? key_limit(r0 + r) : 0u;
+			fstOf[i] = r < rows ? key_first(r0 + r) : 0u;
 		}
 	}
 
@@ -167,25 +200,29 @@ void main() {
 		dQ[j] = ACC(0.0);
 	}
 
+	// Keys visible to the workgroup: rows see key_first(row) …
+	// key_limit(row)−1, both non-decreasing in the row.
 	uint lim_lo = key_limit(r0);
+	uint fst_hi = key_first(r0 + rows - 1u);
 	uint ntiles = (key_limit(r0 + rows - 1u) + BC - 1u) / BC;
-	for (uint kt = 0u; kt < ntiles; ++kt) {
+	for (uint kt = key_first(r0) / BC; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
 		barrier(); // every subgroup is done with the previous tile (and with dO_i)
 		for (uint e = tid; e < BC * DP8; e += WG) {
 			uint r = e / DP8;
 			uint c4 = e - r * DP8;
-			sKV[KOFF + r * LDK4 + c4] = c0 + r < pc.Nk ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
+			sKV[KOFF + r * LDK4 + c4] = c0 + r < nkeys ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
 		}
 		for (uint e = tid; e < BC * DVP8; e += WG) {
 			uint r = e / DVP8;
 			uint c4 = e - r * DVP8;
-			sKV[VOFF + r * LDV4 + c4] = c0 + r < pc.Nk ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+			sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
 		}
 		barrier();
-		// Masking (causal, or the tail past Nk) is needed when the
-		// workgroup's first row does not see every key of the tile.
-		bool need_mask = c0 + BC > lim_lo;
+		// Masking (causal, a window edge, or the tail past Nk) is needed
+		// when the workgroup's first row does not see every key of the tile
+		// up to its end or its last row not from its start.
+		bool need_mask = c0 + BC > lim_lo || c0 < fst_hi;
 
 		ACC S[NST];
 		ACC dP[NST];

@@ -7,10 +7,13 @@
 //
 // Specialization constant 8, EXT: 0 builds the plain kernel (the helpers
 // reduce to pc.mask's causal rule, the Ext buffer is bound but never
-// read); 1 builds the extended kernel, which reads its options from the
-// Ext buffer: per-call values that do not fit the push-constant block
+// read); otherwise bit 0 (EXT_ON) builds the extended kernel, which reads
+// its options from the Ext buffer, and bits 1 (EXT_ON_SOFTCAP) and 2
+// (EXT_ON_ALIBI) compile in the score terms the call uses — a kernel
+// without them carries none of their code (shaders.ExtSpec). The Ext
+// buffer holds per-call values that do not fit the push-constant block
 // (it already fills the 128 bytes every Vulkan device offers in the
-// addressed build), written by the call before its first dispatch
+// addressed build), written by the call before its first dispatch: per-call values that do not fit the push-constant block
 // (shaders.ExtWords mirrors the layout):
 //   word 0 left, 1 right   window (int32; −1 unbounded; causal: right 0)
 //   word 2 flags           EXT_* below
@@ -32,6 +35,9 @@
 // whose tile lies past them has nothing to do.
 
 layout(constant_id = 8) const uint EXT = 0u;
+#define EXT_ON 1u
+#define EXT_ON_SOFTCAP 2u
+#define EXT_ON_ALIBI 4u
 layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; };
 
 #define EXT_BOTTOM_RIGHT 1u
@@ -129,44 +135,28 @@ uint query_limit(uint j) {
 	return uint(clamp(int(j) + ext_left - ext_off + 1, 0, int(seq_nq)));
 }
 
-// ext_tanh is tanh to about an ulp: an odd Taylor polynomial below 0.55
-// (the next term is below 5e-8 of the result), 1 − 2/(e^2a + 1) up to 9,
-// and ±1 beyond (tanh(9) rounds to 1 in float32; ±Inf gives ±1); NaN
-// stays NaN.
+// ext_tanh is tanh as 1 − 2/(e^2a + 1) with x's sign (a = |x|): one
+// exp2 and one division, no branch; its absolute error is a few fp32
+// ulps of 1 — what the scores need (c·tanh carries c times it, far below
+// the softmax's own rounding at the scales softcaps use). ±Inf gives ±1,
+// NaN stays NaN.
 float ext_tanh(float x) {
-	float a = abs(x);
-	float t;
-	if (a < 0.55) {
-		float z = x * x;
-		float p = -929569.0 / 638512875.0;
-		p = p * z + 21844.0 / 6081075.0;
-		p = p * z - 1382.0 / 155925.0;
-		p = p * z + 62.0 / 2835.0;
-		p = p * z - 17.0 / 315.0;
-		p = p * z + 2.0 / 15.0;
-		p = p * z - 1.0 / 3.0;
-		t = a + a * z * p;
-	} else if (a < 9.0) {
-		t = 1.0 - 2.0 / (exp2(a * (2.0 * LOG2E)) + 1.0);
-	} else if (a >= 9.0) {
-		t = 1.0;
-	} else {
-		return x; // NaN
-	}
-	return x < 0.0 ? -t : t;
+	float t = 1.0 - 2.0 / (exp2(abs(x) * (2.0 * LOG2E)) + 1.0);
+	return x < 0.0 ? -t : (x > 0.0 ? t : x); // (x: 0 keeps its sign, NaN stays NaN)
 }
 
 // ext_score is the score of raw product s = q·k for query row i and key
 // j in log2 units: z = scale·s, then c·tanh(z/c) (softcap), times log2e,
-// minus slope·log2e·|i + off − j| (ALiBi). The plain kernel's is
-// scale·log2e·s (kernels keep that product as sl2).
+// minus slope·log2e·|i + off − j| (ALiBi), each term compiled in only
+// when EXT asks for it. The plain kernel's is scale·log2e·s (kernels keep
+// that product as sl2).
 float ext_score(float s, uint i, uint j) {
 	float z = s * pc.scale;
-	if (ext_cap > 0.0) {
+	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
 		z = ext_cap * ext_tanh(z * ext_inv_cap);
 	}
 	z *= LOG2E;
-	if (ext_slope != 0.0) {
+	if ((EXT & EXT_ON_ALIBI) != 0u) {
 		z -= ext_slope * abs(float(int(i) + ext_off - int(j)));
 	}
 	return z;
@@ -176,7 +166,7 @@ float ext_score(float s, uint i, uint j) {
 // / dz = 1 − tanh²(z/c), z = scale·s (1 without a softcap). The backward
 // multiplies dS by it before dS meets K or Q.
 float ext_dsoft(float s) {
-	if (EXT != 0u && ext_cap > 0.0) {
+	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
 		float t = ext_tanh(s * pc.scale * ext_inv_cap);
 		return 1.0 - t * t;
 	}

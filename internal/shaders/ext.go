@@ -7,9 +7,26 @@ import (
 )
 
 // SpecExt is the specialization constant (ext.glsl) that builds a
-// kernel's extended variant: 1 reads spec.Ext's options from the Ext
-// buffer, 0 is the plain kernel.
+// kernel's extended variant: ExtSpec's bits, 0 for the plain kernel.
 const SpecExt uint32 = 8
+
+// ExtSpec is SpecExt's value for p: 0 without spec.Ext, else 1 (read the
+// Ext buffer) plus 2 with a softcap and 4 with ALiBi slopes, so that a
+// kernel carries only the score terms its call uses.
+func ExtSpec(p *spec.Problem) uint32 {
+	e := p.Ext
+	if e == nil {
+		return 0
+	}
+	v := uint32(1)
+	if e.Softcap > 0 {
+		v |= 2
+	}
+	if e.Slopes != nil {
+		v |= 4
+	}
+	return v
+}
 
 // ExtKernels are the kernels with an extended variant (they declare
 // SpecExt and bind the Ext buffer last).

@@ -206,10 +206,9 @@ type SpecEntry struct {
 
 // SpecEntries returns the specialization constants of kernel (a base or
 // addressed name) for Config c, head dims d, dv, the device's subgroup
-// size, (naive only) the pass 0, 1 or 2 and (ExtKernels) whether the
-// extended variant runs, in ID order, limited to the IDs the kernel
-// declares.
-func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int, ext bool) ([]SpecEntry, error) {
+// size, (naive only) the pass 0, 1 or 2 and (ExtKernels) the extended
+// variant's ExtSpec, in ID order, limited to the IDs the kernel declares.
+func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int, ext uint32) ([]SpecEntry, error) {
 	ids, err := SpecIDs(kernel)
 	if err != nil {
 		return nil, err
@@ -222,9 +221,7 @@ func SpecEntries(kernel string, c Config, d, dv, subgroup, pass int, ext bool) (
 		SpecBC:            uint32(c.BC),
 		SpecSubgroup:      uint32(subgroup),
 		SpecPass:          uint32(pass),
-	}
-	if ext {
-		val[SpecExt] = 1
+		SpecExt:           ext,
 	}
 	out := make([]SpecEntry, len(ids))
 	for i, id := range ids {

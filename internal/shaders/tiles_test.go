@@ -37,7 +37,7 @@ func TestSharedBytesMatchSPIRV(t *testing.T) {
 			for _, dt := range DTypes {
 				m := reflectKernel(t, k, dt)
 				for _, c := range cases {
-					e, _ := SpecEntries(k, c.c, c.d, c.dv, c.s, 1, false)
+					e, _ := SpecEntries(k, c.c, c.d, c.dv, c.s, 1, 0)
 					got, err := m.SharedBytes(specMap(e))
 					if err != nil {
 						t.Fatalf("%s.%s: %v", k, dt, err)
@@ -80,7 +80,7 @@ func TestFlashLayoutMatchesSPIRV(t *testing.T) {
 					if err != nil {
 						continue
 					}
-					e, _ := SpecEntries(KernelFlash, c, 64, 80, sg, 0, false)
+					e, _ := SpecEntries(KernelFlash, c, 64, 80, sg, 0, 0)
 					sp := specMap(e)
 					for name, want := range map[string]int{"TC": l.TC, "TR": l.TR, "RM": l.RM, "CN": l.CN, "DVN": l.DVN} {
 						got, err := m.Constant(name, sp)
@@ -111,14 +111,14 @@ func TestBwdLayoutMatchesSPIRV(t *testing.T) {
 			if l.TX*l.T != wg || l.M*l.T != rows {
 				t.Errorf("wg=%d rows=%d: inconsistent layout %+v", wg, rows, l)
 			}
-			e, _ := SpecEntries(KernelBwdDKDV, Config{wg, 16, rows}, 64, 64, 32, 0, false)
+			e, _ := SpecEntries(KernelBwdDKDV, Config{wg, 16, rows}, 64, 64, 32, 0, 0)
 			for name, want := range map[string]int{"TX": l.TX, "TK": l.T, "KM": l.M} {
 				got, err := mods["bwd_dkdv.f32"].Constant(name, specMap(e))
 				if err != nil || int(got) != want {
 					t.Errorf("bwd_dkdv wg=%d BC=%d: %s = %d (%v), want %d", wg, rows, name, got, err, want)
 				}
 			}
-			e, _ = SpecEntries(KernelBwdDQ, Config{wg, rows, 16}, 64, 64, 32, 0, false)
+			e, _ = SpecEntries(KernelBwdDQ, Config{wg, rows, 16}, 64, 64, 32, 0, 0)
 			for name, want := range map[string]int{"TX": l.TX, "TQ": l.T, "QM": l.M} {
 				got, err := mods["bwd_dq.f32"].Constant(name, specMap(e))
 				if err != nil || int(got) != want {
@@ -179,7 +179,7 @@ func TestCheckConfigRejects(t *testing.T) {
 }
 
 func TestSpecEntries(t *testing.T) {
-	e, err := SpecEntries(KernelFlash, Config{128, 32, 16}, 64, 80, 8, 0, false)
+	e, err := SpecEntries(KernelFlash, Config{128, 32, 16}, 64, 80, 8, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +192,8 @@ func TestSpecEntries(t *testing.T) {
 			t.Fatalf("entries %v, want %v", e, want)
 		}
 	}
-	if e, _ := SpecEntries(KernelFlash, Config{128, 32, 16}, 64, 80, 8, 0, true); e[len(e)-1] != (SpecEntry{SpecExt, 1}) {
-		t.Fatalf("extended entries %v, want EXT 1 last", e)
+	if e, _ := SpecEntries(KernelFlash, Config{128, 32, 16}, 64, 80, 8, 0, 7); e[len(e)-1] != (SpecEntry{SpecExt, 7}) {
+		t.Fatalf("extended entries %v, want EXT 7 last", e)
 	}
 }
 

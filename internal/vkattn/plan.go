@@ -447,8 +447,8 @@ func (pl *Plan) bindExt(p *spec.Problem) {
 // newLaunch fills the pipeline key of a launch of kernel with storage dt,
 // its specialization constants and subgroup settings; the name carries
 // the configuration and head dims. A kernel of shaders.ExtKernels also
-// binds the Ext buffer (last) and is specialized to its extended variant
-// when p has Ext.
+// binds the Ext buffer (last) and is specialized to the extended variant
+// p needs (shaders.ExtSpec).
 func (b *Backend) newLaunch(kernel string, dt spec.DType, p *spec.Problem, config string, sp []device.Spec, reqSG uint32, full bool, binds ...Operand) (Launch, error) {
 	spv, err := b.module(kernel, dt)
 	if err != nil {
@@ -456,9 +456,10 @@ func (b *Backend) newLaunch(kernel string, dt spec.DType, p *spec.Problem, confi
 	}
 	if slices.Contains(shaders.ExtKernels, kernel) {
 		binds = append(slices.Clip(binds), OpExt)
-		sp = setSpec(sp, shaders.SpecExt, b2u(p.Ext != nil))
-		if p.Ext != nil {
-			config += " ext"
+		ext := shaders.ExtSpec(p)
+		sp = setSpec(sp, shaders.SpecExt, ext)
+		if ext != 0 {
+			config += fmt.Sprintf(" ext%d", ext)
 		}
 	}
 	return Launch{

@@ -191,7 +191,7 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 				row := st[jj*br : jj*br+nr]
 				lo, hi := clip(first[jj]-i0, limit[jj]-i0, nr) // the rows that see key j0+jj
 				clear(row[:lo])
-				rule.toLog2(row[lo:hi], tileRow(soft, jj, br, lo, hi), diag+i0+lo-(j0+jj), 1)
+				rule.scores(row[lo:hi], tileRow(soft, jj, br, lo, hi), diag+i0+lo-(j0+jj), 1)
 				probRow(row[lo:hi], lse2[lo:hi], c)
 				clear(row[hi:])
 			}
@@ -201,10 +201,9 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 			for jj := range nk {
 				lo, hi := clip(first[jj]-i0, limit[jj]-i0, nr)
 				ds := dpt[jj*br : jj*br+nr]
-				dsRowVec(st[jj*br:jj*br+nr], ds, delta)
+				rule.dsRowVec(st[jj*br+lo:jj*br+hi], ds[lo:hi], delta[lo:hi], tileRow(soft, jj, br, lo, hi))
 				clear(ds[:lo]) // dS 0 where masked
 				clear(ds[hi:])
-				rule.softGrad(ds[lo:hi], tileRow(soft, jj, br, lo, hi))
 			}
 			if anyDead { // dS 0 in dead rows, even against NaN in V
 				for i := range nr {
@@ -292,10 +291,9 @@ func (g *bwd) qItem(w *qScratch, it int) {
 			if dead(lse2[i]) {
 				lo, hi = 0, 0 // dS 0: the row adds nothing (and its dQ is 0)
 			}
-			rule.toLog2(pr[lo:hi], tileRow(soft, i, bc, lo, hi), diag+i-(j0+lo), -1)
+			rule.scores(pr[lo:hi], tileRow(soft, i, bc, lo, hi), diag+i-(j0+lo), -1)
 			probRow(pr[lo:hi], w.l2[i*bc+lo:i*bc+hi], c)
-			dsRow(pr[lo:hi], dr[lo:hi], delta[i])
-			rule.softGrad(dr[lo:hi], tileRow(soft, i, bc, lo, hi))
+			rule.dsRow(pr[lo:hi], dr[lo:hi], tileRow(soft, i, bc, lo, hi), delta[i])
 			clear(dr[:lo])
 			clear(dr[hi:])
 		}

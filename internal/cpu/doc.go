@@ -17,11 +17,16 @@
 // mask is spec.Problem.KeyRange: a query tile streams only the key tiles
 // between its first row's first key and its last row's last key, so a
 // sliding window skips the tiles outside it, and a sequence's key count
-// bounds its keys. With a softcap or ALiBi slopes each visible score is
-// rewritten in float64 (Scale·q·k, c·tanh(·/c), minus slope·|diagonal −
-// key|, times log2(e)) and rounded once before the same softmax; the
-// backward multiplies dS by the softcap's derivative 1 − tanh² before it
-// meets K or Q. With neither, the arithmetic is the plain problem's.
+// bounds its keys. With a softcap or ALiBi slopes each visible element of
+// a score tile is rewritten in float32, one tile row at a time, into
+// spec.Ext's score: c·tanh(Scale·q·k/c) with a softcap c (tanh by the
+// shaders' scheme, to about an ulp), else Scale·q·k, minus
+// slope·|diagonal − key| (the distances run along the row as an
+// arithmetic progression); the softmax then multiplies the scores by
+// log2(e) where a plain problem's multiplies the raw products by
+// Scale·log2(e). The backward multiplies dS by the softcap's derivative
+// 1 − tanh² before it meets K or Q. With neither, the arithmetic is the
+// plain problem's.
 //
 // Backward recomputes the probabilities from Q, K and LSE (no stored P):
 // first D = rowsum(dO∘O) per query row, then one pass whose work item is a
@@ -45,7 +50,8 @@
 // The tile products are two kernels: scores as row dot products
 // (S = Q·Kᵀ, dP = dO·Vᵀ and their transposes) and accumulation as row
 // axpys (O += P·V, dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q), plus the
-// exponential, row maximum and dS = P∘(dP − D) row passes. On amd64 with
+// exponential, row maximum, rescaling and dS = P∘(dP − D) row passes and,
+// for spec.Ext's scores, the softcap and ALiBi row passes. On amd64 with
 // AVX2 and FMA (detected at start-up) they run as Go assembly
 // (kernels_amd64.s, 8-wide, register-blocked); elsewhere, or when built
 // with the purego tag, as portable unrolled Go. Both paths are tested

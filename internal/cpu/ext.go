@@ -7,65 +7,80 @@ import (
 )
 
 // scoreRule turns one (sequence, query head)'s raw products q·k into the
-// scores the softmax exponentiates, in log2 units. Without a softcap or an
-// ALiBi slope (a plain problem, or a spec.Ext one with only a window or
-// key counts) the tiles keep the raw products and the softmax multiplies
-// them by c = Scale·log2e, as in a plain problem; otherwise toLog2
-// rewrites each visible element of a tile in float32 (capRow or biasRow)
-// and c is 1.
+// elements of the tiles the softmax exponentiates as 2^(c·element − …).
+// Without a softcap or an ALiBi slope (a plain problem, or a spec.Ext one
+// with only a window or key counts) the tiles keep the raw products and c
+// is Scale·log2e, as in a plain problem; otherwise scores replaces each
+// visible element by spec.Ext's score (capRow or biasRow, in float32) and
+// c is log2e.
 type scoreRule struct {
-	c       float32 // log2-domain score = c·(tile element)
-	rewrite bool    // the tiles are rewritten by toLog2
+	c       float32 // the softmax's factor: log2-domain score = c·(tile element)
+	rewrite bool    // the tiles are rewritten by scores
 	softcap bool    // the rewrite is capRow's (else biasRow's)
-	k       float32 // raw product factor: Scale/softcap (tanh's argument), else Scale·log2e
-	capL2   float32 // softcap·log2e
-	slope   float32 // ALiBi slope·log2e of the sequence and head (0: none)
+	k       float32 // raw product factor: Scale/softcap (tanh's argument), else Scale
+	cap     float32 // softcap
+	slope   float32 // ALiBi slope of the sequence and head (0: none)
 }
 
-// newScoreRule returns the rule of sequence b, query head h. Its factors
-// are rounded to float32 once each, as the shaders' ext_score rounds its
-// (there in two steps: Scale, then 1/softcap).
+// newScoreRule returns the rule of sequence b, query head h. The shaders'
+// ext_score computes the same scores in log2 units (log2e·softcap·tanh,
+// minus slope·log2e·distance); here log2e is the softmax's factor c, as
+// Scale·log2e is a plain problem's, so no finite softcap or slope
+// overflows a factor, and Scale/softcap is one factor (subnormal, with
+// fewer bits, only for a softcap beyond Scale·2^126).
 func newScoreRule(p *spec.Problem, b, h int) scoreRule {
-	r := scoreRule{c: p.Scale * math.Log2E, slope: p.Slope(b, h) * math.Log2E}
+	r := scoreRule{c: p.Scale * math.Log2E, k: p.Scale, slope: p.Slope(b, h)}
 	switch {
 	case softcapped(p):
-		c := p.Ext.Softcap
-		r.softcap, r.k, r.capL2 = true, p.Scale/c, c*math.Log2E
-	case r.slope != 0:
-		r.k = r.c
-	default:
+		r.softcap, r.cap, r.k = true, p.Ext.Softcap, p.Scale/p.Ext.Softcap
+	case r.slope == 0:
 		return r
 	}
-	r.c, r.rewrite = 1, true
+	r.c, r.rewrite = math.Log2E, true
 	return r
 }
 
 // softcapped reports whether p's scores pass through a softcap.
 func softcapped(p *spec.Problem) bool { return p.Ext != nil && p.Ext.Softcap > 0 }
 
-// toLog2 replaces the raw products r[x] by their scores times log2e
-// (spec.Ext's rule in float32), the pair of r[x] having its row's
-// diagonal off + x·step keys right of its key (d − j: step −1 along a
-// row's keys, +1 along a key's rows). With a softcap and soft not nil,
-// soft[x] gets the softcap's derivative 1 − tanh²(z/c) at z = Scale·r[x],
-// which the backward multiplies dS by. Without rewrite the tiles are left
-// as they are.
-func (s *scoreRule) toLog2(r, soft []float32, off, step int) {
+// scores replaces the raw products r[x] by their scores (spec.Ext's rule
+// in float32), the pair of r[x] having its row's diagonal off + x·step
+// keys right of its key (d − j: step −1 along a row's keys, +1 along a
+// key's rows), and returns the largest score (capRow's and biasRow's
+// maximum). With a softcap and soft not nil, soft[x] gets the softcap's
+// derivative 1 − tanh²(z/c) at z = Scale·r[x], which the backward
+// multiplies dS by. Without rewrite the tiles are left as they are and it
+// returns −Inf.
+func (s *scoreRule) scores(r, soft []float32, off, step int) float32 {
 	switch {
 	case s.softcap:
-		capRow(r, soft, s.k, s.capL2, s.slope, off, step)
+		return capRow(r, soft, s.k, s.cap, s.slope, off, step)
 	case s.rewrite:
-		biasRow(r, s.k, s.slope, off, step)
+		return biasRow(r, s.k, s.slope, off, step)
 	}
+	return negInf
 }
 
-// softGrad multiplies dS by the softcap's derivative that toLog2 stored
-// in soft (len(soft) ≥ len(ds)): dS then is the gradient with respect to
-// Scale·q·k. Without a softcap it leaves dS as it is.
-func (s *scoreRule) softGrad(ds, soft []float32) {
+// dsRow sets dp[x] = p[x]·(dp[x] − d) (dS from P and dP), times the
+// softcap's derivative soft[x] that scores stored when there is a softcap:
+// dS then is the gradient with respect to Scale·q·k. dp and soft are at
+// least as long as p.
+func (s *scoreRule) dsRow(p, dp, soft []float32, d float32) {
 	if s.softcap {
-		mulRow(ds, soft)
+		dsRowSoft(p, dp, soft, d)
+		return
 	}
+	dsRow(p, dp, d)
+}
+
+// dsRowVec is dsRow with a D per element: dp[x] = p[x]·(dp[x] − d[x]),
+// times soft[x] with a softcap.
+func (s *scoreRule) dsRowVec(p, dp, d, soft []float32) {
+	if s.softcap {
+		dsRowVecSoft(p, dp, d, soft)
+		return
+	}
+	dsRowVec(p, dp, d)
 }
 
 // clip clamps the half-open range lo … hi−1 to 0 … n−1: it returns a ≤ e

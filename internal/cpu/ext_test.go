@@ -197,6 +197,22 @@ func TestExtHugeScores(t *testing.T) {
 	}
 }
 
+// TestExtExtremeOptions: a softcap and ALiBi slopes beyond
+// MaxFloat32/log2e (where softcap·log2e and slope·log2e would overflow)
+// follow the reference: such a softcap is the identity on these scores,
+// such slopes leave each row its diagonal key alone.
+func TestExtExtremeOptions(t *testing.T) {
+	huge := float32(3e38)
+	for _, e := range []*spec.Ext{
+		{Left: -1, Right: -1, Softcap: huge},
+		{Left: -1, Right: -1, Softcap: huge, Slopes: []float32{huge, 0.5, huge, 0.01}},
+		{Left: -1, Right: -1, Slopes: []float32{huge, huge, 1, 0}},
+	} {
+		c := tcase{b: 2, hq: 4, hkv: 2, nq: 33, nk: 33, d: 16, dv: 16, layout: "bshd", ext: e}
+		t.Run(c.String(), func(t *testing.T) { checkCase(t, c) })
+	}
+}
+
 // infRows sets feature 0 of query rows 3 and 5 of every (batch, head) to
 // +Inf and −Inf and makes feature 0 of every key positive, so that row
 // 3's raw scores are all +Inf and row 5's all −Inf.

@@ -85,13 +85,12 @@ func (f *fwd) item(w *fwdScratch, it int) {
 				continue
 			}
 			r := row[lo:hi]
-			rule.toLog2(r, nil, diag+i-(j0+lo), -1)
-			// The tile's row maximum of c·s (c·max s, or c·min s when c < 0:
-			// multiplying by c is monotonic, rounding included).
-			mx, mn := rowMaxMin(r)
-			mt := c * mx
-			if c < 0 {
-				mt = c * mn
+			var mt float32 // the tile's row maximum of c·s
+			if rule.rewrite {
+				// c = log2e > 0: c·max s (multiplying is monotonic).
+				mt = c * rule.scores(r, nil, diag+i-(j0+lo), -1)
+			} else {
+				mt = scaledMax(r, c)
 			}
 			mOld := m[i]
 			mNew := max(mOld, mt)
@@ -106,10 +105,7 @@ func (f *fwd) item(w *fwdScratch, it int) {
 			clear(row[hi:])
 			if mNew != mOld {
 				alpha := exp2(mOld - mNew)
-				a := acc[i*dv : i*dv+dv]
-				for x := range a {
-					a[x] *= alpha
-				}
+				scaleRow(acc[i*dv:i*dv+dv], alpha)
 				l[i] *= alpha
 			}
 			l[i] += sum
@@ -134,4 +130,14 @@ func (f *fwd) item(w *fwdScratch, it int) {
 		}
 		*li = float32((float64(m[i]) + math.Log2(float64(l[i]))) * math.Ln2)
 	}
+}
+
+// scaledMax returns the largest c·r[x] of a non-empty r: c·max r, or
+// c·min r when c < 0 (multiplying by c is monotonic, rounding included).
+func scaledMax(r []float32, c float32) float32 {
+	mx, mn := rowMaxMin(r)
+	if c < 0 {
+		return c * mn
+	}
+	return c * mx
 }

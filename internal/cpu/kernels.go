@@ -238,6 +238,34 @@ func dsRowVec(p, dp, d []float32) {
 	}
 }
 
+// dsRowSoft sets dp[j] = p[j]·(dp[j] − d)·soft[j] (dp, soft at least as
+// long as p).
+func dsRowSoft(p, dp, soft []float32, d float32) {
+	dp = dp[:len(p)]
+	soft = soft[:len(p)]
+	for j := dsRowSoftSIMD(p, dp, soft, d); j < len(p); j++ {
+		dp[j] = p[j] * (dp[j] - d) * soft[j]
+	}
+}
+
+// dsRowVecSoft sets dp[j] = p[j]·(dp[j] − d[j])·soft[j] (dp, d, soft at
+// least as long as p).
+func dsRowVecSoft(p, dp, d, soft []float32) {
+	dp = dp[:len(p)]
+	d = d[:len(p)]
+	soft = soft[:len(p)]
+	for j := dsRowVecSoftSIMD(p, dp, d, soft); j < len(p); j++ {
+		dp[j] = p[j] * (dp[j] - d[j]) * soft[j]
+	}
+}
+
+// scaleRow sets a[x] *= s.
+func scaleRow(a []float32, s float32) {
+	for x := scaleRowSIMD(a, s); x < len(a); x++ {
+		a[x] *= s
+	}
+}
+
 // rowMaxMin returns the largest and smallest element of a non-empty r.
 func rowMaxMin(r []float32) (mx, mn float32) {
 	mx, mn = r[0], r[0]
@@ -264,7 +292,7 @@ const (
 	t15 = -929569.0 / 638512875.0
 
 	tanhPolyMax = 0.55 // the polynomial below, 1 − 2/(e^2a + 1) above
-	tanhOneMin  = 9    // tanh a is 1 from here on (to about an ulp)
+	tanhOneMin  = 9    // 1 from here on (tanh a rounds to 1 from about 9.01)
 )
 
 // tanh32 returns tanh x in float32 to about an ulp, by the scheme of the
@@ -292,34 +320,46 @@ func tanh32(x float32) float32 {
 // signBit is a float32's sign bit.
 const signBit = 1 << 31
 
-// capRow sets r[x] = capL2·tanh(k·r[x]) − slope·|off + x·step| (the
-// softcapped score in log2 units, with ALiBi's distance penalty) and, when
-// soft is not nil, soft[x] = 1 − tanh²(k·r[x]) (len(soft) ≥ len(r)). The
-// vector kernel fuses the products and the sums (FMA); the scalar code
-// below rounds each step, computing 1 − t² as (1 − t)(1 + t).
-func capRow(r, soft []float32, k, capL2, slope float32, off, step int) {
-	n := capRowSIMD(r, soft, k, capL2, slope, off, step)
+// capRow sets r[x] = c·tanh(k·r[x]) − slope·|off + x·step| (the
+// softcapped score with ALiBi's distance penalty) and, when soft is not
+// nil, soft[x] = 1 − tanh²(k·r[x]) (len(soft) ≥ len(r)). It returns the
+// largest new r[x] (−Inf for an empty row; NaN may or may not win, as in
+// rowMaxMin). The vector kernel fuses products and sums (FMA: the
+// polynomials, the distance term, 1 − t²); the scalar code below rounds
+// each step, computing 1 − t² as (1 − t)(1 + t).
+func capRow(r, soft []float32, k, c, slope float32, off, step int) float32 {
+	n, mx := capRowSIMD(r, soft, k, c, slope, off, step)
 	if soft == nil {
 		for x := n; x < len(r); x++ {
-			r[x] = capL2*tanh32(k*r[x]) - slope*dist(off+x*step)
+			r[x] = c*tanh32(k*r[x]) - slope*dist(off+x*step)
+			mx = max(mx, r[x])
 		}
-		return
+		return mx
 	}
 	soft = soft[:len(r)]
 	for x := n; x < len(r); x++ {
 		t := tanh32(k * r[x])
 		soft[x] = (1 - t) * (1 + t)
-		r[x] = capL2*t - slope*dist(off+x*step)
+		r[x] = c*t - slope*dist(off+x*step)
+		mx = max(mx, r[x])
 	}
+	return mx
 }
 
-// biasRow sets r[x] = k·r[x] − slope·|off + x·step| (a score in log2
-// units with ALiBi's distance penalty).
-func biasRow(r []float32, k, slope float32, off, step int) {
-	for x := biasRowSIMD(r, k, slope, off, step); x < len(r); x++ {
+// biasRow sets r[x] = k·r[x] − slope·|off + x·step| (a score with
+// ALiBi's distance penalty) and returns the largest new r[x]
+// (−Inf for an empty row; NaN may or may not win, as in rowMaxMin).
+func biasRow(r []float32, k, slope float32, off, step int) float32 {
+	n, mx := biasRowSIMD(r, k, slope, off, step)
+	for x := n; x < len(r); x++ {
 		r[x] = k*r[x] - slope*dist(off+x*step)
+		mx = max(mx, r[x])
 	}
+	return mx
 }
+
+// negInf is −Inf in float32.
+var negInf = float32(math.Inf(-1))
 
 // dist returns |d| rounded to float32 (exact below 2^24).
 func dist(d int) float32 {
@@ -327,12 +367,4 @@ func dist(d int) float32 {
 		d = -d
 	}
 	return float32(d)
-}
-
-// mulRow sets a[x] *= b[x] (len(b) ≥ len(a)).
-func mulRow(a, b []float32) {
-	b = b[:len(a)]
-	for x := mulRowSIMD(a, b); x < len(a); x++ {
-		a[x] *= b[x]
-	}
 }

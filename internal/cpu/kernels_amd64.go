@@ -37,13 +37,19 @@ func dsRowVecAVX(p, dp, d *float32, n int)
 func rowMaxMinAVX(r *float32, n int) (mx, mn float32)
 
 //go:noescape
-func capRowAVX(r, soft *float32, n int, k, capL2, slope float32, off, step int32)
+func capRowAVX(r, soft *float32, n int, k, c, slope float32, off, step int32) (mx float32)
 
 //go:noescape
-func biasRowAVX(r *float32, n int, k, slope float32, off, step int32)
+func biasRowAVX(r *float32, n int, k, slope float32, off, step int32) (mx float32)
 
 //go:noescape
-func mulRowAVX(a, b *float32, n int)
+func dsRowSoftAVX(p, dp, soft *float32, n int, d float32)
+
+//go:noescape
+func dsRowVecSoftAVX(p, dp, d, soft *float32, n int)
+
+//go:noescape
+func scaleRowAVX(a *float32, n int, s float32)
 
 // hasAVX2FMA reports AVX2 and FMA support, with the YMM state enabled by
 // the OS.
@@ -191,32 +197,47 @@ func distLen(n, off, step int) int {
 	return n
 }
 
-func capRowSIMD(r, soft []float32, k, capL2, slope float32, off, step int) int {
+func capRowSIMD(r, soft []float32, k, c, slope float32, off, step int) (int, float32) {
 	n := distLen(len(r), off, step)
 	if n == 0 {
-		return 0
+		return 0, negInf
 	}
 	var sp *float32
 	if soft != nil {
 		_ = soft[n-1]
 		sp = &soft[0]
 	}
-	capRowAVX(&r[0], sp, n, k, capL2, slope, int32(off), int32(step))
-	return n
+	return n, capRowAVX(&r[0], sp, n, k, c, slope, int32(off), int32(step))
 }
 
-func biasRowSIMD(r []float32, k, slope float32, off, step int) int {
+func biasRowSIMD(r []float32, k, slope float32, off, step int) (int, float32) {
 	n := distLen(len(r), off, step)
+	if n == 0 {
+		return 0, negInf
+	}
+	return n, biasRowAVX(&r[0], n, k, slope, int32(off), int32(step))
+}
+
+func dsRowSoftSIMD(p, dp, soft []float32, d float32) int {
+	n := simdLen(min(len(p), len(dp), len(soft)))
 	if n > 0 {
-		biasRowAVX(&r[0], n, k, slope, int32(off), int32(step))
+		dsRowSoftAVX(&p[0], &dp[0], &soft[0], n, d)
 	}
 	return n
 }
 
-func mulRowSIMD(a, b []float32) int {
-	n := simdLen(min(len(a), len(b)))
+func dsRowVecSoftSIMD(p, dp, d, soft []float32) int {
+	n := simdLen(min(len(p), len(dp), len(d), len(soft)))
 	if n > 0 {
-		mulRowAVX(&a[0], &b[0], n)
+		dsRowVecSoftAVX(&p[0], &dp[0], &d[0], &soft[0], n)
+	}
+	return n
+}
+
+func scaleRowSIMD(a []float32, s float32) int {
+	n := simdLen(len(a))
+	if n > 0 {
+		scaleRowAVX(&a[0], n, s)
 	}
 	return n
 }

@@ -48,6 +48,7 @@ VCONST(tanhPolyMax, 0x3f0ccccd)
 VCONST(tanhOneMin, 0x41100000)
 VCONST(twoLog2E, 0x4038aa3b)
 VCONST(two, 0x40000000)
+VCONST(negInf, 0xff800000)
 
 // laneIndex is the int32 lanes 0 … 7.
 DATA laneIndex<>+0(SB)/4, $0
@@ -497,72 +498,120 @@ mmDone:
 	VZEROUPPER
 	RET
 
-// DISTINIT(OFF, STEP): Y12 = the int32 lanes off + step·(0 … 7), Y11 =
-// 8·step (Y10 clobbered), for DIST: the distances of a row's first 8
-// elements and their increment.
+// The distance kernels (capRowAVX, biasRowAVX) share the ROWLOOP layout
+// of the row kernels and these registers: Y10 the lanes' running maximum
+// of the results, Y11 8·step, Y12 the int32 distances off + j·step of the
+// 8 elements at AX, Y13 slope.
+//
+// DISTINIT(OFF, STEP) sets Y10 to −Inf and Y11, Y12 for the row's first 8
+// elements (Y0 clobbered).
 #define DISTINIT(OFF, STEP) \
+	VMOVUPS      negInf<>(SB), Y10 \
 	VPBROADCASTD OFF, Y12 \
 	VPBROADCASTD STEP, Y11 \
-	VPMULLD      laneIndex<>(SB), Y11, Y10 \
-	VPADDD       Y10, Y12, Y12 \
+	VPMULLD      laneIndex<>(SB), Y11, Y0 \
+	VPADDD       Y0, Y12, Y12 \
 	VPSLLD       $3, Y11, Y11
 
-// DIST(X): X −= slope·|Y12| (slope in Y13; the int32 distances rounded to
-// float32), then Y12 moves on to the next 8 elements' distances. Y10 is
-// clobbered.
-#define DIST(X) \
-	VPABSD       Y12, Y10 \
-	VCVTDQ2PS    Y10, Y10 \
-	VFNMADD231PS Y13, Y10, X \
+// DIST(X, T): X −= slope·|Y12| (the int32 distances rounded to float32),
+// then Y12 moves on to the next 8 elements' distances. T is clobbered.
+#define DIST(X, T) \
+	VPABSD       Y12, T \
+	VCVTDQ2PS    T, T \
+	VFNMADD231PS Y13, T, X \
 	VPADDD       Y11, Y12, Y12
 
-// func capRowAVX(r, soft *float32, n int, k, capL2, slope float32, off, step int32)
+// MAXRET(RET): RET = the largest of Y10's lanes, as rowMaxMinAVX reduces
+// (X0 clobbered).
+#define MAXRET(RET) \
+	VEXTRACTF128 $1, Y10, X0 \
+	VMAXPS       X0, X10, X10 \
+	VPERMILPS    $0x4e, X10, X0 \
+	VMAXPS       X0, X10, X10 \
+	VPERMILPS    $0xb1, X10, X0 \
+	VMAXPS       X0, X10, X10 \
+	VMOVSS       X10, RET
+
+// TANHPOLY(A, Z, P): P = a·z·p(z) + a, z = a² (Z clobbered): tanh a for
+// a < 0.55 (see tanh32 in kernels.go).
+#define TANHPOLY(A, Z, P) \
+	VMULPS      A, A, Z \
+	VMOVUPS     tanhT15<>(SB), P \
+	VFMADD213PS tanhT13<>(SB), Z, P \
+	VFMADD213PS tanhT11<>(SB), Z, P \
+	VFMADD213PS tanhT9<>(SB), Z, P \
+	VFMADD213PS tanhT7<>(SB), Z, P \
+	VFMADD213PS tanhT5<>(SB), Z, P \
+	VFMADD213PS tanhT3<>(SB), Z, P \
+	VMULPS      A, Z, Z \
+	VFMADD213PS A, Z, P
+
+// TANHEXP(A, E): E = 1 − 2/(2^(2a·log2e) + 1), or 1 where a ≥ 9: tanh a
+// for 0.55 ≤ a (NaN stays NaN). The exponential is EXP2's without its
+// underflow test, the argument being ≥ 0. Y7, Y8 and Y9 are clobbered.
+#define TANHEXP(A, E) \
+	VMULPS       twoLog2E<>(SB), A, E \
+	VMOVUPS      expHi<>(SB), Y7 \
+	VMINPS       E, Y7, E \
+	VADDPS       expMagic<>(SB), E, Y7 \
+	VSUBPS       expMagic<>(SB), Y7, Y8 \
+	VSUBPS       Y8, E, Y8 \
+	VMOVUPS      expE7<>(SB), Y9 \
+	VFMADD213PS  expE6<>(SB), Y8, Y9 \
+	VFMADD213PS  expE5<>(SB), Y8, Y9 \
+	VFMADD213PS  expE4<>(SB), Y8, Y9 \
+	VFMADD213PS  expE3<>(SB), Y8, Y9 \
+	VFMADD213PS  expE2<>(SB), Y8, Y9 \
+	VFMADD213PS  expE1<>(SB), Y8, Y9 \
+	VFMADD213PS  expOne<>(SB), Y8, Y9 \
+	VPSUBD       expBias<>(SB), Y7, Y7 \
+	VPSLLD       $23, Y7, Y7 \
+	VMULPS       Y7, Y9, E \
+	VADDPS       expOne<>(SB), E, E \
+	VMOVUPS      two<>(SB), Y7 \
+	VDIVPS       E, Y7, Y7 \
+	VMOVUPS      expOne<>(SB), E \
+	VSUBPS       Y7, E, E \
+	VCMPPS       $13, tanhOneMin<>(SB), A, Y7 \
+	VBLENDVPS    Y7, expOne<>(SB), E, E
+
+// func capRowAVX(r, soft *float32, n int, k, c, slope float32, off, step int32) (mx float32)
 //
 // For j < n (a multiple of 8), with x = k·r[j] and t = tanh x (tanh32 in
-// kernels.go, its three ranges computed for every lane and blended):
-// r[j] = capL2·t − slope·|off + j·step| and, when soft is not nil,
-// soft[j] = 1 − t². Every distance fits an int32 lane.
-TEXT ·capRowAVX(SB), NOSPLIT, $0-44
+// kernels.go): r[j] = c·t − slope·|off + j·step| and, when soft is not
+// nil, soft[j] = 1 − t²; returns the largest new r[j] (−Inf for n = 0).
+// Every distance fits an int32 lane. Each group of 8 lanes computes the
+// polynomial only when one of its |x| is below 0.55 and the exponential
+// only when one is not, blending when it needs both.
+TEXT ·capRowAVX(SB), NOSPLIT, $0-52
 	MOVQ         r+0(FP), DI
 	MOVQ         soft+8(FP), SI
 	MOVQ         n+16(FP), CX
 	VBROADCASTSS k+24(FP), Y15
-	VBROADCASTSS capL2+28(FP), Y14
+	VBROADCASTSS c+28(FP), Y14
 	VBROADCASTSS slope+32(FP), Y13
+	MOVL         slope+32(FP), R8
 	DISTINIT(off+36(FP), step+40(FP))
 	ROWLOOP(capLoop, capDone)
-	VMULPS       Y15, Y0, Y0
-	VANDPS       absMask<>(SB), Y0, Y1 // a = |x|
-	VXORPS       Y1, Y0, Y2            // x's sign bit
-
-	// a < 0.55: a·z·p(z) + a, z = a².
-	VMULPS      Y1, Y1, Y3
-	VMOVUPS     tanhT15<>(SB), Y4
-	VFMADD213PS tanhT13<>(SB), Y3, Y4
-	VFMADD213PS tanhT11<>(SB), Y3, Y4
-	VFMADD213PS tanhT9<>(SB), Y3, Y4
-	VFMADD213PS tanhT7<>(SB), Y3, Y4
-	VFMADD213PS tanhT5<>(SB), Y3, Y4
-	VFMADD213PS tanhT3<>(SB), Y3, Y4
-	VMULPS      Y1, Y3, Y3
-	VFMADD213PS Y1, Y3, Y4
-
-	// Up to 9: 1 − 2/(2^(2a·log2e) + 1).
-	VMULPS  twoLog2E<>(SB), Y1, Y5
-	EXP2(Y5, Y6, Y7, Y8, Y9)
-	VADDPS  expOne<>(SB), Y5, Y5
-	VMOVUPS two<>(SB), Y6
-	VDIVPS  Y5, Y6, Y6
-	VMOVUPS expOne<>(SB), Y5
-	VSUBPS  Y6, Y5, Y5
-
-	// Blend: the polynomial below 0.55, 1 from 9 (NaN: neither, and the
-	// exponential's NaN stays), then x's sign.
-	VCMPPS    $1, tanhPolyMax<>(SB), Y1, Y6
+	VMULPS    Y15, Y0, Y0                   // x
+	VANDPS    absMask<>(SB), Y0, Y1         // a = |x|
+	VXORPS    Y1, Y0, Y2                    // x's sign bit
+	VCMPPS    $1, tanhPolyMax<>(SB), Y1, Y6 // a < 0.55 (NaN: no)
+	VMOVMSKPS Y6, BX
+	CMPL      BX, $0xff
+	JEQ       capPoly
+	TANHEXP(Y1, Y5)
+	TESTL     BX, BX
+	JEQ       capSign
+	TANHPOLY(Y1, Y3, Y4)
 	VBLENDVPS Y6, Y4, Y5, Y5
-	VCMPPS    $13, tanhOneMin<>(SB), Y1, Y6
-	VBLENDVPS Y6, expOne<>(SB), Y5, Y5
-	VORPS     Y2, Y5, Y5
+	JMP       capSign
+
+capPoly:
+	TANHPOLY(Y1, Y3, Y5)
+
+capSign:
+	VORPS Y2, Y5, Y5 // t
 
 	TESTQ        SI, SI
 	JEQ          capNoSoft
@@ -572,18 +621,24 @@ TEXT ·capRowAVX(SB), NOSPLIT, $0-44
 
 capNoSoft:
 	VMULPS Y14, Y5, Y0
-	DIST(Y0)
+	TESTL  R8, R8
+	JEQ    capStore // slope 0: no distances
+	DIST(Y0, Y6)
+
+capStore:
+	VMAXPS Y0, Y10, Y10
 	ROWNEXT(capLoop)
 
 capDone:
+	MAXRET(mx+48(FP))
 	VZEROUPPER
 	RET
 
-// func biasRowAVX(r *float32, n int, k, slope float32, off, step int32)
+// func biasRowAVX(r *float32, n int, k, slope float32, off, step int32) (mx float32)
 //
-// r[j] = k·r[j] − slope·|off + j·step| for j < n (a multiple of 8). Every
-// distance fits an int32 lane.
-TEXT ·biasRowAVX(SB), NOSPLIT, $0-32
+// r[j] = k·r[j] − slope·|off + j·step| for j < n (a multiple of 8); returns
+// the largest new r[j] (−Inf for n = 0). Every distance fits an int32 lane.
+TEXT ·biasRowAVX(SB), NOSPLIT, $0-36
 	MOVQ         r+0(FP), DI
 	MOVQ         n+8(FP), CX
 	VBROADCASTSS k+16(FP), Y15
@@ -591,24 +646,64 @@ TEXT ·biasRowAVX(SB), NOSPLIT, $0-32
 	DISTINIT(off+24(FP), step+28(FP))
 	ROWLOOP(biasLoop, biasDone)
 	VMULPS Y15, Y0, Y0
-	DIST(Y0)
+	DIST(Y0, Y1)
+	VMAXPS Y0, Y10, Y10
 	ROWNEXT(biasLoop)
 
 biasDone:
+	MAXRET(mx+32(FP))
 	VZEROUPPER
 	RET
 
-// func mulRowAVX(a, b *float32, n int)
+// func dsRowSoftAVX(p, dp, soft *float32, n int, d float32)
 //
-// a[j] *= b[j] for j < n (a multiple of 8).
-TEXT ·mulRowAVX(SB), NOSPLIT, $0-24
-	MOVQ a+0(FP), DI
-	MOVQ b+8(FP), SI
-	MOVQ n+16(FP), CX
-	ROWLOOP(mulLoop, mulDone)
-	VMULPS (SI)(AX*1), Y0, Y0
-	ROWNEXT(mulLoop)
+// dp[j] = p[j]·(dp[j] − d)·soft[j] for j < n (a multiple of 8).
+TEXT ·dsRowSoftAVX(SB), NOSPLIT, $0-36
+	MOVQ         p+0(FP), SI
+	MOVQ         dp+8(FP), DI
+	MOVQ         soft+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS d+32(FP), Y15
+	ROWLOOP(dsSoftLoop, dsSoftDone)
+	VSUBPS       Y15, Y0, Y0
+	VMULPS       (SI)(AX*1), Y0, Y0
+	VMULPS       (DX)(AX*1), Y0, Y0
+	ROWNEXT(dsSoftLoop)
 
-mulDone:
+dsSoftDone:
+	VZEROUPPER
+	RET
+
+// func dsRowVecSoftAVX(p, dp, d, soft *float32, n int)
+//
+// dp[j] = p[j]·(dp[j] − d[j])·soft[j] for j < n (a multiple of 8).
+TEXT ·dsRowVecSoftAVX(SB), NOSPLIT, $0-40
+	MOVQ p+0(FP), SI
+	MOVQ dp+8(FP), DI
+	MOVQ d+16(FP), DX
+	MOVQ soft+24(FP), BX
+	MOVQ n+32(FP), CX
+	ROWLOOP(dsVecSoftLoop, dsVecSoftDone)
+	VSUBPS (DX)(AX*1), Y0, Y0
+	VMULPS (SI)(AX*1), Y0, Y0
+	VMULPS (BX)(AX*1), Y0, Y0
+	ROWNEXT(dsVecSoftLoop)
+
+dsVecSoftDone:
+	VZEROUPPER
+	RET
+
+// func scaleRowAVX(a *float32, n int, s float32)
+//
+// a[j] *= s for j < n (a multiple of 8).
+TEXT ·scaleRowAVX(SB), NOSPLIT, $0-20
+	MOVQ         a+0(FP), DI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y15
+	ROWLOOP(scaleLoop, scaleDone)
+	VMULPS Y15, Y0, Y0
+	ROWNEXT(scaleLoop)
+
+scaleDone:
 	VZEROUPPER
 	RET

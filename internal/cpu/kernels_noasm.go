@@ -6,13 +6,17 @@ package cpu
 
 var useSIMD = false
 
-func dotTileSIMD([]float32, int, rows, int, rows, int, int) bool               { return false }
-func accTileSIMD([]float32, int, []float32, int, int, int, rows, int) bool     { return false }
-func expRowSIMD([]float32, float32, float32) (int, float32)                    { return 0, 0 }
-func probRowSIMD([]float32, []float32, float32) int                            { return 0 }
-func dsRowSIMD([]float32, []float32, float32) int                              { return 0 }
-func dsRowVecSIMD([]float32, []float32, []float32) int                         { return 0 }
-func rowMaxMinSIMD([]float32) (n int, mx, mn float32)                          { return 0, 0, 0 }
-func capRowSIMD([]float32, []float32, float32, float32, float32, int, int) int { return 0 }
-func biasRowSIMD([]float32, float32, float32, int, int) int                    { return 0 }
-func mulRowSIMD([]float32, []float32) int                                      { return 0 }
+func dotTileSIMD([]float32, int, rows, int, rows, int, int) bool           { return false }
+func accTileSIMD([]float32, int, []float32, int, int, int, rows, int) bool { return false }
+func expRowSIMD([]float32, float32, float32) (int, float32)                { return 0, 0 }
+func probRowSIMD([]float32, []float32, float32) int                        { return 0 }
+func dsRowSIMD([]float32, []float32, float32) int                          { return 0 }
+func dsRowVecSIMD([]float32, []float32, []float32) int                     { return 0 }
+func rowMaxMinSIMD([]float32) (n int, mx, mn float32)                      { return 0, 0, 0 }
+func capRowSIMD([]float32, []float32, float32, float32, float32, int, int) (int, float32) {
+	return 0, negInf
+}
+func biasRowSIMD([]float32, float32, float32, int, int) (int, float32) { return 0, negInf }
+func dsRowSoftSIMD([]float32, []float32, []float32, float32) int       { return 0 }
+func dsRowVecSoftSIMD([]float32, []float32, []float32, []float32) int  { return 0 }
+func scaleRowSIMD([]float32, float32) int                              { return 0 }

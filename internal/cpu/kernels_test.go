@@ -147,8 +147,8 @@ func TestExpEdges(t *testing.T) {
 
 // ulps returns how many float32 spacings at want separate got from want.
 func ulps(got float32, want float64) float64 {
-	w := float32(want)
-	spacing := float64(math.Nextafter32(abs32(w), float32(math.Inf(1))) - abs32(w))
+	w := abs32(float32(want))
+	spacing := float64(math.Nextafter32(w, float32(math.Inf(1))) - w)
 	return math.Abs(float64(got)-want) / spacing
 }
 
@@ -208,18 +208,25 @@ func TestTanh(t *testing.T) {
 	vec := append([]float32(nil), special...)
 	capRow(vec, nil, 1, 1, 0, 0, 1)
 	for i, x := range special {
-		for _, g := range []float32{tanh32(x), vec[i]} {
-			assert.Equal(t, math.Float32bits(want[i]), math.Float32bits(g), "tanh(%v) = %v, want %v", x, g, want[i])
-		}
+		assert.Equal(t, math.Float32bits(want[i]), math.Float32bits(tanh32(x)), "tanh32(%v)", x)
+		assert.Equal(t, math.Float32bits(want[i]), math.Float32bits(vec[i]), "capRow(%v)", x)
 	}
 }
 
-// The distance kernels (capRow, biasRow, vector where available) against
-// their definition in float64, on rows of every remainder length whose
-// distances cross the diagonal both ways, and mulRow.
-func TestDistKernels(t *testing.T) {
+// The softcap and ALiBi kernels (vector where available) against their
+// definition in float64, on rows of every remainder length whose
+// distances cross the diagonal both ways; their maxima; and the softcap's
+// dS kernels and scaleRow against the scalar arithmetic.
+func TestExtKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	const k, capL2, slope = 0.7, 3.5, 0.3
+	const scale, c, slope = 0.7, 2.5, 0.3
+	rowMax := func(r []float32) float32 {
+		m := float32(math.Inf(-1))
+		for _, x := range r {
+			m = max(m, x)
+		}
+		return m
+	}
 	for n := range 40 {
 		for _, step := range []int{-1, 1} {
 			r := make([]float32, n)
@@ -230,29 +237,52 @@ func TestDistKernels(t *testing.T) {
 			bias := func(x int) float64 { return slope * math.Abs(float64(off+x*step)) }
 
 			got, soft := append([]float32(nil), r...), make([]float32, n)
-			capRow(got, soft, k, capL2, slope, off, step)
+			mx := capRow(got, soft, scale/c, c, slope, off, step)
+			assert.Equal(t, rowMax(got), mx, "capRow max n=%d", n)
 			noSoft := append([]float32(nil), r...)
-			capRow(noSoft, nil, k, capL2, slope, off, step)
+			capRow(noSoft, nil, scale/c, c, slope, off, step)
 			for x, v := range r {
-				th := math.Tanh(float64(k * v))
-				want := capL2*th - bias(x)
-				assert.InDelta(t, want, got[x], 4e-7*(capL2+bias(x)), "capRow n=%d step=%d x=%d", n, step, x)
+				th := math.Tanh(float64(v) * scale / c)
+				want := c*th - bias(x)
+				assert.InDelta(t, want, got[x], 4e-7*(c+bias(x)), "capRow n=%d step=%d x=%d", n, step, x)
 				assert.Equal(t, got[x], noSoft[x], "capRow without soft n=%d x=%d", n, x)
-				assert.InDelta(t, 1-th*th, soft[x], 0x1p-23, "capRow soft n=%d x=%d", n, x)
+				assert.InDelta(t, 1-th*th, soft[x], 0x1p-22, "capRow soft n=%d x=%d", n, x)
 			}
 
 			got = append(got[:0], r...)
-			biasRow(got, k, slope, off, step)
+			mx = biasRow(got, scale, slope, off, step)
+			assert.Equal(t, rowMax(got), mx, "biasRow max n=%d", n)
 			for x, v := range r {
-				want := float64(k*v) - bias(x)
+				want := float64(scale*v) - bias(x)
 				assert.InDelta(t, want, got[x], 2e-7*(math.Abs(want)+bias(x)), "biasRow n=%d step=%d x=%d", n, step, x)
 			}
 
-			got = append(got[:0], r...)
-			mulRow(got, soft)
-			for x, v := range r {
-				assert.Equal(t, v*soft[x], got[x], "mulRow n=%d x=%d", n, x)
+			p, d := make([]float32, n), make([]float32, n)
+			for i := range p {
+				p[i], d[i] = rng.Float32(), rng.Float32()
 			}
+			got = append(got[:0], r...)
+			dsRowSoft(p, got, soft, 0.25)
+			vec := append([]float32(nil), r...)
+			dsRowVecSoft(p, vec, d, soft)
+			scaled := append([]float32(nil), r...)
+			scaleRow(scaled, 0.3)
+			for x, v := range r {
+				assert.Equal(t, p[x]*(v-0.25)*soft[x], got[x], "dsRowSoft n=%d x=%d", n, x)
+				assert.Equal(t, p[x]*(v-d[x])*soft[x], vec[x], "dsRowVecSoft n=%d x=%d", n, x)
+				assert.Equal(t, v*0.3, scaled[x], "scaleRow n=%d x=%d", n, x)
+			}
+		}
+	}
+
+	// Distances beyond the vector kernels' int32 lanes: the scalar code
+	// takes the row, rounding each distance to float32 once.
+	r := []float32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	for _, off := range []int{math.MaxInt32 - 3, 1 << 40} {
+		got := append([]float32(nil), r...)
+		biasRow(got, 1, 0.5, off, 1)
+		for x, v := range r {
+			assert.Equal(t, v-0.5*float32(off+x), got[x], "biasRow off=%d x=%d", off, x)
 		}
 	}
 }

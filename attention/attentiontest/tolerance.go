@@ -79,8 +79,9 @@ func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 // of the terms then exceeds Float32Tol of the gradient in any fp32
 // computation, and the bound is condUlps fp32 ulps of the terms' magnitude
 // (gradMagnitudes) instead: a mixed relative bound. Long cases, whose rows
-// have many keys, keep Float32Tol; so does a zero gradient (its error is
-// absolute).
+// have many keys, keep Float32Tol. A gradient that cancels to exactly 0
+// (every row with one key) has an absolute error (RelL2 of a zero
+// reference): condUlps of the terms bound it alike.
 func (in *Inputs) float32Tolerance(t testing.TB, ref *Ref) Tol {
 	tol := Tol{Float32Tol, Float32Tol, Float32Tol, Float32Tol, Float32Tol}
 	if c := in.Case; c.Nq*c.Nk*max(c.D, c.Dv) > idealMaxWork {
@@ -89,8 +90,17 @@ func (in *Inputs) float32Tolerance(t testing.TB, ref *Ref) Tol {
 	mq, mk := in.gradMagnitudes(ref)
 	bound := func(out string, mag, want []float64) float64 {
 		n := norm2(want)
+		if n == 0 {
+			// The terms cancel exactly (a row with one key: dP = D), and
+			// rel_l2 is the absolute ‖got‖: condUlps of the terms bound it.
+			if b := condUlps * 0x1p-24 * norm2(mag); b > Float32Tol {
+				t.Logf("%s: its terms (norm %.3g) cancel to 0: bound %d fp32 ulps of the terms, %.3g absolute", out, norm2(mag), condUlps, b)
+				return b
+			}
+			return Float32Tol
+		}
 		b := condUlps * 0x1p-24 * norm2(mag) / n
-		if n == 0 || !(b > Float32Tol) {
+		if !(b > Float32Tol) {
 			return Float32Tol
 		}
 		t.Logf("%s: its terms (norm %.3g) cancel to norm %.3g: bound %d fp32 ulps of the terms, rel_l2 %.3g", out, norm2(mag), n, condUlps, b)

@@ -22,35 +22,34 @@ func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, 
 		return ctx.Err()
 	}
 	cfg = cfg.resolve(p)
-	g := &bwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, do: do, dq: dq, dk: dk, dv: dv}
-	g.qTiles = (p.Nq + cfg.Br - 1) / cfg.Br
-	g.kTiles = (p.Nk + cfg.Bc - 1) / cfg.Bc
-	nbh := p.B * p.Hq
+	g := &bwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, do: do, dq: dq, dk: dk, dv: dv,
+		qTiles: queryTiling(p, cfg.Br), kTiles: newTiling(p, cfg.Bc, p.Hkv, true, false)}
+	n := p.LSELen()
 
 	// (1) D = rowsum(dO∘O), and LSE in base 2 with −Inf (a row that sees no
 	// key) turned into +Inf so that exp2(s − lse2) is 0 without a branch.
-	g.delta = make([]float32, nbh*p.Nq)
-	g.lse2 = make([]float32, nbh*p.Nq)
-	for i, x := range lse[:nbh*p.Nq] {
+	g.delta = make([]float32, n)
+	g.lse2 = make([]float32, n)
+	for i, x := range lse[:n] {
 		if x == spec.NegInf {
 			g.lse2[i] = float32(math.Inf(1))
 		} else {
 			g.lse2[i] = float32(float64(x) * math.Log2E)
 		}
 	}
-	err := parallel(ctx, cfg.Workers, g.qTiles*nbh, func() struct{} { return struct{}{} }, g.deltaItem)
+	err := parallel(ctx, cfg.Workers, g.qTiles.items(), func() struct{} { return struct{}{} }, g.deltaItem)
 	if err != nil {
 		return err
 	}
-	if p.Nk > 0 {
+	if g.kTiles.items() > 0 {
 		// (2) dK, dV per (batch, kv head, key tile).
-		err = parallel(ctx, cfg.Workers, g.kTiles*p.B*p.Hkv, g.newKVScratch, g.kvItem)
+		err = parallel(ctx, cfg.Workers, g.kTiles.items(), g.newKVScratch, g.kvItem)
 		if err != nil {
 			return err
 		}
 	}
 	// (3) dQ per (batch, query head, query tile).
-	return parallel(ctx, cfg.Workers, g.qTiles*nbh, g.newQScratch, g.qItem)
+	return parallel(ctx, cfg.Workers, g.qTiles.items(), g.newQScratch, g.qItem)
 }
 
 type bwd struct {
@@ -59,19 +58,19 @@ type bwd struct {
 	cfg            Config
 	q, k, v, o, do []float32
 	dq, dk, dv     []float32
-	delta, lse2    []float32 // [B, Hq, Nq]
-	qTiles, kTiles int
+	delta, lse2    []float32 // as LSE: [B, Hq, Nq] (packed: [Hq, Tq])
+	qTiles         *tiling   // query tiles × query heads (D and dQ passes)
+	kTiles         *tiling   // key tiles × kv heads (dK/dV pass)
 }
 
 // deltaItem computes D for one (batch, head, query tile), accumulating in
 // float64.
 func (g *bwd) deltaItem(_ struct{}, it int) {
-	p, br := g.p, g.cfg.Br
-	t, b, h := tileItem(it, p.B, p.Hq)
-	i0 := t * br
-	or := rows{g.o, p.O.Offset(b, i0, h), p.O.Seq}
-	dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
-	for i := range min(br, p.Nq-i0) {
+	p := g.p
+	b, h, i0, nr := g.qTiles.at(it)
+	or := rows{g.o, p.QOffset(p.O, b, i0, h), p.O.Seq}
+	dor := rows{g.do, p.QOffset(p.O, b, i0, h), p.O.Seq}
+	for i := range nr {
 		if dead(g.lse2[p.LSEIndex(b, h, i0+i)]) {
 			g.delta[p.LSEIndex(b, h, i0+i)] = 0
 			continue
@@ -149,10 +148,8 @@ func (w *kvScratch) liveRows(qr, dor rows, nr, d, dv int, lse2 []float32) (q, do
 // over the group's query heads in order and over the query tiles that see
 // the key tile.
 func (g *bwd) kvItem(w *kvScratch, it int) {
-	p, br, bc := g.p, g.cfg.Br, g.cfg.Bc
-	t, b, kvh := tileItem(it, p.B, p.Hkv)
-	j0 := t * bc
-	nk := min(bc, p.Nk-j0)
+	p, br := g.p, g.cfg.Br
+	b, kvh, j0, nk := g.kTiles.at(it)
 	d, dvw := p.D, p.Dv
 	diag := p.Diag(b, 0) // row i's diagonal is key diag+i
 
@@ -166,8 +163,8 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 	// Both are non-decreasing in the key: rows iBegin … iEnd−1 hold every
 	// row that sees a key of the tile.
 	iBegin, iEnd := first[0], limit[nk-1]
-	kr := rows{g.k, p.K.Offset(b, j0, kvh), p.K.Seq}
-	vr := rows{g.v, p.V.Offset(b, j0, kvh), p.V.Seq}
+	kr := rows{g.k, p.KOffset(p.K, b, j0, kvh), p.K.Seq}
+	vr := rows{g.v, p.KOffset(p.V, b, j0, kvh), p.V.Seq}
 
 	grp := p.Group()
 	for h := kvh * grp; h < (kvh+1)*grp; h++ {
@@ -179,8 +176,8 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 				return // cancelled: parallel returns the error
 			}
 			nr := min(br, iEnd-i0)
-			qr := rows{g.q, p.Q.Offset(b, i0, h), p.Q.Seq}
-			dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
+			qr := rows{g.q, p.QOffset(p.Q, b, i0, h), p.Q.Seq}
+			dor := rows{g.do, p.QOffset(p.O, b, i0, h), p.O.Seq}
 			lse2 := g.lse2[base+i0 : base+i0+nr]
 			delta := g.delta[base+i0 : base+i0+nr]
 			qr, dor, anyDead := w.liveRows(qr, dor, nr, d, dvw, lse2)
@@ -219,13 +216,13 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 	}
 
 	for jj := range nk {
-		out := rows{g.dk, p.K.Offset(b, j0, kvh), p.K.Seq}.row(jj, d)
+		out := rows{g.dk, p.KOffset(p.K, b, j0, kvh), p.K.Seq}.row(jj, d)
 		a := dk[jj*d : jj*d+d]
 		a = a[:len(out)]
 		for x := range out {
 			out[x] = a[x] * p.Scale
 		}
-		copy(rows{g.dv, p.V.Offset(b, j0, kvh), p.V.Seq}.row(jj, dvw), dv[jj*dvw:jj*dvw+dvw])
+		copy(rows{g.dv, p.KOffset(p.V, b, j0, kvh), p.V.Seq}.row(jj, dvw), dv[jj*dvw:jj*dvw+dvw])
 	}
 }
 
@@ -249,10 +246,11 @@ func (g *bwd) newQScratch() *qScratch {
 }
 
 // qItem computes dQ for one (batch, query head, query tile), as numbered
-// by queryTile, looping over the key tiles it sees in order.
+// by g.qTiles, looping over the key tiles it sees in order.
 func (g *bwd) qItem(w *qScratch, it int) {
 	p, bc := g.p, g.cfg.Bc
-	b, h, kvh, i0, nr := queryTile(p, g.cfg.Br, g.qTiles, it)
+	b, h, i0, nr := g.qTiles.at(it)
+	kvh := p.KVHead(h)
 	d, dvw := p.D, p.Dv
 	rule := newScoreRule(p, b, h)
 	c := rule.c
@@ -261,8 +259,8 @@ func (g *bwd) qItem(w *qScratch, it int) {
 	base := p.LSEIndex(b, h, i0)
 	lse2 := g.lse2[base : base+nr]
 	delta := g.delta[base : base+nr]
-	qr := rows{g.q, p.Q.Offset(b, i0, h), p.Q.Seq}
-	dor := rows{g.do, p.O.Offset(b, i0, h), p.O.Seq}
+	qr := rows{g.q, p.QOffset(p.Q, b, i0, h), p.Q.Seq}
+	dor := rows{g.do, p.QOffset(p.O, b, i0, h), p.O.Seq}
 	dq := w.dq[:nr*d]
 	clear(dq)
 
@@ -279,8 +277,8 @@ func (g *bwd) qItem(w *qScratch, it int) {
 			return // cancelled: parallel returns the error
 		}
 		nc := min(bc, jEnd-j0)
-		kr := rows{g.k, p.K.Offset(b, j0, kvh), p.K.Seq}
-		vr := rows{g.v, p.V.Offset(b, j0, kvh), p.V.Seq}
+		kr := rows{g.k, p.KOffset(p.K, b, j0, kvh), p.K.Seq}
+		vr := rows{g.v, p.KOffset(p.V, b, j0, kvh), p.V.Seq}
 		s, dp, soft := w.s, w.dp, w.soft
 		dotTile(s, bc, qr, nr, kr, nc, d)
 		dotTile(dp, bc, dor, nr, vr, nc, dvw)
@@ -300,7 +298,7 @@ func (g *bwd) qItem(w *qScratch, it int) {
 		accTile(dq, d, dp, bc, nr, nc, kr, d)
 	}
 
-	out := rows{g.dq, p.Q.Offset(b, i0, h), p.Q.Seq}
+	out := rows{g.dq, p.QOffset(p.Q, b, i0, h), p.Q.Seq}
 	for i := range nr {
 		o := out.row(i, d)
 		if dead(lse2[i]) {

@@ -32,7 +32,8 @@ type Config struct {
 
 // Forward computes O and LSE with the default Config. q, k, v and o are
 // indexed with p's strides (views into larger buffers are allowed); lse is
-// contiguous [B, Hq, Nq].
+// contiguous [B, Hq, Nq], or [Hq, Tq] for a packed problem (p.Varlen:
+// the operands then hold one batch of Tq query and Tk key rows).
 func Forward(ctx context.Context, p *spec.Problem, q, k, v, o, lse []float32) error {
 	return ForwardWith(ctx, Config{}, p, q, k, v, o, lse)
 }
@@ -78,13 +79,45 @@ func checkProblem(p *spec.Problem) error {
 	default:
 		return fmt.Errorf("cpu: invalid mask %d", p.Mask)
 	}
+	if err := checkVarlen(p); err != nil {
+		return err
+	}
 	return checkExt(p)
 }
 
+// checkVarlen rejects packed sequence offsets that would index out of
+// range or past their sequences: B+1 of each, from 0, non-decreasing,
+// each length at most Nq (queries) or Nk (keys), and no KV cache.
+func checkVarlen(p *spec.Problem) error {
+	e := p.Ext
+	if e == nil || (e.CuQ == nil && e.CuK == nil) {
+		return nil
+	}
+	if p.KV != nil {
+		return errors.New("cpu: packed sequences with a KV cache")
+	}
+	for _, c := range [...]struct {
+		name string
+		cu   []int32
+		max  int
+	}{{"query", e.CuQ, p.Nq}, {"key", e.CuK, p.Nk}} {
+		if len(c.cu) != p.B+1 || c.cu[0] != 0 {
+			return fmt.Errorf("cpu: %d %s offsets for %d sequences, want B+1 from 0", len(c.cu), c.name, p.B)
+		}
+		for b := range p.B {
+			if n := int(c.cu[b+1]) - int(c.cu[b]); n < 0 || n > c.max {
+				return fmt.Errorf("cpu: sequence %d has %d %s rows (longest %d)", b, n, c.name, c.max)
+			}
+		}
+	}
+	return nil
+}
+
 // checkExt rejects Ext options that would index out of range: key counts
-// outside 0 … Nk, slope tables of the wrong length, and window sides below
-// −1 or so wide that KeyRange's arithmetic would overflow (its bounds
-// would then not be monotonic).
+// outside 0 … StoredKeys (Nk, or a packed sequence's stored keys), slope
+// tables of the wrong length, and window sides below −1 or so wide that
+// KeyRange's arithmetic would overflow (its bounds would then not be
+// monotonic).
 func checkExt(p *spec.Problem) error {
 	e := p.Ext
 	if e == nil {
@@ -98,8 +131,8 @@ func checkExt(p *spec.Problem) error {
 			return fmt.Errorf("cpu: %d key counts for %d sequences", len(e.SeqUsedK), p.B)
 		}
 		for b, n := range e.SeqUsedK {
-			if n < 0 || int(n) > p.Nk {
-				return fmt.Errorf("cpu: key count %d of sequence %d (Nk = %d)", n, b, p.Nk)
+			if n < 0 || int(n) > p.StoredKeys(b) {
+				return fmt.Errorf("cpu: key count %d of sequence %d (%d stored keys)", n, b, p.StoredKeys(b))
 			}
 		}
 	}
@@ -133,20 +166,28 @@ type operand struct {
 	as   role
 }
 
-// checkOperands checks that every operand's slice holds its view and that
-// lse holds B·Hq·Nq values.
+// checkOperands checks that every operand's slice holds its view ([B, Nq,
+// …] and [B, Nk, …], or packed [1, Tq, …] and [1, Tk, …], whose batch
+// stride is never used) and that lse holds LSELen values.
 func checkOperands(p *spec.Problem, lse []float32, ops ...operand) error {
+	batches, nq, nk := p.B, p.Nq, p.Nk
+	if p.Varlen() {
+		batches, nq, nk = 1, p.TotalQ(), p.TotalK()
+	}
 	for _, o := range ops {
-		s, n, h, w := p.Q, p.Nq, p.Hq, p.D
+		s, n, h, w := p.Q, nq, p.Hq, p.D
 		switch o.as {
 		case asK:
-			s, n, h = p.K, p.Nk, p.Hkv
+			s, n, h = p.K, nk, p.Hkv
 		case asV:
-			s, n, h, w = p.V, p.Nk, p.Hkv, p.Dv
+			s, n, h, w = p.V, nk, p.Hkv, p.Dv
 		case asO:
 			s, w = p.O, p.Dv
 		}
-		if err := checkLen(o.name, o.buf, s, p.B, n, h, w); err != nil {
+		if batches == 1 {
+			s.Batch = 0 // one batch (a packed problem's stride is never used)
+		}
+		if err := checkLen(o.name, o.buf, s, batches, n, h, w); err != nil {
 			return err
 		}
 	}
@@ -173,10 +214,15 @@ func checkLen(name string, buf []float32, s spec.Strides, b, n, h, w int) error 
 	return nil
 }
 
-// checkLSE reports an error if buf is shorter than a contiguous [B, Hq, Nq].
+// checkLSE reports an error if buf is shorter than a contiguous [B, Hq, Nq]
+// (packed: [Hq, Tq]).
 func checkLSE(name string, buf []float32, p *spec.Problem) error {
-	if n := p.B * p.Hq * p.Nq; len(buf) < n {
-		return fmt.Errorf("cpu: %s has %d elements, want %d ([B, Hq, Nq])", name, len(buf), n)
+	if n := p.LSELen(); len(buf) < n {
+		shape := "[B, Hq, Nq]"
+		if p.Varlen() {
+			shape = "[Hq, Tq]"
+		}
+		return fmt.Errorf("cpu: %s has %d elements, want %d (%s)", name, len(buf), n, shape)
 	}
 	return nil
 }
@@ -185,10 +231,12 @@ func checkLSE(name string, buf []float32, p *spec.Problem) error {
 // limit−1 (first ≤ limit, equal when none). Both bounds of KeyRange are
 // non-decreasing in the row, so the rows whose range ends after j are a
 // suffix, those whose range starts at or before j a prefix, and the rows
-// seeing j their intersection (without a left window bound, limit = Nq).
+// seeing j their intersection (without a left window bound, limit is the
+// sequence's query count).
 func queryRows(p *spec.Problem, b, j int) (first, limit int) {
-	first = sort.Search(p.Nq, func(i int) bool { _, hi := p.KeyRange(b, i); return hi > j })
-	limit = sort.Search(p.Nq, func(i int) bool { lo, _ := p.KeyRange(b, i); return lo > j })
+	n := p.Queries(b)
+	first = sort.Search(n, func(i int) bool { _, hi := p.KeyRange(b, i); return hi > j })
+	limit = sort.Search(n, func(i int) bool { lo, _ := p.KeyRange(b, i); return lo > j })
 	return first, limit
 }
 
@@ -199,17 +247,107 @@ func tileItem(it, batches, heads int) (t, b, h int) {
 	return it / (batches * heads), bh / heads, bh % heads
 }
 
-// queryTile returns work item it of a pass over the query tiles (tiles of
-// br rows) of every batch and query head: its batch, query head and kv
-// head, first row and row count. When later rows see more keys (keysGrow)
-// the tiles are taken last first, the late ones (the longest) leading.
-func queryTile(p *spec.Problem, br, tiles, it int) (b, h, kvh, i0, nr int) {
-	t, b, h := tileItem(it, p.B, p.Hq)
-	if keysGrow(p) {
-		t = tiles - 1 - t
+// tiling numbers the work items of a pass over the tiles of size rows of
+// every sequence's query rows (or stored key rows) and every head (heads
+// of them): tile-major, then sequence, then head. In a plain problem
+// every sequence has n rows, perSeq tiles, and reverse takes the tiles
+// last first. A packed problem's sequences have their own lengths: its
+// tiles are listed, each within one sequence, ordered by their index in
+// the sequence (descending with reverse), then by sequence, so that no
+// item runs past its sequence and none is empty.
+type tiling struct {
+	size, heads, batches int
+	reverse              bool
+	n, perSeq            int       // plain: rows and tiles per sequence
+	list                 []seqTile // packed: the tiles in item order
+	lens                 []int     // packed: each sequence's rows
+}
+
+// seqTile is a packed problem's tile: sequence b's rows r0 … r0+size−1
+// (cut to its length).
+type seqTile struct{ b, r0 int }
+
+// newTiling returns the tiling of p's query rows (keys false) or stored
+// key rows (keys true) in tiles of size rows, over heads heads.
+func newTiling(p *spec.Problem, size, heads int, keys, reverse bool) *tiling {
+	t := &tiling{size: size, heads: heads, batches: p.B, reverse: reverse}
+	if !p.Varlen() {
+		t.n = p.Nq
+		if keys {
+			t.n = p.Nk
+		}
+		t.perSeq = (t.n + size - 1) / size
+		return t
 	}
-	i0 = t * br
-	return b, h, p.KVHead(h), i0, min(br, p.Nq-i0)
+	// Counting sort of the tiles by their index k in their sequence:
+	// count[k] tiles have index k (the sequences with more than k tiles).
+	t.lens = make([]int, p.B)
+	maxTiles := 0
+	for b := range p.B {
+		n := p.Queries(b)
+		if keys {
+			n = p.StoredKeys(b)
+		}
+		t.lens[b] = n
+		maxTiles = max(maxTiles, (n+size-1)/size)
+	}
+	exact := make([]int, maxTiles+1) // sequences with exactly k tiles
+	for _, n := range t.lens {
+		exact[(n+size-1)/size]++
+	}
+	count := make([]int, maxTiles)
+	above := 0
+	for k := maxTiles - 1; k >= 0; k-- {
+		above += exact[k+1]
+		count[k] = above
+	}
+	// count[k] becomes the list position of the first tile of index k.
+	pos := 0
+	for x := range maxTiles {
+		k := x
+		if reverse {
+			k = maxTiles - 1 - x
+		}
+		count[k], pos = pos, pos+count[k]
+	}
+	t.list = make([]seqTile, pos)
+	for b, n := range t.lens {
+		for k := range (n + size - 1) / size {
+			t.list[count[k]] = seqTile{b, k * size}
+			count[k]++
+		}
+	}
+	return t
+}
+
+// items is the number of work items.
+func (t *tiling) items() int {
+	if t.list != nil {
+		return len(t.list) * t.heads
+	}
+	return t.perSeq * t.batches * t.heads
+}
+
+// at returns work item it: its sequence b, head h, and rows r0 … r0+nr−1
+// of the sequence (nr ≥ 1).
+func (t *tiling) at(it int) (b, h, r0, nr int) {
+	if t.list != nil {
+		e := t.list[it/t.heads]
+		return e.b, it % t.heads, e.r0, min(t.size, t.lens[e.b]-e.r0)
+	}
+	k, b, h := tileItem(it, t.batches, t.heads)
+	if t.reverse {
+		k = t.perSeq - 1 - k
+	}
+	r0 = k * t.size
+	return b, h, r0, min(t.size, t.n-r0)
+}
+
+// queryTiling returns the tiling of p's query tiles of br rows over the
+// query heads. When later rows see more keys (keysGrow) the tiles are
+// taken last first, the late ones (the longest) leading.
+func queryTiling(p *spec.Problem, br int) *tiling {
+	return newTiling(p, br, p.Hq, false, keysGrow(p))
 }
 
 // keysGrow reports whether later query rows see more keys: a causal mask,

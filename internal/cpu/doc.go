@@ -19,14 +19,30 @@
 // sliding window skips the tiles outside it, and a sequence's key count
 // bounds its keys. With a softcap or ALiBi slopes each visible element of
 // a score tile is rewritten in float32, one tile row at a time, into
-// spec.Ext's score: c·tanh(Scale·q·k/c) with a softcap c (tanh by the
-// shaders' scheme, to about an ulp), else Scale·q·k, minus
-// slope·|diagonal − key| (the distances run along the row as an
-// arithmetic progression); the softmax then multiplies the scores by
-// log2(e) where a plain problem's multiplies the raw products by
-// Scale·log2(e). The backward multiplies dS by the softcap's derivative
-// 1 − tanh² before it meets K or Q. With neither, the arithmetic is the
-// plain problem's.
+// spec.Ext's score: c·tanh(Scale·q·k/c) with a softcap c (tanh to about
+// an ulp: a polynomial near 0, where the shaders' branch-free
+// 1 − 2/(e^2a + 1) is less accurate, both within the tolerance), else
+// Scale·q·k, minus slope·|diagonal − key| (the distances run along the
+// row as an arithmetic progression); the softmax then multiplies the
+// scores by log2(e) where a plain problem's multiplies the raw products
+// by Scale·log2(e). The backward multiplies dS by the softcap's
+// derivative 1 − tanh² before it meets K or Q. With neither, the
+// arithmetic is the plain problem's.
+//
+// A packed problem (spec.Problem.Varlen: spec.Ext's CuQ and CuK) holds
+// variable-length sequences in one batch of operands, sequence b's rows
+// at spec.Problem.QRow and KRow (every operand and LSE access goes
+// through QOffset, KOffset and LSEIndex; the batch stride is never used).
+// Its work items are cut per sequence: each sequence's query rows (its
+// stored key rows for the dK/dV pass) in tiles of Br (Bc) rows, listed by
+// their index in the sequence (last first where later rows see more
+// keys), then by sequence and head, so no item runs past its sequence,
+// none is empty and a sequence without queries (or keys) has no query
+// (key) tiles. Each sequence attends within itself with its own lengths
+// (KeyRange), so a packed sequence's results are bitwise those of the
+// same sequence run alone with the same Config: a sequence without keys
+// gets O = 0, LSE = −Inf and dQ = 0, one without queries dK = dV = 0, and
+// the keys past a key count (SeqUsedK) are masked (their dK and dV 0).
 //
 // Backward recomputes the probabilities from Q, K and LSE (no stored P):
 // first D = rowsum(dO∘O) per query row, then one pass whose work item is a
@@ -42,8 +58,9 @@
 // default). The context is checked between work items and, within an
 // item, between its tiles (a Br×Bc tile of scores: at most milliseconds
 // of work); on cancellation the call returns ctx.Err() and the outputs are
-// partially written. Extra memory
-// is O(tile) per worker plus, for the backward, one float32 per query row.
+// partially written. Extra memory is O(tile) per worker plus, for the
+// backward, two float32 per query row and head (D and LSE in base 2) and,
+// for a packed problem, a list of its tiles.
 //
 // # Kernels
 //
@@ -62,9 +79,12 @@
 //
 // Operands are addressed through the strides of a [spec.Problem], so views
 // into larger tensors (a packed QKV buffer, BHSD storage) work without
-// copies. LSE is contiguous [B, Hq, Nq]. Rows that see no key (bottom-right
-// causal with Nq > Nk, a window past the keys, a key count of 0) or whose
-// visible scores are all −Inf get O = 0, LSE = −Inf and zero gradients.
+// copies. LSE is contiguous [B, Hq, Nq]; for a packed problem the
+// operands are [1, Tq, …] and [1, Tk, …] (Tq and Tk the total query and
+// key rows) and LSE is [Hq, Tq]. Rows that see no key (bottom-right
+// causal with Nq > Nk, a window past the keys, a key count of 0, a packed
+// sequence without keys) or whose visible scores are all −Inf get O = 0,
+// LSE = −Inf and zero gradients.
 //
 // Storage is float32 only: package attention widens float16 and bfloat16
 // operands to float32 exactly before calling in, and rounds the outputs back

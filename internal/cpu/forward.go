@@ -19,9 +19,8 @@ func ForwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, l
 		return ctx.Err()
 	}
 	cfg = cfg.resolve(p)
-	f := &fwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, lse: lse}
-	f.tiles = (p.Nq + cfg.Br - 1) / cfg.Br
-	return parallel(ctx, cfg.Workers, f.tiles*p.B*p.Hq, f.newScratch, f.item)
+	f := &fwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, lse: lse, tiles: queryTiling(p, cfg.Br)}
+	return parallel(ctx, cfg.Workers, f.tiles.items(), f.newScratch, f.item)
 }
 
 type fwd struct {
@@ -30,7 +29,7 @@ type fwd struct {
 	cfg        Config
 	q, k, v, o []float32
 	lse        []float32
-	tiles      int
+	tiles      *tiling // the work items: query tiles × heads
 }
 
 // fwdScratch is one worker's tile memory.
@@ -50,16 +49,17 @@ func (f *fwd) newScratch() *fwdScratch {
 	}
 }
 
-// item runs one (batch, head, query tile), as numbered by queryTile.
+// item runs one (batch, head, query tile), as numbered by f.tiles.
 func (f *fwd) item(w *fwdScratch, it int) {
 	p, bc := f.p, f.cfg.Bc
-	b, h, kvh, i0, nr := queryTile(p, f.cfg.Br, f.tiles, it)
+	b, h, i0, nr := f.tiles.at(it)
+	kvh := p.KVHead(h)
 	d, dv := p.D, p.Dv
 	rule := newScoreRule(p, b, h)
 	c := rule.c
 	diag := p.Diag(b, i0) // row i0+i's diagonal is key diag+i
 
-	qr := rows{f.q, p.Q.Offset(b, i0, h), p.Q.Seq}
+	qr := rows{f.q, p.QOffset(p.Q, b, i0, h), p.Q.Seq}
 	m, l, acc := w.m[:nr], w.l[:nr], w.acc[:nr*dv]
 	for i := range m {
 		m[i] = spec.NegInf
@@ -73,8 +73,8 @@ func (f *fwd) item(w *fwdScratch, it int) {
 			return // cancelled: parallel returns the error
 		}
 		nc := min(bc, jEnd-j0)
-		kr := rows{f.k, p.K.Offset(b, j0, kvh), p.K.Seq}
-		vr := rows{f.v, p.V.Offset(b, j0, kvh), p.V.Seq}
+		kr := rows{f.k, p.KOffset(p.K, b, j0, kvh), p.K.Seq}
+		vr := rows{f.v, p.KOffset(p.V, b, j0, kvh), p.V.Seq}
 		s := w.s
 		dotTile(s, bc, qr, nr, kr, nc, d)
 		for i := range nr {
@@ -115,7 +115,7 @@ func (f *fwd) item(w *fwdScratch, it int) {
 	}
 
 	for i := range nr {
-		out := rows{f.o, p.O.Offset(b, i0, h), p.O.Seq}.row(i, dv)
+		out := rows{f.o, p.QOffset(p.O, b, i0, h), p.O.Seq}.row(i, dv)
 		li := &f.lse[p.LSEIndex(b, h, i0+i)]
 		if l[i] == 0 {
 			clear(out)

@@ -500,6 +500,7 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
 		{ID: shaders.SpecDV, Value: uint32(dv)}, {ID: shaders.SpecBR, Value: uint32(c.NSG) * l.M},
 		{ID: shaders.SpecBC, Value: uint32(c.BC)}, {ID: shaders.SpecSubgroup, Value: uint32(l.SG)},
+		{ID: shaders.SpecExt, Value: 0}, // (newLaunch sets the problem's)
 		{ID: shaders.SpecCMM, Value: l.M}, {ID: shaders.SpecCMN, Value: l.N}, {ID: shaders.SpecCMK, Value: l.K},
 		{ID: shaders.SpecCMMode, Value: uint32(c.Mode)}, {ID: shaders.SpecCMLen, Value: uint32(l.AccLen)},
 		{ID: shaders.SpecCMRL, Value: rl}, {ID: shaders.SpecCMSlotLo, Value: sLo}, {ID: shaders.SpecCMSlotHi, Value: sHi},
@@ -612,6 +613,7 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, vec bool) []devic
 		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
 		{ID: shaders.SpecDV, Value: uint32(dv)}, {ID: shaders.SpecBR, Value: uint32(br)},
 		{ID: shaders.SpecBC, Value: uint32(bc)}, {ID: shaders.SpecSubgroup, Value: uint32(l.SG)},
+		{ID: shaders.SpecExt, Value: 0}, // (newLaunch sets the problem's)
 		{ID: shaders.SpecCMM, Value: l.M}, {ID: shaders.SpecCMN, Value: l.N}, {ID: shaders.SpecCMK, Value: l.K},
 		{ID: shaders.SpecCMMode, Value: uint32(c.Mode)}, {ID: shaders.SpecCMLen, Value: uint32(l.AccLen)},
 		{ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},

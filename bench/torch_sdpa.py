@@ -826,6 +826,18 @@ def point_impls(a, b, h, n, causal, dt, dev):
     mask, note = None, ""
     if a.window is not None or a.alibi or a.seqused_k:
         mask, note = feature_mask(a, b, h, n, causal, dt, dev)
+    impls = [(f"sdpa-{name}", context, attend) for name, context, attend in sdpa_impls(a, mask, causal)]
+    return impls, note
+
+
+def sdpa_impls(a, mask, causal, kw=None, what=""):
+    """The SDPA backends to time: [(backend, context, attend)] for those
+    of a.backend ("best": every one of BACKENDS) that this PyTorch has and
+    that take the mask (flash takes none), telling stderr of each skipped
+    one (what, "" or e.g. "padded ", before "flash"). attend(q, k, v) -> O
+    runs scaled_dot_product_attention with attn_mask=mask, or without a
+    mask with is_causal=causal, and the keywords kw."""
+    kw = kw or {}
     impls = []
     for name in BACKENDS if a.backend == "best" else [a.backend]:
         be = sdp_backend(name)
@@ -833,16 +845,16 @@ def point_impls(a, b, h, n, causal, dt, dev):
             print(f"skip {name}: not in this PyTorch", file=sys.stderr)
             continue
         if mask is not None and name == "flash":
-            print("skip flash: it takes no attn_mask", file=sys.stderr)
+            print(f"skip {what}flash: it takes no attn_mask", file=sys.stderr)
             continue
         if mask is None:
             def attend(q, k, v):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
         else:
             def attend(q, k, v):
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        impls.append((f"sdpa-{name}", lambda be=be: sdpa_kernel(be), attend))
-    return impls, note
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
+        impls.append((name, lambda be=be: sdpa_kernel(be), attend))
+    return impls
 
 
 def run_grid(a):
@@ -949,22 +961,8 @@ def packed_impls(a, p, dt, dev, native_gqa):
         how = f"padded to {n}: {how}"
     notes.insert(0, how)
     kw = {"enable_gqa": True} if gqa else {}
-    impls = []
-    for name in BACKENDS if a.backend == "best" else [a.backend]:
-        be = sdp_backend(name)
-        if be is None:
-            print(f"skip {name}: not in this PyTorch", file=sys.stderr)
-            continue
-        if mask is not None and name == "flash":
-            print("skip padded flash: it takes no attn_mask", file=sys.stderr)
-            continue
-        if mask is None:
-            def attend(q, k, v):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
-        else:
-            def attend(q, k, v):
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
-        impls.append((f"sdpa-padded-{name}", lambda be=be: sdpa_kernel(be), "padded", attend))
+    impls = [(f"sdpa-padded-{name}", context, "padded", attend)
+             for name, context, attend in sdpa_impls(a, mask, causal, kw, "padded ")]
     if options:
         notes.insert(1, "nested: not timed (nested tensors take no mask)")
     elif getattr(torch.nested, "nested_tensor_from_jagged", None) is None:

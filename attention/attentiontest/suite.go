@@ -78,12 +78,7 @@ func (c Case) Slopes() []float32 {
 
 func (c Case) String() string {
 	s := fmt.Sprintf("B%d_Hq%d_Hkv%d_Nq%d_Nk%d_d%d", c.B, c.Hq, c.Hkv, c.Nq, c.Nk, c.D)
-	if c.Dv != c.D {
-		s += fmt.Sprintf("_dv%d", c.Dv)
-	}
-	if c.Causal {
-		s += "_causal-" + c.Align.String()
-	}
+	s += dvMaskSuffix(c.D, c.Dv, c.Causal, c.Align)
 	if c.Layout == attention.BHSD {
 		s += "_bhsd"
 	}
@@ -93,20 +88,41 @@ func (c Case) String() string {
 	if c.Scale != 0 {
 		s += fmt.Sprintf("_scale%g", c.Scale)
 	}
-	if w := c.Window; w != nil {
-		s += fmt.Sprintf("_window%d,%d", w.Left, w.Right)
-	}
-	if c.Softcap != 0 {
-		s += fmt.Sprintf("_softcap%g", c.Softcap)
-	}
-	if c.ALiBi > 0 {
-		s += []string{"", "_alibi", "_alibi-batch"}[c.ALiBi]
-	}
-	if c.SeqUsedK != nil {
-		s += fmt.Sprintf("_seqused%v", c.SeqUsedK)
-	}
+	s += optionSuffix(c.Window, c.Softcap, c.ALiBi, c.SeqUsedK)
 	if c.Name != "" {
 		s = c.Name + "/" + s
+	}
+	return s
+}
+
+// dvMaskSuffix names in a case's name a Dv other than D and the causal
+// mask.
+func dvMaskSuffix(d, dv int, causal bool, align attention.Alignment) string {
+	s := ""
+	if dv != d {
+		s += fmt.Sprintf("_dv%d", dv)
+	}
+	if causal {
+		s += "_causal-" + align.String()
+	}
+	return s
+}
+
+// optionSuffix names in a case's name the options beyond the mask: the
+// window, softcap, ALiBi (alibi as Case.ALiBi) and key counts set.
+func optionSuffix(w *attention.Window, softcap float32, alibi int, seqUsedK []int32) string {
+	s := ""
+	if w != nil {
+		s += fmt.Sprintf("_window%d,%d", w.Left, w.Right)
+	}
+	if softcap != 0 {
+		s += fmt.Sprintf("_softcap%g", softcap)
+	}
+	if alibi > 0 {
+		s += []string{"", "_alibi", "_alibi-batch"}[alibi]
+	}
+	if seqUsedK != nil {
+		s += fmt.Sprintf("_seqused%v", seqUsedK)
 	}
 	return s
 }

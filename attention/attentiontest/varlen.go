@@ -29,37 +29,26 @@ type VarlenCase struct {
 
 func (c VarlenCase) String() string {
 	s := fmt.Sprintf("%s/Hq%d_Hkv%d_d%d_q%v_k%v", c.Name, c.Hq, c.Hkv, c.D, c.LensQ, c.LensK)
-	if c.Dv != c.D {
-		s += fmt.Sprintf("_dv%d", c.Dv)
-	}
-	if c.Causal {
-		s += "_causal-" + c.Align.String()
-	}
-	if w := c.Window; w != nil {
-		s += fmt.Sprintf("_window%d,%d", w.Left, w.Right)
-	}
-	if c.Softcap != 0 {
-		s += fmt.Sprintf("_softcap%g", c.Softcap)
-	}
-	if c.ALiBi {
-		s += "_alibi"
-	}
-	if c.SeqUsedK != nil {
-		s += fmt.Sprintf("_seqused%v", c.SeqUsedK)
-	}
+	s += dvMaskSuffix(c.D, c.Dv, c.Causal, c.Align)
+	s += optionSuffix(c.Window, c.Softcap, c.alibi(), c.SeqUsedK)
 	if c.Layout == attention.BHSD {
 		s += "_bhsd"
 	}
 	return s
 }
 
+// alibi is the case's ALiBi as Case.ALiBi: 1 (per head) or 0 (none).
+func (c VarlenCase) alibi() int {
+	if c.ALiBi {
+		return 1
+	}
+	return 0
+}
+
 // seq is sequence b as a one-sequence Case of the conformance table.
 func (c VarlenCase) seq(b int) Case {
 	s := Case{B: 1, Hq: c.Hq, Hkv: c.Hkv, Nq: c.LensQ[b], Nk: c.LensK[b], D: c.D, Dv: c.Dv,
-		Causal: c.Causal, Align: c.Align, Scale: c.Scale, Window: c.Window, Softcap: c.Softcap}
-	if c.ALiBi {
-		s.ALiBi = 1
-	}
+		Causal: c.Causal, Align: c.Align, Scale: c.Scale, Window: c.Window, Softcap: c.Softcap, ALiBi: c.alibi()}
 	if c.SeqUsedK != nil {
 		s.SeqUsedK = []int32{c.SeqUsedK[b]}
 	}

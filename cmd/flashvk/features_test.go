@@ -113,16 +113,9 @@ func TestRunCheckFeatures(t *testing.T) {
 			"--alibi", "--seqused-k", "30,56", "--layout", "bhsd"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rep := runJSON(t, slices.Concat(base, tc.args)...)
-			if !rep.Pass || len(rep.Results[0].Check) != 5 {
-				t.Fatalf("run --check %s: %+v", strings.Join(tc.args, " "), rep.Results)
-			}
 			// The JSON's problem is the one checked, and its FLOPs are
 			// attention.Flops with the options.
-			f, err := readProblemJSON(rep.Problem)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, f := runChecked(t, base, tc.args)
 			want, err := attention.Flops(f.qShape(), f.kShape(), f.vShape(), f.options())
 			if err != nil || !f.features.set() {
 				t.Fatalf("%+v: %v", f, err)

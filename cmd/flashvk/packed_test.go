@@ -266,17 +266,10 @@ func TestRunCheckPacked(t *testing.T) {
 			"--seqused-k", "50,0,17,5"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rep := runJSON(t, slices.Concat(base, tc.args)...)
-			if !rep.Pass || len(rep.Results[0].Check) != 5 {
-				t.Fatalf("run --check %s: %+v", strings.Join(tc.args, " "), rep.Results)
-			}
-			p, err := readProblemJSON(rep.Problem)
-			if err != nil {
-				t.Fatal(err)
-			}
+			j, p := runChecked(t, base, tc.args)
 			want, err := attention.Flops(p.qShape(), p.kShape(), p.vShape(), p.options())
 			if err != nil || !p.packed() || p.flops(false) != want {
-				t.Errorf("%+v: flops %v, want %v (%v)", rep.Problem, p.flops(false), want, err)
+				t.Errorf("%+v: flops %v, want %v (%v)", j, p.flops(false), want, err)
 			}
 		})
 	}

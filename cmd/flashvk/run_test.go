@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +21,22 @@ func runJSON(t *testing.T, args ...string) runReport {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	return rep
+}
+
+// runChecked runs flashvk run --json with base and args (for --check and
+// --backward), fails t unless all five checks passed, and returns the
+// JSON's problem and that problem read back.
+func runChecked(t *testing.T, base, args []string) (problemJSON, problem) {
+	t.Helper()
+	rep := runJSON(t, slices.Concat(base, args)...)
+	if !rep.Pass || len(rep.Results[0].Check) != 5 {
+		t.Fatalf("run --check %s: %+v", strings.Join(args, " "), rep.Results)
+	}
+	p, err := readProblemJSON(rep.Problem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.Problem, p
 }
 
 // run times each pass twice: the steady median of --iters calls by the

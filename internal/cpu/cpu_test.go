@@ -239,21 +239,24 @@ func assertLSE(t *testing.T, got []float32, want []float64) {
 
 var masks = []spec.Mask{spec.MaskNone, spec.MaskCausalTopLeft, spec.MaskCausalBottomRight}
 
+// withDefaults is c with an unset dv made d and an unset layout "bshd".
+func (c tcase) withDefaults() tcase {
+	if c.dv == 0 {
+		c.dv = c.d
+	}
+	if c.layout == "" {
+		c.layout = "bshd"
+	}
+	return c
+}
+
 // referenceCases spans sequence lengths around the tile sizes, Nq ≠ Nk
 // both ways, head dimensions (multiples of the vector width and not), Dv ≠
 // D, the three masks, GQA ratios 1, 2, 3 and 8, batches up to 3, BHSD,
 // padded and packed-QKV layouts, odd tile sizes and a negative scale.
 func referenceCases() []tcase {
 	var cases []tcase
-	add := func(c tcase) {
-		if c.dv == 0 {
-			c.dv = c.d
-		}
-		if c.layout == "" {
-			c.layout = "bshd"
-		}
-		cases = append(cases, c)
-	}
+	add := func(c tcase) { cases = append(cases, c.withDefaults()) }
 	for _, m := range masks {
 		// Sequence lengths around the tile boundaries.
 		for _, n := range []int{1, 2, 17, 64, 127, 128, 129} {
@@ -288,28 +291,38 @@ func referenceCases() []tcase {
 }
 
 func TestAgainstReference(t *testing.T) {
-	for _, c := range referenceCases() {
+	runCases(t, referenceCases(), checkCase)
+}
+
+// runCases runs check on each case in a parallel subtest named by the
+// case.
+func runCases[C fmt.Stringer](t *testing.T, cases []C, check func(*testing.T, C)) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) {
 			t.Parallel()
-			checkCase(t, c)
+			check(t, c)
 		})
 	}
+}
+
+// portableKernels switches to the portable Go kernels until t ends; when
+// the vector kernels are not in use it skips t instead, as covered (the
+// test named) has already run the portable ones.
+func portableKernels(t *testing.T, covered string) {
+	t.Helper()
+	if !useSIMD {
+		t.Skip("the vector kernels are not in use: " + covered + " covered the portable ones")
+	}
+	useSIMD = false
+	t.Cleanup(func() { useSIMD = true })
 }
 
 // TestAgainstReferencePortable repeats the comparison on the portable Go
 // kernels when the vector kernels are in use.
 func TestAgainstReferencePortable(t *testing.T) {
-	if !useSIMD {
-		t.Skip("the vector kernels are not in use: TestAgainstReference covered the portable ones")
-	}
-	useSIMD = false
-	t.Cleanup(func() { useSIMD = true })
-	for _, c := range referenceCases() {
-		t.Run(c.String(), func(t *testing.T) {
-			t.Parallel()
-			checkCase(t, c)
-		})
-	}
+	portableKernels(t, "TestAgainstReference")
+	runCases(t, referenceCases(), checkCase)
 }
 
 // TestFullyMaskedRows: with the bottom-right mask and Nq > Nk the first
@@ -333,18 +346,31 @@ func TestFullyMaskedRows(t *testing.T) {
 			for b := range p.B {
 				for h := range p.Hq {
 					for i := range p.Nq - p.Nk {
-						assert.True(t, math.IsInf(float64(lse[p.LSEIndex(b, h, i)]), -1))
-						assert.Equal(t, make([]float64, p.Dv), o.row(b, h, i))
-						assert.Equal(t, make([]float64, p.D), dq.row(b, h, i))
+						checkDeadRow(t, p, lse, o, dq, b, h, i)
 					}
 				}
 			}
-			for _, d := range []dense{o, dq, ops.dk.get(), ops.dv.get()} {
-				for _, x := range d.x {
-					require.False(t, math.IsNaN(x))
-				}
-			}
+			requireNoNaN(t, o, dq, ops.dk.get(), ops.dv.get())
 		})
+	}
+}
+
+// checkDeadRow checks query row i of sequence b and head h, one that
+// sees no key: its LSE is −Inf and its O and dQ rows are 0.
+func checkDeadRow(t *testing.T, p *spec.Problem, lse []float32, o, dq dense, b, h, i int) {
+	t.Helper()
+	require.True(t, math.IsInf(float64(lse[p.LSEIndex(b, h, i)]), -1), "b%d h%d row %d", b, h, i)
+	assert.Equal(t, make([]float64, p.Dv), o.row(b, h, i))
+	assert.Equal(t, make([]float64, p.D), dq.row(b, h, i))
+}
+
+// requireNoNaN fails t if any of ds holds a NaN.
+func requireNoNaN(t *testing.T, ds ...dense) {
+	t.Helper()
+	for _, d := range ds {
+		for _, x := range d.x {
+			require.False(t, math.IsNaN(x))
+		}
 	}
 }
 
@@ -353,37 +379,43 @@ func TestFullyMaskedRows(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	for _, m := range masks {
 		c := tcase{b: 2, hq: 4, hkv: 2, nq: 300, nk: 260, d: 40, dv: 40, mask: m, layout: "bshd"}
-		t.Run(c.String(), func(t *testing.T) {
-			p := c.problem()
-			ops := layoutViews(p, c.layout)
-			ops.setInputs(p, rand.New(rand.NewPCG(3, 4)), 2)
-			ctx := context.Background()
-			lse := make([]float32, p.B*p.Hq*p.Nq)
-			require.NoError(t, Forward(ctx, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
-			var first [][]float32
-			for _, workers := range []int{1, 2, 7} {
-				cfg := Config{Br: 32, Bc: 16, Workers: workers}
-				require.NoError(t, BackwardWith(ctx, cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse,
-					ops.do.buf(), ops.dq.buf(), ops.dk.buf(), ops.dv.buf()))
-				got := [][]float32{
-					append([]float32(nil), ops.dq.full...),
-					append([]float32(nil), ops.dk.full...),
-					append([]float32(nil), ops.dv.full...),
-				}
-				if first == nil {
-					first = got
-					continue
-				}
-				for g := range got {
-					for i := range got[g] {
-						a, b := got[g][i], first[g][i]
-						if math.Float32bits(a) != math.Float32bits(b) && !(math.IsNaN(float64(a)) && math.IsNaN(float64(b))) {
-							t.Fatalf("workers=%d: gradient %d element %d: %v, want %v", workers, g, i, a, b)
-						}
-					}
+		t.Run(c.String(), func(t *testing.T) { checkWorkerDeterminism(t, c) })
+	}
+}
+
+// checkWorkerDeterminism runs c's forward once, then its backward with
+// 1, 2 and 7 workers, and fails unless every gradient has the same bits
+// each time (any NaN matching any NaN).
+func checkWorkerDeterminism(t *testing.T, c tcase) {
+	t.Helper()
+	p := c.problem()
+	ops := layoutViews(p, c.layout)
+	ops.setInputs(p, rand.New(rand.NewPCG(3, 4)), 2)
+	ctx := context.Background()
+	lse := make([]float32, p.B*p.Hq*p.Nq)
+	require.NoError(t, Forward(ctx, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
+	var first [][]float32
+	for _, workers := range []int{1, 2, 7} {
+		cfg := Config{Br: 32, Bc: 16, Workers: workers}
+		require.NoError(t, BackwardWith(ctx, cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse,
+			ops.do.buf(), ops.dq.buf(), ops.dk.buf(), ops.dv.buf()))
+		got := [][]float32{
+			append([]float32(nil), ops.dq.full...),
+			append([]float32(nil), ops.dk.full...),
+			append([]float32(nil), ops.dv.full...),
+		}
+		if first == nil {
+			first = got
+			continue
+		}
+		for g := range got {
+			for i := range got[g] {
+				a, b := got[g][i], first[g][i]
+				if math.Float32bits(a) != math.Float32bits(b) && !(math.IsNaN(float64(a)) && math.IsNaN(float64(b))) {
+					t.Fatalf("workers=%d: gradient %d element %d: %v, want %v", workers, g, i, a, b)
 				}
 			}
-		})
+		}
 	}
 }
 

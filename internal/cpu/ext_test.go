@@ -71,15 +71,7 @@ func with(e *spec.Ext, f func(*spec.Ext)) *spec.Ext {
 // sizes larger and smaller than the window, and strided layouts.
 func extCases() []tcase {
 	var cases []tcase
-	add := func(c tcase) {
-		if c.dv == 0 {
-			c.dv = c.d
-		}
-		if c.layout == "" {
-			c.layout = "bshd"
-		}
-		cases = append(cases, c)
-	}
+	add := func(c tcase) { cases = append(cases, c.withDefaults()) }
 	sizes := [][2]int{{33, 33}, {17, 129}, {129, 17}}
 	for _, br := range []bool{false, true} {
 		for _, lr := range [][2]int{{5, -1}, {-1, 3}, {7, 2}, {-1, 0}, {10, 0}, {0, 0}, {40, 40}} {
@@ -144,28 +136,14 @@ func extCases() []tcase {
 // TestExtAgainstReference compares spec.Ext problems with the float64
 // reference of spec.Ext's definition.
 func TestExtAgainstReference(t *testing.T) {
-	for _, c := range extCases() {
-		t.Run(c.String(), func(t *testing.T) {
-			t.Parallel()
-			checkCase(t, c)
-		})
-	}
+	runCases(t, extCases(), checkCase)
 }
 
 // TestExtAgainstReferencePortable repeats the comparison on the portable
 // Go kernels when the vector kernels are in use.
 func TestExtAgainstReferencePortable(t *testing.T) {
-	if !useSIMD {
-		t.Skip("the vector kernels are not in use: TestExtAgainstReference covered the portable ones")
-	}
-	useSIMD = false
-	t.Cleanup(func() { useSIMD = true })
-	for _, c := range extCases() {
-		t.Run(c.String(), func(t *testing.T) {
-			t.Parallel()
-			checkCase(t, c)
-		})
-	}
+	portableKernels(t, "TestExtAgainstReference")
+	runCases(t, extCases(), checkCase)
 }
 
 // scaleRows multiplies the even query rows of q by x.
@@ -283,17 +261,11 @@ func TestExtDeadRows(t *testing.T) {
 				if lo < hi && i != 12 {
 					continue
 				}
-				require.True(t, math.IsInf(float64(lse[p.LSEIndex(b, h, i)]), -1), "b%d h%d row %d", b, h, i)
-				assert.Equal(t, make([]float64, p.Dv), o.row(b, h, i))
-				assert.Equal(t, make([]float64, p.D), dq.row(b, h, i))
+				checkDeadRow(t, p, lse, o, dq, b, h, i)
 			}
 		}
 	}
-	for _, d := range []dense{o, dq, ops.dk.get(), ops.dv.get()} {
-		for _, x := range d.x {
-			require.False(t, math.IsNaN(x))
-		}
-	}
+	requireNoNaN(t, o, dq, ops.dk.get(), ops.dv.get())
 }
 
 // TestExtUnusedKeys: the keys beyond a sequence's key count are never
@@ -327,35 +299,7 @@ func TestExtDeterminism(t *testing.T) {
 	w, m := window(30, 0, true)
 	e := with(w, func(e *spec.Ext) { e.Softcap = 4; e.Slopes = alibi(4); e.SeqUsedK = []int32{200, 260} })
 	c := tcase{b: 2, hq: 4, hkv: 2, nq: 300, nk: 260, d: 40, dv: 40, mask: m, layout: "bshd", ext: e}
-	p := c.problem()
-	ops := layoutViews(p, c.layout)
-	ops.setInputs(p, rand.New(rand.NewPCG(3, 4)), 2)
-	ctx := context.Background()
-	lse := make([]float32, p.B*p.Hq*p.Nq)
-	require.NoError(t, Forward(ctx, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse))
-	var first [][]float32
-	for _, workers := range []int{1, 2, 7} {
-		cfg := Config{Br: 32, Bc: 16, Workers: workers}
-		require.NoError(t, BackwardWith(ctx, cfg, p, ops.q.buf(), ops.k.buf(), ops.v.buf(), ops.o.buf(), lse,
-			ops.do.buf(), ops.dq.buf(), ops.dk.buf(), ops.dv.buf()))
-		got := [][]float32{
-			append([]float32(nil), ops.dq.full...),
-			append([]float32(nil), ops.dk.full...),
-			append([]float32(nil), ops.dv.full...),
-		}
-		if first == nil {
-			first = got
-			continue
-		}
-		for g := range got {
-			for i := range got[g] {
-				a, b := got[g][i], first[g][i]
-				if math.Float32bits(a) != math.Float32bits(b) && !(math.IsNaN(float64(a)) && math.IsNaN(float64(b))) {
-					t.Fatalf("workers=%d: gradient %d element %d: %v, want %v", workers, g, i, a, b)
-				}
-			}
-		}
-	}
+	checkWorkerDeterminism(t, c)
 }
 
 // TestExtWindowSkipsTiles: a narrow window visits only the key tiles (the

@@ -336,28 +336,14 @@ func varlenCases() []vcase {
 
 // TestVarlen compares packed problems with their sequences run alone.
 func TestVarlen(t *testing.T) {
-	for _, c := range varlenCases() {
-		t.Run(c.String(), func(t *testing.T) {
-			t.Parallel()
-			checkPacked(t, c)
-		})
-	}
+	runCases(t, varlenCases(), checkPacked)
 }
 
 // TestVarlenPortable repeats TestVarlen on the portable Go kernels when the
 // vector kernels are in use.
 func TestVarlenPortable(t *testing.T) {
-	if !useSIMD {
-		t.Skip("the vector kernels are not in use: TestVarlen covered the portable ones")
-	}
-	useSIMD = false
-	t.Cleanup(func() { useSIMD = true })
-	for _, c := range varlenCases() {
-		t.Run(c.String(), func(t *testing.T) {
-			t.Parallel()
-			checkPacked(t, c)
-		})
-	}
+	portableKernels(t, "TestVarlen")
+	runCases(t, varlenCases(), checkPacked)
 }
 
 // TestVarlenTiling: the packed work items cover every (sequence, tile,

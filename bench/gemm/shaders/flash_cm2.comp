@@ -67,6 +67,7 @@ float storeLse(const in uint row, const in uint col, const in float l, const in 
 void main() {
 	uint h = gl_WorkGroupID.y;
 	uint b = gl_WorkGroupID.z;
+	seq_begin(b);
 	uint kvh = kv_head(h);
 	uint r0 = gl_WorkGroupID.x * BR;
 	uint rows = min(BR, pc.Nq - r0);

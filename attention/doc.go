@@ -112,10 +112,14 @@
 //     in float32: the forward's softmax is the exact one, one-hot when the
 //     scores are far apart (scale 1e30 included). The backward recomputes
 //     P from LSE in float32, so its gradients carry float32's absolute
-//     error on the scores, about 2⁻²⁴·|scale·q·k|: for huge scores that is
-//     a probability of exactly 0 or 1 where the reference has it, and
-//     gradients within scale·2·Dv·2⁻²⁴·Σ|dO∘V|·|K| of the exact ones —
-//     finite, except that such noise can exceed float16's range.
+//     error on the scores, a few 2⁻²⁴·scale·Σ|q_x·k_x| (the products'
+//     terms, not their sum): for huge scores that is a probability of
+//     exactly 0 or 1 where the reference has it — unless, handed an LSE
+//     other than its own forward's, a row's largest score is far smaller
+//     than its terms or a hair from the next, where float32 cannot order
+//     them — and gradients within scale·2·Dv·2⁻²⁴·Σ|dO∘V|·|K| of the
+//     exact ones — finite, except that such noise can exceed float16's
+//     range.
 //
 // Outputs must not share memory with any other operand: ForwardInto and
 // BackwardInto refuse an O, LSE, dQ, dK or dV that overlaps another

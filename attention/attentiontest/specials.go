@@ -216,8 +216,9 @@ func CheckSpecialSuperset(t testing.TB, name string, got []float32, want []float
 	}
 }
 
-// hugeScale: scale 1e30 makes every score about 1e30 and the softmax one-hot.
-// O and LSE must be the reference's; dV (sums of dO rows) too; dQ and dK
+// hugeScale: scale 1e30 makes every score about 1e30 and the softmax one-hot
+// (inputs drawn without near ties: nearTie). O and LSE must be the
+// reference's; dV (sums of dO rows) too; dQ and dK
 // are 0 in exact arithmetic, and fp32 rounding of dP − D (two dot products
 // of Dv terms each) bounds each element by scale·2·Dv·u·Σ|dO∘v|·|x|
 // (u = 2⁻²⁴), past fp16's range where the storage is fp16.
@@ -225,6 +226,16 @@ func hugeScale(t *testing.T, e *attention.Engine, dt attention.DType, backward b
 	c := Case{B: 1, Hq: 2, Hkv: 1, Nq: 40, Nk: 50, D: 16, Dv: 16, Causal: true, Align: attention.BottomRight, Scale: 1e30}
 	seed := Seed(t)
 	in := NewInputs(c, dt, seed)
+	// The one-hot softmax survives fp32 only where each row's largest
+	// score is resolved to the few ulps the backward's careful rows allow
+	// (the LSE handed to it is the reference's): a score q·k carries fp32
+	// rounding of its terms q_x·k_x, so a largest score far smaller than
+	// those terms, or one a hair from the next, is not. Draw again until
+	// every row's largest score is at least 1 and stands out from the
+	// next (nearTie).
+	for k := uint64(1); in.nearTie(); k++ {
+		in = NewInputs(c, dt, seed+k)
+	}
 	ref := in.Reference(t)
 	rel := Float32Tol
 	switch dt {
@@ -263,6 +274,41 @@ func hugeScale(t *testing.T, e *attention.Engine, dt attention.DType, backward b
 		}
 		t.Logf("%s: largest error %.2f of its bound", name, worst)
 	}
+}
+
+// nearTie reports whether a row's largest visible product q·k is below 1
+// (fp32 rounding of its terms may then exceed what the backward's careful
+// rows absorb) or lies within 2⁻¹⁸ of the next, relatively (closer than
+// fp32 arithmetic can order them).
+func (in *Inputs) nearTie() bool {
+	c := in.Case
+	p := c.params()
+	for b := range c.B {
+		for h := range c.Hq {
+			kh := h / (c.Hq / c.Hkv)
+			for i := range c.Nq {
+				top, next := math.Inf(-1), math.Inf(-1)
+				for j := range c.Nk {
+					if !p.Visible(b, i, j) {
+						continue
+					}
+					var s float64
+					for x := range c.D {
+						s += in.q64[c.qOff(b, i, h)+x] * in.k64[c.kOff(b, j, kh)+x]
+					}
+					if s > top {
+						top, next = s, top
+					} else if s > next {
+						next = s
+					}
+				}
+				if top < 1 || !math.IsInf(next, -1) && top-next <= 0x1p-18*math.Max(math.Abs(top), math.Abs(next)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // dsRoundingBounds returns, per element of dQ and dK, Σ scale·P_ij·Σ_c|dO_ic·v_jc|·|x|

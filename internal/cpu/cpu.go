@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"sort"
 	"sync"
@@ -79,71 +78,11 @@ func checkProblem(p *spec.Problem) error {
 	default:
 		return fmt.Errorf("cpu: invalid mask %d", p.Mask)
 	}
-	if err := checkVarlen(p); err != nil {
-		return err
-	}
-	return checkExt(p)
-}
-
-// checkVarlen rejects packed sequence offsets that would index out of
-// range or past their sequences: B+1 of each, from 0, non-decreasing,
-// each length at most Nq (queries) or Nk (keys), and no KV cache.
-func checkVarlen(p *spec.Problem) error {
-	e := p.Ext
-	if e == nil || (e.CuQ == nil && e.CuK == nil) {
-		return nil
-	}
-	if p.KV != nil {
+	if p.KV != nil && p.Varlen() {
 		return errors.New("cpu: packed sequences with a KV cache")
 	}
-	for _, c := range [...]struct {
-		name string
-		cu   []int32
-		max  int
-	}{{"query", e.CuQ, p.Nq}, {"key", e.CuK, p.Nk}} {
-		if len(c.cu) != p.B+1 || c.cu[0] != 0 {
-			return fmt.Errorf("cpu: %d %s offsets for %d sequences, want B+1 from 0", len(c.cu), c.name, p.B)
-		}
-		for b := range p.B {
-			if n := int(c.cu[b+1]) - int(c.cu[b]); n < 0 || n > c.max {
-				return fmt.Errorf("cpu: sequence %d has %d %s rows (longest %d)", b, n, c.name, c.max)
-			}
-		}
-	}
-	return nil
-}
-
-// checkExt rejects Ext options that would index out of range: key counts
-// outside 0 … StoredKeys (Nk, or a packed sequence's stored keys), slope
-// tables of the wrong length, and window sides below −1 or so wide that
-// KeyRange's arithmetic would overflow (its bounds would then not be
-// monotonic).
-func checkExt(p *spec.Problem) error {
-	e := p.Ext
-	if e == nil {
-		return nil
-	}
-	if e.Left < -1 || e.Right < -1 || e.Left > math.MaxInt/4 || e.Right > math.MaxInt/4 {
-		return fmt.Errorf("cpu: window (%d, %d)", e.Left, e.Right)
-	}
-	if e.SeqUsedK != nil {
-		if len(e.SeqUsedK) != p.B {
-			return fmt.Errorf("cpu: %d key counts for %d sequences", len(e.SeqUsedK), p.B)
-		}
-		for b, n := range e.SeqUsedK {
-			if n < 0 || int(n) > p.StoredKeys(b) {
-				return fmt.Errorf("cpu: key count %d of sequence %d (%d stored keys)", n, b, p.StoredKeys(b))
-			}
-		}
-	}
-	if e.Slopes != nil {
-		want := p.Hq
-		if e.SlopesPerBatch {
-			want *= p.B
-		}
-		if len(e.Slopes) != want {
-			return fmt.Errorf("cpu: %d ALiBi slopes, want %d", len(e.Slopes), want)
-		}
+	if err := p.CheckExt(); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	return nil
 }

@@ -171,6 +171,65 @@ type Ext struct {
 	CuQ, CuK []int32
 }
 
+// CheckExt reports what in p.Ext would break the methods above or index
+// out of range (nil without Ext): window sides below −1 or so wide that
+// KeyRange's arithmetic overflows, a softcap that is negative or not
+// finite, packed offsets that are not B+1 from 0 or make a sequence
+// longer than Nq or Nk (or shorter than 0), key counts that are not B of
+// 0 … StoredKeys, and a slope table of the wrong length. Backends wrap
+// its error with their sentinel.
+func (p *Problem) CheckExt() error {
+	e := p.Ext
+	if e == nil {
+		return nil
+	}
+	if e.Left < -1 || e.Right < -1 || e.Left > math.MaxInt/4 || e.Right > math.MaxInt/4 {
+		return fmt.Errorf("window (%d, %d)", e.Left, e.Right)
+	}
+	if c := float64(e.Softcap); c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+		return fmt.Errorf("softcap %v", e.Softcap)
+	}
+	if e.CuQ != nil || e.CuK != nil {
+		if err := checkCu("CuQ", e.CuQ, p.B, p.Nq); err != nil {
+			return err
+		}
+		if err := checkCu("CuK", e.CuK, p.B, p.Nk); err != nil {
+			return err
+		}
+	}
+	if e.SeqUsedK != nil && len(e.SeqUsedK) != p.B {
+		return fmt.Errorf("%d key counts for %d sequences", len(e.SeqUsedK), p.B)
+	}
+	for b, n := range e.SeqUsedK {
+		if n < 0 || int(n) > p.StoredKeys(b) {
+			return fmt.Errorf("key count %d of sequence %d (%d stored)", n, b, p.StoredKeys(b))
+		}
+	}
+	if want := p.Hq; e.Slopes != nil {
+		if e.SlopesPerBatch {
+			want *= p.B
+		}
+		if len(e.Slopes) != want {
+			return fmt.Errorf("%d ALiBi slopes, want %d", len(e.Slopes), want)
+		}
+	}
+	return nil
+}
+
+// checkCu validates packed sequences' offsets: B+1 of them from 0, no
+// sequence shorter than 0 or longer than n.
+func checkCu(name string, cu []int32, b, n int) error {
+	if len(cu) != b+1 || cu[0] != 0 {
+		return fmt.Errorf("%s: %d offsets from %v, want %d from 0", name, len(cu), cu[:min(len(cu), 1)], b+1)
+	}
+	for i := 1; i < len(cu); i++ {
+		if d := cu[i] - cu[i-1]; d < 0 || int(d) > n {
+			return fmt.Errorf("%s: sequence %d has %d rows (0 … %d)", name, i-1, d, n)
+		}
+	}
+	return nil
+}
+
 // Varlen reports whether p packs variable-length sequences (Ext.CuQ).
 func (p *Problem) Varlen() bool { return p.Ext != nil && p.Ext.CuQ != nil }
 

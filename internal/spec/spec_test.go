@@ -44,3 +44,31 @@ func TestStridesAndFlops(t *testing.T) {
 		t.Errorf("group %d kvhead %d lse %d", p.Group(), p.KVHead(3), p.LSEIndex(1, 2, 3))
 	}
 }
+
+func TestCheckExt(t *testing.T) {
+	base := func() *Problem {
+		return &Problem{B: 2, Hq: 2, Hkv: 1, Nq: 5, Nk: 6, D: 4, Dv: 4,
+			Ext: &Ext{Left: 2, Right: 0, CuQ: []int32{0, 5, 8}, CuK: []int32{0, 6, 10}, SeqUsedK: []int32{6, 4}, Slopes: []float32{1, 2}}}
+	}
+	if err := base().CheckExt(); err != nil {
+		t.Fatalf("valid: %v", err)
+	}
+	for name, mod := range map[string]func(*Ext){
+		"left":       func(e *Ext) { e.Left = -2 },
+		"right":      func(e *Ext) { e.Right = 1 << 62 },
+		"softcap":    func(e *Ext) { e.Softcap = -1 },
+		"cu length":  func(e *Ext) { e.CuQ = []int32{0, 5} },
+		"cu start":   func(e *Ext) { e.CuK = []int32{1, 6, 10} },
+		"cu order":   func(e *Ext) { e.CuQ = []int32{0, 5, 4} },
+		"cu long":    func(e *Ext) { e.CuK = []int32{0, 7, 10} },
+		"used count": func(e *Ext) { e.SeqUsedK = []int32{6} },
+		"used range": func(e *Ext) { e.SeqUsedK = []int32{6, 5} }, // sequence 1 stores 4 keys
+		"slopes":     func(e *Ext) { e.SlopesPerBatch = true },
+	} {
+		p := base()
+		mod(p.Ext)
+		if err := p.CheckExt(); err == nil {
+			t.Errorf("%s: %+v passed", name, *p.Ext)
+		}
+	}
+}

@@ -42,58 +42,15 @@ func CheckProblem(p *spec.Problem) error {
 	return checkExt(p)
 }
 
-// checkExt validates what the extended kernels assume of p.Ext (ext.glsl):
-// their int32 window arithmetic needs Nq + Nk < 2^30.
+// checkExt validates what the extended kernels assume of p.Ext
+// (spec.Problem.CheckExt, and for ext.glsl's int32 window arithmetic
+// Nq + Nk < 2^30).
 func checkExt(p *spec.Problem) error {
-	e := p.Ext
-	if e == nil {
-		return nil
+	if err := p.CheckExt(); err != nil {
+		return fmt.Errorf("%w: problem: %w", ErrInvalid, err)
 	}
-	switch c := float64(e.Softcap); {
-	case e.Left < -1 || e.Right < -1:
-		return fmt.Errorf("%w: problem: window (%d, %d)", ErrInvalid, e.Left, e.Right)
-	case p.Nq+p.Nk >= 1<<30:
+	if p.Ext != nil && p.Nq+p.Nk >= 1<<30 {
 		return fmt.Errorf("%w: problem: Nq + Nk = %d with extended options (kernels take < 2^30)", ErrTooLarge, p.Nq+p.Nk)
-	case c < 0 || math.IsNaN(c) || math.IsInf(c, 0):
-		return fmt.Errorf("%w: problem: softcap %v", ErrInvalid, e.Softcap)
-	case e.SeqUsedK != nil && len(e.SeqUsedK) != p.B:
-		return fmt.Errorf("%w: problem: %d key counts for %d sequences", ErrInvalid, len(e.SeqUsedK), p.B)
-	}
-	if e.CuQ != nil || e.CuK != nil {
-		if err := checkCu("CuQ", e.CuQ, p.B, p.Nq); err != nil {
-			return err
-		}
-		if err := checkCu("CuK", e.CuK, p.B, p.Nk); err != nil {
-			return err
-		}
-	}
-	for b, n := range e.SeqUsedK {
-		if n < 0 || int(n) > p.StoredKeys(b) {
-			return fmt.Errorf("%w: problem: key count %d of sequence %d (%d stored)", ErrInvalid, n, b, p.StoredKeys(b))
-		}
-	}
-	if e.Slopes != nil {
-		want := p.Hq
-		if e.SlopesPerBatch {
-			want *= p.B
-		}
-		if len(e.Slopes) != want {
-			return fmt.Errorf("%w: problem: %d ALiBi slopes, want %d", ErrInvalid, len(e.Slopes), want)
-		}
-	}
-	return nil
-}
-
-// checkCu validates packed sequences' offsets: B+1 of them from 0, none
-// decreasing, no sequence longer than n.
-func checkCu(name string, cu []int32, b, n int) error {
-	if len(cu) != b+1 || cu[0] != 0 {
-		return fmt.Errorf("%w: problem: %s: %d offsets from %v, want %d from 0", ErrInvalid, name, len(cu), cu[:min(len(cu), 1)], b+1)
-	}
-	for i := 1; i < len(cu); i++ {
-		if d := cu[i] - cu[i-1]; d < 0 || int(d) > n {
-			return fmt.Errorf("%w: problem: %s: sequence %d has %d rows (0 … %d)", ErrInvalid, name, i-1, d, n)
-		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package shaders
 
 import (
+	"encoding/binary"
 	"math"
 
 	"github.com/flashvk/flashvk/internal/spec"
@@ -104,7 +105,7 @@ func ExtBytes(p *spec.Problem) []byte {
 	w := ExtWords(p)
 	b := make([]byte, 4*len(w))
 	for i, x := range w {
-		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+		binary.LittleEndian.PutUint32(b[4*i:], x)
 	}
 	return b
 }

@@ -54,8 +54,10 @@ func ParseAlignment(s string) (Alignment, error) {
 // sees the keys j < Nk_b with diag − Left ≤ j ≤ diag + Right (Window;
 // Causal is Right = 0). Its score of key j is s = Scale·q·k, then
 // Softcap·tanh(s/Softcap), then s − slope·|diag − j| (ALiBi); the softmax
-// runs over the keys it sees. A row that sees no key (or only −Inf
-// scores) has O = 0, LSE = −Inf and zero gradients.
+// runs over the keys it sees. With Dropout, each probability is then
+// dropped with probability P or scaled by 1/(1 − P) (LSE stays the
+// undropped softmax's). A row that sees no key (or only −Inf scores) has
+// O = 0, LSE = −Inf and zero gradients.
 type Options struct {
 	// Scale multiplies QKᵀ before the softmax; 0 means 1/√D. NaN and ±Inf
 	// are refused.
@@ -99,6 +101,31 @@ type Options struct {
 	// is [Hq, Tq] (Hq·Tq values). Rows of no sequence are neither read
 	// nor written.
 	CuSeqlensQ, CuSeqlensK []int32
+	// Dropout, when set with P > 0, drops attention probabilities (see
+	// Dropout). nil or P = 0: none.
+	Dropout *Dropout
+}
+
+// Dropout is attention dropout: each probability of query row i and key
+// j of sequence b, query head h is dropped (0) with probability P and
+// otherwise scaled by 1/(1 − P), so that the output's expectation is the
+// undropped output. The decision is a function of (Seed, Offset, b, h,
+// i, j) — a Philox4x32-10 counter-based generator, the one PyTorch and
+// FlashAttention draw from (its word layout is flashvk's own; the
+// package doc gives it) — so the backward drops exactly the forward's
+// elements without a stored mask, on every backend, and a call repeated
+// with the same Seed and Offset drops the same elements. Rows and keys
+// are counted within each sequence (also when packed). P is applied at a
+// resolution of 2⁻¹⁶: the dropped fraction is round(P·65536)/65536, and
+// the kept elements' scale uses that value, so the expectation is exact.
+type Dropout struct {
+	// P is the probability of dropping an element: 0 ≤ P < 1 (0: none).
+	P float32
+	// Seed keys the generator; Offset selects one of its 2³² streams per
+	// seed (for example the training step), so that calls with the same
+	// seed draw independent masks.
+	Seed   uint64
+	Offset uint32
 }
 
 // Window bounds the keys a query sees around its diagonal (see
@@ -173,6 +200,14 @@ func (o Options) ext(b, hq, nq, nk int) (*spec.Ext, error) {
 		}
 		e.SeqUsedK = slices.Clone(o.SeqUsedK)
 	}
+	if d := o.Dropout; d != nil {
+		if p := float64(d.P); !(p >= 0 && p < 1) {
+			return nil, fmt.Errorf("attention: options: dropout P %v: want 0 ≤ P < 1: %w", d.P, ErrOption)
+		}
+		if t := spec.DropThreshold(float64(d.P)); t > 0 {
+			e.Dropout = &spec.Dropout{Threshold: t, Seed: d.Seed, Offset: d.Offset}
+		}
+	}
 	if o.varlen() {
 		e.CuQ, e.CuK = slices.Clone(o.CuSeqlensQ), slices.Clone(o.CuSeqlensK)
 		for i, n := range e.SeqUsedK {
@@ -186,7 +221,8 @@ func (o Options) ext(b, hq, nq, nk int) (*spec.Ext, error) {
 
 // plain reports whether o asks for no more than Scale, Causal and Align.
 func (o Options) plain() bool {
-	return o.Window == nil && o.Softcap == 0 && o.ALiBi == nil && o.SeqUsedK == nil && !o.varlen()
+	return o.Window == nil && o.Softcap == 0 && o.ALiBi == nil && o.SeqUsedK == nil && !o.varlen() &&
+		(o.Dropout == nil || o.Dropout.P == 0)
 }
 
 // varlen reports whether o packs variable-length sequences.

@@ -52,10 +52,13 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 		{B: 2, Hq: 2, Hkv: 1, Nq: 4, Nk: 6, D: 3, Dv: 2, Causal: true, ALiBi: []float64{0.5, 0.25}},
 		{B: 2, Hq: 2, Hkv: 2, Nq: 4, Nk: 6, D: 2, Dv: 2, BottomRight: true, ALiBi: []float64{0.5, 0.25, 1, 0.125}, Softcap: 2},
 		{B: 2, Hq: 2, Hkv: 1, Nq: 5, Nk: 6, D: 3, Dv: 2, Causal: true, BottomRight: true, SeqUsedK: []int{6, 3}, Window: &Window{Left: 2, Right: 0}},
+		// Dropout (a fixed mask: the loss is smooth in q, k, v).
+		{B: 2, Hq: 2, Hkv: 1, Nq: 6, Nk: 9, D: 3, Dv: 2, Dropout: &Dropout{P: 0.3, Seed: 5, Offset: 2}},
+		{B: 1, Hq: 2, Hkv: 2, Nq: 7, Nk: 7, D: 2, Dv: 3, Causal: true, Softcap: 2, Dropout: &Dropout{P: 0.5, Seed: 1 << 40}},
 	}
 	for ci, p := range cases {
-		t.Run(fmt.Sprintf("%d_Hq%d_Hkv%d_Nq%d_Nk%d_D%d_Dv%d_causal%v_br%v_win%v_cap%v_alibi%v_used%v", ci, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.Causal, p.BottomRight,
-			p.Window != nil, p.Softcap, p.ALiBi != nil, p.SeqUsedK), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d_Hq%d_Hkv%d_Nq%d_Nk%d_D%d_Dv%d_causal%v_br%v_win%v_cap%v_alibi%v_used%v_drop%v", ci, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.Causal, p.BottomRight,
+			p.Window != nil, p.Softcap, p.ALiBi != nil, p.SeqUsedK, p.Dropout != nil), func(t *testing.T) {
 			q, k, v, g := randInputs(t, p, uint64(100+ci))
 			dq, dk, dv, err := Backward(p, q, k, v, g)
 			require.NoError(t, err)

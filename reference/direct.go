@@ -103,8 +103,9 @@ func (d *direct) forward(o, lse []float64) {
 			if !d.sees(i, j) {
 				continue
 			}
+			z := d.pm[i][j] * p.DropFactor(d.b, d.h, i, j)
 			for c, x := range d.vRow(j) {
-				row[c] += d.pm[i][j] * x
+				row[c] += z * x
 			}
 		}
 	}
@@ -123,7 +124,7 @@ func (d *direct) backward(do, dq, dk, dv []float64) {
 		di := 0.0
 		for j := range p.Nk {
 			if d.sees(i, j) {
-				dp[j] = dot(doRow, d.vRow(j))
+				dp[j] = dot(doRow, d.vRow(j)) * p.DropFactor(d.b, d.h, i, j)
 				di += dp[j] * d.pm[i][j]
 			}
 		}
@@ -136,8 +137,9 @@ func (d *direct) backward(do, dq, dk, dv []float64) {
 			if p.Softcap > 0 {
 				ds *= p.scoreGrad(scale * dot(d.qRow(i), d.kRow(j)))
 			}
+			z := d.pm[i][j] * p.DropFactor(d.b, d.h, i, j)
 			for c, x := range doRow {
-				dv[koff*p.Dv+c] += d.pm[i][j] * x
+				dv[koff*p.Dv+c] += z * x
 			}
 			for c, x := range d.kRow(j) {
 				dqRow[c] += scale * ds * x

@@ -55,7 +55,24 @@
 // BottomRight false it is measured from the top-left one, which differs
 // only when Nq ≠ Nk (and, under a causal mask, by a constant per row,
 // which the softmax cancels).
-
+//
+// # Dropout
+//
+// With Params.Dropout, each probability P_ij of (b, h) is multiplied by
+// Z_ij = 0 (dropped) or 65536/(65536 − T) (kept), T = round(P·65536)
+// (at most 65535): the dropout probability applied is T/65536, and the
+// kept elements' scale makes the expectation of O the undropped O. The
+// element is kept when its 16-bit draw is at least T; the draw is half
+// j mod 8 (low half first) of word (j mod 8)/2 of the Philox4x32-10 block
+// of counter (⌊j/8⌋, i, b·Hq + h, Offset) and key (Seed mod 2³²,
+// ⌊Seed/2³²⌋) (Dropout.Keep, Params.DropFactor). LSE is the undropped
+// softmax's. O = (P ∘ Z)·V, and the backward is
+//
+//	dV = (P ∘ Z)ᵀ·dO
+//	dS = P ∘ (Z ∘ dP − rowsum(dP ∘ P ∘ Z)) ∘ G
+//
+// with dP, G, dQ and dK as below (rowsum(dP ∘ P ∘ Z) = rowsum(dO ∘ O)).
+//
 // # Softmax, LSE and empty rows
 //
 // The softmax is computed stably (the row maximum over visible keys is

@@ -91,9 +91,78 @@ func TestExtValidate(t *testing.T) {
 		func(p *Params) { p.SeqUsedK = []int{1} },
 		func(p *Params) { p.SeqUsedK = []int{1, 5} },
 		func(p *Params) { p.SeqUsedK = []int{-1, 2} },
+		func(p *Params) { p.Dropout = &Dropout{P: 1} },
+		func(p *Params) { p.Dropout = &Dropout{P: -0.1} },
+		func(p *Params) { p.Dropout = &Dropout{P: math.NaN()} },
 	} {
 		p := base
 		mod(&p)
 		assert.ErrorIs(t, p.Validate(), ErrShape, "%+v", p)
+	}
+}
+
+// TestDropout checks the forward's O against O_i = Σ_j P_ij·Z_ij·V_j
+// written out with DropFactor, the keep rule against the Philox
+// known-answer vector through Keep's definition, and that the non-finite
+// (element by element) path agrees with the matrix path.
+func TestDropout(t *testing.T) {
+	// Keep's first element is the low half of word 0 of the block of
+	// counter (0, 0, 0, 0) and key (0, 0): 0xe8d5 (the known answer
+	// 6627e8d5), kept iff 0xe8d5 ≥ Threshold.
+	for _, c := range []struct {
+		p    float64
+		keep bool
+	}{{float64(0xe8d5) / 65536, true}, {float64(0xe8d6) / 65536, false}} {
+		d := &Dropout{P: c.p}
+		assert.Equal(t, c.keep, d.Keep(1, 0, 0, 0, 0), "P %v", c.p)
+	}
+	p := Params{B: 2, Hq: 2, Hkv: 1, Nq: 5, Nk: 19, D: 3, Dv: 2, Causal: true, BottomRight: true,
+		Dropout: &Dropout{P: 0.4, Seed: 0xdeadbeef_12345678, Offset: 3}}
+	q, k, v, _ := randInputs(t, p, 11)
+	o, _, err := Forward(p, q, k, v)
+	require.NoError(t, err)
+	dropped, kept := 0, 0
+	for b := range p.B {
+		for h := range p.Hq {
+			pm := Probabilities(p, q, k, b, h)
+			for i := range p.Nq {
+				for c := range p.Dv {
+					want := 0.0
+					for j := range p.Nk {
+						z := p.DropFactor(b, h, i, j)
+						switch z {
+						case 0:
+							dropped++
+						case p.Dropout.Scale():
+							kept++
+						default:
+							t.Fatalf("DropFactor = %v, want 0 or %v", z, p.Dropout.Scale())
+						}
+						want += pm.At(i, j) * z * v[at(b, j, 0, p.Nk, p.Hkv, p.Dv)+c]
+					}
+					assert.InDelta(t, want, o[at(b, i, h, p.Nq, p.Hq, p.Dv)+c], 1e-12)
+				}
+			}
+		}
+	}
+	require.Greater(t, dropped, 0)
+	require.Greater(t, kept, dropped)
+
+	// The direct path (taken for non-finite inputs) on finite inputs.
+	dq, dk, dv, err := Backward(p, q, k, v, o)
+	require.NoError(t, err)
+	do := o
+	od := make([]float64, len(o))
+	lse := make([]float64, p.B*p.Hq*p.Nq)
+	dqd, dkd, dvd := make([]float64, len(dq)), make([]float64, len(dk)), make([]float64, len(dv))
+	for b := range p.B {
+		for h := range p.Hq {
+			d := newDirect(p, q, k, v, b, h)
+			d.forward(od, lse)
+			d.backward(do, dqd, dkd, dvd)
+		}
+	}
+	for _, c := range [][2][]float64{{o, od}, {dq, dqd}, {dk, dkd}, {dv, dvd}} {
+		assert.InDeltaSlice(t, c[0], c[1], 1e-12)
 	}
 }

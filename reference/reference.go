@@ -36,6 +36,8 @@ type Params struct {
 	// SeqUsedK is each sequence's key count ([B], ≤ Nk): keys at or past
 	// it are masked, and Diag uses it as Nk.
 	SeqUsedK []int
+	// Dropout, when set, drops probabilities (DropFactor).
+	Dropout *Dropout
 }
 
 // Window bounds the keys a query sees around its diagonal; −1 is
@@ -116,6 +118,9 @@ func (p Params) validateExt() error {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return fmt.Errorf("%w: ALiBi slope %v, must be finite", ErrShape, x)
 		}
+	}
+	if err := p.Dropout.validate(); err != nil {
+		return err
 	}
 	if p.SeqUsedK != nil && len(p.SeqUsedK) != p.B {
 		return fmt.Errorf("%w: %d key counts, want B = %d", ErrShape, len(p.SeqUsedK), p.B)
@@ -251,6 +256,23 @@ func scatterAdd(t []float64, m *mat.Dense, b, n, nh, h, x int) {
 	}
 }
 
+// dropped is P ∘ Z, the probabilities of (b, h) times their dropout
+// factors: pm itself without dropout.
+func (p Params) dropped(pm *mat.Dense, b, h int) *mat.Dense {
+	if p.Dropout == nil || p.Dropout.Threshold() == 0 {
+		return pm
+	}
+	zm := mat.DenseCopyOf(pm)
+	for i := range p.Nq {
+		for j := range p.Nk {
+			if f := p.DropFactor(b, h, i, j); f != 1 {
+				zm.Set(i, j, zm.At(i, j)*f)
+			}
+		}
+	}
+	return zm
+}
+
 // kvHead returns the kv head read by query head h.
 func (p Params) kvHead(h int) int { return h / (p.Hq / p.Hkv) }
 
@@ -347,7 +369,7 @@ func ForwardContext(ctx context.Context, p Params, q, k, v []float64) (o, lse []
 			}
 			pm, l := probs(p, q, k, b, h)
 			vm := gather(v, b, p.Nk, p.Hkv, p.kvHead(h), p.Dv)
-			om.Mul(pm, vm)
+			om.Mul(p.dropped(pm, b, h), vm)
 			scatterAdd(o, om, b, p.Nq, p.Hq, h, p.Dv)
 			copy(lse[(b*p.Hq+h)*p.Nq:], l)
 		}
@@ -403,12 +425,14 @@ func BackwardContext(ctx context.Context, p Params, q, k, v, do []float64) (dq, 
 			vm := gather(v, b, p.Nk, p.Hkv, kh, p.Dv)
 			dom := gather(do, b, p.Nq, p.Hq, h, p.Dv)
 
-			// dV = Pᵀ dO
+			// dV = (P ∘ Z)ᵀ dO, Z the dropout factors (1 without dropout).
+			zm := p.dropped(pm, b, h)
 			dvm.Reset()
-			dvm.Mul(pm.T(), dom)
+			dvm.Mul(zm.T(), dom)
 			scatterAdd(dv, &dvm, b, p.Nk, p.Hkv, kh, p.Dv)
 
-			// dP = dO Vᵀ;  dS = P ∘ (dP − rowsum(dP ∘ P)), stored in dpm.
+			// dP = dO Vᵀ;  dS = P ∘ (Z ∘ dP − rowsum(dP ∘ P ∘ Z)), stored in
+			// dpm.
 			dpm.Reset()
 			dpm.Mul(dom, vm.T())
 			var sm mat.Dense // scaled products, for the softcap's derivative
@@ -419,10 +443,10 @@ func BackwardContext(ctx context.Context, p Params, q, k, v, do []float64) (dq, 
 			for i := 0; i < p.Nq; i++ {
 				di := 0.0
 				for j := 0; j < p.Nk; j++ {
-					di += dpm.At(i, j) * pm.At(i, j)
+					di += dpm.At(i, j) * zm.At(i, j)
 				}
 				for j := 0; j < p.Nk; j++ {
-					ds := pm.At(i, j) * (dpm.At(i, j) - di)
+					ds := pm.At(i, j) * (dpm.At(i, j)*p.DropFactor(b, h, i, j) - di)
 					if p.Softcap > 0 {
 						ds *= p.scoreGrad(sm.At(i, j))
 					}

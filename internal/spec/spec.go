@@ -149,7 +149,7 @@ type Problem struct {
 // side; a causal mask is Right = 0). Its score of key j is s = Scale·q·k,
 // then c·tanh(s/c) with c = Softcap when Softcap > 0, then
 // s − slope·|Diag(b, i) − j| with the ALiBi slope of (b, h) when Slopes
-// is set.
+// is set. With Dropout the probabilities are dropped (see Dropout).
 type Ext struct {
 	Left, Right int
 	BottomRight bool
@@ -169,6 +169,8 @@ type Ext struct {
 	// are the longest lengths. LSE and D are then [Hq, Tq]
 	// (Tq = CuQ[B]). nil: every sequence has Nq queries and Nk keys.
 	CuQ, CuK []int32
+	// Dropout, when set, drops probabilities (see Dropout).
+	Dropout *Dropout
 }
 
 // CheckExt reports what in p.Ext would break the methods above or index
@@ -204,6 +206,9 @@ func (p *Problem) CheckExt() error {
 		if n < 0 || int(n) > p.StoredKeys(b) {
 			return fmt.Errorf("key count %d of sequence %d (%d stored)", n, b, p.StoredKeys(b))
 		}
+	}
+	if d := e.Dropout; d != nil && (d.Threshold == 0 || d.Threshold > 65535 || d.Batch0 < 0) {
+		return fmt.Errorf("dropout threshold %d (1 … 65535), first sequence %d", d.Threshold, d.Batch0)
 	}
 	if want := p.Hq; e.Slopes != nil {
 		if e.SlopesPerBatch {
@@ -324,6 +329,11 @@ func (p *Problem) Batches(b0, n int) *Problem {
 		}
 		if e.SlopesPerBatch {
 			x.Slopes = e.Slopes[b0*p.Hq : (b0+n)*p.Hq]
+		}
+		if e.Dropout != nil {
+			d := *e.Dropout
+			d.Batch0 += b0
+			x.Dropout = &d
 		}
 		c.Ext = &x
 	}

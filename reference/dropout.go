@@ -1,0 +1,81 @@
+package reference
+
+import (
+	"fmt"
+	"math"
+)
+
+// Dropout drops attention probabilities (see the package doc, Dropout):
+// each is kept with probability 1 − P and then scaled by 1/(1 − P).
+type Dropout struct {
+	// P is the probability of dropping an element, 0 ≤ P < 1, applied at
+	// a resolution of 2⁻¹⁶ (Threshold).
+	P      float64
+	Seed   uint64
+	Offset uint32
+}
+
+// Threshold is round(P·65536), at most 65535: an element is kept when
+// its 16-bit draw is at least this.
+func (d *Dropout) Threshold() uint32 { return uint32(min(math.Round(d.P*65536), 65535)) }
+
+// Scale is the factor of a kept element, 65536/(65536 − Threshold).
+func (d *Dropout) Scale() float64 { return 65536 / float64(65536-d.Threshold()) }
+
+func (d *Dropout) validate() error {
+	if d != nil && !(d.P >= 0 && d.P < 1) {
+		return fmt.Errorf("%w: Dropout.P = %v, want 0 ≤ P < 1", ErrShape, d.P)
+	}
+	return nil
+}
+
+// Keep reports whether the probability of query row i and key j of
+// sequence b, head h (of hq) survives: the 16-bit half j mod 8 of the
+// Philox4x32-10 block of counter (j/8, i, b·hq + h, Offset) and key
+// (Seed's low and high words) is at least Threshold.
+func (d *Dropout) Keep(hq, b, h, i, j int) bool {
+	w := philox4x32([4]uint32{uint32(j / 8), uint32(i), uint32(b*hq + h), d.Offset},
+		[2]uint32{uint32(d.Seed & 0xffffffff), uint32(d.Seed >> 32)})
+	half := w[(j%8)/2]
+	if j%2 == 1 {
+		half >>= 16
+	}
+	return half&0xffff >= d.Threshold()
+}
+
+// DropFactor is the factor dropout applies to the probability of query
+// row i and key j of (b, h): 0 when dropped, Scale when kept, 1 without
+// Dropout (or with P = 0).
+func (p Params) DropFactor(b, h, i, j int) float64 {
+	d := p.Dropout
+	if d == nil || d.Threshold() == 0 {
+		return 1
+	}
+	if d.Keep(p.Hq, b, h, i, j) {
+		return d.Scale()
+	}
+	return 0
+}
+
+// philox4x32 is the Philox4x32-10 block function: ten rounds, each two
+// 32×32 → 64-bit products of counter words with the multipliers, their
+// high halves xored with the other counter words and the round key; the
+// key is bumped by the Weyl constants (the golden ratio's and √3 − 1's
+// first 32 fraction bits) before every round but the first.
+func philox4x32(c [4]uint32, k [2]uint32) [4]uint32 {
+	for r := 0; r < 10; r++ {
+		if r > 0 {
+			k[0] += 0x9E3779B9
+			k[1] += 0xBB67AE85
+		}
+		hi0, lo0 := mul32(0xD2511F53, c[0])
+		hi1, lo1 := mul32(0xCD9E8D57, c[2])
+		c = [4]uint32{hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0}
+	}
+	return c
+}
+
+func mul32(a, b uint32) (hi, lo uint32) {
+	x := uint64(a) * uint64(b)
+	return uint32(x >> 32), uint32(x)
+}

@@ -13,6 +13,10 @@ type Dropout struct {
 	P      float64
 	Seed   uint64
 	Offset uint32
+	// Batch0 is added to the sequence index b in the counter: the index
+	// of Params' first sequence in a larger batch (one sequence of a
+	// packed batch checked alone, say).
+	Batch0 int
 }
 
 // Threshold is round(P·65536), at most 65535: an element is kept when
@@ -26,15 +30,18 @@ func (d *Dropout) validate() error {
 	if d != nil && !(d.P >= 0 && d.P < 1) {
 		return fmt.Errorf("%w: Dropout.P = %v, want 0 ≤ P < 1", ErrShape, d.P)
 	}
+	if d != nil && d.Batch0 < 0 {
+		return fmt.Errorf("%w: Dropout.Batch0 = %d, want ≥ 0", ErrShape, d.Batch0)
+	}
 	return nil
 }
 
 // Keep reports whether the probability of query row i and key j of
 // sequence b, head h (of hq) survives: the 16-bit half j mod 8 of the
-// Philox4x32-10 block of counter (j/8, i, b·hq + h, Offset) and key
-// (Seed's low and high words) is at least Threshold.
+// Philox4x32-10 block of counter (j/8, i, (Batch0 + b)·hq + h, Offset)
+// and key (Seed's low and high words) is at least Threshold.
 func (d *Dropout) Keep(hq, b, h, i, j int) bool {
-	w := philox4x32([4]uint32{uint32(j / 8), uint32(i), uint32(b*hq + h), d.Offset},
+	w := philox4x32([4]uint32{uint32(j / 8), uint32(i), uint32((d.Batch0+b)*hq + h), d.Offset},
 		[2]uint32{uint32(d.Seed & 0xffffffff), uint32(d.Seed >> 32)})
 	half := w[(j%8)/2]
 	if j%2 == 1 {

@@ -54,6 +54,11 @@ type Case struct {
 	Softcap  float32
 	ALiBi    int
 	SeqUsedK []int32
+	// Dropout is Options' (nil: none); dropBatch0 is the index of the
+	// case's first sequence in the call that drew its mask (a packed
+	// batch's sequence checked alone).
+	Dropout    *attention.Dropout
+	dropBatch0 int
 }
 
 // Slopes are the case's ALiBi slopes: the geometric 2^(−8(h+1)/Hq) of
@@ -88,7 +93,7 @@ func (c Case) String() string {
 	if c.Scale != 0 {
 		s += fmt.Sprintf("_scale%g", c.Scale)
 	}
-	s += optionSuffix(c.Window, c.Softcap, c.ALiBi, c.SeqUsedK)
+	s += optionSuffix(c.Window, c.Softcap, c.ALiBi, c.SeqUsedK) + dropSuffix(c.Dropout)
 	if c.Name != "" {
 		s = c.Name + "/" + s
 	}
@@ -127,10 +132,29 @@ func optionSuffix(w *attention.Window, softcap float32, alibi int, seqUsedK []in
 	return s
 }
 
+// dropSuffix names a case's dropout in its name.
+func dropSuffix(d *attention.Dropout) string {
+	if d == nil {
+		return ""
+	}
+	return fmt.Sprintf("_dropout%g", d.P)
+}
+
+// refDropout is d as the reference's for sequences from b0 on: the P
+// that the library applies (round(P·65536)/65536, Options.Dropout), so
+// that both draw the same mask; nil for nil.
+func refDropout(d *attention.Dropout, b0 int) *reference.Dropout {
+	if d == nil {
+		return nil
+	}
+	t := min(math.Round(float64(d.P)*65536), 65535)
+	return &reference.Dropout{P: t / 65536, Seed: d.Seed, Offset: d.Offset, Batch0: b0}
+}
+
 func (c Case) params() reference.Params {
 	p := reference.Params{B: c.B, Hq: c.Hq, Hkv: c.Hkv, Nq: c.Nq, Nk: c.Nk, D: c.D, Dv: c.Dv,
 		Scale: float64(c.Scale), Causal: c.Causal, BottomRight: c.Align == attention.BottomRight,
-		Softcap: float64(c.Softcap)}
+		Softcap: float64(c.Softcap), Dropout: refDropout(c.Dropout, c.dropBatch0)}
 	if w := c.Window; w != nil {
 		p.Window = &reference.Window{Left: w.Left, Right: w.Right}
 	}
@@ -145,7 +169,7 @@ func (c Case) params() reference.Params {
 
 func (c Case) options() attention.Options {
 	return attention.Options{Scale: c.Scale, Causal: c.Causal, Align: c.Align,
-		Window: c.Window, Softcap: c.Softcap, ALiBi: c.Slopes(), SeqUsedK: c.SeqUsedK}
+		Window: c.Window, Softcap: c.Softcap, ALiBi: c.Slopes(), SeqUsedK: c.SeqUsedK, Dropout: c.Dropout}
 }
 
 // Cases is the conformance table: tails around tile sizes, Nq ≠ Nk both
@@ -183,11 +207,17 @@ func Cases() []Case {
 // causal in both alignments, wider than the sequence, Nq ≠ Nk both ways,
 // a long sequence whose window skips tiles), softcap (alone, with a
 // window as Gemma 2), ALiBi (per head with causal, per sequence), key
-// counts (0, a few, all) with and without the rest, GQA and MQA, D ≠ Dv,
-// d256, BHSD and packed views.
+// counts (0, a few, all) with and without the rest, dropout (p 0.1 …
+// 0.9, alone and with each option), GQA and MQA, D ≠ Dv, d256, BHSD and
+// packed views.
 func FeatureCases() []Case {
 	tl, br := attention.TopLeft, attention.BottomRight
 	win := func(l, r int) *attention.Window { return &attention.Window{Left: l, Right: r} }
+	// drop: dropout p with seed and offset that set both halves of the
+	// Philox key and the counter's last word.
+	drop := func(p float32, n uint64) *attention.Dropout {
+		return &attention.Dropout{P: p, Seed: n<<40 | 0x9e3779b9*n, Offset: uint32(n * 7)}
+	}
 	return []Case{
 		{Name: "window", B: 1, Hq: 1, Hkv: 1, Nq: 1, Nk: 1, D: 8, Dv: 8, Window: win(0, 0)},
 		{Name: "window", B: 1, Hq: 2, Hkv: 1, Nq: 129, Nk: 129, D: 64, Dv: 64, Window: win(32, 16)},
@@ -208,18 +238,28 @@ func FeatureCases() []Case {
 		{Name: "d256", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 129, D: 256, Dv: 256, Causal: true, Align: br, Window: win(40, 0), Softcap: 10},
 		{Name: "bhsd", B: 2, Hq: 4, Hkv: 2, Nq: 96, Nk: 80, D: 64, Dv: 64, Layout: attention.BHSD, Window: win(30, 30), ALiBi: 1},
 		{Name: "packed", B: 2, Hq: 3, Hkv: 3, Nq: 77, Nk: 77, D: 40, Dv: 40, Packed: true, Causal: true, Window: win(9, 0), Softcap: 2},
+		{Name: "dropout", B: 1, Hq: 1, Hkv: 1, Nq: 1, Nk: 1, D: 8, Dv: 8, Dropout: drop(0.5, 3)},
+		{Name: "dropout", B: 2, Hq: 4, Hkv: 2, Nq: 127, Nk: 129, D: 64, Dv: 64, Dropout: drop(0.1, 1)},
+		{Name: "dropout", B: 1, Hq: 2, Hkv: 2, Nq: 100, Nk: 300, D: 80, Dv: 80, Causal: true, Align: br, Dropout: drop(0.5, 2)},
+		{Name: "dropout", B: 1, Hq: 2, Hkv: 1, Nq: 129, Nk: 127, D: 128, Dv: 128, Causal: true, Align: tl, Dropout: drop(0.9, 4)},
+		{Name: "dropout-gemma", B: 2, Hq: 4, Hkv: 2, Nq: 257, Nk: 257, D: 128, Dv: 128, Scale: 0.25, Softcap: 20, Causal: true, Align: br, Window: win(100, 0), Dropout: drop(0.2, 5)},
+		{Name: "dropout", B: 3, Hq: 2, Hkv: 2, Nq: 40, Nk: 100, D: 32, Dv: 32, SeqUsedK: []int32{1, 100, 63}, ALiBi: 2, Dropout: drop(0.3, 6)},
+		{Name: "dropout", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 129, D: 256, Dv: 256, Causal: true, Dropout: drop(0.25, 7)},
+		{Name: "dropout", B: 2, Hq: 4, Hkv: 2, Nq: 96, Nk: 80, D: 64, Dv: 64, Layout: attention.BHSD, Dropout: drop(0.4, 8)},
 	}
 }
 
 // RunFeatures runs the feature table forward and backward on every dtype,
-// then the backward of a window + softcap + ALiBi GQA case n times,
+// then the backward of a window + softcap + ALiBi + dropout GQA case n
+// times,
 // demanding bitwise-identical gradients, then the packed
 // variable-length sequences (RunVarlen).
 func RunFeatures(t *testing.T, e *attention.Engine) {
 	t.Run("forward", func(t *testing.T) { RunForwardCases(t, e, FeatureCases()) })
 	t.Run("backward", func(t *testing.T) { RunBackwardCases(t, e, FeatureCases()) })
 	c := Case{B: 2, Hq: 4, Hkv: 2, Nq: 150, Nk: 130, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight,
-		Window: &attention.Window{Left: 50, Right: 0}, Softcap: 4, ALiBi: 1, SeqUsedK: []int32{130, 77}}
+		Window: &attention.Window{Left: 50, Right: 0}, Softcap: 4, ALiBi: 1, SeqUsedK: []int32{130, 77},
+		Dropout: &attention.Dropout{P: 0.25, Seed: 1<<63 | 12345, Offset: 9}}
 	t.Run("deterministic", func(t *testing.T) { runDeterminism(t, e, c, 5) })
 	t.Run("varlen", func(t *testing.T) { RunVarlen(t, e) })
 }

@@ -128,9 +128,11 @@ func (in *Inputs) gradMagnitudes(ref *Ref) (dq, dk []float64) {
 		}
 		return s
 	}
+	p := c.params()
 	return in.pairSums(func(b, h, kh, i, j int) float64 {
 		oi := c.oOff(b, i, h)
-		return math.Abs(dot(in.dO, oi, in.v64, c.vOff(b, j, kh))) + math.Abs(dot(in.dO, oi, ref.O, oi))
+		z := p.DropFactor(b, h, i, j) // (dropout: P·(z·dP − D))
+		return z*math.Abs(dot(in.dO, oi, in.v64, c.vOff(b, j, kh))) + math.Abs(dot(in.dO, oi, ref.O, oi))
 	})
 }
 
@@ -254,7 +256,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 				for d := range c.Dv {
 					var acc float32
 					for j := range c.Nk {
-						acc += float32(P[i][j] * in.v64[vi(b, j, kh)+d])
+						acc += float32(P[i][j] * p.DropFactor(b, h, i, j) * in.v64[vi(b, j, kh)+d])
 					}
 					r.O[oi(b, i, h)+d] = r16(float64(acc))
 				}
@@ -272,7 +274,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 					if P[i][j] == 0 {
 						continue
 					}
-					dP := r16(dot(in.dO, oi(b, i, h), in.v64, vi(b, j, kh), c.Dv))
+					dP := r16(dot(in.dO, oi(b, i, h), in.v64, vi(b, j, kh), c.Dv)) * p.DropFactor(b, h, i, j)
 					dS[j] = r16(P[i][j] * (dP - Di))
 					if c.Softcap > 0 { // through c·tanh(s/c): 1 − tanh²
 						t := math.Tanh(r16(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D)) / float64(c.Softcap))
@@ -291,7 +293,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 						dk[j*(c.D+c.Dv)+d] += float64(float32(dS[j] * in.q64[qi(b, i, h)+d]))
 					}
 					for d := range c.Dv {
-						dk[j*(c.D+c.Dv)+c.D+d] += float64(float32(P[i][j] * in.dO[oi(b, i, h)+d]))
+						dk[j*(c.D+c.Dv)+c.D+d] += float64(float32(P[i][j] * p.DropFactor(b, h, i, j) * in.dO[oi(b, i, h)+d]))
 					}
 				}
 			}

@@ -24,13 +24,14 @@ type VarlenCase struct {
 	Softcap        float32
 	ALiBi          bool
 	SeqUsedK       []int32
+	Dropout        *attention.Dropout
 	Layout         attention.Layout
 }
 
 func (c VarlenCase) String() string {
 	s := fmt.Sprintf("%s/Hq%d_Hkv%d_d%d_q%v_k%v", c.Name, c.Hq, c.Hkv, c.D, c.LensQ, c.LensK)
 	s += dvMaskSuffix(c.D, c.Dv, c.Causal, c.Align)
-	s += optionSuffix(c.Window, c.Softcap, c.alibi(), c.SeqUsedK)
+	s += optionSuffix(c.Window, c.Softcap, c.alibi(), c.SeqUsedK) + dropSuffix(c.Dropout)
 	if c.Layout == attention.BHSD {
 		s += "_bhsd"
 	}
@@ -48,7 +49,8 @@ func (c VarlenCase) alibi() int {
 // seq is sequence b as a one-sequence Case of the conformance table.
 func (c VarlenCase) seq(b int) Case {
 	s := Case{B: 1, Hq: c.Hq, Hkv: c.Hkv, Nq: c.LensQ[b], Nk: c.LensK[b], D: c.D, Dv: c.Dv,
-		Causal: c.Causal, Align: c.Align, Scale: c.Scale, Window: c.Window, Softcap: c.Softcap, ALiBi: c.alibi()}
+		Causal: c.Causal, Align: c.Align, Scale: c.Scale, Window: c.Window, Softcap: c.Softcap, ALiBi: c.alibi(),
+		Dropout: c.Dropout, dropBatch0: b}
 	if c.SeqUsedK != nil {
 		s.SeqUsedK = []int32{c.SeqUsedK[b]}
 	}
@@ -73,7 +75,8 @@ func (c VarlenCase) options() attention.Options {
 // VarlenCases is the packed-sequence table: lengths 0, 1, 17, 127, 129
 // inside one batch, queries and keys of different lengths (and keys
 // without queries and queries without keys), both causal alignments,
-// windows, softcap with ALiBi, key counts, GQA, D ≠ Dv and BHSD.
+// windows, softcap with ALiBi, key counts, dropout, GQA, D ≠ Dv and
+// BHSD.
 func VarlenCases() []VarlenCase {
 	br, tl := attention.BottomRight, attention.TopLeft
 	return []VarlenCase{
@@ -84,6 +87,8 @@ func VarlenCases() []VarlenCase {
 		{Name: "softcap-alibi", Hq: 4, Hkv: 4, D: 64, Dv: 64, LensQ: []int{17, 129, 1}, LensK: []int{17, 129, 1}, Causal: true, Align: br, Softcap: 4, ALiBi: true, Scale: 0.5},
 		{Name: "seqused", Hq: 2, Hkv: 1, D: 64, Dv: 64, LensQ: []int{10, 60, 33}, LensK: []int{50, 60, 40}, SeqUsedK: []int32{20, 60, 0}, Window: &attention.Window{Left: 8, Right: 8}, Align: br},
 		{Name: "d128", Hq: 4, Hkv: 2, D: 128, Dv: 128, LensQ: []int{100, 257}, LensK: []int{100, 257}, Causal: true, Align: br, Window: &attention.Window{Left: 64, Right: 0}, Layout: attention.BHSD},
+		{Name: "dropout", Hq: 2, Hkv: 1, D: 64, Dv: 64, LensQ: []int{17, 0, 129, 40}, LensK: []int{17, 5, 129, 90}, Causal: true, Align: br,
+			Dropout: &attention.Dropout{P: 0.3, Seed: 0xfeed_0000_beef, Offset: 4}},
 	}
 }
 

@@ -40,9 +40,12 @@
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
 //   16·(max(BC·LDK4, CM_M·CM_N/4) + BC·LDV4 + BR·LDK4 + BR·LDV4) + 8·BR
-//   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8))
+//   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8)), and with dropout the step's
+//   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 8
+#define DROP_ROWS BR
+#define DROP_KEYS BC
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -110,7 +113,8 @@ const uint NPL = (BR + WG - 1u) / WG;
 // params.glsl. With EXT the score is ext_score of the raw product Sᵀ and
 // dPᵀ − D is scaled by ext_dsoft(Sᵀ) (dSᵀ is w.r.t. the capped score; a
 // masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites
-// Sᵀ.
+// Sᵀ. With dropout Pᵀ·keep is dV's operand and dSᵀ = Pᵀ ∘ (keep·s·dPᵀ −
+// D), s the kept elements' scale (dV's store applies it).
 #define SOFTMAX_M1(CAREFUL) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
@@ -119,12 +123,13 @@ const uint NPL = (BR + WG - 1u) / WG;
 			float l2 = sL[col]; \
 			bool vis = l2 != NEG_INF && !(need_mask && (kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
 			float x = EXT != 0u ? ext_score(S[t][i], r0 + col, kj) : S[t][i] * sl2; \
-			float g = dP[t][i] - sDr[col]; \
+			float keep = drop_keep(col, sgk + rowOf[i]); \
+			float g = dP[t][i] * (keep * dscale) - sDr[col]; \
 			if (EXT != 0u) { \
 				g *= ext_dsoft(S[t][i]); \
 			} \
 			float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
-			S[t][i] = p; \
+			S[t][i] = p * keep; \
 			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
@@ -141,13 +146,14 @@ const uint NPL = (BR + WG - 1u) / WG;
 		bool vis = l2 != NEG_INF && !(need_mask && (kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
 		uint si = (sgk + kr) * LDS + col; \
 		float x = EXT != 0u ? ext_score(sS[si], r0 + col, kj) : sS[si] * sl2; \
-		float g = sdP[si] - sDr[col]; \
+		float keep = drop_keep(col, sgk + kr); \
+		float g = sdP[si] * (keep * dscale) - sDr[col]; \
 		if (EXT != 0u) { \
 			g *= ext_dsoft(sS[si]); \
 		} \
 		float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
 		uint pi = (sgk + kr) * LDP + col; \
-		sP[pi] = CM_TO(p); \
+		sP[pi] = CM_TO(p * keep); \
 		sdS[pi] = CM_TO(BWD_DS(CAREFUL, vis, p, g)); \
 	}
 
@@ -186,6 +192,7 @@ void main() {
 	uint c0 = gl_WorkGroupID.x * KB;
 	uint sgk = sg * CM_M; // the subgroup's first key within the tile
 	float sl2 = pc.scale * LOG2E;
+	float dscale = drop_scale(); // (1 without dropout)
 	ext_begin(b);
 	if (c0 >= seq_nk) {
 		return; // past a packed sequence's keys (uniform)
@@ -303,6 +310,7 @@ void main() {
 					sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
 				}
 			}
+			drop_fill(r0, c0, tid, WG); // (dropout: the step's keep bits)
 			barrier();
 			// A step with a careful row (dead, or a huge LSE; params.glsl)
 			// takes the careful softmax, and a dead row's Q and dO are zeroed
@@ -416,7 +424,7 @@ void main() {
 		coopMatStore(o16, sK, sgk * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 	}
 	[[unroll]] for (uint j = 0u; j < NDV; ++j) {
-		ACC16 o16 = CM_NARROW(dV[j]);
+		ACC16 o16 = CM_NARROW(dV[j] * dscale);
 		coopMatStore(o16, sV, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 	}
 	barrier();

@@ -34,9 +34,12 @@
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
 //   16·max(BR·LDK4, BR·LDV4, BC·(LDK4+LDV4), CM_M·CM_N/4) + 8·BR
-//   + MODE 0: NSG·CM_M·(8·(BC+4) + 2·(BC+8))
+//   + MODE 0: NSG·CM_M·(8·(BC+4) + 2·(BC+8)), and with dropout the tile's
+//   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 7
+#define DROP_ROWS BR
+#define DROP_KEYS BC
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -65,14 +68,15 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 // tile, in registers (MODE 1, into dsA) or through shared memory (MODE 0,
 // into sdS); CAREFUL as in params.glsl. With EXT the score is ext_score of
 // the raw product S and dP − D is scaled by ext_dsoft(S) (dS is w.r.t. the
-// capped score; a masked element's dS stays 0).
+// capped score; a masked element's dS stays 0). With dropout dS = P ∘
+// (keep·s·dP − D), s the kept elements' scale.
 #define DS_M1(CAREFUL) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint c = c0 + t * CM_N + colOf[i]; \
 			bool vis = lOf[i] != NEG_INF && !(need_mask && (c >= limOf[i] || c < fstOf[i])); \
 			float x = EXT != 0u ? ext_score(S[t][i], r0 + sgr + rowOf[i], c) : S[t][i] * sl2; \
-			float g = dP[t][i] - dOf[i]; \
+			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], t * CM_N + colOf[i]) * dscale) - dOf[i]; \
 			if (EXT != 0u) { \
 				g *= ext_dsoft(S[t][i]); \
 			} \
@@ -94,7 +98,7 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 		bool vis = l2 != NEG_INF && !(need_mask && (c0 + col >= lim || c0 + col < fst)); \
 		uint si = r * LDS + col; \
 		float x = EXT != 0u ? ext_score(sS[si], r0 + r, c0 + col) : sS[si] * sl2; \
-		float g = sdP[si] - sDr[r]; \
+		float g = sdP[si] * (drop_keep(r, col) * dscale) - sDr[r]; \
 		if (EXT != 0u) { \
 			g *= ext_dsoft(sS[si]); \
 		} \
@@ -132,6 +136,7 @@ void main() {
 	uint r0 = gl_WorkGroupID.x * BR;
 	uint sgr = sg * CM_M; // the subgroup's first row within the tile
 	float sl2 = pc.scale * LOG2E;
+	float dscale = drop_scale(); // (1 without dropout)
 	ext_begin(b);
 	ext_head(b, h);
 	if (r0 >= seq_nq) {
@@ -218,6 +223,7 @@ void main() {
 			uint c4 = e - r * DVP8;
 			sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
 		}
+		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)
 		barrier();
 		// Masking (causal, a window edge, or the tail past Nk) is needed
 		// when the workgroup's first row does not see every key of the tile

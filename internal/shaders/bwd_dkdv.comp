@@ -26,7 +26,8 @@
 //     + BR·(D+1) + BR·(DV+1)      Q and dO tiles
 //     + 2·BR·(BC+1)               P and dS
 //     + 2·BR )                    LSE and D of the query tile
-// = shaders.BwdDKDVSharedBytes(BR, BC, D, DV, f16).
+// = shaders.BwdDKDVSharedBytes(BR, BC, D, DV, f16), plus with dropout
+// the tile's keep bits (shaders.DropSharedBytes).
 //
 // For each query head of the group (in order) and each query tile that can
 // see the key tile (causal: tiles wholly above the diagonal are skipped;
@@ -34,9 +35,13 @@
 //   P = exp(scale·Q Kᵀ − LSE) (with EXT, exp of ext_score − LSE; 0 where
 //   masked or LSE = −inf), dV += Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D) (with
 //   a softcap times its derivative ext_dsoft), dK += dSᵀ Q; finally
-//   dK ·= scale.
+//   dK ·= scale. With dropout (keep bits drawn per query tile, ext.glsl)
+//   dV += (P·keep)ᵀ dO and dS = P ∘ (keep·s·dP − D), s the kept
+//   elements' scale, which dV's store applies.
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 8
+#define DROP_ROWS BR
+#define DROP_KEYS BC
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -57,7 +62,8 @@ shared float sP[BR * LDP];
 
 // DKDV_ROW(CAREFUL): P and dS of row r against the thread's KM keys (with
 // EXT: of the raw scores sacc through ext_score, dS times ext_dsoft where
-// visible, which leaves masked elements exactly 0).
+// visible, which leaves masked elements exactly 0; with dropout P·keep
+// for dV, whose scale the store applies, and dS = P·(keep·scale·dP − D)).
 #define DKDV_ROW(CAREFUL) \
 	[[unroll]] for (uint mm = 0u; mm < KM; ++mm) { \
 		uint c = tk + TK * mm; \
@@ -66,11 +72,12 @@ shared float sP[BR * LDP];
 		float x = EXT != 0u ? ext_score(sv, r0 + r, c0 + c) : sv * sl2; \
 		float p = visible ? BWD_P(CAREFUL, x - lse2, lse2) : 0.0; \
 		if (rin) { \
-			float ds = BWD_DS(CAREFUL, visible, p, pacc[mm * RN + n] - drow); \
+			float keep = drop_keep(r, c); \
+			float ds = BWD_DS(CAREFUL, visible, p, pacc[mm * RN + n] * (keep * dscale) - drow); \
 			if (EXT != 0u && visible) { \
 				ds *= ext_dsoft(sv); \
 			} \
-			sP[r * LDP + c] = p; \
+			sP[r * LDP + c] = p * keep; \
 			sdS[r * LDP + c] = ds; \
 		} \
 	}
@@ -83,6 +90,7 @@ void main() {
 	uint b = gl_WorkGroupID.z;
 	uint c0 = gl_WorkGroupID.x * BC;
 	float sl2 = pc.scale * LOG2E;
+	float dscale = drop_scale(); // (1 without dropout)
 	ext_begin(b);
 	if (c0 >= seq_nk) {
 		return; // past a packed sequence's keys (uniform)
@@ -122,6 +130,7 @@ void main() {
 			uint rows = min(BR, seq_nq - r0);
 			barrier(); // the previous tile is done with sQ, sdO, sP, sdS
 			STAGE_QUERY_TILE(b, h, r0, rows)
+			drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)
 			barrier();
 
 			// No mask needed when even the tile's first row sees all its keys
@@ -197,7 +206,7 @@ void main() {
 			[[unroll]] for (uint n = 0u; n < DVN; ++n) {
 				uint d = tx + TX * n;
 				if (d < DV) {
-					EL(dv, vb + d) = STORE(dv[mm * DVN + n]);
+					EL(dv, vb + d) = STORE(dv[mm * DVN + n] * dscale);
 				}
 			}
 		}

@@ -23,15 +23,20 @@
 //     + BC·(D+1) + BC·(DV+1)      K and V tiles
 //     + BR·(BC+1)                 dS
 //     + 2·BR )                    LSE and D
-// = shaders.BwdDQSharedBytes(BR, BC, D, DV, f16).
+// = shaders.BwdDQSharedBytes(BR, BC, D, DV, f16), plus with dropout the
+// tile's keep bits (shaders.DropSharedBytes).
 //
 // For each key tile the query tile can see (causal: tiles wholly above the
 // diagonal are skipped; with EXT a window also skips the tiles left of
 // every row's window): P = exp(scale·Q Kᵀ − LSE) (with EXT, exp of
 // ext_score − LSE), dP = dO Vᵀ, dS = P ∘ (dP − D) (with a softcap times its
-// derivative ext_dsoft), dQ += dS K; finally dQ ·= scale.
+// derivative ext_dsoft), dQ += dS K; finally dQ ·= scale. With dropout
+// (keep bits drawn per key tile, ext.glsl) dS = P ∘ (keep·s·dP − D), s
+// the kept elements' scale.
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 7
+#define DROP_ROWS BR
+#define DROP_KEYS BC
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -48,7 +53,8 @@ const uint DN = (D + TX - 1u) / TX;
 
 // DQ_ROW(CAREFUL): dS of row r against the thread's CN keys (with EXT: of
 // the raw scores sacc through ext_score, and times ext_dsoft where
-// visible, which leaves masked elements exactly 0).
+// visible, which leaves masked elements exactly 0; with dropout
+// dS = P·(keep·scale·dP − D)).
 #define DQ_ROW(CAREFUL) \
 	[[unroll]] for (uint n = 0u; n < CN; ++n) { \
 		uint c = min(tx + TX * n, BC - 1u); /* clamped; stored only if in range */ \
@@ -58,7 +64,7 @@ const uint DN = (D + TX - 1u) / TX;
 		float x = EXT != 0u ? ext_score(sv, r0 + r, c0 + c) : sv * sl2; \
 		float p = visible ? BWD_P(CAREFUL, x - lse2, lse2) : 0.0; \
 		if (cin) { \
-			float ds = BWD_DS(CAREFUL, visible, p, pacc[m * CN + n] - drow); \
+			float ds = BWD_DS(CAREFUL, visible, p, pacc[m * CN + n] * (drop_keep(r, c) * dscale) - drow); \
 			if (EXT != 0u && visible) { \
 				ds *= ext_dsoft(sv); \
 			} \
@@ -75,6 +81,7 @@ void main() {
 	uint kvh = kv_head(h);
 	uint r0 = gl_WorkGroupID.x * BR;
 	float sl2 = pc.scale * LOG2E;
+	float dscale = drop_scale(); // (1 without dropout)
 	ext_begin(b);
 	ext_head(b, h);
 	if (r0 >= seq_nq) {
@@ -111,6 +118,7 @@ void main() {
 		uint cols = min(BC, nkeys - c0);
 		barrier(); // Q/dO/LSE/D staged; the previous tile is done with sK, sdS
 		STAGE_KEY_TILE(b, kvh, c0, cols)
+		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)
 		barrier();
 
 		// need_mask is uniform: false for tiles every row of the tile sees

@@ -9,8 +9,9 @@
 // reduce to pc.mask's causal rule, the Ext buffer is bound but never
 // read); otherwise bit 0 (EXT_ON) builds the extended kernel, which reads
 // its options from the Ext buffer, and bits 1 (EXT_ON_SOFTCAP) and 2
-// (EXT_ON_ALIBI) compile in the score terms the call uses — a kernel
-// without them carries none of their code (shaders.ExtSpec). The Ext
+// (EXT_ON_ALIBI) compile in the score terms the call uses, and bit 3
+// (EXT_ON_DROPOUT) dropout — a kernel without them carries none of their
+// code (shaders.ExtSpec). The Ext
 // buffer holds per-call values that do not fit the push-constant block
 // (it already fills the 128 bytes every Vulkan device offers in the
 // addressed build), written by the call before its first dispatch: per-call values that do not fit the push-constant block
@@ -23,6 +24,10 @@
 //   word 6 cu offset       (words; CuQ then CuK, B+1 uint32 each,
 //                           EXT_VARLEN)
 //   word 7 Tq              (the packed query rows, EXT_VARLEN)
+//   words 8, 9 seed        (dropout: the Philox key, low word first)
+//   word 10 offset         (dropout: the counter's last word)
+//   word 11 threshold      (dropout: a draw below it drops; 0: none)
+//   word 12 first sequence (dropout: added to b in the counter)
 // The host stores a window side wider than Nq + Nk as −1, so the int32
 // arithmetic below cannot overflow (CheckProblem bounds Nq + Nk).
 //
@@ -38,6 +43,7 @@ layout(constant_id = 8) const uint EXT = 0u;
 #define EXT_ON 1u
 #define EXT_ON_SOFTCAP 2u
 #define EXT_ON_ALIBI 4u
+#define EXT_ON_DROPOUT 8u
 layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; };
 
 #define EXT_BOTTOM_RIGHT 1u
@@ -46,6 +52,7 @@ layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; }
 #define EXT_ALIBI_BATCH 8u
 #define EXT_SEQUSED 16u
 #define EXT_VARLEN 32u
+#define EXT_DROPOUT 64u
 
 int ext_nk = 0;          // keys of the sequence (Keys(b))
 int ext_off = 0;         // row i's diagonal is key i + ext_off
@@ -54,6 +61,7 @@ int ext_right = -1;
 float ext_cap = 0.0;     // softcap c (0: off)
 float ext_inv_cap = 0.0; // 1/c
 float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
+uint ext_bh = 0u;        // dropout: (first sequence + b)·Hq + h
 
 void ext_begin(uint b) {
 	seq_begin(b);
@@ -86,6 +94,7 @@ void ext_head(uint b, uint h) {
 	}
 	uint flags = ext_buf[2];
 	ext_slope = 0.0;
+	ext_bh = (ext_buf[12] + b) * pc.Hq + h;
 	if ((flags & EXT_ALIBI) != 0u) {
 		uint idx = (flags & EXT_ALIBI_BATCH) != 0u ? b * pc.Hq + h : h;
 		ext_slope = uintBitsToFloat(ext_buf[ext_buf[5] + idx]) * LOG2E;
@@ -172,3 +181,91 @@ float ext_dsoft(float s) {
 	}
 	return 1.0;
 }
+
+// Dropout (EXT_ON_DROPOUT; spec.Dropout is the definition). The element
+// of query row i and key j of the sequence is kept when its 16-bit draw —
+// half j mod 8 (low half first) of word (j mod 8)/2 of the Philox4x32-10
+// block of counter (j/8, i, ext_bh, offset) and key seed — is at least
+// the threshold; kept elements are scaled by drop_scale(). One block
+// covers 8 keys, so the kernels draw a tile's keep bits once per tile
+// into shared memory (drop_fill) — whatever the layout of the threads
+// or cooperative-matrix fragments that then read them (drop_keep) — at
+// 40 integer operations per 8 elements.
+//
+// A kernel that drops defines DROP_ROWS and DROP_KEYS, its drop tile
+// (query rows × keys, DROP_KEYS a multiple of 8 — tiles start at
+// multiples of it), before including ext.glsl; sDrop then holds a tile's
+// bits, DROP_WPR words per row (bit c mod 32 of word c/32 for key c of
+// the tile), and one word without EXT_ON_DROPOUT.
+
+// philox is the Philox4x32-10 block function: ten rounds of two 32×32 →
+// 64-bit products, the key bumped by the Weyl constants between rounds.
+uvec4 philox(uvec4 c, uvec2 k) {
+	[[unroll]] for (uint r = 0u; r < 10u; ++r) {
+		if (r > 0u) {
+			k += uvec2(0x9E3779B9u, 0xBB67AE85u);
+		}
+		uint hi0, lo0, hi1, lo1;
+		umulExtended(0xD2511F53u, c.x, hi0, lo0);
+		umulExtended(0xCD9E8D57u, c.z, hi1, lo1);
+		c = uvec4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+	}
+	return c;
+}
+
+// drop_bits8 is the keep bits of the 8 keys 8g … 8g+7 of row i (bit e
+// for key 8g+e).
+uint drop_bits8(uint i, uint g) {
+	uvec4 w = philox(uvec4(g, i, ext_bh, ext_buf[10]), uvec2(ext_buf[8], ext_buf[9]));
+	uint t = ext_buf[11];
+	uint bits = 0u;
+	[[unroll]] for (uint e = 0u; e < 4u; ++e) {
+		uint x = w[e];
+		bits |= ((x & 0xFFFFu) >= t ? 1u : 0u) << (2u * e);
+		bits |= ((x >> 16u) >= t ? 1u : 0u) << (2u * e + 1u);
+	}
+	return bits;
+}
+
+// drop_scale is the factor of a kept element, 65536/(65536 − threshold)
+// (1 without dropout).
+float drop_scale() {
+	if ((EXT & EXT_ON_DROPOUT) != 0u) {
+		return 65536.0 / float(65536u - ext_buf[11]);
+	}
+	return 1.0;
+}
+
+#ifdef DROP_ROWS
+const uint DROP_WPR = (DROP_KEYS + 31u) / 32u;
+shared uint sDrop[(EXT & EXT_ON_DROPOUT) != 0u ? DROP_ROWS * DROP_WPR : 1u];
+
+// drop_fill draws the keep bits of the tile of rows r0 … r0+DROP_ROWS−1
+// and keys c0 … c0+DROP_KEYS−1 into sDrop, word by word over threads
+// tid, tid + nthreads, … (call it between barriers, in uniform control
+// flow; nothing without EXT_ON_DROPOUT). Rows and keys past the
+// sequence's are drawn too (never read as kept: they are masked).
+void drop_fill(uint r0, uint c0, uint tid, uint nthreads) {
+	if ((EXT & EXT_ON_DROPOUT) == 0u) {
+		return;
+	}
+	for (uint w = tid; w < DROP_ROWS * DROP_WPR; w += nthreads) {
+		uint r = w / DROP_WPR;
+		uint k0 = c0 + 32u * (w - r * DROP_WPR);
+		uint bits = 0u;
+		[[unroll]] for (uint q = 0u; q < 4u; ++q) {
+			bits |= drop_bits8(r0 + r, (k0 >> 3u) + q) << (8u * q);
+		}
+		sDrop[w] = bits;
+	}
+}
+
+// drop_keep is 1.0 when the element of tile row r and tile key c is
+// kept, 0.0 when dropped (1.0 without EXT_ON_DROPOUT).
+float drop_keep(uint r, uint c) {
+	if ((EXT & EXT_ON_DROPOUT) != 0u) {
+		return float((sDrop[r * DROP_WPR + (c >> 5u)] >> (c & 31u)) & 1u);
+	}
+	return 1.0;
+}
+#endif

@@ -12,8 +12,8 @@ import (
 const SpecExt uint32 = 8
 
 // ExtSpec is SpecExt's value for p: 0 without spec.Ext, else 1 (read the
-// Ext buffer) plus 2 with a softcap and 4 with ALiBi slopes, so that a
-// kernel carries only the score terms its call uses.
+// Ext buffer) plus 2 with a softcap, 4 with ALiBi slopes and 8 with
+// dropout, so that a kernel carries only the terms its call uses.
 func ExtSpec(p *spec.Problem) uint32 {
 	e := p.Ext
 	if e == nil {
@@ -26,8 +26,24 @@ func ExtSpec(p *spec.Problem) uint32 {
 	if e.Slopes != nil {
 		v |= 4
 	}
+	if e.Dropout != nil {
+		v |= ExtSpecDropout
+	}
 	return v
 }
+
+// ExtSpecDropout is ExtSpec's dropout bit (ext.glsl's EXT_ON_DROPOUT).
+const ExtSpecDropout uint32 = 8
+
+// DropSharedBytes is the shared memory of a dropout kernel's keep bits
+// (ext.glsl's sDrop) for a tile of br query rows and bc keys: a bit per
+// element, rows padded to 32-bit words.
+func DropSharedBytes(br, bc int) int { return 4 * br * ((bc + 31) / 32) }
+
+// DropReserve is the shared memory the tile choosers leave free for the
+// keep bits of a dropout call: DropSharedBytes of the largest tile they
+// choose (128 × 128).
+var DropReserve = DropSharedBytes(128, 128)
 
 // ExtKernels are the kernels with an extended variant (they declare
 // SpecExt and bind the Ext buffer last).
@@ -41,16 +57,18 @@ const (
 	ExtALiBiBatch
 	ExtSeqUsed
 	ExtVarlen
+	ExtDropout
 )
 
 // extHeader is the number of words before the Ext buffer's arrays.
-const extHeader = 8
+const extHeader = 13
 
 // ExtWords is the Ext buffer of p (ext.glsl's layout): the window (a
 // side wider than Nq + Nk stored as −1, unbounded), the flags, the
-// softcap, then SeqUsedK, the ALiBi slopes and the packed sequences'
-// offsets (CuQ then CuK) with Tq. A plain problem (p.Ext
-// nil) gets the header of an unbounded window with no flags.
+// softcap, the packed query rows Tq, the dropout's seed, offset,
+// threshold and first sequence, then SeqUsedK, the ALiBi slopes and the
+// packed sequences' offsets (CuQ then CuK). A plain problem (p.Ext nil)
+// gets the header of an unbounded window with no flags.
 func ExtWords(p *spec.Problem) []uint32 {
 	w := make([]uint32, extHeader)
 	side := func(x int) uint32 {
@@ -88,6 +106,10 @@ func ExtWords(p *spec.Problem) []uint32 {
 		for _, s := range e.Slopes {
 			w = append(w, math.Float32bits(s))
 		}
+	}
+	if d := e.Dropout; d != nil {
+		w[2] |= ExtDropout
+		w[8], w[9], w[10], w[11], w[12] = uint32(d.Seed), uint32(d.Seed>>32), d.Offset, d.Threshold, uint32(d.Batch0)
 	}
 	if e.CuQ != nil {
 		w[2] |= ExtVarlen

@@ -35,7 +35,8 @@
 //   4·( BR·(D+1)               Q tile (row stride D+1: no bank conflicts)
 //     + BC·max(D+1, DV)         K tile, then V tile (one buffer, reused)
 //     + BR·(BC+1) )             P tile
-// = shaders.FlashFwdSharedBytes(BR, BC, D, DV, f16).
+// = shaders.FlashFwdSharedBytes(BR, BC, D, DV, f16), plus with dropout
+// the tile's keep bits (ext.glsl sDrop, shaders.DropSharedBytes).
 //
 // Algorithm per workgroup: Q tile → shared; for each key tile that some row
 // of the tile can see (causal: tiles wholly above the diagonal are neither
@@ -44,11 +45,14 @@
 // window): K tile → shared, S = Q·Kᵀ (fp32, in the exp2 domain:
 // S·scale·log2 e), online softmax (running row max m and partial row sums l,
 // the sums reduced across the row's threads once at the end, FA2), P →
-// shared, V tile → shared, O += P·V with O in registers. Finally
-// O /= l and LSE = ln2·(m + log2 l).
+// shared (with dropout, P·keep: the tile's keep bits are drawn with the K
+// tile), V tile → shared, O += P·V with O in registers. Finally
+// O /= l (with dropout O ·= scale/l) and LSE = ln2·(m + log2 l).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define EXT_BINDING 5
+#define DROP_ROWS BR
+#define DROP_KEYS BC
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -141,6 +145,7 @@ void main() {
 			}
 			sKV[c * LDQ + d] = x;
 		STRIDED_END
+		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)
 		barrier();
 
 		// S = Q·Kᵀ for the thread's RM rows × CN columns.
@@ -187,7 +192,7 @@ void main() {
 			[[unroll]] for (uint j = 0u; j < CN; ++j) {
 				float p = exp2(s[i * CN + j] - muse);
 				lsum += p;
-				sP[prow + tc + TC * j] = p;
+				sP[prow + tc + TC * j] = p * drop_keep(tr + TR * i, tc + TC * j);
 			}
 			l[i] = l[i] * alpha + lsum;
 			[[unroll]] for (uint j = 0u; j < DVN; ++j) {
@@ -229,7 +234,9 @@ void main() {
 		uint r = tr + TR * i;
 		if (r < rows) {
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).
-			float inv = lt == 0.0 ? 0.0 : 1.0 / lt;
+			// (Dropout: O = scale·Σ P·keep·V / l, the kept elements' scale
+			// applied once here.)
+			float inv = lt == 0.0 ? 0.0 : drop_scale() / lt;
 			OFFSET ob = o_base(b, r0 + r, h);
 			[[unroll]] for (uint j = 0u; j < DVN; ++j) {
 				uint dv = tc + TC * j;

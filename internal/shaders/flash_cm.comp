@@ -61,15 +61,20 @@
 // MODE 1 a subgroup skips the tiles none of its rows sees; masking is
 // per element only on tiles that cross a row's visible range (causal
 // diagonal, window edge, key-count tail). With EXT the scores come from
-// ext_score (softcap, ALiBi) instead of S·scale·log2 e.
+// ext_score (softcap, ALiBi) instead of S·scale·log2 e. With dropout
+// the K/V staging also draws the tile's keep bits (ext.glsl), P·keep
+// meets V and the final normalisation applies the kept elements' scale.
 //
 // Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
 // 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V and
 // O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per row) + 4·BR
 // (row buffer) + MODE 0: 4·BR·(BC+4) (S) + 2·BR·(BC+8) (P). At d = 128,
-// BR = 128, BC = 64, MODE 1: ≈ 35.3 KB.
+// BR = 128, BC = 64, MODE 1: ≈ 35.3 KB. Dropout adds the keep bits
+// (shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 5
+#define DROP_ROWS BR
+#define DROP_KEYS BC
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -261,6 +266,7 @@ void main() {
 				sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
 			}
 		}
+		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)
 		barrier();
 		if (PREFETCH != 0u && kt + 1u < ntiles) {
 			uint n0 = c0 + BC;
@@ -337,7 +343,7 @@ void main() {
 				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 					float p = exp2(S[t][i] - muse[slotrow(i)]);
 					lsum[slotrow(i)] += p;
-					S[t][i] = p;
+					S[t][i] = p * drop_keep(sgr + rowOf[i], t * CM_N + colOf[i]);
 				}
 				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
 					pA[t][j] = CM_TO(S[t][aperm(j)]);
@@ -394,7 +400,7 @@ void main() {
 				[[unroll]] for (uint j = 0u; j < CPL; ++j) {
 					float p = exp2(x[j] - muse);
 					lsum += p;
-					sP[pbase + lr + LPR * j] = CM_TO(p);
+					sP[pbase + lr + LPR * j] = CM_TO(p * drop_keep(sgr + row, lr + LPR * j));
 				}
 				l0[q] = l0[q] * alpha + lsum;
 				if (lr == 0u) {
@@ -432,7 +438,8 @@ void main() {
 				}
 			}
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).
-			inv[k] = lt == 0.0 ? 0.0 : 1.0 / lt;
+			// (With dropout O = scale·Σ P·keep·V / l.)
+			inv[k] = lt == 0.0 ? 0.0 : drop_scale() / lt;
 			if ((lane & XORMASK) == 0u && lrow[k] < sg_rows) {
 				lse_buf[lse_index(b, h, r0 + sgr + lrow[k])] = lt == 0.0 ? NEG_INF : (m1[k] + log2(lt)) * LN2;
 			}
@@ -451,7 +458,7 @@ void main() {
 				lt += subgroupShuffleXor(lt, o);
 			}
 			if (lr == 0u) {
-				sRow[sgr + row] = lt == 0.0 ? 0.0 : 1.0 / lt;
+				sRow[sgr + row] = lt == 0.0 ? 0.0 : drop_scale() / lt;
 				if (row < sg_rows) {
 					lse_buf[lse_index(b, h, r0 + sgr + row)] = lt == 0.0 ? NEG_INF : (m0[q] + log2(lt)) * LN2;
 				}

@@ -168,7 +168,7 @@ func (b *Backend) cmTileFor(ctx context.Context, l *CMLayout, p *spec.Problem, d
 			return t, SourceTuned, nil
 		}
 	}
-	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.limFor(p).SharedBytes, b.lim.MaxWorkgroupSize)
 	if err != nil {
 		return CMTile{}, "", fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
 	}
@@ -213,7 +213,7 @@ func (b *Backend) bwdCMLaunch(ctx context.Context, l *CMLayout, kernel string, d
 		c, src = t.(bwdCMTile), SourceTuned
 	} else {
 		var err error
-		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
+		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.limFor(p).SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
 			return Launch{}, fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, p.D, p.Dv, b.info.Name, err)
 		}
 	}
@@ -255,7 +255,7 @@ func coopmatTunable[T interface {
 			if err != nil {
 				return nil, err
 			}
-			return def(l, p, b.lim)
+			return def(l, p, b.limFor(p))
 		},
 		Candidates: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) ([]Candidate, error) {
 			l, err := b.cmLayout(ctx, dt)
@@ -264,11 +264,11 @@ func coopmatTunable[T interface {
 			}
 			var out []T
 			for _, c := range cands(l) {
-				if check(l, c, p, b.lim) == nil {
+				if check(l, c, p, b.limFor(p)) == nil {
 					out = append(out, c)
 				}
 			}
-			if d, err := def(l, p, b.lim); err == nil {
+			if d, err := def(l, p, b.limFor(p)); err == nil {
 				slices.SortStableFunc(out, func(x, y T) int { return cmp.Compare(dist(x, d), dist(y, d)) })
 			}
 			cs := make([]Candidate, len(out))
@@ -287,7 +287,7 @@ func coopmatTunable[T interface {
 			if err != nil {
 				return err
 			}
-			return check(l, t, p, b.lim)
+			return check(l, t, p, b.limFor(p))
 		},
 	}
 }

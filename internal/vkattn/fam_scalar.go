@@ -166,7 +166,7 @@ func (b *Backend) scalarConfig(ctx context.Context, kernel string, p *spec.Probl
 			return shaders.Config(sc), SourceTuned, nil
 		}
 	}
-	c, err := b.Config(kernel, p.D, p.Dv, dt)
+	c, err := b.config(kernel, p.D, p.Dv, dt, b.limFor(p))
 	return c, SourceDefault, err
 }
 
@@ -174,6 +174,7 @@ type cfgKey struct {
 	kernel string
 	d, dv  int
 	dt     spec.DType
+	shared int // the shared memory the tile may use
 }
 
 type cfgResult struct {
@@ -184,13 +185,18 @@ type cfgResult struct {
 // Config returns the default tile configuration of a scalar kernel for
 // head dims d, dv and storage type dt on this device (cached).
 func (b *Backend) Config(kernel string, d, dv int, dt spec.DType) (shaders.Config, error) {
-	k := cfgKey{kernel, d, dv, dt}
+	return b.config(kernel, d, dv, dt, b.lim)
+}
+
+// config is Config within limits lim (b.limFor a problem).
+func (b *Backend) config(kernel string, d, dv int, dt spec.DType, lim shaders.Limits) (shaders.Config, error) {
+	k := cfgKey{kernel, d, dv, dt, lim.SharedBytes}
 	b.cfgMu.Lock()
 	defer b.cfgMu.Unlock()
 	if r, ok := b.cfgs[k]; ok {
 		return r.c, r.err
 	}
-	c, err := defaultConfig(kernel, d, dv, dt.Size() == 2, b.lim)
+	c, err := defaultConfig(kernel, d, dv, dt.Size() == 2, lim)
 	if err != nil {
 		err = fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, d, dv, b.info.Name, err)
 	}
@@ -293,7 +299,7 @@ func scalarTunable(kernel string, dir Dir) *Tunable {
 				for _, br := range tuneBRs {
 					for _, bc := range tuneBCs {
 						c := shaders.Config{WG: wg, BR: br, BC: bc}
-						if shaders.CheckConfig(kernel, c, p.D, p.Dv, dt.Size() == 2, b.lim) == nil &&
+						if shaders.CheckConfig(kernel, c, p.D, p.Dv, dt.Size() == 2, b.limFor(p)) == nil &&
 							scalarRegs(kernel, c, p.D, p.Dv, b.lim.Subgroup) <= tuneMaxRegs {
 							cs = append(cs, ScalarTile(c))
 						}
@@ -314,7 +320,7 @@ func scalarTunable(kernel string, dir Dir) *Tunable {
 			if !ok {
 				return fmt.Errorf("%w: %T is not a scalar tile", ErrInvalid, c)
 			}
-			if err := shaders.CheckConfig(kernel, shaders.Config(sc), p.D, p.Dv, dt.Size() == 2, b.lim); err != nil {
+			if err := shaders.CheckConfig(kernel, shaders.Config(sc), p.D, p.Dv, dt.Size() == 2, b.limFor(p)); err != nil {
 				return err
 			}
 			// lavapipe silently ends loops past LavapipeLoopLimit: a tuned

@@ -279,7 +279,7 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 			continue
 		}
 		if p.Ext != nil && !f.ext {
-			err := fmt.Errorf("%w: %s runs no window, softcap, ALiBi or per-sequence key counts", ErrUnsupported, f.name)
+			err := fmt.Errorf("%w: %s runs no window, softcap, ALiBi, dropout, packed sequences or key counts", ErrUnsupported, f.name)
 			if f == b.explicit {
 				return nil, err
 			}
@@ -290,6 +290,9 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 		if err == nil {
 			pl.Dir = dir
 			pl.bindExt(p)
+			err = b.dropShared(p, pl)
+		}
+		if err == nil {
 			err = b.address(p, dt, pl)
 		}
 		if err == nil {
@@ -428,6 +431,45 @@ func addressedPush(l *Launch, pc shaders.Params, bufs operandBufs) ([]byte, erro
 		}
 	}
 	return ap.Bytes(), nil
+}
+
+// dropShared adds the keep bits of a dropout problem's tiles to its
+// launches' shared memory (shaders.DropSharedBytes; the tile choosers
+// left shaders.DropReserve for them, limFor), and refuses a tile that
+// then no longer fits or whose key tile is not a multiple of 8 (ext.glsl
+// draws 8 keys per Philox block).
+func (b *Backend) dropShared(p *spec.Problem, pl *Plan) error {
+	if !dropout(p) {
+		return nil
+	}
+	for i := range pl.Launches {
+		l := &pl.Launches[i]
+		if !slices.Contains(l.Bindings, OpExt) || l.BC == 0 {
+			continue
+		}
+		if l.BC%8 != 0 {
+			return fmt.Errorf("%w: %s: dropout needs key tiles of a multiple of 8 keys, not %d", ErrUnsupported, l.key.Name, l.BC)
+		}
+		l.SharedBytes += shaders.DropSharedBytes(l.BR, l.BC)
+		if l.SharedBytes > b.lim.SharedBytes {
+			return fmt.Errorf("%w: %s: %d bytes of shared memory with dropout's keep bits, the device has %d",
+				ErrUnsupported, l.key.Name, l.SharedBytes, b.lim.SharedBytes)
+		}
+	}
+	return nil
+}
+
+// dropout reports whether p drops probabilities.
+func dropout(p *spec.Problem) bool { return p.Ext != nil && p.Ext.Dropout != nil }
+
+// limFor is the device's limits for p's tiles: with dropout, less
+// shaders.DropReserve of shared memory.
+func (b *Backend) limFor(p *spec.Problem) shaders.Limits {
+	l := b.lim
+	if dropout(p) {
+		l.SharedBytes -= shaders.DropReserve
+	}
+	return l
 }
 
 // bindExt gives the plan's Ext scratch its size (shaders.ExtWords of p)

@@ -57,7 +57,10 @@
 // slopes per head or per sequence and head, per-sequence key counts for
 // padded batches (SeqUsedK), and batches of variable-length sequences
 // packed without padding (CuSeqlensQ, CuSeqlensK: Q [1, Tq, Hq, D], LSE
-// [Hq, Tq], gradients in the packed layout) — run forward and backward on
+// [Hq, Tq], gradients in the packed layout), and dropout (Dropout{P, Seed,
+// Offset}: a Philox4x32-10 counter-based mask, the same in the forward and
+// the backward on every backend, never stored, reproduced bit for bit by
+// package reference) — run forward and backward on
 // every backend and storage type, alone or together (see Options for the
 // exact definitions). Key tiles that the window, the diagonal or a key count
 // leave empty are skipped, not computed (Plan.TilesVisited counts the

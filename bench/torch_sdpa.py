@@ -49,12 +49,27 @@ score s becomes C*tanh(s/C)) runs through torch.nn.attention.flex_attention,
 compiled with torch.compile, with a score_mod (softcap, then ALiBi) and a
 block mask (causal, window, key counts) where this PyTorch has it, else on an
 eager math path that materialises the scores. Each result records the
-options ("window", "softcap", "alibi", "seqused_k", as flashvk writes them),
-the implementation that ran ("kernel": "sdpa-<backend>", "flex-attention" or
-"eager-softcap"), how ("note") and every implementation's median
+options ("window", "softcap", "alibi", "seqused_k", "dropout", as flashvk
+writes them), the implementation that ran ("kernel": "sdpa-<backend>",
+"flex-attention" or "eager-softcap"), how ("note") and every implementation's median
 ("backends_ms"); TFLOP/s then counts the visible (query, key) pairs exactly,
 as flashvk does. Diagonals are top-left (flashvk bench's default --align).
     python3 bench/torch_sdpa.py --dtype float16 --seq 4096 8192 --causal true --window 1024,0 --backward --json torch-window.json
+
+Attention dropout (--dropout P, 0 < P < 1), the anchor for `flashvk bench
+--dropout P`, on every point (grid and --seqlens), forward and backward:
+SDPA's dropout_p (on the padded batch and on nested tensors alike). TIMINGS
+ONLY: PyTorch draws its own mask from its own generator, not flashvk's
+(Philox4x32-10 keyed by --dropout-seed and --dropout-offset, at a resolution
+of 2^-16), so its outputs are not flashvk's and nothing here compares them;
+the results record "dropout" (not a seed), which `flashvk compare` matches
+on P alone. Each SDPA backend is tried with dropout_p: flash, efficient
+and math take it; cudnn does in some PyTorch and cuDNN versions only (some
+refuse dropout, some only at a resolution of 1/16): a backend that refuses
+is skipped with PyTorch's reason on stderr, not fatal. flex_attention has
+no dropout: with --softcap the eager math path runs instead, dropping the
+softmax's probabilities with torch.dropout. Decode mode refuses --dropout.
+    python3 bench/torch_sdpa.py --dtype float16 --seq 4096 8192 --causal true --dropout 0.1 --backward --json torch-dropout.json
 
 Packed sequences (--seqlens N1,N2,...), the anchor for `flashvk bench
 --seqlens`: one packed batch of self-attention sequences (sequence i has
@@ -181,6 +196,36 @@ def window_pair(s):
     return w
 
 
+def dropout_p(s):
+    """--dropout's value: the probability P of dropping each attention
+    probability, 0 < P < 1 (0 is refused: omit --dropout for none).
+
+    >>> dropout_p("0.1"), dropout_p(" 0.5 ")
+    (0.1, 0.5)
+    >>> dropout_p("1")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 1.0: want a probability 0 < P < 1
+    >>> dropout_p("0")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 0 is no dropout: omit --dropout for none
+    >>> dropout_p("nan")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: nan: want a probability 0 < P < 1
+    >>> dropout_p("abc")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 'abc' is not a number: want a probability 0 < P < 1
+    """
+    try:
+        p = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number: want a probability 0 < P < 1") from None
+    if p == 0:
+        raise argparse.ArgumentTypeError("0 is no dropout: omit --dropout for none")
+    if not 0 < p < 1:
+        raise argparse.ArgumentTypeError(f"{p}: want a probability 0 < P < 1")
+    return p
+
+
 def join_window(argv):
     """argv with "--window L,R" as "--window=L,R": argparse would take a
     value such as -1,0 for an option.
@@ -249,9 +294,24 @@ def feature_flops(b, h, n, d, causal, window, seqused, lens=None):
 
 
 def features_of(a):
-    """The options a result records, as flashvk writes them (None: unset)."""
+    """The options a result records, as flashvk writes them (None: unset;
+    dropout without a seed: PyTorch's mask is its own).
+
+    >>> ns = argparse.Namespace(window=None, softcap=None, alibi=False, seqused_k=[3], dropout=0.1)
+    >>> features_of(ns)
+    {'seqused_k': [3], 'dropout': 0.1}
+    """
     return {k: v for k, v in (("window", a.window), ("softcap", a.softcap), ("alibi", a.alibi or None),
-                              ("seqused_k", a.seqused_k)) if v is not None}
+                              ("seqused_k", a.seqused_k), ("dropout", a.dropout)) if v is not None}
+
+
+def refusal(e, a):
+    """Why an implementation refused a point: the first line of its error,
+    and with --dropout a hint that dropout may be what it refused."""
+    why = str(e).splitlines()[0] if str(e) else repr(e)
+    if a.dropout is not None:
+        why += f" (with dropout_p={a.dropout}: this backend may not take dropout in this PyTorch/cuDNN)"
+    return why
 
 
 def check_feature_args(ap, a, seqs, causals):
@@ -445,9 +505,10 @@ def check_decode_args(ap, a):
     if a.seqlens is not None:
         ap.error(f"--seqlens does not apply in decode mode ({by}): a KV-cache call packs no sequences "
                  "(--cache-seqlens gives the rows each sequence holds)")
-    for flag, given in (("--window", a.window), ("--softcap", a.softcap), ("--alibi", a.alibi), ("--seqused-k", a.seqused_k)):
+    for flag, given in (("--window", a.window), ("--softcap", a.softcap), ("--alibi", a.alibi), ("--seqused-k", a.seqused_k),
+                        ("--dropout", a.dropout is not None)):
         if given:
-            ap.error(f"{flag} does not apply in decode mode ({by}): a KV-cache call takes no window, softcap, ALiBi or key counts")
+            ap.error(f"{flag} does not apply in decode mode ({by}): a KV-cache call takes no window, softcap, ALiBi, key counts or dropout")
     if a.seq_given:
         ap.error(f"--seq has no effect in decode mode ({by}): --nq (default 1) and --nk or --cache-seqlens give the lengths")
     if not a.cache_seqlens and not a.nk:
@@ -632,6 +693,9 @@ def main():
     op.add_argument("--alibi", action="store_true", help="ALiBi bias -slope_h*|i - j|, slope_h = 2^(-8(h+1)/H)")
     op.add_argument("--seqused-k", type=int_list, nargs="+",
                     help="keys each sequence uses (the rest masked): one for every sequence, or one per sequence (sets B)")
+    op.add_argument("--dropout", type=dropout_p, metavar="P",
+                    help="attention dropout P, 0 < P < 1: SDPA's dropout_p (TIMINGS ONLY: PyTorch's mask is its own, not flashvk's; "
+                         "a backend that refuses dropout is skipped; with --softcap the eager math path)")
     op.add_argument("--seqlens", type=int_list, nargs="+",
                     help="a packed batch of sequences of these lengths (Nq = Nk = each, B their count): replaces --seq and --tokens; "
                          "takes --heads, --kv-heads and --dry-run (see above)")
@@ -700,7 +764,7 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": {"name": torch.cuda.get_device_name(), "driver": f"CUDA {torch.version.cuda}",
                    "backend": f"torch-sdpa-{a.backend}" if a.backend != "flex" else
-                   f"torch-{'flex-attention' if flex() else 'eager-softcap'}"},
+                   f"torch-{'flex-attention' if use_flex(a) else 'eager-softcap'}"},
         "results": results,
     }
     if a.json:
@@ -770,6 +834,12 @@ def flex():
     return _flex or None
 
 
+def use_flex(a):
+    """Whether --softcap runs through flex_attention: where this PyTorch
+    has it, and without --dropout (flex_attention has no dropout)."""
+    return a.dropout is None and flex() is not None
+
+
 def softcap_impl(a, b, h, n, causal, dt, dev, ks=None):
     """--softcap's implementation of a point: flex_attention with a score_mod
     (the softcap, then ALiBi) and a block mask (causal, window, key counts:
@@ -778,7 +848,7 @@ def softcap_impl(a, b, h, n, causal, dt, dev, ks=None):
     softmax in float32). Returns (name, attend(q, k, v), note)."""
     c, w = a.softcap, a.window
     ks = ks or a.seqused_k or [n] * b
-    if flex() is not None:
+    if use_flex(a):
         attend_flex, create_block_mask = flex()
         slopes = torch.tensor(alibi_slopes(h), device=dev)
         seqk = torch.tensor(ks, device=dev)
@@ -812,8 +882,14 @@ def softcap_impl(a, b, h, n, causal, dt, dev, ks=None):
         s = c * torch.tanh(s / c)
         if mask is not None:
             s = s + mask
-        return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
-    return "eager-softcap", attend_eager, f"no flex_attention in this PyTorch: eager math path (scores materialised); {how}"
+        p = torch.softmax(s.float(), dim=-1)
+        if a.dropout is not None:
+            p = torch.dropout(p, a.dropout, True)
+        return p.to(q.dtype) @ v
+    why = ("flex_attention has no dropout" if a.dropout is not None and flex() is not None
+           else "no flex_attention in this PyTorch")
+    drop = f", dropout {a.dropout} by torch.dropout on the probabilities" if a.dropout is not None else ""
+    return "eager-softcap", attend_eager, f"{why}: eager math path (scores materialised{drop}); {how}"
 
 
 def point_impls(a, b, h, n, causal, dt, dev):
@@ -827,7 +903,14 @@ def point_impls(a, b, h, n, causal, dt, dev):
     if a.window is not None or a.alibi or a.seqused_k:
         mask, note = feature_mask(a, b, h, n, causal, dt, dev)
     impls = [(f"sdpa-{name}", context, attend) for name, context, attend in sdpa_impls(a, mask, causal)]
+    if a.dropout is not None:
+        note = "; ".join(x for x in (note, dropout_note(a)) if x)
     return impls, note
+
+
+def dropout_note(a):
+    """How --dropout ran on SDPA."""
+    return f"dropout_p={a.dropout} (PyTorch's own mask: timings only)"
 
 
 def sdpa_impls(a, mask, causal, kw=None, what=""):
@@ -836,8 +919,12 @@ def sdpa_impls(a, mask, causal, kw=None, what=""):
     that take the mask (flash takes none), telling stderr of each skipped
     one (what, "" or e.g. "padded ", before "flash"). attend(q, k, v) -> O
     runs scaled_dot_product_attention with attn_mask=mask, or without a
-    mask with is_causal=causal, and the keywords kw."""
-    kw = kw or {}
+    mask with is_causal=causal, and the keywords kw (and --dropout's
+    dropout_p: a backend that refuses it raises when timed, and is
+    skipped there with its reason)."""
+    kw = dict(kw or {})
+    if a.dropout is not None:
+        kw["dropout_p"] = a.dropout
     impls = []
     for name in BACKENDS if a.backend == "best" else [a.backend]:
         be = sdp_backend(name)
@@ -900,8 +987,8 @@ def run_grid(a):
                                 torch.autograd.grad(outs[j], (q, k, v), do, retain_graph=True)
                             f = 2.5 * flops
                         timed[name] = time_calls(fn, a.warmup, a.iters)
-                    except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:  # the implementation refuses this shape or mask
-                        print(f"skip {name} d={d} N={n} causal={causal} {direction}: {e}", file=sys.stderr)
+                    except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:  # the implementation refuses this shape, mask or dropout
+                        print(f"skip {name} d={d} N={n} causal={causal} {direction}: {refusal(e, a)}", file=sys.stderr)
                         continue
                     finally:
                         outs = fn = None  # the backward graphs of this implementation
@@ -961,6 +1048,8 @@ def packed_impls(a, p, dt, dev, native_gqa):
         how = f"padded to {n}: {how}"
     notes.insert(0, how)
     kw = {"enable_gqa": True} if gqa else {}
+    if a.dropout is not None:
+        notes.append(dropout_note(a))
     impls = [(f"sdpa-padded-{name}", context, "padded", attend)
              for name, context, attend in sdpa_impls(a, mask, causal, kw, "padded ")]
     if options:
@@ -968,8 +1057,10 @@ def packed_impls(a, p, dt, dev, native_gqa):
     elif getattr(torch.nested, "nested_tensor_from_jagged", None) is None:
         notes.insert(1, "nested: not timed (no torch.nested.nested_tensor_from_jagged in this PyTorch)")
     else:
+        drop = {"dropout_p": a.dropout} if a.dropout is not None else {}
+
         def attend_nested(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2).values()
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **drop).transpose(1, 2).values()
         for name in BACKENDS if a.backend == "best" else [a.backend]:
             be = sdp_backend(name)
             if be is not None:
@@ -1044,8 +1135,8 @@ def run_packed(a):
                                 leaves, do = grads(sets[j])
                                 torch.autograd.grad(outs[j], leaves, do, retain_graph=True)
                         timed[name] = time_calls(fn, a.warmup, a.iters)
-                    except (RuntimeError, TypeError, ValueError, NotImplementedError, AttributeError) as e:  # refuses this shape, mask or layout
-                        print(f"skip {name} {label} {direction}: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+                    except (RuntimeError, TypeError, ValueError, NotImplementedError, AttributeError) as e:  # refuses this shape, mask, layout or dropout
+                        print(f"skip {name} {label} {direction}: {refusal(e, a)}", file=sys.stderr)
                         continue
                     finally:
                         outs = fn = None  # the backward graphs of this implementation

@@ -109,7 +109,13 @@ exactly), so compare and report keep them apart from plain points.
 keys; with several, one per sequence, it sets B at every point (beside
 --batch they must agree; --tokens then has no effect). Every value must be at
 most every point's Nk: a point with fewer keys is refused, not clamped.
-bench/torch_sdpa.py takes the same flags for a PyTorch anchor.
+--dropout P (with --dropout-seed and --dropout-offset; see run --help)
+applies attention dropout at every point; the results record "dropout"
+(and "dropout_seed", "dropout_offset" where not 0), and compare and report
+keep points of another P apart (not those of another seed or offset, which
+change which elements drop, not the work).
+bench/torch_sdpa.py takes the same flags for a PyTorch anchor (--dropout
+too: SDPA's dropout_p, timings only, its mask being PyTorch's own).
 
 --seqlens N1,N2,… (see run --help) benchmarks one packed batch of
 self-attention sequences: the lengths are the grid's only length point,
@@ -129,9 +135,10 @@ a point whose sequences have Nk ≠ Nq keys, a --window or --seqused-k that
 changes no point, --check with --benchfmt and no --json (the errors would be
 printed nowhere), --per-kernel and --rotate where only the CPU backend runs
 (it times whole calls on one input set), --per-kernel with --progress none
-and no --json, in decode mode --backward, --rotate, --seq, --tokens beside
---cache-seqlens, --window, --softcap, --alibi, --seqused-k and --seqlens, and
-the engine flags where they do not apply (see run --help).`,
+and no --json, --dropout-seed and --dropout-offset without --dropout, in
+decode mode --backward, --rotate, --seq, --tokens beside --cache-seqlens,
+--window, --softcap, --alibi, --seqused-k, the dropout flags and --seqlens,
+and the engine flags where they do not apply (see run --help).`,
 		Example: `  flashvk bench --json h200.json
   flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
   flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4

@@ -48,7 +48,9 @@ func computeReference(ctx context.Context, p problem, q, k, v, do attention.Tens
 // reference has no packed form: each sequence runs as a batch of one over
 // its own rows, and the results are packed as the library returns them —
 // O and dQ [1, T, Hq, ·], dK and dV [1, T, Hkv, ·], LSE [Hq, T]. An empty
-// sequence has no rows.
+// sequence has no rows. With dropout, whose mask depends on the sequence's
+// index b in the batch, sequence b's mask starts counting at b
+// (reference.Dropout.Batch0).
 func packedReference(ctx context.Context, p problem, q, k, v, do []float64) (*refResult, error) {
 	_, t, _ := p.stored()
 	r := &refResult{lse: make([]float64, p.Hq*t)}
@@ -65,6 +67,15 @@ func packedReference(ctx context.Context, p problem, q, k, v, do []float64) (*re
 			pp.SeqUsedK = pp.SeqUsedK[b : b+1]
 		}
 		qb, kb, vb := rows(q, start, n, p.Hq, p.D), rows(k, start, n, p.Hkv, p.D), rows(v, start, n, p.Hkv, p.Dv)
+		var dob []float64
+		if do != nil {
+			dob = rows(do, start, n, p.Hq, p.Dv)
+		}
+		if pp.Dropout != nil {
+			d := *pp.Dropout
+			d.Batch0 = b
+			pp.Dropout = &d
+		}
 		o, lse, err := reference.ForwardContext(ctx, pp, qb, kb, vb)
 		if err != nil {
 			return nil, fmt.Errorf("reference: sequence %d: %w", b, err)
@@ -74,7 +85,7 @@ func packedReference(ctx context.Context, p problem, q, k, v, do []float64) (*re
 			copy(r.lse[h*t+start:], lse[h*n:(h+1)*n])
 		}
 		if do != nil {
-			dq, dk, dv, err := reference.BackwardContext(ctx, pp, qb, kb, vb, rows(do, start, n, p.Hq, p.Dv))
+			dq, dk, dv, err := reference.BackwardContext(ctx, pp, qb, kb, vb, dob)
 			if err != nil {
 				return nil, fmt.Errorf("reference: sequence %d: %w", b, err)
 			}

@@ -24,9 +24,10 @@ type rowKey struct {
 	Nk        int    `json:"Nk"`
 	D         int    `json:"d"`
 	Causal    bool   `json:"causal"`
-	// Options tells results with packed lengths, a window, softcap, ALiBi
-	// or key counts apart (problem.featuresLabel: more than 8 lengths are
-	// summarised there); "" for the others.
+	// Options tells results with packed lengths, a window, softcap, ALiBi,
+	// key counts or dropout apart (problem.featuresLabel: more than 8
+	// lengths are summarised there; the dropout's P, not its seed and
+	// offset); "" for the others.
 	Options string `json:"options,omitempty"`
 	// SeqLens are a packed batch's lengths, every one ("100,512,300"):
 	// packed results whose summaries agree stay apart; "" for the others.
@@ -149,9 +150,11 @@ func (a *app) compareCmd() *cobra.Command {
 		Long: `Compare two or more result files (schema flashvk-bench/1, written by
 flashvk bench --json or bench/torch_sdpa.py). Results are matched on
 (direction, dtype, B, H, N, d, causal; with packed lengths, a window,
-softcap, ALiBi or key counts also those, and the diagonal where it matters;
-for KV-cache results, direction "kv", also the cache lengths, rows appended
-and block size); each file (each device and kernel in a file) is a column of
+softcap, ALiBi, key counts or dropout also those, and the diagonal where it
+matters — for dropout its probability: the seed and offset select which
+elements drop, not how many, so results differing only there are one
+problem; for KV-cache results, direction "kv", also the cache lengths, rows
+appended and block size); each file (each device and kernel in a file) is a column of
 TFLOP/s, followed by the ratio of every other column to the first. A geometric mean of each ratio closes the table. "-" marks a problem a
 column did not measure; a column that shares no problem with the first is
 warned about on stderr.`,

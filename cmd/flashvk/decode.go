@@ -368,7 +368,7 @@ func (s *shapeFlags) checkDecodeFlags() error {
 	}
 	for _, name := range featureFlags {
 		if s.given(name) {
-			return usagef("--%s does not apply in decode mode (%s): a KV-cache call takes no window, softcap, ALiBi or key counts", name, by)
+			return usagef("--%s does not apply in decode mode (%s): a KV-cache call takes no window, softcap, ALiBi, key counts or dropout", name, by)
 		}
 	}
 	switch {

@@ -153,11 +153,11 @@ func analyze(p problem) analysis {
 		},
 	}
 	if p.features.set() {
-		a.Assumptions[2] = "FLOPs: 4·Hq·d forward per (query, key) pair the mask, window and key counts leave visible, counted exactly (d the mean of d and dv; the softcap's tanh and ALiBi's bias are not counted); backward 2.5× the forward"
+		a.Assumptions[2] = "FLOPs: 4·Hq·d forward per (query, key) pair the mask, window and key counts leave visible, counted exactly (d the mean of d and dv; the softcap's tanh, ALiBi's bias and dropout's generator are not counted); backward 2.5× the forward"
 	}
 	if p.packed() {
 		a.Assumptions[0] = "naive: each sequence's S = scale·QKᵀ (Ni×Ni per head, Hq·ΣNi² elements in all) is written, read by the softmax, P is written and read by P·V, in the storage dtype; Q, K, V are read and O written once; a causal mask does not shrink S"
-		a.Assumptions[2] = "FLOPs: 4·Hq·d forward per (query, key) pair of a sequence's own that the mask, window and key counts leave visible, counted exactly (d the mean of d and dv; the softcap's tanh and ALiBi's bias are not counted); backward 2.5× the forward"
+		a.Assumptions[2] = "FLOPs: 4·Hq·d forward per (query, key) pair of a sequence's own that the mask, window and key counts leave visible, counted exactly (d the mean of d and dv; the softcap's tanh, ALiBi's bias and dropout's generator are not counted); backward 2.5× the forward"
 		a.Assumptions = append(a.Assumptions, fmt.Sprintf("tiles: a packed batch is tiled as the padded grid of B = %d sequences of Nmax = %d queries and keys (Plan.Tiles); the kernels compute only the tiles that hold a visible pair of one sequence's own queries and keys (Plan.TilesVisited) and skip the rest", p.B, p.Nq))
 	}
 	a.Tiles = "launch configuration: unknown"
@@ -239,8 +239,9 @@ tokens a call), its FLOPs and intensity, the roofline floor, and the plan
 Each pass's plan also says how many of its query×key tiles the kernels
 compute: those the causal mask, --window and --seqused-k leave a visible
 (query, key) pair in (Plan.TilesVisited of Plan.Tiles, and their fraction);
-the rest are skipped. With --window, --softcap, --alibi or --seqused-k (see
-run --help) the FLOPs count the visible pairs exactly.
+the rest are skipped. With --window, --softcap, --alibi, --seqused-k or
+--dropout (see run --help) the FLOPs count the visible pairs exactly;
+dropout skips no tile.
 
 With --seqlens (a packed batch of sequences, see run --help) the traffic and
 FLOPs are those of each sequence's own rows and (query, key) pairs (naive
@@ -254,9 +255,10 @@ no attention, and the CPU plan does not depend on it), --device-preset beside
 both --peak-tflops and --bandwidth-gbs, --align without --causal, --window or
 --alibi, or where every sequence has Nq keys, --window -1,-1, --window -1,R
 with --causal, --seqused-k where every sequence uses all its keys, --seq
-beside --nq and --nk, in decode mode --seq, --decode beside another decode
-flag, --window, --softcap, --alibi, --seqused-k, --seqlens and --causal with
-Nq = 1 under the bottom-right mask, and a Vulkan flag (--device, --kernel,
+beside --nq and --nk, --dropout-seed and --dropout-offset without
+--dropout, in decode mode --seq, --decode beside another decode flag,
+--window, --softcap, --alibi, --seqused-k, the dropout flags, --seqlens and
+--causal with Nq = 1 under the bottom-right mask, and a Vulkan flag (--device, --kernel,
 --addressing, --validation) where only the CPU backend runs. --seq, --nq,
 --nk and --batch beside --seqlens do not apply (exit 2). --scale and
 --layout are part of the problem it describes and plans.`,

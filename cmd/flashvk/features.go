@@ -2,8 +2,9 @@ package main
 
 // The options beyond --causal, --align and --scale that run, bench and
 // explain take: --window, --softcap, --alibi and --seqused-k, the
-// library's Options.Window, Softcap, ALiBi and SeqUsedK, and --seqlens, a
-// packed batch of sequences (Options.CuSeqlensQ and CuSeqlensK).
+// library's Options.Window, Softcap, ALiBi and SeqUsedK, --seqlens, a
+// packed batch of sequences (Options.CuSeqlensQ and CuSeqlensK), and
+// --dropout with --dropout-seed and --dropout-offset (Options.Dropout).
 
 import (
 	"fmt"
@@ -16,9 +17,9 @@ import (
 	"github.com/flashvk/flashvk/reference"
 )
 
-// features are a problem's packed lengths, window, softcap, ALiBi and key
-// counts, as the commands and the JSON of run, explain and bench carry
-// them (each omitted when unset).
+// features are a problem's packed lengths, window, softcap, ALiBi, key
+// counts and dropout, as the commands and the JSON of run, explain and
+// bench carry them (each omitted when unset).
 type features struct {
 	// SeqLens are the lengths of a packed batch of self-attention
 	// sequences (--seqlens): sequence i has Nq = Nk = SeqLens[i], B is
@@ -39,11 +40,38 @@ type features struct {
 	// SeqLens 0 … the sequence's length): keys past them are masked, and
 	// the bottom-right diagonal is placed with them. nil: all.
 	SeqUsedK []int `json:"seqused_k,omitempty"`
+	// Dropout is the probability P of dropping each attention probability
+	// (the kept ones scaled by 1/(1 − P)), 0 < P < 1, as given; the library
+	// takes it as a float32 and applies it at a resolution of 2⁻¹⁶
+	// (dropThreshold). 0: no dropout.
+	Dropout float64 `json:"dropout,omitempty"`
+	// DropoutSeed and DropoutOffset select the dropout mask (the library's
+	// Dropout.Seed and Offset); 0 when not given, and always without
+	// Dropout. They change which elements drop, not how many: compare and
+	// report match results on Dropout alone (see timed).
+	DropoutSeed   uint64 `json:"dropout_seed,omitempty"`
+	DropoutOffset uint32 `json:"dropout_offset,omitempty"`
 }
 
 // set reports whether f asks for anything.
 func (f features) set() bool {
-	return f.SeqLens != nil || f.Window != nil || f.Softcap != 0 || f.ALiBi || f.SeqUsedK != nil
+	return f.SeqLens != nil || f.Window != nil || f.Softcap != 0 || f.ALiBi || f.SeqUsedK != nil || f.Dropout != 0
+}
+
+// timed is f without what selects the dropout mask (its seed and
+// offset), which changes which elements drop but not how many, nor the
+// work: the features a timing depends on, which compare and report match
+// and label results on (as they do not match on the inputs' seed).
+func (f features) timed() features {
+	f.DropoutSeed, f.DropoutOffset = 0, 0
+	return f
+}
+
+// dropThreshold is the library's threshold of dropout probability p,
+// round(P·65536) at most 65535 of the float32 P it takes (spec.Dropout):
+// the probability applied is dropThreshold/65536.
+func dropThreshold(p float64) uint32 {
+	return uint32(min(math.Round(float64(float32(p))*65536), 65535))
 }
 
 // keys is the keys sequence i stores: its length in a packed batch, else
@@ -60,8 +88,10 @@ func (f features) keys(i, nk int) int {
 func (f features) diagonal() bool { return f.Window != nil || f.ALiBi }
 
 // String is f as labels show it, "seqlens=300,100 window=128,0
-// softcap=30 alibi seqused_k=100,200" ("seqused_k=100 each" where the
-// counts are equal; more than 8 lengths summarised); "" when unset.
+// softcap=30 alibi seqused_k=100,200 dropout=0.1 dropout_seed=7
+// dropout_offset=2" ("seqused_k=100 each" where the counts are equal;
+// more than 8 lengths summarised; the dropout's seed and offset where not
+// 0); "" when unset.
 func (f features) String() string {
 	var s []string
 	if f.SeqLens != nil {
@@ -81,12 +111,22 @@ func (f features) String() string {
 	} else if ks != nil {
 		s = append(s, "seqused_k="+compactLens(ks, ","))
 	}
+	if f.Dropout != 0 {
+		s = append(s, "dropout="+strconv.FormatFloat(f.Dropout, 'g', -1, 32))
+	}
+	if f.DropoutSeed != 0 {
+		s = append(s, "dropout_seed="+strconv.FormatUint(f.DropoutSeed, 10))
+	}
+	if f.DropoutOffset != 0 {
+		s = append(s, "dropout_offset="+strconv.FormatUint(uint64(f.DropoutOffset), 10))
+	}
 	return strings.Join(s, " ")
 }
 
 // nameSuffix is f as a Go benchmark name's suffix,
-// "/seqlens300-100/window128_0/softcap30/alibi/seqk100-200"; "" when
-// unset.
+// "/seqlens300-100/window128_0/softcap30/alibi/seqk100-200/dropout0.1"
+// (the dropout's seed and offset left out, as compare leaves them); ""
+// when unset.
 func (f features) nameSuffix() string {
 	var s string
 	if f.SeqLens != nil {
@@ -103,6 +143,9 @@ func (f features) nameSuffix() string {
 	}
 	if f.SeqUsedK != nil {
 		s += "/seqk" + lensName(f.SeqUsedK)
+	}
+	if f.Dropout != 0 {
+		s += "/dropout" + strconv.FormatFloat(f.Dropout, 'g', -1, 32)
 	}
 	return s
 }
@@ -139,6 +182,9 @@ func (f features) setOptions(o *attention.Options, hq int) {
 			o.SeqUsedK[i] = int32(n)
 		}
 	}
+	if f.Dropout != 0 {
+		o.Dropout = &attention.Dropout{P: float32(f.Dropout), Seed: f.DropoutSeed, Offset: f.DropoutOffset}
+	}
 }
 
 // cuSeqlens are the B+1 row offsets of a packed batch of sequences of
@@ -152,9 +198,10 @@ func cuSeqlens(lens []int) []int32 {
 }
 
 // setParams sets f in the float64 reference's p, with the very float32
-// slopes and softcap the kernels get (a packed batch's lengths are not
-// among them: package reference runs one sequence at a time, see
-// packedReference).
+// slopes and softcap the kernels get and the dropout probability they
+// apply, dropThreshold/65536, so that the reference's threshold is the
+// library's (a packed batch's lengths are not among them: package
+// reference runs one sequence at a time, see packedReference).
 func (f features) setParams(p *reference.Params) {
 	if w := f.Window; w != nil {
 		p.Window = &reference.Window{Left: w[0], Right: w[1]}
@@ -166,6 +213,9 @@ func (f features) setParams(p *reference.Params) {
 		}
 	}
 	p.SeqUsedK = slices.Clone(f.SeqUsedK)
+	if f.Dropout != 0 {
+		p.Dropout = &reference.Dropout{P: float64(dropThreshold(f.Dropout)) / 65536, Seed: f.DropoutSeed, Offset: f.DropoutOffset}
+	}
 }
 
 // check refuses f where it does not fit a problem of b sequences of nk
@@ -267,9 +317,13 @@ func (s *shapeFlags) keyCounts(b int) []int {
 
 // features are the problem's features from the flags, for b sequences.
 func (s *shapeFlags) features(b int) features {
-	return features{SeqLens: slices.Clone(s.seqLens), Window: s.window, Softcap: s.softcap, ALiBi: s.alibi, SeqUsedK: s.keyCounts(b)}
+	f := features{SeqLens: slices.Clone(s.seqLens), Window: s.window, Softcap: s.softcap, ALiBi: s.alibi, SeqUsedK: s.keyCounts(b)}
+	if s.dropout != 0 {
+		f.Dropout, f.DropoutSeed, f.DropoutOffset = s.dropout, s.dropoutSeed, s.dropoutOffset
+	}
+	return f
 }
 
 // featureFlags are the flags of the options beyond the mask, in order
 // (--seqlens apart: decode mode refuses it for a reason of its own).
-var featureFlags = []string{"window", "softcap", "alibi", "seqused-k"}
+var featureFlags = []string{"window", "softcap", "alibi", "seqused-k", "dropout", "dropout-seed", "dropout-offset"}

@@ -340,3 +340,64 @@ func (v windowValue) String() string {
 }
 
 func (v windowValue) Type() string { return "L,R" }
+
+// dropoutValue is --dropout P: each attention probability is dropped with
+// probability P and the kept ones scaled by 1/(1 − P) (the library's
+// Options.Dropout). The library takes P as a float32 and applies it at a
+// resolution of 2⁻¹⁶ (dropThreshold): 0 < P < 1, and P must not round to 0
+// there (it would drop nothing) nor to 1 in float32. The value is kept as
+// given.
+type dropoutValue struct{ v *float64 }
+
+func (d dropoutValue) Set(text string) error {
+	x, err := strconv.ParseFloat(strings.TrimSpace(text), 64)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not a number: want the probability P of dropping an attention probability, 0 < P < 1", text)
+	case x == 0:
+		return errors.New("0 is no dropout: omit --dropout for none")
+	case !(x > 0 && x < 1):
+		return fmt.Errorf("%v: want a probability 0 < P < 1 (the chance of dropping each attention probability)", x)
+	case float32(x) == 1:
+		return fmt.Errorf("%v rounds to 1 in float32, the type the library takes P in: want P < 1", x)
+	case dropThreshold(x) == 0:
+		return fmt.Errorf("%v has no effect: the library applies P at a resolution of 2⁻¹⁶, and P below 2⁻¹⁷ ≈ %.3g drops nothing", x, math.Exp2(-17))
+	}
+	*d.v = x
+	return nil
+}
+
+func (d dropoutValue) String() string {
+	if *d.v == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(*d.v, 'g', -1, 64)
+}
+
+func (d dropoutValue) Type() string { return "P" }
+
+// uintValue is a uint32 or uint64 flag (--dropout-offset, --dropout-seed)
+// whose errors say the range.
+type uintValue[T uint32 | uint64] struct{ v *T }
+
+func (u uintValue[T]) Set(text string) error {
+	bits := 64
+	if ^T(0) == T(math.MaxUint32) {
+		bits = 32
+	}
+	x, err := strconv.ParseUint(strings.TrimSpace(text), 10, bits)
+	if err != nil {
+		return fmt.Errorf("%q: want an integer 0 … %d", text, uint64(^T(0)))
+	}
+	*u.v = T(x)
+	return nil
+}
+
+func (u uintValue[T]) String() string { return strconv.FormatUint(uint64(*u.v), 10) }
+
+func (u uintValue[T]) Type() string {
+	if ^T(0) == T(math.MaxUint32) {
+		return "uint32"
+	}
+	return "uint64"
+}

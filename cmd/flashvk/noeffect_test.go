@@ -58,7 +58,7 @@ func TestNoEffectFlags(t *testing.T) {
 		{name: "align seqused-k Nq", args: cat([]string{"run", "--backend", "cpu", "--dim", "8", "--nq", "16", "--nk", "32", "--causal", "--seqused-k", "16",
 			"--align", "bottom-right"}), msg: "--align has no effect: every sequence uses Nq = 16 keys (--seqused-k)"},
 		{name: "window in decode mode", args: []string{"run", "--backend", "cpu", "--cache-seqlens", "8", "--window", "2,2"},
-			msg: "--window does not apply in decode mode (--cache-seqlens): a KV-cache call takes no window, softcap, ALiBi or key counts"},
+			msg: "--window does not apply in decode mode (--cache-seqlens): a KV-cache call takes no window, softcap, ALiBi, key counts or dropout"},
 		{name: "seqused-k in decode mode", args: []string{"run", "--backend", "cpu", "--decode", "--nk", "8", "--seqused-k", "4"},
 			msg: "--seqused-k does not apply in decode mode (--decode)"},
 		{name: "seqlens in decode mode", args: []string{"run", "--backend", "cpu", "--cache-seqlens", "8", "--seqlens", "4,8"},
@@ -67,6 +67,13 @@ func TestNoEffectFlags(t *testing.T) {
 			msg: "--seqused-k has no effect: every sequence uses all its keys (its length in --seqlens)"},
 		{name: "align packed", args: []string{"run", "--backend", "cpu", "--dim", "8", "--seqlens", "4,8", "--causal", "--align", "top-left"},
 			msg: "--align has no effect: every sequence of --seqlens has Nq = Nk"},
+		{name: "dropout-seed without dropout", args: cat([]string{"run"}, cpu, []string{"--dropout-seed", "3"}),
+			msg: "--dropout-seed has no effect without --dropout: it selects the dropout mask"},
+		{name: "dropout-offset without dropout", args: cat([]string{"run"}, cpu, []string{"--dropout-offset", "0"}), msg: "--dropout-offset has no effect without --dropout"},
+		{name: "dropout in decode mode", args: []string{"run", "--backend", "cpu", "--cache-seqlens", "8", "--dropout", "0.1"},
+			msg: "--dropout does not apply in decode mode (--cache-seqlens): a KV-cache call takes no window, softcap, ALiBi, key counts or dropout"},
+		{name: "dropout-seed in decode mode", args: []string{"run", "--backend", "cpu", "--decode", "--nk", "8", "--dropout-seed", "4"},
+			msg: "--dropout-seed does not apply in decode mode (--decode)"},
 		{name: "kernel on cpu", args: cat([]string{"run"}, cpu, []string{"--kernel", "naive"}), msg: `--kernel "naive" selects a Vulkan kernel`},
 		{name: "addressing on cpu", args: cat([]string{"run"}, cpu, []string{"--addressing", "auto"}), msg: "--addressing auto applies to the Vulkan kernels"},
 		{name: "validation on cpu", args: cat([]string{"run"}, cpu, []string{"--validation"}), msg: "--validation enables the Vulkan validation layer"},
@@ -97,6 +104,10 @@ func TestNoEffectFlags(t *testing.T) {
 			msg: "--softcap does not apply in decode mode (--decode)"},
 		{name: "bench seqlens in decode mode", args: []string{"bench", "--backend", "cpu", "--decode", "--nk", "16", "--seqlens", "3"},
 			msg: "--seqlens does not apply in decode mode (--decode)"},
+		{name: "bench dropout-offset without dropout", args: cat([]string{"bench", "--backend", "cpu", "--dropout-offset", "2"}, grid),
+			msg: "--dropout-offset has no effect without --dropout"},
+		{name: "bench dropout in decode mode", args: []string{"bench", "--backend", "cpu", "--decode", "--nk", "16", "--dropout", "0.5", "--dropout-seed", "1"},
+			msg: "--dropout does not apply in decode mode (--decode)"},
 		{name: "check with benchfmt", args: cat([]string{"bench", "--backend", "cpu", "--check", "--benchfmt"}, grid), msg: "--check has no effect with --benchfmt and no --json"},
 		{name: "per-kernel printed nowhere", args: cat([]string{"bench", "--backend", "vulkan", "--per-kernel"}, grid), msg: "--per-kernel has no effect with --progress none and no --json"},
 		{name: "rotate on cpu", args: cat([]string{"bench", "--backend", "cpu", "--rotate", "2"}, grid), msg: "--rotate has no effect with --backend cpu"},
@@ -119,6 +130,10 @@ func TestNoEffectFlags(t *testing.T) {
 			msg: "--alibi does not apply in decode mode (--cache-seqlens)"},
 		{name: "explain seqlens in decode mode", args: []string{"explain", "--backend", "cpu", "--append", "1", "--nk", "8", "--seqlens", "8"},
 			msg: "--seqlens does not apply in decode mode (--append)"},
+		{name: "explain dropout-seed without dropout", args: []string{"explain", "--backend", "cpu", "--dropout-seed", "9"},
+			msg: "--dropout-seed has no effect without --dropout"},
+		{name: "explain dropout-offset in decode mode", args: []string{"explain", "--backend", "cpu", "--append", "1", "--nk", "8", "--dropout-offset", "2"},
+			msg: "--dropout-offset does not apply in decode mode (--append)"},
 		{name: "explain window unbounded", args: []string{"explain", "--backend", "cpu", "--window", "-1,-1"}, msg: "--window -1,-1 has no effect"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,6 +169,8 @@ func TestEffectiveFlags(t *testing.T) {
 		slices.Concat(cpu, []string{"--seq", "16", "--dim", "8", "--causal", "--seqused-k", "8", "--align", "bottom-right"}), // placed with the key counts
 		slices.Concat(cpu, []string{"--seq", "16", "--dim", "8", "--window", "-1,0"}),                                        // causal without --causal
 		slices.Concat(cpu, []string{"--seq", "16", "--dim", "8", "--seqused-k", "16,8"}),
+		slices.Concat(cpu, []string{"--seq", "16", "--dim", "8", "--dropout", "0.25", "--dropout-seed", "0", "--dropout-offset", "0"}), // explicit defaults
+		{"explain", "--backend", "cpu", "--seq", "64", "--dropout", "0.1", "--dropout-offset", "7"},
 		{"bench", "--backend", "cpu", "--seq", "16,32", "--dim", "8", "--batch", "1", "--heads", "1", "--iters", "1", "--progress", "none",
 			"--causal", "both", "--window", "-1,0", "--seqused-k", "16"}, // each changes some point
 		{"run", "--backend", "cpu", "--seq", "16", "--dim", "8", "--iters", "2", "--warmup", "1", "--workers", "1"},

@@ -20,9 +20,10 @@ type problem struct {
 	Align                     attention.Alignment
 	// Scale is --scale, a float32 value (0: 1/√d); see scale32.
 	Scale float64
-	// features are --seqlens, --window, --softcap, --alibi and
-	// --seqused-k. With --seqlens, B is the number of sequences and Nq =
-	// Nk the longest: the padded grid the library tiles.
+	// features are --seqlens, --window, --softcap, --alibi, --seqused-k
+	// and --dropout (with its seed and offset). With --seqlens, B is the
+	// number of sequences and Nq = Nk the longest: the padded grid the
+	// library tiles.
 	features
 }
 
@@ -98,9 +99,10 @@ func (p problem) oShape() attention.Shape { return p.shape(true, p.Hq, p.Dv) }
 
 // flops is the FLOP count of a pass as the benchmarks count it
 // (attention.Flops): forward 4·B·Hq·Nq·Nk·d (d the mean of d and dv),
-// halved when causal, or with packed sequences, a window, softcap, ALiBi
-// or key counts 2·Hq·(d+dv) per visible (query, key) pair exactly (a
-// packed batch: each sequence's own pairs); backward 2.5× the forward.
+// halved when causal, or with packed sequences, a window, softcap, ALiBi,
+// key counts or dropout 2·Hq·(d+dv) per visible (query, key) pair
+// exactly (a packed batch: each sequence's own pairs); backward 2.5× the
+// forward.
 // NaN for a problem attention refuses (validate refuses it first).
 func (p problem) flops(backward bool) float64 {
 	f, err := attention.Flops(p.qShape(), p.kShape(), p.vShape(), p.options())
@@ -152,9 +154,10 @@ func (p problem) optionsString() string {
 // featuresLabel is the features with the diagonal they and the mask
 // measure from where it matters (Nq ≠ Nk, or --seqused-k), as compare and
 // report tell results apart: "alibi seqused_k=100,200 bottom-right"; ""
-// without features.
+// without features. The dropout's seed and offset are left out (see
+// features.timed): results that differ only there are the same cell.
 func (p problem) featuresLabel() string {
-	f := p.features.String()
+	f := p.features.timed().String()
 	if f != "" && (p.Causal || p.diagonal()) && (p.Nq != p.Nk || p.SeqUsedK != nil) {
 		f += " " + p.Align.String()
 	}

@@ -522,7 +522,7 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 {{end}}</table></div>
 
 <h2>Throughput</h2>
-<p class="note">TFLOP/s over the median time, FlashAttention convention: forward 4·B·H·N²·d, halved when causal (with a window, softcap, ALiBi or key counts: 4·H·d per visible (query, key) pair, exactly); backward 2.5× the forward. B·N and H·d follow the result files (the FlashAttention-2 grid keeps B·N = 16k and H·d = 2048).</p>
+<p class="note">TFLOP/s over the median time, FlashAttention convention: forward 4·B·H·N²·d, halved when causal (with a window, softcap, ALiBi, key counts or dropout: 4·H·d per visible (query, key) pair, exactly); backward 2.5× the forward. B·N and H·d follow the result files (the FlashAttention-2 grid keeps B·N = 16k and H·d = 2048).</p>
 <div class="charts">
 {{range .Charts}}<figure id="{{.Slug}}">{{.SVG}}
 <figcaption>{{range .Legend}}<span class="key"><span class="swatch" style="background: {{.Color}}"></span>{{.Name}}</span>{{end}}</figcaption></figure>

@@ -59,9 +59,9 @@ type Result struct {
 	TFLOPS    float64 `json:"tflops"` // FLOPs over the median time (see problem.flops)
 	Iters     int     `json:"iters"`
 	Clock     string  `json:"clock"` // "gpu-timestamps", "wall", "cuda-events"
-	// The window, softcap, ALiBi and key counts of the problem (each
-	// omitted when unset; see features); TFLOPS then counts the visible
-	// (query, key) pairs exactly.
+	// The packed lengths, window, softcap, ALiBi, key counts and dropout
+	// of the problem (each omitted when unset; see features); TFLOPS then
+	// counts the visible (query, key) pairs exactly.
 	features
 	// A KV-cache result (direction "kv") has Nk = the cache capacity per
 	// sequence, and: CacheSeqLens, the rows each of the B sequences holds
@@ -273,12 +273,12 @@ func readResults(path string) (*ResultsFile, error) {
 	return &f, nil
 }
 
-// checkFeatures refuses a result whose packed lengths, window, softcap or
-// key counts are out of range (a kv result has none).
+// checkFeatures refuses a result whose packed lengths, window, softcap,
+// key counts or dropout are out of range (a kv result has none).
 func (r *Result) checkFeatures() error {
 	switch {
-	case r.features.set() && r.Direction == "kv":
-		return errors.New("a kv result has no seqlens, window, softcap, alibi or seqused_k")
+	case (r.features.set() || r.DropoutSeed != 0 || r.DropoutOffset != 0) && r.Direction == "kv":
+		return errors.New("a kv result has no seqlens, window, softcap, alibi, seqused_k or dropout")
 	case r.SeqLens != nil && len(r.SeqLens) != r.B:
 		return fmt.Errorf("%d seqlens, want one per sequence (B = %d)", len(r.SeqLens), r.B)
 	case r.SeqLens != nil && (r.Nq != r.Nk || slices.Max(r.SeqLens) != r.Nq || slices.Min(r.SeqLens) < 0):
@@ -287,6 +287,10 @@ func (r *Result) checkFeatures() error {
 		return fmt.Errorf("window %v: sides must be ≥ −1 (−1 unbounded)", *r.Window)
 	case r.Softcap < 0 || math.IsNaN(r.Softcap) || math.IsInf(r.Softcap, 0):
 		return fmt.Errorf("softcap %v: want a finite c > 0", r.Softcap)
+	case !(r.Dropout >= 0 && r.Dropout < 1):
+		return fmt.Errorf("dropout %v: want a probability 0 ≤ P < 1", r.Dropout)
+	case r.Dropout == 0 && (r.DropoutSeed != 0 || r.DropoutOffset != 0):
+		return errors.New("dropout_seed or dropout_offset without dropout")
 	case r.SeqUsedK != nil && len(r.SeqUsedK) != r.B:
 		return fmt.Errorf("%d seqused_k, want one per sequence (B = %d)", len(r.SeqUsedK), r.B)
 	}

@@ -122,8 +122,9 @@ A flag that would change nothing is refused (exit 2): --do without --backward,
 --iters 0, --align without --causal, --window or --alibi, or where every
 sequence has Nq keys (Nq = Nk and no --seqused-k), --window -1,-1, --window
 -1,R with --causal, --seqused-k where every sequence uses all its keys, --seq
-beside --nq and --nk; in decode mode --backward (decoding has no backward
-pass), --window, --softcap, --alibi, --seqused-k, --seqlens,
+beside --nq and --nk, --dropout-seed and --dropout-offset without --dropout;
+in decode mode --backward (decoding has no backward pass), --window,
+--softcap, --alibi, --seqused-k, the dropout flags, --seqlens,
 --q/--k/--v/--do, --seq, --decode beside another decode flag, and --causal
 with Nq = 1 under the bottom-right mask; a Vulkan flag (--device, --kernel,
 --addressing, --validation) where only the CPU backend runs, --workers where
@@ -141,6 +142,18 @@ count. --check runs the float64 reference with the same options (the very
 float32 softcap and slopes the kernels get). With any of them the FLOPs count
 the visible (query, key) pairs exactly (attention.Flops). Decode mode refuses
 them: a KV-cache call takes none.
+
+Dropout: --dropout P drops each attention probability with probability P
+(0 < P < 1) and scales the kept ones by 1/(1 − P) (the library's
+Options.Dropout), from a counter-based generator keyed by --dropout-seed S
+(default 0; --seed seeds the inputs, not the mask) and --dropout-offset N (one
+of the seed's 2³² streams, e.g. the training step; default 0): the same
+seed and offset drop the same elements, in the forward and the backward,
+on every backend. P is applied at a resolution of 2⁻¹⁶: round(P·65536)/65536
+(at most 65535/65536), and --check runs the float64 reference with that
+very probability, seed and offset, so the outputs and gradients match
+element for element. The FLOPs count the visible pairs exactly (the
+dropout's generator is not counted). Decode mode refuses them.
 
 Packed sequences: --seqlens N1,N2,… runs a packed batch of self-attention
 sequences without padding (the library's Options.CuSeqlensQ and CuSeqlensK):
@@ -167,6 +180,7 @@ signal exits at once.`,
   flashvk run -b 2 --heads 8 --kv-heads 2 --seq 256 --dtype f16 --causal false --backward --check
   flashvk run --backend cpu --seq 512 --causal --window 128,0 --alibi --softcap 30 --seqused-k 400,512 --backward --check
   flashvk run --seqlens 1000,24,0,512 --heads 16 --kv-heads 4 --dim 64 --causal --backward --check
+  flashvk run --seq 1024 --causal --dropout 0.1 --dropout-seed 42 --backward --check
   flashvk run --seq 512 --dtype bf16 --backward --check --iters 20
   flashvk run --seq 131072 --heads 16 --dim 128 --dtype f16 --iters 0
   flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/
@@ -266,7 +280,8 @@ type problemJSON struct {
 	Causal bool    `json:"causal"`
 	Align  string  `json:"align"`
 	Scale  float64 `json:"scale"`
-	// The window, softcap, ALiBi and key counts, each omitted when unset.
+	// The packed lengths, window, softcap, ALiBi, key counts and dropout,
+	// each omitted when unset.
 	features
 	// Cache describes the KV cache in decode mode (Nk is then its
 	// capacity per sequence).

@@ -33,12 +33,16 @@ type shapeFlags struct {
 	align, layout             string
 	scale                     float64
 	// The features (run, bench, explain; see features.go): --seqlens,
-	// --window, --softcap, --alibi, --seqused-k.
-	seqLens  []int
-	window   *[2]int
-	softcap  float64
-	alibi    bool
-	seqUsedK []int
+	// --window, --softcap, --alibi, --seqused-k, --dropout,
+	// --dropout-seed, --dropout-offset.
+	seqLens       []int
+	window        *[2]int
+	softcap       float64
+	alibi         bool
+	seqUsedK      []int
+	dropout       float64
+	dropoutSeed   uint64
+	dropoutOffset uint32
 	// Decode mode (run, bench, explain; see decode.go): --decode,
 	// --cache-seqlens, --paged, --append.
 	decode         bool
@@ -121,8 +125,8 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 	}
 }
 
-// registerFeatures adds --seqlens, --window, --softcap, --alibi and
-// --seqused-k.
+// registerFeatures adds --seqlens, --window, --softcap, --alibi,
+// --seqused-k, --dropout, --dropout-seed and --dropout-offset.
 func (s *shapeFlags) registerFeatures(c *cobra.Command) {
 	f := c.Flags()
 	packed := "a packed batch of self-attention sequences of these lengths (each its Nq = Nk; B their count), Q, K, V [1, ΣNi, H, d]: replaces --seq, --nq, --nk and --batch"
@@ -138,6 +142,9 @@ func (s *shapeFlags) registerFeatures(c *cobra.Command) {
 		keys = "keys each sequence uses (0 … Nk of every point; the rest are masked): one per sequence (B = their count at every point), or one for every sequence of every point"
 	}
 	f.Var(intsValue(&s.seqUsedK, true), "seqused-k", keys)
+	f.Var(dropoutValue{&s.dropout}, "dropout", "attention dropout: drop each attention probability with probability P (0 < P < 1, applied at a resolution of 2⁻¹⁶) and scale the kept ones by 1/(1 − P)")
+	f.Var(uintValue[uint64]{&s.dropoutSeed}, "dropout-seed", "seed of the dropout mask (needs --dropout; not --seed, which seeds the inputs)")
+	f.Var(uintValue[uint32]{&s.dropoutOffset}, "dropout-offset", "offset of the dropout mask: one of the seed's 2³² streams, e.g. the training step (needs --dropout)")
 }
 
 // checkKeyCountBatch refuses --batch beside --seqused-k values of another
@@ -287,11 +294,17 @@ func (s *shapeFlags) batchHeads(nq, nk, d, tokens int) (b, h int) {
 func (s *shapeFlags) given(name string) bool { return s.changed != nil && s.changed(name) }
 
 // checkEffect refuses the problem flags that the others make ineffective
-// (flashvk ignores no flag): --seq beside both --nq and --nk, and on the
-// grids --tokens beside --batch and --hidden beside --heads.
+// (flashvk ignores no flag): --seq beside both --nq and --nk,
+// --dropout-seed and --dropout-offset without --dropout, and on the grids
+// --tokens beside --batch and --hidden beside --heads.
 func (s *shapeFlags) checkEffect() error {
 	if s.given("seq") && len(s.nq) > 0 && len(s.nk) > 0 {
 		return usagef("--seq has no effect: --nq and --nk give both lengths")
+	}
+	for _, name := range []string{"dropout-seed", "dropout-offset"} {
+		if s.given(name) && s.dropout == 0 {
+			return usagef("--%s has no effect without --dropout: it selects the dropout mask", name)
+		}
 	}
 	if s.mode == oneProblem {
 		return nil

@@ -34,6 +34,11 @@ type DeviceInfo struct {
 	Float16  bool `json:"float16"`
 	Int8     bool `json:"int8"`
 	BFloat16 bool `json:"bfloat16"`
+	// PipelineStatistics: the driver reports the compiler statistics of
+	// pipelines (VK_KHR_pipeline_executable_properties), which
+	// Config.PipelineStatistics asks for (in a Vulkan engine's
+	// BackendInfo: asked for and enabled).
+	PipelineStatistics bool `json:"pipeline_statistics"`
 	// CoopMat lists the cooperative-matrix shapes, e.g.
 	// "16x16x16 f16·f16+f32→f32 (subgroup)"; CoopMat2 the NV
 	// cooperative-matrix-2 features present.

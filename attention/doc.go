@@ -26,7 +26,10 @@
 //
 // Engine.Plan says how a pass runs — the kernel family, each dispatch's
 // kernel, grid, workgroup, tile and shared memory, and why the families
-// tried first declined — exactly as the Vulkan backend records it.
+// tried first declined — exactly as the Vulkan backend records it; with
+// Config.PipelineStatistics each launch also carries what the driver's
+// compiler reports of its pipeline (Launch.Statistics: register count,
+// spills, shared memory…, through VK_KHR_pipeline_executable_properties).
 // Engine.Tune searches per-device tile configurations (verified against a
 // float64 reference the caller passes in) for a TuneCache, which Open then
 // uses (Config.TuneCache).

@@ -48,6 +48,15 @@ type Config struct {
 	// Validation enables the Khronos validation layer; its messages are
 	// collected and reported by Close.
 	Validation bool
+	// PipelineStatistics asks the Vulkan driver for the compiler
+	// statistics of every pipeline (VK_KHR_pipeline_executable_properties:
+	// register count, spills, shared memory…, as the driver names them):
+	// Plan then builds each launch's pipeline and fills its Statistics.
+	// Off by default, since capturing them can slow pipeline creation.
+	// A Vulkan device without the extension fails Open with ErrBackend
+	// (DeviceInfo.PipelineStatistics says which have it); the CPU backend
+	// has no pipelines, and its launches no statistics.
+	PipelineStatistics bool
 	// Workers bounds the CPU backend's goroutines (0: GOMAXPROCS).
 	Workers int
 	// TuneCache is the tune cache file (written by `flashvk tune`, see

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/flashvk/flashvk/internal/spec"
 )
@@ -71,7 +72,40 @@ type Launch struct {
 	// 64-bit buffer device addresses instead of bindings ("q", "k", …;
 	// empty when every operand is bound; see Config.Addressing).
 	Addresses []string `json:"addresses,omitempty"`
+	// Statistics are what the Vulkan driver's compiler reports of the
+	// launch's pipeline — register count, spills, shared memory…, in the
+	// driver's own names and in its order — when Config.PipelineStatistics
+	// asked for them (nil otherwise, and on the CPU backend).
+	Statistics []Statistic `json:"statistics,omitempty"`
 }
+
+// Statistic is one compiler statistic of a pipeline
+// (VK_KHR_pipeline_executable_properties), e.g. NVIDIA's "Register
+// Count" or RADV's "VGPRs", "Spilled VGPRs" and "LDS size".
+type Statistic struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Value is a bool, int64, uint64 or float64, as the driver gives it.
+	Value any `json:"value"`
+	// Executable is the index of the pipeline executable the statistic
+	// is of, where the driver compiled the pipeline into several (0: the
+	// first, and for compute pipelines usually the only one).
+	Executable int `json:"executable,omitempty"`
+}
+
+// ValueString is the value as text: "128", "-3", "true", "0.75".
+func (s Statistic) ValueString() string {
+	switch v := s.Value.(type) {
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(s.Value)
+}
+
+// String is "name: value", e.g. "Register Count: 128".
+func (s Statistic) String() string { return s.Name + ": " + s.ValueString() }
 
 // Plan returns how the forward (or, with backward, the backward) of
 // attention on contiguous tensors of shapes q, k, v in layout l and dtype
@@ -80,7 +114,8 @@ type Launch struct {
 // device can address, even one batch at a time) fails here with ErrShape,
 // so callers can check before they allocate inputs. On Vulkan it may run
 // the cooperative-matrix layout probe (once per engine and dtype) and waits
-// for it under ctx.
+// for it under ctx. With Config.PipelineStatistics it also builds each
+// launch's pipeline and fills Launch.Statistics.
 func (e *Engine) Plan(ctx context.Context, q, k, v Shape, l Layout, dt DType, opt Options, backward bool) (*Plan, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err
@@ -150,7 +185,8 @@ func Flops(q, k, v Shape, opt Options) (float64, error) {
 // cache's (cache.K and cache.V are read for their shapes only; their Data
 // may be nil), its lengths and block table, the rows an append adds, all
 // operands contiguous in layout l. The plan depends on the lengths (the
-// splits follow the longest sequence).
+// splits follow the longest sequence). With Config.PipelineStatistics its
+// launches carry their Statistics, as Plan's do.
 func (e *Engine) PlanKVCache(ctx context.Context, q Shape, cache *KVCache, nNew int, l Layout, dt DType, opt Options) (*Plan, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ type vulkanBackend struct {
 	vk         *vkattn.Backend
 	info       BackendInfo
 	validation bool
+	stats      bool // Config.PipelineStatistics: plans carry each launch's compiler statistics
 
 	tmu      sync.Mutex
 	tuneFile string // "" when off
@@ -43,7 +44,8 @@ func openVulkan(cfg Config) (backend, error) {
 		return nil, fmt.Errorf("attention: config: %w: %w", err, ErrOption)
 	}
 	vo := vkattn.Options{Device: cfg.Device, Library: cfg.VulkanLibrary, Kernel: cfg.Kernel, Validation: cfg.Validation,
-		Log: cfg.Log, SpinWait: cfg.SpinWait, CacheDir: cfg.PipelineCacheDir, Addressing: addressing}
+		Log: cfg.Log, SpinWait: cfg.SpinWait, CacheDir: cfg.PipelineCacheDir, Addressing: addressing,
+		PipelineStatistics: cfg.PipelineStatistics}
 	if cfg.PipelineCacheDir == "off" {
 		vo.CacheDir, vo.NoDiskCache = "", true
 	}
@@ -57,7 +59,7 @@ func openVulkan(cfg Config) (backend, error) {
 	}
 	di := vk.Info()
 	dev := deviceInfo(di)
-	b := &vulkanBackend{vk: vk, validation: cfg.Validation}
+	b := &vulkanBackend{vk: vk, validation: cfg.Validation, stats: cfg.PipelineStatistics}
 	b.info = BackendInfo{
 		Kind: Vulkan, Name: "vulkan", Device: di.Name, Driver: strings.TrimSpace(di.DriverName + " " + di.DriverInfo),
 		Kernel: vk.Kernel(), DTypes: vk.DTypes(), Vulkan: &dev,
@@ -154,7 +156,7 @@ func deviceInfo(in device.Info) DeviceInfo {
 		SubgroupSize: in.SubgroupSize, MaxSharedMemory: in.MaxSharedMemory, MaxWorkgroupSize: in.MaxWorkgroupSize,
 		MaxWorkgroupInvocations: in.MaxWorkgroupInvocations, MaxAllocation: in.MaxAllocation,
 		DeviceLocalBytes: in.DeviceLocalBytes(), Float16: in.Float16, Int8: in.Int8, BFloat16: in.BFloat16,
-		CoopMat: []string{}, CoopMat2: []string{},
+		PipelineStatistics: in.PipelineStatistics, CoopMat: []string{}, CoopMat2: []string{},
 	}
 	for _, h := range in.Heaps {
 		if !h.DeviceLocal {
@@ -279,17 +281,35 @@ func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, bac
 	if d := vp.Decode(); d != nil {
 		pl.Splits, pl.SplitKeys = d.Splits, d.SplitKeys
 	}
-	for _, l := range vp.Launches {
+	for i, l := range vp.Launches {
 		var addrs []string
 		for _, op := range l.Addresses {
 			addrs = append(addrs, op.String())
 		}
-		pl.Launches = append(pl.Launches, Launch{Kernel: l.Kernel, Name: l.Name(),
+		la := Launch{Kernel: l.Kernel, Name: l.Name(),
 			Grid: [3]int{int(l.Grid[0]), int(l.Grid[1]), int(l.Grid[2])}, Workgroup: l.Workgroup,
 			TileRows: l.BR, TileCols: l.BC, SharedBytes: l.SharedBytes, Config: l.Config, Source: l.Source,
-			Addresses: addrs})
+			Addresses: addrs}
+		if b.stats {
+			st, err := b.vk.Statistics(&vp.Launches[i])
+			if err != nil {
+				return nil, vkErr(err)
+			}
+			la.Statistics = statistics(st)
+		}
+		pl.Launches = append(pl.Launches, la)
 	}
 	return pl, nil
+}
+
+// statistics converts the device's compiler statistics (never nil: a
+// pipeline the driver reports nothing of has an empty list).
+func statistics(st []device.Statistic) []Statistic {
+	out := make([]Statistic, len(st))
+	for i, s := range st {
+		out[i] = Statistic{Name: s.Name, Description: s.Description, Value: s.Value, Executable: s.Executable}
+	}
+	return out
 }
 
 // Benchmark keeps o.Rotate copies of the inputs resident and times each

@@ -34,6 +34,9 @@ type backendFlags struct {
 	addressing              string
 	workers                 int
 	validation              bool
+	// stats is Config.PipelineStatistics: explain's --stats (registered
+	// by explain alone).
+	stats bool
 	// tuneCache is Config.TuneCache (not a flag: tune opens its engine
 	// without tuned configurations).
 	tuneCache string
@@ -109,6 +112,8 @@ func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) 
 		return nil, nil, usagef("--addressing %s applies to the Vulkan kernels: it does not apply to --backend cpu", b.addressing)
 	case b.given("validation") && kind == attention.CPU:
 		return nil, nil, usagef("--validation enables the Vulkan validation layer: it does not apply to --backend cpu")
+	case b.given("stats") && kind == attention.CPU:
+		return nil, nil, usagef("--stats reports the Vulkan driver's compiler statistics: it does not apply to --backend cpu")
 	case b.given("workers") && kind == attention.Vulkan:
 		return nil, nil, usagef("--workers sets the CPU backend's goroutines: it does not apply to --backend vulkan")
 	}
@@ -116,7 +121,7 @@ func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) 
 		kind = attention.Vulkan
 	}
 	base := attention.Config{Backend: kind, Device: b.device, Kernel: b.kernel, Workers: b.workers, Validation: b.validation,
-		TuneCache: b.tuneCache, Addressing: b.addressing}
+		TuneCache: b.tuneCache, Addressing: b.addressing, PipelineStatistics: b.stats}
 	if !all {
 		label := kind.String()
 		if b.device != "" {
@@ -148,7 +153,7 @@ func (a *app) targets(b *backendFlags) (ts []target, notes []string, err error) 
 		return ts, notes, nil
 	}
 	c := base
-	c.Backend, c.Device, c.Kernel, c.Addressing, c.Validation = attention.CPU, "", "", "", false
+	c.Backend, c.Device, c.Kernel, c.Addressing, c.Validation, c.PipelineStatistics = attention.CPU, "", "", "", false, false
 	ts = append(ts, target{label: "cpu", cfg: c})
 	return ts, notes, nil
 }
@@ -174,7 +179,7 @@ func (b *backendFlags) checkOpened(es []*engine, notes []string) error {
 		if len(notes) > 0 {
 			why += "; " + strings.Join(notes, "; ")
 		}
-		for _, fl := range []string{"device", "kernel", "addressing", "validation"} {
+		for _, fl := range []string{"device", "kernel", "addressing", "validation", "stats"} {
 			if fl == "device" && strings.EqualFold(b.device, "all") {
 				continue // every device there is: the CPU backend here
 			}
@@ -229,6 +234,10 @@ func (a *app) openAll(b *backendFlags) ([]*engine, error) {
 		if err != nil {
 			if len(ts) == 1 {
 				if errors.Is(err, attention.ErrBackend) && t.cfg.Backend == attention.Vulkan {
+					if t.cfg.PipelineStatistics {
+						// (the error says whether the device lacks the statistics)
+						return nil, fmt.Errorf("%s: %v (--stats needs a device whose driver reports compiler statistics: pipeline_statistics in flashvk devices --json)", t.label, err)
+					}
 					if b.use == vulkanEngine {
 						return nil, fmt.Errorf("%s: %v (tuning needs a Vulkan device)", t.label, err)
 					}

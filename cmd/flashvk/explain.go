@@ -229,6 +229,16 @@ families tried first declined it, every dispatch's grid, workgroup, tile and
 shared memory (on the CPU backend its tile per worker), and whether each tile
 comes from the tune cache ('flashvk tune').
 
+With --stats it opens the Vulkan device with compiler statistics on
+(VK_KHR_pipeline_executable_properties, attention.Config.PipelineStatistics),
+builds every launch's pipeline and prints, per launch, what the driver's
+compiler reports of it: the register count per invocation (occupancy),
+spills, scratch or local memory and shared memory, in the driver's own
+names (NVIDIA: "Register Count"…; RADV: "VGPRs", "Spilled VGPRs", "LDS
+size"…); --json gives all of them per launch ("statistics"). A device
+whose driver does not report them (lavapipe) is an error; 'flashvk devices
+--json' says which do ("pipeline_statistics").
+
 In decode mode (--cache-seqlens, --paged, --append, or --decode with --nk;
 see run --help) it explains one KV-cache call instead: the cache bytes it
 must read (attention.KVCacheBytes), in all and per generated token (B·Nq
@@ -258,8 +268,9 @@ with --causal, --seqused-k where every sequence uses all its keys, --seq
 beside --nq and --nk, --dropout-seed and --dropout-offset without
 --dropout, in decode mode --seq, --decode beside another decode flag,
 --window, --softcap, --alibi, --seqused-k, the dropout flags, --seqlens and
---causal with Nq = 1 under the bottom-right mask, and a Vulkan flag (--device, --kernel,
---addressing, --validation) where only the CPU backend runs. --seq, --nq,
+--causal with Nq = 1 under the bottom-right mask, and a Vulkan flag (--device,
+--kernel, --addressing, --validation, --stats) where only the CPU backend
+runs. --seq, --nq,
 --nk and --batch beside --seqlens do not apply (exit 2). --scale and
 --layout are part of the problem it describes and plans.`,
 		Example: `  flashvk explain --seq 4096 --dim 128 --heads 16 --dtype float16
@@ -267,6 +278,7 @@ beside --nq and --nk, --dropout-seed and --dropout-offset without
   flashvk explain --seq 16384 --dim 128 --causal --window 4096,0 --device-preset h200
   flashvk explain --seqlens 4096,512,1024,77 --dim 128 --causal --device-preset h200
   flashvk explain --nq 1 --nk 8192 --heads 32 --kv-heads 8 --causal false --backend vulkan --kernel flash
+  flashvk explain --seq 4096 --dim 128 --heads 16 --causal --backend vulkan --stats
   flashvk explain --cache-seqlens 128,4000,17 --heads 32 --kv-heads 8 --dim 128 --paged 16 --device-preset h200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -306,6 +318,7 @@ beside --nq and --nk, --dropout-seed and --dropout-offset without
 	fl.Float64Var(&f.peakTFLOPS, "peak-tflops", 0, "peak compute rate in TFLOP/s for the roofline")
 	fl.Float64Var(&f.bandwidthGBs, "bandwidth-gbs", 0, "memory bandwidth in GB/s for the roofline")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.BoolVar(&f.backend.stats, "stats", false, "build each launch's pipeline and print the Vulkan driver's compiler statistics (register count, spills, shared memory: VK_KHR_pipeline_executable_properties; all of them with --json)")
 	return c
 }
 
@@ -522,6 +535,7 @@ func printEnginePlan(w io.Writer, a *enginePlan) {
 	if len(a.Launches) > 0 {
 		fmt.Fprintln(w)
 		printLaunches(w, a.Launches, a.MaxSharedMemory)
+		printStatistics(w, a.Launches)
 	}
 	for _, pl := range a.Plans {
 		fmt.Fprintf(w, "\n%s  runs %s", pl.Direction, pl.Family)
@@ -626,8 +640,8 @@ func (a *app) explainPlans(ctx context.Context, f *explainFlags, dt attention.DT
 		if pl.Tiles > 0 {
 			ep.Plans[len(ep.Plans)-1].TilesFraction = float64(pl.TilesVisited) / float64(pl.Tiles)
 		}
-		for _, l := range resultLaunches(pl) {
-			ep.Launches = append(ep.Launches, explainLaunch{Direction: ps.dir, Launch: l})
+		for i, l := range resultLaunches(pl) {
+			ep.Launches = append(ep.Launches, explainLaunch{Direction: ps.dir, Launch: l, Statistics: pl.Launches[i].Statistics})
 		}
 	}
 	ep.Tiles = fmt.Sprintf("launch configuration (%s backend, %s storage)%s", in.Name, dt, why)

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -52,6 +54,58 @@ func mainLaunch(ls []Launch) *Launch {
 type explainLaunch struct {
 	Direction string `json:"direction"` // "fwd" or "bwd"
 	Launch
+	// Statistics are the driver compiler's statistics of the launch's
+	// pipeline (explain --stats: attention.Launch.Statistics), all of
+	// them, in the driver's names and order.
+	Statistics []attention.Statistic `json:"statistics,omitempty"`
+}
+
+// keyStatistic matches the names of the statistics explain's text shows
+// (the rest are in --json): registers (NVIDIA "Register Count", RADV
+// "VGPRs"/"SGPRs", ANV "… registers"), spills, scratch, stack and local
+// memory, shared memory (RADV "LDS size", ANV "Workgroup Memory Size")
+// and occupancy (RADV "Subgroups per SIMD").
+var keyStatistic = regexp.MustCompile(`(?i)regist|gprs?\b|spill|scratch|stack|local mem|shared|\blds\b|workgroup mem|occupancy|per simd|waves`)
+
+// keyStatistics are the statistics explain's text shows of a launch: those
+// keyStatistic matches, in the driver's order, or where none matches the
+// first 6; more counts the rest.
+func keyStatistics(st []attention.Statistic) (shown []attention.Statistic, more int) {
+	for _, s := range st {
+		if keyStatistic.MatchString(s.Name) {
+			shown = append(shown, s)
+		}
+	}
+	if len(shown) == 0 {
+		shown = st[:min(len(st), 6)]
+	}
+	return shown, len(st) - len(shown)
+}
+
+// printStatistics writes explain --stats's lines: per launch, its key
+// compiler statistics.
+func printStatistics(w io.Writer, ls []explainLaunch) {
+	if !slices.ContainsFunc(ls, func(l explainLaunch) bool { return l.Statistics != nil }) {
+		return
+	}
+	fmt.Fprintln(w, "\ncompiler statistics (the driver's, per launch: registers, spills, shared memory where reported; all in --json)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range ls {
+		shown, more := keyStatistics(l.Statistics)
+		parts := make([]string, len(shown))
+		for i, s := range shown {
+			parts[i] = s.Name + " " + s.ValueString()
+		}
+		text := strings.Join(parts, ", ")
+		switch {
+		case len(l.Statistics) == 0:
+			text = "none reported"
+		case more > 0:
+			text += fmt.Sprintf(" (+%d more)", more)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", l.Direction, l.Kernel, text)
+	}
+	tw.Flush()
 }
 
 // printLaunches writes explain's launch table.

@@ -126,6 +126,11 @@ func TestNoEffectFlags(t *testing.T) {
 			msg: "--device-preset has no effect"},
 		{name: "explain align", args: []string{"explain", "--backend", "cpu", "--align", "bottom-right", "--nq", "8", "--nk", "16"}, msg: "not causal"},
 		{name: "explain validation on cpu", args: []string{"explain", "--backend", "cpu", "--validation"}, msg: "--validation"},
+		{name: "explain stats on cpu", args: []string{"explain", "--backend", "cpu", "--stats"},
+			msg: "--stats reports the Vulkan driver's compiler statistics: it does not apply to --backend cpu"},
+		{name: "explain stats=false on cpu", args: []string{"explain", "--backend", "cpu", "--stats=false"}, msg: "--stats"},
+		{name: "explain stats where auto runs the cpu", args: []string{"explain", "--seq", "16", "--stats"}, env: "cpu",
+			msg: "--stats applies to Vulkan devices: it has no effect here (everything runs on the CPU backend"},
 		{name: "explain alibi in decode mode", args: []string{"explain", "--backend", "cpu", "--cache-seqlens", "8", "--alibi"},
 			msg: "--alibi does not apply in decode mode (--cache-seqlens)"},
 		{name: "explain seqlens in decode mode", args: []string{"explain", "--backend", "cpu", "--append", "1", "--nk", "8", "--seqlens", "8"},
@@ -230,7 +235,9 @@ func TestExamplesStillValid(t *testing.T) {
 	for _, f := range []string{"h200.json", "torch.json", "cpu.json", "before.json", "after.json", "flashvk.json", "torch_fp16_fwd.json", "flashvk_cm_fp16.json"} {
 		os.WriteFile(f, results, 0o644)
 	}
-	_, vkErr := attention.Devices(attention.Config{})
+	devs, vkErr := attention.Devices(attention.Config{})
+	// --stats needs a device whose driver reports compiler statistics.
+	withStats := slices.ContainsFunc(devs, func(d attention.DeviceInfo) bool { return d.PipelineStatistics })
 	var lines []string
 	root := newApp(nil, nil).rootCmd()
 	for _, c := range root.Commands() {
@@ -280,6 +287,10 @@ func TestExamplesStillValid(t *testing.T) {
 		vulkan := args[0] == "tune" || strings.Contains(l, "lavapipe") || strings.Contains(l, "--backend vulkan")
 		if vulkan && vkErr != nil {
 			t.Logf("skipped without a Vulkan device: %s", l)
+			continue
+		}
+		if slices.Contains(args, "--stats") && !withStats {
+			t.Logf("skipped without a device that reports compiler statistics: %s", l)
 			continue
 		}
 		if ok, why := reachesWork(t, args); !ok {

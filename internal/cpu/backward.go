@@ -94,11 +94,16 @@ type kvScratch struct {
 	dk, dv       []float32 // Bc×D, Bc×Dv accumulators
 	first, limit []int     // Bc: the query rows that see each key (queryRows)
 	q, do        []float32 // Br×D, Br×Dv: a query tile with its dead rows zeroed
+	// With dropout: pt is Bc×Br, Pᵀ∘keep (dV's factor), and bits the
+	// tile's keep bits, ng groups of Br rows (nil without dropout).
+	pt   []float32
+	bits []uint8
+	ng   int
 }
 
 func (g *bwd) newKVScratch() *kvScratch {
 	br, bc := g.cfg.Br, g.cfg.Bc
-	return &kvScratch{
+	w := &kvScratch{
 		st:    make([]float32, bc*br),
 		dpt:   make([]float32, bc*br),
 		soft:  g.softTile(),
@@ -109,6 +114,12 @@ func (g *bwd) newKVScratch() *kvScratch {
 		q:     make([]float32, br*g.p.D),
 		do:    make([]float32, br*g.p.Dv),
 	}
+	if dropping(g.p) {
+		w.ng = (bc+7)/8 + 1 // a tile's keys span at most this many groups
+		w.pt = make([]float32, bc*br)
+		w.bits = make([]uint8, w.ng*br)
+	}
+	return w
 }
 
 // softTile returns a Br×Bc tile for the softcap's derivative, nil when the
@@ -167,10 +178,12 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 	vr := rows{g.v, p.KOffset(p.V, b, j0, kvh), p.V.Seq}
 
 	grp := p.Group()
+	g0 := j0 >> 3 // the tile's first group of keys
 	for h := kvh * grp; h < (kvh+1)*grp; h++ {
 		base := p.LSEIndex(b, h, 0)
 		rule := newScoreRule(p, b, h)
 		c := rule.c
+		drop := newDropper(p, b, h)
 		for i0 := iBegin; i0 < iEnd; i0 += br {
 			if g.ctx.Err() != nil {
 				return // cancelled: parallel returns the error
@@ -192,12 +205,27 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 				probRow(row[lo:hi], lse2[lo:hi], c)
 				clear(row[hi:])
 			}
-			accTile(dv, dvw, st, br, nk, nr, dor, dvw)
+			pt := st // dV's factor: Pᵀ, or Pᵀ∘keep
+			if drop.on {
+				pt = w.pt
+				drop.groups(w.bits, br, p, b, i0, 0, nr, j0, nk, g0)
+				for jj := range nk {
+					lo, hi := clip(first[jj]-i0, limit[jj]-i0, nr)
+					row := pt[jj*br : jj*br+nr]
+					dropCol(row, st[jj*br:jj*br+nr], w.bits, br, j0+jj-g0*8, lo, hi, &drop.keep)
+					clear(row[:lo])
+					clear(row[hi:])
+				}
+			}
+			accTile(dv, dvw, pt, br, nk, nr, dor, dvw)
 
 			dotTile(dpt, br, vr, nk, dor, nr, dvw)
 			for jj := range nk {
 				lo, hi := clip(first[jj]-i0, limit[jj]-i0, nr)
 				ds := dpt[jj*br : jj*br+nr]
+				if drop.on { // Z∘dP: Scale·dP where kept, −0·dP where dropped
+					dropCol(ds, ds, w.bits, br, j0+jj-g0*8, lo, hi, &drop.keepScale)
+				}
 				rule.dsRowVec(st[jj*br+lo:jj*br+hi], ds[lo:hi], delta[lo:hi], tileRow(soft, jj, br, lo, hi))
 				clear(ds[:lo]) // dS 0 where masked
 				clear(ds[hi:])
@@ -215,6 +243,10 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 		}
 	}
 
+	scale := 0.0 // dV's dropout scale (0: none)
+	if dropping(p) {
+		scale = p.Ext.Dropout.Scale()
+	}
 	for jj := range nk {
 		out := rows{g.dk, p.KOffset(p.K, b, j0, kvh), p.K.Seq}.row(jj, d)
 		a := dk[jj*d : jj*d+d]
@@ -222,7 +254,28 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 		for x := range out {
 			out[x] = a[x] * p.Scale
 		}
-		copy(rows{g.dv, p.KOffset(p.V, b, j0, kvh), p.V.Seq}.row(jj, dvw), dv[jj*dvw:jj*dvw+dvw])
+		ov := rows{g.dv, p.KOffset(p.V, b, j0, kvh), p.V.Seq}.row(jj, dvw)
+		av := dv[jj*dvw : jj*dvw+dvw]
+		if scale == 0 {
+			copy(ov, av)
+			continue
+		}
+		av = av[:len(ov)]
+		for x := range ov { // dV = Scale·(P∘keep)ᵀ·dO, one rounding
+			ov[x] = float32(scale * float64(av[x]))
+		}
+	}
+}
+
+// dropCol sets dst[i] = src[i]·f[keep bit] for the rows i = lo … hi−1 of
+// a transposed tile's key row, the key being bit k&7 of group k>>3 of the
+// tile's bits (one byte per row, group stride ld).
+func dropCol(dst, src []float32, bits []uint8, ld, k, lo, hi int, f *[2]float32) {
+	e := uint(k & 7)
+	bits = bits[(k>>3)*ld+lo : (k>>3)*ld+hi]
+	dst, src = dst[lo:hi], src[lo:hi]
+	for i := dropColSIMD(dst, src, bits, e, f); i < len(dst); i++ {
+		dst[i] = src[i] * f[bits[i]>>e&1]
 	}
 }
 
@@ -255,6 +308,7 @@ func (g *bwd) qItem(w *qScratch, it int) {
 	rule := newScoreRule(p, b, h)
 	c := rule.c
 	diag := p.Diag(b, i0) // row i0+i's diagonal is key diag+i
+	drop := newDropper(p, b, h)
 
 	base := p.LSEIndex(b, h, i0)
 	lse2 := g.lse2[base : base+nr]
@@ -291,6 +345,9 @@ func (g *bwd) qItem(w *qScratch, it int) {
 			}
 			rule.scores(pr[lo:hi], tileRow(soft, i, bc, lo, hi), diag+i-(j0+lo), -1)
 			probRow(pr[lo:hi], w.l2[i*bc+lo:i*bc+hi], c)
+			if drop.on { // Z∘dP: Scale·dP where kept, −0·dP where dropped
+				drop.apply(dr[lo:hi], i0+i, j0+lo, &drop.keepScale)
+			}
 			rule.dsRow(pr[lo:hi], dr[lo:hi], tileRow(soft, i, bc, lo, hi), delta[i])
 			clear(dr[:lo])
 			clear(dr[hi:])

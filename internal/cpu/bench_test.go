@@ -164,12 +164,13 @@ func BenchmarkSpeedupVsNaive(b *testing.B) {
 	}
 }
 
-// extBenchOpts are the score options BenchmarkExtCost times against the
-// plain problem. At its sizes |Scale·q·k| is about 0.3 (d = 64) to 0.5
-// (d = 128) rms: a softcap of 30 (Grok-1's; Gemma 2 uses 50) keeps every
-// tanh argument on the polynomial; a softcap of 1 sends a tenth to a
-// quarter of them past 0.55, to the exponential, and most groups of 8
-// lanes then need both (the worst case).
+// extBenchOpts are the options BenchmarkExtCost times against the plain
+// problem. At its sizes |Scale·q·k| is about 0.3 (d = 64) to 0.5 (d = 128)
+// rms: a softcap of 30 (Grok-1's; Gemma 2 uses 50) keeps every tanh
+// argument on the polynomial; a softcap of 1 sends a tenth to a quarter
+// of them past 0.55, to the exponential, and most groups of 8 lanes then
+// need both (the worst case). Dropout's cost does not depend on its
+// probability (its mask is applied without branches).
 var extBenchOpts = []struct {
 	name string
 	ext  func(hq int) *spec.Ext
@@ -178,13 +179,14 @@ var extBenchOpts = []struct {
 	{"softcap1", func(int) *spec.Ext { return &spec.Ext{Left: -1, Right: -1, Softcap: 1} }},
 	{"alibi", func(hq int) *spec.Ext { return &spec.Ext{Left: -1, Right: -1, Slopes: alibi(hq)} }},
 	{"softcap1_alibi", func(hq int) *spec.Ext { return &spec.Ext{Left: -1, Right: -1, Softcap: 1, Slopes: alibi(hq)} }},
+	{"dropout0.1", func(int) *spec.Ext { return &spec.Ext{Left: -1, Right: -1, Dropout: dropOf(0.1, 0)} }},
 }
 
 // BenchmarkExtCost times the forward or the backward (one worker) of a
-// problem with a softcap and/or ALiBi slopes against the same problem
-// without them, in pairs run back to back (in alternating order), and
-// reports the median of the pairs' time ratios as "x-plain" (robust to a
-// busy machine) with the best time of each.
+// problem with a softcap and/or ALiBi slopes, or with dropout, against
+// the same problem without them, in pairs run back to back (in
+// alternating order), and reports the median of the pairs' time ratios
+// as "x-plain" (robust to a busy machine) with the best time of each.
 func BenchmarkExtCost(b *testing.B) {
 	for _, s := range []benchSize{{1, 4, 1024, 64, spec.MaskNone}, {1, 4, 1024, 128, spec.MaskNone}} {
 		for _, opt := range extBenchOpts {

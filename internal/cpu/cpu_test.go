@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/floats"
 
 	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/flashvk/flashvk/reference"
@@ -195,10 +196,10 @@ func runCase(t *testing.T, c tcase) (ops operands, lse []float32, ref refResult)
 func checkCase(t *testing.T, c tcase) {
 	ops, lse, ref := runCase(t, c)
 	assertLSE(t, lse, ref.lse)
-	eo := reference.RelL2(ops.o.get().x, ref.o.x)
-	eq := reference.RelL2(ops.dq.get().x, ref.dq.x)
-	ek := reference.RelL2(ops.dk.get().x, ref.dk.x)
-	ev := reference.RelL2(ops.dv.get().x, ref.dv.x)
+	eo := relErr(ops.o.get().x, ref.o.x)
+	eq := relErr(ops.dq.get().x, ref.dq.x)
+	ek := relErr(ops.dk.get().x, ref.dk.x)
+	ev := relErr(ops.dv.get().x, ref.dv.x)
 	t.Logf("rel_l2: O %.2g dQ %.2g dK %.2g dV %.2g", eo, eq, ek, ev)
 	assert.LessOrEqual(t, eo, tol, "O")
 	assert.LessOrEqual(t, eq, tol, "dQ")
@@ -221,6 +222,20 @@ func checkCase(t *testing.T, c tcase) {
 			}
 		}
 	}
+}
+
+// relErr is reference.RelL2, or the absolute L2 error where the
+// reference is 0 but for float64 rounding (below 1e-10 in L2 norm): the
+// gradients of sequences whose rows see one key each, dS = P·(Z∘dP − D)
+// = 0 exactly, which float64 leaves at 1e-17 where dropout's Scale is not
+// a power of 2.
+func relErr(got, want []float64) float64 {
+	if floats.Norm(want, 2) <= 1e-10 {
+		d := make([]float64, len(want))
+		floats.SubTo(d, got, want)
+		return floats.Norm(d, 2)
+	}
+	return reference.RelL2(got, want)
 }
 
 func assertLSE(t *testing.T, got []float32, want []float64) {

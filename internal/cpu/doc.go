@@ -29,6 +29,27 @@
 // derivative 1 − tanh² before it meets K or Q. With neither, the
 // arithmetic is the plain problem's.
 //
+// With spec.Ext's Dropout, probability P(i, j) is kept or dropped as
+// spec.Dropout.Keep says: bit j mod 8 of the Philox4x32-10 block of group
+// j/8 of row i (sequence Batch0 + b, query head h; rows and keys counted
+// within the sequence, packed or not). The kernels walk a row's keys
+// contiguously and draw one block per 8 keys of it (a tile whose keys do
+// not start on a multiple of 8 draws the groups it straddles), so no mask
+// is stored, and the forward and the backward drop the same elements
+// whatever the tiles or the worker count. The forward's running sum l and
+// LSE take the undropped P; P·V takes P∘keep, and O = Scale·acc/l
+// (Scale/l rounded once, from float64). A dropped element is multiplied
+// by −0, not skipped, so that 0·NaN = NaN reaches O as in the reference
+// (the portable accumulation skips +0, masked, probabilities only). The
+// backward keeps D = rowsum(dO∘O) (O being the dropped output, D = Σ
+// P·Z·dP), takes dV = Scale·(P∘keep)ᵀ·dO (Scale applied once, at the end)
+// and dS = P∘(Z∘dP − D), Z∘dP being Scale·dP where kept and −0·dP where
+// dropped. Its dQ pass draws each row's groups as the forward does; its
+// dK/dV pass, whose tiles are transposed, draws a tile's groups row by row
+// into one byte per (group, row) and reads them per key. Without Dropout
+// none of this runs: such a problem keeps the plain arithmetic, bit for
+// bit.
+//
 // A packed problem (spec.Problem.Varlen: spec.Ext's CuQ and CuK) holds
 // variable-length sequences in one batch of operands, sequence b's rows
 // at spec.Problem.QRow and KRow (every operand and LSE access goes
@@ -40,9 +61,11 @@
 // none is empty and a sequence without queries (or keys) has no query
 // (key) tiles. Each sequence attends within itself with its own lengths
 // (KeyRange), so a packed sequence's results are bitwise those of the
-// same sequence run alone with the same Config: a sequence without keys
-// gets O = 0, LSE = −Inf and dQ = 0, one without queries dK = dV = 0, and
-// the keys past a key count (SeqUsedK) are masked (their dK and dV 0).
+// same sequence run alone with the same Config (and, with dropout, its
+// Batch0 raised by b, so that it draws sequence b's mask): a sequence
+// without keys gets O = 0, LSE = −Inf and dQ = 0, one without queries
+// dK = dV = 0, and the keys past a key count (SeqUsedK) are masked (their
+// dK and dV 0).
 //
 // Backward recomputes the probabilities from Q, K and LSE (no stored P):
 // first D = rowsum(dO∘O) per query row, then one pass whose work item is a
@@ -58,7 +81,8 @@
 // default). The context is checked between work items and, within an
 // item, between its tiles (a Br×Bc tile of scores: at most milliseconds
 // of work); on cancellation the call returns ctx.Err() and the outputs are
-// partially written. Extra memory is O(tile) per worker plus, for the
+// partially written. Extra memory is O(tile) per worker (with dropout, the
+// dK/dV pass adds a Bc×Br tile of P∘keep and its keep bytes) plus, for the
 // backward, two float32 per query row and head (D and LSE in base 2) and,
 // for a packed problem, a list of its tiles.
 //
@@ -67,8 +91,11 @@
 // The tile products are two kernels: scores as row dot products
 // (S = Q·Kᵀ, dP = dO·Vᵀ and their transposes) and accumulation as row
 // axpys (O += P·V, dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q), plus the
-// exponential, row maximum, rescaling and dS = P∘(dP − D) row passes and,
-// for spec.Ext's scores, the softcap and ALiBi row passes. On amd64 with
+// exponential, row maximum, rescaling and dS = P∘(dP − D) row passes,
+// for spec.Ext's scores the softcap and ALiBi row passes and, for
+// dropout, the Philox4x32-10 generator (eight groups of 8 keys at once)
+// and the passes that multiply a row, or a transposed tile's column, by
+// its keep factors. On amd64 with
 // AVX2 and FMA (detected at start-up) they run as Go assembly
 // (kernels_amd64.s, 8-wide, register-blocked); elsewhere, or when built
 // with the purego tag, as portable unrolled Go. Both paths are tested

@@ -32,6 +32,12 @@ func extString(e *spec.Ext) string {
 	if e.SeqUsedK != nil {
 		s += fmt.Sprintf("_used%v", e.SeqUsedK)
 	}
+	if d := e.Dropout; d != nil {
+		s += fmt.Sprintf("_drop%d_seed%d_off%d", d.Threshold, d.Seed, d.Offset)
+		if d.Batch0 != 0 {
+			s += fmt.Sprintf("_b0%d", d.Batch0)
+		}
+	}
 	return s
 }
 

@@ -58,6 +58,7 @@ func (f *fwd) item(w *fwdScratch, it int) {
 	rule := newScoreRule(p, b, h)
 	c := rule.c
 	diag := p.Diag(b, i0) // row i0+i's diagonal is key diag+i
+	drop := newDropper(p, b, h)
 
 	qr := rows{f.q, p.QOffset(p.Q, b, i0, h), p.Q.Seq}
 	m, l, acc := w.m[:nr], w.l[:nr], w.acc[:nr*dv]
@@ -101,6 +102,9 @@ func (f *fwd) item(w *fwdScratch, it int) {
 				mUse = 0
 			}
 			sum := expRow(r, c, mUse)
+			if drop.on { // l sums the undropped P; P·V takes the kept ones
+				drop.apply(r, i0+i, j0+lo, &drop.keep)
+			}
 			clear(row[:lo])
 			clear(row[hi:])
 			if mNew != mOld {
@@ -123,6 +127,9 @@ func (f *fwd) item(w *fwdScratch, it int) {
 			continue
 		}
 		inv := 1 / l[i]
+		if drop.on { // O = Scale·Σ P·keep·V / l, one rounding for Scale/l
+			inv = float32(drop.scale / float64(l[i]))
+		}
 		a := acc[i*dv : i*dv+dv]
 		a = a[:len(out)]
 		for x := range out {

@@ -87,7 +87,8 @@ func dot(x, y []float32) float32 {
 
 // accTileGo adds p·V to acc: acc[i*lda+c] += Σ_j p[i*ldp+j] · v_j[c] for
 // i < nr, j < nk, c < w. Four keys are folded per pass over an acc row;
-// groups of four zero probabilities (masked keys) are skipped.
+// groups of four +0 probabilities (masked keys) are skipped, while −0 (a
+// dropped probability) is multiplied like any other: 0·NaN = NaN.
 func accTileGo(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w int) {
 	for i := 0; i < nr; i++ {
 		a := acc[i*lda : i*lda+w]
@@ -95,7 +96,7 @@ func accTileGo(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w i
 		j := 0
 		for ; j+4 <= nk; j += 4 {
 			p0, p1, p2, p3 := pr[j], pr[j+1], pr[j+2], pr[j+3]
-			if p0 == 0 && p1 == 0 && p2 == 0 && p3 == 0 {
+			if math.Float32bits(p0)|math.Float32bits(p1)|math.Float32bits(p2)|math.Float32bits(p3) == 0 {
 				continue
 			}
 			v0 := v.row(j, w)
@@ -112,7 +113,7 @@ func accTileGo(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w i
 		}
 		for ; j < nk; j++ {
 			p0 := pr[j]
-			if p0 == 0 {
+			if math.Float32bits(p0) == 0 {
 				continue
 			}
 			v0 := v.row(j, w)

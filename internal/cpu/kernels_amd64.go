@@ -51,6 +51,15 @@ func dsRowVecSoftAVX(p, dp, d, soft *float32, n int)
 //go:noescape
 func scaleRowAVX(a *float32, n int, s float32)
 
+//go:noescape
+func dropRowAVX(r *float32, bits *uint32, n int, f0, f1 float32)
+
+//go:noescape
+func dropColAVX(dst, src *float32, bits *uint8, n int, bit uint32, f0, f1 float32)
+
+//go:noescape
+func philoxAVX(bits *[8]uint32, keys *[10][2]uint32, grp, i, c2, c3, below uint32)
+
 // hasAVX2FMA reports AVX2 and FMA support, with the YMM state enabled by
 // the OS.
 func hasAVX2FMA() bool {
@@ -121,7 +130,7 @@ func accTileSIMD(acc []float32, lda int, p []float32, ldp, nr, nk int, v rows, w
 		for i := range nr {
 			a := acc[i*lda+w8 : i*lda+w]
 			for j, pj := range p[i*ldp : i*ldp+nk] {
-				if pj == 0 {
+				if math.Float32bits(pj) == 0 { // +0: masked (−0, dropped, multiplies)
 					continue
 				}
 				vr := v.row(j, w)[w8:]
@@ -230,6 +239,40 @@ func dsRowVecSoftSIMD(p, dp, d, soft []float32) int {
 	n := simdLen(min(len(p), len(dp), len(d), len(soft)))
 	if n > 0 {
 		dsRowVecSoftAVX(&p[0], &dp[0], &d[0], &soft[0], n)
+	}
+	return n
+}
+
+// philoxSIMD sets bits[x] to the keep bits of the Philox4x32-10 block of
+// counter (g+x, i, c2, c3) for x < 8 (philoxAVX), unless useSIMD is off.
+func philoxSIMD(bits *[8]uint32, keys *[10][2]uint32, g, i, c2, c3, thr uint32) bool {
+	if !useSIMD {
+		return false
+	}
+	philoxAVX(bits, keys, g, i, c2, c3, thr-1)
+	return true
+}
+
+// dropRowSIMD multiplies r[j] by f[bit j mod 8 of bits[j/8]] for j <
+// len(r), a multiple of 8 (dropRowAVX), unless useSIMD is off.
+func dropRowSIMD(r []float32, bits []uint32, f *[2]float32) bool {
+	if !useSIMD {
+		return false
+	}
+	n := len(r)
+	_ = bits[n/8-1]
+	dropRowAVX(&r[0], &bits[0], n, f[0], f[1])
+	return true
+}
+
+// dropColSIMD sets dst[i] = src[i]·f[bits[i]>>e & 1] for i < n =
+// len(dst) rounded down to a multiple of 8 (dropColAVX) and returns n,
+// none while useSIMD is off.
+func dropColSIMD(dst, src []float32, bits []uint8, e uint, f *[2]float32) int {
+	n := simdLen(len(dst))
+	if n > 0 {
+		_, _ = src[n-1], bits[n-1]
+		dropColAVX(&dst[0], &src[0], &bits[0], n, 1<<e, f[0], f[1])
 	}
 	return n
 }

@@ -61,6 +61,17 @@ DATA laneIndex<>+24(SB)/4, $6
 DATA laneIndex<>+28(SB)/4, $7
 GLOBL laneIndex<>(SB), RODATA|NOPTR, $32
 
+// laneBit is the int32 lanes 1, 2, 4, … 128: lane e's bit of a byte.
+DATA laneBit<>+0(SB)/4, $1
+DATA laneBit<>+4(SB)/4, $2
+DATA laneBit<>+8(SB)/4, $4
+DATA laneBit<>+12(SB)/4, $8
+DATA laneBit<>+16(SB)/4, $16
+DATA laneBit<>+20(SB)/4, $32
+DATA laneBit<>+24(SB)/4, $64
+DATA laneBit<>+28(SB)/4, $128
+GLOBL laneBit<>(SB), RODATA|NOPTR, $32
+
 // EXP2(X, T, F, Q, M): X = 2^X lane-wise, as exp2 in kernels.go (0 below
 // −126, clamped above 127, NaN propagates). T, F, Q, M are clobbered.
 #define EXP2(X, T, F, Q, M) \
@@ -705,5 +716,161 @@ TEXT ·scaleRowAVX(SB), NOSPLIT, $0-20
 	ROWNEXT(scaleLoop)
 
 scaleDone:
+	VZEROUPPER
+	RET
+
+// Philox4x32-10 (dropper.group in dropout.go): the multipliers, the low
+// half of a word, and the bits 1, 2, 4, … 128 of the 8 keys of a group.
+VCONST(philoxM0, 0xD2511F53)
+VCONST(philoxM1, 0xCD9E8D57)
+VCONST(low16, 0x0000ffff)
+VCONST(keyBit0, 0x01)
+VCONST(keyBit1, 0x02)
+VCONST(keyBit2, 0x04)
+VCONST(keyBit3, 0x08)
+VCONST(keyBit4, 0x10)
+VCONST(keyBit5, 0x20)
+VCONST(keyBit6, 0x40)
+VCONST(keyBit7, 0x80)
+
+// MULHILO(M, C, HI, LO, T0, T1): HI, LO = the high and low words of the
+// 32×32-bit products M·C lane-wise (VPMULUDQ takes the even lanes; the
+// odd ones are shifted down to take them). T0, T1 are clobbered.
+#define MULHILO(M, C, HI, LO, T0, T1) \
+	VPMULUDQ M, C, T0 \
+	VPSRLQ   $32, C, T1 \
+	VPMULUDQ M, T1, T1 \
+	VPSRLQ   $32, T0, HI \
+	VPBLENDD $0xAA, T1, HI, HI \
+	VPSLLQ   $32, T1, LO \
+	VPBLENDD $0xAA, LO, T0, LO
+
+// BCASTD(X, Y): Y = AX's low 32 bits in every lane (X is Y's low half).
+#define BCASTD(X, Y) \
+	VMOVD        AX, X \
+	VPBROADCASTD X, Y
+
+// KEEPBIT(W, BIT, T): Y15 |= BIT where the 16-bit draw in W's lanes
+// (< 2¹⁶) is above Y14 (Threshold − 1). T is clobbered.
+#define KEEPBIT(W, BIT, T) \
+	VPCMPGTD Y14, W, T \
+	VPAND    BIT<>(SB), T, T \
+	VPOR     T, Y15, Y15
+
+// func philoxAVX(bits *[8]uint32, keys *[10][2]uint32, grp, i, c2, c3, below uint32)
+//
+// bits[x] = the keep bits of the Philox4x32-10 block of counter (grp+x, i,
+// c2, c3) and round keys keys[0 … 9], for x < 8: bit e set when the
+// 16-bit half e of the block (word e/2, its low half first) is above
+// below (Threshold − 1).
+TEXT ·philoxAVX(SB), NOSPLIT, $0-36
+	MOVQ         bits+0(FP), DI
+	MOVQ         keys+8(FP), SI
+	MOVL         grp+16(FP), AX
+	BCASTD(X0, Y0)
+	VPADDD       laneIndex<>(SB), Y0, Y0
+	MOVL         i+20(FP), AX
+	BCASTD(X1, Y1)
+	MOVL         c2+24(FP), AX
+	BCASTD(X2, Y2)
+	MOVL         c3+28(FP), AX
+	BCASTD(X3, Y3)
+	VMOVDQU      philoxM0<>(SB), Y4
+	VMOVDQU      philoxM1<>(SB), Y5
+	MOVQ         $10, CX
+
+philoxRound:
+	MULHILO(Y4, Y0, Y8, Y9, Y6, Y7)    // M0·c0
+	MULHILO(Y5, Y2, Y10, Y11, Y6, Y7)  // M1·c2
+	VPBROADCASTD (SI), Y12
+	VPBROADCASTD 4(SI), Y13
+	VPXOR        Y1, Y10, Y10
+	VPXOR        Y12, Y10, Y0          // c0 = hi(M1·c2) ^ c1 ^ k0
+	VMOVDQU      Y11, Y1               // c1 = lo(M1·c2)
+	VPXOR        Y3, Y8, Y8
+	VPXOR        Y13, Y8, Y2           // c2 = hi(M0·c0) ^ c3 ^ k1
+	VMOVDQU      Y9, Y3                // c3 = lo(M0·c0)
+	ADDQ         $8, SI
+	DECQ         CX
+	JNZ          philoxRound
+
+	MOVL         below+32(FP), AX
+	BCASTD(X14, Y14)
+	VPXOR        Y15, Y15, Y15
+	VMOVDQU      low16<>(SB), Y12
+	VPAND        Y12, Y0, Y6
+	KEEPBIT(Y6, keyBit0, Y7)
+	VPSRLD       $16, Y0, Y6
+	KEEPBIT(Y6, keyBit1, Y7)
+	VPAND        Y12, Y1, Y6
+	KEEPBIT(Y6, keyBit2, Y7)
+	VPSRLD       $16, Y1, Y6
+	KEEPBIT(Y6, keyBit3, Y7)
+	VPAND        Y12, Y2, Y6
+	KEEPBIT(Y6, keyBit4, Y7)
+	VPSRLD       $16, Y2, Y6
+	KEEPBIT(Y6, keyBit5, Y7)
+	VPAND        Y12, Y3, Y6
+	KEEPBIT(Y6, keyBit6, Y7)
+	VPSRLD       $16, Y3, Y6
+	KEEPBIT(Y6, keyBit7, Y7)
+	VMOVDQU      Y15, (DI)
+	VZEROUPPER
+	RET
+
+// func dropRowAVX(r *float32, bits *uint32, n int, f0, f1 float32)
+//
+// r[j] *= f1 where bit j mod 8 of bits[j/8] is set, else f0, for j < n
+// (a multiple of 8): the keep bits of a row's groups of 8 keys.
+TEXT ·dropRowAVX(SB), NOSPLIT, $0-32
+	MOVQ         r+0(FP), DI
+	MOVQ         bits+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS f0+24(FP), Y13
+	VBROADCASTSS f1+28(FP), Y14
+	VMOVDQU      laneBit<>(SB), Y15
+	ROWLOOP(dropLoop, dropDone)
+	MOVQ         AX, BX
+	SHRQ         $3, BX                // 32 bytes of r per 4 bytes of bits
+	VPBROADCASTD (SI)(BX*1), Y1
+	VPAND        Y15, Y1, Y1
+	VPCMPEQD     Y15, Y1, Y1           // kept lanes
+	VBLENDVPS    Y1, Y14, Y13, Y2
+	VMULPS       Y2, Y0, Y0
+	ROWNEXT(dropLoop)
+
+dropDone:
+	VZEROUPPER
+	RET
+
+// func dropColAVX(dst, src *float32, bits *uint8, n int, bit uint32, f0, f1 float32)
+//
+// dst[i] = src[i]·f1 where bits[i] has bit set, else src[i]·f0, for i < n
+// (a multiple of 8): one key's factors down the rows of a transposed
+// tile, its group's keep bits one byte per row.
+TEXT ·dropColAVX(SB), NOSPLIT, $0-44
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         bits+16(FP), DX
+	MOVQ         n+24(FP), CX
+	MOVL         bit+32(FP), AX
+	BCASTD(X15, Y15)
+	VBROADCASTSS f0+36(FP), Y13
+	VBROADCASTSS f1+40(FP), Y14
+	XORQ         BX, BX
+
+dropColLoop:
+	CMPQ      BX, CX
+	JGE       dropColDone
+	VPMOVZXBD (DX)(BX*1), Y1
+	VPAND     Y15, Y1, Y1
+	VPCMPEQD  Y15, Y1, Y1           // kept lanes
+	VBLENDVPS Y1, Y14, Y13, Y2
+	VMULPS    (SI)(BX*4), Y2, Y0
+	VMOVUPS   Y0, (DI)(BX*4)
+	ADDQ      $8, BX
+	JMP       dropColLoop
+
+dropColDone:
 	VZEROUPPER
 	RET

@@ -4,12 +4,14 @@ import (
 	"math"
 
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/reference"
 )
 
 // Naive float64 attention, independent of the tiled code: it materialises
 // the full score matrix of each (batch, head) and softmaxes it row by row,
 // following spec.Ext's definition through the problem's methods (KeyRange,
-// Diag, Slope). Dense operands are [B, H, N, W] with W contiguous.
+// Diag, Slope), and with dropout package reference's mask (its own Philox,
+// not spec's). Dense operands are [B, H, N, W] with W contiguous.
 
 type dense struct {
 	x          []float64
@@ -42,13 +44,38 @@ func refForward(p *spec.Problem, q, k, v dense) (o dense, lse []float64) {
 			if pj == 0 {
 				continue
 			}
+			z := pj * refDrop(p, b, h, i, j)
 			vr := v.row(b, kvh, j)
 			for c := range or {
-				or[c] += pj * vr[c]
+				or[c] += z * vr[c]
 			}
 		}
 	})
 	return o, lse
+}
+
+// refDropout is p's dropout as package reference's (P = Threshold/2¹⁶,
+// which it rounds back to Threshold), nil without one.
+func refDropout(p *spec.Problem) *reference.Dropout {
+	if p.Ext == nil || p.Ext.Dropout == nil {
+		return nil
+	}
+	d := p.Ext.Dropout
+	return &reference.Dropout{P: float64(d.Threshold) / 65536, Seed: d.Seed, Offset: d.Offset}
+}
+
+// refDrop is the dropout factor Z of query row i and key j of sequence b
+// (Batch0 + b of the call), head h: 1 without dropout, else Scale where
+// package reference keeps the element and 0 where it drops it.
+func refDrop(p *spec.Problem, b, h, i, j int) float64 {
+	d := refDropout(p)
+	if d == nil {
+		return 1
+	}
+	if d.Keep(p.Hq, p.Ext.Dropout.Batch0+b, h, i, j) {
+		return d.Scale()
+	}
+	return 0
 }
 
 // refRows calls f for every query row i of every (batch b, head h), in
@@ -163,14 +190,15 @@ func refBackward(p *spec.Problem, q, k, v, do dense) refResult {
 			for c := range dor {
 				dp += dor[c] * vr[c]
 			}
+			z := refDrop(p, b, h, i, j)
 			kr, dkr, dvr := k.row(b, kvh, j), r.dk.row(b, kvh, j), r.dv.row(b, kvh, j)
-			ds := pij * (dp - dsum) * refSoftGrad(p, qr, kr)
+			ds := pij * (z*dp - dsum) * refSoftGrad(p, qr, kr)
 			for c := range dqr {
 				dqr[c] += sc * ds * kr[c]
 				dkr[c] += sc * ds * qr[c]
 			}
 			for c := range dvr {
-				dvr[c] += pij * dor[c]
+				dvr[c] += z * pij * dor[c]
 			}
 		}
 	})

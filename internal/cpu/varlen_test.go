@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashvk/flashvk/internal/spec"
-	"github.com/flashvk/flashvk/reference"
 )
 
 // vcase is a packed (variable-length) problem: sequence b has lensQ[b]
@@ -54,7 +53,8 @@ func (c vcase) problem() *spec.Problem {
 }
 
 // sequence returns sequence b of the packed problem p as its own plain
-// (one-sequence) problem with the same options.
+// (one-sequence) problem with the same options (its dropout drawing
+// sequence b's mask: Batch0 + b).
 func sequence(p *spec.Problem, b int) *spec.Problem {
 	s := *p
 	e := *p.Ext
@@ -65,6 +65,11 @@ func sequence(p *spec.Problem, b int) *spec.Problem {
 	}
 	if e.SlopesPerBatch {
 		e.Slopes = e.Slopes[b*p.Hq : (b+1)*p.Hq]
+	}
+	if d := e.Dropout; d != nil {
+		c := *d
+		c.Batch0 += b
+		e.Dropout = &c
 	}
 	return &s
 }
@@ -246,7 +251,7 @@ func checkPacked(t *testing.T, c vcase) {
 				name      string
 				got, want dense
 			}{{"O", s.ops.o.get(), ref.o}, {"dQ", s.ops.dq.get(), ref.dq}, {"dK", s.ops.dk.get(), ref.dk}, {"dV", s.ops.dv.get(), ref.dv}} {
-				assert.LessOrEqual(t, reference.RelL2(o.got.x, o.want.x), tol, "sequence %d: %s", b, o.name)
+				assert.LessOrEqual(t, relErr(o.got.x, o.want.x), tol, "sequence %d: %s", b, o.name)
 			}
 		}
 		if s.p.Keys(0) == 0 {

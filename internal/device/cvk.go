@@ -151,6 +151,7 @@ func infoFromC(index int, c *C.fvk_info) Info {
 		MaxBufferSize:                uint64(c.max_buffer_size),
 		ComputeUnits:                 uint32(c.compute_units),
 		BufferDeviceAddress:          b(c.bda),
+		PipelineStatistics:           b(c.exec_props),
 		MaxAllocationCount:           uint32(c.max_alloc_count),
 		MinStorageAlignment:          uint64(c.min_storage_align),
 		Float16:                      b(c.shader_float16),

@@ -61,6 +61,14 @@ type Options struct {
 	// NewPipeline refuses PipelineDesc.Addressed. For tests of that
 	// fallback.
 	NoBufferDeviceAddress bool
+	// PipelineStatistics enables VK_KHR_pipeline_executable_properties
+	// where the device supports it (Info.PipelineStatistics of Devices):
+	// every pipeline is then created with its compiler statistics
+	// captured (registers, spills, shared memory…; see
+	// Pipeline.Statistics). Off by default: capturing them can slow
+	// pipeline creation. On a device without the extension Open succeeds
+	// and Pipeline.Statistics fails with ErrUnsupported.
+	PipelineStatistics bool
 }
 
 // DefaultSpinWait is the default Options.SpinWait on GPUs.
@@ -104,6 +112,9 @@ type Device struct {
 	closeErr     error
 	closeOnce    sync.Once
 	validationOn bool
+	// statsSupported: the device has VK_KHR_pipeline_executable_properties
+	// (whether or not Options.PipelineStatistics enabled it).
+	statsSupported bool
 }
 
 // Devices lists the physical devices of this machine through the Vulkan
@@ -180,6 +191,8 @@ func Open(opt Options) (*Device, error) {
 		buffers:      map[*Buffer]struct{}{},
 		pipelines:    map[*Pipeline]struct{}{},
 		validationOn: opt.Validation,
+
+		statsSupported: infos[idx].PipelineStatistics,
 	}
 	if d.timeout <= 0 {
 		d.timeout = 60 * time.Second
@@ -199,11 +212,15 @@ func Open(opt Options) (*Device, error) {
 	if opt.NoBufferDeviceAddress {
 		ci.bda, ci.ext_bda = 0, 0
 	}
+	if opt.PipelineStatistics && ci.exec_props != 0 {
+		ci.ext_exec_props = 1
+	}
 	if r := VkResult(C.fvk_device_create(in.c, C.uint32_t(idx), ci, cache, cacheLen, &d.c)); r != 0 {
 		return nil, fmt.Errorf("device: open %s: %w", infos[idx].Name, vkErr("vkCreateDevice", r))
 	}
 	d.info.BufferDeviceAddress = d.c.bda != 0
 	d.info.DispatchBase = d.c.dispatch_base != 0
+	d.info.PipelineStatistics = d.c.capture_stats != 0
 	d.cinfo = ci
 	cinfos[idx] = nil // owned by d now
 	ok = true

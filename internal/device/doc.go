@@ -102,6 +102,22 @@
 // (subgroup sizes, shared memory, workgroup limits, push-constant size,
 // allocation and buffer limits); never assume these, read them.
 //
+// # Compiler statistics
+//
+// Options.PipelineStatistics enables VK_KHR_pipeline_executable_properties
+// (its pipelineExecutableInfo feature) where the device has it
+// (Info.PipelineStatistics: from Devices, supported; for an open Device,
+// enabled). Every pipeline is then created with
+// VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR, and Pipeline.Statistics
+// (or Executables, one entry per executable the driver compiled the
+// pipeline into: one for compute on most drivers) returns what the
+// driver's compiler reports — register count, spills, shared memory and
+// the like, named by the driver — each value a bool, int64, uint64 or
+// float64. It is off by default, as capturing can slow pipeline creation;
+// without it, or on a device without the extension (lavapipe up to Mesa
+// 26), Statistics fails with an error wrapping ErrUnsupported that says
+// which.
+//
 // # Large buffers and device addresses
 //
 // One storage-buffer binding covers at most Info.MaxStorageBufferRange

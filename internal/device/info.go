@@ -70,6 +70,12 @@ type Info struct {
 	// open Device is then created to allow it). Set for an open Device
 	// only.
 	DispatchBase bool
+	// PipelineStatistics: VK_KHR_pipeline_executable_properties with
+	// pipelineExecutableInfo, through which the driver reports each
+	// pipeline's compiler statistics (register count, spills, shared
+	// memory…: Pipeline.Statistics). From Devices: supported; for an open
+	// Device: enabled (Options.PipelineStatistics asks for it).
+	PipelineStatistics bool
 
 	// Shader arithmetic and storage types.
 	Float16, Int8, Int16, Int64, Float64  bool

@@ -410,6 +410,7 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 	int ebf = has_ext(exts, next, "VK_KHR_shader_bfloat16");
 	int esm = has_ext(exts, next, "VK_NV_shader_sm_builtins");
 	int eamd = has_ext(exts, next, "VK_AMD_shader_core_properties");
+	int eexec = has_ext(exts, next, "VK_KHR_pipeline_executable_properties");
 	o->ext_portability = has_ext(exts, next, "VK_KHR_portability_subset");
 	free(exts);
 
@@ -482,6 +483,8 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		fvk_bf16_features_khr bf = {FVK_STYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR};
 		VkPhysicalDeviceBufferDeviceAddressFeatures bdaf = {
 		    VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES};
+		VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exf = {
+		    VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
 		tail = &f2.pNext;
 		CHAIN(tail, &s16);
 		if (v12 || e8) CHAIN(tail, &s8);
@@ -493,6 +496,7 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		if (ecm2) CHAIN(tail, &cm2f);
 		if (ebf) CHAIN(tail, &bf);
 		if (v12 || ebda) CHAIN(tail, &bdaf);
+		if (eexec) CHAIN(tail, &exf);
 		in->GetPhysicalDeviceFeatures2(pd, &f2);
 		o->storage16 = s16.storageBuffer16BitAccess;
 		o->push16 = s16.storagePushConstant16;
@@ -513,6 +517,7 @@ void fvk_query(fvk_instance *in, uint32_t index, fvk_info *o) {
 		o->bf16_dot = bf.shaderBFloat16DotProduct;
 		o->bf16_coopmat = bf.shaderBFloat16CooperativeMatrix;
 		o->bda = bdaf.bufferDeviceAddress;
+		o->exec_props = eexec && exf.pipelineExecutableInfo;
 
 		// Extensions to enable (only where a wanted feature is present).
 		o->ext_16bit = 0; // core since 1.1, which extended queries require anyway
@@ -605,6 +610,8 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	if (o->ext_bf16) exts[next++] = "VK_KHR_shader_bfloat16";
 	if (o->ext_portability) exts[next++] = "VK_KHR_portability_subset";
 	if (o->ext_bda) exts[next++] = "VK_KHR_buffer_device_address";
+	int stats = o->ext_exec_props && o->exec_props;
+	if (stats) exts[next++] = "VK_KHR_pipeline_executable_properties";
 
 	uint32_t api = o->api_version < in->api ? o->api_version : in->api;
 	api = VK_MAKE_API_VERSION(0, VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api), 0);
@@ -644,6 +651,10 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	VkPhysicalDeviceBufferDeviceAddressFeatures bdaf = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES};
 	bdaf.bufferDeviceAddress = o->bda;
 	int bda = (v12 || o->ext_bda) && o->bda;
+	// Only pipelineExecutableInfo, and only when asked (ext_exec_props).
+	VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exf = {
+	    VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+	exf.pipelineExecutableInfo = VK_TRUE;
 
 	void **tail = &f2.pNext;
 	if ((v11 || o->ext_16bit) && (o->storage16 || o->push16)) CHAIN(tail, &s16);
@@ -656,6 +667,7 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 	if (o->ext_coopmat2) CHAIN(tail, &cm2f);
 	if (o->ext_bf16) CHAIN(tail, &bf);
 	if (bda) CHAIN(tail, &bdaf);
+	if (stats) CHAIN(tail, &exf);
 
 	float prio = 1.0f;
 	VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -743,6 +755,11 @@ VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *o, 
 		const char *name = o->ext_bda ? "vkGetBufferDeviceAddressKHR" : "vkGetBufferDeviceAddress";
 		d->GetBufferDeviceAddress = (PFN_vkGetBufferDeviceAddress)in->GetDeviceProcAddr(d->device, name);
 		d->bda = d->GetBufferDeviceAddress != NULL;
+	}
+	if (stats) {
+		DPROC(d, GetPipelineExecutablePropertiesKHR);
+		DPROC(d, GetPipelineExecutableStatisticsKHR);
+		d->capture_stats = d->GetPipelineExecutablePropertiesKHR && d->GetPipelineExecutableStatisticsKHR;
 	}
 
 	d->GetDeviceQueue(d->device, d->family, 0, &d->queue);
@@ -993,6 +1010,7 @@ VkResult fvk_pipeline_create(fvk_device *d, const uint32_t *code, size_t code_si
 	if (subgroup_size) ci.stage.pNext = &rss;
 	if (full_subgroups) ci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
 	if (d->dispatch_base) ci.flags |= VK_PIPELINE_CREATE_DISPATCH_BASE_BIT;
+	if (d->capture_stats) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
 	ci.layout = layout;
 	r = counted(d, FVK_OBJ_PIPELINE, d->CreateComputePipelines(d->device, d->cache, 1, &ci, NULL, out));
 out:
@@ -1002,6 +1020,94 @@ out:
 }
 
 void fvk_pipeline_destroy(fvk_device *d, VkPipeline p) { DESTROY(d, DestroyPipeline, p, FVK_OBJ_PIPELINE); }
+
+VkResult fvk_pipeline_executables(fvk_device *d, VkPipeline p, uint32_t *count, fvk_executable **out) {
+	*count = 0;
+	*out = NULL;
+	if (!d->capture_stats) return VK_ERROR_FEATURE_NOT_PRESENT;
+	VkPipelineInfoKHR pi = {VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
+	pi.pipeline = p;
+	uint32_t n = 0;
+	VkResult r = d->GetPipelineExecutablePropertiesKHR(d->device, &pi, &n, NULL);
+	if (r != VK_SUCCESS || n == 0) return r;
+	VkPipelineExecutablePropertiesKHR *props = calloc(n, sizeof *props);
+	fvk_executable *ex = calloc(n, sizeof *ex);
+	if (!props || !ex) {
+		free(props);
+		free(ex);
+		return VK_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	for (uint32_t i = 0; i < n; i++) props[i].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR;
+	r = d->GetPipelineExecutablePropertiesKHR(d->device, &pi, &n, props);
+	if (r == VK_INCOMPLETE) r = VK_SUCCESS; // fewer than the first call said: keep those
+	if (r == VK_SUCCESS) {
+		for (uint32_t i = 0; i < n; i++) {
+			memcpy(ex[i].name, props[i].name, sizeof ex[i].name);
+			memcpy(ex[i].description, props[i].description, sizeof ex[i].description);
+			ex[i].name[VK_MAX_DESCRIPTION_SIZE - 1] = ex[i].description[VK_MAX_DESCRIPTION_SIZE - 1] = 0;
+			ex[i].stages = props[i].stages;
+			ex[i].subgroup_size = props[i].subgroupSize;
+		}
+		*count = n;
+		*out = ex;
+	} else {
+		free(ex);
+	}
+	free(props);
+	return r;
+}
+
+VkResult fvk_pipeline_statistics(fvk_device *d, VkPipeline p, uint32_t index, uint32_t *count, fvk_statistic **out) {
+	*count = 0;
+	*out = NULL;
+	if (!d->capture_stats) return VK_ERROR_FEATURE_NOT_PRESENT;
+	VkPipelineExecutableInfoKHR ei = {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+	ei.pipeline = p;
+	ei.executableIndex = index;
+	uint32_t n = 0;
+	VkResult r = d->GetPipelineExecutableStatisticsKHR(d->device, &ei, &n, NULL);
+	if (r != VK_SUCCESS || n == 0) return r;
+	VkPipelineExecutableStatisticKHR *st = calloc(n, sizeof *st);
+	fvk_statistic *o = calloc(n, sizeof *o);
+	if (!st || !o) {
+		free(st);
+		free(o);
+		return VK_ERROR_OUT_OF_HOST_MEMORY;
+	}
+	for (uint32_t i = 0; i < n; i++) st[i].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
+	r = d->GetPipelineExecutableStatisticsKHR(d->device, &ei, &n, st);
+	if (r == VK_INCOMPLETE) r = VK_SUCCESS;
+	if (r == VK_SUCCESS) {
+		for (uint32_t i = 0; i < n; i++) {
+			memcpy(o[i].name, st[i].name, sizeof o[i].name);
+			memcpy(o[i].description, st[i].description, sizeof o[i].description);
+			o[i].name[VK_MAX_DESCRIPTION_SIZE - 1] = o[i].description[VK_MAX_DESCRIPTION_SIZE - 1] = 0;
+			o[i].format = (int32_t)st[i].format;
+			switch (st[i].format) {
+			case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+				o[i].bits = st[i].value.b32 ? 1 : 0;
+				break;
+			case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+				o[i].bits = (uint64_t)st[i].value.i64;
+				break;
+			case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+				o[i].bits = st[i].value.u64;
+				break;
+			case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR:
+				memcpy(&o[i].bits, &st[i].value.f64, sizeof o[i].bits);
+				break;
+			default:
+				memcpy(&o[i].bits, &st[i].value, sizeof o[i].bits);
+			}
+		}
+		*count = n;
+		*out = o;
+	} else {
+		free(o);
+	}
+	free(st);
+	return r;
+}
 
 // ---- Frames ----------------------------------------------------------------------------
 

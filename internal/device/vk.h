@@ -202,6 +202,9 @@ typedef struct fvk_info {
 	VkBool32 bda; // bufferDeviceAddress
 	VkBool32 bf16_type, bf16_dot, bf16_coopmat;
 	VkBool32 coopmat, coopmat_robust;
+	// exec_props: VK_KHR_pipeline_executable_properties with
+	// pipelineExecutableInfo (compiler statistics of pipelines).
+	VkBool32 exec_props;
 	uint32_t coopmat_stages;
 	fvk_coopmat2_features_nv coopmat2;
 	fvk_coopmat2_props_nv coopmat2_props;
@@ -218,6 +221,9 @@ typedef struct fvk_info {
 	uint8_t ext_16bit, ext_8bit, ext_f16i8, ext_subgroup_ext_types, ext_vmm;
 	uint8_t ext_size_control, ext_coopmat, ext_coopmat2, ext_bf16, ext_portability;
 	uint8_t ext_maintenance4, ext_bda;
+	// ext_exec_props is never set by fvk_query: statistics slow pipeline
+	// creation, so the caller sets it (where exec_props) to ask for them.
+	uint8_t ext_exec_props;
 } fvk_info;
 
 void fvk_query(fvk_instance *in, uint32_t index, fvk_info *out);
@@ -238,6 +244,10 @@ typedef struct fvk_device {
 	// dispatch_base: vkCmdDispatchBase (core 1.1) loaded; every pipeline is
 	// then created with VK_PIPELINE_CREATE_DISPATCH_BASE_BIT.
 	uint32_t dispatch_base;
+	// capture_stats: VK_KHR_pipeline_executable_properties enabled and its
+	// entry points loaded; every pipeline is then created with
+	// VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR.
+	uint32_t capture_stats;
 
 	PFN_vkDestroyDevice DestroyDevice;
 	PFN_vkGetDeviceQueue GetDeviceQueue;
@@ -298,13 +308,17 @@ typedef struct fvk_device {
 	// vkGetBufferDeviceAddress (core 1.2) or vkGetBufferDeviceAddressKHR;
 	// NULL unless bda.
 	PFN_vkGetBufferDeviceAddress GetBufferDeviceAddress;
+	// NULL unless capture_stats.
+	PFN_vkGetPipelineExecutablePropertiesKHR GetPipelineExecutablePropertiesKHR;
+	PFN_vkGetPipelineExecutableStatisticsKHR GetPipelineExecutableStatisticsKHR;
 } fvk_device;
 
 // fvk_device_create creates the logical device on physical device index with
 // every feature from info that flashvk uses enabled, one queue from
 // info->queue_family and a pipeline cache seeded with cache_data. The
 // caller clears info->bda and info->ext_bda to leave buffer device
-// addresses off.
+// addresses off, and sets info->ext_exec_props to capture pipeline
+// statistics.
 VkResult fvk_device_create(fvk_instance *in, uint32_t index, const fvk_info *info,
                            const void *cache_data, size_t cache_size, fvk_device **out);
 void fvk_device_destroy(fvk_device *d);
@@ -349,6 +363,29 @@ VkResult fvk_pipeline_create(fvk_device *d, const uint32_t *code, size_t code_si
                              VkPipelineLayout layout, uint32_t subgroup_size, uint32_t full_subgroups,
                              VkPipeline *out);
 void fvk_pipeline_destroy(fvk_device *d, VkPipeline p);
+
+// Compiler statistics (VK_KHR_pipeline_executable_properties; the device
+// must have capture_stats). Values of every format are kept as 64 bits:
+// b32 as 0/1, i64 and u64 as they are, f64 as its IEEE bits.
+typedef struct fvk_executable {
+	char name[VK_MAX_DESCRIPTION_SIZE];
+	char description[VK_MAX_DESCRIPTION_SIZE];
+	uint32_t stages, subgroup_size;
+} fvk_executable;
+
+typedef struct fvk_statistic {
+	char name[VK_MAX_DESCRIPTION_SIZE];
+	char description[VK_MAX_DESCRIPTION_SIZE];
+	int32_t format; // VkPipelineExecutableStatisticFormatKHR
+	uint64_t bits;
+} fvk_statistic;
+
+// fvk_pipeline_executables sets *out to a malloc'd array of the *count
+// executables of p (the caller frees it; NULL when none).
+VkResult fvk_pipeline_executables(fvk_device *d, VkPipeline p, uint32_t *count, fvk_executable **out);
+// fvk_pipeline_statistics sets *out to a malloc'd array of the *count
+// statistics of executable index of p (the caller frees it; NULL when none).
+VkResult fvk_pipeline_statistics(fvk_device *d, VkPipeline p, uint32_t index, uint32_t *count, fvk_statistic **out);
 
 // ---- Frames: everything one submission needs ------------------------------------
 typedef struct fvk_frame {

@@ -56,6 +56,13 @@ type Options struct {
 	// through bindings, or through 64-bit buffer device addresses where
 	// one binding cannot hold an operand (addressing.go).
 	Addressing Addressing
+	// PipelineStatistics opens the device with
+	// device.Options.PipelineStatistics, so that Statistics reports the
+	// compiler statistics of each launch's pipeline; Open fails with
+	// ErrUnsupported on a device without
+	// VK_KHR_pipeline_executable_properties. (New takes the device as
+	// it was opened.)
+	PipelineStatistics bool
 }
 
 // Backend runs attention on one Vulkan device. It is safe for concurrent
@@ -117,9 +124,13 @@ func Open(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	dev, err := device.Open(device.Options{Select: opts.Device, Library: opts.Library, Validation: opts.Validation,
-		Log: opts.Log, SpinWait: opts.SpinWait})
+		Log: opts.Log, SpinWait: opts.SpinWait, PipelineStatistics: opts.PipelineStatistics})
 	if err != nil {
 		return nil, fmt.Errorf("vkattn: %w", err)
+	}
+	if opts.PipelineStatistics && !dev.Info().PipelineStatistics {
+		dev.Close()
+		return nil, fmt.Errorf("%w: pipeline statistics: %s reports no compiler statistics (no VK_KHR_pipeline_executable_properties)", ErrUnsupported, dev.Info().Name)
 	}
 	b, err := newBackend(dev, true, opts)
 	if err != nil {
@@ -130,8 +141,9 @@ func Open(opts Options) (*Backend, error) {
 }
 
 // New runs on an already opened device, which Close leaves open (the
-// caller closes it after the Backend). opts.Device, Library, Validation
-// and SpinWait are ignored.
+// caller closes it after the Backend). opts.Device, Library, Validation,
+// SpinWait and PipelineStatistics are ignored (the device's own options
+// apply).
 func New(dev *device.Device, opts Options) (*Backend, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%w: nil device", ErrInvalid)

@@ -153,6 +153,16 @@
 // dispatch, labelled with its Launch.Name. Devices without compute-queue
 // timestamps fall back to the host-measured submission time (Clock "wall").
 //
+// # Compiler statistics
+//
+// With Options.PipelineStatistics the device is opened with
+// device.Options.PipelineStatistics (VK_KHR_pipeline_executable_properties;
+// Open fails with ErrUnsupported on a device without it), and
+// Backend.Statistics returns what the driver's compiler reports of a
+// launch's pipeline — register count (occupancy), spills, shared memory,
+// in the driver's own names — building the pipeline if it was not built
+// yet (`flashvk explain --stats` prints them for every launch of a plan).
+//
 // # Autotuning
 //
 // Backend.Tune searches, per key — storage type, head dims, causal or not,

@@ -332,6 +332,32 @@ func (b *Backend) Launches(ctx context.Context, p *spec.Problem, dt spec.DType, 
 	return pl.Launches, nil
 }
 
+// Statistics returns the driver compiler's statistics of the pipeline
+// launch l runs (register count, spills, shared memory…, as the driver
+// names them; see device.Statistic), building the pipeline if no call
+// has yet. It needs a Backend on a device opened with
+// device.Options.PipelineStatistics (Options.PipelineStatistics):
+// otherwise the error wraps ErrUnsupported.
+func (b *Backend) Statistics(l *Launch) ([]device.Statistic, error) {
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.leave()
+	if !b.info.PipelineStatistics {
+		return nil, fmt.Errorf("vkattn: %s: %w: no compiler statistics: the device was opened without them (Options.PipelineStatistics) or does not report them (device.Info.PipelineStatistics)",
+			l.key.Name, ErrUnsupported)
+	}
+	p, err := b.cache.Get(l.key)
+	if err != nil {
+		return nil, fmt.Errorf("vkattn: pipeline %s: %w", l.key.Name, err)
+	}
+	st, err := p.Statistics()
+	if err != nil {
+		return nil, fmt.Errorf("vkattn: %w", err)
+	}
+	return st, nil
+}
+
 // Kernel names the forward family the Backend prefers: the selected one,
 // or the first auto family the device can run ("flash_cm" on devices with
 // cooperative matrices, else "flash"). Which family runs a given problem

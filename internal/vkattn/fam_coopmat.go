@@ -168,7 +168,7 @@ func (b *Backend) cmTileFor(ctx context.Context, l *CMLayout, p *spec.Problem, d
 			return t, SourceTuned, nil
 		}
 	}
-	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, b.limFor(p).SharedBytes, b.lim.MaxWorkgroupSize)
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, b.limFor(p).SharedBytes, b.lim.MaxWorkgroupSize)
 	if err != nil {
 		return CMTile{}, "", fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
 	}
@@ -304,7 +304,7 @@ func log2Dist(a, b []int) float64 {
 // flashCMTunable is flash_cm's tile as a tune stage.
 var flashCMTunable = coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
-		return chooseCMTile(l, p.D, p.Dv, p.Nq, lim.SharedBytes, lim.MaxWorkgroupSize)
+		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, lim.SharedBytes, lim.MaxWorkgroupSize)
 	},
 	func(*CMLayout) []CMTile {
 		var out []CMTile
@@ -384,11 +384,17 @@ const cmLargeNq = 2048
 // Nq ≥ cmLargeNq: nsg8-bc128 at d ≤ 64, nsg8-bc64 at d ≤ 128; below:
 // nsg4-bc32 at d ≤ 64, nsg8-bc32 at d ≤ 128 (all with prefetch); then MODE 0
 // nsg4-bc32-pf1 (any layout, the fallback). MODE 1 at d > 128 was not
-// measured: MODE 0 there. The tune cache overrides these per device.
-func cmTiles(l *CMLayout, d, dv, nq int) []CMTile {
+// measured: MODE 0 there. The extended variant (ext: a window, softcap,
+// ALiBi, key counts, packed sequences or dropout) takes the smaller tiles
+// at every length: its extra per-row state pushed the large tile past the
+// 255 registers an NVIDIA H200 invocation has (spilled to local memory, 96
+// bytes; 144 with dropout), and the small tile runs it 1.3× faster there
+// (window 152 → 200 TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128,
+// N 16384; bench/NOTES.md). The tune cache overrides these per device.
+func cmTiles(l *CMLayout, d, dv, nq int, ext bool) []CMTile {
 	var ts []CMTile
 	if l.Mode1 {
-		large := nq >= cmLargeNq
+		large := nq >= cmLargeNq && !ext
 		switch dm := max(d, dv); {
 		case dm <= 64 && large:
 			ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
@@ -448,9 +454,10 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 	return nil
 }
 
-// chooseCMTile returns the first tile of cmTiles that fits.
-func chooseCMTile(l *CMLayout, d, dv, nq, sharedMax, maxWG int) (CMTile, error) {
-	c, err := firstFit(cmTiles(l, d, dv, nq), func(c CMTile) error { return CheckCMTile(l, c, d, dv, sharedMax, maxWG) })
+// chooseCMTile returns the first tile of cmTiles that fits (ext: for the
+// extended variant).
+func chooseCMTile(l *CMLayout, d, dv, nq int, ext bool, sharedMax, maxWG int) (CMTile, error) {
+	c, err := firstFit(cmTiles(l, d, dv, nq, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, sharedMax, maxWG) })
 	if err != nil {
 		return CMTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)
 	}

@@ -194,7 +194,7 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 256, 256, 4096, 32 << 10, ""}, // nothing fits: scalar flash
 		{l, 300, 64, 4096, sh, ""},
 	} {
-		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, c.sh, wg)
+		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, false, c.sh, wg)
 		if c.want == "" {
 			if err == nil {
 				t.Errorf("d %d dv %d nq %d shared %d: chose %v, want none", c.d, c.dv, c.nq, c.sh, got)
@@ -203,6 +203,15 @@ func TestChooseCMTile(t *testing.T) {
 		}
 		if err != nil || got.String() != c.want {
 			t.Errorf("d %d dv %d nq %d shared %d: %v (%v), want %s", c.d, c.dv, c.nq, c.sh, got, err, c.want)
+		}
+	}
+	// The extended variant takes the small tiles at every length.
+	for _, c := range []struct {
+		d, nq int
+		want  string
+	}{{128, 16384, "nsg8-bc32-mode1-pf1"}, {64, 16384, "nsg4-bc32-mode1-pf1"}, {256, 4096, "nsg4-bc32-mode0-pf1"}} {
+		if got, err := chooseCMTile(l, c.d, c.d, c.nq, true, sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("extended d %d nq %d: %v (%v), want %s", c.d, c.nq, got, err, c.want)
 		}
 	}
 	// MODE is 0 or 1.

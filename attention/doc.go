@@ -52,7 +52,13 @@
 // workgroup, and a deterministic merge of the splits (PlanKVCache shows
 // the splits); the cache must fit one storage-buffer binding (4 GiB on
 // NVIDIA) — larger caches are refused with ErrShape. The CPU backend
-// computes each sequence as a forward over its gathered rows.
+// computes each sequence as a forward over its gathered rows. KV-cache
+// calls take a sliding window, a softcap and ALiBi (below) with the same
+// definitions, each sequence's keys being its cache rows after the append
+// (Mistral's and Gemma 2's local layers, Gemma 2's softcap, BLOOM's and
+// MPT's ALiBi); on Vulkan a window's splits cover only the rows it leaves
+// visible. They refuse SeqUsedK, CuSeqlensQ, CuSeqlensK and Dropout (the
+// cache's lengths are the key counts; decoding has no backward).
 //
 // Options beyond the scale and the causal mask — a sliding window
 // (Window{Left, Right}, placed by Align like the causal diagonal), a
@@ -68,7 +74,8 @@
 // exact definitions). Key tiles that the window, the diagonal or a key count
 // leave empty are skipped, not computed (Plan.TilesVisited counts the
 // rest). On Vulkan they run in the flash, flash_cm, bwd and bwd_cm
-// families; the minimal and naive forwards and KV-cache calls refuse them.
+// families, and the window, softcap and ALiBi also in KV-cache calls
+// (decode); the minimal and naive forwards refuse them.
 //
 // Tensors may be as large as the device's largest buffer: an operand larger
 // than one storage-buffer binding reaches (4 GiB on NVIDIA) is read by the

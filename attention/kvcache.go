@@ -56,8 +56,11 @@ type DeviceKVCache struct {
 // Nk = SeqLens[b]+Nnew, placed by Align (BottomRight, FlashAttention's
 // rule for decoding: query i sees rows j ≤ i + Nk − Nq, so the Nq new
 // tokens see the cache and each other causally; set it, since the zero
-// Alignment is TopLeft). A sequence that sees no
-// row (length 0) gives O = 0 and LSE = −Inf.
+// Alignment is TopLeft). Options.Window, Softcap and ALiBi apply as in
+// Forward with the same Nk_b (a sliding window of decoding: Window{Left:
+// W−1, Right: 0} with Causal and BottomRight); SeqUsedK, CuSeqlensQ,
+// CuSeqlensK and Dropout are refused with ErrOption. A sequence (or a
+// query row) that sees no row gives O = 0 and LSE = −Inf.
 //
 // Nothing is written before every argument has been checked (errors wrap
 // ErrShape, ErrLength, ErrOption, ErrStride or ErrDType and name the
@@ -320,12 +323,18 @@ func kvProblem(in kvInput, opt Options) (*spec.Problem, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !opt.plain() {
-		return nil, fmt.Errorf("attention: options: KV-cache calls take Scale, Causal and Align only (no Window, Softcap, ALiBi or SeqUsedK; the cache's SeqLens are its key counts): %w", ErrOption)
+	if opt.SeqUsedK != nil || opt.varlen() || (opt.Dropout != nil && opt.Dropout.P != 0) {
+		return nil, fmt.Errorf("attention: options: KV-cache calls take no SeqUsedK, CuSeqlensQ, CuSeqlensK or Dropout (the cache's SeqLens are its key counts; decoding is inference): %w", ErrOption)
+	}
+	// Window, Softcap and ALiBi: each sequence's keys are its cache rows
+	// (spec.Problem.Keys), sides wider than Nq + capacity unbounded.
+	ext, err := opt.ext(b, in.q.H, in.q.S, capacity)
+	if err != nil {
+		return nil, err
 	}
 	return &spec.Problem{
 		B: b, Hq: in.q.H, Hkv: in.k.H, Nq: in.q.S, Nk: capacity, D: in.q.D, Dv: in.v.D,
-		Scale: scale, Mask: mask, Q: in.qs, K: in.ks, V: in.vs, KV: kv,
+		Scale: scale, Mask: mask, Q: in.qs, K: in.ks, V: in.vs, KV: kv, Ext: ext,
 	}, nil
 }
 

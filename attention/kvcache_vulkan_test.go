@@ -3,6 +3,7 @@ package attention_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
@@ -61,5 +62,45 @@ func TestKVCacheBenchmarkVulkan(t *testing.T) {
 	}
 	if _, err := e.BenchmarkKVCache(context.Background(), q, cache, nk, nk, opt, attention.BenchOptions{Backward: true}); !errors.Is(err, attention.ErrOption) {
 		t.Errorf("backward: %v, want ErrOption", err)
+	}
+}
+
+// TestKVCacheWindowPlanVulkan: a sliding window over a long cache splits
+// only the rows it sees (decode's splits start at each sequence's first
+// visible row), in decode's window variant; the plain call's variant
+// carries no options.
+func TestKVCacheWindowPlanVulkan(t *testing.T) {
+	e := openVulkanConfig(t, attention.Config{})
+	ctx := context.Background()
+	q := attention.Shape{B: 1, S: 1, H: 8, D: 64}
+	kv := attention.Shape{B: 1, S: 1 << 16, H: 1, D: 64}
+	cache := &attention.KVCache{K: attention.Tensor{Shape: kv}, V: attention.Tensor{Shape: kv}, SeqLens: []int32{1<<16 - 1}}
+	opt := attention.Options{Causal: true, Align: attention.BottomRight}
+	plain, err := e.PlanKVCache(ctx, q, cache, 1, attention.BSHD, attention.Float32, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Window = &attention.Window{Left: 511, Right: 0}
+	win, err := e.PlanKVCache(ctx, q, cache, 1, attention.BSHD, attention.Float32, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("plain: %d splits of %d rows; window 511: %d of %d", plain.Splits, plain.SplitKeys, win.Splits, win.SplitKeys)
+	if cover := win.Splits * win.SplitKeys; cover < 512 || cover >= plain.Splits*plain.SplitKeys || cover >= 1<<16 {
+		t.Errorf("window of 512 rows: %d splits of %d rows, plain %d of %d", win.Splits, win.SplitKeys, plain.Splits, plain.SplitKeys)
+	}
+	config := func(p *attention.Plan) string {
+		for _, l := range p.Launches {
+			if l.Kernel == "decode" {
+				return l.Config
+			}
+		}
+		return ""
+	}
+	if c := config(plain); c == "" || strings.Contains(c, "ext") {
+		t.Errorf("plain decode: config %q, want decode without ext", c)
+	}
+	if c := config(win); !strings.Contains(c, "ext1") {
+		t.Errorf("window decode: config %q, want ext1", c)
 	}
 }

@@ -58,6 +58,11 @@ func ParseAlignment(s string) (Alignment, error) {
 // dropped with probability P or scaled by 1/(1 − P) (LSE stays the
 // undropped softmax's). A row that sees no key (or only −Inf scores) has
 // O = 0, LSE = −Inf and zero gradients.
+//
+// KV-cache calls (ForwardKVCache, ForwardKVCacheDevice) take Scale,
+// Causal, Align, Window, Softcap and ALiBi, with Nk_b sequence b's cache
+// rows after the append (SeqLens[b] + appended rows); they refuse
+// SeqUsedK, CuSeqlensQ, CuSeqlensK and Dropout with ErrOption.
 type Options struct {
 	// Scale multiplies QKᵀ before the softmax; 0 means 1/√D. NaN and ±Inf
 	// are refused.

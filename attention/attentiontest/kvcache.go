@@ -30,7 +30,8 @@ import (
 // with newK and newV copied into the appended rows, and SeqLens must have
 // advanced by the rows appended.
 
-// KVCase is one problem of the KV-cache suite.
+// KVCase is one problem of the KV-cache suite (Window, Softcap and ALiBi
+// as Case's: the reference of sequence b has its slopes, Slopes).
 type KVCase struct {
 	Name                  string
 	B, Hq, Hkv, Nq, D, Dv int
@@ -57,6 +58,11 @@ type KVCase struct {
 	Causal bool
 	Align  attention.Alignment
 	Scale  float32
+	// Window, Softcap and ALiBi (0 none, 1 per head, 2 per sequence and
+	// head) as Case's.
+	Window  *attention.Window
+	Softcap float32
+	ALiBi   int
 	// Layout of q, the cache, newK, newV and O.
 	Layout attention.Layout
 	// View places the cache and O inside larger buffers (padding after
@@ -91,6 +97,7 @@ func (c KVCase) String() string {
 	if c.Scale != 0 {
 		s += fmt.Sprintf("_scale%g", c.Scale)
 	}
+	s += optionSuffix(c.Window, c.Softcap, c.ALiBi, nil)
 	if c.Name != "" {
 		s = c.Name + "/" + s
 	}
@@ -98,7 +105,19 @@ func (c KVCase) String() string {
 }
 
 func (c KVCase) options() attention.Options {
-	return attention.Options{Scale: c.Scale, Causal: c.Causal, Align: c.Align}
+	return attention.Options{Scale: c.Scale, Causal: c.Causal, Align: c.Align, Window: c.Window, Softcap: c.Softcap, ALiBi: c.Slopes()}
+}
+
+// Slopes are the case's ALiBi slopes (Case.Slopes of its B sequences and
+// Hq heads); nil without ALiBi.
+func (c KVCase) Slopes() []float32 { return Case{B: c.B, Hq: c.Hq, ALiBi: c.ALiBi}.Slopes() }
+
+// seq is sequence b of n rows (after the append) as a one-sequence Case
+// of the conformance table: its keys are its n rows, and its ALiBi slopes
+// sequence b's.
+func (c KVCase) seq(b, n int) Case {
+	return Case{B: 1, Hq: c.Hq, Hkv: c.Hkv, Nq: c.Nq, Nk: n, D: c.D, Dv: c.Dv, Causal: c.Causal, Align: c.Align, Scale: c.Scale,
+		Window: c.Window, Softcap: c.Softcap, ALiBi: c.ALiBi, alibiBatch0: b}
 }
 
 func (c KVCase) paged() bool { return c.BlockSize > 0 }
@@ -135,7 +154,10 @@ func (c KVCase) capacity() int { return c.maxBlocks() * c.pageSize() }
 // block, junk past the lengths), lengths from 0 to full, Nq 1, 2, 4 and
 // 16, GQA groups 1, 2, 4 and 8, Dv < D and Dv > D, the three masks, BSHD,
 // BHSD and strided views, awkward capacities (1, 17, 127, 129, 300), and
-// appends of 1 and 4 rows.
+// appends of 1 and 4 rows; then the options: sliding windows (causal
+// bottom-right as Mistral, on both sides, wider than the cache, over a
+// long cache, leaving rows empty), softcap (50 with a window, as Gemma
+// 2), ALiBi per head and per sequence and head, and all three together.
 //
 // Most cases share D = Dv = 32, and the others few query rows per kv
 // head (group·Nq), so that kernels specialised per head dims and rows per
@@ -143,6 +165,7 @@ func (c KVCase) capacity() int { return c.maxBlocks() * c.pageSize() }
 // (lavapipe) building them dominates the suite's time.
 func KVCases() []KVCase {
 	tl, br, bhsd := attention.TopLeft, attention.BottomRight, attention.BHSD
+	win := func(l, r int) *attention.Window { return &attention.Window{Left: l, Right: r} }
 	return []KVCase{
 		// Contiguous caches, no append.
 		{Name: "decode", B: 4, Hq: 8, Hkv: 8, Nq: 1, D: 32, Dv: 32, Nmax: 127},
@@ -171,6 +194,24 @@ func KVCases() []KVCase {
 		{Name: "append-paged", B: 3, Hq: 4, Hkv: 4, Nq: 4, New: 4, D: 32, Dv: 16, Nmax: 33, BlockSize: 5, Extra: 3, Layout: bhsd, Causal: true, Align: br},
 		{Name: "append-paged", B: 3, Hq: 4, Hkv: 4, Nq: 2, New: 1, D: 32, Dv: 32, Nmax: 80, BlockSize: 5, Extra: 2, View: true},
 		{Name: "append-shared", B: 3, Hq: 8, Hkv: 8, Nq: 4, New: 4, D: 32, Dv: 32, Nmax: 48, BlockSize: 16, Extra: 1, Shared: true, Causal: true, Align: br},
+		// Options: sliding windows (Mistral, Gemma 2's local layers),
+		// softcap (Gemma 2), ALiBi (BLOOM, MPT).
+		{Name: "window", B: 4, Hq: 8, Hkv: 2, Nq: 1, New: 1, D: 32, Dv: 32, Nmax: 300, Causal: true, Align: br, Window: win(64, 0)},
+		{Name: "window-long", B: 2, Hq: 4, Hkv: 4, Nq: 1, D: 32, Dv: 32, Nmax: 700, Causal: true, Align: br, Window: win(40, 0), Lens: []int32{700, 333}},
+		{Name: "window-paged", B: 3, Hq: 8, Hkv: 2, Nq: 4, New: 4, D: 32, Dv: 32, Nmax: 129, BlockSize: 16, Extra: 3, Causal: true, Align: br, Window: win(16, 0)},
+		{Name: "window-both", B: 3, Hq: 4, Hkv: 4, Nq: 4, D: 32, Dv: 32, Nmax: 100, Align: br, Window: win(8, 3)},
+		{Name: "window-both", B: 2, Hq: 4, Hkv: 2, Nq: 16, D: 32, Dv: 32, Nmax: 40, Align: tl, Window: win(1, 1), Lens: []int32{5, 40}},
+		{Name: "window-empty", B: 3, Hq: 4, Hkv: 2, Nq: 8, D: 32, Dv: 32, Nmax: 20, Causal: true, Align: br, Window: win(2, 0), Lens: []int32{0, 3, 20}},
+		{Name: "window-wide", B: 2, Hq: 4, Hkv: 2, Nq: 2, New: 2, D: 32, Dv: 32, Nmax: 30, Causal: true, Align: br, Window: win(5000, 0)},
+		{Name: "gemma2", B: 3, Hq: 8, Hkv: 4, Nq: 1, New: 1, D: 32, Dv: 32, Nmax: 200, BlockSize: 16, Extra: 2, Scale: 4, Softcap: 50, Causal: true, Align: br, Window: win(32, 0)},
+		{Name: "softcap", B: 2, Hq: 4, Hkv: 4, Nq: 2, D: 32, Dv: 32, Nmax: 60, Scale: 1, Softcap: 5, Causal: true, Align: br},
+		{Name: "alibi", B: 3, Hq: 8, Hkv: 8, Nq: 1, New: 1, D: 32, Dv: 32, Nmax: 127, Causal: true, Align: br, ALiBi: 1},
+		{Name: "alibi", B: 3, Hq: 8, Hkv: 2, Nq: 4, D: 32, Dv: 32, Nmax: 129, BlockSize: 5, Extra: 2, Causal: true, Align: br, ALiBi: 2},
+		// Long caches, few workgroups: several splits, each sequence's
+		// starting at its first visible row (on Vulkan), some empty.
+		{Name: "window-split", B: 2, Hq: 4, Hkv: 1, Nq: 2, D: 32, Dv: 32, Nmax: 700, Causal: true, Align: br, Window: win(300, 0), Lens: []int32{650, 100}},
+		{Name: "window-split", B: 1, Hq: 4, Hkv: 1, Nq: 2, New: 2, D: 32, Dv: 32, Nmax: 700, BlockSize: 16, Extra: 3, Causal: true, Align: br, Window: win(250, 0), Softcap: 30, ALiBi: 2, Lens: []int32{640}},
+		{Name: "all", B: 2, Hq: 4, Hkv: 1, Nq: 2, New: 2, D: 32, Dv: 32, Nmax: 50, Layout: bhsd, View: true, Causal: true, Align: br, Window: win(10, 0), Softcap: 3, ALiBi: 2},
 	}
 }
 
@@ -456,7 +497,7 @@ func (in *KVInputs) Reference(t testing.TB) *KVRef {
 			}
 			continue
 		}
-		sc := Case{B: 1, Hq: c.Hq, Hkv: c.Hkv, Nq: c.Nq, Nk: n, D: c.D, Dv: c.Dv, Causal: c.Causal, Align: c.Align, Scale: c.Scale}
+		sc := c.seq(b, n)
 		q := in.q64[b*nq : (b+1)*nq]
 		ro, rl, err := reference.Forward(sc.params(), q, in.seqK[b], in.seqV[b])
 		if err != nil {
@@ -927,6 +968,35 @@ func kvErrCases(dt attention.DType) []kvErrCase {
 			mutate: func(in *KVInputs, c *kvCall) { c.opt.Scale = nan }},
 		{name: "align", host: attention.ErrOption,
 			mutate: func(in *KVInputs, c *kvCall) { c.opt.Causal, c.opt.Align = true, 7 }},
+		// Window, Softcap and ALiBi are taken (and checked as for any
+		// call); SeqUsedK, CuSeqlens and Dropout are refused.
+		{name: "options", paged: true,
+			mutate: func(in *KVInputs, c *kvCall) {
+				c.opt.Causal, c.opt.Align, c.opt.Window, c.opt.Softcap = true, attention.BottomRight, &attention.Window{Left: 3, Right: 0}, 30
+				c.opt.ALiBi = []float32{0.5, 0.25, 0.125, 0.0625}
+			}},
+		{name: "alibi-per-sequence",
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.ALiBi = make([]float32, 3*4) }},
+		{name: "window-causal-right", host: attention.ErrOption,
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.Causal, c.opt.Window = true, &attention.Window{Left: 3, Right: 1} }},
+		{name: "window-side", paged: true, host: attention.ErrOption,
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.Window = &attention.Window{Left: -2, Right: 0} }},
+		{name: "softcap-negative", host: attention.ErrOption,
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.Softcap = -1 }},
+		{name: "alibi-length", paged: true, host: attention.ErrOption,
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.ALiBi = []float32{1, 2, 3} }},
+		{name: "alibi-nan", host: attention.ErrOption,
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.ALiBi = []float32{1, nan, 1, 1} }},
+		{name: "seqused-k", host: attention.ErrOption,
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.SeqUsedK = []int32{7, 12, 0} }},
+		{name: "cu-seqlens", paged: true, host: attention.ErrOption,
+			mutate: func(in *KVInputs, c *kvCall) {
+				c.opt.CuSeqlensQ, c.opt.CuSeqlensK = []int32{0, 2, 4, 6}, []int32{0, 9, 23, 25}
+			}},
+		{name: "dropout", host: attention.ErrOption,
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.Dropout = &attention.Dropout{P: 0.1, Seed: 1} }},
+		{name: "dropout-zero", // P = 0 drops nothing: a plain call
+			mutate: func(in *KVInputs, c *kvCall) { c.opt.Dropout = &attention.Dropout{P: 0, Seed: 1} }},
 		{name: "cache-k-is-v", paged: true, host: attention.ErrStride, device: attention.ErrOption, // the append writes both
 			mutate: func(in *KVInputs, c *kvCall) { c.v, c.vIsK = c.k, true }},
 		{name: "o-is-q", out: true, host: attention.ErrStride, device: attention.ErrOption,

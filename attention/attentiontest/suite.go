@@ -59,23 +59,27 @@ type Case struct {
 	// batch's sequence checked alone).
 	Dropout    *attention.Dropout
 	dropBatch0 int
+	// alibiBatch0 is the index of the case's first sequence in the call
+	// whose per-sequence slopes (ALiBi 2) it has (a KV-cache call's
+	// sequence checked alone).
+	alibiBatch0 int
 }
 
 // Slopes are the case's ALiBi slopes: the geometric 2^(−8(h+1)/Hq) of
 // ALiBi's paper per head, and per sequence b that times 1 + b/2 (so
-// sequences differ); nil without ALiBi.
+// sequences differ; b counted from alibiBatch0); nil without ALiBi.
 func (c Case) Slopes() []float32 {
 	if c.ALiBi == 0 {
 		return nil
 	}
-	n := 1
+	n, b0 := 1, 0
 	if c.ALiBi == 2 {
-		n = c.B
+		n, b0 = c.B, c.alibiBatch0
 	}
 	s := make([]float32, n*c.Hq)
 	for b := range n {
 		for h := range c.Hq {
-			s[b*c.Hq+h] = float32(math.Exp2(-8*float64(h+1)/float64(c.Hq)) * (1 + float64(b)/2))
+			s[b*c.Hq+h] = float32(math.Exp2(-8*float64(h+1)/float64(c.Hq)) * (1 + float64(b+b0)/2))
 		}
 	}
 	return s

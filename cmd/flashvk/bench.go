@@ -90,6 +90,9 @@ rule (bottom-right causal; none for Nq = 1). Besides the time and TFLOP/s
 must read (attention.KVCacheBytes, the memory-bound floor) over the median.
 The results have direction "kv", Nk the capacity, and cache_seqlens, append,
 block_size, cache_bytes and gb_per_s; --benchfmt adds a GB/s metric.
+--window, --softcap and --alibi apply to every decode point too (recorded
+as below; the FLOPs count the rows each window leaves visible); --seqused-k
+and --seqlens do not.
 
 Times come from the backend's clock: GPU timestamps around the kernels on
 Vulkan, the host clock around each call on the CPU ("clock" in the results).
@@ -137,8 +140,8 @@ printed nowhere), --per-kernel and --rotate where only the CPU backend runs
 (it times whole calls on one input set), --per-kernel with --progress none
 and no --json, --dropout-seed and --dropout-offset without --dropout, in
 decode mode --backward, --rotate, --seq, --tokens beside --cache-seqlens,
---window, --softcap, --alibi, --seqused-k, the dropout flags and --seqlens,
-and the engine flags where they do not apply (see run --help).`,
+--seqused-k, the dropout flags and --seqlens, and the engine flags where
+they do not apply (see run --help).`,
 		Example: `  flashvk bench --json h200.json
   flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
   flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4
@@ -302,7 +305,7 @@ func pointLabel(dev DeviceInfo, pt benchPoint) string {
 			c += fmt.Sprintf(" paged %d", d.Block)
 		}
 		return fmt.Sprintf("%s kv %s d=%d Nq=%d B=%d lens=%s%s %s", dev.Name, shortDType(p.DType.String()), p.D, p.Nq, p.B,
-			compactLens(d.lens(), ","), c, p.maskString())
+			compactLens(d.lens(), ","), c, d.optionsString())
 	}
 	n := fmt.Sprintf("N=%d", p.Nq)
 	switch {
@@ -882,7 +885,7 @@ func kvBenchName(r Result) string {
 	if r.BlockSize > 0 {
 		name += fmt.Sprintf("/paged%d", r.BlockSize)
 	}
-	return name
+	return name + r.features.nameSuffix()
 }
 
 // lensName is a list of lengths in a benchmark name: up to 8 joined by

@@ -9,7 +9,9 @@ package main
 // (default 1) attend to the first length + --append rows. The mask
 // defaults to FlashAttention's decoding rule, causal bottom-right (query
 // i sees rows j ≤ i + L − Nq, L the sequence's length after the append),
-// which for Nq = 1 is no mask.
+// which for Nq = 1 is no mask. --window, --softcap and --alibi apply as
+// in a plain call, each sequence's keys being its cache rows (L above);
+// --seqused-k and --seqlens do not (a cache's lengths are its key counts).
 
 import (
 	"context"
@@ -27,7 +29,8 @@ import (
 
 // decodeProblem is one KV-cache call as the commands see it. The
 // embedded problem's Nk is the cache capacity per sequence (Nmax); its
-// Causal and Align are the mask applied per sequence.
+// Causal and Align are the mask applied per sequence, and its features
+// a window, softcap and ALiBi only (no packed lengths or key counts).
 type decodeProblem struct {
 	problem
 	// Lens are the rows each sequence holds before the call (B entries).
@@ -115,7 +118,7 @@ func (s *shapeFlags) decodeProblem() (decodeProblem, error) {
 // longest sequence after the append).
 func (s *shapeFlags) decodePoint(b, hq, nq, nk, d int, dt attention.DType, causal bool, align attention.Alignment) (decodeProblem, error) {
 	p := decodeProblem{problem: problem{B: b, Hq: hq, Hkv: s.kvHeads, Nq: nq, Nk: nk, D: d, Dv: s.dv, DType: dt,
-		Causal: causal, Align: align, Scale: s.scale}, Block: s.paged, Append: s.appendN}
+		Causal: causal, Align: align, Scale: s.scale, features: s.decodeFeatures()}, Block: s.paged, Append: s.appendN}
 	if p.Hkv == 0 {
 		p.Hkv = hq
 	}
@@ -161,6 +164,12 @@ func (s *shapeFlags) decodePoint(b, hq, nq, nk, d int, dt attention.DType, causa
 		p.Causal = false // one query sees every row: no mask
 	}
 	return p, p.validate()
+}
+
+// decodeFeatures are the features a KV-cache call takes: --window,
+// --softcap and --alibi (checkDecodeFlags refuses the others).
+func (s *shapeFlags) decodeFeatures() features {
+	return features{Window: s.window, Softcap: s.softcap, ALiBi: s.alibi}
 }
 
 // paged reports whether the cache is paged.
@@ -227,27 +236,44 @@ func (p decodeProblem) cacheBytes() float64 {
 }
 
 // flops counts the visible (query, cache row) pairs exactly (as
-// BenchResult.Flops does for a KV-cache call).
+// BenchResult.Flops does for a KV-cache call), the window included.
 func (p decodeProblem) flops() float64 {
-	return kvFlops(p.lens(), p.Append, p.Nq, p.Hq, p.D, p.Dv, p.Causal, p.Align == attention.BottomRight)
+	return kvFlops(p.lens(), p.Append, p.Nq, p.Hq, p.D, p.Dv, p.Causal, p.Align == attention.BottomRight, p.Window)
 }
 
 // kvFlops is 2·(d+dv) per query head and visible (query, cache row) pair
-// of a KV-cache call over sequences of lens rows plus appendN.
-func kvFlops(lens []int, appendN, nq, hq, d, dv int, causal, bottomRight bool) float64 {
+// of a KV-cache call over sequences of lens rows plus appendN: query i of
+// a sequence of L rows has its diagonal at row i + L − nq (bottomRight)
+// or i, and sees rows j < L from window[0] before it to window[1] after
+// it (nil or −1: unbounded; causal: nothing after it).
+func kvFlops(lens []int, appendN, nq, hq, d, dv int, causal, bottomRight bool, window *[2]int) float64 {
+	left, right := -1, -1
+	if window != nil {
+		left, right = window[0], window[1]
+	}
+	if causal {
+		right = 0
+	}
 	var pairs float64
 	for _, n := range lens {
 		l := n + appendN
-		if !causal {
+		if left < 0 && right < 0 {
 			pairs += float64(nq) * float64(l)
 			continue
 		}
 		for i := range nq {
-			lim := i + 1
+			diag := i
 			if bottomRight {
-				lim += l - nq
+				diag += l - nq
 			}
-			pairs += float64(min(max(lim, 0), l))
+			lo, hi := 0, l
+			if left >= 0 {
+				lo = min(max(diag-left, 0), l)
+			}
+			if right >= 0 {
+				hi = min(max(diag+right+1, 0), l)
+			}
+			pairs += float64(max(hi-lo, 0))
 		}
 	}
 	return 2 * float64(hq) * float64(d+dv) * pairs
@@ -260,6 +286,9 @@ func (p decodeProblem) validate() error {
 		return err
 	}
 	if err := checkHeads(p.Hq, p.Hkv, p.D, p.Dv, p.Scale); err != nil {
+		return err
+	}
+	if err := p.features.check(p.B, p.Nk, p.Causal); err != nil {
 		return err
 	}
 	// Refuse caches that cannot fit in memory before allocating anything.
@@ -282,7 +311,21 @@ func (p decodeProblem) checkable() error {
 
 func (p decodeProblem) String() string {
 	return fmt.Sprintf("B=%d Hq=%d Hkv=%d Nq=%d Nmax=%d d=%d dv=%d %s %s %s scale=%.4g",
-		p.B, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.DType, p.Layout, p.maskString(), p.effectiveScale())
+		p.B, p.Hq, p.Hkv, p.Nq, p.Nk, p.D, p.Dv, p.DType, p.Layout, p.optionsString(), p.effectiveScale())
+}
+
+// optionsString is the mask and the features; a window or ALiBi without
+// a causal mask names the diagonal they measure from ("non-causal
+// bottom-right window=64,64").
+func (p decodeProblem) optionsString() string {
+	s := p.maskString()
+	if !p.Causal && p.diagonal() {
+		s += " " + p.Align.String()
+	}
+	if f := p.features.String(); f != "" {
+		s += " " + f
+	}
+	return s
 }
 
 // cacheString describes the cache: lengths, append, storage.
@@ -347,28 +390,35 @@ func (s *shapeFlags) checkDecodeEffect(p decodeProblem) error {
 	if err := s.checkDecodeFlags(); err != nil {
 		return err
 	}
+	if err := p.features.effect(p.Nk, p.Causal); err != nil {
+		return err
+	}
 	switch {
 	case s.given("causal") && p.Nq == 1 && p.Align == attention.BottomRight:
 		return usagef("--causal has no effect: with Nq = 1 the decoding mask (bottom-right) shows the query every cache row (add --align top-left for a top-left mask)")
 	case !s.given("align"):
-	case !p.Causal:
-		return usagef("--align has no effect: the mask is not causal (with Nq = 1 decode mode masks nothing unless --causal is given)")
+	case !p.Causal && !p.diagonal():
+		return usagef("--align has no effect: the mask is not causal (with Nq = 1 decode mode masks nothing unless --causal is given) and there is no --window or --alibi")
 	case slices.IndexFunc(p.Lens, func(n int32) bool { return int(n)+p.Append != p.Nq }) < 0:
 		return usagef("--align has no effect: every sequence attends to Nq = %d rows, where top-left and bottom-right are the same diagonal", p.Nq)
 	}
 	return nil
 }
 
+// decodeFeatureFlags are the flags of featureFlags that decode mode takes
+// (decodeFeatures).
+var decodeFeatureFlags = []string{"window", "softcap", "alibi"}
+
 // checkDecodeFlags refuses the flags decode mode does not read, on every
-// command.
+// command: --seqlens, and the features beyond decodeFeatureFlags.
 func (s *shapeFlags) checkDecodeFlags() error {
 	by := s.decodeBy()
 	if s.given("seqlens") {
 		return usagef("--seqlens does not apply in decode mode (%s): a KV-cache call packs no sequences (--cache-seqlens gives the rows each sequence holds)", by)
 	}
 	for _, name := range featureFlags {
-		if s.given(name) {
-			return usagef("--%s does not apply in decode mode (%s): a KV-cache call takes no window, softcap, ALiBi, key counts or dropout", name, by)
+		if s.given(name) && !slices.Contains(decodeFeatureFlags, name) {
+			return usagef("--%s does not apply in decode mode (%s): a KV-cache call takes --window, --softcap and --alibi only (no dropout; each sequence's cache length is its key count)", name, by)
 		}
 	}
 	switch {
@@ -471,6 +521,7 @@ func (p decodeProblem) referenceSeq(ctx context.Context, in *decodeInputs, b int
 	}
 	rp := reference.Params{B: 1, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: n, D: p.D, Dv: p.Dv,
 		Scale: float64(p.scale32()), Causal: p.Causal, BottomRight: p.Align == attention.BottomRight}
+	p.features.setParams(&rp) // the window, softcap and slopes (per head: every sequence alike)
 	return reference.ForwardContext(ctx, rp, q, k, v)
 }
 
@@ -526,14 +577,18 @@ func (s *shapeFlags) checkDecodeGrid() error {
 		return err
 	}
 	oneQuery := len(s.nq) == 0 || !slices.ContainsFunc(s.nq, func(n int) bool { return n != 1 })
+	diagonal := s.decodeFeatures().diagonal() // a window or ALiBi measures from --align's diagonal
 	switch {
 	case s.given("causal") && oneQuery && align == attention.BottomRight:
 		return usagef("--causal has no effect: with Nq = 1 the decoding mask (bottom-right) shows the query every cache row (add --align top-left for a top-left mask)")
-	case !s.given("align"):
+	case !s.given("align") || diagonal:
 	case s.given("causal") && !slices.Contains(s.causal.vals, true):
 		return usagef("--align has no effect: --causal false runs no causal mask")
 	case !s.given("causal") && oneQuery:
 		return usagef("--align has no effect: the mask is not causal (with Nq = 1 decode mode masks nothing unless --causal is given)")
+	}
+	if w := s.window; w != nil && w[0] == -1 && w[1] == -1 {
+		return usagef("--window -1,-1 has no effect: both sides are unbounded (omit --window)")
 	}
 	return nil
 }

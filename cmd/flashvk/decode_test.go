@@ -268,6 +268,13 @@ func TestDecodeRefused(t *testing.T) {
 		{[]string{"run", "--cache-seqlens", "4,4", "--nq", "4", "--align", "top-left"}, "every sequence attends to Nq = 4 rows"},
 		{[]string{"bench", "--cache-seqlens", "10", "--align", "top-left", "--progress", "none"}, "--align has no effect"},
 		{[]string{"run", "--cache-seqlens", "10", "--iters", "0", "--warmup", "1"}, "--warmup has no effect with --iters 0"},
+		// options: a KV-cache call takes --window, --softcap and --alibi only
+		{[]string{"run", "--cache-seqlens", "10", "--seqused-k", "5"}, "--seqused-k does not apply in decode mode (--cache-seqlens)"},
+		{[]string{"explain", "--decode", "--nk", "10", "--seqused-k", "5"}, "--seqused-k does not apply in decode mode (--decode)"},
+		{[]string{"run", "--cache-seqlens", "10", "--nq", "2", "--window", "4,1"}, "--window 4,1 with --causal: R must be −1 or 0"},
+		{[]string{"run", "--cache-seqlens", "10", "--nq", "2", "--window", "-1,0"}, "--window -1,0 has no effect with --causal"},
+		{[]string{"run", "--cache-seqlens", "10", "--softcap", "-1"}, "--softcap"},
+		{[]string{"run", "--cache-seqlens", "10", "--softcap", "3", "--align", "top-left"}, "--align has no effect: the mask is not causal"},
 	} {
 		args := append(slices.Clone(tc.args), cpu...)
 		if slices.Contains(tc.args, "vulkan") {
@@ -295,11 +302,76 @@ func TestDecodeEffectiveFlags(t *testing.T) {
 		{"bench", "--cache-seqlens", "10,3", "--nq", "1,4", "--causal", "both", "--progress", "none"},
 		{"bench", "--decode", "--nk", "16", "--tokens", "32", "--progress", "none"},
 		{"explain", "--cache-seqlens", "10,3", "--nq", "2", "--causal", "false", "--json"},
+		{"run", "--cache-seqlens", "10,3", "--window", "2,2", "--align", "top-left", "--check"},
+		{"run", "--cache-seqlens", "10,3", "--alibi", "--align", "top-left", "--check"},
+		{"bench", "--cache-seqlens", "10,3", "--window", "2,0", "--align", "top-left", "--progress", "none"},
+		{"explain", "--cache-seqlens", "10,3", "--softcap", "5", "--window", "4,0", "--alibi"},
 	} {
 		a := append(slices.Clone(args), cpu...)
 		if args[0] == "explain" {
 			a = append(slices.Clone(args), "--backend", "cpu", "--heads", "2", "--dim", "8")
 		}
 		mustRun(t, a...)
+	}
+}
+
+// Decode mode takes --window, --softcap and --alibi: run checks them
+// against the reference, the FLOPs count the rows each window leaves
+// visible, and run's and bench's JSON (and compare's keys and benchfmt's
+// names) carry them.
+func TestDecodeOptions(t *testing.T) {
+	opts := []string{"--window", "8,0", "--softcap", "30", "--alibi"}
+	args := append([]string{"--backend", "cpu", "--cache-seqlens", "40,0,77", "--nq", "3", "--paged", "16", "--append", "2",
+		"--heads", "4", "--kv-heads", "2", "--dim", "16", "--iters", "1", "--check"}, opts...)
+	rep := runJSON(t, args...)
+	p := rep.Problem
+	if !rep.Pass || p.Window == nil || *p.Window != [2]int{8, 0} || p.Softcap != 30 || !p.ALiBi || p.Cache == nil || !p.Causal {
+		t.Fatalf("run: %+v, problem %+v", rep, p)
+	}
+	// Lengths 42, 2, 79 after the append, causal bottom-right, 8 rows
+	// before the diagonal: 9 rows for each query of the long sequences,
+	// 0, 1, 2 for the short one.
+	want := 2.0 * 4 * 32 * (27 + 3 + 27)
+	if fl := kvFlops([]int{40, 0, 77}, 2, 3, 4, 16, 16, true, true, p.Window); fl != want {
+		t.Errorf("kvFlops %v, want %v", fl, want)
+	}
+	for _, c := range rep.Results[0].Check {
+		if !c.Pass {
+			t.Errorf("check %+v", c)
+		}
+	}
+	out := mustRun(t, append([]string{"run"}, args...)...)
+	if !strings.Contains(out, "causal bottom-right window=8,0 softcap=30 alibi") {
+		t.Errorf("run does not show the options:\n%s", out)
+	}
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "kv.json")
+	plain := filepath.Join(dir, "plain.json")
+	bench := []string{"bench", "--backend", "cpu", "--cache-seqlens", "20,50", "--heads", "4", "--kv-heads", "2", "--dim", "16", "--dtype", "f32",
+		"--warmup", "0", "--iters", "2", "--progress", "none", "--check"}
+	mustRun(t, append(append(slices.Clone(bench), opts...), "--json", path)...)
+	mustRun(t, append(slices.Clone(bench), "--json", plain)...)
+	f, err := readResults(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.Results[0]
+	if r.Direction != "kv" || r.Window == nil || *r.Window != [2]int{8, 0} || r.Softcap != 30 || !r.ALiBi || r.RelL2 == nil || float64(*r.RelL2) > 1e-5 {
+		t.Errorf("bench result %+v", r)
+	}
+	// Nq = 1 bottom-right: 9 rows of each sequence.
+	if fl := r.flops(); fl != 2*4*32*18 {
+		t.Errorf("bench flops %v, want %v", fl, 2*4*32*18)
+	}
+	if k := keyOf(&r); k.Options != "window=8,0 softcap=30 alibi bottom-right" {
+		t.Errorf("compare key options %q", k.Options)
+	}
+	if n := benchName(r); !strings.HasSuffix(n, "/L20-50/window8_0/softcap30/alibi") {
+		t.Errorf("benchfmt name %q", n)
+	}
+	md := mustRun(t, "compare", path, plain)
+	if !strings.Contains(md, "window=8,0 softcap=30 alibi") {
+		t.Errorf("compare does not tell the options apart:\n%s", md)
 	}
 }

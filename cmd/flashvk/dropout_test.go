@@ -223,7 +223,7 @@ func TestDropoutJSON(t *testing.T) {
 		{func(r *Result) { r.Dropout = -0.1 }, "dropout -0.1"},
 		{func(r *Result) { r.Dropout, r.DropoutSeed = 0, 3 }, "dropout_seed or dropout_offset without dropout"},
 		{func(r *Result) { r.Dropout, r.DropoutOffset = 0, 3 }, "dropout_seed or dropout_offset without dropout"},
-		{func(r *Result) { r.Direction, r.CacheSeqLens = "kv", slices.Repeat([]int{1}, r.B) }, "a kv result has no seqlens, window, softcap, alibi, seqused_k or dropout"},
+		{func(r *Result) { r.Direction, r.CacheSeqLens = "kv", slices.Repeat([]int{1}, r.B) }, "a kv result has no seqlens, seqused_k or dropout"},
 	} {
 		bad := *f
 		bad.Results = []Result{f.Results[0]}

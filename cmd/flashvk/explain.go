@@ -244,7 +244,9 @@ see run --help) it explains one KV-cache call instead: the cache bytes it
 must read (attention.KVCacheBytes), in all and per generated token (B·Nq
 tokens a call), its FLOPs and intensity, the roofline floor, and the plan
 (PlanKVCache), with how many parts each sequence's cache is split into
-(splits × rows per split, merged by their log-sum-exp).
+(splits × rows per split, merged by their log-sum-exp). --window, --softcap
+and --alibi apply to the call as in run's decode mode (a window's splits
+cover only the rows it leaves visible).
 
 Each pass's plan also says how many of its query×key tiles the kernels
 compute: those the causal mask, --window and --seqused-k leave a visible
@@ -267,10 +269,9 @@ both --peak-tflops and --bandwidth-gbs, --align without --causal, --window or
 with --causal, --seqused-k where every sequence uses all its keys, --seq
 beside --nq and --nk, --dropout-seed and --dropout-offset without
 --dropout, in decode mode --seq, --decode beside another decode flag,
---window, --softcap, --alibi, --seqused-k, the dropout flags, --seqlens and
---causal with Nq = 1 under the bottom-right mask, and a Vulkan flag (--device,
---kernel, --addressing, --validation, --stats) where only the CPU backend
-runs. --seq, --nq,
+--seqused-k, the dropout flags, --seqlens and --causal with Nq = 1 under
+the bottom-right mask, and a Vulkan flag (--device, --kernel, --addressing,
+--validation, --stats) where only the CPU backend runs. --seq, --nq,
 --nk and --batch beside --seqlens do not apply (exit 2). --scale and
 --layout are part of the problem it describes and plans.`,
 		Example: `  flashvk explain --seq 4096 --dim 128 --heads 16 --dtype float16
@@ -368,7 +369,7 @@ func (a *app) explainDecode(cmd *cobra.Command, f *explainFlags) error {
 	an := decodeAnalysis{Problem: p.json(), ElemBytes: p.DType.Size(), Flops: p.flops(), CacheBytes: p.cacheBytes(), Tokens: p.B * p.Nq,
 		Assumptions: []string{
 			"cache bytes: the K and V rows each sequence attends to (its length plus the rows appended), read once per KV head in the storage dtype (attention.KVCacheBytes): the memory-bound floor of decoding; Q, O, the LSE, the appended rows' writes and a split's partial results are not counted",
-			"FLOPs: 4·d per query head and visible (query, cache row) pair (d the mean of d and dv), every mask counted exactly",
+			"FLOPs: 4·d per query head and visible (query, cache row) pair (d the mean of d and dv), every mask and window counted exactly",
 			"the mask defaults to bottom-right causal (FlashAttention's decoding rule: query i sees rows j ≤ i + L − Nq), which for Nq = 1 masks nothing",
 		}}
 	an.BytesPerToken = an.CacheBytes / float64(an.Tokens)

@@ -168,7 +168,7 @@ func (r *Result) device(f *ResultsFile) DeviceInfo {
 // problem.flops; a KV-cache call's visible pairs exactly).
 func (r *Result) flops() float64 {
 	if r.Direction == "kv" {
-		return kvFlops(r.CacheSeqLens, r.Append, r.Nq, r.H, r.D, r.Dv, r.Causal, r.Align == "bottom-right")
+		return kvFlops(r.CacheSeqLens, r.Append, r.Nq, r.H, r.D, r.Dv, r.Causal, r.Align == "bottom-right", r.Window)
 	}
 	return r.problem().flops(r.Direction == "bwd")
 }
@@ -274,11 +274,12 @@ func readResults(path string) (*ResultsFile, error) {
 }
 
 // checkFeatures refuses a result whose packed lengths, window, softcap,
-// key counts or dropout are out of range (a kv result has none).
+// key counts or dropout are out of range (a kv result has no packed
+// lengths, key counts or dropout).
 func (r *Result) checkFeatures() error {
 	switch {
-	case (r.features.set() || r.DropoutSeed != 0 || r.DropoutOffset != 0) && r.Direction == "kv":
-		return errors.New("a kv result has no seqlens, window, softcap, alibi, seqused_k or dropout")
+	case (r.SeqLens != nil || r.SeqUsedK != nil || r.Dropout != 0 || r.DropoutSeed != 0 || r.DropoutOffset != 0) && r.Direction == "kv":
+		return errors.New("a kv result has no seqlens, seqused_k or dropout (its cache_seqlens are the key counts)")
 	case r.SeqLens != nil && len(r.SeqLens) != r.B:
 		return fmt.Errorf("%d seqlens, want one per sequence (B = %d)", len(r.SeqLens), r.B)
 	case r.SeqLens != nil && (r.Nq != r.Nk || slices.Max(r.SeqLens) != r.Nq || slices.Min(r.SeqLens) < 0):

@@ -123,9 +123,9 @@ A flag that would change nothing is refused (exit 2): --do without --backward,
 sequence has Nq keys (Nq = Nk and no --seqused-k), --window -1,-1, --window
 -1,R with --causal, --seqused-k where every sequence uses all its keys, --seq
 beside --nq and --nk, --dropout-seed and --dropout-offset without --dropout;
-in decode mode --backward (decoding has no backward pass), --window,
---softcap, --alibi, --seqused-k, the dropout flags, --seqlens,
---q/--k/--v/--do, --seq, --decode beside another decode flag, and --causal
+in decode mode --backward (decoding has no backward pass), --seqused-k, the
+dropout flags, --seqlens, --q/--k/--v/--do, --seq, --decode beside another
+decode flag, and --causal
 with Nq = 1 under the bottom-right mask; a Vulkan flag (--device, --kernel,
 --addressing, --validation) where only the CPU backend runs, --workers where
 it does not.
@@ -140,8 +140,11 @@ rest are masked; one value per sequence sets B, a single value applies to
 every sequence). The diagonal is --align's, placed with each sequence's key
 count. --check runs the float64 reference with the same options (the very
 float32 softcap and slopes the kernels get). With any of them the FLOPs count
-the visible (query, key) pairs exactly (attention.Flops). Decode mode refuses
-them: a KV-cache call takes none.
+the visible (query, key) pairs exactly (attention.Flops). In decode mode
+--window, --softcap and --alibi apply the same way, each sequence's keys
+being its cache rows after the append (L above: the diagonal of query i is
+row i + L − Nq bottom-right); decode mode refuses --seqused-k (the cache
+lengths are the key counts).
 
 Dropout: --dropout P drops each attention probability with probability P
 (0 < P < 1) and scales the kept ones by 1/(1 − P) (the library's

@@ -8,7 +8,9 @@
 //   2 V    cache            STYPE, readonly  (pc.v_*)
 //   3 O    [B,Nq,Hq,DV]     STYPE, written   (pc.o_*; splits = 1 only)
 //   4 LSE  [B,Hq,Nq]        float32, written (splits = 1 only)
-//   5 META uint32: lengths [B], then the page table [B, max_pages]
+//   5 META uint32: lengths [B], then the page table [B, max_pages], then
+//          with EXT ≠ 0 the options header at KV_META_EXT
+//          (kv_params.glsl; shaders.KVMetaWords)
 //   6 PART float32, written when splits > 1: per split, the partial O
 //          [splits,B,Hq,Nq,DV] (normalised by its own sum) followed by the
 //          partial log2-sum-exp [splits,B,Hq,Nq] (−inf: the split saw no
@@ -16,17 +18,29 @@
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (rows per workgroup), 5 SUBGROUP
 //   (4 BC unused), 7 KVEC: 1 reads each cache K row in 16-byte units
 //   (the host sets it when D and K's strides are multiples of 16 bytes),
-//   0 element by element. WG is a multiple of SUBGROUP; full subgroups.
+//   0 element by element. 8 EXT (shaders.ExtSpec): 0 builds the plain
+//   kernel, which reads no options (pc.mask's causal rule); bit 0 reads
+//   the window, the diagonal's alignment and the flags from META's
+//   header (spec.Ext: the window is then the whole mask), bit 1 compiles
+//   in the softcap and bit 2 ALiBi — a kernel carries only the terms its
+//   call uses. WG is a multiple of SUBGROUP; full subgroups.
 // Grid: (splits, Hkv·ceil(group·Nq/BR), B): workgroup (x, y, z) computes
 //   split x (cache rows x·split_keys … of sequence z) for BR rows of the
 //   group·Nq rows that read KV head y / ceil(group·Nq/BR) (GQA packing:
 //   row r is query r / group of head kvh·group + r mod group, so the heads
-//   that share a KV head read each cache row once per workgroup).
+//   that share a KV head read each cache row once per workgroup). With
+//   EXT the splits start at the sequence's first visible row (row 0's
+//   key_first: the host sizes them to cover the widest range of rows a
+//   sequence's queries see), and each workgroup narrows its split to the
+//   union of its rows' ranges: a split no row of the tile sees writes
+//   the empty partial result (O = 0, l2 = −inf).
 //
 // Thread layout: NSG = WG/SUBGROUP subgroups, each an independent stream
 // of SUBGROUP cache rows at a time (rows base … base+SUBGROUP−1, base
 // stepping by WG): lane c scores cache row base+c against the BR query
-// rows (Q staged in shared memory, pre-scaled by scale·log2 e), the
+// rows (Q staged in shared memory, pre-scaled by scale·log2 e — by scale
+// alone with a softcap, whose c·tanh(s/c) takes the natural score and is
+// multiplied by log2 e after; ALiBi then subtracts slope·log2 e·|diag − j|), the
 // subgroup keeps its own online softmax (m by subgroupMax, l per lane),
 // hands P to its lanes through its own slice of shared memory (subgroup
 // barriers only), and lane c accumulates output columns c, c+SUBGROUP, …
@@ -49,6 +63,19 @@ layout(std430, binding = 5) readonly buffer MBuf { uint meta[]; };
 layout(std430, binding = 6) writeonly buffer PBuf { float part[]; };
 
 layout(constant_id = 7) const uint KVEC = 0;
+layout(constant_id = 8) const uint EXT = 0u;
+#define EXT_ON_SOFTCAP 2u
+#define EXT_ON_ALIBI 4u
+// Flags of the options header (shaders.ExtBottomRight, ExtALiBiBatch).
+#define KV_BOTTOM_RIGHT 1u
+#define KV_ALIBI_BATCH 8u
+
+// kv_tanh is ext.glsl's ext_tanh (tanh as 1 − 2/(e^2a + 1) with x's
+// sign; ±Inf gives ±1, NaN stays NaN).
+float kv_tanh(float x) {
+	float t = 1.0 - 2.0 / (exp2(abs(x) * (2.0 * LOG2E)) + 1.0);
+	return x < 0.0 ? -t : (x > 0.0 ? t : x);
+}
 
 const uint NSG = WG / SUBGROUP;
 const uint DVN = (DV + SUBGROUP - 1u) / SUBGROUP;
@@ -99,19 +126,83 @@ void main() {
 	const uint tid = gl_SubgroupID * SUBGROUP + gl_SubgroupInvocationID;
 	const uint sg = gl_SubgroupID;
 	const uint lane = gl_SubgroupInvocationID;
-	const float sl2 = pc.scale * LOG2E;
+	// Q's factor: scale·log2e, or with a softcap scale (the score is
+	// c·tanh(s/c)·log2e).
+	const float sl2 = (EXT & EXT_ON_SOFTCAP) != 0u ? pc.scale : pc.scale * LOG2E;
+
+	// The options (EXT): the window (−1 unbounded), the diagonal's offset
+	// (row qi's diagonal is key qi + off) and the softcap.
+	const uint xh = KV_META_EXT;
+	int left = -1;
+	int right = -1;
+	int off = 0;
+	uint flags = 0u;
+	float cap_l2 = 0.0;  // c·log2e
+	float inv_cap = 0.0; // 1/c
+	if (EXT != 0u) {
+		left = int(meta[xh]);
+		right = int(meta[xh + 1u]);
+		flags = meta[xh + 2u];
+		off = (flags & KV_BOTTOM_RIGHT) != 0u ? int(n) - int(pc.Nq) : 0;
+		if ((EXT & EXT_ON_SOFTCAP) != 0u) {
+			float c = uintBitsToFloat(meta[xh + 3u]);
+			cap_l2 = c * LOG2E;
+			inv_cap = 1.0 / c;
+		}
+	}
 
 	// Row r of the tile: query qi = (r0 + r) / group of head
-	// kvh·group + (r0 + r) mod group; lim[r] rows of the sequence visible.
+	// kvh·group + (r0 + r) mod group; it sees rows first[r] … lim[r]−1 of
+	// the sequence (spec.Problem.KeyRange), with ALiBi slope slope[r]
+	// (times log2e) and diagonal diag[r].
+	uint first[BR];
 	uint lim[BR];
+	float slope[BR];
+	int diag[BR];
+	uint first_lo = n; // the union of the rows' ranges: first_lo … lim_hi−1
 	uint lim_hi = 0u;
 	[[unroll]] for (uint r = 0u; r < BR; ++r) {
 		uint gr = r0 + r;
-		lim[r] = gr < rows ? kv_key_limit(gr / pc.group, n) : 0u;
-		lim_hi = max(lim_hi, lim[r]);
+		first[r] = 0u;
+		slope[r] = 0.0;
+		diag[r] = 0;
+		if (EXT != 0u) {
+			lim[r] = 0u;
+			if (gr < rows) {
+				int d = int(gr / pc.group) + off;
+				int lo = left < 0 ? 0 : clamp(d - left, 0, int(n));
+				int hi = right < 0 ? int(n) : clamp(d + right + 1, 0, int(n));
+				first[r] = uint(lo);
+				lim[r] = uint(max(hi, lo));
+				diag[r] = d;
+				if ((EXT & EXT_ON_ALIBI) != 0u) {
+					uint h = kvh * pc.group + gr % pc.group;
+					uint idx = (flags & KV_ALIBI_BATCH) != 0u ? b * pc.Hq + h : h;
+					slope[r] = uintBitsToFloat(meta[xh + 4u + idx]) * LOG2E;
+				}
+			}
+			if (lim[r] > first[r]) {
+				first_lo = min(first_lo, first[r]);
+				lim_hi = max(lim_hi, lim[r]);
+			}
+		} else {
+			lim[r] = gr < rows ? kv_key_limit(gr / pc.group, n) : 0u;
+			lim_hi = max(lim_hi, lim[r]);
+		}
 	}
-	const uint j_lo = split * pc.split_keys;
-	const uint j_end = min(min(n, j_lo + pc.split_keys), lim_hi);
+	// Split x covers rows seq0 + x·split_keys … of the sequence (seq0 its
+	// first visible row with EXT: row 0's key_first), narrowed to the rows
+	// some row of the tile sees.
+	uint seq0 = 0u;
+	if (EXT != 0u && left >= 0) {
+		seq0 = uint(clamp(off - left, 0, int(n)));
+	}
+	const uint s_lo = seq0 + split * pc.split_keys;
+	const uint j_end = min(min(n, s_lo + pc.split_keys), lim_hi);
+	uint j_lo = s_lo;
+	if (EXT != 0u) {
+		j_lo = max(j_lo, first_lo);
+	}
 
 	STRIDED_BEGIN(e, BR * D4)
 		uint r = e / D4;
@@ -180,7 +271,18 @@ void main() {
 			}
 		}
 		[[unroll]] for (uint r = 0u; r < BR; ++r) {
-			float x = live && j < lim[r] ? s[r] : NEG_INF;
+			bool vis = live && j < lim[r];
+			float z = s[r];
+			if (EXT != 0u) {
+				vis = vis && j >= first[r];
+				if ((EXT & EXT_ON_SOFTCAP) != 0u) {
+					z = cap_l2 * kv_tanh(z * inv_cap);
+				}
+				if ((EXT & EXT_ON_ALIBI) != 0u) {
+					z -= slope[r] * abs(float(diag[r] - int(j)));
+				}
+			}
+			float x = vis ? z : NEG_INF;
 			float mnew = max(m[r], subgroupMax(x));
 			// A row that has seen no key yet keeps m = −inf; exponentiate
 			// against 0 then, so that exp2(−inf − 0) = 0 and never NaN.

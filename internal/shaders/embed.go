@@ -127,8 +127,8 @@ var kernelBindings = map[string]int{
 // kernelSpecIDs are the specialization constants each module declares
 // (params_test.go checks them against the SPIR-V): every module declares
 // the shared IDs 0 … 5 of params.glsl (set them all; a kernel ignores those
-// its header says it does not use), naive adds 6 PASS and the ExtKernels
-// 8 EXT (ext.glsl).
+// its header says it does not use), naive adds 6 PASS, the ExtKernels
+// 8 EXT (ext.glsl) and decode 7 KVEC and 8 EXT (kv.go).
 var (
 	sharedSpecIDs = []uint32{SpecWorkgroupSize, SpecD, SpecDV, SpecBR, SpecBC, SpecSubgroup}
 	kernelSpecIDs = map[string][]uint32{

@@ -11,6 +11,17 @@
 // meta[b] (b < B) is sequence b's cached length before the append of
 // new_rows rows; it attends to its first meta[b] + new_rows rows
 // (internal/spec.KV).
+//
+// META (uint32, shaders.KVMetaWords is the layout's one definition):
+// words 0 … B−1 the lengths, B … B+B·max_pages−1 the page table, then —
+// only for a call with options (decode's EXT ≠ 0) — the options header
+// at KV_META_EXT: word 0 left, 1 right (the window, int32; −1 unbounded,
+// also for a side wider than Nq + the capacity; causal: right 0), 2 the
+// flags (1 bottom-right diagonal, 2 softcap, 4 ALiBi, 8 ALiBi slopes per
+// sequence and head), 3 the softcap c (float32 bits), from 4 the ALiBi
+// slopes (float32, [Hq] or [B, Hq]). Row i of sequence b (n rows) has
+// its diagonal at key i + n − Nq bottom-right, else i, and sees rows
+// j < n with diagonal − left ≤ j ≤ diagonal + right (spec.Ext).
 
 layout(push_constant) uniform KVParams {
 	uint B; uint Hq; uint Hkv; uint Nq; uint group;
@@ -30,6 +41,9 @@ layout(push_constant) uniform KVParams {
 
 // seq_len is the number of cache rows sequence b attends to.
 #define SEQ_LEN(b) (meta[b] + pc.new_rows)
+
+// KV_META_EXT is the word of META where the options header starts.
+#define KV_META_EXT (pc.B + pc.B * pc.max_pages)
 
 // cache_row returns (page, row in page) of row j of sequence b.
 #define CACHE_ROW(b, j) uvec2(meta[pc.B + (b) * pc.max_pages + (j) / pc.page_size], (j) % pc.page_size)

@@ -2,11 +2,13 @@ package shaders
 
 import (
 	"encoding/binary"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/flashvk/flashvk/internal/spec"
 	"github.com/flashvk/flashvk/internal/spirv"
 )
 
@@ -109,6 +111,35 @@ func TestKVBindings(t *testing.T) {
 			if m.HasCapability(spirv.CapabilityFloat16) || m.HasCapability(spirv.CapabilityInt16) {
 				t.Errorf("%s: declares Float16 or Int16", name)
 			}
+		}
+	}
+}
+
+// TestKVMeta: the META buffer is the lengths, the page table and, only
+// with options, the header decode reads at KV_META_EXT (window sides
+// wider than Nq + Nk as −1, flags, softcap bits, slopes).
+func TestKVMeta(t *testing.T) {
+	kv := &spec.KV{SeqLens: []int32{5, 0}, New: 1, PageSize: 4, MaxPages: 3, Pages: 6, Table: []int32{4, 2, -1, 0, -1, -1}}
+	p := &spec.Problem{B: 2, Hq: 2, Hkv: 1, Nq: 2, Nk: 12, D: 8, Dv: 8, Scale: 1, KV: kv}
+	plain := []uint32{5, 0, 4, 2, math.MaxUint32, 0, math.MaxUint32, math.MaxUint32}
+	if got := KVMetaWords(p); !slices.Equal(got, plain) || KVMetaLen(p) != len(plain) || KVMetaExt(p) != len(plain) {
+		t.Errorf("plain: %v (len %d, header at %d), want %v", got, KVMetaLen(p), KVMetaExt(p), plain)
+	}
+	p.Ext = &spec.Ext{Left: 14, Right: 0, BottomRight: true, Softcap: 50, Slopes: []float32{0.5, 0.25, 1, 2}, SlopesPerBatch: true}
+	want := append(slices.Clone(plain), math.MaxUint32, 0, ExtBottomRight|ExtSoftcap|ExtALiBi|ExtALiBiBatch, math.Float32bits(50),
+		math.Float32bits(0.5), math.Float32bits(0.25), math.Float32bits(1), math.Float32bits(2))
+	if got := KVMetaWords(p); !slices.Equal(got, want) || KVMetaLen(p) != len(want) || KVMetaExt(p) != len(plain) {
+		t.Errorf("options: %v (len %d), want %v", got, KVMetaLen(p), want)
+	}
+	p.Ext = &spec.Ext{Left: 3, Right: -1}
+	want = append(slices.Clone(plain), 3, math.MaxUint32, 0, 0)
+	if got := KVMetaWords(p); !slices.Equal(got, want) || KVMetaLen(p) != len(want) {
+		t.Errorf("window: %v, want %v", got, want)
+	}
+	b := KVMetaBytes(p)
+	for i, w := range want {
+		if binary.LittleEndian.Uint32(b[4*i:]) != w || len(b) != 4*len(want) {
+			t.Fatalf("KVMetaBytes: word %d of %d bytes, want %#x", i, len(b), w)
 		}
 	}
 }

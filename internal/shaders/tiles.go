@@ -36,10 +36,11 @@ func BwdDQGrid(b, hq, nq, br int) [3]uint32 { return grid(ceilDiv(nq, br), hq, b
 // kept so that a later f16 staging can change the formulas in one place).
 
 // FlashFwdSharedBytes is flash's shared memory:
-// 4·(BR·(D+1) + BC·max(D+1, DV) + BR·(BC+1)).
+// 4·(BR·(D+1) + BC·max(D+1, DV) + BR·(BC+1)) and the one word of ext.glsl's
+// keep bits without dropout (dropout's are DropSharedBytes).
 func FlashFwdSharedBytes(br, bc, d, dv int, f16 bool) int {
 	_ = f16
-	return 4 * (br*(d+1) + bc*max(d+1, dv) + br*(bc+1))
+	return 4*(br*(d+1)+bc*max(d+1, dv)+br*(bc+1)) + dropPlaceholder
 }
 
 // MinimalSharedBytes is minimal's shared memory: 4·(BC·(D+DV) + BR·DV).
@@ -52,17 +53,17 @@ func MinimalSharedBytes(br, bc, d, dv int, f16 bool) int {
 func NaiveSharedBytes(wg, d int) int { return 4 * (d + wg) }
 
 // BwdDKDVSharedBytes is bwd_dkdv's shared memory:
-// 4·((BC+BR)·(D+DV+2) + 2·BR·(BC+1) + 2·BR).
+// 4·((BC+BR)·(D+DV+2) + 2·BR·(BC+1) + 2·BR) and the keep bits' word.
 func BwdDKDVSharedBytes(br, bc, d, dv int, f16 bool) int {
 	_ = f16
-	return 4 * ((bc+br)*(d+dv+2) + 2*br*(bc+1) + 2*br)
+	return 4*((bc+br)*(d+dv+2)+2*br*(bc+1)+2*br) + dropPlaceholder
 }
 
 // BwdDQSharedBytes is bwd_dq's shared memory:
-// 4·((BC+BR)·(D+DV+2) + BR·(BC+1) + 2·BR).
+// 4·((BC+BR)·(D+DV+2) + BR·(BC+1) + 2·BR) and the keep bits' word.
 func BwdDQSharedBytes(br, bc, d, dv int, f16 bool) int {
 	_ = f16
-	return 4 * ((bc+br)*(d+dv+2) + br*(bc+1) + 2*br)
+	return 4*((bc+br)*(d+dv+2)+br*(bc+1)+2*br) + dropPlaceholder
 }
 
 // Config is a kernel's tile configuration: its specialization constants

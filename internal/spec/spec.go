@@ -137,7 +137,10 @@ type Problem struct {
 	// Ext is set when the call asks for more than Scale and Mask: a
 	// sliding window, a softcap, ALiBi slopes or per-sequence key
 	// counts (see Ext). With Ext set, Ext's window is the whole mask;
-	// Mask still says whether the call was causal and how aligned.
+	// Mask still says whether the call was causal and how aligned. A
+	// KV-cache problem's Ext holds a window, a softcap and ALiBi slopes
+	// only (CheckExt), each sequence's keys being its cache rows
+	// (Keys is KV.Len).
 	Ext *Ext
 }
 
@@ -178,7 +181,9 @@ type Ext struct {
 // KeyRange's arithmetic overflows, a softcap that is negative or not
 // finite, packed offsets that are not B+1 from 0 or make a sequence
 // longer than Nq or Nk (or shorter than 0), key counts that are not B of
-// 0 … StoredKeys, and a slope table of the wrong length. Backends wrap
+// 0 … StoredKeys, a slope table of the wrong length, and on a KV-cache
+// problem anything but a window, a softcap and slopes (its keys are the
+// cache rows: no key counts, packed sequences or dropout). Backends wrap
 // its error with their sentinel.
 func (p *Problem) CheckExt() error {
 	e := p.Ext
@@ -187,6 +192,9 @@ func (p *Problem) CheckExt() error {
 	}
 	if e.Left < -1 || e.Right < -1 || e.Left > math.MaxInt/4 || e.Right > math.MaxInt/4 {
 		return fmt.Errorf("window (%d, %d)", e.Left, e.Right)
+	}
+	if p.KV != nil && (e.SeqUsedK != nil || e.CuQ != nil || e.CuK != nil || e.Dropout != nil) {
+		return fmt.Errorf("a KV-cache problem with key counts, packed sequences or dropout")
 	}
 	if c := float64(e.Softcap); c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
 		return fmt.Errorf("softcap %v", e.Softcap)
@@ -341,35 +349,41 @@ func (p *Problem) Batches(b0, n int) *Problem {
 }
 
 // Keys is the number of keys sequence b has: its SeqUsedK, or its stored
-// keys.
+// keys; in a KV-cache problem its cache rows after the append (KV.Len).
 func (p *Problem) Keys(b int) int {
-	if p.Ext != nil && p.Ext.SeqUsedK != nil {
+	switch {
+	case p.KV != nil:
+		return p.KV.Len(b)
+	case p.Ext != nil && p.Ext.SeqUsedK != nil:
 		return int(p.Ext.SeqUsedK[b])
 	}
 	return p.StoredKeys(b)
 }
 
 // Diag is the key on the diagonal of query row i of sequence b (it may
-// lie outside 0 … Keys(b)−1).
+// lie outside 0 … Keys(b)−1): i + Keys(b) − Queries(b) bottom-right
+// (Ext.BottomRight, else a bottom-right causal Mask), else i.
 func (p *Problem) Diag(b, i int) int {
+	br := p.Mask == MaskCausalBottomRight
 	if e := p.Ext; e != nil {
-		if e.BottomRight {
-			return i + p.Keys(b) - p.Queries(b)
-		}
-		return i
+		br = e.BottomRight
 	}
-	if p.Mask == MaskCausalBottomRight {
-		return i + p.Nk - p.Nq
+	if br {
+		return i + p.Keys(b) - p.Queries(b)
 	}
 	return i
 }
 
 // KeyRange returns the keys query row i of sequence b sees: lo … hi−1
 // (lo = hi when none; none for a row past the sequence's queries). Both
-// bounds are non-decreasing in i.
+// bounds are non-decreasing in i. Without Ext it is Mask's rule with the
+// sequence's keys (KeyLimit's, per sequence in a KV-cache problem).
 func (p *Problem) KeyRange(b, i int) (lo, hi int) {
 	e := p.Ext
 	if e == nil {
+		if p.KV != nil {
+			return 0, maskLimit(p.Mask, i, p.Nq, p.Keys(b))
+		}
 		return 0, p.KeyLimit(i)
 	}
 	if i >= p.Queries(b) {
@@ -409,7 +423,7 @@ func (p *Problem) Pairs() float64 {
 			lo, hi := p.KeyRange(b, i)
 			n += float64(hi - lo)
 		}
-		if p.Ext == nil { // every sequence alike
+		if p.Ext == nil && p.KV == nil { // every sequence alike
 			return n * float64(p.B)
 		}
 	}
@@ -461,13 +475,19 @@ func (kv *KV) MaxLen() int {
 	return m
 }
 
-// Sequence is the plain attention problem of sequence b of a KV-cache
-// call over its gathered cache rows (B = 1, Nk = Len(b), K and V
-// contiguous [1, Len(b), Hkv, D]); Q and O keep their strides, offset to
-// batch b by the caller.
+// Sequence is the attention problem of sequence b of a KV-cache call
+// over its gathered cache rows (B = 1, Nk = Len(b), K and V contiguous
+// [1, Len(b), Hkv, D]), with the call's Ext restricted to sequence b
+// (its ALiBi slopes): it has the same keys, diagonals and scores as
+// sequence b of p. Q and O keep their strides, offset to batch b by the
+// caller.
 func (p *Problem) Sequence(b int) *Problem {
 	n := p.KV.Len(b)
 	s := *p
+	if p.Ext != nil {
+		s.Ext = p.Batches(b, 1).Ext
+		s.Ext.SlopesPerBatch = false
+	}
 	s.B, s.Nk, s.KV = 1, n, nil
 	s.K, s.V = BSHD(n, p.Hkv, p.D), BSHD(n, p.Hkv, p.Dv)
 	return &s
@@ -486,17 +506,21 @@ func (p *Problem) Causal() bool { return p.Mask != MaskNone }
 // keys 0 … KeyLimit(i)−1. It is 0 for a row that sees no key (bottom-right
 // alignment with Nq > Nk leaves the first Nq−Nk rows empty) and Nk when
 // unmasked. It ignores Ext (KeyRange does not).
-func (p *Problem) KeyLimit(i int) int {
+func (p *Problem) KeyLimit(i int) int { return maskLimit(p.Mask, i, p.Nq, p.Nk) }
+
+// maskLimit is the number of leading keys row i of nq sees among nk
+// under mask m.
+func maskLimit(m Mask, i, nq, nk int) int {
 	var lim int
-	switch p.Mask {
+	switch m {
 	case MaskCausalTopLeft:
 		lim = i + 1
 	case MaskCausalBottomRight:
-		lim = i + 1 + p.Nk - p.Nq
+		lim = i + 1 + nk - nq
 	default:
-		return p.Nk
+		return nk
 	}
-	return min(max(lim, 0), p.Nk)
+	return min(max(lim, 0), nk)
 }
 
 // LSEIndex returns the index of row (b, h, i) in LSE and D: contiguous
@@ -527,14 +551,8 @@ func (p *Problem) Flops() float64 {
 var NegInf = float32(math.Inf(-1))
 
 // KVFlops is the FLOP count of a KV-cache call's attention: 2·(D+Dv)
-// per (query row, head, visible cache row), every mask counted exactly.
+// per (query row, head, visible cache row), every mask and window
+// counted exactly (Pairs).
 func (p *Problem) KVFlops() float64 {
-	var pairs float64
-	for b := range p.B {
-		s := p.Sequence(b)
-		for i := range p.Nq {
-			pairs += float64(s.KeyLimit(i))
-		}
-	}
-	return 2 * float64(p.Hq) * float64(p.D+p.Dv) * pairs
+	return 2 * float64(p.Hq) * float64(p.D+p.Dv) * p.Pairs()
 }

@@ -47,7 +47,12 @@
 // (DecodeConfig: about four workgroups per compute unit, from the
 // device's ComputeUnits where the driver reports them), and
 // decode_combine merges the splits by their log-sum-exp in split order,
-// so results are the same bits run to run. KV kernels read the cache
+// so results are the same bits run to run. A window, softcap or ALiBi
+// (Problem.Ext) travels in the same buffer after the table
+// (shaders.KVMetaWords) and selects decode's variant (specialization
+// constant 8, shaders.ExtSpec; the plain call's is 0 and carries none of
+// their code); a window's splits start at each sequence's first visible
+// row and cover only the rows its queries see. KV kernels read the cache
 // through one binding: larger caches fail with ErrTooLarge. BenchKV
 // times such calls.
 //

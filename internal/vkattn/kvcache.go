@@ -11,7 +11,6 @@ package vkattn
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"runtime"
 
@@ -20,8 +19,11 @@ import (
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
+// decodeFamily runs KV-cache problems with options too (a window, a
+// softcap, ALiBi: decode's EXT variants; spec.Problem.CheckExt refuses
+// any other option of a KV-cache problem).
 var decodeFamily = &family{
-	name: shaders.KernelDecode, dir: KV, auto: true,
+	name: shaders.KernelDecode, dir: KV, auto: true, ext: true,
 	init: func(b *Backend, _ bool) (string, error) {
 		if !b.info.SubgroupOps.Arithmetic {
 			return "no subgroup arithmetic in compute shaders", nil
@@ -83,7 +85,7 @@ func (b *Backend) decodeConfig(p *spec.Problem) (DecodeConfig, error) {
 			ErrUnsupported, n, wg, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 	}
 	c := DecodeConfig{WG: wg, BR: br, Splits: 1, SplitKeys: wg}
-	maxLen := p.KV.MaxLen()
+	maxLen := kvSpan(p)
 	if maxLen == 0 {
 		return c, nil
 	}
@@ -100,6 +102,24 @@ func (b *Backend) decodeConfig(p *spec.Problem) (DecodeConfig, error) {
 		return DecodeConfig{}, fmt.Errorf("%w: %d splits exceed the device's %d workgroups in x", ErrTooLarge, c.Splits, b.info.MaxWorkgroupCount[0])
 	}
 	return c, nil
+}
+
+// kvSpan is the most cache rows the splits of one sequence of p cover:
+// its longest length, or with p.Ext (decode's splits then start at each
+// sequence's first visible row) the widest range from a sequence's first
+// visible row (its first query's) to its last (its last query's): a
+// sliding window over a long cache splits only the rows it sees.
+func kvSpan(p *spec.Problem) int {
+	if p.Ext == nil {
+		return p.KV.MaxLen()
+	}
+	m := 0
+	for b := range p.B {
+		lo, _ := p.KeyRange(b, 0)
+		_, hi := p.KeyRange(b, p.Nq-1)
+		m = max(m, hi-lo)
+	}
+	return m
 }
 
 // planDecode is the KV family's plan: kv_append when the call appends,
@@ -147,12 +167,16 @@ func planDecode(_ context.Context, b *Backend, p *spec.Problem, dt spec.DType) (
 	if kVector(p, dt) {
 		kvec, pipeName = 1, pipeName+"-kvec"
 	}
+	ext := shaders.ExtSpec(p) // window, softcap, ALiBi: 0 for a plain call
+	if ext != 0 {
+		pipeName += fmt.Sprintf("-ext%d", ext)
+	}
 	if err := add(shaders.KernelDecode, pipeName, c.WG, c.BR, grid, shaders.DecodeSharedBytes(c.WG, b.lim.Subgroup, c.BR, p.D, p.Dv),
 		full, kv.New > 0, OpQ, OpK, OpV, OpO, OpLSE, OpMeta, OpPart); err != nil {
 		return nil, err
 	}
 	dl := &pl.Launches[len(pl.Launches)-1]
-	dl.key.Spec = append(dl.key.Spec, device.Spec{ID: shaders.SpecKVec, Value: kvec})
+	dl.key.Spec = append(dl.key.Spec, device.Spec{ID: shaders.SpecKVec, Value: kvec}, device.Spec{ID: shaders.SpecExt, Value: ext})
 	dl.Config = pipeName + fmt.Sprintf("-split%dx%d", c.Splits, c.SplitKeys)
 	if c.Splits > 1 {
 		pl.Scratch[OpPart] = int64(c.Splits) * int64(p.B*p.Hq*p.Nq) * int64(p.Dv+1) * 4
@@ -173,8 +197,9 @@ func kVector(p *spec.Problem, dt spec.DType) bool {
 	return p.D%unit == 0 && p.K.Batch%unit == 0 && p.K.Seq%unit == 0 && p.K.Head%unit == 0
 }
 
-// metaBytes is the size of the lengths and page table (uint32).
-func metaBytes(p *spec.Problem) int64 { return 4 * int64(p.B+p.B*p.KV.MaxPages) }
+// metaBytes is the size of the META buffer: the lengths, the page table
+// and, with p.Ext, the options (shaders.KVMetaWords).
+func metaBytes(p *spec.Problem) int64 { return 4 * int64(shaders.KVMetaLen(p)) }
 
 // checkKVBindings refuses a KV-cache problem whose operands one binding
 // does not reach: the KV kernels have no addressed builds.
@@ -219,18 +244,9 @@ func kvParams(p *spec.Problem, c *DecodeConfig) shaders.KVParams {
 	}
 }
 
-// metaData is the lengths (before the append) and the page table.
-func metaData(p *spec.Problem) []byte {
-	kv := p.KV
-	out := make([]byte, 0, metaBytes(p))
-	for _, n := range kv.SeqLens {
-		out = binary.LittleEndian.AppendUint32(out, uint32(n))
-	}
-	for _, pg := range kv.Table {
-		out = binary.LittleEndian.AppendUint32(out, uint32(pg))
-	}
-	return out
-}
+// metaData is the META buffer of p: the lengths (before the append), the
+// page table and, with p.Ext, the options (shaders.KVMetaWords).
+func metaData(p *spec.Problem) []byte { return shaders.KVMetaBytes(p) }
 
 // KVCache runs a KV-cache call (p.KV set; the attention package has
 // validated the lengths and the page table) on resident tensors: q, the

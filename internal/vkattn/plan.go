@@ -476,7 +476,7 @@ func (b *Backend) dropShared(p *spec.Problem, pl *Plan) error {
 		if l.BC%8 != 0 {
 			return fmt.Errorf("%w: %s: dropout needs key tiles of a multiple of 8 keys, not %d", ErrUnsupported, l.key.Name, l.BC)
 		}
-		l.SharedBytes += shaders.DropSharedBytes(l.BR, l.BC)
+		l.SharedBytes += shaders.DropSharedBytes(l.BR, l.BC) - 4 // (the formulas count sDrop's one word)
 		if l.SharedBytes > b.lim.SharedBytes {
 			return fmt.Errorf("%w: %s: %d bytes of shared memory with dropout's keep bits, the device has %d",
 				ErrUnsupported, l.key.Name, l.SharedBytes, b.lim.SharedBytes)

@@ -400,7 +400,7 @@ void main() {
 				[[unroll]] for (uint j = 0u; j < CPL; ++j) {
 					float p = exp2(x[j] - muse);
 					lsum += p;
-					sP[pbase + lr + LPR * j] = CM_TO(p);
+					sP[pbase + lr + LPR * j] = CM_TO(p * drop_keep(sgr + row, lr + LPR * j));
 				}
 				l0[q] = l0[q] * alpha + lsum;
 				if (lr == 0u) {
@@ -409,20 +409,6 @@ void main() {
 			}
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
-			if ((EXT & EXT_ON_DROPOUT) != 0u) {
-				// Dropout: zero the subgroup's dropped P elements in a pass
-				// of their own (inside the softmax loop the keep bits cost
-				// the H200 14× its time).
-				for (uint e = lane; e < CM_M * BC; e += SUBGROUP) {
-					uint r = e / BC;
-					uint c = e - r * BC;
-					if (drop_keep(sgr + r, c) == 0.0) {
-						sP[(sgr + r) * LDP + c] = CM_TO(0.0);
-					}
-				}
-				subgroupMemoryBarrierShared();
-				subgroupBarrier();
-			}
 			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 				float a = sRow[sgr + rowOf[i]];
 				[[unroll]] for (uint j = 0u; j < NOT; ++j) {

@@ -114,7 +114,7 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv int) int {
 	} else {
 		b += 4 + 4 // MODE 1: the one-element S and P arrays
 	}
-	return b + br*4 + dropPlaceholder
+	return b + br*4 + DropPlaceholder
 }
 
 // BwdCMSharedBytes is the shared memory (bytes) of bwd_cm_dkdv (dkdv =
@@ -135,7 +135,7 @@ func BwdCMSharedBytes(dkdv bool, m, n, k, nsg, br, bc, mode, d, dv int) int {
 		} else {
 			b += 4*2 + 2*2
 		}
-		return b + dropPlaceholder
+		return b + DropPlaceholder
 	}
 	b = 16*max(br*ldk4, br*ldv4, bc*(ldk4+ldv4), mp) + 8*br
 	if mode == 0 {
@@ -143,5 +143,5 @@ func BwdCMSharedBytes(dkdv bool, m, n, k, nsg, br, bc, mode, d, dv int) int {
 	} else {
 		b += 4*2 + 2
 	}
-	return b + dropPlaceholder
+	return b + DropPlaceholder
 }

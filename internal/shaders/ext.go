@@ -38,16 +38,11 @@ const ExtSpecDropout uint32 = 8
 // DropSharedBytes is the shared memory of a dropout kernel's keep bits
 // (ext.glsl's sDrop) for a tile of br query rows and bc keys: a bit per
 // element, rows padded to 32-bit words. Without dropout sDrop is one word
-// (dropPlaceholder), which the kernels' *SharedBytes count.
+// (DropPlaceholder), which the kernels' *SharedBytes count.
 func DropSharedBytes(br, bc int) int { return 4 * br * ((bc + 31) / 32) }
 
-// dropPlaceholder is sDrop's size without dropout.
-const dropPlaceholder = 4
-
-// DropReserve is the shared memory the tile choosers leave free for the
-// keep bits of a dropout call: DropSharedBytes of the largest tile they
-// choose (128 × 128).
-var DropReserve = DropSharedBytes(128, 128)
+// DropPlaceholder is sDrop's size without dropout.
+const DropPlaceholder = 4
 
 // ExtKernels are the kernels with an extended variant (they declare
 // SpecExt and bind the Ext buffer last).

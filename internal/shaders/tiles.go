@@ -40,7 +40,7 @@ func BwdDQGrid(b, hq, nq, br int) [3]uint32 { return grid(ceilDiv(nq, br), hq, b
 // keep bits without dropout (dropout's are DropSharedBytes).
 func FlashFwdSharedBytes(br, bc, d, dv int, f16 bool) int {
 	_ = f16
-	return 4*(br*(d+1)+bc*max(d+1, dv)+br*(bc+1)) + dropPlaceholder
+	return 4*(br*(d+1)+bc*max(d+1, dv)+br*(bc+1)) + DropPlaceholder
 }
 
 // MinimalSharedBytes is minimal's shared memory: 4·(BC·(D+DV) + BR·DV).
@@ -56,14 +56,14 @@ func NaiveSharedBytes(wg, d int) int { return 4 * (d + wg) }
 // 4·((BC+BR)·(D+DV+2) + 2·BR·(BC+1) + 2·BR) and the keep bits' word.
 func BwdDKDVSharedBytes(br, bc, d, dv int, f16 bool) int {
 	_ = f16
-	return 4*((bc+br)*(d+dv+2)+2*br*(bc+1)+2*br) + dropPlaceholder
+	return 4*((bc+br)*(d+dv+2)+2*br*(bc+1)+2*br) + DropPlaceholder
 }
 
 // BwdDQSharedBytes is bwd_dq's shared memory:
 // 4·((BC+BR)·(D+DV+2) + BR·(BC+1) + 2·BR) and the keep bits' word.
 func BwdDQSharedBytes(br, bc, d, dv int, f16 bool) int {
 	_ = f16
-	return 4*((bc+br)*(d+dv+2)+br*(bc+1)+2*br) + dropPlaceholder
+	return 4*((bc+br)*(d+dv+2)+br*(bc+1)+2*br) + DropPlaceholder
 }
 
 // Config is a kernel's tile configuration: its specialization constants
@@ -83,6 +83,10 @@ type Limits struct {
 	// MaxWorkgroupSize is min(maxComputeWorkGroupInvocations,
 	// maxComputeWorkGroupSize[0]).
 	MaxWorkgroupSize int
+	// Dropout is set for a call that drops: the kernels that draw keep bits
+	// (flash, bwd_dkdv, bwd_dq) then need DropSharedBytes(BR, BC) of shared
+	// memory for them and key tiles of a multiple of 8.
+	Dropout bool
 }
 
 // FlashLayout is flash's thread layout for one Config (see flash.comp).
@@ -191,6 +195,12 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 		shared = BwdDQSharedBytes(c.BR, c.BC, d, dv, f16)
 	default:
 		return fmt.Errorf("shaders: unknown kernel %q", kernel)
+	}
+	if lim.Dropout && (kernel == KernelFlash || kernel == KernelBwdDKDV || kernel == KernelBwdDQ) {
+		if c.BC%8 != 0 {
+			return fmt.Errorf("shaders: %s tile BC=%d: dropout needs key tiles of a multiple of 8", kernel, c.BC)
+		}
+		shared += DropSharedBytes(c.BR, c.BC) - DropPlaceholder
 	}
 	if lim.SharedBytes > 0 && shared > lim.SharedBytes {
 		return fmt.Errorf("shaders: %s tile WG=%d BR=%d BC=%d D=%d DV=%d needs %d bytes of shared memory, the device has %d",

@@ -168,7 +168,7 @@ func (b *Backend) cmTileFor(ctx context.Context, l *CMLayout, p *spec.Problem, d
 			return t, SourceTuned, nil
 		}
 	}
-	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, b.limFor(p).SharedBytes, b.lim.MaxWorkgroupSize)
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 	if err != nil {
 		return CMTile{}, "", fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
 	}
@@ -213,7 +213,7 @@ func (b *Backend) bwdCMLaunch(ctx context.Context, l *CMLayout, kernel string, d
 		c, src = t.(bwdCMTile), SourceTuned
 	} else {
 		var err error
-		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, b.limFor(p).SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
+		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
 			return Launch{}, fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, p.D, p.Dv, b.info.Name, err)
 		}
 	}
@@ -255,7 +255,7 @@ func coopmatTunable[T interface {
 			if err != nil {
 				return nil, err
 			}
-			return def(l, p, b.limFor(p))
+			return def(l, p, b.lim)
 		},
 		Candidates: func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) ([]Candidate, error) {
 			l, err := b.cmLayout(ctx, dt)
@@ -264,11 +264,11 @@ func coopmatTunable[T interface {
 			}
 			var out []T
 			for _, c := range cands(l) {
-				if check(l, c, p, b.limFor(p)) == nil {
+				if check(l, c, p, b.lim) == nil {
 					out = append(out, c)
 				}
 			}
-			if d, err := def(l, p, b.limFor(p)); err == nil {
+			if d, err := def(l, p, b.lim); err == nil {
 				slices.SortStableFunc(out, func(x, y T) int { return cmp.Compare(dist(x, d), dist(y, d)) })
 			}
 			cs := make([]Candidate, len(out))
@@ -287,7 +287,7 @@ func coopmatTunable[T interface {
 			if err != nil {
 				return err
 			}
-			return check(l, t, p, b.limFor(p))
+			return check(l, t, p, b.lim)
 		},
 	}
 }
@@ -304,7 +304,7 @@ func log2Dist(a, b []int) float64 {
 // flashCMTunable is flash_cm's tile as a tune stage.
 var flashCMTunable = coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
-		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, lim.SharedBytes, lim.MaxWorkgroupSize)
+		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
 	},
 	func(*CMLayout) []CMTile {
 		var out []CMTile
@@ -324,14 +324,14 @@ var flashCMTunable = coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 		return log2Dist(vec(c), vec(def))
 	},
 	func(l *CMLayout, c CMTile, p *spec.Problem, lim shaders.Limits) error {
-		return CheckCMTile(l, c, p.D, p.Dv, lim.SharedBytes, lim.MaxWorkgroupSize)
+		return CheckCMTile(l, c, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
 	})
 
 // bwdCMTunable is the tile of one coopmat backward kernel as a tune stage.
 func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 	return coopmatTunable(kernel, Bwd, parseBwdCMTile,
 		func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (bwdCMTile, error) {
-			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, lim.SharedBytes, lim.MaxWorkgroupSize)
+			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
 		},
 		func(*CMLayout) []bwdCMTile {
 			var out []bwdCMTile
@@ -353,7 +353,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch))
 		},
 		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
-			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, lim.SharedBytes, lim.MaxWorkgroupSize)
+			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
 		})
 }
 
@@ -410,8 +410,9 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext bool) []CMTile {
 }
 
 // CheckCMTile reports why tile c cannot run on a device with sharedMax
-// bytes of shared memory and workgroups of at most maxWG invocations.
-func CheckCMTile(l *CMLayout, c CMTile, d, dv, sharedMax, maxWG int) error {
+// bytes of shared memory and workgroups of at most maxWG invocations (drop:
+// for a dropout call, whose keep bits take shared memory too).
+func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG int) error {
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
@@ -428,7 +429,8 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv, sharedMax, maxWG int) error {
 			return fmt.Errorf("BC %d not a multiple of %d lanes per row", c.BC, lpr)
 		}
 	}
-	return checkCMResources(l, c.Mode, c.NSG, shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv), sharedMax, maxWG)
+	shared := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv) + dropExtra(drop, c.NSG*M, c.BC)
+	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
 }
 
 // checkCMResources is the part of a coopmat tile's check that every
@@ -455,9 +457,9 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 }
 
 // chooseCMTile returns the first tile of cmTiles that fits (ext: for the
-// extended variant).
-func chooseCMTile(l *CMLayout, d, dv, nq int, ext bool, sharedMax, maxWG int) (CMTile, error) {
-	c, err := firstFit(cmTiles(l, d, dv, nq, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, sharedMax, maxWG) })
+// extended variant; drop: with dropout's keep bits).
+func chooseCMTile(l *CMLayout, d, dv, nq int, ext, drop bool, sharedMax, maxWG int) (CMTile, error) {
+	c, err := firstFit(cmTiles(l, d, dv, nq, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, drop, sharedMax, maxWG) })
 	if err != nil {
 		return CMTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)
 	}
@@ -583,8 +585,9 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 
 // bwdCMCheckTile reports why tile c of the dK/dV (dkdv) or dQ kernel cannot
 // run with layout l and head dims d, dv on a device with sharedMax bytes of
-// shared memory and workgroups of at most maxWG invocations.
-func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv, sharedMax, maxWG int) error {
+// shared memory and workgroups of at most maxWG invocations (drop: with
+// dropout's keep bits).
+func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, sharedMax, maxWG int) error {
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward takes 1 … %d)", d, dv, shaders.MaxHeadDim)
@@ -596,12 +599,13 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv, sharedMax, maxWG
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
 	}
 	br, bc := c.brbc(dkdv, M)
-	return checkCMResources(l, c.Mode, c.NSG, shaders.BwdCMSharedBytes(dkdv, M, N, K, c.NSG, br, bc, c.Mode, d, dv), sharedMax, maxWG)
+	shared := shaders.BwdCMSharedBytes(dkdv, M, N, K, c.NSG, br, bc, c.Mode, d, dv) + dropExtra(drop, br, bc)
+	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
 }
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
-func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv, sharedMax, maxWG int) (bwdCMTile, error) {
-	c, err := firstFit(bwdCMTiles(l, dkdv, d, dv), func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, sharedMax, maxWG) })
+func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, maxWG int) (bwdCMTile, error) {
+	c, err := firstFit(bwdCMTiles(l, dkdv, d, dv), func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, drop, sharedMax, maxWG) })
 	if err != nil {
 		return bwdCMTile{}, fmt.Errorf("no tile fits: %w", err)
 	}

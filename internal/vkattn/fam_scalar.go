@@ -174,7 +174,7 @@ type cfgKey struct {
 	kernel string
 	d, dv  int
 	dt     spec.DType
-	shared int // the shared memory the tile may use
+	drop   bool // with dropout's keep bits (shaders.Limits.Dropout)
 }
 
 type cfgResult struct {
@@ -190,7 +190,7 @@ func (b *Backend) Config(kernel string, d, dv int, dt spec.DType) (shaders.Confi
 
 // config is Config within limits lim (b.limFor a problem).
 func (b *Backend) config(kernel string, d, dv int, dt spec.DType, lim shaders.Limits) (shaders.Config, error) {
-	k := cfgKey{kernel, d, dv, dt, lim.SharedBytes}
+	k := cfgKey{kernel, d, dv, dt, lim.Dropout}
 	b.cfgMu.Lock()
 	defer b.cfgMu.Unlock()
 	if r, ok := b.cfgs[k]; ok {

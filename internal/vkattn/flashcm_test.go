@@ -194,7 +194,7 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 256, 256, 4096, 32 << 10, ""}, // nothing fits: scalar flash
 		{l, 300, 64, 4096, sh, ""},
 	} {
-		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, false, c.sh, wg)
+		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, false, false, c.sh, wg)
 		if c.want == "" {
 			if err == nil {
 				t.Errorf("d %d dv %d nq %d shared %d: chose %v, want none", c.d, c.dv, c.nq, c.sh, got)
@@ -210,15 +210,29 @@ func TestChooseCMTile(t *testing.T) {
 		d, nq int
 		want  string
 	}{{128, 16384, "nsg8-bc32-mode1-pf1"}, {64, 16384, "nsg4-bc32-mode1-pf1"}, {256, 4096, "nsg4-bc32-mode0-pf1"}} {
-		if got, err := chooseCMTile(l, c.d, c.d, c.nq, true, sh, wg); err != nil || got.String() != c.want {
+		if got, err := chooseCMTile(l, c.d, c.d, c.nq, true, false, sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("extended d %d nq %d: %v (%v), want %s", c.d, c.nq, got, err, c.want)
 		}
 	}
+	// Dropout's keep bits count exactly: d256's MODE 0 tile (a few hundred
+	// bytes short of 48 KiB) still fits with them, and not when they would
+	// overflow.
+	d256 := CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}
+	need := shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 256, 256) + dropExtra(true, 64, 32)
+	if got, err := chooseCMTile(l, 256, 256, 4096, true, true, sh, wg); err != nil || got != d256 || need > sh {
+		t.Errorf("dropout d256: %v (%v), want %v (%d bytes)", got, err, d256, need)
+	}
+	if err := CheckCMTile(l, d256, 256, 256, true, need-1, wg); err == nil {
+		t.Errorf("dropout d256 accepted in %d bytes, needs %d", need-1, need)
+	}
+	if err := CheckCMTile(l, d256, 256, 256, false, need-1, wg); err != nil {
+		t.Errorf("d256 without dropout refused in %d bytes: %v", need-1, err)
+	}
 	// MODE is 0 or 1.
-	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, sh, wg); err == nil {
+	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, false, sh, wg); err == nil {
 		t.Error("MODE 2 accepted")
 	}
-	if err := CheckCMTile(l, CMTile{NSG: 64, BC: 32}, 64, 64, 1<<30, wg); err == nil {
+	if err := CheckCMTile(l, CMTile{NSG: 64, BC: 32}, 64, 64, false, 1<<30, wg); err == nil {
 		t.Error("workgroup of 2048 accepted")
 	}
 }

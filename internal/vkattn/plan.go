@@ -460,10 +460,10 @@ func addressedPush(l *Launch, pc shaders.Params, bufs operandBufs) ([]byte, erro
 }
 
 // dropShared adds the keep bits of a dropout problem's tiles to its
-// launches' shared memory (shaders.DropSharedBytes; the tile choosers
-// left shaders.DropReserve for them, limFor), and refuses a tile that
-// then no longer fits or whose key tile is not a multiple of 8 (ext.glsl
-// draws 8 keys per Philox block).
+// launches' shared memory (shaders.DropSharedBytes, beyond the one word
+// the kernels' formulas count; the tile checks counted them too: limFor,
+// dropExtra), and refuses a tile that then no longer fits or whose key
+// tile is not a multiple of 8 (ext.glsl draws 8 keys per Philox block).
 func (b *Backend) dropShared(p *spec.Problem, pl *Plan) error {
 	if !dropout(p) {
 		return nil
@@ -476,7 +476,7 @@ func (b *Backend) dropShared(p *spec.Problem, pl *Plan) error {
 		if l.BC%8 != 0 {
 			return fmt.Errorf("%w: %s: dropout needs key tiles of a multiple of 8 keys, not %d", ErrUnsupported, l.key.Name, l.BC)
 		}
-		l.SharedBytes += shaders.DropSharedBytes(l.BR, l.BC) - 4 // (the formulas count sDrop's one word)
+		l.SharedBytes += dropExtra(true, l.BR, l.BC)
 		if l.SharedBytes > b.lim.SharedBytes {
 			return fmt.Errorf("%w: %s: %d bytes of shared memory with dropout's keep bits, the device has %d",
 				ErrUnsupported, l.key.Name, l.SharedBytes, b.lim.SharedBytes)
@@ -485,16 +485,24 @@ func (b *Backend) dropShared(p *spec.Problem, pl *Plan) error {
 	return nil
 }
 
+// dropExtra is the shared memory dropout's keep bits add to a tile of br
+// query rows and bc keys (0 without dropout): DropSharedBytes less the
+// one word every *SharedBytes formula counts.
+func dropExtra(drop bool, br, bc int) int {
+	if !drop {
+		return 0
+	}
+	return shaders.DropSharedBytes(br, bc) - shaders.DropPlaceholder
+}
+
 // dropout reports whether p drops probabilities.
 func dropout(p *spec.Problem) bool { return p.Ext != nil && p.Ext.Dropout != nil }
 
-// limFor is the device's limits for p's tiles: with dropout, less
-// shaders.DropReserve of shared memory.
+// limFor is the device's limits for p's scalar tiles (Limits.Dropout set
+// for a dropout call).
 func (b *Backend) limFor(p *spec.Problem) shaders.Limits {
 	l := b.lim
-	if dropout(p) {
-		l.SharedBytes -= shaders.DropReserve
-	}
+	l.Dropout = dropout(p)
 	return l
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
@@ -302,49 +301,11 @@ func TestCompareDropout(t *testing.T) {
 // reference is the padded one, which draws sequence b's mask as b; and
 // the dropout changes the outputs.
 func TestPackedReferenceDropout(t *testing.T) {
-	const b, hq, hkv, n, d = 3, 4, 2, 9, 8
-	p := problem{B: b, Hq: hq, Hkv: hkv, Nq: n, Nk: n, D: d, Dv: d, DType: attention.Float32, Causal: true,
+	const b = 3
+	p := problem{B: b, Hq: 4, Hkv: 2, Nq: 9, Nk: 9, D: 8, Dv: 8, DType: attention.Float32, Causal: true,
 		features: features{ALiBi: true, SeqUsedK: []int{9, 6, 4}, Dropout: 0.3, DropoutSeed: 12345, DropoutOffset: 2}}
-	packed := p
-	packed.SeqLens = []int{n, n, n}
-	var in [4][]float64
-	for i, s := range []attention.Shape{p.qShape(), p.kShape(), p.vShape(), p.oShape()} {
-		in[i] = randomTensor(attention.Float32, s, attention.BSHD, rngFor(5, uint64(i+1))).Float64s()
-	}
-	ctx := context.Background()
-	got, err := packedReference(ctx, packed, in[0], in[1], in[2], in[3])
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, got, o := packedMatchesPadded(t, p, 5)
 	pp := p.params()
-	o, lse, err := reference.Forward(pp, in[0], in[1], in[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dq, dk, dv, err := reference.Backward(pp, in[0], in[1], in[2], in[3])
-	if err != nil {
-		t.Fatal(err)
-	}
-	// LSE: padded [B, Hq, N], packed [Hq, B·N].
-	lsePacked := make([]float64, len(lse))
-	for s := range b {
-		for h := range hq {
-			copy(lsePacked[h*b*n+s*n:], lse[(s*hq+h)*n:(s*hq+h+1)*n])
-		}
-	}
-	for _, c := range []struct {
-		name      string
-		got, want []float64
-	}{{"o", got.o, o}, {"lse", got.lse, lsePacked}, {"dq", got.dq, dq}, {"dk", got.dk, dk}, {"dv", got.dv, dv}} {
-		if len(c.got) != len(c.want) {
-			t.Fatalf("%s: %d values, want %d", c.name, len(c.got), len(c.want))
-		}
-		for i := range c.got {
-			if math.Abs(c.got[i]-c.want[i]) > 1e-12*(1+math.Abs(c.want[i])) && !(math.IsInf(c.got[i], -1) && math.IsInf(c.want[i], -1)) {
-				t.Fatalf("%s[%d] = %v, padded reference %v", c.name, i, c.got[i], c.want[i])
-			}
-		}
-	}
 	undropped := p
 	undropped.Dropout, undropped.DropoutSeed, undropped.DropoutOffset = 0, 0, 0
 	o0, _, err := reference.Forward(undropped.params(), in[0], in[1], in[2])

@@ -98,59 +98,22 @@ func TestSeqLensFlag(t *testing.T) {
 // padded batch's, so its outputs are the padded reference's (the LSE
 // [Hq, T] instead of [B, Hq, N]); an empty sequence adds no row.
 func TestPackedReference(t *testing.T) {
-	const b, hq, hkv, n, d = 3, 4, 2, 7, 8
-	p := problem{B: b, Hq: hq, Hkv: hkv, Nq: n, Nk: n, D: d, Dv: d, DType: attention.Float32, Causal: true,
+	const b, hq, n = 3, 4, 7
+	p := problem{B: b, Hq: hq, Hkv: 2, Nq: n, Nk: n, D: 8, Dv: 8, DType: attention.Float32, Causal: true,
 		features: features{ALiBi: true, Window: &[2]int{3, 0}, SeqUsedK: []int{7, 5, 2}}}
+	in, got, _ := packedMatchesPadded(t, p, 3)
+	ctx := context.Background()
 	packed := p
 	packed.SeqLens = []int{n, n, n}
-	packed.SeqUsedK = slices.Clone(p.SeqUsedK)
-	var in [4][]float64
-	for i, s := range []attention.Shape{p.qShape(), p.kShape(), p.vShape(), p.oShape()} {
-		if s.Len() != []attention.Shape{packed.qShape(), packed.kShape(), packed.vShape(), packed.oShape()}[i].Len() {
-			t.Fatalf("operand %d: padded %+v and packed shapes hold different counts", i, s)
-		}
-		in[i] = randomTensor(attention.Float32, s, attention.BSHD, rngFor(3, uint64(i+1))).Float64s()
-	}
-	ctx := context.Background()
-	got, err := packedReference(ctx, packed, in[0], in[1], in[2], in[3])
-	if err != nil {
-		t.Fatal(err)
-	}
-	pp := p.params()
-	o, lse, err := reference.Forward(pp, in[0], in[1], in[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dq, dk, dv, err := reference.Backward(pp, in[0], in[1], in[2], in[3])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		name      string
-		got, want []float64
-	}{{"o", got.o, o}, {"dq", got.dq, dq}, {"dk", got.dk, dk}, {"dv", got.dv, dv}} {
-		if !slices.Equal(c.got, c.want) {
-			t.Errorf("%s differs from the padded reference", c.name)
-		}
-	}
-	for s := range b {
-		for h := range hq {
-			for i := range n {
-				if g, w := got.lse[h*b*n+s*n+i], lse[(s*hq+h)*n+i]; g != w && !(math.IsInf(g, -1) && math.IsInf(w, -1)) {
-					t.Fatalf("lse of sequence %d head %d row %d: %v, want %v", s, h, i, g, w)
-				}
-			}
-		}
-	}
 	// An empty sequence: the others' rows only.
 	packed.SeqLens, packed.SeqUsedK, packed.B = []int{n, 0, n}, nil, 3
 	p.B, p.SeqUsedK = 2, nil
 	two := func(x []float64) []float64 { return x[:len(x)*2/3] }
-	got, err = packedReference(ctx, packed, two(in[0]), two(in[1]), two(in[2]), nil)
+	got, err := packedReference(ctx, packed, two(in[0]), two(in[1]), two(in[2]), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, _, err = reference.Forward(p.params(), two(in[0]), two(in[1]), two(in[2]))
+	o, _, err := reference.Forward(p.params(), two(in[0]), two(in[1]), two(in[2]))
 	if err != nil || !slices.Equal(got.o, o) || len(got.lse) != hq*2*n || got.dq != nil {
 		t.Errorf("with an empty sequence: %v; o equal %v, %d LSE values", err, slices.Equal(got.o, o), len(got.lse))
 	}
@@ -315,4 +278,55 @@ func TestRunCheckPacked(t *testing.T) {
 			t.Errorf("bench result %s causal %v: B %d Nq %d seqlens %v rel_l2 %v", r.Direction, r.Causal, r.B, r.Nq, r.SeqLens, r.RelL2)
 		}
 	}
+}
+
+// packedMatchesPadded checks packedReference of p's batch packed (every
+// sequence of length Nq = Nk) against the padded reference of p, forward
+// and backward, on inputs drawn from seed; it returns the inputs, the
+// packed result and the padded O.
+func packedMatchesPadded(t *testing.T, p problem, seed uint64) ([4][]float64, *refResult, []float64) {
+	t.Helper()
+	packed := p
+	packed.SeqLens = slices.Repeat([]int{p.Nq}, p.B)
+	packed.SeqUsedK = slices.Clone(p.SeqUsedK)
+	var in [4][]float64
+	for i, s := range []attention.Shape{p.qShape(), p.kShape(), p.vShape(), p.oShape()} {
+		if s.Len() != []attention.Shape{packed.qShape(), packed.kShape(), packed.vShape(), packed.oShape()}[i].Len() {
+			t.Fatalf("operand %d: padded %+v and packed shapes hold different counts", i, s)
+		}
+		in[i] = randomTensor(attention.Float32, s, attention.BSHD, rngFor(seed, uint64(i+1))).Float64s()
+	}
+	ctx := context.Background()
+	got, err := packedReference(ctx, packed, in[0], in[1], in[2], in[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := p.params()
+	o, lse, err := reference.Forward(pp, in[0], in[1], in[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dq, dk, dv, err := reference.Backward(pp, in[0], in[1], in[2], in[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want []float64
+	}{{"o", got.o, o}, {"dq", got.dq, dq}, {"dk", got.dk, dk}, {"dv", got.dv, dv}} {
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("%s differs from the padded reference", c.name)
+		}
+	}
+	b, hq, n := p.B, p.Hq, p.Nq
+	for s := range b {
+		for h := range hq {
+			for i := range n {
+				if g, w := got.lse[h*b*n+s*n+i], lse[(s*hq+h)*n+i]; g != w && !(math.IsInf(g, -1) && math.IsInf(w, -1)) {
+					t.Fatalf("lse of sequence %d head %d row %d: %v, want %v", s, h, i, g, w)
+				}
+			}
+		}
+	}
+	return in, got, o
 }

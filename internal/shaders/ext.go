@@ -122,8 +122,10 @@ func ExtWords(p *spec.Problem) []uint32 {
 }
 
 // ExtBytes is ExtWords as the little-endian bytes the buffer holds.
-func ExtBytes(p *spec.Problem) []byte {
-	w := ExtWords(p)
+func ExtBytes(p *spec.Problem) []byte { return wordBytes(ExtWords(p)) }
+
+// wordBytes is w as little-endian bytes, as a storage buffer holds it.
+func wordBytes(w []uint32) []byte {
 	b := make([]byte, 4*len(w))
 	for i, x := range w {
 		binary.LittleEndian.PutUint32(b[4*i:], x)

@@ -171,11 +171,4 @@ func KVMetaLen(p *spec.Problem) int {
 }
 
 // KVMetaBytes is KVMetaWords as the little-endian bytes the buffer holds.
-func KVMetaBytes(p *spec.Problem) []byte {
-	w := KVMetaWords(p)
-	b := make([]byte, 4*len(w))
-	for i, x := range w {
-		binary.LittleEndian.PutUint32(b[4*i:], x)
-	}
-	return b
-}
+func KVMetaBytes(p *spec.Problem) []byte { return wordBytes(KVMetaWords(p)) }

@@ -39,7 +39,7 @@ func newDirect(p Params, q, k, v []float64, b, h int) *direct {
 		d.pm[i] = make([]float64, p.Nk)
 		m := math.Inf(-1)
 		for j := range p.Nk {
-			if !p.Visible(b, i, j) {
+			if !p.Sees(b, h, i, j) {
 				continue
 			}
 			s[j] = p.Score(b, h, i, j, scale*dot(d.qRow(i), d.kRow(j)))
@@ -51,13 +51,13 @@ func newDirect(p Params, q, k, v []float64, b, h int) *direct {
 		}
 		sum := 0.0
 		for j := range p.Nk {
-			if p.Visible(b, i, j) {
+			if p.Sees(b, h, i, j) {
 				d.pm[i][j] = math.Exp(s[j] - m)
 				sum += d.pm[i][j]
 			}
 		}
 		for j := range p.Nk {
-			if p.Visible(b, i, j) {
+			if p.Sees(b, h, i, j) {
 				d.pm[i][j] /= sum
 			}
 		}
@@ -91,7 +91,7 @@ func (d *direct) vRow(j int) []float64 {
 
 // sees reports whether row i reads key j: visible, and the row not empty.
 func (d *direct) sees(i, j int) bool {
-	return d.p.Visible(d.b, i, j) && !math.IsInf(d.lse[i], -1)
+	return d.p.Sees(d.b, d.h, i, j) && !math.IsInf(d.lse[i], -1)
 }
 
 // forward adds the pair's O rows into o and copies its LSE into lse.
@@ -112,8 +112,9 @@ func (d *direct) forward(o, lse []float64) {
 	copy(lse[(d.b*p.Hq+d.h)*p.Nq:], d.lse)
 }
 
-// backward adds the pair's contributions to dq, dk and dv.
-func (d *direct) backward(do, dq, dk, dv []float64) {
+// backward adds the pair's contributions to dq, dk, dv and (when not
+// nil) the bias gradient db.
+func (d *direct) backward(do, dq, dk, dv, db []float64) {
 	p := d.p
 	scale := p.EffectiveScale()
 	dp := make([]float64, p.Nk)
@@ -134,6 +135,9 @@ func (d *direct) backward(do, dq, dk, dv []float64) {
 			}
 			koff := (d.b*p.Nk+j)*p.Hkv + d.kh
 			ds := d.pm[i][j] * (dp[j] - di)
+			if db != nil {
+				db[p.Bias.index(d.b, d.h, i, j, p.Nk)] += ds
+			}
 			if p.Softcap > 0 {
 				ds *= p.scoreGrad(scale * dot(d.qRow(i), d.kRow(j)))
 			}

@@ -56,6 +56,18 @@
 // only when Nq ≠ Nk (and, under a causal mask, by a constant per row,
 // which the softmax cancels).
 //
+// # Bias
+//
+// With Params.Bias (PyTorch SDPA's float attn_mask; a boolean mask is a
+// bias of 0 and −Inf) the score gains the bias element of (b, h, i, j)
+// after the softcap and ALiBi; the bias is [B, H, S, Nk] with B, H and S
+// each either the problem's size or 1 (broadcast). An element of −Inf
+// hides its key from the row exactly as the mask does (Params.Sees): the
+// pair is not scored, and a row whose keys are all hidden is empty.
+// BiasGrad is the gradient with respect to the bias: dS of the Backward
+// section without the softcap's factor G (the softcap lies before the
+// bias), summed over the (b, h, i) each broadcast element is added to.
+//
 // # Dropout
 //
 // With Params.Dropout, each probability P_ij of (b, h) is multiplied by
@@ -106,7 +118,8 @@
 //	dK  = scale · dSᵀ·Q
 //
 // where G is 1, or with a softcap the derivative 1 − tanh²(s/c) at each
-// scaled product s (ALiBi is a constant and has no gradient).
+// scaled product s (ALiBi is a constant and has no gradient; a Bias has
+// BiasGrad).
 //
 // # Cancellation
 //

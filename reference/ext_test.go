@@ -159,7 +159,7 @@ func TestDropout(t *testing.T) {
 		for h := range p.Hq {
 			d := newDirect(p, q, k, v, b, h)
 			d.forward(od, lse)
-			d.backward(do, dqd, dkd, dvd)
+			d.backward(do, dqd, dkd, dvd, nil)
 		}
 	}
 	for _, c := range [][2][]float64{{o, od}, {dq, dqd}, {dk, dkd}, {dv, dvd}} {

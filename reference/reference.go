@@ -38,6 +38,41 @@ type Params struct {
 	SeqUsedK []int
 	// Dropout, when set, drops probabilities (DropFactor).
 	Dropout *Dropout
+	// Bias, when set, is added to every score after the softcap and
+	// ALiBi; an element of −Inf hides its key from the row (Sees).
+	Bias *Bias
+}
+
+// Bias is an additive bias on the scores (PyTorch SDPA's float
+// attn_mask; a boolean mask is a bias of 0 and −Inf), broadcast over
+// each of its leading dimensions of size 1: Values is row-major
+// [B, H, S, Nk] with B 1 or Params.B, H 1 or Hq and S 1 or Nq.
+type Bias struct {
+	B, H, S int
+	Values  []float64
+}
+
+// index is the position in Values of element (b, h, i, j) of a problem
+// with Nk keys.
+func (x *Bias) index(b, h, i, j, nk int) int {
+	if x.B == 1 {
+		b = 0
+	}
+	if x.H == 1 {
+		h = 0
+	}
+	if x.S == 1 {
+		i = 0
+	}
+	return ((b*x.H+h)*x.S+i)*nk + j
+}
+
+// bias is the bias of (b, h, i, j), 0 without Bias.
+func (p Params) bias(b, h, i, j int) float64 {
+	if p.Bias == nil {
+		return 0
+	}
+	return p.Bias.Values[p.Bias.index(b, h, i, j, p.Nk)]
 }
 
 // Window bounds the keys a query sees around its diagonal; −1 is
@@ -122,6 +157,20 @@ func (p Params) validateExt() error {
 	if err := p.Dropout.validate(); err != nil {
 		return err
 	}
+	if x := p.Bias; x != nil {
+		if (x.B != 1 && x.B != p.B) || (x.H != 1 && x.H != p.Hq) || (x.S != 1 && x.S != p.Nq) {
+			return fmt.Errorf("%w: Bias is [%d, %d, %d, ·], want [1 or B = %d, 1 or Hq = %d, 1 or Nq = %d, Nk]",
+				ErrShape, x.B, x.H, x.S, p.B, p.Hq, p.Nq)
+		}
+		if want := x.B * x.H * x.S * p.Nk; len(x.Values) != want {
+			return fmt.Errorf("%w: len(Bias.Values) = %d, want %d", ErrShape, len(x.Values), want)
+		}
+		for _, v := range x.Values {
+			if math.IsNaN(v) || math.IsInf(v, 1) {
+				return fmt.Errorf("%w: a Bias value is %v (want finite or −Inf)", ErrShape, v)
+			}
+		}
+	}
 	if p.SeqUsedK != nil && len(p.SeqUsedK) != p.B {
 		return fmt.Errorf("%w: %d key counts, want B = %d", ErrShape, len(p.SeqUsedK), p.B)
 	}
@@ -167,14 +216,23 @@ func (p Params) Visible(b, i, j int) bool {
 	return (left < 0 || j >= d-left) && (right < 0 || j <= d+right)
 }
 
+// Sees reports whether query i of sequence b, head h, attends to key j:
+// Visible, and its Bias element (if any) not −Inf.
+func (p Params) Sees(b, h, i, j int) bool {
+	return p.Visible(b, i, j) && !math.IsInf(p.bias(b, h, i, j), -1)
+}
+
 // Score is the score of query i and key j of sequence b, head h, given
-// their scaled product s: the softcap, then ALiBi.
+// their scaled product s: the softcap, then ALiBi, then the bias.
 func (p Params) Score(b, h, i, j int, s float64) float64 {
 	if p.Softcap > 0 {
 		s = p.Softcap * math.Tanh(s/p.Softcap)
 	}
 	if p.ALiBi != nil {
 		s -= p.slope(b, h) * math.Abs(float64(p.Diag(b, i)-j))
+	}
+	if p.Bias != nil {
+		s += p.bias(b, h, i, j)
 	}
 	return s
 }
@@ -286,7 +344,9 @@ func probs(p Params, q, k []float64, b, h int) (*mat.Dense, []float64) {
 	s.Scale(p.EffectiveScale(), s)
 	for i := range p.Nq {
 		for j := range p.Nk {
-			s.Set(i, j, p.Score(b, h, i, j, s.At(i, j)))
+			if p.Sees(b, h, i, j) {
+				s.Set(i, j, p.Score(b, h, i, j, s.At(i, j)))
+			}
 		}
 	}
 
@@ -295,7 +355,7 @@ func probs(p Params, q, k []float64, b, h int) (*mat.Dense, []float64) {
 	for i := 0; i < p.Nq; i++ {
 		m := math.Inf(-1)
 		for j := 0; j < p.Nk; j++ {
-			if p.Visible(b, i, j) {
+			if p.Sees(b, h, i, j) {
 				m = math.Max(m, s.At(i, j))
 			}
 		}
@@ -305,7 +365,7 @@ func probs(p Params, q, k []float64, b, h int) (*mat.Dense, []float64) {
 		}
 		sum := 0.0
 		for j := 0; j < p.Nk; j++ {
-			if p.Visible(b, i, j) {
+			if p.Sees(b, h, i, j) {
 				e := math.Exp(s.At(i, j) - m)
 				pm.Set(i, j, e)
 				sum += e
@@ -398,13 +458,36 @@ func Backward(p Params, q, k, v, do []float64) (dq, dk, dv []float64, err error)
 // BackwardContext is Backward that stops once ctx is done, between
 // (batch, head) pairs, and returns ctx's error.
 func BackwardContext(ctx context.Context, p Params, q, k, v, do []float64) (dq, dk, dv []float64, err error) {
+	dq, dk, dv, _, err = backward(ctx, p, q, k, v, do, false)
+	return dq, dk, dv, err
+}
+
+// BiasGrad computes dBias, the gradient with respect to p.Bias of the
+// scalar loss whose gradient with respect to O is do: row-major
+// [B, H, S, Nk] in the bias's shape, each element the sum of dS =
+// ∂loss/∂score over the (b, h, i) its broadcast dimensions fold
+// together (0 where the bias or the mask hides the key). Errors wrap
+// ErrShape (also when p has no Bias).
+func BiasGrad(p Params, q, k, v, do []float64) ([]float64, error) {
+	if p.Bias == nil {
+		return nil, fmt.Errorf("%w: BiasGrad without a Bias", ErrShape)
+	}
+	_, _, _, db, err := backward(context.Background(), p, q, k, v, do, true)
+	return db, err
+}
+
+// backward computes dQ, dK, dV and, with withBias, dBias.
+func backward(ctx context.Context, p Params, q, k, v, do []float64, withBias bool) (dq, dk, dv, db []float64, err error) {
 	if err := checkInputs(p, q, k, v, do, true); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	lq, lk, lv, _, _ := p.Lengths()
 	dq = make([]float64, lq)
 	dk = make([]float64, lk)
 	dv = make([]float64, lv)
+	if withBias {
+		db = make([]float64, len(p.Bias.Values))
+	}
 	finite := allFinite(q, k, v, do)
 	scale := p.EffectiveScale()
 
@@ -412,10 +495,10 @@ func BackwardContext(ctx context.Context, p Params, q, k, v, do []float64) (dq, 
 	for b := 0; b < p.B; b++ {
 		for h := 0; h < p.Hq; h++ {
 			if err := ctx.Err(); err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
 			if !finite {
-				newDirect(p, q, k, v, b, h).backward(do, dq, dk, dv)
+				newDirect(p, q, k, v, b, h).backward(do, dq, dk, dv, db)
 				continue
 			}
 			kh := p.kvHead(h)
@@ -447,6 +530,9 @@ func BackwardContext(ctx context.Context, p Params, q, k, v, do []float64) (dq, 
 				}
 				for j := 0; j < p.Nk; j++ {
 					ds := pm.At(i, j) * (dpm.At(i, j)*p.DropFactor(b, h, i, j) - di)
+					if db != nil {
+						db[p.Bias.index(b, h, i, j, p.Nk)] += ds
+					}
 					if p.Softcap > 0 {
 						ds *= p.scoreGrad(sm.At(i, j))
 					}
@@ -466,5 +552,5 @@ func BackwardContext(ctx context.Context, p Params, q, k, v, do []float64) (dq, 
 			scatterAdd(dk, &dkm, b, p.Nk, p.Hkv, kh, p.D)
 		}
 	}
-	return dq, dk, dv, nil
+	return dq, dk, dv, db, nil
 }

@@ -25,7 +25,7 @@ func TestDirectMatchesProducts(t *testing.T) {
 		for h := range p.Hq {
 			d := newDirect(p, q, k, v, b, h)
 			d.forward(o2, lse2)
-			d.backward(do, dq2, dk2, dv2)
+			d.backward(do, dq2, dk2, dv2, nil)
 		}
 	}
 	for _, c := range []struct {

@@ -152,7 +152,9 @@ type Problem struct {
 // side; a causal mask is Right = 0). Its score of key j is s = Scale·q·k,
 // then c·tanh(s/c) with c = Softcap when Softcap > 0, then
 // s − slope·|Diag(b, i) − j| with the ALiBi slope of (b, h) when Slopes
-// is set. With Dropout the probabilities are dropped (see Dropout).
+// is set, then plus the Bias element (b, h, i, j) when Bias is set (an
+// element of −Inf hides key j from the row, as the window does). With
+// Dropout the probabilities are dropped (see Dropout).
 type Ext struct {
 	Left, Right int
 	BottomRight bool
@@ -174,6 +176,45 @@ type Ext struct {
 	CuQ, CuK []int32
 	// Dropout, when set, drops probabilities (see Dropout).
 	Dropout *Dropout
+	// Bias, when set, is added to the scores (see Bias).
+	Bias *Bias
+}
+
+// Bias is an additive bias on the scores (PyTorch SDPA's attn_mask):
+// element (b, h, i, j) of sequence b, query head h, query row i and key
+// j lies at Offset + b·Batch + h·Head + i·Row + j of its buffer, stored
+// as DType (Float32 or the problem's storage type); a stride of 0
+// broadcasts the bias over that dimension. An element of −Inf hides its
+// key from the row: the pair is masked, not scored.
+//
+// With Grad the backward also writes dBias, the loss's gradient with
+// respect to the bias (that of the score: P∘(dP − D)), in DType:
+// element (b, h, i, j) accumulates at GradOffset + b·GradBatch +
+// h·GradHead + i·GradRow + j of the dBias buffer, summed over every
+// (b, h, i) a stride of 0 folds together (a bias broadcast over the
+// batch, the heads or the queries has its gradient summed over them).
+type Bias struct {
+	DType                        DType
+	Offset                       int
+	Batch, Head, Row             int
+	Grad                         bool
+	GradOffset                   int
+	GradBatch, GradHead, GradRow int
+}
+
+// At is the element offset of bias element (b, h, i, j).
+func (x *Bias) At(b, h, i, j int) int { return x.Offset + b*x.Batch + h*x.Head + i*x.Row + j }
+
+// GradAt is the element offset of dBias element (b, h, i, j).
+func (x *Bias) GradAt(b, h, i, j int) int {
+	return x.GradOffset + b*x.GradBatch + h*x.GradHead + i*x.GradRow + j
+}
+
+// GradFolds reports whether dBias folds several (b, h, i) of a problem
+// of B sequences, Hq heads and Nq queries into one element (a stride of
+// 0 over a dimension longer than 1): the backward must then sum them.
+func (x *Bias) GradFolds(b, hq, nq int) bool {
+	return (x.GradBatch == 0 && b > 1) || (x.GradHead == 0 && hq > 1) || (x.GradRow == 0 && nq > 1)
 }
 
 // CheckExt reports what in p.Ext would break the methods above or index
@@ -217,6 +258,19 @@ func (p *Problem) CheckExt() error {
 	}
 	if d := e.Dropout; d != nil && (d.Threshold == 0 || d.Threshold > 65535 || d.Batch0 < 0) {
 		return fmt.Errorf("dropout threshold %d (1 … 65535), first sequence %d", d.Threshold, d.Batch0)
+	}
+	if x := e.Bias; x != nil {
+		if p.KV != nil {
+			return fmt.Errorf("a KV-cache problem with a bias")
+		}
+		if x.DType != Float32 && x.DType != Float16 && x.DType != BFloat16 {
+			return fmt.Errorf("bias dtype %v", x.DType)
+		}
+		for _, v := range []int{x.Offset, x.Batch, x.Head, x.Row, x.GradOffset, x.GradBatch, x.GradHead, x.GradRow} {
+			if v < 0 {
+				return fmt.Errorf("bias offsets and strides %+v: negative", *x)
+			}
+		}
 	}
 	if want := p.Hq; e.Slopes != nil {
 		if e.SlopesPerBatch {
@@ -317,14 +371,22 @@ func (p *Problem) TotalK() int {
 // LSELen is the number of LSE (and D) entries: Hq per query row.
 func (p *Problem) LSELen() int { return p.Hq * p.TotalQ() }
 
+// Whole reports whether p runs only as a whole batch: packed sequences
+// (Varlen) share their operands' one batch, and a dBias summed over the
+// batch needs every sequence's share in one pass.
+func (p *Problem) Whole() bool {
+	return p.Varlen() || (p.Ext != nil && p.Ext.Bias != nil && p.Ext.Bias.Grad && p.Ext.Bias.GradBatch == 0 && p.B > 1)
+}
+
 // Batches is p restricted to sequences b0 … b0+n−1: its per-sequence
-// options sliced (the operands' offsets are the caller's).
-// A packed (Varlen) problem is not split: it returns p for the whole
-// batch and panics otherwise.
+// options sliced (the operands' offsets are the caller's; the bias's and
+// dBias's offsets move to sequence b0).
+// A problem that runs only whole (Whole) is not split: it returns p for
+// the whole batch and panics otherwise.
 func (p *Problem) Batches(b0, n int) *Problem {
-	if p.Varlen() {
+	if p.Whole() {
 		if b0 != 0 || n != p.B {
-			panic("spec: Batches of a packed problem")
+			panic("spec: Batches of a problem that runs whole")
 		}
 		return p
 	}
@@ -342,6 +404,12 @@ func (p *Problem) Batches(b0, n int) *Problem {
 			d := *e.Dropout
 			d.Batch0 += b0
 			x.Dropout = &d
+		}
+		if e.Bias != nil {
+			bias := *e.Bias
+			bias.Offset += b0 * bias.Batch
+			bias.GradOffset += b0 * bias.GradBatch
+			x.Bias = &bias
 		}
 		c.Ext = &x
 	}

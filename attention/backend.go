@@ -26,18 +26,22 @@ type backend interface {
 	Close() error
 }
 
-// forwardArgs are the operands of a forward call.
+// forwardArgs are the operands of a forward call (Bias: the zero Tensor
+// without spec.Ext.Bias).
 type forwardArgs struct {
 	Q, K, V, O Tensor
 	LSE        []float32
+	Bias       Tensor
 }
 
-// backwardArgs are the operands of a backward call.
+// backwardArgs are the operands of a backward call (DBias: the zero
+// Tensor unless spec.Ext.Bias.Grad).
 type backwardArgs struct {
-	Q, K, V, O Tensor
-	LSE        []float32
-	DO         Tensor
-	DQ, DK, DV Tensor
+	Q, K, V, O  Tensor
+	LSE         []float32
+	DO          Tensor
+	DQ, DK, DV  Tensor
+	Bias, DBias Tensor
 }
 
 // BackendKind selects a backend family.

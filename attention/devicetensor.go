@@ -33,9 +33,10 @@ type DeviceTensor struct {
 // deviceBackend is a backend whose operands can live on its device.
 type deviceBackend interface {
 	newDeviceBuffer(dt DType, s Shape, st Strides) (deviceBuffer, error)
-	forwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse *DeviceTensor) error
-	backwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor) error
-	stepDevice(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor) error
+	// The passes' bias and dBias are x's (nil without them).
+	forwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse *DeviceTensor, x biasTensors) error
+	backwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, x biasTensors) error
+	stepDevice(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor, x biasTensors) error
 	// kvDevice runs a KV-cache call (p.KV set): the append of newK and
 	// newV (nil when p.KV.New is 0) into the cache k, v, then attention.
 	kvDevice(ctx context.Context, p *spec.Problem, q, k, v, newK, newV, o, lse *DeviceTensor) error
@@ -209,6 +210,13 @@ func (e *Engine) deviceProblem(q, k, v, o, lse *DeviceTensor, opt Options) (*spe
 	if err != nil {
 		return nil, err
 	}
+	bias, _, err := e.deviceBias(opt, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := attachBias(p, dt, bias, nil); err != nil {
+		return nil, err
+	}
 	if err := deviceLike("o", o, outShape(p), dt); err != nil {
 		return nil, err
 	}
@@ -292,23 +300,69 @@ func (e *Engine) ForwardDevice(ctx context.Context, q, k, v, o, lse *DeviceTenso
 	if err != nil {
 		return err
 	}
-	all := []namedDT{{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}}
-	if err := distinctOutputs(all[3:], all); err != nil {
+	x := biasOf(opt, false)
+	all := append([]namedDT{{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}}, x.named()...)
+	if err := distinctOutputs(all[3:5], all); err != nil {
 		return err
 	}
 	if err := e.supports(q.dt); err != nil {
 		return err
 	}
 	if db, ok := e.b.(deviceBackend); ok {
-		return db.forwardDevice(ctx, p, q, k, v, o, lse)
+		return db.forwardDevice(ctx, p, q, k, v, o, lse, x)
 	}
-	return e.b.Forward(ctx, p, &forwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32)})
+	return e.b.Forward(ctx, p, &forwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32), Bias: x.bias.hostOf()})
+}
+
+// biasTensors are the bias and dBias device tensors of a call (nil
+// where absent).
+type biasTensors struct{ bias, dbias *DeviceTensor }
+
+// biasOf is opt's bias (and, for a backward (grad) that asks for it,
+// dBias) device tensors.
+func biasOf(opt Options, grad bool) biasTensors {
+	x := opt.Bias
+	if x == nil {
+		return biasTensors{}
+	}
+	t := biasTensors{bias: x.Device}
+	if grad && x.Grad {
+		t.dbias = x.GradDevice
+	}
+	return t
+}
+
+// named lists the tensors set, dBias (an output) first.
+func (x biasTensors) named() []namedDT {
+	var n []namedDT
+	if x.dbias != nil {
+		n = append(n, namedDT{"dbias", x.dbias})
+	}
+	if x.bias != nil {
+		n = append(n, namedDT{"bias", x.bias})
+	}
+	return n
+}
+
+// hostOf is d's host tensor (a CPU engine's), the zero Tensor for nil.
+func (d *DeviceTensor) hostOf() Tensor {
+	if d == nil {
+		return Tensor{}
+	}
+	return d.host
 }
 
 // backwardProblem validates the operands of BackwardDevice and TrainStep.
 func (e *Engine) backwardProblem(q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, opt Options) (*spec.Problem, error) {
 	p, err := e.deviceProblem(q, k, v, o, lse, opt)
 	if err != nil {
+		return nil, err
+	}
+	bias, dbias, err := e.deviceBias(opt, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := attachBias(p, q.dt, bias, dbias); err != nil {
 		return nil, err
 	}
 	for _, g := range []struct {
@@ -342,7 +396,11 @@ func (e *Engine) backwardCall(ctx context.Context, q, k, v, o, lse, do, dq, dk, 
 	if step {
 		outs = all[4:]
 	}
-	if err := distinctOutputs(outs, all); err != nil {
+	x := biasOf(opt, true).named()
+	if x != nil && x[0].name == "dbias" {
+		outs = append(outs, x[0])
+	}
+	if err := distinctOutputs(outs, append(all, x...)); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -355,11 +413,12 @@ func (e *Engine) BackwardDevice(ctx context.Context, q, k, v, o, lse, do, dq, dk
 	if err != nil {
 		return err
 	}
+	x := biasOf(opt, true)
 	if db, ok := e.b.(deviceBackend); ok {
-		return db.backwardDevice(ctx, p, q, k, v, o, lse, do, dq, dk, dv)
+		return db.backwardDevice(ctx, p, q, k, v, o, lse, do, dq, dk, dv, x)
 	}
 	return e.b.Backward(ctx, p, &backwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lse.host.Data.([]float32),
-		DO: do.host, DQ: dq.host, DK: dk.host, DV: dv.host})
+		DO: do.host, DQ: dq.host, DK: dk.host, DV: dv.host, Bias: x.bias.hostOf(), DBias: x.dbias.hostOf()})
 }
 
 // TrainStep runs the forward (writing O and LSE) and the backward of dO
@@ -371,13 +430,14 @@ func (e *Engine) TrainStep(ctx context.Context, q, k, v, do, o, lse, dq, dk, dv 
 	if err != nil {
 		return err
 	}
+	x := biasOf(opt, true)
 	if db, ok := e.b.(deviceBackend); ok {
-		return db.stepDevice(ctx, p, q, k, v, do, o, lse, dq, dk, dv)
+		return db.stepDevice(ctx, p, q, k, v, do, o, lse, dq, dk, dv, x)
 	}
 	lsed := lse.host.Data.([]float32)
-	if err := e.b.Forward(ctx, p, &forwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed}); err != nil {
+	if err := e.b.Forward(ctx, p, &forwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed, Bias: x.bias.hostOf()}); err != nil {
 		return err
 	}
 	return e.b.Backward(ctx, p, &backwardArgs{Q: q.host, K: k.host, V: v.host, O: o.host, LSE: lsed,
-		DO: do.host, DQ: dq.host, DK: dk.host, DV: dv.host})
+		DO: do.host, DQ: dq.host, DK: dk.host, DV: dv.host, Bias: x.bias.hostOf(), DBias: x.dbias.hostOf()})
 }

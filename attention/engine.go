@@ -339,18 +339,26 @@ func (e *Engine) ForwardInto(ctx context.Context, q, k, v, o Tensor, lse []float
 		return err
 	}
 	all := []hostView{viewOf("o", o), sliceView("lse", lse), viewOf("q", q), viewOf("k", k), viewOf("v", v)}
+	a := &forwardArgs{Q: q, K: k, V: v, O: o, LSE: lse}
+	if opt.Bias != nil {
+		a.Bias = opt.Bias.Tensor
+		all = append(all, viewOf("bias", a.Bias))
+	}
 	if err := distinctHost(all[:2], all); err != nil {
 		return err
 	}
-	return e.b.Forward(ctx, p, &forwardArgs{Q: q, K: k, V: v, O: o, LSE: lse})
+	return e.b.Forward(ctx, p, a)
 }
 
 // Grads are the results of a backward call: dQ like Q, dK like K, dV like V
-// (dK and dV summed over the query heads that share each key/value head).
-type Grads struct{ DQ, DK, DV Tensor }
+// (dK and dV summed over the query heads that share each key/value head),
+// and with Options.Bias.Grad dBias (the bias's dtype and shape, dense
+// BHSD: [B, H, S, Nk] row-major; else the zero Tensor).
+type Grads struct{ DQ, DK, DV, DBias Tensor }
 
 // Backward computes dQ, dK and dV from the forward's inputs, its outputs O
-// and LSE, and the output gradient dO (same shape as O).
+// and LSE, and the output gradient dO (same shape as O), and dBias when
+// Options.Bias asks for it.
 func (e *Engine) Backward(ctx context.Context, q, k, v, o Tensor, lse []float32, do Tensor, opt Options) (*Grads, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err
@@ -359,6 +367,15 @@ func (e *Engine) Backward(ctx context.Context, q, k, v, o Tensor, lse []float32,
 		return nil, err
 	}
 	var g Grads
+	if x := opt.Bias; x != nil && x.Grad {
+		db, err := NewTensor(x.Tensor.DType(), x.Tensor.Shape, BHSD)
+		if err != nil {
+			return nil, err
+		}
+		withGrad := *x
+		withGrad.GradTensor, g.DBias = db, db
+		opt.Bias = &withGrad
+	}
 	var err error
 	for _, a := range []struct {
 		dst *Tensor
@@ -406,19 +423,36 @@ func (e *Engine) BackwardInto(ctx context.Context, q, k, v, o Tensor, lse []floa
 		}
 		laidOut = laidOut && st == g.st
 	}
-	all := []hostView{viewOf("dq", dq), viewOf("dk", dk), viewOf("dv", dv),
-		viewOf("q", q), viewOf("k", k), viewOf("v", v), viewOf("o", o), sliceView("lse", lse), viewOf("do", do)}
-	if err := distinctHost(all[:3], all); err != nil {
+	bias, dbias, err := hostBias(opt, true)
+	if err != nil {
 		return err
 	}
+	if err := attachBias(p, dt, bias, dbias); err != nil {
+		return err
+	}
+	all := []hostView{viewOf("dq", dq), viewOf("dk", dk), viewOf("dv", dv),
+		viewOf("q", q), viewOf("k", k), viewOf("v", v), viewOf("o", o), sliceView("lse", lse), viewOf("do", do)}
+	outs := 3
 	a := &backwardArgs{Q: q, K: k, V: v, O: o, LSE: lse, DO: do, DQ: dq, DK: dk, DV: dv}
+	if bias != nil {
+		a.Bias = opt.Bias.Tensor
+		all = append(all, viewOf("bias", a.Bias))
+	}
+	if dbias != nil {
+		a.DBias = opt.Bias.GradTensor
+		all = append([]hostView{viewOf("dbias", a.DBias)}, all...)
+		outs++
+	}
+	if err := distinctHost(all[:outs], all); err != nil {
+		return err
+	}
 	if laidOut {
 		return e.b.Backward(ctx, p, a)
 	}
 	// The backends take gradients laid out like their primals: repack
 	// everything densely (BSHD), run, and scatter the gradients back.
 	dense := &backwardArgs{
-		Q: densify(q), K: densify(k), V: densify(v), O: densify(o), LSE: lse, DO: densify(do),
+		Q: densify(q), K: densify(k), V: densify(v), O: densify(o), LSE: lse, DO: densify(do), Bias: a.Bias, DBias: a.DBias,
 	}
 	dense.DQ, dense.DK, dense.DV = zerosLike(dq), zerosLike(dk), zerosLike(dv)
 	dp := *p

@@ -59,7 +59,7 @@ type DeviceKVCache struct {
 // Alignment is TopLeft). Options.Window, Softcap and ALiBi apply as in
 // Forward with the same Nk_b (a sliding window of decoding: Window{Left:
 // W−1, Right: 0} with Causal and BottomRight); SeqUsedK, CuSeqlensQ,
-// CuSeqlensK and Dropout are refused with ErrOption. A sequence (or a
+// CuSeqlensK, Dropout and Bias are refused with ErrOption. A sequence (or a
 // query row) that sees no row gives O = 0 and LSE = −Inf.
 //
 // Nothing is written before every argument has been checked (errors wrap
@@ -323,8 +323,8 @@ func kvProblem(in kvInput, opt Options) (*spec.Problem, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opt.SeqUsedK != nil || opt.varlen() || (opt.Dropout != nil && opt.Dropout.P != 0) {
-		return nil, fmt.Errorf("attention: options: KV-cache calls take no SeqUsedK, CuSeqlensQ, CuSeqlensK or Dropout (the cache's SeqLens are its key counts; decoding is inference): %w", ErrOption)
+	if opt.SeqUsedK != nil || opt.varlen() || (opt.Dropout != nil && opt.Dropout.P != 0) || opt.Bias != nil {
+		return nil, fmt.Errorf("attention: options: KV-cache calls take no SeqUsedK, CuSeqlensQ, CuSeqlensK, Dropout or Bias (the cache's SeqLens are its key counts; decoding is inference): %w", ErrOption)
 	}
 	// Window, Softcap and ALiBi: each sequence's keys are its cache rows
 	// (spec.Problem.Keys), sides wider than Nq + capacity unbounded.

@@ -135,6 +135,13 @@ func (e *Engine) Plan(ctx context.Context, q, k, v Shape, l Layout, dt DType, op
 	if err != nil {
 		return nil, err
 	}
+	bias, dbias, err := planBias(opt, backward)
+	if err != nil {
+		return nil, err
+	}
+	if err := attachBias(p, dt, bias, dbias); err != nil {
+		return nil, err
+	}
 	p.O = Contiguous(outShape(p), l)
 	pl, err := e.b.plan(ctx, p, dt, backward)
 	if err != nil {

@@ -56,13 +56,15 @@ func ParseAlignment(s string) (Alignment, error) {
 // Softcap·tanh(s/Softcap), then s − slope·|diag − j| (ALiBi); the softmax
 // runs over the keys it sees. With Dropout, each probability is then
 // dropped with probability P or scaled by 1/(1 − P) (LSE stays the
-// undropped softmax's). A row that sees no key (or only −Inf scores) has
-// O = 0, LSE = −Inf and zero gradients.
+// undropped softmax's). A Bias adds its element to the score after ALiBi
+// (before dropout), and one of −Inf hides its key as the mask does. A
+// row that sees no key (or only −Inf scores) has O = 0, LSE = −Inf and
+// zero gradients.
 //
 // KV-cache calls (ForwardKVCache, ForwardKVCacheDevice) take Scale,
 // Causal, Align, Window, Softcap and ALiBi, with Nk_b sequence b's cache
 // rows after the append (SeqLens[b] + appended rows); they refuse
-// SeqUsedK, CuSeqlensQ, CuSeqlensK and Dropout with ErrOption.
+// SeqUsedK, CuSeqlensQ, CuSeqlensK, Dropout and Bias with ErrOption.
 type Options struct {
 	// Scale multiplies QKᵀ before the softmax; 0 means 1/√D. NaN and ±Inf
 	// are refused.
@@ -109,6 +111,9 @@ type Options struct {
 	// Dropout, when set with P > 0, drops attention probabilities (see
 	// Dropout). nil or P = 0: none.
 	Dropout *Dropout
+	// Bias, when set, adds a bias to the scores or masks them (see Bias;
+	// its gradient on request). nil: none.
+	Bias *Bias
 }
 
 // Dropout is attention dropout: each probability of query row i and key
@@ -227,7 +232,7 @@ func (o Options) ext(b, hq, nq, nk int) (*spec.Ext, error) {
 // plain reports whether o asks for no more than Scale, Causal and Align.
 func (o Options) plain() bool {
 	return o.Window == nil && o.Softcap == 0 && o.ALiBi == nil && o.SeqUsedK == nil && !o.varlen() &&
-		(o.Dropout == nil || o.Dropout.P == 0)
+		(o.Dropout == nil || o.Dropout.P == 0) && o.Bias == nil
 }
 
 // varlen reports whether o packs variable-length sequences.

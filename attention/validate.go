@@ -12,6 +12,12 @@ import (
 // checkOperand validates one tensor against its expected dtype and returns
 // its resolved strides. name is the argument's name in errors.
 func checkOperand(name string, t Tensor, dt DType, output bool) (Strides, error) {
+	return checkTensor(name, t, dt, output, MaxHeadDim)
+}
+
+// checkTensor is checkOperand with the last dimension bounded by maxD
+// (0: unbounded).
+func checkTensor(name string, t Tensor, dt DType, output bool, maxD int) (Strides, error) {
 	if t.Data == nil {
 		return Strides{}, fmt.Errorf("attention: %s: no data: %w", name, ErrLength)
 	}
@@ -25,8 +31,8 @@ func checkOperand(name string, t Tensor, dt DType, output bool) (Strides, error)
 	if err := checkShape(name, t.Shape); err != nil {
 		return Strides{}, err
 	}
-	if t.Shape.D > MaxHeadDim {
-		return Strides{}, fmt.Errorf("attention: %s: head dim %d > %d: %w", name, t.Shape.D, MaxHeadDim, ErrShape)
+	if maxD > 0 && t.Shape.D > maxD {
+		return Strides{}, fmt.Errorf("attention: %s: head dim %d > %d: %w", name, t.Shape.D, maxD, ErrShape)
 	}
 	st := t.strides()
 	if st.Batch < 0 || st.Seq < 0 || st.Head < 0 {
@@ -99,6 +105,13 @@ func problem(q, k, v, o Tensor, lse []float32, opt Options, haveOut bool) (*spec
 	}
 	p, err := newProblem(q.Shape, k.Shape, v.Shape, qs, ks, vs, opt)
 	if err != nil {
+		return nil, err
+	}
+	bias, _, err := hostBias(opt, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := attachBias(p, dt, bias, nil); err != nil {
 		return nil, err
 	}
 	if !haveOut {

@@ -492,16 +492,39 @@ func (v vulkanBuffer) close() error { return vkErr(v.t.Close()) }
 
 func vt(d *DeviceTensor) *vkattn.Tensor { return d.dev.(vulkanBuffer).t }
 
-func (b *vulkanBackend) forwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse *DeviceTensor) error {
-	return vkErr(b.vk.Forward(ctx, p, vt(q), vt(k), vt(v), vt(o), vt(lse)))
+// vtOr is vt(d), nil for nil.
+func vtOr(d *DeviceTensor) *vkattn.Tensor {
+	if d == nil {
+		return nil
+	}
+	return vt(d)
 }
 
-func (b *vulkanBackend) backwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor) error {
-	return vkErr(b.vk.Backward(ctx, p, vt(q), vt(k), vt(v), vt(o), vt(lse), vt(do), vt(dq), vt(dk), vt(dv)))
+// deviceCall runs the forward, the backward or both of resident operands.
+func (b *vulkanBackend) deviceCall(ctx context.Context, p *spec.Problem, fwd, bwd bool, x biasTensors, ts map[vkattn.Operand]*DeviceTensor) error {
+	var ops vkattn.Operands
+	for op, t := range ts {
+		ops[op] = vt(t)
+	}
+	ops[vkattn.OpBias], ops[vkattn.OpDBias] = vtOr(x.bias), vtOr(x.dbias)
+	return vkErr(b.vk.Call(ctx, p, fwd, bwd, ops))
 }
 
-func (b *vulkanBackend) stepDevice(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor) error {
-	return vkErr(b.vk.Step(ctx, p, vt(q), vt(k), vt(v), vt(do), vt(o), vt(lse), vt(dq), vt(dk), vt(dv)))
+func (b *vulkanBackend) forwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse *DeviceTensor, x biasTensors) error {
+	return b.deviceCall(ctx, p, true, false, x, map[vkattn.Operand]*DeviceTensor{
+		vkattn.OpQ: q, vkattn.OpK: k, vkattn.OpV: v, vkattn.OpO: o, vkattn.OpLSE: lse})
+}
+
+func (b *vulkanBackend) backwardDevice(ctx context.Context, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv *DeviceTensor, x biasTensors) error {
+	return b.deviceCall(ctx, p, false, true, x, map[vkattn.Operand]*DeviceTensor{
+		vkattn.OpQ: q, vkattn.OpK: k, vkattn.OpV: v, vkattn.OpO: o, vkattn.OpLSE: lse,
+		vkattn.OpDO: do, vkattn.OpDQ: dq, vkattn.OpDK: dk, vkattn.OpDV: dv})
+}
+
+func (b *vulkanBackend) stepDevice(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse, dq, dk, dv *DeviceTensor, x biasTensors) error {
+	return b.deviceCall(ctx, p, true, true, x, map[vkattn.Operand]*DeviceTensor{
+		vkattn.OpQ: q, vkattn.OpK: k, vkattn.OpV: v, vkattn.OpO: o, vkattn.OpLSE: lse,
+		vkattn.OpDO: do, vkattn.OpDQ: dq, vkattn.OpDK: dk, vkattn.OpDV: dv})
 }
 
 func (b *vulkanBackend) kvDevice(ctx context.Context, p *spec.Problem, q, k, v, newK, newV, o, lse *DeviceTensor) error {

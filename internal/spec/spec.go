@@ -182,33 +182,29 @@ type Ext struct {
 
 // Bias is an additive bias on the scores (PyTorch SDPA's attn_mask):
 // element (b, h, i, j) of sequence b, query head h, query row i and key
-// j lies at Offset + b·Batch + h·Head + i·Row + j of its buffer, stored
+// j lies at b·Batch + h·Head + i·Row + j of its buffer, stored
 // as DType (Float32 or the problem's storage type); a stride of 0
 // broadcasts the bias over that dimension. An element of −Inf hides its
 // key from the row: the pair is masked, not scored.
 //
 // With Grad the backward also writes dBias, the loss's gradient with
 // respect to the bias (that of the score: P∘(dP − D)), in DType:
-// element (b, h, i, j) accumulates at GradOffset + b·GradBatch +
-// h·GradHead + i·GradRow + j of the dBias buffer, summed over every
+// element (b, h, i, j) accumulates at b·GradBatch + h·GradHead +
+// i·GradRow + j of the dBias buffer, summed over every
 // (b, h, i) a stride of 0 folds together (a bias broadcast over the
 // batch, the heads or the queries has its gradient summed over them).
 type Bias struct {
 	DType                        DType
-	Offset                       int
 	Batch, Head, Row             int
 	Grad                         bool
-	GradOffset                   int
 	GradBatch, GradHead, GradRow int
 }
 
 // At is the element offset of bias element (b, h, i, j).
-func (x *Bias) At(b, h, i, j int) int { return x.Offset + b*x.Batch + h*x.Head + i*x.Row + j }
+func (x *Bias) At(b, h, i, j int) int { return b*x.Batch + h*x.Head + i*x.Row + j }
 
 // GradAt is the element offset of dBias element (b, h, i, j).
-func (x *Bias) GradAt(b, h, i, j int) int {
-	return x.GradOffset + b*x.GradBatch + h*x.GradHead + i*x.GradRow + j
-}
+func (x *Bias) GradAt(b, h, i, j int) int { return b*x.GradBatch + h*x.GradHead + i*x.GradRow + j }
 
 // GradFolds reports whether dBias folds several (b, h, i) of a problem
 // of B sequences, Hq heads and Nq queries into one element (a stride of
@@ -266,7 +262,7 @@ func (p *Problem) CheckExt() error {
 		if x.DType != Float32 && x.DType != Float16 && x.DType != BFloat16 {
 			return fmt.Errorf("bias dtype %v", x.DType)
 		}
-		for _, v := range []int{x.Offset, x.Batch, x.Head, x.Row, x.GradOffset, x.GradBatch, x.GradHead, x.GradRow} {
+		for _, v := range []int{x.Batch, x.Head, x.Row, x.GradBatch, x.GradHead, x.GradRow} {
 			if v < 0 {
 				return fmt.Errorf("bias offsets and strides %+v: negative", *x)
 			}
@@ -379,8 +375,8 @@ func (p *Problem) Whole() bool {
 }
 
 // Batches is p restricted to sequences b0 … b0+n−1: its per-sequence
-// options sliced (the operands' offsets are the caller's; the bias's and
-// dBias's offsets move to sequence b0).
+// options sliced (the operands' offsets, the bias's and dBias's too, are
+// the caller's).
 // A problem that runs only whole (Whole) is not split: it returns p for
 // the whole batch and panics otherwise.
 func (p *Problem) Batches(b0, n int) *Problem {
@@ -404,12 +400,6 @@ func (p *Problem) Batches(b0, n int) *Problem {
 			d := *e.Dropout
 			d.Batch0 += b0
 			x.Dropout = &d
-		}
-		if e.Bias != nil {
-			bias := *e.Bias
-			bias.Offset += b0 * bias.Batch
-			bias.GradOffset += b0 * bias.GradBatch
-			x.Bias = &bias
 		}
 		c.Ext = &x
 	}

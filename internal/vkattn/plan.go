@@ -59,17 +59,22 @@ const (
 	OpDQ
 	OpDK
 	OpDV
-	OpD      // scratch: the backward's float32 D = rowsum(dO∘O), [B, Hq, Nq]
-	OpScores // scratch: the naive kernel's float32 scores, [B, Hq, Nq, Nk]
-	OpNewK   // KV-cache calls: the rows appended to the cache K
-	OpNewV   // and V
-	OpMeta   // scratch: uint32 lengths and page table, written by the call
-	OpPart   // scratch: decode's float32 per-split partial results
-	OpExt    // scratch: the Ext buffer (shaders.ExtWords), written by the call
+	OpD        // scratch: the backward's float32 D = rowsum(dO∘O), [B, Hq, Nq]
+	OpScores   // scratch: the naive kernel's float32 scores, [B, Hq, Nq, Nk]
+	OpNewK     // KV-cache calls: the rows appended to the cache K
+	OpNewV     // and V
+	OpMeta     // scratch: uint32 lengths and page table, written by the call
+	OpPart     // scratch: decode's float32 per-split partial results
+	OpExt      // scratch: the Ext buffer (shaders.ExtWords), written by the call
+	OpBias     // the additive bias (spec.Bias), float32 or the storage type
+	OpDBias    // its gradient, written by the backward (spec.Bias.Grad)
+	OpBiasSum  // scratch: the bias's per-block summary (shaders.BiasSumWords)
+	OpDBiasAcc // scratch: float32 dS [B, Hq, Nq, Nk] of a dBias that folds sums
 	numOperands
 )
 
-var operandNames = [numOperands]string{"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "D", "scores", "newk", "newv", "meta", "partials", "ext"}
+var operandNames = [numOperands]string{"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "D", "scores", "newk", "newv", "meta", "partials", "ext",
+	"bias", "dbias", "biassum", "dbiasacc"}
 
 func (o Operand) String() string {
 	if o < numOperands {

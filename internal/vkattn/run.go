@@ -143,6 +143,13 @@ func (b *Backend) Step(ctx context.Context, p *spec.Problem, q, k, v, do, o, lse
 	return b.call(ctx, p, true, true, Operands{OpQ: q, OpK: k, OpV: v, OpO: o, OpLSE: lse, OpDO: do, OpDQ: dq, OpDK: dk, OpDV: dv})
 }
 
+// Call runs the forward (fwd), the backward (bwd) or both (a training
+// step) of p on resident operands ts: Forward, Backward and Step with
+// the bias and dBias of p.Ext.Bias (OpBias, OpDBias) where p has them.
+func (b *Backend) Call(ctx context.Context, p *spec.Problem, fwd, bwd bool, ts Operands) error {
+	return b.call(ctx, p, fwd, bwd, ts)
+}
+
 // call checks the resident operands of a submission of the forward, the
 // backward or both, takes them for the call, and runs it.
 func (b *Backend) call(ctx context.Context, p *spec.Problem, fwd, bwd bool, ts Operands) error {

@@ -22,7 +22,7 @@
 #   make bench-shaders  rebuild bench/gemm's own kernels (gemm_khr, gemm_cm2,
 #                       flash_cm2: bench/gemm/build.sh, same toolchain)
 
-SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq decode decode_combine kv_append
+SHADER_KERNELS := naive minimal flash bwd_pre bwd_dkdv bwd_dq decode decode_combine kv_append bias_summary bias_reduce
 SHADER_DTYPES := f32 f16 bf16
 SPVDIR ?= internal/shaders
 SHADER_SPV := $(foreach k,$(SHADER_KERNELS),$(foreach t,$(SHADER_DTYPES),$(SPVDIR)/$(k).$(t).spv))

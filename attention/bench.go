@@ -126,6 +126,18 @@ func (e *Engine) Benchmark(ctx context.Context, q, k, v Tensor, opt Options, o B
 		a = &backwardArgs{Q: densify(q), K: densify(k), V: densify(v), O: densify(out.O), LSE: out.LSE, DO: densify(out.O),
 			DQ: zerosLike(q), DK: zerosLike(k), DV: zerosLike(v)}
 		p.Q, p.K, p.V, p.O = a.Q.Strides, a.K.Strides, a.V.Strides, a.O.Strides
+		if x := opt.Bias; x != nil && x.Grad {
+			if a.DBias, err = NewTensor(x.Tensor.DType(), x.Tensor.Shape, BHSD); err != nil {
+				return nil, err
+			}
+			bias, _, _ := hostBias(opt, false)
+			if err := attachBias(p, q.DType(), bias, &biasView{a.DBias.Shape, a.DBias.Strides, bias.dt}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if opt.Bias != nil {
+		a.Bias = opt.Bias.Tensor
 	}
 	if bm, ok := e.b.(benchmarker); ok {
 		r, err := bm.Benchmark(ctx, p, a, o)
@@ -141,7 +153,7 @@ func (e *Engine) Benchmark(ctx context.Context, q, k, v Tensor, opt Options, o B
 		if o.Backward {
 			err = e.b.Backward(ctx, p, a)
 		} else {
-			err = e.b.Forward(ctx, p, &forwardArgs{Q: a.Q, K: a.K, V: a.V, O: a.O, LSE: a.LSE})
+			err = e.b.Forward(ctx, p, &forwardArgs{Q: a.Q, K: a.K, V: a.V, O: a.O, LSE: a.LSE, Bias: a.Bias})
 		}
 		if err != nil {
 			return nil, err

@@ -229,11 +229,11 @@ func vkErr(err error) error {
 func (b *vulkanBackend) Forward(ctx context.Context, p *spec.Problem, a *forwardArgs) error {
 	switch q := a.Q.Data.(type) {
 	case []float32:
-		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]float32), a.V.Data.([]float32), a.O.Data.([]float32), a.LSE))
+		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]float32), a.V.Data.([]float32), a.O.Data.([]float32), a.LSE, vkBias(a.Bias, Tensor{})))
 	case []float16.Float16:
-		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]float16.Float16), a.V.Data.([]float16.Float16), a.O.Data.([]float16.Float16), a.LSE))
+		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]float16.Float16), a.V.Data.([]float16.Float16), a.O.Data.([]float16.Float16), a.LSE, vkBias(a.Bias, Tensor{})))
 	case []bfloat16.BFloat16:
-		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]bfloat16.BFloat16), a.V.Data.([]bfloat16.BFloat16), a.O.Data.([]bfloat16.BFloat16), a.LSE))
+		return vkErr(vkattn.ForwardHost(ctx, b.vk, p, q, a.K.Data.([]bfloat16.BFloat16), a.V.Data.([]bfloat16.BFloat16), a.O.Data.([]bfloat16.BFloat16), a.LSE, vkBias(a.Bias, Tensor{})))
 	}
 	return fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)
 }
@@ -242,15 +242,21 @@ func (b *vulkanBackend) Backward(ctx context.Context, p *spec.Problem, a *backwa
 	switch q := a.Q.Data.(type) {
 	case []float32:
 		f := func(t Tensor) []float32 { return t.Data.([]float32) }
-		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV)))
+		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV), vkBias(a.Bias, a.DBias)))
 	case []float16.Float16:
 		f := func(t Tensor) []float16.Float16 { return t.Data.([]float16.Float16) }
-		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV)))
+		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV), vkBias(a.Bias, a.DBias)))
 	case []bfloat16.BFloat16:
 		f := func(t Tensor) []bfloat16.BFloat16 { return t.Data.([]bfloat16.BFloat16) }
-		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV)))
+		return vkErr(vkattn.BackwardHost(ctx, b.vk, p, q, f(a.K), f(a.V), f(a.O), a.LSE, f(a.DO), f(a.DQ), f(a.DK), f(a.DV), vkBias(a.Bias, a.DBias)))
 	}
 	return fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)
+}
+
+// vkBias is vkattn's view of a host call's bias and dBias tensors
+// (their data slices; nil where absent).
+func vkBias(bias, dbias Tensor) vkattn.HostBias {
+	return vkattn.HostBias{Bias: bias.Data, DBias: dbias.Data}
 }
 
 // plan is vkattn's Plan for the pass of one submission of a host call: of
@@ -321,13 +327,13 @@ func (b *vulkanBackend) Benchmark(ctx context.Context, p *spec.Problem, a *backw
 	switch q := a.Q.Data.(type) {
 	case []float32:
 		f := func(t Tensor) []float32 { d, _ := t.Data.([]float32); return d }
-		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE)
+		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE, vkBias(a.Bias, a.DBias))
 	case []float16.Float16:
 		f := func(t Tensor) []float16.Float16 { d, _ := t.Data.([]float16.Float16); return d }
-		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE)
+		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE, vkBias(a.Bias, a.DBias))
 	case []bfloat16.BFloat16:
 		f := func(t Tensor) []bfloat16.BFloat16 { d, _ := t.Data.([]bfloat16.BFloat16); return d }
-		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE)
+		r, err = vkattn.BenchmarkHost(ctx, b.vk, p, opt, q, f(a.K), f(a.V), f(a.O), f(a.DO), a.LSE, vkBias(a.Bias, a.DBias))
 	default:
 		return nil, fmt.Errorf("attention: vulkan: q: data of type %T: %w", a.Q.Data, ErrDType)
 	}

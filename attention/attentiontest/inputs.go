@@ -29,6 +29,11 @@ type Inputs struct {
 	// outputs: views into buffers that may be larger than the view.
 	o, dq, dk, dv attention.Tensor
 	lse           []float32
+
+	// The bias (Case.Bias), its float64 copy (reference.Bias's order)
+	// and the dBias output.
+	bias, dbias attention.Tensor
+	bias64      []float64
 }
 
 // NewInputs draws a case's inputs.
@@ -61,6 +66,7 @@ func NewInputs(c Case, dt attention.DType, seed uint64) *Inputs {
 	for _, t := range []attention.Tensor{in.o, in.dq, in.dk, in.dv} {
 		poison(t)
 	}
+	in.newBias(rng)
 	return in
 }
 
@@ -150,7 +156,10 @@ func (in *Inputs) checkOutsideUntouched(t testing.TB) {
 	for _, o := range []struct {
 		name string
 		t    attention.Tensor
-	}{{"o", in.o}, {"dq", in.dq}, {"dk", in.dk}, {"dv", in.dv}} {
+	}{{"o", in.o}, {"dq", in.dq}, {"dk", in.dk}, {"dv", in.dv}, {"dbias", in.dbias}} {
+		if o.t.Data == nil {
+			continue
+		}
 		inside := map[int]bool{}
 		forEach(o.t, func(i int) { inside[i] = true })
 		bad := 0
@@ -191,7 +200,7 @@ func (in *Inputs) forward(t testing.TB, e *attention.Engine) fwdOut {
 	for i := range in.lse {
 		in.lse[i] = float32(math.NaN())
 	}
-	if err := e.ForwardInto(t.Context(), in.Q, in.K, in.V, in.o, in.lse, in.Case.options()); err != nil {
+	if err := e.ForwardInto(t.Context(), in.Q, in.K, in.V, in.o, in.lse, in.options()); err != nil {
 		t.Fatalf("forward: %v", err)
 	}
 	return fwdOut{o: in.o.Float32s(), lse: append([]float32(nil), in.lse...)}
@@ -213,10 +222,12 @@ func (in *Inputs) backward(t testing.TB, e *attention.Engine, ref *Ref) [3][]flo
 	for i, x := range ref.LSE {
 		lse[i] = float32(x)
 	}
-	for _, g := range []attention.Tensor{in.dq, in.dk, in.dv} {
-		poison(g)
+	for _, g := range []attention.Tensor{in.dq, in.dk, in.dv, in.dbias} {
+		if g.Data != nil {
+			poison(g)
+		}
 	}
-	if err := e.BackwardInto(t.Context(), in.Q, in.K, in.V, o, lse, in.DO, in.dq, in.dk, in.dv, in.Case.options()); err != nil {
+	if err := e.BackwardInto(t.Context(), in.Q, in.K, in.V, o, lse, in.DO, in.dq, in.dk, in.dv, in.options()); err != nil {
 		t.Fatalf("backward: %v", err)
 	}
 	return [3][]float32{in.dq.Float32s(), in.dk.Float32s(), in.dv.Float32s()}
@@ -232,15 +243,16 @@ func forEachRow(t attention.Tensor, f func(b, s, h, off int)) {
 	}
 }
 
-// Ref holds the float64 reference results (dense BSHD; LSE [B, Hq, Nq]).
+// Ref holds the float64 reference results (dense BSHD; LSE [B, Hq, Nq];
+// DB, with a bias whose gradient the case asks for, [B, H, S, Nk]).
 type Ref struct {
-	O, LSE, DQ, DK, DV []float64
+	O, LSE, DQ, DK, DV, DB []float64
 }
 
 // Reference computes the float64 results for the stored inputs.
 func (in *Inputs) Reference(t testing.TB) *Ref {
 	t.Helper()
-	p := in.Case.params()
+	p := in.params()
 	o, lse, err := reference.Forward(p, in.q64, in.k64, in.v64)
 	if err != nil {
 		t.Fatalf("reference forward: %v", err)
@@ -249,5 +261,11 @@ func (in *Inputs) Reference(t testing.TB) *Ref {
 	if err != nil {
 		t.Fatalf("reference backward: %v", err)
 	}
-	return &Ref{O: o, LSE: lse, DQ: dq, DK: dk, DV: dv}
+	r := &Ref{O: o, LSE: lse, DQ: dq, DK: dk, DV: dv}
+	if x := in.Case.Bias; x != nil && x.Grad {
+		if r.DB, err = reference.BiasGrad(p, in.q64, in.k64, in.v64, in.dO); err != nil {
+			t.Fatalf("reference dbias: %v", err)
+		}
+	}
+	return r
 }

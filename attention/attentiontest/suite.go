@@ -63,6 +63,8 @@ type Case struct {
 	// whose per-sequence slopes (ALiBi 2) it has (a KV-cache call's
 	// sequence checked alone).
 	alibiBatch0 int
+	// Bias is the case's additive bias (nil: none).
+	Bias *BiasCase
 }
 
 // Slopes are the case's ALiBi slopes: the geometric 2^(−8(h+1)/Hq) of
@@ -97,7 +99,7 @@ func (c Case) String() string {
 	if c.Scale != 0 {
 		s += fmt.Sprintf("_scale%g", c.Scale)
 	}
-	s += optionSuffix(c.Window, c.Softcap, c.ALiBi, c.SeqUsedK) + dropSuffix(c.Dropout)
+	s += optionSuffix(c.Window, c.Softcap, c.ALiBi, c.SeqUsedK) + dropSuffix(c.Dropout) + c.Bias.String()
 	if c.Name != "" {
 		s = c.Name + "/" + s
 	}
@@ -261,6 +263,7 @@ func FeatureCases() []Case {
 func RunFeatures(t *testing.T, e *attention.Engine) {
 	t.Run("forward", func(t *testing.T) { RunForwardCases(t, e, FeatureCases()) })
 	t.Run("backward", func(t *testing.T) { RunBackwardCases(t, e, FeatureCases()) })
+	t.Run("bias", func(t *testing.T) { RunBias(t, e) })
 	c := Case{B: 2, Hq: 4, Hkv: 2, Nq: 150, Nk: 130, D: 64, Dv: 64, Causal: true, Align: attention.BottomRight,
 		Window: &attention.Window{Left: 50, Right: 0}, Softcap: 4, ALiBi: 1, SeqUsedK: []int32{130, 77},
 		Dropout: &attention.Dropout{P: 0.25, Seed: 1<<63 | 12345, Offset: 9}}
@@ -330,6 +333,9 @@ func RunBackwardCases(t *testing.T, e *attention.Engine, cases []Case) {
 		Check(t, "dq", g[0], ref.DQ, tol.DQ, seed)
 		Check(t, "dk", g[1], ref.DK, tol.DK, seed)
 		Check(t, "dv", g[2], ref.DV, tol.DV, seed)
+		if ref.DB != nil {
+			Check(t, "dbias", in.dbiasFloats(), ref.DB, tol.DB, seed)
+		}
 	})
 }
 
@@ -361,12 +367,19 @@ func runDeterminism(t *testing.T, e *attention.Engine, c Case, n int) {
 			in := NewInputs(c, dt, Seed(t))
 			ref := in.Reference(t)
 			first := in.backward(t, e, ref)
+			var db []float32
+			if ref.DB != nil {
+				db = in.dbiasFloats()
+			}
 			for i := 1; i < n; i++ {
 				again := in.backward(t, e, ref)
 				for j, name := range []string{"dq", "dk", "dv"} {
 					if !slices.Equal(bitsOf(first[j]), bitsOf(again[j])) {
 						t.Fatalf("run %d: %s differs bitwise from run 0", i, name)
 					}
+				}
+				if db != nil && !slices.Equal(bitsOf(db), bitsOf(in.dbiasFloats())) {
+					t.Fatalf("run %d: dbias differs bitwise from run 0", i)
 				}
 			}
 		})

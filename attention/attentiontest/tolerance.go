@@ -25,7 +25,7 @@ const bf16Floor = 1.0 / 512
 const idealMaxWork = 1 << 22
 
 // Tol are the rel_l2 bounds of one case.
-type Tol struct{ O, LSE, DQ, DK, DV float64 }
+type Tol struct{ O, LSE, DQ, DK, DV, DB float64 }
 
 func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 	if in.DType == attention.Float32 {
@@ -64,13 +64,17 @@ func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 		}
 		return math.Max(2*e, floor)
 	}
-	return Tol{
+	tol := Tol{
 		O:   bound("o", base.O, nil, ref.O),
 		LSE: bound("lse", base.LSE, nil, ref.LSE),
 		DQ:  bound("dq", base.DQ, gi(func(r *Ref) []float64 { return r.DQ }), ref.DQ),
 		DK:  bound("dk", base.DK, gi(func(r *Ref) []float64 { return r.DK }), ref.DK),
 		DV:  bound("dv", base.DV, gi(func(r *Ref) []float64 { return r.DV }), ref.DV),
 	}
+	if ref.DB != nil {
+		tol.DB = bound("dbias", base.DB, gi(func(r *Ref) []float64 { return r.DB }), ref.DB)
+	}
+	return tol
 }
 
 // float32Tolerance is Float32Tol, except for dQ and dK where the terms of
@@ -83,11 +87,11 @@ func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 // (every row with one key) has an absolute error (RelL2 of a zero
 // reference): condUlps of the terms bound it alike.
 func (in *Inputs) float32Tolerance(t testing.TB, ref *Ref) Tol {
-	tol := Tol{Float32Tol, Float32Tol, Float32Tol, Float32Tol, Float32Tol}
+	tol := Tol{Float32Tol, Float32Tol, Float32Tol, Float32Tol, Float32Tol, Float32Tol}
 	if c := in.Case; c.Nq*c.Nk*max(c.D, c.Dv) > idealMaxWork {
 		return tol
 	}
-	mq, mk := in.gradMagnitudes(ref)
+	mq, mk, mb := in.gradMagnitudes(ref)
 	bound := func(out string, mag, want []float64) float64 {
 		n := norm2(want)
 		if n == 0 {
@@ -107,6 +111,9 @@ func (in *Inputs) float32Tolerance(t testing.TB, ref *Ref) Tol {
 		return b
 	}
 	tol.DQ, tol.DK = bound("dq", mq, ref.DQ), bound("dk", mk, ref.DK)
+	if ref.DB != nil {
+		tol.DB = bound("dbias", mb, ref.DB)
+	}
 	return tol
 }
 
@@ -115,12 +122,13 @@ func (in *Inputs) float32Tolerance(t testing.TB, ref *Ref) Tol {
 // 0.6–1.7 of one such unit on the cases where it binds).
 const condUlps = 8
 
-// gradMagnitudes returns dQ and dK computed from absolute values: for each
-// term P_ij·(dP_ij − D_i)·x of the gradient, P_ij·(|dP_ij| + |D_i|)·|x|
-// (scale included). Rounding errors of the cancelling difference dP − D
-// are relative to these sums, not to the gradients, which may be far
-// smaller.
-func (in *Inputs) gradMagnitudes(ref *Ref) (dq, dk []float64) {
+// gradMagnitudes returns dQ, dK and (with a bias whose gradient the case
+// asks for) dBias computed from absolute values: for each term
+// P_ij·(dP_ij − D_i)·x of the gradient, P_ij·(|dP_ij| + |D_i|)·|x|
+// (scale included; x = 1 for dBias). Rounding errors of the cancelling
+// difference dP − D are relative to these sums, not to the gradients,
+// which may be far smaller.
+func (in *Inputs) gradMagnitudes(ref *Ref) (dq, dk, db []float64) {
 	c := in.Case
 	dot := func(x []float64, xo int, y []float64, yo int) (s float64) {
 		for d := range c.Dv {
@@ -128,12 +136,36 @@ func (in *Inputs) gradMagnitudes(ref *Ref) (dq, dk []float64) {
 		}
 		return s
 	}
-	p := c.params()
-	return in.pairSums(func(b, h, kh, i, j int) float64 {
+	p := in.params()
+	w := func(b, h, kh, i, j int) float64 {
 		oi := c.oOff(b, i, h)
 		z := p.DropFactor(b, h, i, j) // (dropout: P·(z·dP − D))
 		return z*math.Abs(dot(in.dO, oi, in.v64, c.vOff(b, j, kh))) + math.Abs(dot(in.dO, oi, ref.O, oi))
-	})
+	}
+	dq, dk = in.pairSums(w)
+	if ref.DB != nil {
+		db = make([]float64, len(ref.DB))
+		for b := range c.B {
+			for h := range c.Hq {
+				P := reference.Probabilities(p, in.q64, in.k64, b, h)
+				for i := range c.Nq {
+					for j := range c.Nk {
+						if pij := P.At(i, j); pij != 0 {
+							db[c.biasIndex(b, h, i, j)] += pij * w(b, h, h/(c.Hq/c.Hkv), i, j)
+						}
+					}
+				}
+			}
+		}
+	}
+	return dq, dk, db
+}
+
+// biasIndex is the index of the bias element of (b, h, i, j) in the
+// reference's [B, H, S, Nk] order.
+func (c Case) biasIndex(b, h, i, j int) int {
+	x := c.Bias
+	return ((b%x.B*x.H+h%x.H)*x.S+i%x.S)*c.Nk + j
 }
 
 // pairSums returns, per element of dQ and dK, Σ scale·P_ij·w(b, h, kh, i, j)·|x|
@@ -141,7 +173,7 @@ func (in *Inputs) gradMagnitudes(ref *Ref) (dq, dk []float64) {
 // kv head kh), x = k_j for dQ and q_i for dK.
 func (in *Inputs) pairSums(w func(b, h, kh, i, j int) float64) (dq, dk []float64) {
 	c := in.Case
-	p := c.params()
+	p := in.params()
 	scale := math.Abs(p.EffectiveScale())
 	dq, dk = make([]float64, len(in.q64)), make([]float64, len(in.k64))
 	for b := range c.B {
@@ -202,12 +234,15 @@ func rb16(x float64) float64 { return float64(bfloat16.FromFloat32(float32(x)).F
 // rO rounds refO (the O handed to the backward).
 func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []float64) *Ref {
 	c := in.Case
-	p := c.params()
+	p := in.params()
 	scale := p.EffectiveScale()
 	g := c.Hq / c.Hkv
 	r := &Ref{
 		O: make([]float64, c.B*c.Nq*c.Hq*c.Dv), LSE: make([]float64, c.B*c.Hq*c.Nq),
 		DQ: make([]float64, len(in.q64)), DK: make([]float64, len(in.k64)), DV: make([]float64, len(in.v64)),
+	}
+	if x := c.Bias; x != nil && x.Grad {
+		r.DB = make([]float64, len(in.bias64))
 	}
 	qi, ki, vi, oi := c.qOff, c.kOff, c.vOff, c.oOff
 	dot := func(a []float64, ai int, b []float64, bi int, n int) float64 {
@@ -231,7 +266,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 				m := math.Inf(-1)
 				for j := range c.Nk {
 					s[j] = math.Inf(-1)
-					if p.Visible(b, i, j) {
+					if p.Sees(b, h, i, j) {
 						s[j] = r16(p.Score(b, h, i, j, r16(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D))))
 						m = math.Max(m, s[j])
 					}
@@ -276,6 +311,9 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 					}
 					dP := r16(dot(in.dO, oi(b, i, h), in.v64, vi(b, j, kh), c.Dv)) * p.DropFactor(b, h, i, j)
 					dS[j] = r16(P[i][j] * (dP - Di))
+					if r.DB != nil { // (dBias: dS before the softcap's factor, summed in fp32)
+						r.DB[c.biasIndex(b, h, i, j)] = float64(float32(r.DB[c.biasIndex(b, h, i, j)] + dS[j]))
+					}
 					if c.Softcap > 0 { // through c·tanh(s/c): 1 − tanh²
 						t := math.Tanh(r16(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D)) / float64(c.Softcap))
 						dS[j] = r16(dS[j] * (1 - t*t))
@@ -297,6 +335,11 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 					}
 				}
 			}
+		}
+	}
+	if r.DB != nil && !c.Bias.F32 {
+		for n, x := range r.DB {
+			r.DB[n] = r16(x)
 		}
 	}
 	for key, acc := range kvSums {

@@ -194,7 +194,6 @@ func TestAddressedModules(t *testing.T) {
 		a := Addressed(k)
 		slots, _ := AddressSlots(k)
 		ops := sourceOperands(t, k+".comp")
-		n, _ := Bindings(a)
 		ids, _ := SpecIDs(a)
 		for _, dt := range KernelDTypes(a) {
 			name := a + "." + dt
@@ -243,35 +242,13 @@ func TestAddressedModules(t *testing.T) {
 				}
 			}
 
-			// Bindings: the base module's minus the address slots, all
-			// float32 but the Ext buffer's uint32 (the kernel's last
-			// binding, ExtKernels); the base module's slot bindings hold
-			// the storage type.
-			baseElems := map[uint32][]string{}
-			for _, b := range base.Bindings {
-				baseElems[b.Binding] = append(baseElems[b.Binding], b.Elem)
-			}
-			seen := map[uint32]bool{}
-			for _, b := range m.Bindings {
-				if b.Set != 0 || int(b.Binding) >= n || slices.Contains(slots, int(b.Binding)) {
-					t.Errorf("%s: declares set %d binding %d (address slots %v, %d bindings)", name, b.Set, b.Binding, slots, n)
-				}
-				want := "float32"
-				if slices.Contains(ExtKernels, k) && int(b.Binding) == n-1 {
-					want = "uint32"
-				}
-				if b.Elem != want || !slices.Contains(baseElems[b.Binding], want) {
-					t.Errorf("%s: binding %d holds %s, want %s as in the base module (%v)", name, b.Binding, b.Elem, want, baseElems[b.Binding])
-				}
-				seen[b.Binding] = true
-			}
-			for bnd, elems := range baseElems {
-				slot := slices.Contains(slots, int(bnd))
-				if slot == seen[bnd] {
-					t.Errorf("%s: binding %d declared %v, address slot %v", name, bnd, seen[bnd], slot)
-				}
-				if slot && !slices.Contains(elems, elemKind(dt)) {
-					t.Errorf("%s: address slot binding %d holds %v in the base module, want %s", name, bnd, elems, elemKind(dt))
+			// Bindings: the base module's minus the address slots (their
+			// views: bindingViews), each slot a storage-type binding of the
+			// base module.
+			checkBindings(t, name, a, dt, m, slots)
+			for _, slot := range slots {
+				if v := views(k, slot, dt); !slices.Equal(v, []string{elemKind(dt)}) {
+					t.Errorf("%s: address slot binding %d holds %v in the base module, want %s", name, slot, v, elemKind(dt))
 				}
 			}
 

@@ -10,10 +10,12 @@
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
 //   f32 (bwd_pre)   6 dK (K's strides, written)   7 dV (V's strides,
-//   written)   8 Ext uint32 (ext.glsl; read when EXT = 1)
+//   written)   8 Ext uint32 (ext.glsl; read when EXT = 1)   9 bias,
+//   10 its summary (ext.glsl; read only with EXT's bias bit)
 // ADDRESSED build: Q, K, V, dO, dK, dV at pc.addr[0 … 5] instead of
 //   bindings 0 1 2 3 6 7 (params.glsl, Operands; 16-byte aligned addresses
-//   when VEC = 1); LSE, D, Ext stay bindings 4, 5, 8.
+//   when VEC = 1); LSE, D, Ext and the bias bindings stay bindings 4, 5,
+//   8 … 10.
 // Push constants: Params. Grid: (ceil(Nk/BC), Hkv, B); LSE and D are [Hq,Tq]
 //   for packed sequences, whose workgroups work on their own sequence's
 //   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
@@ -44,6 +46,7 @@
 //   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 8
+#define BIAS_BINDING 9
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #include "params.glsl"
@@ -269,6 +272,12 @@ void main() {
 		uint r0 = (qt0 + st - g * nqs) * BR;
 		uint rows = min(BR, seq_nq - r0);
 		ext_head(b, h);
+		// A step the bias hides from every key of the tile is skipped:
+		// before its loads, or with PREFETCH after them (uniform).
+		bool live = bias_live(r0, r0 + rows - 1u, c0, c0 + kn - 1u);
+		if (PREFETCH == 0u && !live) {
+			continue;
+		}
 		{
 			barrier(); // every subgroup is done with the previous step's tiles
 			if (PREFETCH != 0u) {
@@ -335,6 +344,9 @@ void main() {
 			// The next step's tiles load into registers while this one computes.
 			if (PREFETCH != 0u && st + 1u < nsteps) {
 				PREFETCH_STEP(st + 1u)
+			}
+			if (!live) {
+				continue;
 			}
 
 			// No mask needed when the step's first row sees every key of the

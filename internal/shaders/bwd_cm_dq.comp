@@ -9,10 +9,12 @@
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
 //   f32 (bwd_pre)   6 dQ (Q's strides, written)   7 Ext uint32 (ext.glsl;
-//   read when EXT = 1)
+//   read when EXT = 1)   8 bias, 9 its summary, 10 dS target (written:
+//   dBias; ext.glsl, read and written only with EXT's bias bits)
 // ADDRESSED build: Q, K, V, dO, dQ at pc.addr[0 … 4] instead of bindings
 //   0 1 2 3 6 (params.glsl, Operands; 16-byte aligned addresses when
-//   VEC = 1); LSE, D, Ext stay bindings 4, 5, 7.
+//   VEC = 1); LSE, D, Ext and the bias bindings stay bindings 4, 5, 7 …
+//   10.
 // Push constants: Params. Grid: (ceil(Nq/BR), Hq, B); LSE and D are [Hq,Tq]
 //   for packed sequences, whose workgroups work on their own sequence's
 //   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
@@ -29,7 +31,9 @@
 // score is ext_score(S) instead; 0 where masked or LSE = −inf), dS = P ∘
 // (dP − D) (with EXT times the softcap's derivative ext_dsoft(S)) rounded
 // (nearest even) to the storage type, dQ_i += dS K_j (fp32); finally dQ ·=
-// scale. MODE 1 does the elementwise step in registers, MODE 0 through
+// scale. With a bias, key tiles it hides from every row are skipped
+// (bias_live), and with dBias each dS (before the softcap's derivative)
+// is stored (dbias_store). MODE 1 does the elementwise step in registers, MODE 0 through
 // shared memory.
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
@@ -38,6 +42,8 @@
 //   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 7
+#define BIAS_BINDING 8
+#define DBIAS_BINDING 10
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #include "params.glsl"
@@ -77,10 +83,11 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 			bool vis = lOf[i] != NEG_INF && !(need_mask && (c >= limOf[i] || c < fstOf[i])); \
 			float x = EXT != 0u ? ext_score(S[t][i], r0 + sgr + rowOf[i], c) : S[t][i] * sl2; \
 			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], t * CM_N + colOf[i]) * dscale) - dOf[i]; \
+			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
+			dbias_store(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)); \
 			if (EXT != 0u) { \
 				g *= ext_dsoft(S[t][i]); \
 			} \
-			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
 			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
@@ -99,10 +106,11 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 		uint si = r * LDS + col; \
 		float x = EXT != 0u ? ext_score(sS[si], r0 + r, c0 + col) : sS[si] * sl2; \
 		float g = sdP[si] * (drop_keep(r, col) * dscale) - sDr[r]; \
+		float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
+		dbias_store(r0 + r, c0 + col, BWD_DS(CAREFUL, vis, p, g)); \
 		if (EXT != 0u) { \
 			g *= ext_dsoft(sS[si]); \
 		} \
-		float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
 		sdS[r * LDP + col] = CM_TO(BWD_DS(CAREFUL, vis, p, g)); \
 	}
 
@@ -212,6 +220,9 @@ void main() {
 	uint ntiles = (key_limit(r0 + rows - 1u) + BC - 1u) / BC;
 	for (uint kt = key_first(r0) / BC; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
+		if (!bias_live(r0, r0 + rows - 1u, c0, min(c0 + BC, nkeys) - 1u)) {
+			continue; // the bias hides the tile from every row (uniform)
+		}
 		barrier(); // every subgroup is done with the previous tile (and with dO_i)
 		for (uint e = tid; e < BC * DP8; e += WG) {
 			uint r = e / DP8;

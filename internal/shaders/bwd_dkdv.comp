@@ -6,8 +6,10 @@
 //   6 dK  [B,Nk,Hkv,D]  STYPE, written (K's strides)
 //   7 dV  [B,Nk,Hkv,DV] STYPE, written (V's strides)
 //   8 Ext               uint32, readonly (ext.glsl; read when EXT = 1)
+//   9 bias, 10 its summary (ext.glsl; read only with EXT's bias bit)
 // ADDRESSED build: Q, K, V, dO, dK, dV at pc.addr[0 … 5] instead of
-//   bindings 0 1 2 3 6 7 (params.glsl, Operands); LSE, D stay bindings 4, 5.
+//   bindings 0 1 2 3 6 7 (params.glsl, Operands); LSE, D, Ext and the bias
+//   bindings stay bindings 4, 5, 8 … 10.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per inner tile),
 //   4 BC (key rows per workgroup) (5 SUBGROUP unused: no reductions),
 //   8 EXT.
@@ -31,7 +33,8 @@
 //
 // For each query head of the group (in order) and each query tile that can
 // see the key tile (causal: tiles wholly above the diagonal are skipped;
-// with EXT a window also skips the tiles below every key's window):
+// with EXT a window also skips the tiles below every key's window, and a
+// bias the tiles it hides entirely: bias_live):
 //   P = exp(scale·Q Kᵀ − LSE) (with EXT, exp of ext_score − LSE; 0 where
 //   masked or LSE = −inf), dV += Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D) (with
 //   a softcap times its derivative ext_dsoft), dK += dSᵀ Q; finally
@@ -40,6 +43,7 @@
 //   elements' scale, which dV's store applies.
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 8
+#define BIAS_BINDING 9
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #include "params.glsl"
@@ -128,6 +132,9 @@ void main() {
 		for (uint qt = qt0; qt < nqt; ++qt) {
 			uint r0 = qt * BR;
 			uint rows = min(BR, seq_nq - r0);
+			if (!bias_live(r0, r0 + rows - 1u, c0, c0 + lcols - 1u)) {
+				continue; // the bias hides the tile from every row (uniform)
+			}
 			barrier(); // the previous tile is done with sQ, sdO, sP, sdS
 			STAGE_QUERY_TILE(b, h, r0, rows)
 			drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)

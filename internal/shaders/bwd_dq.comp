@@ -5,8 +5,11 @@
 // Bindings (set 0): 0 Q, 1 K, 2 V, 3 dO, 4 LSE, 5 D as bwd_common.glsl;
 //   6 dQ  [B,Nq,Hq,D]   STYPE, written (Q's strides)
 //   7 Ext               uint32, readonly (ext.glsl; read when EXT = 1)
+//   8 bias, 9 its summary, 10 dS target (written: dBias; ext.glsl, read
+//   and written only with EXT's bias bits)
 // ADDRESSED build: Q, K, V, dO, dQ at pc.addr[0 … 4] instead of bindings
-//   0 1 2 3 6 (params.glsl, Operands); LSE, D stay bindings 4, 5.
+//   0 1 2 3 6 (params.glsl, Operands); LSE, D, Ext and the bias bindings
+//   stay bindings 4, 5, 7 … 10.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR (query rows per workgroup),
 //   4 BC (key rows per inner tile) (5 SUBGROUP unused: no reductions),
 //   8 EXT.
@@ -32,9 +35,13 @@
 // ext_score − LSE), dP = dO Vᵀ, dS = P ∘ (dP − D) (with a softcap times its
 // derivative ext_dsoft), dQ += dS K; finally dQ ·= scale. With dropout
 // (keep bits drawn per key tile, ext.glsl) dS = P ∘ (keep·s·dP − D), s
-// the kept elements' scale.
+// the kept elements' scale. With a bias, key tiles it hides from every row
+// are skipped (bias_live), and with dBias each dS (before the softcap's
+// derivative) is stored (dbias_store).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 7
+#define BIAS_BINDING 8
+#define DBIAS_BINDING 10
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #include "params.glsl"
@@ -65,6 +72,9 @@ const uint DN = (D + TX - 1u) / TX;
 		float p = visible ? BWD_P(CAREFUL, x - lse2, lse2) : 0.0; \
 		if (cin) { \
 			float ds = BWD_DS(CAREFUL, visible, p, pacc[m * CN + n] * (drop_keep(r, c) * dscale) - drow); \
+			if (r < rows) { \
+				dbias_store(r0 + r, c0 + c, ds); \
+			} \
 			if (EXT != 0u && visible) { \
 				ds *= ext_dsoft(sv); \
 			} \
@@ -116,6 +126,9 @@ void main() {
 	for (uint kt = fst_lo / BC; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
 		uint cols = min(BC, nkeys - c0);
+		if (!bias_live(r0, r0 + rows - 1u, c0, c0 + cols - 1u)) {
+			continue; // the bias hides the tile from every row (uniform)
+		}
 		barrier(); // Q/dO/LSE/D staged; the previous tile is done with sK, sdS
 		STAGE_KEY_TILE(b, kvh, c0, cols)
 		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)

@@ -8,12 +8,6 @@ import (
 )
 
 func TestCoopMatModules(t *testing.T) {
-	elems := map[string][]string{
-		KernelFlashCM:      {"float16", "float16", "float16", "float16", "float32", "uint32"},
-		KernelFlashCMProbe: {"float32"},
-		KernelBwdCMDKDV:    {"float16", "float16", "float16", "float16", "float32", "float32", "float16", "float16", "uint32"},
-		KernelBwdCMDQ:      {"float16", "float16", "float16", "float16", "float32", "float32", "float16", "uint32"},
-	}
 	for _, k := range CoopMatKernels {
 		if got := KernelDTypes(k); !reflect.DeepEqual(got, []string{DTypeF16, DTypeBF16}) {
 			t.Errorf("%s: KernelDTypes %v, want [f16 bf16]", k, got)
@@ -49,31 +43,7 @@ func TestCoopMatModules(t *testing.T) {
 			if bf && (halves != 0 || bfloats != 1) || !bf && (bfloats != 0 || halves != 1) {
 				t.Errorf("%s.%s: %d float16 and %d bfloat16 types", k, dt, halves, bfloats)
 			}
-			n, _ := Bindings(k)
-			if n != len(elems[k]) {
-				t.Fatalf("%s: Bindings %d, want %d", k, n, len(elems[k]))
-			}
-			// Some bindings are declared twice (scalar and uvec4 views): check
-			// every declaration against the binding's element type (uvec4 views
-			// reflect as "other"); bf16 buffers hold uint16 bits.
-			seen := map[uint32]bool{}
-			for _, b := range m.Bindings {
-				if b.Set != 0 || int(b.Binding) >= n {
-					t.Errorf("%s.%s: binding set %d binding %d out of range (%d bindings)", k, dt, b.Set, b.Binding, n)
-					continue
-				}
-				seen[b.Binding] = true
-				want := elems[k][b.Binding]
-				if bf && want == "float16" {
-					want = "uint16"
-				}
-				if b.Elem != want && b.Elem != "other" {
-					t.Errorf("%s.%s: binding %d holds %s, want %s", k, dt, b.Binding, b.Elem, want)
-				}
-			}
-			if len(seen) != n {
-				t.Errorf("%s.%s: %d distinct bindings, Go declares %d", k, dt, len(seen), n)
-			}
+			checkBindings(t, k+"."+dt, k, dt, m, nil)
 			ids, _ := SpecIDs(k)
 			if got := m.SpecIDs(); !reflect.DeepEqual(got, ids) {
 				t.Errorf("%s.%s: spec IDs %v, Go declares %v", k, dt, got, ids)

@@ -113,15 +113,15 @@ const MaxHeadDim = 256
 var kernelBindings = map[string]int{
 	KernelNaive:   6,
 	KernelMinimal: 5,
-	KernelFlash:   6,
+	KernelFlash:   8,
 	KernelBwdPre:  4,
-	KernelBwdDKDV: 9,
-	KernelBwdDQ:   8,
+	KernelBwdDKDV: 11,
+	KernelBwdDQ:   11,
 	// Cooperative-matrix kernels (f16 and bf16; coopmat.go).
-	KernelFlashCM:      6,
+	KernelFlashCM:      8,
 	KernelFlashCMProbe: 1,
-	KernelBwdCMDKDV:    9,
-	KernelBwdCMDQ:      8,
+	KernelBwdCMDKDV:    11,
+	KernelBwdCMDQ:      11,
 }
 
 // kernelSpecIDs are the specialization constants each module declares

@@ -1,17 +1,23 @@
 // ext.glsl: the options of spec.Ext for the attention kernels — sliding
-// window, softcap, ALiBi and per-sequence key counts. Include it after
-// attn_params.glsl, with EXT_BINDING defined as the binding of the Ext
-// buffer (the kernel's last). It defines the masking helpers the kernels
-// call (key_first, key_limit, query_first, query_limit) and the score
-// helpers (ext_score, ext_dsoft).
+// window, softcap, ALiBi, per-sequence key counts, dropout and an
+// additive bias. Include it after attn_params.glsl, with EXT_BINDING
+// defined as the binding of the Ext buffer; a kernel that scores (calls
+// ext_score) also defines BIAS_BINDING (the bias; BIAS_BINDING + 1 is
+// its block summary), and the dQ kernels DBIAS_BINDING (where they write
+// dS for dBias). It defines the masking helpers the kernels call
+// (key_first, key_limit, query_first, query_limit, bias_live) and the
+// score helpers (ext_score, ext_dsoft, dbias_store).
 //
 // Specialization constant 8, EXT: 0 builds the plain kernel (the helpers
 // reduce to pc.mask's causal rule, the Ext buffer is bound but never
 // read); otherwise bit 0 (EXT_ON) builds the extended kernel, which reads
 // its options from the Ext buffer, and bits 1 (EXT_ON_SOFTCAP) and 2
-// (EXT_ON_ALIBI) compile in the score terms the call uses, and bit 3
-// (EXT_ON_DROPOUT) dropout — a kernel without them carries none of their
-// code (shaders.ExtSpec). The Ext
+// (EXT_ON_ALIBI) compile in the score terms the call uses, bit 3
+// (EXT_ON_DROPOUT) dropout, bit 4 (EXT_ON_BIAS) the bias with bit 5
+// (EXT_ON_BIAS_F32) set when it is stored as float32 (else as STYPE),
+// and bit 6 (EXT_ON_DBIAS) the dQ kernels' dS stores with bit 7
+// (EXT_ON_DBIAS_F32) set when their target is float32 — a kernel without
+// them carries none of their code (shaders.ExtSpec). The Ext
 // buffer holds per-call values that do not fit the push-constant block
 // (it already fills the 128 bytes every Vulkan device offers in the
 // addressed build), written by the call before its first dispatch: per-call values that do not fit the push-constant block
@@ -28,6 +34,14 @@
 //   word 10 offset         (dropout: the counter's last word)
 //   word 11 threshold      (dropout: a draw below it drops; 0: none)
 //   word 12 first sequence (dropout: added to b in the counter)
+//   words 13–15            bias strides: batch, head, row (elements; 0
+//                          broadcasts; keys contiguous)
+//   words 16–18            dS target strides of the dQ kernels (the
+//                          dBias, or a float32 [B,Hq,Nq,Nk] scratch that
+//                          bias_reduce folds into it)
+//   words 19–21            bias summary strides: batch, head, row block
+//                          (words; bias_summary.comp)
+//   words 22–24            dBias strides (bias_reduce.comp)
 // The host stores a window side wider than Nq + Nk as −1, so the int32
 // arithmetic below cannot overflow (CheckProblem bounds Nq + Nk).
 //
@@ -44,6 +58,10 @@ layout(constant_id = 8) const uint EXT = 0u;
 #define EXT_ON_SOFTCAP 2u
 #define EXT_ON_ALIBI 4u
 #define EXT_ON_DROPOUT 8u
+#define EXT_ON_BIAS 16u
+#define EXT_ON_BIAS_F32 32u
+#define EXT_ON_DBIAS 64u
+#define EXT_ON_DBIAS_F32 128u
 layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; };
 
 #define EXT_BOTTOM_RIGHT 1u
@@ -62,6 +80,9 @@ float ext_cap = 0.0;     // softcap c (0: off)
 float ext_inv_cap = 0.0; // 1/c
 float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
 uint ext_bh = 0u;        // dropout: (first sequence + b)·Hq + h
+uint ext_bias0 = 0u;     // bias: element offset of (b, h, 0, 0)
+uint ext_dbias0 = 0u;    // dS target: element offset of (b, h, 0, 0)
+uint ext_sum0 = 0u;      // bias summary: word offset of (b, h, 0, 0)
 
 void ext_begin(uint b) {
 	seq_begin(b);
@@ -99,13 +120,82 @@ void ext_head(uint b, uint h) {
 		uint idx = (flags & EXT_ALIBI_BATCH) != 0u ? b * pc.Hq + h : h;
 		ext_slope = uintBitsToFloat(ext_buf[ext_buf[5] + idx]) * LOG2E;
 	}
+	if ((EXT & EXT_ON_BIAS) != 0u) {
+		ext_bias0 = b * ext_buf[13] + h * ext_buf[14];
+		ext_dbias0 = b * ext_buf[16] + h * ext_buf[17];
+		ext_sum0 = b * ext_buf[19] + h * ext_buf[20];
+	}
 }
+
+// The bias (EXT_ON_BIAS; spec.Bias): element (i, j) of the current
+// (b, h) is bias_f32 or bias_st at ext_bias0 + i·row stride + j (two
+// views of one binding; EXT_ON_BIAS_F32 picks one). Its summary (written
+// by bias_summary.comp before the kernel) has a bit per block of 16 rows
+// and 16 keys: set when some element of the block is not −Inf; bias_live
+// reads it to skip the tiles the bias hides entirely. dbias_store writes
+// dS of (i, j) to the dQ kernels' dS target (DBIAS_BINDING; two views).
+#ifdef BIAS_BINDING
+layout(std430, binding = BIAS_BINDING) readonly buffer BiasF32 { float bias_f32[]; };
+layout(std430, binding = BIAS_BINDING) readonly buffer BiasST { STYPE bias_st[]; };
+layout(std430, binding = BIAS_BINDING + 1) readonly buffer BiasSum { uint bias_sum[]; };
+
+// ext_bias is bias element (i, j) of the current (b, h), as float.
+float ext_bias(uint i, uint j) {
+	uint x = ext_bias0 + i * ext_buf[15] + j;
+	return (EXT & EXT_ON_BIAS_F32) != 0u ? bias_f32[x] : LOAD(bias_st[x]);
+}
+
+// bias_live reports whether some element of rows r0 … r1 and keys c0 …
+// c1 (inclusive) of the current (b, h) is not −Inf (always true without
+// a bias). Call it with workgroup-uniform arguments: its answer is then
+// uniform (it skips whole tiles).
+bool bias_live(uint r0, uint r1, uint c0, uint c1) {
+	if ((EXT & EXT_ON_BIAS) == 0u) {
+		return true;
+	}
+	uint rs = ext_buf[21]; // words per row block (0: one row shared by every query)
+	uint rb1 = rs == 0u ? r0 >> 4u : r1 >> 4u;
+	uint kb0 = c0 >> 4u, kb1 = c1 >> 4u;
+	for (uint rb = r0 >> 4u; rb <= rb1; ++rb) {
+		for (uint w = kb0 >> 5u; w <= kb1 >> 5u; ++w) {
+			uint lo = w == kb0 >> 5u ? kb0 & 31u : 0u;
+			uint hi = w == kb1 >> 5u ? kb1 & 31u : 31u;
+			uint m = (0xFFFFFFFFu >> (31u - hi)) & (0xFFFFFFFFu << lo);
+			if ((bias_sum[ext_sum0 + rb * rs + w] & m) != 0u) {
+				return true;
+			}
+		}
+	}
+	return false;
+}
+#endif
+
 
 // read_keys is how many of the sequence's leading key rows a kernel may
 // read: seq_nk, or with EXT its key count (SeqUsedK), so that padding past
 // it — which may hold anything, NaN included — is never loaded (a masked
 // key's probability is 0, but 0·NaN is NaN).
 uint read_keys() { return EXT != 0u ? uint(ext_nk) : seq_nk; }
+
+#ifdef DBIAS_BINDING
+layout(std430, binding = DBIAS_BINDING) writeonly buffer DBiasF32 { float dbias_f32[]; };
+layout(std430, binding = DBIAS_BINDING) writeonly buffer DBiasST { STYPE dbias_st[]; };
+
+// dbias_store writes v = dS of row i, key j of the current (b, h) to the
+// dS target (EXT_ON_DBIAS; nothing for rows past the sequence's or keys
+// past its key count, whose dBias the call zeroed).
+void dbias_store(uint i, uint j, float v) {
+	if ((EXT & EXT_ON_DBIAS) == 0u || i >= seq_nq || j >= read_keys()) {
+		return;
+	}
+	uint x = ext_dbias0 + i * ext_buf[18] + j;
+	if ((EXT & EXT_ON_DBIAS_F32) != 0u) {
+		dbias_f32[x] = v;
+	} else {
+		dbias_st[x] = STORE(v);
+	}
+}
+#endif
 
 // key_first: query row i sees keys key_first(i) … key_limit(i)−1 (mirrors
 // spec.Problem.KeyRange); both are non-decreasing in i, and key_first(i)
@@ -156,9 +246,10 @@ float ext_tanh(float x) {
 
 // ext_score is the score of raw product s = q·k for query row i and key
 // j in log2 units: z = scale·s, then c·tanh(z/c) (softcap), times log2e,
-// minus slope·log2e·|i + off − j| (ALiBi), each term compiled in only
-// when EXT asks for it. The plain kernel's is scale·log2e·s (kernels keep
-// that product as sl2).
+// minus slope·log2e·|i + off − j| (ALiBi), plus bias·log2e (−Inf where
+// the bias is −Inf, whatever z: the key is hidden), each term compiled in
+// only when EXT asks for it. The plain kernel's is scale·log2e·s
+// (kernels keep that product as sl2).
 float ext_score(float s, uint i, uint j) {
 	float z = s * pc.scale;
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
@@ -168,6 +259,12 @@ float ext_score(float s, uint i, uint j) {
 	if ((EXT & EXT_ON_ALIBI) != 0u) {
 		z -= ext_slope * abs(float(int(i) + ext_off - int(j)));
 	}
+#ifdef BIAS_BINDING
+	if ((EXT & EXT_ON_BIAS) != 0u) {
+		float x = ext_bias(i, j);
+		z = x == NEG_INF ? NEG_INF : fma(x, LOG2E, z);
+	}
+#endif
 	return z;
 }
 

@@ -12,8 +12,9 @@ import (
 const SpecExt uint32 = 8
 
 // ExtSpec is SpecExt's value for p: 0 without spec.Ext, else 1 (read the
-// Ext buffer) plus 2 with a softcap, 4 with ALiBi slopes and 8 with
-// dropout, so that a kernel carries only the terms its call uses.
+// Ext buffer) plus 2 with a softcap, 4 with ALiBi slopes, 8 with
+// dropout and the bias bits (ExtSpecBias …), so that a kernel carries only
+// the terms its call uses (ExtSpecFor: a kernel's own bits).
 func ExtSpec(p *spec.Problem) uint32 {
 	e := p.Ext
 	if e == nil {
@@ -29,7 +30,7 @@ func ExtSpec(p *spec.Problem) uint32 {
 	if e.Dropout != nil {
 		v |= ExtSpecDropout
 	}
-	return v
+	return v | biasSpec(p)
 }
 
 // ExtSpecDropout is ExtSpec's dropout bit (ext.glsl's EXT_ON_DROPOUT).
@@ -60,12 +61,13 @@ const (
 )
 
 // extHeader is the number of words before the Ext buffer's arrays.
-const extHeader = 13
+const extHeader = 25
 
 // ExtWords is the Ext buffer of p (ext.glsl's layout): the window (a
 // side wider than Nq + Nk stored as −1, unbounded), the flags, the
 // softcap, the packed query rows Tq, the dropout's seed, offset,
-// threshold and first sequence, then SeqUsedK, the ALiBi slopes and the
+// threshold and first sequence, the bias's, dS target's, summary's and
+// dBias's strides, then SeqUsedK, the ALiBi slopes and the
 // packed sequences' offsets (CuQ then CuK). A plain problem (p.Ext nil)
 // gets the header of an unbounded window with no flags.
 func ExtWords(p *spec.Problem) []uint32 {
@@ -110,6 +112,7 @@ func ExtWords(p *spec.Problem) []uint32 {
 		w[2] |= ExtDropout
 		w[8], w[9], w[10], w[11], w[12] = uint32(d.Seed), uint32(d.Seed>>32), d.Offset, d.Threshold, uint32(d.Batch0)
 	}
+	biasWords(w, p)
 	if e.CuQ != nil {
 		w[2] |= ExtVarlen
 		w[6] = uint32(len(w))

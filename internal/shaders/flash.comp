@@ -10,8 +10,10 @@
 //                                         sees no key, whose O row is 0;
 //                                         [Hq,Tq] when packed)
 //   5 Ext              uint32, readonly  (ext.glsl; read when EXT = 1)
+//   6 bias, 7 its summary (ext.glsl; read only with EXT's bias bit)
 // ADDRESSED build (flash.addr.DTYPE.spv): Q, K, V, O at pc.addr[0 … 3]
-//   instead of bindings 0 … 3 (params.glsl, Operands); LSE stays binding 4.
+//   instead of bindings 0 … 3 (params.glsl, Operands); LSE, Ext and the
+//   bias bindings stay bindings 4 … 7.
 // Spec constants: 0 WG, 1 D, 2 DV, 3 BR, 4 BC, 5 SUBGROUP, 8 EXT.
 // Grid: (ceil(Nq/BR), Hq, B); workgroup (x, y, z) computes query rows
 //   x·BR … x·BR+BR−1 of head y of batch z (with EXT: of the sequence's
@@ -42,7 +44,7 @@
 // of the tile can see (causal: tiles wholly above the diagonal are neither
 // loaded nor computed; only tiles that cross the diagonal or the Nk tail are
 // masked; with EXT a window also skips the tiles left of every row's
-// window): K tile → shared, S = Q·Kᵀ (fp32, in the exp2 domain:
+// window, and a bias the tiles it hides from every row: bias_live): K tile → shared, S = Q·Kᵀ (fp32, in the exp2 domain:
 // S·scale·log2 e), online softmax (running row max m and partial row sums l,
 // the sums reduced across the row's threads once at the end, FA2), P →
 // shared (with dropout, P·keep: the tile's keep bits are drawn with the K
@@ -51,6 +53,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define EXT_BINDING 5
+#define BIAS_BINDING 6
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #include "params.glsl"
@@ -134,6 +137,9 @@ void main() {
 	for (uint kt = fst_lo / BC; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
 		uint cols = min(BC, nkeys - c0);
+		if (!bias_live(r0, r0 + rows - 1u, c0, c0 + cols - 1u)) {
+			continue; // the bias hides the tile from every row (uniform)
+		}
 
 		barrier(); // the previous tile's P·V is done with sKV and sP
 		STRIDED_BEGIN(e, BC * D)

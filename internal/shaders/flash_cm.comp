@@ -11,10 +11,11 @@
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 O [B,Nq,Hq,DV] (written)   4 LSE [B,Hq,Nq] f32 ([Hq,Tq] packed;
 //   written; −inf and an O row of 0 for a row that sees no key)   5 Ext u32 (ext.glsl;
-//   read when EXT = 1)
+//   read when EXT = 1)   6 bias, 7 its summary (ext.glsl; read only with
+//   EXT's bias bit)
 // ADDRESSED build: Q, K, V, O at pc.addr[0 … 3] instead of bindings
 //   0 … 3 (params.glsl, Operands; 16-byte aligned addresses when VEC = 1);
-//   LSE stays binding 4.
+//   LSE, Ext and the bias bindings stay bindings 4 … 7.
 // Push constants: Params (attn_params.glsl). Grid: (ceil(Nq/BR), Hq, B)
 //   (with EXT a workgroup works on its sequence's seq_nq rows — packed
 //   sequences are shorter than Nq — and reads only its read_keys() keys).
@@ -61,7 +62,9 @@
 // MODE 1 a subgroup skips the tiles none of its rows sees; masking is
 // per element only on tiles that cross a row's visible range (causal
 // diagonal, window edge, key-count tail). With EXT the scores come from
-// ext_score (softcap, ALiBi) instead of S·scale·log2 e. With dropout
+// ext_score (softcap, ALiBi, bias) instead of S·scale·log2 e; the tiles
+// a bias hides from every row of the workgroup are skipped (bias_live:
+// before their K/V loads, or with PREFETCH after them). With dropout
 // the K/V staging also draws the tile's keep bits (ext.glsl), P·keep
 // meets V and the final normalisation applies the kept elements' scale.
 //
@@ -73,6 +76,7 @@
 // (shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 5
+#define BIAS_BINDING 6
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #include "params.glsl"
@@ -238,6 +242,10 @@ void main() {
 
 	for (uint kt = kt0; kt < ntiles; ++kt) {
 		uint c0 = kt * BC;
+		bool live = bias_live(r0, r0 + rows - 1u, c0, min(c0 + BC, nkeys) - 1u);
+		if (PREFETCH == 0u && !live) {
+			continue; // the bias hides the tile from every row (uniform)
+		}
 		barrier(); // every subgroup is done with the previous K/V tile
 		if (PREFETCH != 0u) {
 			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
@@ -282,6 +290,9 @@ void main() {
 			}
 		}
 
+		if (!live) {
+			continue; // (PREFETCH: the next tile's loads are under way)
+		}
 		// Subgroup-uniform: does any row of this subgroup see this tile
 		// (keys sg_fst_lo … sg_lim_hi−1 at most)? In MODE 1 a subgroup that
 		// sees none skips it. MODE 0 computes it (fully masked) anyway: its

@@ -132,22 +132,7 @@ func TestSpecIDs(t *testing.T) {
 }
 
 func TestBindingsAndCapabilities(t *testing.T) {
-	// The float32 bindings (each kernel's header lists its bindings); the
-	// others hold the storage type.
-	float32Bindings := map[string][]int{
-		KernelNaive:   {4, 5}, // LSE, the score/probability scratch
-		KernelMinimal: {4},    // LSE
-		KernelFlash:   {4},    // LSE
-		KernelBwdPre:  {2},    // D
-		KernelBwdDKDV: {4, 5}, // LSE, D
-		KernelBwdDQ:   {4, 5}, // LSE, D
-	}
-	uint32Bindings := map[string]int{KernelFlash: 5, KernelBwdPre: 3, KernelBwdDKDV: 8, KernelBwdDQ: 7} // the Ext buffer (ext.glsl)
 	for _, k := range Kernels {
-		n, err := Bindings(k)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, dt := range DTypes {
 			spv, _ := SPIRV(k, dt)
 			m, err := spirv.Reflect(spv)
@@ -158,27 +143,7 @@ func TestBindingsAndCapabilities(t *testing.T) {
 			if m.Version != 0x00010300 {
 				t.Errorf("%s: SPIR-V version %#x, want 1.3 (Vulkan 1.1)", name, m.Version)
 			}
-			if len(m.Bindings) != n {
-				t.Errorf("%s: %d bindings, Go declares %d", name, len(m.Bindings), n)
-				continue
-			}
-			for i, b := range m.Bindings {
-				if b.Set != 0 || int(b.Binding) != i {
-					t.Errorf("%s: binding %d is set %d binding %d", name, i, b.Set, b.Binding)
-				}
-				want := map[string]string{DTypeF32: "float32", DTypeF16: "float16", DTypeBF16: "uint16"}[dt]
-				for _, f := range float32Bindings[k] {
-					if f == i {
-						want = "float32"
-					}
-				}
-				if e, ok := uint32Bindings[k]; ok && e == i {
-					want = "uint32"
-				}
-				if b.Elem != want {
-					t.Errorf("%s: binding %d holds %s, want %s", name, i, b.Elem, want)
-				}
-			}
+			checkBindings(t, name, k, dt, m, nil)
 			if m.HasCapability(spirv.CapabilityFloat16) {
 				t.Errorf("%s: declares the Float16 capability (needs shaderFloat16)", name)
 			}

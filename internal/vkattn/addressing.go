@@ -111,15 +111,20 @@ func (b *Backend) bindable(elems, bytes int64) bool {
 // storageOperands are the operands of pass dir in the storage type: the
 // ones an addressed kernel reads by address (LSE and D stay bound).
 func storageOperands(dir Dir) []Operand {
-	in, out := passOperands(dir == Fwd, dir == Bwd)
+	in, out := tensorOperands(dir == Fwd, dir == Bwd)
 	var ops []Operand
 	for _, op := range append(in, out...) {
-		if op != OpLSE {
+		if addressable(op) {
 			ops = append(ops, op)
 		}
 	}
 	return ops
 }
+
+// addressable reports whether an addressed kernel may read operand op by
+// device address: the storage-type operands, not LSE (nor D and the
+// scratch buffers) nor the bias and dBias, which stay bound.
+func addressable(op Operand) bool { return op != OpLSE && op != OpBias && op != OpDBias }
 
 // unbindable names the first storage operand of pass dir of p that one
 // binding cannot hold ("" when every one fits).
@@ -174,6 +179,9 @@ func (b *Backend) address(p *spec.Problem, dt spec.DType, pl *Plan) error {
 		}
 	}
 	for i := range pl.Launches {
+		if isBiasKernel(&pl.Launches[i]) {
+			continue // bound buffers only
+		}
 		if err := b.addressLaunch(&pl.Launches[i], dt); err != nil {
 			return err
 		}

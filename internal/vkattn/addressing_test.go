@@ -90,7 +90,7 @@ func TestAddressingChoice(t *testing.T) {
 	for i := range h.o {
 		h.o[i] = float32(math.NaN())
 	}
-	if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse); err != nil {
+	if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	// The first rows, and the last ones, beyond one binding's reach.
@@ -214,10 +214,10 @@ func hostRunAs[T Elem](t *testing.T, ctx context.Context, b *Backend, h *hostPro
 	q, k, v, do := conv(h.q), conv(h.k), conv(h.v), conv(h.dO)
 	ot, dqt, dkt, dvt := make([]T, len(h.o)), make([]T, len(h.dq)), make([]T, len(h.dk)), make([]T, len(h.dv))
 	lse = make([]float32, len(h.lse))
-	if err := ForwardHost(ctx, b, h.p, q, k, v, ot, lse); err != nil {
+	if err := ForwardHost(ctx, b, h.p, q, k, v, ot, lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := BackwardHost(ctx, b, h.p, q, k, v, ot, lse, do, dqt, dkt, dvt); err != nil {
+	if err := BackwardHost(ctx, b, h.p, q, k, v, ot, lse, do, dqt, dkt, dvt, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	return back(ot), lse, back(dqt), back(dkt), back(dvt)

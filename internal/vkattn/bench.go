@@ -136,7 +136,7 @@ func (b *Backend) Bench(ctx context.Context, p *spec.Problem, sets []Operands, o
 	}
 	var dt spec.DType
 	for i := range sets {
-		d, release, err := b.acquire(p, sets[i].bindings(o.Step || !o.Backward, o.Step || o.Backward))
+		d, release, err := b.acquire(p, sets[i].bindings(p, o.Step || !o.Backward, o.Step || o.Backward))
 		if err != nil {
 			return nil, fmt.Errorf("bench: set %d: %w", i, err)
 		}
@@ -219,7 +219,7 @@ func (b *Backend) timeSubmissions(o BenchOptions, submit func() (*device.Result,
 // the backward o, lse and do; do also for the step) into separate resident
 // tensors, allocates the outputs once, and runs Bench. Host transfers are
 // not timed.
-func BenchmarkHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, o BenchOptions, q, k, v, out, do []T, lse []float32) (*BenchResult, error) {
+func BenchmarkHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, o BenchOptions, q, k, v, out, do []T, lse []float32, x HostBias) (*BenchResult, error) {
 	o = o.withDefaults()
 	if err := CheckProblem(p); err != nil {
 		return nil, err
@@ -227,7 +227,7 @@ func BenchmarkHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, o B
 	ts := &tensorSet{b: b, p: p, dt: dtypeOf[T]()}
 	defer ts.free()
 	fwd, bwd := o.Step || !o.Backward, o.Step || o.Backward
-	ins, outs := passOperands(fwd, bwd)
+	ins, outs := passOperands(p, fwd, bwd)
 	data := map[Operand][]T{OpQ: q, OpK: k, OpV: v, OpO: out, OpDO: do}
 	var shared Operands
 	for _, op := range outs {
@@ -245,9 +245,12 @@ func BenchmarkHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, o B
 			if err != nil {
 				return nil, fmt.Errorf("bench: %w", err)
 			}
-			if op == OpLSE {
+			switch op {
+			case OpLSE:
 				err = uploadOp(ctx, t, lse)
-			} else {
+			case OpBias:
+				err = uploadBias[T](ctx, t, x.Bias)
+			default:
 				err = uploadOp(ctx, t, data[op])
 			}
 			if err != nil {

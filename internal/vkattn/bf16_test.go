@@ -63,7 +63,7 @@ func TestBF16StoreRounding(t *testing.T) {
 			}
 			o := make([]bfloat16.BFloat16, nq*dv)
 			lse := make([]float32, nq)
-			if err := ForwardHost(ctx, b, p, q, k, v, o, lse); err != nil {
+			if err := ForwardHost(ctx, b, p, q, k, v, o, lse, HostBias{}); err != nil {
 				t.Fatal(err)
 			}
 			for i := range nq {

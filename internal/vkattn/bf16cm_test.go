@@ -261,7 +261,7 @@ func TestBF16CM(t *testing.T) {
 			t.Logf("launch %+v", ls)
 			o := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(h.o)) // NaN: unwritten
 			lse := make([]float32, len(h.lse))
-			if err := ForwardHost(ctx, b, p, q, k, v, o, lse); err != nil {
+			if err := ForwardHost(ctx, b, p, q, k, v, o, lse, HostBias{}); err != nil {
 				t.Fatal(err)
 			}
 			checkClose(t, "o", bfloat16.Float32s(o), ro, tol)
@@ -284,7 +284,7 @@ func TestBF16CM(t *testing.T) {
 					dq = slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(q))
 					dk = slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(k))
 					dv = slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(v))
-					if err := BackwardHost(ctx, b, p, q, k, v, obf, lse32, dO, dq, dk, dv); err != nil {
+					if err := BackwardHost(ctx, b, p, q, k, v, obf, lse32, dO, dq, dk, dv, HostBias{}); err != nil {
 						t.Fatal(err)
 					}
 					return dq, dk, dv

@@ -110,7 +110,7 @@ func TestBwdCM(t *testing.T) {
 					dq = slices.Repeat([]uint16{0x7e00}, len(q)) // NaN: unwritten
 					dk = slices.Repeat([]uint16{0x7e00}, len(k))
 					dv = slices.Repeat([]uint16{0x7e00}, len(v))
-					if err := BackwardHost(ctx, b, p, q, k, v, o16, lse32, dO, dq, dk, dv); err != nil {
+					if err := BackwardHost(ctx, b, p, q, k, v, o16, lse32, dO, dq, dk, dv, HostBias{}); err != nil {
 						t.Fatal(err)
 					}
 					return dq, dk, dv

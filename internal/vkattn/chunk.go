@@ -212,7 +212,8 @@ func extPairs(p *spec.Problem, i0, i1, j0, j1 int) float64 {
 
 // costOf is the work model of launch l of p: per (query, key) pair, the
 // multiply-adds of the products the kernel computes (2 operations each);
-// bwd_pre's is per query row.
+// bwd_pre's is per query row, the bias kernels' one per element they read
+// (a workgroup's share of the whole).
 func costOf(p *spec.Problem, l *Launch) launchCost {
 	c := launchCost{key: l.Kernel + "." + l.DType.Short(), grid: l.Grid}
 	d, dv := float64(p.D), float64(p.Dv)
@@ -227,6 +228,12 @@ func costOf(p *spec.Problem, l *Launch) launchCost {
 			i0, i1 := rowsOf(x0, x1, p.Nq, l.BR)
 			return 2 * dv * float64(i1-i0)
 		}
+	case shaders.KernelBiasSummary, shaders.KernelBiasReduce:
+		per := float64(p.Nk) * float64(p.Nq) / float64(gx)
+		if l.Kernel == shaders.KernelBiasReduce {
+			per = shaders.BiasReduceTerms(p) * float64(shaders.BiasWG)
+		}
+		c.row = func(x0, x1 uint32) float64 { return per * float64(x1-x0) }
 	case shaders.KernelBwdDKDV, shaders.KernelBwdCMDKDV:
 		per := 2 * (2*d + 2*dv) * float64(p.Group()) // S, dP, dV, dK over the group's heads
 		c.row = func(x0, x1 uint32) float64 {
@@ -263,22 +270,31 @@ type chunkLaunch struct {
 	taken   float64   // the work recorded
 	done    bool
 	// init, when set, is written into initBuf before the launch's first
-	// workgroups (the call's Ext buffer; see recordInit).
+	// workgroups (the call's Ext buffer; see recordInit), and the zero
+	// buffers are filled with zeros (Launch.Zero).
 	init    []byte
 	initBuf *device.Buffer
+	zero    []*device.Buffer
 }
 
-// recordInit records the launch's init write, once, and the barrier
-// that orders it before the dispatches.
+// recordInit records the launch's init write and zero fills, once, and
+// the barriers that order them after the compute work before (which may
+// still read a buffer filled here) and before the dispatches.
 func (cl *chunkLaunch) recordInit(r *device.Recorder) {
-	if cl.init == nil {
+	if cl.init == nil && cl.zero == nil {
 		return
+	}
+	if cl.zero != nil {
+		r.BarrierComputeToTransfer()
+	}
+	for _, buf := range cl.zero {
+		r.Fill(buf, 0)
 	}
 	for off := 0; off < len(cl.init); off += device.MaxUpdateBytes {
 		r.Update(cl.initBuf, int64(off), cl.init[off:min(len(cl.init), off+device.MaxUpdateBytes)])
 	}
 	r.BarrierTransferToCompute()
-	cl.init = nil
+	cl.init, cl.zero = nil, nil
 }
 
 // Orders of the workgroups of a chunked launch (dimensions from the
@@ -443,6 +459,9 @@ func (b *Backend) prepareAll(s *scratch, p *spec.Problem, pls []*Plan, bufs oper
 			cl := chunkLaunch{ready: rls[j], cost: costOf(p, rls[j].l), barrier: rls[j].l.Barrier || (i > 0 && j == 0), order: gpuOrder}
 			if b.chunkCPU {
 				cl.order = cpuOrder
+			}
+			for _, op := range rls[j].l.Zero {
+				cl.zero = append(cl.zero, rls[j].args[slices.Index(rls[j].l.Bindings, op)])
 			}
 			cls = append(cls, cl)
 		}

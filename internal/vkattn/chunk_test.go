@@ -236,10 +236,10 @@ func TestChunkedBits(t *testing.T) {
 				outs := [][]float32{make([]float32, len(h.o)), make([]float32, len(h.lse)),
 					make([]float32, len(h.dq)), make([]float32, len(h.dk)), make([]float32, len(h.dv))}
 				s0 := b.dev.Stats().Submissions
-				if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, outs[0], outs[1]); err != nil {
+				if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, outs[0], outs[1], HostBias{}); err != nil {
 					t.Fatal(err)
 				}
-				if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, outs[0], outs[1], h.dO, outs[2], outs[3], outs[4]); err != nil {
+				if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, outs[0], outs[1], h.dO, outs[2], outs[3], outs[4], HostBias{}); err != nil {
 					t.Fatal(err)
 				}
 				// The step on resident tensors.
@@ -298,14 +298,14 @@ func TestChunkedCancel(t *testing.T) {
 	}
 	b := openBackend(t, "")
 	small := newHostProblem(6, 1, 1, 1, 16, 16, 16, 16, spec.MaskNone)
-	if err := ForwardHost(context.Background(), b, small.p, small.q, small.k, small.v, small.o, small.lse); err != nil {
+	if err := ForwardHost(context.Background(), b, small.p, small.q, small.k, small.v, small.o, small.lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	h := bigForward(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse)
+	err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{})
 	took := time.Since(start)
 	if err == nil {
 		t.Skipf("the call finished in %v, before its cancellation", took)
@@ -324,7 +324,7 @@ func TestChunkedCancel(t *testing.T) {
 		t.Errorf("%d pooled buffers still handed out", live)
 	}
 	start = time.Now()
-	if err := ForwardHost(context.Background(), b, small.p, small.q, small.k, small.v, small.o, small.lse); err != nil {
+	if err := ForwardHost(context.Background(), b, small.p, small.q, small.k, small.v, small.o, small.lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("next small call: %v", time.Since(start))
@@ -396,7 +396,7 @@ func TestCloseWaitsForAbandonedWork(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		done <- ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse)
+		done <- ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{})
 	}()
 	time.Sleep(300 * time.Millisecond)
 	if err := b.Close(); err != nil {

@@ -33,9 +33,10 @@ func (b *Backend) MaxBatchChunk(ctx context.Context, p *spec.Problem, dt spec.DT
 	if backward {
 		dir = Bwd
 	}
-	if p.Varlen() {
-		// Packed sequences share their operands' one batch: they run
-		// whole, if every operand and scratch buffer fits.
+	if p.Whole() {
+		// Packed sequences share their operands' one batch, and a dBias
+		// summed over the batch needs every sequence: they run whole, if
+		// every operand and scratch buffer fits.
 		pl, err := b.Plan(ctx, p, dt, dir)
 		if err != nil {
 			return 0, err
@@ -86,7 +87,7 @@ func batchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Opera
 		cb = min(cb, int(lim.maxZ))
 	}
 	bound := func(size int64) int64 { return min(int64(MaxElements), lim.bind/size) }
-	in, out := passOperands(!backward, backward)
+	in, out := passOperands(p, !backward, backward)
 	for _, o := range append(in, out...) {
 		op := opSpec(p, o)
 		size := int64(dt.Size())
@@ -100,7 +101,7 @@ func batchChunk(p *spec.Problem, dt spec.DType, backward bool, scratch map[Opera
 			return 0, fmt.Errorf("%w: %s: shape %v with strides %+v is empty, negative or overflows", ErrInvalid, op.name, op.shape, op.st)
 		}
 		l, reach := bound(size), "one binding reaches"
-		if lim.addressed && o != OpLSE {
+		if lim.addressed && addressable(o) {
 			l, reach = lim.buf/size, "the device's largest buffer holds"
 			if err := checkStrides(op.name, one, op.st); err != nil {
 				return 0, err
@@ -142,14 +143,39 @@ func at[T any](s []T, b0 int, batchStride int) []T {
 	return s[off:]
 }
 
+// HostBias are a host call's bias and dBias slices (spec.Bias): []float32
+// when the bias is float32, else []T of the call's storage type; nil where
+// the problem has none (dBias: unless spec.Bias.Grad).
+type HostBias struct{ Bias, DBias any }
+
+// biasChunk is x from the element offset of batch b0 of p's bias and
+// dBias (storage type T).
+func biasChunk[T Elem](x HostBias, p *spec.Problem, b0 int) HostBias {
+	if b0 == 0 || extBias(p) == nil {
+		return x
+	}
+	return HostBias{anyAt[T](x.Bias, b0, p.Ext.Bias.Batch), anyAt[T](x.DBias, b0, p.Ext.Bias.GradBatch)}
+}
+
+// anyAt is at for a []float32 or []T slice held in an any.
+func anyAt[T Elem](s any, b0, stride int) any {
+	switch d := s.(type) {
+	case []float32:
+		return at(d, b0, stride)
+	case []T:
+		return at(d, b0, stride)
+	}
+	return s
+}
+
 // ForwardHost computes O and LSE of host operands q, k, v (spec.Float32: float32,
 // spec.BFloat16: bfloat16.BFloat16, spec.Float16: other uint16 bits) into o (only o's view is written) and lse (contiguous
-// [B, Hq, Nq]).
-func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32) error {
+// [B, Hq, Nq]), with the bias of x where p has one.
+func ForwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32, x HostBias) error {
 	dt := dtypeOf[T]()
 	return hostChunks(ctx, b, p, dt, false, lse, func(ctx context.Context, c *spec.Problem, b0 int, lse []float32) error {
-		return forwardChunk(ctx, b, c, dt,
-			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse)
+		return hostPass(ctx, b, c, dt, false, map[Operand][]T{
+			OpQ: at(q, b0, p.Q.Batch), OpK: at(k, b0, p.K.Batch), OpV: at(v, b0, p.V.Batch), OpO: at(o, b0, p.O.Batch)}, lse, biasChunk[T](x, p, b0))
 	})
 }
 
@@ -187,13 +213,14 @@ func (b *Backend) hostChunks(ctx context.Context, p *spec.Problem, dt spec.DType
 }
 
 // BackwardHost computes dQ, dK, dV (written only inside their views, which
-// have the strides of Q, K, V) from host q, k, v, o, lse and do.
-func BackwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
+// have the strides of Q, K, V) from host q, k, v, o, lse and do, with the
+// bias of x where p has one, and its dBias (x.DBias) where p asks for it.
+func BackwardHost[T Elem](ctx context.Context, b *Backend, p *spec.Problem, q, k, v, o []T, lse []float32, do, dq, dk, dv []T, x HostBias) error {
 	dt := dtypeOf[T]()
 	return hostChunks(ctx, b, p, dt, true, lse, func(ctx context.Context, c *spec.Problem, b0 int, lse []float32) error {
-		return backwardChunk(ctx, b, c, dt,
-			at(q, b0, p.Q.Batch), at(k, b0, p.K.Batch), at(v, b0, p.V.Batch), at(o, b0, p.O.Batch), lse,
-			at(do, b0, p.O.Batch), at(dq, b0, p.Q.Batch), at(dk, b0, p.K.Batch), at(dv, b0, p.V.Batch))
+		return hostPass(ctx, b, c, dt, true, map[Operand][]T{
+			OpQ: at(q, b0, p.Q.Batch), OpK: at(k, b0, p.K.Batch), OpV: at(v, b0, p.V.Batch), OpO: at(o, b0, p.O.Batch),
+			OpDO: at(do, b0, p.O.Batch), OpDQ: at(dq, b0, p.Q.Batch), OpDK: at(dk, b0, p.K.Batch), OpDV: at(dv, b0, p.V.Batch)}, lse, biasChunk[T](x, p, b0))
 	})
 }
 
@@ -268,39 +295,40 @@ func download[T Elem](ctx context.Context, h *hostCall, op operandSpec, buf *dev
 	return nil
 }
 
-func forwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, q, k, v, o []T, lse []float32) error {
-	return hostPass(ctx, b, p, dt, false, map[Operand][]T{OpQ: q, OpK: k, OpV: v, OpO: o}, lse)
-}
-
-func backwardChunk[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, q, k, v, o []T, lse []float32, do, dq, dk, dv []T) error {
-	return hostPass(ctx, b, p, dt, true, map[Operand][]T{OpQ: q, OpK: k, OpV: v, OpO: o, OpDO: do, OpDQ: dq, OpDK: dk, OpDV: dv}, lse)
-}
-
 // hostPass runs the forward or the backward of p on host slices by
-// operand (lse apart: float32): it checks that every output slice holds
-// its view before moving any data, uploads the inputs into pooled
-// buffers, records and submits the pass, and downloads the outputs into
-// their views.
-func hostPass[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, backward bool, data map[Operand][]T, lse []float32) error {
+// operand (lse apart: float32; the bias and dBias apart: x): it checks
+// that every output slice holds its view before moving any data, uploads
+// the inputs into pooled buffers, records and submits the pass, and
+// downloads the outputs into their views.
+func hostPass[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, backward bool, data map[Operand][]T, lse []float32, x HostBias) error {
 	h := &hostCall{s: &scratch{b: b}}
 	defer h.finish()
-	in, out := passOperands(!backward, backward)
+	in, out := passOperands(p, !backward, backward)
 	for _, op := range out {
-		if op == OpLSE {
-			continue // hostChunks checked it
-		}
 		os := opSpec(p, op)
-		if n, _ := extent(os.shape, os.st); int64(len(data[op])) < n {
-			return fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, os.name, len(data[op]), n)
+		n, _ := extent(os.shape, os.st)
+		switch op {
+		case OpLSE: // hostChunks checked it
+		case OpDBias:
+			if l := anyLen[T](x.DBias); l < n {
+				return fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, os.name, l, n)
+			}
+		default:
+			if int64(len(data[op])) < n {
+				return fmt.Errorf("%w: %s: slice of %d elements, the view needs %d", ErrInvalid, os.name, len(data[op]), n)
+			}
 		}
 	}
 	nl := p.LSELen()
 	var bufs operandBufs
 	var err error
 	for _, op := range in {
-		if op == OpLSE {
+		switch op {
+		case OpLSE:
 			bufs[op], err = upload(ctx, h, opSpec(p, op), lse[:nl])
-		} else {
+		case OpBias:
+			bufs[op], err = uploadAny[T](ctx, h, opSpec(p, op), x.Bias)
+		default:
 			bufs[op], err = upload(ctx, h, opSpec(p, op), data[op])
 		}
 		if err != nil {
@@ -308,11 +336,15 @@ func hostPass[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.
 		}
 	}
 	for _, op := range out {
+		os := opSpec(p, op)
 		size := dt.Size()
-		if op == OpLSE {
+		switch {
+		case op == OpLSE:
 			size = 4
+		case os.dt != 0:
+			size = os.dt.Size()
 		}
-		if bufs[op], err = output(h, opSpec(p, op), size); err != nil {
+		if bufs[op], err = output(h, os, size); err != nil {
 			return err
 		}
 	}
@@ -326,9 +358,12 @@ func hostPass[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.
 		return err
 	}
 	for _, op := range out {
-		if op == OpLSE {
+		switch op {
+		case OpLSE:
 			err = download(ctx, h, opSpec(p, op), bufs[op], lse[:nl])
-		} else {
+		case OpDBias:
+			err = downloadAny[T](ctx, h, opSpec(p, op), bufs[op], x.DBias)
+		default:
 			err = download(ctx, h, opSpec(p, op), bufs[op], data[op])
 		}
 		if err != nil {
@@ -336,4 +371,46 @@ func hostPass[T Elem](ctx context.Context, b *Backend, p *spec.Problem, dt spec.
 		}
 	}
 	return nil
+}
+
+// anyLen is the length of a []float32 or []T slice held in an any (−1
+// for anything else).
+func anyLen[T Elem](s any) int64 {
+	switch d := s.(type) {
+	case []float32:
+		return int64(len(d))
+	case []T:
+		return int64(len(d))
+	}
+	return -1
+}
+
+// uploadAny is upload of a bias slice: []float32 or []T.
+func uploadAny[T Elem](ctx context.Context, h *hostCall, op operandSpec, data any) (*device.Buffer, error) {
+	switch d := data.(type) {
+	case []float32:
+		if op.dt == spec.Float32 {
+			return upload(ctx, h, op, d)
+		}
+	case []T:
+		if op.dt == dtypeOf[T]() {
+			return upload(ctx, h, op, d)
+		}
+	}
+	return nil, fmt.Errorf("%w: %s: %T for a %v operand", ErrInvalid, op.name, data, op.dt)
+}
+
+// downloadAny is download into a dBias slice: []float32 or []T.
+func downloadAny[T Elem](ctx context.Context, h *hostCall, op operandSpec, buf *device.Buffer, data any) error {
+	switch d := data.(type) {
+	case []float32:
+		if op.dt == spec.Float32 {
+			return download(ctx, h, op, buf, d)
+		}
+	case []T:
+		if op.dt == dtypeOf[T]() {
+			return download(ctx, h, op, buf, d)
+		}
+	}
+	return fmt.Errorf("%w: %s: %T for a %v operand", ErrInvalid, op.name, data, op.dt)
 }

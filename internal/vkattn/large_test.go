@@ -99,10 +99,10 @@ func checkLongKeys(t *testing.T, b *Backend, nk int, addressed bool) [][]float16
 	}
 	o, lse := make([]float16.Float16, nq*hq*d), make([]float32, hq*nq)
 	dq, dk, dv := make([]float16.Float16, nq*hq*d), make([]float16.Float16, nk*hkv*d), make([]float16.Float16, nk*hkv*d)
-	if err := ForwardHost(ctx, b, p, q, k, v, o, lse); err != nil {
+	if err := ForwardHost(ctx, b, p, q, k, v, o, lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := BackwardHost(ctx, b, p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+	if err := BackwardHost(ctx, b, p, q, k, v, o, lse, do, dq, dk, dv, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	// The float64 sums, for query heads 0 and 1 (key/value head 0, whose

@@ -19,9 +19,14 @@ type operandSpec struct {
 }
 
 // opSpec is operand op of p: Q, K, V and O (and their gradients, which
-// share their strides), LSE (contiguous float32 [B, Hq, Nq]).
+// share their strides), LSE (contiguous float32 [B, Hq, Nq]), the bias
+// and dBias (spec.Bias: [B or 1, Nq or 1, Hq or 1, Nk], 1 where a stride
+// of 0 broadcasts, in the bias's dtype).
 func opSpec(p *spec.Problem, op Operand) operandSpec {
 	s := operandSpec{name: op.String()}
+	if op == OpBias || op == OpDBias {
+		return biasSpec(p, op)
+	}
 	if kv := p.KV; kv != nil {
 		switch op {
 		case OpK:
@@ -58,10 +63,24 @@ func opSpec(p *spec.Problem, op Operand) operandSpec {
 	return s
 }
 
-// passOperands lists the inputs and outputs of a submission of the
-// forward, the backward, or both (a training step, whose backward reads
-// the O and LSE its forward writes).
-func passOperands(fwd, bwd bool) (in, out []Operand) {
+// passOperands lists the inputs and outputs of a submission of p's
+// forward, backward, or both (a training step, whose backward reads the
+// O and LSE its forward writes): tensorOperands', and p's bias (an
+// input) and dBias (a backward's output) where p has them.
+func passOperands(p *spec.Problem, fwd, bwd bool) (in, out []Operand) {
+	in, out = tensorOperands(fwd, bwd)
+	if x := p.Ext; x != nil && x.Bias != nil {
+		in = append(in, OpBias)
+		if bwd && x.Bias.Grad {
+			out = append(out, OpDBias)
+		}
+	}
+	return in, out
+}
+
+// tensorOperands lists the attention operands (Q, K, V, O, LSE and their
+// gradients) of a submission of the forward, the backward or both.
+func tensorOperands(fwd, bwd bool) (in, out []Operand) {
 	switch {
 	case fwd && bwd:
 		return []Operand{OpQ, OpK, OpV, OpDO}, []Operand{OpO, OpLSE, OpDQ, OpDK, OpDV}
@@ -75,9 +94,9 @@ func passOperands(fwd, bwd bool) (in, out []Operand) {
 // outputs of its passes; nil for the rest).
 type Operands [numOperands]*Tensor
 
-// bindings are the call arguments of a submission of the passes.
-func (s *Operands) bindings(fwd, bwd bool) []binding {
-	in, out := passOperands(fwd, bwd)
+// bindings are the call arguments of a submission of p's passes.
+func (s *Operands) bindings(p *spec.Problem, fwd, bwd bool) []binding {
+	in, out := passOperands(p, fwd, bwd)
 	var args []binding
 	for _, op := range in {
 		args = append(args, binding{op, s[op], false})
@@ -137,4 +156,42 @@ func uploadOp[T Elem](ctx context.Context, t *Tensor, data []T) error {
 		return fmt.Errorf("%w: slice of %d elements, the view needs %d", ErrInvalid, len(data), t.elems)
 	}
 	return Upload(ctx, t, data[:t.elems])
+}
+
+// uploadBias is uploadOp of a bias slice: []float32 or []T.
+func uploadBias[T Elem](ctx context.Context, t *Tensor, data any) error {
+	switch d := data.(type) {
+	case []float32:
+		if t.dt == spec.Float32 {
+			return uploadOp(ctx, t, d)
+		}
+	case []T:
+		if t.dt == dtypeOf[T]() {
+			return uploadOp(ctx, t, d)
+		}
+	}
+	return fmt.Errorf("%w: bias: %T for a %v tensor", ErrInvalid, data, t.dt)
+}
+
+// biasSpec is opSpec of the bias (OpBias) or dBias (OpDBias) of p: its
+// shape keeps a dimension where its stride is not 0.
+func biasSpec(p *spec.Problem, op Operand) operandSpec {
+	s := operandSpec{name: op.String()}
+	if p.Ext == nil || p.Ext.Bias == nil {
+		return s
+	}
+	x := p.Ext.Bias
+	st := spec.Strides{Batch: x.Batch, Seq: x.Row, Head: x.Head}
+	if op == OpDBias {
+		st = spec.Strides{Batch: x.GradBatch, Seq: x.GradRow, Head: x.GradHead}
+	}
+	dim := func(n, stride int) int {
+		if stride == 0 {
+			return 1
+		}
+		return n
+	}
+	s.shape = spec.Shape{B: dim(p.B, st.Batch), S: dim(p.Nq, st.Seq), H: dim(p.Hq, st.Head), D: p.Nk}
+	s.st, s.dt = st, x.DType
+	return s
 }

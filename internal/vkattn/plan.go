@@ -111,6 +111,10 @@ type Launch struct {
 	Addresses []Operand
 	// Barrier: a compute barrier precedes the dispatch.
 	Barrier bool
+	// Zero are buffers the launch's first workgroups find zeroed (filled
+	// before it: a dBias or its scratch, of which the kernel writes only
+	// what its tiles reach).
+	Zero []Operand
 
 	key pipeline.Key // SPIR-V, specialization, bindings, subgroup settings
 }
@@ -284,7 +288,7 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 			continue
 		}
 		if p.Ext != nil && !f.ext {
-			err := fmt.Errorf("%w: %s runs no window, softcap, ALiBi, dropout, packed sequences or key counts", ErrUnsupported, f.name)
+			err := fmt.Errorf("%w: %s runs no window, softcap, ALiBi, dropout, bias, packed sequences or key counts", ErrUnsupported, f.name)
 			if f == b.explicit {
 				return nil, err
 			}
@@ -294,6 +298,9 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 		pl, err := f.plan(ctx, b, p, dt)
 		if err == nil {
 			pl.Dir = dir
+			err = b.planBias(ctx, p, dt, pl)
+		}
+		if err == nil {
 			pl.bindExt(p)
 			err = b.dropShared(p, pl)
 		}
@@ -528,16 +535,16 @@ func (pl *Plan) bindExt(p *spec.Problem) {
 // newLaunch fills the pipeline key of a launch of kernel with storage dt,
 // its specialization constants and subgroup settings; the name carries
 // the configuration and head dims. A kernel of shaders.ExtKernels also
-// binds the Ext buffer (last) and is specialized to the extended variant
-// p needs (shaders.ExtSpec).
+// binds the Ext buffer and the bias's buffers (biasBinds) and is
+// specialized to the extended variant p needs (shaders.ExtSpecFor).
 func (b *Backend) newLaunch(kernel string, dt spec.DType, p *spec.Problem, config string, sp []device.Spec, reqSG uint32, full bool, binds ...Operand) (Launch, error) {
 	spv, err := b.module(kernel, dt)
 	if err != nil {
 		return Launch{}, err
 	}
 	if slices.Contains(shaders.ExtKernels, kernel) {
-		binds = append(slices.Clip(binds), OpExt)
-		ext := shaders.ExtSpec(p)
+		binds = append(append(slices.Clip(binds), OpExt), biasBinds(kernel, p)...)
+		ext := shaders.ExtSpecFor(kernel, p)
 		sp = setSpec(sp, shaders.SpecExt, ext)
 		if ext != 0 {
 			config += fmt.Sprintf(" ext%d", ext)

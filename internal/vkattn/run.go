@@ -158,7 +158,7 @@ func (b *Backend) call(ctx context.Context, p *spec.Problem, fwd, bwd bool, ts O
 		return err
 	}
 	defer leave()
-	dt, release, err := b.acquire(p, ts.bindings(fwd, bwd))
+	dt, release, err := b.acquire(p, ts.bindings(p, fwd, bwd))
 	if err != nil {
 		return err
 	}

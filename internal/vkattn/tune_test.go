@@ -168,12 +168,12 @@ func TestTuneInvalidTuned(t *testing.T) {
 			}
 		}
 	}
-	if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse); err != nil {
+	if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	o, _, _ := reference.Forward(h.ref(), to64(h.q), to64(h.k), to64(h.v))
 	checkClose(t, "o", h.o, o, 1e-5)
-	if err := BackwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv); err != nil {
+	if err := BackwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	_, dk2, _, _ := reference.Backward(h.ref(), to64(h.q), to64(h.k), to64(h.v), to64(h.dO))

@@ -319,7 +319,7 @@ func (tb *Backend) newVerifyCase(ctx context.Context, p *spec.Problem, dt spec.D
 			return nil, fmt.Errorf("%w: reference: %d backward results, want dQ, dK and dV", ErrInvalid, len(vc.ref))
 		}
 	}
-	in, out := passOperands(!backward, backward)
+	in, out := passOperands(p, !backward, backward)
 	for _, op := range in {
 		if vc.ops[op], err = vc.ts.alloc(op); err != nil {
 			return nil, err

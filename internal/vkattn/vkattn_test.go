@@ -182,7 +182,7 @@ func TestHostKernels(t *testing.T) {
 		t.Run(kernel, func(t *testing.T) {
 			b := openBackend(t, kernel)
 			h := newHostProblem(1, 2, 4, 2, 37, 45, 32, 32, spec.MaskCausalBottomRight)
-			if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse); err != nil {
+			if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); err != nil {
 				t.Fatal(err)
 			}
 			o, lse, err := reference.Forward(h.ref(), to64(h.q), to64(h.k), to64(h.v))
@@ -194,7 +194,7 @@ func TestHostKernels(t *testing.T) {
 			if kernel != "flash" {
 				return // the backward kernels do not depend on the forward kernel
 			}
-			if err := BackwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv); err != nil {
+			if err := BackwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv, HostBias{}); err != nil {
 				t.Fatal(err)
 			}
 			dq, dk, dv, err := reference.Backward(h.ref(), to64(h.q), to64(h.k), to64(h.v), to64(h.dO))
@@ -264,10 +264,10 @@ func TestStepMatchesForwardBackward(t *testing.T) {
 	if err := b.Backward(ctx, p, q, k, v, s.o, s.lse, do, s.dq, s.dk, s.dv); err != nil {
 		t.Fatal(err)
 	}
-	if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse); err != nil {
+	if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv); err != nil {
+	if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -299,10 +299,10 @@ func TestBatchChunks(t *testing.T) {
 	b := openBackend(t, "")
 	h := newHostProblem(3, 5, 2, 2, 24, 20, 8, 8, spec.MaskNone)
 	p := h.p
-	if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse); err != nil {
+	if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv); err != nil {
+	if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	full := [][]float32{slices.Clone(h.o), slices.Clone(h.lse), slices.Clone(h.dq), slices.Clone(h.dk), slices.Clone(h.dv)}
@@ -317,10 +317,10 @@ func TestBatchChunks(t *testing.T) {
 			x[i] = float32(math.NaN())
 		}
 	}
-	if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse); err != nil {
+	if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv); err != nil {
+	if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, h.o, h.lse, h.dO, h.dq, h.dk, h.dv, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	for i, x := range [][]float32{h.o, h.lse, h.dq, h.dk, h.dv} {
@@ -364,7 +364,7 @@ func TestLimits(t *testing.T) {
 	// kernel binds it).
 	nq := int(math.Sqrt(float64(b.BindingBytes())/4)) + 1
 	h := newHostProblem(4, 1, 1, 1, nq, nq, 1, 1, spec.MaskNone)
-	err = ForwardHost(context.Background(), b, h.p, h.q, h.k, h.v, h.o, h.lse)
+	err = ForwardHost(context.Background(), b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{})
 	want := fmt.Sprintf("%d bytes", NaiveScratchBytes(h.p))
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "naive") || !strings.Contains(err.Error(), want) {
 		t.Errorf("naive scratch: %v (want ErrTooLarge naming %s)", err, want)
@@ -383,7 +383,7 @@ func TestConcurrent(t *testing.T) {
 	for i := range probs {
 		probs[i] = newHostProblem(uint64(10+i), 1, 2, 1, 16+i, 20, 16, 16, spec.Mask(i%3))
 		h := probs[i]
-		if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse); err != nil {
+		if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); err != nil {
 			t.Fatal(err)
 		}
 		want[i] = slices.Clone(h.o)
@@ -398,7 +398,7 @@ func TestConcurrent(t *testing.T) {
 			o := make([]float32, len(h.o))
 			lse := make([]float32, len(h.lse))
 			for range 3 {
-				if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, o, lse); err != nil {
+				if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, o, lse, HostBias{}); err != nil {
 					errs <- err
 					return
 				}
@@ -420,12 +420,12 @@ func TestBench(t *testing.T) {
 	ctx := context.Background()
 	b := openBackend(t, "")
 	h := newHostProblem(5, 1, 2, 2, 64, 64, 32, 32, spec.MaskCausalTopLeft)
-	if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse); err != nil {
+	if err := ForwardHost(ctx, b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range []BenchOptions{{Iters: 3, Rotate: 2}, {Iters: 3, Backward: true}, {Iters: 2, Step: true, Warmup: -1},
 		{Iters: 2, Backward: true, PerKernel: true}} {
-		r, err := BenchmarkHost(ctx, b, h.p, o, h.q, h.k, h.v, h.o, h.dO, h.lse)
+		r, err := BenchmarkHost(ctx, b, h.p, o, h.q, h.k, h.v, h.o, h.dO, h.lse, HostBias{})
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
 		}
@@ -490,7 +490,7 @@ func TestClose(t *testing.T) {
 		t.Errorf("NewTensor after Close: %v", err)
 	}
 	h := newHostProblem(6, 1, 1, 1, 4, 4, 4, 4, spec.MaskNone)
-	if err := ForwardHost(context.Background(), b, h.p, h.q, h.k, h.v, h.o, h.lse); !errors.Is(err, ErrClosed) {
+	if err := ForwardHost(context.Background(), b, h.p, h.q, h.k, h.v, h.o, h.lse, HostBias{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("ForwardHost after Close: %v", err)
 	}
 	if err := y.Close(); err != nil {

@@ -96,19 +96,50 @@ as flashvk's attention.Flops (causal: Ni(Ni+1)/2 per head, 2*H*(d+dv) each).
     python3 bench/torch_sdpa.py --seqlens 8192,512,2048,77 --dim 128 --causal true --backward --json torch-packed.json
     python3 bench/torch_sdpa.py --seqlens 300,0,77,512 --heads 8 --kv-heads 2 --dim 64 --dry-run
 
+An attention bias or mask (--bias FILE.npy, --mask FILE.npy, --bias-grad),
+the anchor for `flashvk bench --bias/--mask/--bias-grad`, on every point
+(grid and --seqlens), forward and backward: SDPA's attn_mask. --bias is an
+additive float bias (float32 or float16), --mask a boolean mask (bool, or
+uint8 0/1; True attends), each [B|1, H|1, Nq|1, Nk] (a 3-D [H|1, Nq|1, Nk] or
+2-D [Nq|1, Nk] file is one with leading 1s), the same files flashvk reads;
+every point must fit the shape (B = tokens/N and H = hidden/d on the grid),
+else the script refuses before timing, as flashvk bench does. SDPA takes a
+float attn_mask in the query's dtype only: a float32 bias is rounded to
+--dtype here (flashvk keeps it float32). The causal mask and --window,
+--alibi and --seqused-k are folded into one additive mask with the bias
+(SDPA takes no is_causal beside an attn_mask); a mask alone goes to SDPA as
+a boolean attn_mask. The flash backend takes no attn_mask (skipped; the
+default --backend is then best); with --softcap the eager math path runs
+(the bias added to the softcapped scores), not flex_attention; on
+--seqlens the nested tensors are not timed (they take no mask).
+--bias-grad (with --backward) makes the bias a leaf that requires grad (a
+mask becomes 0 and -inf in --dtype) and times the backward with its
+gradient (torch.autograd.grad over q, k, v and the bias): flashvk's dBias.
+A row the bias hides whole gets NaN from SDPA (flashvk gives 0): timings
+only. The results record "bias" or "mask" as flashvk writes them (the
+file's name, its shape as [B|1,H|1,Nq|1,Nk] and its element type:
+"mask.npy [1,1,1024,1024] bool") and, on the backward, "bias_grad", so
+`flashvk compare` matches them with flashvk's; TFLOP/s counts the visible
+pairs exactly, as flashvk does (the pairs the bias hides included).
+Decode mode refuses them. Reading the file's data needs numpy.
+    python3 bench/torch_sdpa.py --dtype float16 --seq 1024 --dim 64 --causal true --mask mask.npy --backward --bias-grad --json torch-mask.json
+
 The parts that need no GPU (the decode grid, the packed points, FLOPs,
-bytes, masks' key limits, block tables, the options' visible pairs) are
-plain functions with doctests:
+bytes, masks' key limits, block tables, the options' visible pairs, the
+bias file's header and shape) are plain functions with doctests:
     python3 -m doctest -v bench/torch_sdpa.py
 and --dry-run prints the decode (or --seqlens) points as JSON lines
 without timing anything.
 """
 import argparse
+import ast
 import contextlib
 import datetime
 import json
+import os
 import random
 import statistics
+import struct
 import sys
 
 try:
@@ -295,14 +326,137 @@ def feature_flops(b, h, n, d, causal, window, seqused, lens=None):
 
 def features_of(a):
     """The options a result records, as flashvk writes them (None: unset;
-    dropout without a seed: PyTorch's mask is its own).
+    dropout without a seed: PyTorch's mask is its own; the bias or mask by
+    its descriptor, bias_grad on backward results only: see bias_grad_of).
 
-    >>> ns = argparse.Namespace(window=None, softcap=None, alibi=False, seqused_k=[3], dropout=0.1)
+    >>> ns = argparse.Namespace(window=None, softcap=None, alibi=False, seqused_k=[3], dropout=0.1, bias_spec=None)
     >>> features_of(ns)
     {'seqused_k': [3], 'dropout': 0.1}
+    >>> ns.bias_spec = {"flag": "--mask", "descriptor": "m.npy [1,1,8,8] bool"}
+    >>> features_of(ns)["mask"]
+    'm.npy [1,1,8,8] bool'
     """
+    spec = getattr(a, "bias_spec", None)
     return {k: v for k, v in (("window", a.window), ("softcap", a.softcap), ("alibi", a.alibi or None),
-                              ("seqused_k", a.seqused_k), ("dropout", a.dropout)) if v is not None}
+                              ("seqused_k", a.seqused_k), ("dropout", a.dropout),
+                              (spec["flag"][2:] if spec else "bias", spec["descriptor"] if spec else None)) if v is not None}
+
+
+# ---- --bias and --mask: the parts without CUDA ----
+
+NPY_TYPES = {"f4": "float32", "f2": "float16", "b1": "bool", "?": "bool", "u1": "uint8"}
+
+
+def npy_header(fh):
+    """The element type and shape of a .npy file open for reading, from
+    its header (flashvk's --bias takes float32 and float16, --mask bool
+    and uint8; C order). Raises ValueError saying what is wrong.
+
+    >>> import io
+    >>> h = "{'descr': '|b1', 'fortran_order': False, 'shape': (4, 8), }"
+    >>> npy_header(io.BytesIO(b"\\x93NUMPY\\x01\\x00" + struct.pack("<H", len(h)) + h.encode()))
+    ('bool', [4, 8])
+    >>> h = "{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }"
+    >>> npy_header(io.BytesIO(b"\\x93NUMPY\\x01\\x00" + struct.pack("<H", len(h)) + h.encode()))
+    Traceback (most recent call last):
+    ValueError: dtype '<f8' is not supported: want float32 or float16 (--bias), bool or uint8 (--mask)
+    """
+    pre = fh.read(8)
+    if len(pre) < 8 or pre[:6] != b"\x93NUMPY":
+        raise ValueError("not a valid .npy file: no .npy magic")
+    if pre[6] not in (1, 2, 3):
+        raise ValueError(f"unsupported .npy version {pre[6]}.{pre[7]}")
+    size = 2 if pre[6] == 1 else 4
+    (n,) = struct.unpack("<H" if size == 2 else "<I", fh.read(size))
+    try:
+        d = ast.literal_eval(fh.read(n).decode("latin1"))
+        descr, fortran, shape = d["descr"], d["fortran_order"], list(d["shape"])
+    except (ValueError, SyntaxError, KeyError, TypeError) as e:
+        raise ValueError(f"not a valid .npy file: bad header ({e})") from None
+    if fortran:
+        raise ValueError("Fortran-order array; save it in C order (np.ascontiguousarray)")
+    t = descr.lstrip("<>|=") if isinstance(descr, str) else ""
+    if t not in NPY_TYPES:
+        raise ValueError(f"dtype {descr!r} is not supported: want float32 or float16 (--bias), bool or uint8 (--mask)")
+    return NPY_TYPES[t], shape
+
+
+def bias_spec_of(flag, path, etype, dims):
+    """The bias of --bias or --mask (flag) path, an array of element type
+    etype and shape dims, as flashvk reads it: a dict of the flag, path,
+    type, dims, shape ([B|1, H|1, Nq|1, Nk]: dims with leading 1s) and
+    descriptor (what results record). Raises ValueError with flashvk's
+    reasons.
+
+    >>> s = bias_spec_of("--mask", "/tmp/mask.npy", "bool", [512, 512])
+    >>> s["shape"], s["descriptor"]
+    ([1, 1, 512, 512], 'mask.npy [1,1,512,512] bool')
+    >>> bias_spec_of("--bias", "m.npy", "bool", [8, 8])
+    Traceback (most recent call last):
+    ValueError: a bool array: --bias takes an additive float bias (float32 or float16); give a boolean mask to --mask
+    >>> bias_spec_of("--bias", "b.npy", "float32", [8])
+    Traceback (most recent call last):
+    ValueError: shape [8]: want 4 dimensions [B|1, H|1, Nq|1, Nk] (or 3, [H|1, Nq|1, Nk], or 2, [Nq|1, Nk])
+    """
+    if flag == "--bias" and etype in ("bool", "uint8"):
+        raise ValueError(f"a {etype} array: --bias takes an additive float bias (float32 or float16); give a boolean mask to --mask")
+    if flag == "--mask" and etype not in ("bool", "uint8"):
+        raise ValueError(f"a {etype} array: --mask takes a boolean mask (bool, or uint8 0 and 1: true attends); give an additive float bias to --bias")
+    if not 2 <= len(dims) <= 4:
+        raise ValueError(f"shape [{','.join(map(str, dims))}]: want 4 dimensions [B|1, H|1, Nq|1, Nk] (or 3, [H|1, Nq|1, Nk], or 2, [Nq|1, Nk])")
+    if min(dims) <= 0:
+        raise ValueError(f"shape [{','.join(map(str, dims))}]: every dimension must be positive")
+    shape = [1] * (4 - len(dims)) + list(dims)
+    desc = f"{os.path.basename(path)} [{','.join(map(str, shape))}] {etype}"
+    return {"flag": flag, "path": path, "type": etype, "dims": list(dims), "shape": shape, "descriptor": desc}
+
+
+def bias_fits(shape, b, h, nq, nk):
+    """Whether a bias of shape [B|1, H|1, Nq|1, Nk] fits a problem of b
+    sequences, h query heads, nq queries and nk keys.
+
+    >>> bias_fits([1, 8, 1, 64], 4, 8, 64, 64), bias_fits([1, 8, 64, 64], 4, 16, 64, 64)
+    (True, False)
+    """
+    return shape[0] in (1, b) and shape[1] in (1, h) and shape[2] in (1, nq) and shape[3] == nk
+
+
+def bias_grad_of(a, direction):
+    """What a result records of --bias-grad: bias_grad on the backward.
+
+    >>> bias_grad_of(argparse.Namespace(bias_grad=True), "bwd"), bias_grad_of(argparse.Namespace(bias_grad=True), "fwd")
+    ({'bias_grad': True}, {})
+    """
+    return {"bias_grad": True} if a.bias_grad and direction == "bwd" else {}
+
+
+def check_bias_args(ap, a, points):
+    """Refuse what flashvk refuses for --bias, --mask and --bias-grad
+    (exit 2), and read the file's header into a.bias_spec (None without):
+    points are the (B, H, Nq, Nk) the bias must fit, every one."""
+    a.bias_spec = None
+    if a.bias and a.mask:
+        ap.error("--bias and --mask go apart: give an additive float bias (--bias) or a boolean mask (--mask), not both")
+    if a.bias_grad and not (a.bias or a.mask):
+        ap.error("--bias-grad needs --bias or --mask: it asks for the gradient of the bias")
+    if a.bias_grad and not a.backward:
+        ap.error("--bias-grad has no effect without --backward: only the backward points compute dBias")
+    flag, path = ("--bias", a.bias) if a.bias else ("--mask", a.mask)
+    if not path:
+        return
+    try:
+        with open(path, "rb") as fh:
+            etype, dims = npy_header(fh)
+        spec = bias_spec_of(flag, path, etype, dims)
+    except (OSError, ValueError) as e:
+        ap.error(f"{flag} {path}: {e}")
+    for b, h, nq, nk in points:
+        if not bias_fits(spec["shape"], b, h, nq, nk):
+            ap.error(f"{flag} {path}: shape [{','.join(map(str, spec['dims']))}] does not fit the point B={b} H={h} Nq={nq} Nk={nk}: want [{b},{h},{nq},{nk}] "
+                     "(B, H, Nq, Nk), each of the first three 1 to broadcast; every point must fit it (give the sizes it was made for)")
+    if a.backend == "flash":
+        ap.error(f"--backend flash takes no attn_mask, which {flag} needs: give efficient, cudnn, math or best")
+    a.bias_spec = spec
 
 
 def refusal(e, a):
@@ -506,9 +660,9 @@ def check_decode_args(ap, a):
         ap.error(f"--seqlens does not apply in decode mode ({by}): a KV-cache call packs no sequences "
                  "(--cache-seqlens gives the rows each sequence holds)")
     for flag, given in (("--window", a.window), ("--softcap", a.softcap), ("--alibi", a.alibi), ("--seqused-k", a.seqused_k),
-                        ("--dropout", a.dropout is not None)):
+                        ("--dropout", a.dropout is not None), ("--bias", a.bias), ("--mask", a.mask), ("--bias-grad", a.bias_grad)):
         if given:
-            ap.error(f"{flag} does not apply in decode mode ({by}): a KV-cache call takes no window, softcap, ALiBi, key counts or dropout")
+            ap.error(f"{flag} does not apply in decode mode ({by}): a KV-cache call takes no window, softcap, ALiBi, key counts, dropout or bias")
     if a.seq_given:
         ap.error(f"--seq has no effect in decode mode ({by}): --nq (default 1) and --nk or --cache-seqlens give the lengths")
     if not a.cache_seqlens and not a.nk:
@@ -696,6 +850,13 @@ def main():
     op.add_argument("--dropout", type=dropout_p, metavar="P",
                     help="attention dropout P, 0 < P < 1: SDPA's dropout_p (TIMINGS ONLY: PyTorch's mask is its own, not flashvk's; "
                          "a backend that refuses dropout is skipped; with --softcap the eager math path)")
+    op.add_argument("--bias", metavar="FILE.npy",
+                    help="an additive bias on the scores, float32 or float16, [B|1, H|1, Nq|1, Nk] (or [H|1, Nq|1, Nk], [Nq|1, Nk]): "
+                         "SDPA's float attn_mask (in --dtype), -inf hiding a key")
+    op.add_argument("--mask", metavar="FILE.npy",
+                    help="a boolean mask, bool or uint8 0/1 (True attends), shaped as --bias's: SDPA's boolean attn_mask")
+    op.add_argument("--bias-grad", action="store_true",
+                    help="time the backward with the bias's gradient too (needs --backward; the bias a leaf requiring grad)")
     op.add_argument("--seqlens", type=int_list, nargs="+",
                     help="a packed batch of sequences of these lengths (Nq = Nk = each, B their count): replaces --seq and --tokens; "
                          "takes --heads, --kv-heads and --dry-run (see above)")
@@ -718,6 +879,7 @@ def main():
     a.seq_given, a.append_given, a.tokens_given = a.seq is not None, a.append is not None, a.tokens is not None
     a.append = a.append or 0
     a.tokens = 16384 if a.tokens is None else a.tokens
+    a.bias_spec = None
     decode = a.decode or a.cache_seqlens is not None or a.paged is not None or a.append_given
 
     if decode:
@@ -742,8 +904,15 @@ def main():
         causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"]
         if packed:
             check_packed_args(ap, a)
-        check_feature_args(ap, a, [max(a.seqlens)] if packed else a.seq or [512, 1024, 2048, 4096, 8192, 16384], causals)
-        masked = a.window is not None or a.alibi or a.seqused_k or packed
+        seqs = a.seq or [512, 1024, 2048, 4096, 8192, 16384]
+        check_feature_args(ap, a, [max(a.seqlens)] if packed else seqs, causals)
+        if packed:
+            points = [(p["B"], p["H"], p["Nq"], p["Nk"]) for p in packed_points(a, causals)]
+        else:
+            batch = len(a.seqused_k) if a.seqused_k and len(a.seqused_k) > 1 else None
+            points = [(b, h, n, n) for _, n, _, b, h in grid(a.dim, seqs, causals, a.tokens, a.hidden, batch)]
+        check_bias_args(ap, a, points)
+        masked = a.window is not None or a.alibi or a.seqused_k or packed or a.bias_spec is not None
         a.backend = a.backend or ("flex" if a.softcap is not None else "best" if masked else "flash")
         if a.dry_run:
             for p in packed_points(a, causals):
@@ -836,16 +1005,66 @@ def flex():
 
 def use_flex(a):
     """Whether --softcap runs through flex_attention: where this PyTorch
-    has it, and without --dropout (flex_attention has no dropout)."""
-    return a.dropout is None and flex() is not None
+    has it, without --dropout (flex_attention has no dropout) and without
+    --bias or --mask (the eager path adds them as plain tensors)."""
+    return a.dropout is None and a.bias_spec is None and flex() is not None
 
 
-def softcap_impl(a, b, h, n, causal, dt, dev, ks=None):
+def load_bias(a, dt, dev):
+    """--bias or --mask as SDPA takes it, on dev, [B|1, H|1, Nq|1, Nk]:
+    a float bias in dt (SDPA takes a float attn_mask of the query's dtype
+    only: a float32 file is rounded to dt, where flashvk keeps it float32)
+    or a boolean mask (True attends). With --bias-grad it is a float leaf
+    requiring grad (a mask as 0 and -inf in dt), returned twice: as the
+    bias and as the leaf whose gradient the backward computes (None
+    without)."""
+    import numpy as np  # torch's own dependency; only here, on CUDA
+    spec = a.bias_spec
+    arr = np.ascontiguousarray(np.load(spec["path"]))
+    if spec["type"] == "uint8" and arr.size and int(arr.max()) > 1:
+        sys.exit(f"--mask {spec['path']}: a uint8 mask holds 0 (hide the key) and 1 (attend) only")
+    t = torch.from_numpy(arr).reshape(spec["shape"]).to(dev)
+    if spec["type"] in ("bool", "uint8"):
+        t = t.bool()
+        if not a.bias_grad:
+            return t, None
+        t = torch.zeros(t.shape, dtype=dt, device=dev).masked_fill_(~t, float("-inf"))
+    else:
+        t = t.to(dt)
+    if a.bias_grad:
+        t.requires_grad_()
+        return t, t
+    return t, None
+
+
+def with_bias(a, mask, how, bias):
+    """The attn_mask of a point: the feature mask (mask, None without; it
+    has the causal mask folded in) plus the bias (a boolean mask as 0 and
+    -inf), or the bias alone; and how, told."""
+    if bias is None:
+        return mask, how
+    spec = a.bias_spec
+    what = f"{spec['flag']} {spec['descriptor']}" + (" (a leaf requiring grad)" if a.bias_grad else "")
+    if mask is None:
+        return bias, what + (" as SDPA's boolean attn_mask" if bias.dtype == torch.bool else f" as the {a.dtype} attn_mask")
+    if bias.dtype == torch.bool:
+        bias = torch.zeros(bias.shape, dtype=mask.dtype, device=mask.device).masked_fill_(~bias, float("-inf"))
+    return mask + bias, f"{how}, plus {what}"
+
+
+def bias_leaves(leaf):
+    """The leaves of the bias the backward differentiates (none without
+    --bias-grad)."""
+    return () if leaf is None else (leaf,)
+
+
+def softcap_impl(a, b, h, n, causal, dt, dev, ks=None, bias=None):
     """--softcap's implementation of a point: flex_attention with a score_mod
     (the softcap, then ALiBi) and a block mask (causal, window, key counts:
-    ks, as feature_mask takes them), or, without flex_attention, the eager
-    math path (scores materialised, softcapped, the feature mask added,
-    softmax in float32). Returns (name, attend(q, k, v), note)."""
+    ks, as feature_mask takes them), or, without flex_attention (or with
+    a bias), the eager math path (scores materialised, softcapped, the
+    feature mask and the bias added, softmax in float32). Returns (name,
+    attend(q, k, v), note)."""
     c, w = a.softcap, a.window
     ks = ks or a.seqused_k or [n] * b
     if use_flex(a):
@@ -876,6 +1095,9 @@ def softcap_impl(a, b, h, n, causal, dt, dev, ks=None):
                 + (" and a block mask" if masked else ""))
     mask, how = (feature_mask(a, b, h, n, causal, dt, dev, ks) if causal or w is not None or a.alibi or any(k != n for k in ks)
                  else (None, "no mask"))
+    mask, how = with_bias(a, mask, how, bias)
+    if mask is not None and mask.dtype == torch.bool:  # added to the scores: as 0 and -inf
+        mask = torch.zeros(mask.shape, dtype=dt, device=dev).masked_fill_(~mask, float("-inf"))
 
     def attend_eager(q, k, v):
         s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
@@ -887,21 +1109,23 @@ def softcap_impl(a, b, h, n, causal, dt, dev, ks=None):
             p = torch.dropout(p, a.dropout, True)
         return p.to(q.dtype) @ v
     why = ("flex_attention has no dropout" if a.dropout is not None and flex() is not None
+           else "the bias runs as a plain tensor" if a.bias_spec is not None and flex() is not None
            else "no flex_attention in this PyTorch")
     drop = f", dropout {a.dropout} by torch.dropout on the probabilities" if a.dropout is not None else ""
     return "eager-softcap", attend_eager, f"{why}: eager math path (scores materialised{drop}); {how}"
 
 
-def point_impls(a, b, h, n, causal, dt, dev):
+def point_impls(a, b, h, n, causal, dt, dev, bias=None):
     """The implementations to time on a point: [(name, context, attend)],
     attend(q, k, v) -> O under context(), and a note on how the options
-    ran ("" without options)."""
+    ran ("" without options). bias is --bias or --mask's (load_bias)."""
     if a.softcap is not None:
-        name, attend, note = softcap_impl(a, b, h, n, causal, dt, dev)
+        name, attend, note = softcap_impl(a, b, h, n, causal, dt, dev, bias=bias)
         return [(name, contextlib.nullcontext, attend)], note
     mask, note = None, ""
-    if a.window is not None or a.alibi or a.seqused_k:
+    if a.window is not None or a.alibi or a.seqused_k or (bias is not None and causal):
         mask, note = feature_mask(a, b, h, n, causal, dt, dev)
+    mask, note = with_bias(a, mask, note, bias)
     impls = [(f"sdpa-{name}", context, attend) for name, context, attend in sdpa_impls(a, mask, causal)]
     if a.dropout is not None:
         note = "; ".join(x for x in (note, dropout_note(a)) if x)
@@ -951,6 +1175,7 @@ def run_grid(a):
     causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"]
     feats = features_of(a)
     batch = len(a.seqused_k) if a.seqused_k and len(a.seqused_k) > 1 else None
+    bias, leaf = load_bias(a, dt, dev) if a.bias_spec else (None, None)
     results = []
     for d, n, causal, b, h in grid(a.dim, seqs, causals, a.tokens, a.hidden, batch):
         # BHSD, as SDPA takes it.
@@ -963,7 +1188,7 @@ def run_grid(a):
             flops = feature_flops(b, h, n, d, causal, a.window, seqused)
         else:
             flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
-        impls, note = point_impls(a, b, h, n, causal, dt, dev)
+        impls, note = point_impls(a, b, h, n, causal, dt, dev, bias)
         if note:
             print(f"d={d} N={n} causal={int(causal)}: {note}", file=sys.stderr)
         directions = ["fwd", "bwd"] if a.backward else ["fwd"]
@@ -984,7 +1209,7 @@ def run_grid(a):
                             def fn(i, outs=outs):
                                 j = i % len(sets)
                                 q, k, v, do = sets[j]
-                                torch.autograd.grad(outs[j], (q, k, v), do, retain_graph=True)
+                                torch.autograd.grad(outs[j], (q, k, v) + bias_leaves(leaf), do, retain_graph=True)
                             f = 2.5 * flops
                         timed[name] = time_calls(fn, a.warmup, a.iters)
                     except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:  # the implementation refuses this shape, mask or dropout
@@ -1003,6 +1228,7 @@ def run_grid(a):
                      tflops=f / (med * 1e-3) / 1e12, iters=a.iters, clock="cuda-events")
             if feats:
                 r.update(feats)
+                r.update(bias_grad_of(a, direction))
                 if a.seqused_k:
                     r["seqused_k"] = seqused
                 r.update(note=note, backends_ms={name: statistics.median(t) for name, t in timed.items()})
@@ -1016,7 +1242,7 @@ def run_grid(a):
 
 # ---- packed sequences (--seqlens): on CUDA ----
 
-def packed_impls(a, p, dt, dev, native_gqa):
+def packed_impls(a, p, dt, dev, native_gqa, bias=None):
     """The implementations to time on a packed point: [(name, context,
     layout, attend)], attend taking that layout's inputs ("padded": the
     batch padded to the longest length, [B, H, N, d]; "nested": nested
@@ -1029,7 +1255,8 @@ def packed_impls(a, p, dt, dev, native_gqa):
     flex_attention or the eager math path instead (see softcap_impl).
     Nested tensors take no mask: SDPA on them (the flash and efficient
     backends' varlen kernels, is_causal) runs only without --window,
-    --alibi, --seqused-k and --softcap."""
+    --alibi, --seqused-k, --softcap, --bias and --mask (bias: load_bias's,
+    added to the padded batch's mask)."""
     b, h, n, lens, causal = p["B"], p["H"], p["Nq"], p["seqlens"], p["causal"]
     ks = p.get("seqused_k", lens)
     group = h // p["Hkv"]
@@ -1039,12 +1266,15 @@ def packed_impls(a, p, dt, dev, native_gqa):
         notes.append("GQA: " + ("padded by enable_gqa" if gqa else f"K and V with all {h} heads")
                      + ("" if a.softcap is not None else "; nested K and V with all heads (nested tensors take no GQA)"))
     if a.softcap is not None:
-        name, attend, note = softcap_impl(a, b, h, n, causal, dt, dev, ks)
+        name, attend, note = softcap_impl(a, b, h, n, causal, dt, dev, ks, bias)
         return [(name, contextlib.nullcontext, "padded", attend)], "; ".join([f"padded to {n}: {note}"] + notes), h
     mask, how = None, f"padded to {n}, no mask (every length {n})" + (", is_causal" if causal else "")
-    options = a.window is not None or a.alibi or a.seqused_k
+    options = a.window is not None or a.alibi or a.seqused_k or bias is not None
     if options or any(x != n for x in lens):
-        mask, how = feature_mask(a, b, h, n, causal, dt, dev, ks)
+        if options and not (a.window is not None or a.alibi or a.seqused_k or causal) and all(x == n for x in lens):
+            mask, how = with_bias(a, None, "", bias)  # the bias alone
+        else:
+            mask, how = with_bias(a, *feature_mask(a, b, h, n, causal, dt, dev, ks), bias)
         how = f"padded to {n}: {how}"
     notes.insert(0, how)
     kw = {"enable_gqa": True} if gqa else {}
@@ -1096,11 +1326,12 @@ def run_packed(a):
     causals = {"true": [True], "false": [False], "both": [False, True]}[a.causal or "both"]
     native_gqa = gqa_native()
     feats = features_of(a)
+    bias, leaf = load_bias(a, dt, dev) if a.bias_spec else (None, None)
     results = []
     for p in packed_points(a, causals):
         b, h, n, d, lens, causal = p["B"], p["H"], p["Nq"], p["d"], p["seqlens"], p["causal"]
         label = f"d={d} B={b} T={sum(lens)} seqlens={','.join(map(str, lens[:8]))}{'…' if len(lens) > 8 else ''} causal={int(causal)}"
-        impls, note, hkv = packed_impls(a, p, dt, dev, native_gqa)
+        impls, note, hkv = packed_impls(a, p, dt, dev, native_gqa, bias)
         nested = any(layout == "nested" for _, _, layout, _ in impls)
         sets = [packed_inputs(p, dt, dev, hkv, nested) for _ in range(a.rotate)]
         print(f"{label}: {note}", file=sys.stderr)
@@ -1114,7 +1345,7 @@ def run_packed(a):
                         return s["padded"][:3]
 
                     def grads(s):
-                        return s["padded"][:3], s["padded"][3]
+                        return tuple(s["padded"][:3]) + bias_leaves(leaf), s["padded"][3]
                 else:
                     def args(s):
                         return s["nested"][0]
@@ -1152,6 +1383,7 @@ def run_packed(a):
                      median_ms=med, p10_ms=quantile(ts, 0.1), p90_ms=quantile(ts, 0.9),
                      tflops=f / (med * 1e-3) / 1e12, iters=a.iters, clock="cuda-events")
             r.update(feats)
+            r.update(bias_grad_of(a, direction))
             r.update(seqlens=lens, note=note, backends_ms=meds)
             if a.seqused_k:
                 r["seqused_k"] = p["seqused_k"]

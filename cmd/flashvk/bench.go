@@ -120,6 +120,20 @@ change which elements drop, not the work).
 bench/torch_sdpa.py takes the same flags for a PyTorch anchor (--dropout
 too: SDPA's dropout_p, timings only, its mask being PyTorch's own).
 
+--bias FILE.npy or --mask FILE.npy (see run --help) applies an additive bias
+or a boolean mask to every point, forward and backward; every point must fit
+its shape [B|1, H|1, Nq|1, Nk] (a point that does not is refused before the
+sweep, naming it: give the grid the sizes the file was made for, e.g. one
+--seq with --heads and --batch, or a 2-D [N, N] file, which fits any B and
+H). A float32 bias stays float32 at every --dtype; a float16 bias and a mask
+are in each point's dtype. --bias-grad (with --backward) asks the backward
+points for dBias too (--check then takes the worst of dQ, dK, dV and
+dBias). The results record "bias" or "mask" (the file's name, its shape as
+[B,H,Nq,Nk] and its element type: "mask.npy [1,1,1024,1024] bool") and, on
+the backward, "bias_grad", which compare and report match and label on, and
+the FLOPs count the visible pairs exactly (those the bias hides included).
+bench/torch_sdpa.py takes the same three flags (SDPA's attn_mask).
+
 --seqlens N1,N2,… (see run --help) benchmarks one packed batch of
 self-attention sequences: the lengths are the grid's only length point,
 run at every dtype × d × mask (--dim, --dtype and --causal still sweep;
@@ -131,22 +145,24 @@ sequence by sequence. bench/torch_sdpa.py --seqlens times PyTorch's anchors
 on the same batch (padded SDPA with a mask, and its packed path where it
 has one).
 
-A flag that would change nothing is refused (exit 2): --tokens beside
---batch or several --seqused-k values, --hidden beside --heads, --seq beside
---nq and --nk, --align without a causal mask, --window or --alibi or without
-a point whose sequences have Nk ≠ Nq keys, a --window or --seqused-k that
-changes no point, --check with --benchfmt and no --json (the errors would be
-printed nowhere), --per-kernel and --rotate where only the CPU backend runs
-(it times whole calls on one input set), --per-kernel with --progress none
-and no --json, --dropout-seed and --dropout-offset without --dropout, in
-decode mode --backward, --rotate, --seq, --tokens beside --cache-seqlens,
---seqused-k, the dropout flags and --seqlens, and the engine flags where
-they do not apply (see run --help).`,
+A flag that would change nothing is refused (exit 2): --tokens beside --batch
+or several --seqused-k values, --hidden beside --heads, --seq beside --nq and
+--nk, --align without a causal mask, --window or --alibi or without a point
+whose sequences have Nk ≠ Nq keys, a --window or --seqused-k that changes no
+point, --bias-grad without --backward, --check with --benchfmt and no --json
+(the errors would be printed nowhere), --per-kernel and --rotate where only
+the CPU backend runs (it times whole calls on one input set), --per-kernel
+with --progress none and no --json, --dropout-seed and --dropout-offset
+without --dropout, in decode mode --backward, --rotate, --seq, --tokens beside
+--cache-seqlens, --seqused-k, the dropout flags, --bias, --mask, --bias-grad
+and --seqlens, and the engine flags where they do not apply (see run
+--help).`,
 		Example: `  flashvk bench --json h200.json
   flashvk bench --dim 64 --seq 1024,4096 --causal true --backward --benchfmt --count 10 | tee new.txt
   flashvk bench --dtype f16 --dim 128 --nq 1,128 --nk 8192 --heads 32 --kv-heads 8 --batch 4
   flashvk bench --dtype f16 --seq 4096,8192 --causal --window 1024,0 --backward --json sliding.json
   flashvk bench --dtype f16 --dim 128 --seqlens 8192,512,2048,77 --causal true --backward --json packed.json
+  flashvk bench --dtype f16 --seq 1024 --dim 64 --heads 16 --batch 4 --causal true --mask mask.npy --backward --bias-grad --json masked.json
   flashvk bench --backend cpu --seq 128 --iters 5 --json cpu.json
   flashvk bench --decode --nk 1024,8192,32768 --batch 16 --heads 32 --kv-heads 8 --dim 128 --dtype f16 --json decode.json`,
 		Args: cobra.NoArgs,
@@ -219,7 +235,14 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 						hkv = h
 					}
 					p := problem{B: b, Hq: h, Hkv: hkv, Nq: n[0], Nk: n[1], D: d, Dv: d, DType: dt, Layout: attention.BSHD,
-						Causal: causal, Align: align, features: s.features(b)}
+						Causal: causal, Align: align, features: s.features(b), bias: s.bias}
+					p.BiasGrad = false // the forward's: the backward point asks for dBias
+					if x := p.bias; x != nil {
+						if err := x.check(p.B, p.Hq, p.Nq, p.Nk, p.packed()); err != nil {
+							return nil, usagef("%s at the point d=%d B=%d H=%d %s: bench applies the bias to every point, which must all fit it (give the sizes it was made for: --seq or --nq and --nk, --dim, --heads, --batch)",
+								strings.TrimSuffix(err.Error(), ", each of the first three 1 to broadcast"), d, b, h, lensLabel(p))
+						}
+					}
 					if err := p.validate(); err != nil {
 						return nil, err
 					}
@@ -230,7 +253,9 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 					}
 					pts = append(pts, benchPoint{p: p})
 					if f.backward {
-						pts = append(pts, benchPoint{p: p, backward: true})
+						bp := p
+						bp.BiasGrad = s.biasGrad
+						pts = append(pts, benchPoint{p: bp, backward: true})
 					}
 				}
 			}
@@ -335,6 +360,8 @@ func (f *benchFlags) checkEffect(cmd *cobra.Command) error {
 		return usagef("--rotate has no effect with --backend cpu: the CPU backend times every call on the same inputs")
 	case f.perKernel && strings.EqualFold(f.backend.backend, "cpu"):
 		return usagef("--per-kernel has no effect with --backend cpu: the CPU backend times whole calls")
+	case f.shape.biasGrad && !f.backward && !decode:
+		return usagef("--bias-grad has no effect without --backward: only the backward points compute dBias")
 	}
 	if decode {
 		return f.shape.checkDecodeGrid()
@@ -381,6 +408,11 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	if err := f.checkEffect(cmd); err != nil {
 		return err
+	}
+	if !f.shape.decodeMode() {
+		if err := f.shape.loadBias(ctx); err != nil {
+			return err
+		}
 	}
 	want := f.shape.dtypes
 	// Validate the grid before opening any device.
@@ -465,6 +497,16 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	if a.beforeInputs != nil {
 		a.beforeInputs()
+	}
+	if x := f.shape.bias; x != nil {
+		if err := x.load(ctx); err != nil {
+			return err
+		}
+		if f.check {
+			if err := x.checkFinite(); err != nil {
+				return err
+			}
+		}
 	}
 
 	prog := a.newProgress(f.progress, total)
@@ -665,7 +707,8 @@ func measure(count int, bench func() (*attention.BenchResult, error)) (*attentio
 }
 
 // checkPoint runs one call and records its error against the reference:
-// O for the forward, the worst of dQ, dK and dV for the backward.
+// O for the forward, the worst of dQ, dK and dV (and dBias, with
+// --bias-grad) for the backward.
 func checkPoint(ctx context.Context, e *engine, p problem, q, k, v, do attention.Tensor, backward bool, ref *refResult, r *Result) error {
 	opt := p.options()
 	out, err := e.Forward(ctx, q, k, v, opt)
@@ -682,6 +725,9 @@ func checkPoint(ctx context.Context, e *engine, p problem, q, k, v, do attention
 		}
 		stats = append(stats, reference.Compare(g.DQ.Float32s(), ref.dq), reference.Compare(g.DK.Float32s(), ref.dk),
 			reference.Compare(g.DV.Float32s(), ref.dv))
+		if p.BiasGrad {
+			stats = append(stats, reference.Compare(bhsdFloat32s(g.DBias), ref.db))
+		}
 	}
 	var maxAbs, relL2 float64
 	for _, s := range stats {

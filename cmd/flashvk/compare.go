@@ -25,9 +25,10 @@ type rowKey struct {
 	D         int    `json:"d"`
 	Causal    bool   `json:"causal"`
 	// Options tells results with packed lengths, a window, softcap, ALiBi,
-	// key counts or dropout apart (problem.featuresLabel: more than 8
-	// lengths are summarised there; the dropout's P, not its seed and
-	// offset); "" for the others.
+	// key counts, dropout or a bias apart (problem.featuresLabel: more
+	// than 8 lengths are summarised there; the dropout's P, not its seed
+	// and offset; the bias's file name, shape and type, and bias_grad);
+	// "" for the others.
 	Options string `json:"options,omitempty"`
 	// SeqLens are a packed batch's lengths, every one ("100,512,300"):
 	// packed results whose summaries agree stay apart; "" for the others.

@@ -410,11 +410,17 @@ func (s *shapeFlags) checkDecodeEffect(p decodeProblem) error {
 var decodeFeatureFlags = []string{"window", "softcap", "alibi"}
 
 // checkDecodeFlags refuses the flags decode mode does not read, on every
-// command: --seqlens, and the features beyond decodeFeatureFlags.
+// command: --seqlens, the bias's, and the features beyond
+// decodeFeatureFlags.
 func (s *shapeFlags) checkDecodeFlags() error {
 	by := s.decodeBy()
 	if s.given("seqlens") {
 		return usagef("--seqlens does not apply in decode mode (%s): a KV-cache call packs no sequences (--cache-seqlens gives the rows each sequence holds)", by)
+	}
+	for _, name := range biasFlags {
+		if s.given(name) {
+			return usagef("--%s does not apply in decode mode (%s): a KV-cache call takes no bias or mask (Engine.ForwardKVCache refuses Options.Bias; decoding has no backward)", name, by)
+		}
 	}
 	for _, name := range featureFlags {
 		if s.given(name) && !slices.Contains(decodeFeatureFlags, name) {

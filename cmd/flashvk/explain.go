@@ -106,6 +106,26 @@ type explainPlan struct {
 	Tiles         int64   `json:"tiles,omitempty"`
 	TilesComputed int64   `json:"tiles_computed,omitempty"`
 	TilesFraction float64 `json:"tiles_fraction,omitempty"`
+	// BiasTiles, with --bias or --mask, counts the tiles the bias leaves
+	// nothing to compute in (see skippedTiles); absent without a bias
+	// or where no launch is tiled.
+	BiasTiles *biasTiles `json:"bias_tiles,omitempty"`
+	// tileRows and tileCols are the pass's first tiled launch's tile (0
+	// where none is).
+	tileRows, tileCols int
+}
+
+// biasTiles are the tiles a bias leaves nothing to compute in, counted on
+// the host from its file for a pass's tile of TileRows query rows ×
+// TileCols keys: of the tiles of every sequence and query head that the
+// causal mask, window and key counts leave a visible pair in (Of: Hq ×
+// the tiles computed, where Plan.TilesVisited counts them alike), those
+// whose every visible pair the bias hides (−Inf).
+type biasTiles struct {
+	Skipped  int64 `json:"skipped"`
+	Of       int64 `json:"of"`
+	TileRows int   `json:"tile_rows"`
+	TileCols int   `json:"tile_cols"`
 }
 
 // tilesText says how many of a pass's tiles are computed:
@@ -159,6 +179,18 @@ func analyze(p problem) analysis {
 		a.Assumptions[0] = "naive: each sequence's S = scale·QKᵀ (Ni×Ni per head, Hq·ΣNi² elements in all) is written, read by the softmax, P is written and read by P·V, in the storage dtype; Q, K, V are read and O written once; a causal mask does not shrink S"
 		a.Assumptions[2] = "FLOPs: 4·Hq·d forward per (query, key) pair of a sequence's own that the mask, window and key counts leave visible, counted exactly (d the mean of d and dv; the softcap's tanh, ALiBi's bias and dropout's generator are not counted); backward 2.5× the forward"
 		a.Assumptions = append(a.Assumptions, fmt.Sprintf("tiles: a packed batch is tiled as the padded grid of B = %d sequences of Nmax = %d queries and keys (Plan.Tiles); the kernels compute only the tiles that hold a visible pair of one sequence's own queries and keys (Plan.TilesVisited) and skip the rest", p.B, p.Nq))
+	}
+	if x := p.bias; x != nil {
+		n := float64(x.shape[0]) * float64(x.shape[1]) * float64(x.shape[2]) * float64(x.shape[3])
+		bt := x.dtype(p.DType)
+		a.Assumptions[2] = strings.Replace(a.Assumptions[2], "counted exactly (", "counted exactly (those the bias hides too: the count does not read its values; ", 1)
+		grad := ""
+		if p.BiasGrad {
+			grad = "; with --bias-grad the backward also writes dBias of its shape"
+		}
+		a.Assumptions = append(a.Assumptions,
+			fmt.Sprintf("bias: %s (%s elements, %s in %s) is read by naive and flash attention alike and is not counted in the traffic above%s", x.path, si(n, ""), si(n*float64(bt.Size()), "B"), bt, grad),
+			"tiles skipped by the bias: of the tiles of every query head that the mask, window and key counts leave a visible pair in (Hq × those computed), those whose every visible (query, key) pair the bias sets to −Inf, counted on the host from its values for each pass's tile")
 	}
 	a.Tiles = "launch configuration: unknown"
 	a.NaiveBytes = a.NaiveElems * float64(es)
@@ -255,6 +287,16 @@ the rest are skipped. With --window, --softcap, --alibi, --seqused-k or
 --dropout (see run --help) the FLOPs count the visible pairs exactly;
 dropout skips no tile.
 
+With --bias FILE.npy or --mask FILE.npy (see run --help) the problem line
+names the file, the FLOPs count the pairs the bias hides too, and explain
+reads the file and says for each pass "tiles skipped by the bias: N of M":
+of the query×key tiles of every query head that the causal mask, --window
+and --seqused-k leave a visible pair in (M: Hq × the tiles computed), the N
+whose every visible (query, key) pair the bias sets to −Inf, counted on the
+host for the pass's tile (its first tiled launch's TileRows × TileCols);
+--json has them per plan as "bias_tiles" ({skipped, of, tile_rows,
+tile_cols}). --bias-grad plans the backward with dBias.
+
 With --seqlens (a packed batch of sequences, see run --help) the traffic and
 FLOPs are those of each sequence's own rows and (query, key) pairs (naive
 attention materialises Hq·ΣNi² scores), and each pass's tiles are those of
@@ -268,8 +310,9 @@ both --peak-tflops and --bandwidth-gbs, --align without --causal, --window or
 --alibi, or where every sequence has Nq keys, --window -1,-1, --window -1,R
 with --causal, --seqused-k where every sequence uses all its keys, --seq
 beside --nq and --nk, --dropout-seed and --dropout-offset without
---dropout, in decode mode --seq, --decode beside another decode flag,
---seqused-k, the dropout flags, --seqlens and --causal with Nq = 1 under
+--dropout, --bias with --mask and --bias-grad without either, in decode mode
+--seq, --decode beside another decode flag, --seqused-k, the dropout flags,
+--bias, --mask, --bias-grad, --seqlens and --causal with Nq = 1 under
 the bottom-right mask, and a Vulkan flag (--device, --kernel, --addressing,
 --validation, --stats) where only the CPU backend runs. --seq, --nq,
 --nk and --batch beside --seqlens do not apply (exit 2). --scale and
@@ -278,6 +321,7 @@ the bottom-right mask, and a Vulkan flag (--device, --kernel, --addressing,
   flashvk explain --seq 16384 --dim 64 --causal --device-preset h200 --json
   flashvk explain --seq 16384 --dim 128 --causal --window 4096,0 --device-preset h200
   flashvk explain --seqlens 4096,512,1024,77 --dim 128 --causal --device-preset h200
+  flashvk explain --seq 1024 --dim 64 --causal --mask mask.npy --device-preset h200
   flashvk explain --nq 1 --nk 8192 --heads 32 --kv-heads 8 --causal false --backend vulkan --kernel flash
   flashvk explain --seq 4096 --dim 128 --heads 16 --causal --backend vulkan --stats
   flashvk explain --cache-seqlens 128,4000,17 --heads 32 --kv-heads 8 --dim 128 --paged 16 --device-preset h200`,
@@ -285,6 +329,9 @@ the bottom-right mask, and a Vulkan flag (--device, --kernel, --addressing,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.shape.decodeMode() {
 				return a.explainDecode(cmd, &f)
+			}
+			if err := f.shape.loadBias(cmd.Context()); err != nil {
+				return err
 			}
 			p, err := f.shape.problem()
 			if err != nil {
@@ -549,6 +596,9 @@ func printEnginePlan(w io.Writer, a *enginePlan) {
 		if t := pl.tilesText(); t != "" {
 			fmt.Fprintf(w, ", %s", t)
 		}
+		if bt := pl.BiasTiles; bt != nil {
+			fmt.Fprintf(w, ", tiles skipped by the bias: %d of %d", bt.Skipped, bt.Of)
+		}
 		if pl.Direction == "kv" {
 			switch pl.Splits {
 			case 0:
@@ -599,7 +649,24 @@ func (a *app) explainLaunches(ctx context.Context, f *explainFlags, p problem, a
 			return e.Plan(ctx, p.qShape(), p.kShape(), p.vShape(), p.Layout, p.DType, p.options(), bwd)
 		}})
 	}
-	return a.explainPlans(ctx, f, p.DType, p.B, passes, &an.enginePlan)
+	if err := a.explainPlans(ctx, f, p.DType, p.B, passes, &an.enginePlan); err != nil {
+		return err
+	}
+	if p.bias == nil {
+		return nil
+	}
+	// The tiles the bias leaves nothing to compute in, from its values.
+	if err := p.bias.load(ctx); err != nil {
+		return err
+	}
+	for i := range an.Plans {
+		pl := &an.Plans[i]
+		if pl.tileRows > 0 {
+			skipped, of := skippedTiles(p, pl.tileRows, pl.tileCols)
+			pl.BiasTiles = &biasTiles{Skipped: skipped, Of: of, TileRows: pl.tileRows, TileCols: pl.tileCols}
+		}
+	}
+	return nil
 }
 
 // planPass is one pass explain plans: its direction and how.
@@ -638,6 +705,9 @@ func (a *app) explainPlans(ctx context.Context, f *explainFlags, dt attention.DT
 		ep.Plans = append(ep.Plans, explainPlan{Direction: ps.dir, Family: pl.Family, Declined: pl.Declined,
 			Addresses: planAddresses(pl), Batches: pl.Batches, Split: pl.Batches < b, Splits: pl.Splits, SplitKeys: pl.SplitKeys,
 			Tiles: pl.Tiles, TilesComputed: pl.TilesVisited})
+		if i := slices.IndexFunc(pl.Launches, func(l attention.Launch) bool { return l.TileRows > 0 && l.TileCols > 0 }); i >= 0 {
+			ep.Plans[len(ep.Plans)-1].tileRows, ep.Plans[len(ep.Plans)-1].tileCols = pl.Launches[i].TileRows, pl.Launches[i].TileCols
+		}
 		if pl.Tiles > 0 {
 			ep.Plans[len(ep.Plans)-1].TilesFraction = float64(pl.TilesVisited) / float64(pl.Tiles)
 		}

@@ -51,12 +51,23 @@ type features struct {
 	// report match results on Dropout alone (see timed).
 	DropoutSeed   uint64 `json:"dropout_seed,omitempty"`
 	DropoutOffset uint32 `json:"dropout_offset,omitempty"`
+	// Bias and Mask describe --bias and --mask (one at most): the file's
+	// name, its shape as [B|1,H|1,Nq|1,Nk] and its element type,
+	// "bias.npy [1,8,512,512] float32", "mask.npy [1,1,512,512] bool"
+	// (biasFile.descriptor); "" without. BiasGrad: the backward computes
+	// dBias too (--bias-grad; backward passes only).
+	Bias     string `json:"bias,omitempty"`
+	Mask     string `json:"mask,omitempty"`
+	BiasGrad bool   `json:"bias_grad,omitempty"`
 }
 
 // set reports whether f asks for anything.
 func (f features) set() bool {
-	return f.SeqLens != nil || f.Window != nil || f.Softcap != 0 || f.ALiBi || f.SeqUsedK != nil || f.Dropout != 0
+	return f.SeqLens != nil || f.Window != nil || f.Softcap != 0 || f.ALiBi || f.SeqUsedK != nil || f.Dropout != 0 || f.biased()
 }
+
+// biased reports whether f has a bias (--bias or --mask).
+func (f features) biased() bool { return f.Bias != "" || f.Mask != "" }
 
 // timed is f without what selects the dropout mask (its seed and
 // offset), which changes which elements drop but not how many, nor the
@@ -89,9 +100,9 @@ func (f features) diagonal() bool { return f.Window != nil || f.ALiBi }
 
 // String is f as labels show it, "seqlens=300,100 window=128,0
 // softcap=30 alibi seqused_k=100,200 dropout=0.1 dropout_seed=7
-// dropout_offset=2" ("seqused_k=100 each" where the counts are equal;
-// more than 8 lengths summarised; the dropout's seed and offset where not
-// 0); "" when unset.
+// dropout_offset=2 mask=mask.npy [1,1,300,300] bool bias_grad"
+// ("seqused_k=100 each" where the counts are equal; more than 8 lengths
+// summarised; the dropout's seed and offset where not 0); "" when unset.
 func (f features) String() string {
 	var s []string
 	if f.SeqLens != nil {
@@ -120,11 +131,20 @@ func (f features) String() string {
 	if f.DropoutOffset != 0 {
 		s = append(s, "dropout_offset="+strconv.FormatUint(uint64(f.DropoutOffset), 10))
 	}
+	if f.Bias != "" {
+		s = append(s, "bias="+f.Bias)
+	}
+	if f.Mask != "" {
+		s = append(s, "mask="+f.Mask)
+	}
+	if f.BiasGrad {
+		s = append(s, "bias_grad")
+	}
 	return strings.Join(s, " ")
 }
 
 // nameSuffix is f as a Go benchmark name's suffix,
-// "/seqlens300-100/window128_0/softcap30/alibi/seqk100-200/dropout0.1"
+// "/seqlens300-100/window128_0/softcap30/alibi/seqk100-200/dropout0.1/mask_mask.npy_1x1x300x300_bool/dbias"
 // (the dropout's seed and offset left out, as compare leaves them); ""
 // when unset.
 func (f features) nameSuffix() string {
@@ -146,6 +166,15 @@ func (f features) nameSuffix() string {
 	}
 	if f.Dropout != 0 {
 		s += "/dropout" + strconv.FormatFloat(f.Dropout, 'g', -1, 32)
+	}
+	if f.Bias != "" {
+		s += "/bias_" + biasName(f.Bias)
+	}
+	if f.Mask != "" {
+		s += "/mask_" + biasName(f.Mask)
+	}
+	if f.BiasGrad {
+		s += "/dbias"
 	}
 	return s
 }
@@ -321,9 +350,18 @@ func (s *shapeFlags) features(b int) features {
 	if s.dropout != 0 {
 		f.Dropout, f.DropoutSeed, f.DropoutOffset = s.dropout, s.dropoutSeed, s.dropoutOffset
 	}
+	if x := s.bias; x != nil {
+		if x.isMask() {
+			f.Mask = x.descriptor()
+		} else {
+			f.Bias = x.descriptor()
+		}
+		f.BiasGrad = s.biasGrad
+	}
 	return f
 }
 
 // featureFlags are the flags of the options beyond the mask, in order
-// (--seqlens apart: decode mode refuses it for a reason of its own).
+// (--seqlens and the bias's apart: decode mode refuses them for reasons
+// of their own).
 var featureFlags = []string{"window", "softcap", "alibi", "seqused-k", "dropout", "dropout-seed", "dropout-offset"}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
+	"github.com/x448/float16"
 )
 
 // A flag that would change nothing in the given combination is a usage
@@ -229,6 +230,13 @@ func TestExamplesStillValid(t *testing.T) {
 		}
 		os.WriteFile(f+".npy", b, 0o644)
 	}
+	// The bias files of the examples (help: mask.npy, bias.npy; README:
+	// doc_mask.npy, rel_bias.npy).
+	h := make([]float16.Float16, 1024*1024)
+	writeTestNpy(t, dir, "mask.npy", []int{1024, 1024}, blockMask(1024, 256))
+	writeTestNpy(t, dir, "bias.npy", []int{1024, 1024}, h)
+	writeTestNpy(t, dir, "doc_mask.npy", []int{1024, 1024}, blockMask(1024, 256))
+	writeTestNpy(t, dir, "rel_bias.npy", []int{4, 256, 256}, randomBias(4*256*256, 1))
 	tinyBench(t, filepath.Join(dir, "tiny.json"))
 	results, err := os.ReadFile(filepath.Join(dir, "tiny.json"))
 	if err != nil {
@@ -265,6 +273,10 @@ func TestExamplesStillValid(t *testing.T) {
 		"flashvk run --device lavapipe --seqlens 300,0,77,512 --heads 8 --kv-heads 2 --dim 64 --causal --backward --check --iters 5",
 		"flashvk explain --device lavapipe --seqlens 1000,24,512 --heads 8 --dim 64 --causal",
 		"flashvk bench --device lavapipe --seqlens 300,0,77,512 --heads 8 --dim 64 --causal both --iters 5",
+		"flashvk run --backend cpu --seq 1024 --heads 4 --dim 64 --causal --mask doc_mask.npy --backward --bias-grad --check --iters 3",
+		"flashvk run --backend cpu --seq 256 --heads 4 --dim 64 --bias rel_bias.npy --dtype f16 --backward --bias-grad --check --iters 3",
+		"flashvk explain --backend cpu --seq 1024 --dim 64 --heads 4 --causal --mask doc_mask.npy",
+		"flashvk bench --backend cpu --seq 1024 --dim 64 --heads 4 --batch 1 --causal true --mask doc_mask.npy --backward --bias-grad --iters 3",
 		// the package doc
 		"flashvk run --seq 1024 --check",
 		"flashvk run --cache-seqlens 128,4000 --check",

@@ -30,11 +30,14 @@ const maxNpyDims = 64
 // npyMagic starts every .npy file.
 const npyMagic = "\x93NUMPY"
 
-// npyArray is a float array read from a .npy file.
+// npyArray is a float array read from a .npy file (or, for --mask, a
+// boolean one).
 type npyArray struct {
 	Shape []int
-	DType attention.DType
-	Data  any // []float32 or []float16.Float16, C order
+	DType attention.DType // 0 for a boolean array (see Elem)
+	// Elem is "bool" or "uint8" for a boolean array ("" for a float one).
+	Elem string
+	Data any // []float32, []float16.Float16, or []uint8 (Elem), C order
 }
 
 // npyHead is what the header of a .npy file says, checked against the
@@ -43,6 +46,9 @@ type npyHead struct {
 	path  string
 	Shape []int
 	DType attention.DType
+	// elem is "bool" or "uint8" for an array of bytes (--mask; DType is
+	// then 0), "" for a float array.
+	elem  string
 	order binary.ByteOrder
 	// data is where the array starts, n its number of elements and
 	// nbytes its size in bytes.
@@ -70,7 +76,38 @@ func statNpy(path string) (*npyHead, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return parseNpy(path, f, st.Size())
+	return parseNpyOf(path, f, st.Size(), floatNpy)
+}
+
+// npyElems says which element types a .npy reader takes.
+type npyElems int
+
+const (
+	// floatNpy: float32 and float16 (the operands).
+	floatNpy npyElems = iota
+	// anyNpy: those and bool and uint8 (--bias and --mask, which check
+	// which they got).
+	anyNpy
+)
+
+// statNpyAny is statNpy taking bool and uint8 arrays too (npyHead.elem).
+func statNpyAny(path string) (*npyHead, error) {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: no such file", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s: is a directory, want a .npy file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseNpyOf(path, f, st.Size(), anyNpy)
 }
 
 // parseNpy reads and checks the preamble and header of a .npy file of
@@ -78,6 +115,11 @@ func statNpy(path string) (*npyHead, error) {
 // the file's size. path names the file in errors. It reads and allocates
 // no more than the header: its length is checked against size first.
 func parseNpy(path string, r io.ReaderAt, size int64) (*npyHead, error) {
+	return parseNpyOf(path, r, size, floatNpy)
+}
+
+// parseNpyOf is parseNpy taking the element types elems.
+func parseNpyOf(path string, r io.ReaderAt, size int64, elems npyElems) (*npyHead, error) {
 	if size > maxNpyBytes {
 		return nil, fmt.Errorf("%s: %d bytes is larger than the %d bytes flashvk reads", path, size, int64(maxNpyBytes))
 	}
@@ -103,16 +145,22 @@ func parseNpy(path string, r io.ReaderAt, size int64) (*npyHead, error) {
 	if d.fortran {
 		return nil, fmt.Errorf("%s: Fortran-order array; save it in C order (np.ascontiguousarray)", path)
 	}
-	dt, order, err := npyDType(d.descr)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
+	h := &npyHead{path: path, Shape: d.shape, data: int64(end)}
+	if h.elem = npyByteElem(d.descr); h.elem == "" || elems != anyNpy {
+		h.elem = ""
+		if h.DType, h.order, err = npyDType(d.descr); err != nil {
+			if elems == anyNpy {
+				err = fmt.Errorf("%v, or bool or uint8 (a mask)", err)
+			}
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
 	}
-	h := &npyHead{path: path, Shape: d.shape, DType: dt, order: order, data: int64(end)}
-	nbytes, ok := npyBytes(d.shape, dt.Size(), maxNpyBytes)
+	esize := h.elemSize()
+	nbytes, ok := npyBytes(d.shape, esize, maxNpyBytes)
 	if !ok {
-		return nil, fmt.Errorf("%s: shape %v %s is larger than the %d bytes flashvk reads (the file has %d data bytes)", path, d.shape, dt, int64(maxNpyBytes), size-h.data)
+		return nil, fmt.Errorf("%s: shape %v %s is larger than the %d bytes flashvk reads (the file has %d data bytes)", path, d.shape, h.typeName(), int64(maxNpyBytes), size-h.data)
 	}
-	h.nbytes, h.n = nbytes, int(nbytes/int64(dt.Size()))
+	h.nbytes, h.n = nbytes, int(nbytes/int64(esize))
 	if err := h.checkSize(size); err != nil {
 		return nil, err
 	}
@@ -156,14 +204,30 @@ func npyBytes(shape []int, size int, limit int64) (int64, bool) {
 	return total, true
 }
 
+// elemSize is the size in bytes of an element.
+func (h *npyHead) elemSize() int {
+	if h.elem != "" {
+		return 1
+	}
+	return h.DType.Size()
+}
+
+// typeName is the element type: "float32", "float16", "bool", "uint8".
+func (h *npyHead) typeName() string {
+	if h.elem != "" {
+		return h.elem
+	}
+	return h.DType.String()
+}
+
 // checkSize checks that a file of size bytes holds exactly the array.
 func (h *npyHead) checkSize(size int64) error {
 	have := max(size-h.data, 0)
 	if have < h.nbytes {
-		return fmt.Errorf("%s: truncated: shape %v %s needs %d data bytes, file has %d", h.path, h.Shape, h.DType, h.nbytes, have)
+		return fmt.Errorf("%s: truncated: shape %v %s needs %d data bytes, file has %d", h.path, h.Shape, h.typeName(), h.nbytes, have)
 	}
 	if have > h.nbytes {
-		return fmt.Errorf("%s: %d bytes of trailing data after the %v %s array", h.path, have-h.nbytes, h.Shape, h.DType)
+		return fmt.Errorf("%s: %d bytes of trailing data after the %v %s array", h.path, have-h.nbytes, h.Shape, h.typeName())
 	}
 	return nil
 }
@@ -190,10 +254,14 @@ func (h *npyHead) readFrom(r io.ReaderAt, size int64) (*npyArray, error) {
 		return nil, fmt.Errorf("%s (the file changed after its header was read)", err)
 	}
 	body := io.NewSectionReader(r, h.data, h.nbytes)
-	a := &npyArray{Shape: h.Shape, DType: h.DType}
+	a := &npyArray{Shape: h.Shape, DType: h.DType, Elem: h.elem}
 	var err error
-	switch h.DType {
-	case attention.Float32:
+	switch {
+	case h.elem != "":
+		x := make([]uint8, h.n)
+		err = readChunks(body, h.nbytes, func(off int64, b []byte) { copy(x[off:], b) })
+		a.Data = x
+	case h.DType == attention.Float32:
 		x := make([]float32, h.n)
 		err = readChunks(body, h.nbytes, func(off int64, b []byte) {
 			y := x[off/4:]
@@ -202,7 +270,7 @@ func (h *npyHead) readFrom(r io.ReaderAt, size int64) (*npyArray, error) {
 			}
 		})
 		a.Data = x
-	case attention.Float16:
+	case h.DType == attention.Float16:
 		x := make([]float16.Float16, h.n)
 		err = readChunks(body, h.nbytes, func(off int64, b []byte) {
 			y := x[off/2:]
@@ -583,6 +651,21 @@ func clip(s string) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// npyByteElem is "bool" or "uint8" for numpy's one-byte boolean and
+// unsigned types ('|b1', '|u1', any byte-order mark), else "".
+func npyByteElem(s string) string {
+	if s != "" && strings.ContainsRune("<>|=", rune(s[0])) {
+		s = s[1:]
+	}
+	switch s {
+	case "b1", "?":
+		return "bool"
+	case "u1":
+		return "uint8"
+	}
+	return ""
 }
 
 // npyDType maps a numpy type string to a flashvk dtype and byte order.

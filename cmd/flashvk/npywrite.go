@@ -15,9 +15,9 @@ import (
 	"github.com/x448/float16"
 )
 
-// encodeNpy writes a C-order float32, float16 or float64 array with the
-// given shape to w as a version 1.0 .npy file, its data in chunks (w may
-// stop it: see ctxWriter). (npyio writes only 1-D shapes and no float16,
+// encodeNpy writes a C-order float32, float16, float64, bool or uint8
+// array with the given shape to w as a version 1.0 .npy file, its data in
+// chunks (w may stop it: see ctxWriter). (npyio writes only 1-D shapes and no float16,
 // so the header is formatted here, as numpy does.) numpy has no bfloat16:
 // []bfloat16.BFloat16 is written as float32 ('<f4'), which holds every
 // bfloat16 value exactly.
@@ -38,6 +38,17 @@ func encodeNpy(w io.Writer, shape []int, data any) error {
 	case []float64:
 		descr, count, size = "<f8", len(x), 8
 		put = func(dst []byte, i int) { binary.LittleEndian.PutUint64(dst, math.Float64bits(x[i])) }
+	case []bool:
+		descr, count, size = "|b1", len(x), 1
+		put = func(dst []byte, i int) {
+			dst[0] = 0
+			if x[i] {
+				dst[0] = 1
+			}
+		}
+	case []uint8:
+		descr, count, size = "|u1", len(x), 1
+		put = func(dst []byte, i int) { dst[0] = x[i] }
 	default:
 		return fmt.Errorf("cannot write %T", data)
 	}

@@ -23,8 +23,12 @@ type problem struct {
 	// features are --seqlens, --window, --softcap, --alibi, --seqused-k
 	// and --dropout (with its seed and offset). With --seqlens, B is the
 	// number of sequences and Nq = Nk the longest: the padded grid the
-	// library tiles.
+	// library tiles. With --bias or --mask they describe the bias too.
 	features
+	// bias is the file of --bias or --mask (nil without): its values once
+	// loaded (biasFile.load), before that its shape and dtype, which
+	// planning reads.
+	bias *biasFile
 }
 
 // packed reports whether p is a packed batch of sequences (--seqlens).
@@ -70,6 +74,9 @@ func (p problem) scale32() float32 {
 func (p problem) options() attention.Options {
 	o := attention.Options{Scale: p.scale32(), Causal: p.Causal, Align: p.Align}
 	p.features.setOptions(&o, p.Hq)
+	if p.bias != nil {
+		o.Bias = p.bias.option(p.DType, p.BiasGrad)
+	}
 	return o
 }
 
@@ -79,6 +86,9 @@ func (p problem) params() reference.Params {
 	rp := reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
 		Scale: float64(p.scale32()), Causal: p.Causal, BottomRight: p.Align == attention.BottomRight}
 	p.features.setParams(&rp)
+	if p.bias != nil && p.bias.loaded {
+		rp.Bias = p.bias.refBias(p.DType)
+	}
 	return rp
 }
 
@@ -104,8 +114,16 @@ func (p problem) oShape() attention.Shape { return p.shape(true, p.Hq, p.Dv) }
 // exactly (a packed batch: each sequence's own pairs); backward 2.5× the
 // forward.
 // NaN for a problem attention refuses (validate refuses it first).
+//
+// A bias (or mask) makes the count exact too, its values aside: the pairs
+// it hides are counted (a result read back, which has no bias file,
+// counts as the run did).
 func (p problem) flops(backward bool) float64 {
-	f, err := attention.Flops(p.qShape(), p.kShape(), p.vShape(), p.options())
+	o := p.options()
+	if o.Bias == nil && p.biased() {
+		o.Bias = &attention.Bias{}
+	}
+	f, err := attention.Flops(p.qShape(), p.kShape(), p.vShape(), o)
 	if err != nil {
 		return math.NaN()
 	}
@@ -188,9 +206,16 @@ func (p problem) validate() error {
 	if err := p.features.check(p.B, p.Nk, p.Causal); err != nil {
 		return err
 	}
+	shapes := []attention.Shape{p.qShape(), p.kShape(), p.vShape(), p.oShape()}
+	if x := p.bias; x != nil {
+		if err := x.check(p.B, p.Hq, p.Nq, p.Nk, p.packed()); err != nil {
+			return err
+		}
+		shapes = append(shapes, x.libShape())
+	}
 	// Refuse problems whose operands cannot fit in memory before
 	// allocating anything (and before int overflow).
-	return checkHostBytes("problem", p, p.DType, p.qShape(), p.kShape(), p.vShape(), p.oShape())
+	return checkHostBytes("problem", p, p.DType, shapes...)
 }
 
 // checkHeads checks the head counts and dims and the scale the way

@@ -59,9 +59,9 @@ type Result struct {
 	TFLOPS    float64 `json:"tflops"` // FLOPs over the median time (see problem.flops)
 	Iters     int     `json:"iters"`
 	Clock     string  `json:"clock"` // "gpu-timestamps", "wall", "cuda-events"
-	// The packed lengths, window, softcap, ALiBi, key counts and dropout
-	// of the problem (each omitted when unset; see features); TFLOPS then
-	// counts the visible (query, key) pairs exactly.
+	// The packed lengths, window, softcap, ALiBi, key counts, dropout and
+	// bias of the problem (each omitted when unset; see features); TFLOPS
+	// then counts the visible (query, key) pairs exactly.
 	features
 	// A KV-cache result (direction "kv") has Nk = the cache capacity per
 	// sequence, and: CacheSeqLens, the rows each of the B sequences holds
@@ -275,7 +275,8 @@ func readResults(path string) (*ResultsFile, error) {
 
 // checkFeatures refuses a result whose packed lengths, window, softcap,
 // key counts or dropout are out of range (a kv result has no packed
-// lengths, key counts or dropout).
+// lengths, key counts, dropout or bias), or whose bias fields disagree
+// (a bias and a mask, bias_grad without either or not on a backward).
 func (r *Result) checkFeatures() error {
 	switch {
 	case (r.SeqLens != nil || r.SeqUsedK != nil || r.Dropout != 0 || r.DropoutSeed != 0 || r.DropoutOffset != 0) && r.Direction == "kv":
@@ -294,6 +295,14 @@ func (r *Result) checkFeatures() error {
 		return errors.New("dropout_seed or dropout_offset without dropout")
 	case r.SeqUsedK != nil && len(r.SeqUsedK) != r.B:
 		return fmt.Errorf("%d seqused_k, want one per sequence (B = %d)", len(r.SeqUsedK), r.B)
+	case r.Bias != "" && r.Mask != "":
+		return errors.New("both a bias and a mask (a result has one at most)")
+	case r.biased() && r.Direction == "kv":
+		return errors.New("a kv result has no bias or mask (KV-cache calls take none)")
+	case r.BiasGrad && !r.biased():
+		return errors.New("bias_grad without a bias or mask")
+	case r.BiasGrad && r.Direction != "bwd":
+		return fmt.Errorf("bias_grad on a %s result (only the backward computes dBias)", r.Direction)
 	}
 	for i, n := range r.SeqUsedK {
 		if nk := r.keys(i, r.Nk); n < 0 || n > nk {

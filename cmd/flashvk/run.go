@@ -91,7 +91,8 @@ very values flashvk stores. The bound on rel_l2 is
 The exit status is 1 when any output fails.
 
 --out DIR writes o.npy, lse.npy ([B, Hq, Nq] float32) and with --backward
-dq.npy, dk.npy, dv.npy, in --layout and the input dtype (float32 for bf16).
+dq.npy, dk.npy, dv.npy, in --layout and the input dtype (float32 for bf16),
+and with --bias-grad dbias.npy (the bias file's shape, the bias's dtype).
 With --device all every Vulkan device and the CPU backend run the same inputs,
 and each writes to DIR/<device>/. The files are written all or none: DIR and
 every file in it are checked before any work, each file goes to a temporary
@@ -122,10 +123,11 @@ A flag that would change nothing is refused (exit 2): --do without --backward,
 --iters 0, --align without --causal, --window or --alibi, or where every
 sequence has Nq keys (Nq = Nk and no --seqused-k), --window -1,-1, --window
 -1,R with --causal, --seqused-k where every sequence uses all its keys, --seq
-beside --nq and --nk, --dropout-seed and --dropout-offset without --dropout;
-in decode mode --backward (decoding has no backward pass), --seqused-k, the
-dropout flags, --seqlens, --q/--k/--v/--do, --seq, --decode beside another
-decode flag, and --causal
+beside --nq and --nk, --dropout-seed and --dropout-offset without --dropout,
+--bias-grad without --backward; in decode mode --backward (decoding has no
+backward pass), --seqused-k, the dropout flags, --bias, --mask, --bias-grad,
+--seqlens, --q/--k/--v/--do, --seq, --decode beside another decode flag,
+and --causal
 with Nq = 1 under the bottom-right mask; a Vulkan flag (--device, --kernel,
 --addressing, --validation) where only the CPU backend runs, --workers where
 it does not.
@@ -158,6 +160,29 @@ very probability, seed and offset, so the outputs and gradients match
 element for element. The FLOPs count the visible pairs exactly (the
 dropout's generator is not counted). Decode mode refuses them.
 
+Bias and masks: --bias FILE.npy adds an additive bias to the scores (the
+library's Options.Bias; PyTorch SDPA's float attn_mask) after the softcap
+and ALiBi, float32 or float16, C order, shaped [B|1, H|1, Nq|1, Nk] whatever
+--layout (H the query heads Hq; a dimension of 1 broadcasts; a 3-D file is
+[H|1, Nq|1, Nk] and a 2-D one [Nq|1, Nk], broadcast over what they leave
+out); an element of −Inf hides its key from the row (a row left no key has
+O = 0, LSE = −Inf). --mask FILE.npy is a boolean mask of the same shapes
+(SDPA's boolean attn_mask), bool or uint8 0/1, true attending: the bias of
+0 and −Inf (attention.KeepMask). A float32 bias stays float32; a float16 bias and a
+mask are in --dtype (bfloat16 rounds a float16 bias to nearest even). With
+--seqlens, Nq and Nk are the longest lengths and each sequence indexes the
+bias with its own rows and keys. --bias-grad (with --backward) also computes
+dBias, the gradient with respect to the bias, summed over the dimensions it
+broadcasts: --check compares it with the float64 reference's
+(reference.BiasGrad) under the same bound as dQ, dK and dV ("dbias"), and
+--out writes dbias.npy. --check refuses a bias holding NaN or +Inf (the
+reference takes finite values and −Inf only). The FLOPs count the pairs
+the mask, window and key counts leave visible exactly, those the bias hides
+included. Refused before any work: --bias and --mask together, --bias-grad
+without either or without --backward, a file of another element type, or
+of a shape that does not fit the problem (the error names the shape it
+wants); decode mode refuses all three (a KV-cache call takes no bias).
+
 Packed sequences: --seqlens N1,N2,… runs a packed batch of self-attention
 sequences without padding (the library's Options.CuSeqlensQ and CuSeqlensK):
 sequence i has Nq = Nk = Ni (a length may be 0; one at least is not), B is
@@ -184,6 +209,8 @@ signal exits at once.`,
   flashvk run --backend cpu --seq 512 --causal --window 128,0 --alibi --softcap 30 --seqused-k 400,512 --backward --check
   flashvk run --seqlens 1000,24,0,512 --heads 16 --kv-heads 4 --dim 64 --causal --backward --check
   flashvk run --seq 1024 --causal --dropout 0.1 --dropout-seed 42 --backward --check
+  flashvk run --backend cpu --seq 1024 --heads 8 --dim 64 --causal --mask mask.npy --backward --bias-grad --check
+  flashvk run --seq 1024 --heads 8 --dim 64 --bias bias.npy --dtype f16 --backward --bias-grad --out result/
   flashvk run --seq 512 --dtype bf16 --backward --check --iters 20
   flashvk run --seq 131072 --heads 16 --dim 128 --dtype f16 --iters 0
   flashvk run --q q.npy --k k.npy --v v.npy --layout bhsd --out result/
@@ -203,7 +230,7 @@ signal exits at once.`,
 	fl.StringVar(&f.kFile, "k", "", "read K from this .npy file")
 	fl.StringVar(&f.vFile, "v", "", "read V from this .npy file")
 	fl.StringVar(&f.doFile, "do", "", "read dO from this .npy file (needs --backward; default: random)")
-	fl.StringVar(&f.out, "out", "", "write o.npy, lse.npy (and dq/dk/dv.npy) into this directory (all or none)")
+	fl.StringVar(&f.out, "out", "", "write o.npy, lse.npy (and dq/dk/dv.npy, dbias.npy) into this directory (all or none)")
 	fl.BoolVar(&f.json, "json", false, "print the results as JSON (schema flashvk-run/2)")
 	return c
 }
@@ -283,8 +310,8 @@ type problemJSON struct {
 	Causal bool    `json:"causal"`
 	Align  string  `json:"align"`
 	Scale  float64 `json:"scale"`
-	// The packed lengths, window, softcap, ALiBi, key counts and dropout,
-	// each omitted when unset.
+	// The packed lengths, window, softcap, ALiBi, key counts, dropout
+	// and bias, each omitted when unset.
 	features
 	// Cache describes the KV cache in decode mode (Nk is then its
 	// capacity per sequence).
@@ -307,6 +334,8 @@ func (f *runFlags) checkEffect(cmd *cobra.Command) error {
 		return usagef("--seed has no effect: the inputs are read from .npy files (it seeds only the random dO of --backward without --do)")
 	case given("warmup") && f.timing.iters == 0:
 		return usagef("--warmup has no effect with --iters 0: no steady timing follows it")
+	case f.shape.biasGrad && !f.backward:
+		return usagef("--bias-grad has no effect without --backward: only the backward pass computes dBias")
 	}
 	return f.shape.checkEffect()
 }
@@ -319,7 +348,17 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	if f.shape.decodeMode() {
 		return a.runDecode(cmd, f)
 	}
+	if err := f.shape.loadBias(ctx); err != nil {
+		return err
+	}
+	// With --q/--k/--v the files give the sizes the bias must fit: it
+	// joins the problem once they are known.
+	bias := f.shape.bias
+	if f.qFile != "" || f.kFile != "" || f.vFile != "" {
+		f.shape.bias = nil
+	}
 	p, err := f.shape.problem()
+	f.shape.bias = bias
 	if err != nil {
 		return err
 	}
@@ -350,7 +389,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 				return err
 			}
 		}
-		fp.Causal, fp.Align, fp.Scale, fp.features = p.Causal, p.Align, p.Scale, f.shape.features(fp.B)
+		fp.Causal, fp.Align, fp.Scale, fp.features, fp.bias = p.Causal, p.Align, p.Scale, f.shape.features(fp.B), bias
 		p = fp
 		if err := p.validate(); err != nil {
 			return err
@@ -371,7 +410,10 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 			return err
 		}
 	}
-	out, engines, outDirs, done, err := a.runTargets(ctx, f, outNames(f.backward))
+	if p.bias != nil {
+		inputs += "; " + strings.TrimPrefix(p.bias.flag, "--") + "=" + p.bias.path
+	}
+	out, engines, outDirs, done, err := a.runTargets(ctx, f, outNames(f.backward, p.BiasGrad))
 	if err != nil {
 		return err
 	}
@@ -384,6 +426,16 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 	// Only now the inputs.
 	if a.beforeInputs != nil {
 		a.beforeInputs()
+	}
+	if x := p.bias; x != nil {
+		if err := x.load(ctx); err != nil {
+			return err
+		}
+		if f.check {
+			if err := x.checkFinite(); err != nil {
+				return err
+			}
+		}
 	}
 	var q, k, v, do attention.Tensor
 	if files != nil {
@@ -519,7 +571,7 @@ func (a *app) runDecode(cmd *cobra.Command, f *runFlags) error {
 			return err
 		}
 	}
-	out, engines, outDirs, done, err := a.runTargets(ctx, f, outNames(false))
+	out, engines, outDirs, done, err := a.runTargets(ctx, f, outNames(false, false))
 	if err != nil {
 		return err
 	}
@@ -671,11 +723,17 @@ type oneRun struct {
 	o     attention.Tensor
 	lse   []float32
 	grads *attention.Grads
+	// dbiasDims is the bias file's shape, which dbias.npy takes, where
+	// grads has dBias (--bias-grad); nil otherwise.
+	dbiasDims []int
 }
 
-// outNames are the files of --out.
-func outNames(backward bool) []string {
-	if backward {
+// outNames are the files of --out (dbias: dbias.npy too).
+func outNames(backward, dbias bool) []string {
+	switch {
+	case backward && dbias:
+		return []string{"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy", "dbias.npy"}
+	case backward:
 		return []string{"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"}
 	}
 	return []string{"o.npy", "lse.npy"}
@@ -687,7 +745,7 @@ func (r *oneRun) save(o *outputs, dir string, l attention.Layout) error {
 	if r.grads != nil {
 		ts = append(ts, r.grads.DQ, r.grads.DK, r.grads.DV)
 	}
-	names := outNames(r.grads != nil)
+	names := outNames(r.grads != nil, r.dbiasDims != nil)
 	for i, name := range names {
 		var shape []int
 		var data any
@@ -695,6 +753,9 @@ func (r *oneRun) save(o *outputs, dir string, l attention.Layout) error {
 		case name == "lse.npy":
 			s := r.o.Shape
 			shape, data = []int{s.B, s.H, s.S}, r.lse
+		case name == "dbias.npy":
+			// The bias file's shape; dBias is dense [B, H, Nq, Nk].
+			shape, data = r.dbiasDims, r.grads.DBias.Data
 		case i == 0:
 			shape, data = npyOf(ts[0], l)
 		default:
@@ -731,6 +792,12 @@ func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Ten
 		}
 		first(plans[1], time.Since(start))
 		r.grads = g
+		if p.BiasGrad {
+			if g.DBias.Data == nil {
+				return nil, fmt.Errorf("the backward returned no dBias (Options.Bias.Grad)")
+			}
+			r.dbiasDims = p.bias.dims
+		}
 	}
 	if ref != nil {
 		tol := tolerance(p.DType)
@@ -743,6 +810,9 @@ func runOne(ctx context.Context, e *engine, p problem, q, k, v, do attention.Ten
 			add("dq", r.grads.DQ.Float32s(), ref.dq)
 			add("dk", r.grads.DK.Float32s(), ref.dk)
 			add("dv", r.grads.DV.Float32s(), ref.dv)
+		}
+		if r.dbiasDims != nil {
+			add("dbias", bhsdFloat32s(r.grads.DBias), ref.db)
 		}
 	}
 	return r, nil
@@ -795,6 +865,9 @@ func printRun(w io.Writer, p problem, rep *runReport) {
 	backward := len(rep.Results) > 0 && len(rep.Results[0].Passes) > 1
 	fmt.Fprintf(w, "problem  %s\n", p)
 	fmt.Fprintf(w, "inputs   %s\n", rep.Inputs)
+	if p.bias != nil {
+		fmt.Fprintf(w, "bias     %s\n", p.bias.describe(p.DType, p.BiasGrad))
+	}
 	fmt.Fprintf(w, "flops    fwd %s", siFlops(p.flops(false)))
 	if backward {
 		fmt.Fprintf(w, ", bwd %s", siFlops(p.flops(true)))

@@ -43,6 +43,11 @@ type shapeFlags struct {
 	dropout       float64
 	dropoutSeed   uint64
 	dropoutOffset uint32
+	// The bias (see bias.go): --bias, --mask, --bias-grad, and the
+	// file's header once read (loadBias).
+	biasPath, maskPath string
+	biasGrad           bool
+	bias               *biasFile
 	// Decode mode (run, bench, explain; see decode.go): --decode,
 	// --cache-seqlens, --paged, --append.
 	decode         bool
@@ -126,7 +131,8 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 }
 
 // registerFeatures adds --seqlens, --window, --softcap, --alibi,
-// --seqused-k, --dropout, --dropout-seed and --dropout-offset.
+// --seqused-k, --dropout, --dropout-seed, --dropout-offset, --bias,
+// --mask and --bias-grad.
 func (s *shapeFlags) registerFeatures(c *cobra.Command) {
 	f := c.Flags()
 	packed := "a packed batch of self-attention sequences of these lengths (each its Nq = Nk; B their count), Q, K, V [1, ΣNi, H, d]: replaces --seq, --nq, --nk and --batch"
@@ -145,6 +151,13 @@ func (s *shapeFlags) registerFeatures(c *cobra.Command) {
 	f.Var(dropoutValue{&s.dropout}, "dropout", "attention dropout: drop each attention probability with probability P (0 < P < 1, applied at a resolution of 2⁻¹⁶) and scale the kept ones by 1/(1 − P)")
 	f.Var(uintValue[uint64]{&s.dropoutSeed}, "dropout-seed", "seed of the dropout mask (needs --dropout; not --seed, which seeds the inputs)")
 	f.Var(uintValue[uint32]{&s.dropoutOffset}, "dropout-offset", "offset of the dropout mask: one of the seed's 2³² streams, e.g. the training step (needs --dropout)")
+	f.StringVar(&s.biasPath, "bias", "", "an additive bias on the scores from this .npy file, float32 or float16, [B|1, H|1, Nq|1, Nk] (or [H|1, Nq|1, Nk], [Nq|1, Nk]): −Inf hides a key (PyTorch SDPA's float attn_mask)")
+	f.StringVar(&s.maskPath, "mask", "", "a boolean mask from this .npy file, bool or uint8 0/1 (true: attend), shaped as --bias's (PyTorch SDPA's boolean attn_mask)")
+	grad := "ask the backward for dBias, the gradient of --bias or --mask (run: needs --backward, --check checks it, --out writes dbias.npy; explain plans the backward with it)"
+	if s.mode == benchGrid {
+		grad = "ask the backward points for dBias, the gradient of --bias or --mask (needs --backward)"
+	}
+	f.BoolVar(&s.biasGrad, "bias-grad", false, grad)
 }
 
 // checkKeyCountBatch refuses --batch beside --seqused-k values of another
@@ -198,6 +211,7 @@ func (s *shapeFlags) problem() (problem, error) {
 		p.Nk = p.Nq
 	}
 	p.features = s.features(p.B)
+	p.bias = s.bias
 	var err error
 	if p.Layout, err = attention.ParseLayout(strings.ToLower(s.layout)); err != nil {
 		return p, usagef("--layout %q: want bshd or bhsd", s.layout)

@@ -1,0 +1,250 @@
+//go:build cgo
+
+package vkattn
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/flashvk/flashvk/bfloat16"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/x448/float16"
+)
+
+// biasProblem is a GQA problem with a bias of dtype dt broadcast over the
+// batch (its dBias, with grad, folds when B > 1) or not (bcast false).
+func biasProblem(dt spec.DType, bcast, grad bool) *spec.Problem {
+	p := bshdProblem(2, 4, 2, 100, 77, 40)
+	x := &spec.Bias{DType: dt, Batch: 4 * 100 * 77, Head: 100 * 77, Row: 77, Grad: grad,
+		GradBatch: 4 * 100 * 77, GradHead: 100 * 77, GradRow: 77}
+	if bcast {
+		x.Batch, x.GradBatch = 0, 0
+	}
+	p.Ext = &spec.Ext{Left: -1, Right: -1, Bias: x}
+	return p
+}
+
+// TestBiasPlan: a pass with a bias starts with bias_summary (the kernels
+// after it behind a barrier, binding the bias and its summary), a backward
+// with dBias zeroes the dQ kernel's dS target before it runs, and one
+// whose dBias folds ends with bias_reduce over a float32 scratch; the
+// recorder does exactly that — the Ext update, the fills and their
+// barriers, the dispatches.
+func TestBiasPlan(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t, "")
+	for _, dt := range b.DTypes() {
+		for _, c := range []struct{ bcast, grad bool }{{false, false}, {false, true}, {true, true}} {
+			bdt := spec.Float32
+			if c.grad && !c.bcast {
+				bdt = dt
+			}
+			p := biasProblem(bdt, c.bcast, c.grad)
+			set := allocOperands(t, b, p, dt)
+			ts := &tensorSet{b: b, p: p, dt: dt}
+			t.Cleanup(ts.free)
+			for _, op := range []Operand{OpBias, OpDBias} {
+				x, err := ts.alloc(op)
+				if err != nil {
+					t.Fatal(err)
+				}
+				set[op] = x
+			}
+			for _, dir := range []Dir{Fwd, Bwd} {
+				name := fmt.Sprintf("%v %+v %v", dt, c, dir)
+				pl, err := b.Plan(ctx, p, dt, dir)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				ls := pl.Launches
+				if ls[0].Kernel != shaders.KernelBiasSummary || !ls[1].Barrier || pl.Scratch[OpBiasSum] != 4*int64(shaders.BiasSummary(p).Len()) {
+					t.Errorf("%s: launches %v scratch %v: want bias_summary first, a barrier after it", name, kernelsOf(ls), pl.Scratch)
+				}
+				folds := dir == Bwd && c.grad && c.bcast
+				if last := ls[len(ls)-1]; folds != (last.Kernel == shaders.KernelBiasReduce) || (folds && !last.Barrier) ||
+					folds != (pl.Scratch[OpDBiasAcc] == 4*shaders.DBiasAccElems(p)) {
+					t.Errorf("%s: launches %v scratch %v: bias_reduce last (behind a barrier) and its scratch exactly when dBias folds", name, kernelsOf(ls), pl.Scratch)
+				}
+				for _, l := range ls {
+					scores := slices.Contains(shaders.ExtKernels, l.Kernel) && l.Kernel != shaders.KernelBwdPre
+					if !isBiasKernel(&l) && scores != (slices.Contains(l.Bindings, OpBias) && slices.Contains(l.Bindings, OpBiasSum)) {
+						t.Errorf("%s: %s binds %v", name, l.Kernel, l.Bindings)
+					}
+					dq := l.Kernel == shaders.KernelBwdDQ || l.Kernel == shaders.KernelBwdCMDQ
+					want := []Operand(nil)
+					switch {
+					case dq && folds:
+						want = []Operand{OpDBiasAcc}
+					case dq && c.grad:
+						want = []Operand{OpDBias}
+					}
+					if !slices.Equal(l.Zero, want) {
+						t.Errorf("%s: %s zeroes %v, want %v", name, l.Kernel, l.Zero, want)
+					}
+				}
+				r := b.dev.Record()
+				s := &scratch{b: b}
+				if err := b.recordPasses(r, s, p, []*Plan{pl}, set.bufs()); err != nil {
+					t.Fatalf("%s: record: %v", name, err)
+				}
+				s.done(true)
+				var got, exp []string
+				for _, cmd := range r.Commands() {
+					got = append(got, cmd.Kind)
+				}
+				for i, l := range ls {
+					if len(l.Zero) > 0 {
+						exp = append(exp, "barrier")
+						for range l.Zero {
+							exp = append(exp, "fill")
+						}
+					}
+					if i == 0 {
+						exp = append(exp, "update")
+					}
+					if i == 0 || len(l.Zero) > 0 {
+						exp = append(exp, "barrier")
+					}
+					if l.Barrier {
+						exp = append(exp, "barrier")
+					}
+					exp = append(exp, "dispatch")
+				}
+				if !slices.Equal(got, exp) {
+					t.Errorf("%s: recorded %v, want %v", name, got, exp)
+				}
+			}
+		}
+	}
+}
+
+func kernelsOf(ls []Launch) []string {
+	var ks []string
+	for _, l := range ls {
+		ks = append(ks, l.Kernel)
+	}
+	return ks
+}
+
+// TestBiasSummary runs bias_summary on a bias with hidden blocks and
+// checks every word of the summary against the bias on the host.
+func TestBiasSummary(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t, "")
+	for _, dt := range b.DTypes() {
+		for _, row := range []bool{true, false} {
+			p := bshdProblem(2, 3, 3, 70, 600, 16)
+			x := &spec.Bias{DType: dt, Batch: 3 * 70 * 600, Head: 70 * 600, Row: 600}
+			nq := 70
+			if !row {
+				x.Batch, x.Head, x.Row, nq = 3*600, 600, 0, 1
+			}
+			p.Ext = &spec.Ext{Left: -1, Right: -1, Bias: x}
+			// −Inf everywhere but a few elements, one per chosen block.
+			n := 2 * 3 * nq * 600
+			vals := make([]float64, n)
+			for i := range vals {
+				vals[i] = math.Inf(-1)
+			}
+			for _, e := range []int{0, 17, 600*5 + 599, 600 * 33, 3*nq*600 + 600*(nq-1) + 40, n - 1} {
+				vals[e%n] = 0.5
+			}
+			bias := uploadBiasValues(t, b, p, dt, vals)
+			sum := shaders.BiasSummary(p)
+			out, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: sum.Len()}, spec.Strides{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			l, err := b.biasLaunch(shaders.KernelBiasSummary, p, dt, sum.Grid(), OpExt, OpBias, OpBiasSum)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ext, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: len(shaders.ExtWords(p))}, spec.Strides{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ext.Close()
+			pipe, err := b.cache.Get(l.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := b.dev.Record()
+			r.Update(ext.buf, 0, shaders.ExtBytes(p))
+			r.BarrierTransferToCompute()
+			pc := params(p)
+			if err := r.Dispatch(pipe, pc.Bytes(), l.Grid, ext.buf, bias.buf, out.buf); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.dev.Submit(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			words := make([]float32, sum.Len())
+			if err := Download(ctx, out, words); err != nil {
+				t.Fatal(err)
+			}
+			for bb := range sum.Batches {
+				for hb := range sum.Heads {
+					for rb := range sum.Rows {
+						for w := range sum.Words {
+							var want uint32
+							for k := range 32 {
+								for i := rb * 16; i < min(rb*16+16, nq); i++ {
+									for j := (w*32 + k) * 16; j < min((w*32+k)*16+16, 600); j++ {
+										if !math.IsInf(vals[x.At(bb, hb, i, j)], -1) {
+											want |= 1 << k
+										}
+									}
+								}
+							}
+							at := bb*sum.BatchStride + hb*sum.HeadStride + rb*sum.RowStride + w
+							if got := math.Float32bits(words[at]); got != want {
+								t.Errorf("%v row %v: word (%d, %d, %d, %d) = %#x, want %#x", dt, row, bb, hb, rb, w, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// uploadBiasValues uploads vals as p's bias tensor of dtype dt.
+func uploadBiasValues(t *testing.T, b *Backend, p *spec.Problem, dt spec.DType, vals []float64) *Tensor {
+	t.Helper()
+	os := opSpec(p, OpBias)
+	x, err := b.NewTensor(dt, os.shape, os.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	var err2 error
+	switch dt {
+	case spec.Float32:
+		f := make([]float32, len(vals))
+		for i, v := range vals {
+			f[i] = float32(v)
+		}
+		err2 = Upload(context.Background(), x, f)
+	case spec.Float16:
+		f := make([]float16.Float16, len(vals))
+		for i, v := range vals {
+			f[i] = float16.Fromfloat32(float32(v))
+		}
+		err2 = Upload(context.Background(), x, f)
+	case spec.BFloat16:
+		f := make([]bfloat16.BFloat16, len(vals))
+		for i, v := range vals {
+			f[i] = bfloat16.FromFloat32(float32(v))
+		}
+		err2 = Upload(context.Background(), x, f)
+	}
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	return x
+}

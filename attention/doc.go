@@ -69,11 +69,18 @@
 // [Hq, Tq], gradients in the packed layout), and dropout (Dropout{P, Seed,
 // Offset}: a Philox4x32-10 counter-based mask, the same in the forward and
 // the backward on every backend, never stored, reproduced bit for bit by
-// package reference) — run forward and backward on
-// every backend and storage type, alone or together (see Options for the
-// exact definitions). Key tiles that the window, the diagonal or a key count
-// leave empty are skipped, not computed (Plan.TilesVisited counts the
-// rest). On Vulkan they run in the flash, flash_cm, bwd and bwd_cm
+// package reference), and an additive bias or boolean mask (Bias: SDPA's
+// attn_mask, float32 or the storage type, broadcast over the batch, the
+// queries or the heads where its dimension is 1; KeepMask turns a boolean
+// mask into one; its gradient dBias on request, summed over what it
+// broadcasts, deterministic like the other gradients) — run forward and
+// backward on every backend and storage type, alone or together (see
+// Options and Bias for the exact definitions). Key tiles that the window,
+// the diagonal or a key count leave empty are skipped, not computed
+// (Plan.TilesVisited counts the rest), and so are the tiles a bias hides
+// entirely (−Inf over the tile): on Vulkan from a summary of the bias
+// (a bit per 16×16 block) that each call computes first, on the CPU per
+// tile. On Vulkan they run in the flash, flash_cm, bwd and bwd_cm
 // families, and the window, softcap and ALiBi also in KV-cache calls
 // (decode); the minimal and naive forwards refuse them.
 //
@@ -115,7 +122,8 @@
 //     One exception: under a causal mask or window, a NaN (or ±Inf) in a
 //     row the mask hides may also reach rows less than 256 positions across
 //     the mask's edge from it (the kernels multiply a masked tile corner
-//     by zero).
+//     by zero); likewise a NaN or ±Inf in a K or V row that a bias hides
+//     (−Inf) may reach the other rows of its tile that it does not hide.
 //   - A softcap maps a score of ±Inf to ±c, a finite score: such a row is
 //     not empty.
 //   - A row whose visible scores are all −Inf (or that sees no key) is

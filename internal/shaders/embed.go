@@ -20,6 +20,11 @@
 // buffers, bindings 0 … Bindings(kernel)−1, plus the 80-byte push-constant
 // block Params.
 //
+// The bias kernels (bias.go: bias_summary, bias_reduce) share Params and
+// bind the Ext buffer at 0: bias_summary summarises an additive bias a
+// bit per 16×16 block for the attention kernels' tile skipping, and
+// bias_reduce folds a broadcast bias's dBias.
+//
 // The KV-cache kernels (kv.go: decode, decode_combine, kv_append) are
 // built like the others but share kv_params.glsl's push-constant block,
 // KVParams (120 bytes), and have no addressed variants; decode needs

@@ -56,6 +56,24 @@
 // through one binding: larger caches fail with ErrTooLarge. BenchKV
 // times such calls.
 //
+// # The bias
+//
+// A problem with an additive bias (spec.Bias) binds it in every kernel
+// that scores, after the Ext buffer (the Ext buffer itself in its place
+// otherwise, bound and never read): ext_score adds it and a −Inf element
+// hides its key. Each pass starts with bias_summary, which writes a bit
+// per block of 16 rows × 16 keys (set unless the whole block is −Inf) to a
+// scratch buffer that the kernels read to skip the tiles the bias hides
+// from every row (before their K/V loads, or after them in the kernels
+// that prefetch). A backward with dBias has its dQ kernel store dS
+// (before the softcap's derivative) into the dBias, zeroed first; where
+// the bias broadcasts, dBias sums over what it folds: the dQ kernel then
+// stores every dS into a float32 [B, Hq, Nq, Nk] scratch, also zeroed,
+// and bias_reduce sums it per dBias element in a fixed order (the bits do
+// not change run to run). The bias, its dBias and that scratch must each
+// fit one binding (ErrTooLarge names the one that does not); such a
+// problem runs as a whole batch (spec.Problem.Whole) on the host path.
+//
 // # Device-resident and host operands
 //
 // A Tensor is a device buffer with a dtype, a shape [B, S, H, D] and element

@@ -26,12 +26,17 @@ type VarlenCase struct {
 	SeqUsedK       []int32
 	Dropout        *attention.Dropout
 	Layout         attention.Layout
+	// Bias is a bias per sequence ([B, H, S, max Nk] with B the number of
+	// sequences, S 1 or (any S > 1) the longest Nq, H 1 or Hq; its B field
+	// is not used): each sequence reads its own rows and keys, and every
+	// element past them holds NaN, which no kernel may read.
+	Bias *BiasCase
 }
 
 func (c VarlenCase) String() string {
 	s := fmt.Sprintf("%s/Hq%d_Hkv%d_d%d_q%v_k%v", c.Name, c.Hq, c.Hkv, c.D, c.LensQ, c.LensK)
 	s += dvMaskSuffix(c.D, c.Dv, c.Causal, c.Align)
-	s += optionSuffix(c.Window, c.Softcap, c.alibi(), c.SeqUsedK) + dropSuffix(c.Dropout)
+	s += optionSuffix(c.Window, c.Softcap, c.alibi(), c.SeqUsedK) + dropSuffix(c.Dropout) + c.Bias.String()
 	if c.Layout == attention.BHSD {
 		s += "_bhsd"
 	}
@@ -89,6 +94,10 @@ func VarlenCases() []VarlenCase {
 		{Name: "d128", Hq: 4, Hkv: 2, D: 128, Dv: 128, LensQ: []int{100, 257}, LensK: []int{100, 257}, Causal: true, Align: br, Window: &attention.Window{Left: 64, Right: 0}, Layout: attention.BHSD},
 		{Name: "dropout", Hq: 2, Hkv: 1, D: 64, Dv: 64, LensQ: []int{17, 0, 129, 40}, LensK: []int{17, 5, 129, 90}, Causal: true, Align: br,
 			Dropout: &attention.Dropout{P: 0.3, Seed: 0xfeed_0000_beef, Offset: 4}},
+		{Name: "bias", Hq: 2, Hkv: 1, D: 64, Dv: 64, LensQ: []int{17, 0, 129, 40, 1}, LensK: []int{17, 5, 129, 90, 3}, Causal: true, Align: br,
+			Bias: &BiasCase{S: 2, H: 2, Holes: 0.2, Grad: true}},
+		{Name: "bias-padding", Hq: 4, Hkv: 2, D: 32, Dv: 32, LensQ: []int{33, 70, 9}, LensK: []int{40, 64, 9},
+			Bias: &BiasCase{S: 1, H: 1, F32: true, Mask: true, Holes: 0.3, Grad: true}},
 	}
 }
 
@@ -125,6 +134,8 @@ type varlenInputs struct {
 	cuQ, cuK   []int32
 	q, k, v, o attention.Tensor
 	dO         attention.Tensor
+	// bias and dbias: Bias's packed tensors ([B, H, S, max Nk], BHSD).
+	bias, dbias attention.Tensor
 }
 
 func newVarlenInputs(c VarlenCase, dt attention.DType, seed uint64) *varlenInputs {
@@ -136,18 +147,28 @@ func newVarlenInputs(c VarlenCase, dt attention.DType, seed uint64) *varlenInput
 	}
 	v.q, v.k, v.v, v.dO = packed(tq, c.Hq, c.D), packed(tk, c.Hkv, c.D), packed(tk, c.Hkv, c.Dv), packed(tq, c.Hq, c.Dv)
 	v.o = packed(tq, c.Hq, c.Dv)
+	v.newBias()
 	for b := range c.LensQ {
 		// Draw every sequence's rows (a one-row stand-in for an empty
 		// side), pack the rows it has.
 		sc := c.seq(b)
 		empty := sc.Nq == 0 || sc.Nk == 0
 		sc.Nq, sc.Nk = max(sc.Nq, 1), max(sc.Nk, 1)
+		if x := c.Bias; x != nil {
+			bx := *x
+			bx.B = 1
+			if x.S > 1 {
+				bx.S = sc.Nq // (else 1: one row for every query)
+			}
+			sc.Bias = &bx
+		}
 		in := NewInputs(sc, dt, seed+uint64(b))
 		nq, nk := c.LensQ[b], c.LensK[b]
 		pack(v.q, in.q64, int(v.cuQ[b]), nq, c.Hq, c.D)
 		pack(v.dO, in.dO, int(v.cuQ[b]), nq, c.Hq, c.Dv)
 		pack(v.k, in.k64, int(v.cuK[b]), nk, c.Hkv, c.D)
 		pack(v.v, in.v64, int(v.cuK[b]), nk, c.Hkv, c.Dv)
+		v.packBias(b, in)
 		if empty {
 			v.seqs, v.refs = append(v.seqs, nil), append(v.refs, nil)
 			continue
@@ -192,7 +213,7 @@ func runVarlen(t *testing.T, e *attention.Engine, c VarlenCase, dt attention.DTy
 	for i := range lse {
 		lse[i] = float32(math.NaN())
 	}
-	if err := e.ForwardInto(t.Context(), v.q, v.k, v.v, v.o, lse, c.options()); err != nil {
+	if err := e.ForwardInto(t.Context(), v.q, v.k, v.v, v.o, lse, v.options()); err != nil {
 		t.Fatalf("forward: %v", err)
 	}
 	o := v.o.Float32s()
@@ -238,6 +259,7 @@ func runVarlen(t *testing.T, e *attention.Engine, c VarlenCase, dt attention.DTy
 		Check(t, fmt.Sprintf("sequence %d: dk", b), gk, ref.DK, tol.DK, seed)
 		Check(t, fmt.Sprintf("sequence %d: dv", b), gv, ref.DV, tol.DV, seed)
 	}
+	v.checkDBias(t, seed)
 }
 
 // backward runs the packed backward on each sequence's reference O and
@@ -266,10 +288,12 @@ func (v *varlenInputs) backward(t *testing.T, e *attention.Engine) []float32 {
 	}
 	pack(v.o, oRef, 0, tq, c.Hq, c.Dv)
 	dq, dk, dv := zerosLike(v.q), zerosLike(v.k), zerosLike(v.v)
-	for _, g := range []attention.Tensor{dq, dk, dv} {
-		poison(g)
+	for _, g := range []attention.Tensor{dq, dk, dv, v.dbias} {
+		if g.Data != nil {
+			poison(g)
+		}
 	}
-	if err := e.BackwardInto(t.Context(), v.q, v.k, v.v, v.o, lse, v.dO, dq, dk, dv, c.options()); err != nil {
+	if err := e.BackwardInto(t.Context(), v.q, v.k, v.v, v.o, lse, v.dO, dq, dk, dv, v.options()); err != nil {
 		t.Fatalf("backward: %v", err)
 	}
 	return slices.Concat(dq.Float32s(), dk.Float32s(), dv.Float32s())
@@ -287,6 +311,88 @@ func checkZeros(t *testing.T, name string, got []float32) {
 		if x != 0 {
 			t.Errorf("%s[%d] = %v, want 0", name, i, x)
 			return
+		}
+	}
+}
+
+// newBias allocates the packed bias, NaN everywhere (the sequences' own
+// elements are written by packBias), and the dBias, if the case has them.
+func (v *varlenInputs) newBias() {
+	c, x := v.c, v.c.Bias
+	if x == nil {
+		return
+	}
+	s := attention.Shape{B: len(c.LensQ), S: 1, H: x.H, D: slices.Max(c.LensK)}
+	if x.S > 1 {
+		s.S = slices.Max(c.LensQ)
+	}
+	dt := v.dt
+	if x.F32 {
+		dt = attention.Float32
+	}
+	v.bias = attention.Tensor{Shape: s, Strides: attention.Contiguous(s, attention.BHSD), Data: alloc(dt, s.Len())}
+	forEach(v.bias, func(i int) { set(v.bias.Data, i, float32(math.NaN())) })
+	if x.Grad {
+		v.dbias = attention.Tensor{Shape: s, Strides: v.bias.Strides, Data: alloc(dt, s.Len())}
+	}
+}
+
+// packBias copies sequence b's bias (its Inputs', [1, H, S_b, Nk_b]) into
+// the packed bias.
+func (v *varlenInputs) packBias(b int, in *Inputs) {
+	if v.c.Bias == nil {
+		return
+	}
+	s := in.bias.Shape
+	for h := range s.H {
+		for i := range s.S {
+			for j := range v.c.LensK[b] {
+				set(v.bias.Data, v.bias.Strides.Offset(b, i, h)+j, float32(in.bias64[(h*s.S+i)*s.D+j]))
+			}
+		}
+	}
+}
+
+// options are the case's options with its packed bias.
+func (v *varlenInputs) options() attention.Options {
+	o := v.c.options()
+	if x := v.c.Bias; x != nil {
+		o.Bias = &attention.Bias{Tensor: v.bias, Grad: x.Grad, GradTensor: v.dbias}
+	}
+	return o
+}
+
+// checkDBias checks the packed dBias: each sequence's rows and keys
+// against its reference (a sequence without keys, or one whose reference
+// is a stand-in, 0), every other element 0.
+func (v *varlenInputs) checkDBias(t *testing.T, seed uint64) {
+	if v.dbias.Data == nil {
+		return
+	}
+	s := v.dbias.Shape
+	for b := range s.B {
+		nq, nk := min(s.S, v.c.LensQ[b]), v.c.LensK[b]
+		var got []float32
+		var want []float64
+		for h := range s.H {
+			for i := range s.S {
+				for j := range s.D {
+					x := float32(get(v.dbias.Data, v.dbias.Strides.Offset(b, i, h)+j))
+					if i >= nq || j >= nk || v.seqs[b] == nil {
+						if x != 0 {
+							t.Errorf("sequence %d: dbias (h %d, i %d, j %d) = %v outside the sequence's (or of an empty one), want 0", b, h, i, j, x)
+							return
+						}
+						continue
+					}
+					ref := v.ref(t, b)
+					got, want = append(got, x), append(want, ref.DB[(h*nq+i)*nk+j])
+				}
+			}
+		}
+		if v.seqs[b] != nil {
+			ref := v.ref(t, b)
+			Check(t, fmt.Sprintf("sequence %d: dbias", b), got, want, v.seqs[b].tolerance(t, ref).DB, seed)
 		}
 	}
 }

@@ -57,28 +57,6 @@ type npyHead struct {
 	nbytes int64
 }
 
-// statNpy reads and checks the header of a C-order float32 or float16
-// .npy file, without its data. Every error names the file and says what
-// is wrong with it in one line.
-func statNpy(path string) (*npyHead, error) {
-	st, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: no such file", path)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("%s: is a directory, want a .npy file", path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return parseNpyOf(path, f, st.Size(), floatNpy)
-}
-
 // npyElems says which element types a .npy reader takes.
 type npyElems int
 
@@ -90,8 +68,16 @@ const (
 	anyNpy
 )
 
+// statNpy reads and checks the header of a C-order float32 or float16
+// .npy file, without its data. Every error names the file and says what
+// is wrong with it in one line.
+func statNpy(path string) (*npyHead, error) { return statNpyOf(path, floatNpy) }
+
 // statNpyAny is statNpy taking bool and uint8 arrays too (npyHead.elem).
-func statNpyAny(path string) (*npyHead, error) {
+func statNpyAny(path string) (*npyHead, error) { return statNpyOf(path, anyNpy) }
+
+// statNpyOf is statNpy for the element types elems.
+func statNpyOf(path string, elems npyElems) (*npyHead, error) {
 	st, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: no such file", path)
@@ -107,7 +93,7 @@ func statNpyAny(path string) (*npyHead, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return parseNpyOf(path, f, st.Size(), anyNpy)
+	return parseNpyOf(path, f, st.Size(), elems)
 }
 
 // parseNpy reads and checks the preamble and header of a .npy file of

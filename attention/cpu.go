@@ -57,7 +57,11 @@ func (c *cpuBackend) Forward(ctx context.Context, p *spec.Problem, a *forwardArg
 	}
 	defer leave()
 	o := widen(a.O)
-	if err := cpu.ForwardWith(cctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), o, a.LSE); err != nil {
+	var x cpu.Bias
+	if p.Ext != nil && p.Ext.Bias != nil {
+		x.Bias = widen(a.Bias)
+	}
+	if err := cpu.ForwardBias(cctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), o, a.LSE, x); err != nil {
 		return callErr(ctx, cctx, err)
 	}
 	narrowInto(a.O, o)
@@ -71,13 +75,25 @@ func (c *cpuBackend) Backward(ctx context.Context, p *spec.Problem, a *backwardA
 	}
 	defer leave()
 	dq, dk, dv := widen(a.DQ), widen(a.DK), widen(a.DV)
-	err = cpu.BackwardWith(cctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), widen(a.O), a.LSE, widen(a.DO), dq, dk, dv)
+	// The bias (float32 or the operands' type) in float32; dBias computed
+	// in float32 with its tensor's strides, then narrowed into its view.
+	var x cpu.Bias
+	if p.Ext != nil && p.Ext.Bias != nil {
+		x.Bias = widen(a.Bias)
+		if p.Ext.Bias.Grad {
+			x.DBias = widen(a.DBias)
+		}
+	}
+	err = cpu.BackwardBias(cctx, c.cfg, p, widen(a.Q), widen(a.K), widen(a.V), widen(a.O), a.LSE, widen(a.DO), dq, dk, dv, x)
 	if err != nil {
 		return callErr(ctx, cctx, err)
 	}
 	narrowInto(a.DQ, dq)
 	narrowInto(a.DK, dk)
 	narrowInto(a.DV, dv)
+	if x.DBias != nil {
+		narrowInto(a.DBias, x.DBias)
+	}
 	return nil
 }
 

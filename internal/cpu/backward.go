@@ -8,9 +8,20 @@ import (
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
-// BackwardWith is Backward with an explicit Config. The result is bitwise
+// BackwardWith is Backward with an explicit Config, for a problem without
+// a bias (spec.Ext.Bias; see BackwardBias). The result is bitwise
 // independent of cfg.Workers.
 func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv []float32) error {
+	return BackwardBias(ctx, cfg, p, q, k, v, o, lse, do, dq, dk, dv, Bias{})
+}
+
+// BackwardBias is BackwardWith for any problem: x holds the bias of a
+// problem with spec.Ext.Bias (x.Bias, indexed by spec.Bias.At) and, when
+// the bias has Grad, the dBias output (x.DBias, indexed by
+// spec.Bias.GradAt: every element its view addresses is overwritten, 0
+// where no pair contributes); it is the zero Bias otherwise. The result,
+// dBias included, is bitwise independent of cfg.Workers.
+func BackwardBias(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, lse, do, dq, dk, dv []float32, x Bias) error {
 	if err := checkProblem(p); err != nil {
 		return err
 	}
@@ -18,12 +29,15 @@ func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, 
 		operand{"do", do, asO}, operand{"dq", dq, asQ}, operand{"dk", dk, asK}, operand{"dv", dv, asV}); err != nil {
 		return err
 	}
+	if err := checkBias(p, x, true); err != nil {
+		return err
+	}
 	if p.B == 0 {
 		return ctx.Err()
 	}
 	cfg = cfg.resolve(p)
-	g := &bwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, do: do, dq: dq, dk: dk, dv: dv,
-		qTiles: queryTiling(p, cfg.Br), kTiles: newTiling(p, cfg.Bc, p.Hkv, true, false)}
+	g := &bwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, do: do, dq: dq, dk: dk, dv: dv, bias: x.Bias,
+		db: dbOutput(p, x.DBias), qTiles: queryTiling(p, cfg.Br), kTiles: newTiling(p, cfg.Bc, p.Hkv, true, false)}
 	n := p.LSELen()
 
 	// (1) D = rowsum(dO∘O), and LSE in base 2 with −Inf (a row that sees no
@@ -41,6 +55,11 @@ func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, 
 	if err != nil {
 		return err
 	}
+	if g.db.buf != nil { // the dQ pass adds dS into a zeroed dBias
+		if err := clearDBias(ctx, cfg.Workers, p, g.db); err != nil {
+			return err
+		}
+	}
 	if g.kTiles.items() > 0 {
 		// (2) dK, dV per (batch, kv head, key tile).
 		err = parallel(ctx, cfg.Workers, g.kTiles.items(), g.newKVScratch, g.kvItem)
@@ -48,8 +67,23 @@ func BackwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, 
 			return err
 		}
 	}
-	// (3) dQ per (batch, query head, query tile).
-	return parallel(ctx, cfg.Workers, g.qTiles.items(), g.newQScratch, g.qItem)
+	// (3) dQ per (batch, query head, query tile), adding dS into dBias:
+	// each item into its own rows, unless dBias folds (see foldPlan).
+	if g.db.buf == nil || !p.Ext.Bias.GradFolds(p.B, p.Hq, p.Nq) {
+		return parallel(ctx, cfg.Workers, g.qTiles.items(), g.newQScratch, func(w *qScratch, it int) { g.qItem(w, it, g.db) })
+	}
+	f := newFoldPlan(p, g.qTiles, cfg.Br)
+	err = parallel(ctx, cfg.Workers, len(f.units), g.newQScratch, func(w *qScratch, u int) {
+		unit := &f.units[u]
+		db := f.target(unit, g.db)
+		for _, it := range unit.items {
+			g.qItem(w, it, db)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return f.reduce(ctx, cfg.Workers, g.db)
 }
 
 type bwd struct {
@@ -58,6 +92,8 @@ type bwd struct {
 	cfg            Config
 	q, k, v, o, do []float32
 	dq, dk, dv     []float32
+	bias           []float32 // spec.Ext.Bias's elements (nil: none)
+	db             dbRows    // dBias (nil buf: none)
 	delta, lse2    []float32 // as LSE: [B, Hq, Nq] (packed: [Hq, Tq])
 	qTiles         *tiling   // query tiles × query heads (D and dQ passes)
 	kTiles         *tiling   // key tiles × kv heads (dK/dV pass)
@@ -94,6 +130,7 @@ type kvScratch struct {
 	dk, dv       []float32 // Bc×D, Bc×Dv accumulators
 	first, limit []int     // Bc: the query rows that see each key (queryRows)
 	q, do        []float32 // Br×D, Br×Dv: a query tile with its dead rows zeroed
+	bcol         []float32 // Br: a key's bias over a query tile's rows (nil without a bias)
 	// With dropout: pt is Bc×Br, Pᵀ∘keep (dV's factor), and bits the
 	// tile's keep bits, ng groups of Br rows (nil without dropout).
 	pt   []float32
@@ -113,6 +150,9 @@ func (g *bwd) newKVScratch() *kvScratch {
 		limit: make([]int, bc),
 		q:     make([]float32, br*g.p.D),
 		do:    make([]float32, br*g.p.Dv),
+	}
+	if g.bias != nil {
+		w.bcol = make([]float32, br)
 	}
 	if dropping(g.p) {
 		w.ng = (bc+7)/8 + 1 // a tile's keys span at most this many groups
@@ -184,11 +224,15 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 		rule := newScoreRule(p, b, h)
 		c := rule.c
 		drop := newDropper(p, b, h)
+		bias := biasOf(p, g.bias, b, h)
 		for i0 := iBegin; i0 < iEnd; i0 += br {
+			nr := min(br, iEnd-i0)
+			if bias.hides(p, b, i0, nr, j0, nk) {
+				continue // P = 0 and dS = 0 throughout
+			}
 			if g.ctx.Err() != nil {
 				return // cancelled: parallel returns the error
 			}
-			nr := min(br, iEnd-i0)
 			qr := rows{g.q, p.QOffset(p.Q, b, i0, h), p.Q.Seq}
 			dor := rows{g.do, p.QOffset(p.O, b, i0, h), p.O.Seq}
 			lse2 := g.lse2[base+i0 : base+i0+nr]
@@ -201,7 +245,12 @@ func (g *bwd) kvItem(w *kvScratch, it int) {
 				row := st[jj*br : jj*br+nr]
 				lo, hi := clip(first[jj]-i0, limit[jj]-i0, nr) // the rows that see key j0+jj
 				clear(row[:lo])
-				rule.scores(row[lo:hi], tileRow(soft, jj, br, lo, hi), diag+i0+lo-(j0+jj), 1)
+				var bc []float32 // the key's bias over rows lo … hi−1
+				if bias.buf != nil {
+					bc = w.bcol[:hi-lo]
+					bias.col(bc, i0+lo, j0+jj)
+				}
+				rule.scoresBias(row[lo:hi], tileRow(soft, jj, br, lo, hi), bc, diag+i0+lo-(j0+jj), 1)
 				probRow(row[lo:hi], lse2[lo:hi], c)
 				clear(row[hi:])
 			}
@@ -299,8 +348,10 @@ func (g *bwd) newQScratch() *qScratch {
 }
 
 // qItem computes dQ for one (batch, query head, query tile), as numbered
-// by g.qTiles, looping over the key tiles it sees in order.
-func (g *bwd) qItem(w *qScratch, it int) {
+// by g.qTiles, looping over the key tiles it sees in order, and adds its
+// dS (without the softcap's factor: the bias lies after the softcap) into
+// db's rows (nil buf: no dBias).
+func (g *bwd) qItem(w *qScratch, it int, db dbRows) {
 	p, bc := g.p, g.cfg.Bc
 	b, h, i0, nr := g.qTiles.at(it)
 	kvh := p.KVHead(h)
@@ -309,6 +360,7 @@ func (g *bwd) qItem(w *qScratch, it int) {
 	c := rule.c
 	diag := p.Diag(b, i0) // row i0+i's diagonal is key diag+i
 	drop := newDropper(p, b, h)
+	bias := biasOf(p, g.bias, b, h)
 
 	base := p.LSEIndex(b, h, i0)
 	lse2 := g.lse2[base : base+nr]
@@ -327,10 +379,13 @@ func (g *bwd) qItem(w *qScratch, it int) {
 
 	jBegin, jEnd := tileKeys(p, b, i0, nr)
 	for j0 := jBegin; j0 < jEnd; j0 += bc {
+		nc := min(bc, jEnd-j0)
+		if bias.hides(p, b, i0, nr, j0, nc) {
+			continue // dS = 0 (dBias stays 0)
+		}
 		if g.ctx.Err() != nil {
 			return // cancelled: parallel returns the error
 		}
-		nc := min(bc, jEnd-j0)
 		kr := rows{g.k, p.KOffset(p.K, b, j0, kvh), p.K.Seq}
 		vr := rows{g.v, p.KOffset(p.V, b, j0, kvh), p.V.Seq}
 		s, dp, soft := w.s, w.dp, w.soft
@@ -343,12 +398,22 @@ func (g *bwd) qItem(w *qScratch, it int) {
 			if dead(lse2[i]) {
 				lo, hi = 0, 0 // dS 0: the row adds nothing (and its dQ is 0)
 			}
-			rule.scores(pr[lo:hi], tileRow(soft, i, bc, lo, hi), diag+i-(j0+lo), -1)
+			rule.scoresBias(pr[lo:hi], tileRow(soft, i, bc, lo, hi), bias.at(i0+i, j0+lo, hi-lo), diag+i-(j0+lo), -1)
 			probRow(pr[lo:hi], w.l2[i*bc+lo:i*bc+hi], c)
 			if drop.on { // Z∘dP: Scale·dP where kept, −0·dP where dropped
 				drop.apply(dr[lo:hi], i0+i, j0+lo, &drop.keepScale)
 			}
-			rule.dsRow(pr[lo:hi], dr[lo:hi], tileRow(soft, i, bc, lo, hi), delta[i])
+			switch {
+			case db.buf == nil:
+				rule.dsRow(pr[lo:hi], dr[lo:hi], tileRow(soft, i, bc, lo, hi), delta[i])
+			case lo < hi:
+				// dBias takes dS before the softcap's factor, dQ after it.
+				dsRow(pr[lo:hi], dr[lo:hi], delta[i])
+				addRow(db.row(b, h, i0+i)[j0+lo:j0+hi], dr[lo:hi])
+				if rule.softcap {
+					mulRow(dr[lo:hi], tileRow(soft, i, bc, lo, hi))
+				}
+			}
 			clear(dr[:lo])
 			clear(dr[hi:])
 		}

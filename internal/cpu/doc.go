@@ -26,8 +26,36 @@
 // row as an arithmetic progression); the softmax then multiplies the
 // scores by log2(e) where a plain problem's multiplies the raw products
 // by Scale·log2(e). The backward multiplies dS by the softcap's
-// derivative 1 − tanh² before it meets K or Q. With neither, the
-// arithmetic is the plain problem's.
+// derivative 1 − tanh² before it meets K or Q. With neither (nor a
+// bias), the arithmetic is the plain problem's.
+//
+// With spec.Ext's Bias (PyTorch SDPA's attn_mask; ForwardBias and
+// BackwardBias take its buffers, Bias) each visible element's score gains
+// its bias element after the softcap and ALiBi: the tile rows are
+// rewritten as above, then addBias adds the row's bias elements (one
+// pass, Scale·q·k + bias, without a softcap or slope), in natural-log
+// units, the softmax's factor being log2(e). Rows and keys index the bias
+// within their sequence, packed or not; strides of 0 broadcast it. An
+// element of −Inf hides the pair as the mask does: its score is −Inf
+// whatever q·k holds, so P = 0, and a row whose keys it hides all is
+// empty. A tile whose visible pairs the bias hides all is skipped by the
+// forward and both backward passes, so that a boolean mask saves the
+// tiles it masks; the scan that decides it stops at the first element
+// that is not −Inf (a bias broadcast over the rows scans one row). The
+// dK/dV pass gathers a key's bias down a tile's rows. dBias is dS =
+// P∘(Z∘dP − D) before the softcap's factor (the bias lies after the
+// softcap), 0 where the mask or the bias hides the pair: the dQ pass,
+// which computes each (b, h, i, j)'s dS once, adds it into a dBias zeroed
+// beforehand (every element of its view: the keys of skipped tiles, the
+// rows past a packed sequence's queries). When dBias folds (a stride of 0
+// over the batch, the heads or the rows: spec.Bias.GradFolds) the dQ
+// items that add into the same dBias rows form a group, taken in item
+// order and cut into as many chunks (at most its item count) as give 64
+// work units in all, fixed by the problem and the tiles; chunk 0 adds
+// into dBias, each later chunk into a scratch block of its own (2²⁴
+// floats at most in all), which a last pass adds into dBias in chunk
+// order, so that dBias, like the other gradients, does not depend on the
+// worker count.
 //
 // With spec.Ext's Dropout, probability P(i, j) is kept or dropped as
 // spec.Dropout.Keep says: bit j mod 8 of the Philox4x32-10 block of group
@@ -84,7 +112,8 @@
 // partially written. Extra memory is O(tile) per worker (with dropout, the
 // dK/dV pass adds a Bc×Br tile of P∘keep and its keep bytes) plus, for the
 // backward, two float32 per query row and head (D and LSE in base 2) and,
-// for a packed problem, a list of its tiles.
+// for a packed problem, a list of its tiles; with a folding dBias, its
+// chunks' scratch blocks.
 //
 // # Kernels
 //
@@ -92,7 +121,7 @@
 // (S = Q·Kᵀ, dP = dO·Vᵀ and their transposes) and accumulation as row
 // axpys (O += P·V, dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q), plus the
 // exponential, row maximum, rescaling and dS = P∘(dP − D) row passes,
-// for spec.Ext's scores the softcap and ALiBi row passes and, for
+// for spec.Ext's scores the softcap, ALiBi and bias row passes and, for
 // dropout, the Philox4x32-10 generator (eight groups of 8 keys at once)
 // and the passes that multiply a row, or a transposed tile's column, by
 // its keep factors. On amd64 with

@@ -8,11 +8,11 @@ import (
 
 // scoreRule turns one (sequence, query head)'s raw products q·k into the
 // elements of the tiles the softmax exponentiates as 2^(c·element − …).
-// Without a softcap or an ALiBi slope (a plain problem, or a spec.Ext one
-// with only a window or key counts) the tiles keep the raw products and c
-// is Scale·log2e, as in a plain problem; otherwise scores replaces each
-// visible element by spec.Ext's score (capRow or biasRow, in float32) and
-// c is log2e.
+// Without a softcap, an ALiBi slope or a bias (a plain problem, or a
+// spec.Ext one with only a window or key counts) the tiles keep the raw
+// products and c is Scale·log2e, as in a plain problem; otherwise
+// scoresBias replaces each visible element by spec.Ext's score (capRow or
+// biasRow, then addBias, in float32) and c is log2e.
 type scoreRule struct {
 	c       float32 // the softmax's factor: log2-domain score = c·(tile element)
 	rewrite bool    // the tiles are rewritten by scores
@@ -20,6 +20,7 @@ type scoreRule struct {
 	k       float32 // raw product factor: Scale/softcap (tanh's argument), else Scale
 	cap     float32 // softcap
 	slope   float32 // ALiBi slope of the sequence and head (0: none)
+	bias    bool    // the problem has a bias (scoresBias adds it)
 }
 
 // newScoreRule returns the rule of sequence b, query head h. The shaders'
@@ -29,16 +30,19 @@ type scoreRule struct {
 // overflows a factor, and Scale/softcap is one factor (subnormal, with
 // fewer bits, only for a softcap beyond Scale·2^126).
 func newScoreRule(p *spec.Problem, b, h int) scoreRule {
-	r := scoreRule{c: p.Scale * math.Log2E, k: p.Scale, slope: p.Slope(b, h)}
+	r := scoreRule{c: p.Scale * math.Log2E, k: p.Scale, slope: p.Slope(b, h), bias: biased(p)}
 	switch {
 	case softcapped(p):
 		r.softcap, r.cap, r.k = true, p.Ext.Softcap, p.Scale/p.Ext.Softcap
-	case r.slope == 0:
+	case r.slope == 0 && !r.bias:
 		return r
 	}
 	r.c, r.rewrite = math.Log2E, true
 	return r
 }
+
+// biased reports whether p's scores have a bias (spec.Ext.Bias).
+func biased(p *spec.Problem) bool { return p.Ext != nil && p.Ext.Bias != nil }
 
 // softcapped reports whether p's scores pass through a softcap.
 func softcapped(p *spec.Problem) bool { return p.Ext != nil && p.Ext.Softcap > 0 }
@@ -59,6 +63,22 @@ func (s *scoreRule) scores(r, soft []float32, off, step int) float32 {
 		return biasRow(r, s.k, s.slope, off, step)
 	}
 	return negInf
+}
+
+// scoresBias is scores followed by the bias: with bias set (the row's bias
+// elements, at least as long as r; not nil for a problem with a bias, even
+// when empty) each r[x] becomes its score plus bias[x] (addBias: −Inf where
+// bias[x] is −Inf, masking the pair), and it returns the largest result.
+// A bias without a softcap or a slope takes one pass, Scale·q·k + bias.
+func (s *scoreRule) scoresBias(r, soft, bias []float32, off, step int) float32 {
+	switch {
+	case bias == nil:
+		return s.scores(r, soft, off, step)
+	case s.softcap || s.slope != 0:
+		s.scores(r, soft, off, step)
+		return addBias(r, bias, 1)
+	}
+	return addBias(r, bias, s.k)
 }
 
 // dsRow sets dp[x] = p[x]·(dp[x] − d) (dS from P and dP), times the

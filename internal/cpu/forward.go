@@ -7,19 +7,30 @@ import (
 	"github.com/flashvk/flashvk/internal/spec"
 )
 
-// ForwardWith is Forward with an explicit Config.
+// ForwardWith is Forward with an explicit Config, for a problem without a
+// bias (spec.Ext.Bias; see ForwardBias).
 func ForwardWith(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, lse []float32) error {
+	return ForwardBias(ctx, cfg, p, q, k, v, o, lse, Bias{})
+}
+
+// ForwardBias is ForwardWith for any problem: x holds the bias of a
+// problem with spec.Ext.Bias (x.Bias, indexed by spec.Bias.At; x.DBias is
+// not read), and is the zero Bias otherwise.
+func ForwardBias(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, lse []float32, x Bias) error {
 	if err := checkProblem(p); err != nil {
 		return err
 	}
 	if err := checkOperands(p, lse, operand{"q", q, asQ}, operand{"k", k, asK}, operand{"v", v, asV}, operand{"o", o, asO}); err != nil {
 		return err
 	}
+	if err := checkBias(p, x, false); err != nil {
+		return err
+	}
 	if p.B == 0 || p.Hq == 0 || p.Nq == 0 {
 		return ctx.Err()
 	}
 	cfg = cfg.resolve(p)
-	f := &fwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, lse: lse, tiles: queryTiling(p, cfg.Br)}
+	f := &fwd{ctx: ctx, p: p, cfg: cfg, q: q, k: k, v: v, o: o, lse: lse, bias: x.Bias, tiles: queryTiling(p, cfg.Br)}
 	return parallel(ctx, cfg.Workers, f.tiles.items(), f.newScratch, f.item)
 }
 
@@ -29,7 +40,8 @@ type fwd struct {
 	cfg        Config
 	q, k, v, o []float32
 	lse        []float32
-	tiles      *tiling // the work items: query tiles × heads
+	bias       []float32 // spec.Ext.Bias's elements (nil: none)
+	tiles      *tiling   // the work items: query tiles × heads
 }
 
 // fwdScratch is one worker's tile memory.
@@ -59,6 +71,7 @@ func (f *fwd) item(w *fwdScratch, it int) {
 	c := rule.c
 	diag := p.Diag(b, i0) // row i0+i's diagonal is key diag+i
 	drop := newDropper(p, b, h)
+	bias := biasOf(p, f.bias, b, h)
 
 	qr := rows{f.q, p.QOffset(p.Q, b, i0, h), p.Q.Seq}
 	m, l, acc := w.m[:nr], w.l[:nr], w.acc[:nr*dv]
@@ -70,10 +83,13 @@ func (f *fwd) item(w *fwdScratch, it int) {
 
 	jBegin, jEnd := tileKeys(p, b, i0, nr)
 	for j0 := jBegin; j0 < jEnd; j0 += bc {
+		nc := min(bc, jEnd-j0)
+		if bias.hides(p, b, i0, nr, j0, nc) {
+			continue // every score −Inf: nothing to add
+		}
 		if f.ctx.Err() != nil {
 			return // cancelled: parallel returns the error
 		}
-		nc := min(bc, jEnd-j0)
 		kr := rows{f.k, p.KOffset(p.K, b, j0, kvh), p.K.Seq}
 		vr := rows{f.v, p.KOffset(p.V, b, j0, kvh), p.V.Seq}
 		s := w.s
@@ -89,7 +105,7 @@ func (f *fwd) item(w *fwdScratch, it int) {
 			var mt float32 // the tile's row maximum of c·s
 			if rule.rewrite {
 				// c = log2e > 0: c·max s (multiplying is monotonic).
-				mt = c * rule.scores(r, nil, diag+i-(j0+lo), -1)
+				mt = c * rule.scoresBias(r, nil, bias.at(i0+i, j0+lo, hi-lo), diag+i-(j0+lo), -1)
 			} else {
 				mt = scaledMax(r, c)
 			}

@@ -362,6 +362,42 @@ func biasRow(r []float32, k, slope float32, off, step int) float32 {
 	return mx
 }
 
+// addBias sets r[x] = k·r[x] + bias[x], or −Inf where bias[x] is −Inf
+// (the bias hides the pair whatever r[x] holds: ±Inf, NaN), and returns
+// the largest new r[x] (−Inf for an empty row; NaN may or may not win, as
+// in rowMaxMin). len(bias) ≥ len(r). The vector kernel fuses k·r[x] +
+// bias[x] (FMA); the scalar code rounds the product first (k = 1, after
+// capRow or biasRow, rounds once either way).
+func addBias(r, bias []float32, k float32) float32 {
+	bias = bias[:len(r)]
+	n, mx := addBiasSIMD(r, bias, k)
+	for x := n; x < len(r); x++ {
+		v := negInf
+		if b := bias[x]; b != negInf {
+			v = k*r[x] + b
+		}
+		r[x] = v
+		mx = max(mx, v)
+	}
+	return mx
+}
+
+// addRow sets dst[x] += src[x] (len(src) ≥ len(dst)).
+func addRow(dst, src []float32) {
+	src = src[:len(dst)]
+	for x, v := range src {
+		dst[x] += v
+	}
+}
+
+// mulRow sets dst[x] *= f[x] (len(f) ≥ len(dst)).
+func mulRow(dst, f []float32) {
+	f = f[:len(dst)]
+	for x, v := range f {
+		dst[x] *= v
+	}
+}
+
 // negInf is −Inf in float32.
 var negInf = float32(math.Inf(-1))
 

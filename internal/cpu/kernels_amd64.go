@@ -43,6 +43,9 @@ func capRowAVX(r, soft *float32, n int, k, c, slope float32, off, step int32) (m
 func biasRowAVX(r *float32, n int, k, slope float32, off, step int32) (mx float32)
 
 //go:noescape
+func addBiasAVX(r, bias *float32, n int, k float32) (mx float32)
+
+//go:noescape
 func dsRowSoftAVX(p, dp, soft *float32, n int, d float32)
 
 //go:noescape
@@ -225,6 +228,14 @@ func biasRowSIMD(r []float32, k, slope float32, off, step int) (int, float32) {
 		return 0, negInf
 	}
 	return n, biasRowAVX(&r[0], n, k, slope, int32(off), int32(step))
+}
+
+func addBiasSIMD(r, bias []float32, k float32) (int, float32) {
+	n := simdLen(min(len(r), len(bias)))
+	if n == 0 {
+		return 0, negInf
+	}
+	return n, addBiasAVX(&r[0], &bias[0], n, k)
 }
 
 func dsRowSoftSIMD(p, dp, soft []float32, d float32) int {

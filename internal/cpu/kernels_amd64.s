@@ -666,6 +666,31 @@ biasDone:
 	VZEROUPPER
 	RET
 
+// func addBiasAVX(r, bias *float32, n int, k float32) (mx float32)
+//
+// r[j] = k·r[j] + bias[j] (fused), or −Inf where bias[j] is −Inf, for
+// j < n (a multiple of 8); returns the largest new r[j] (−Inf for n = 0),
+// in Y10 as the distance kernels keep it.
+TEXT ·addBiasAVX(SB), NOSPLIT, $0-36
+	MOVQ         r+0(FP), DI
+	MOVQ         bias+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS k+24(FP), Y15
+	VMOVUPS      negInf<>(SB), Y14
+	VMOVUPS      negInf<>(SB), Y10
+	ROWLOOP(addBiasLoop, addBiasDone)
+	VMOVUPS     (SI)(AX*1), Y1
+	VFMADD213PS Y1, Y15, Y0     // k·r + bias
+	VCMPPS      $0, Y14, Y1, Y2 // bias = −Inf
+	VBLENDVPS   Y2, Y14, Y0, Y0
+	VMAXPS      Y0, Y10, Y10
+	ROWNEXT(addBiasLoop)
+
+addBiasDone:
+	MAXRET(mx+32(FP))
+	VZEROUPPER
+	RET
+
 // func dsRowSoftAVX(p, dp, soft *float32, n int, d float32)
 //
 // dp[j] = p[j]·(dp[j] − d)·soft[j] for j < n (a multiple of 8).

@@ -17,6 +17,7 @@ func capRowSIMD([]float32, []float32, float32, float32, float32, int, int) (int,
 	return 0, negInf
 }
 func biasRowSIMD([]float32, float32, float32, int, int) (int, float32) { return 0, negInf }
+func addBiasSIMD([]float32, []float32, float32) (int, float32)         { return 0, negInf }
 func dsRowSoftSIMD([]float32, []float32, []float32, float32) int       { return 0 }
 func dsRowVecSoftSIMD([]float32, []float32, []float32, []float32) int  { return 0 }
 func scaleRowSIMD([]float32, float32) int                              { return 0 }

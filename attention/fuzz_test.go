@@ -103,3 +103,66 @@ func FuzzOptions(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBias tries arbitrary bias and dBias shapes, strides, dtypes and
+// data lengths: a call either runs (every output finite, as the bias is)
+// or fails with an error wrapping one of the argument sentinels; nothing
+// panics.
+func FuzzBias(f *testing.F) {
+	f.Add(uint8(1), uint8(7), uint8(2), uint8(7), 0, 0, 0, uint8(0), true, 0, uint8(1), uint8(7))
+	f.Add(uint8(2), uint8(1), uint8(1), uint8(7), 7, 0, 0, uint8(1), false, -3, uint8(2), uint8(1))
+	f.Add(uint8(3), uint8(7), uint8(2), uint8(6), 0, -1, 9, uint8(2), true, 5, uint8(0), uint8(0))
+	e, err := attention.Open(attention.Config{Backend: attention.CPU, Workers: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { e.Close() })
+	s := attention.Shape{B: 2, S: 7, H: 2, D: 4}
+	q, _ := attention.NewTensor(attention.Float32, s, attention.BSHD)
+	for i := range q.Float32s() {
+		q.Float32s()[i] = float32(i%5) - 2
+	}
+	f.Fuzz(func(t *testing.T, bb, bs, bh, bd uint8, seq, head, batch int, dt uint8, grad bool, extra int, gb, gs uint8) {
+		bshape := attention.Shape{B: int(bb), S: int(bs), H: int(bh), D: int(bd)}
+		dtype := []attention.DType{attention.Float32, attention.Float16, attention.BFloat16}[dt%3]
+		n := max(bshape.Len()+extra, 0)
+		bias := attention.Tensor{Shape: bshape, Strides: attention.Strides{Batch: batch, Seq: seq, Head: head}, Data: make([]float32, n)}
+		if dtype != attention.Float32 {
+			x, _ := attention.NewTensor(dtype, attention.Shape{B: 1, S: 1, H: 1, D: max(n, 1)}, attention.BSHD)
+			bias.Data = x.Data
+		}
+		gshape := bshape
+		gshape.B, gshape.S = int(gb), int(gs)
+		dbias, _ := attention.NewTensor(attention.Float32, gshape, attention.BHSD)
+		opt := attention.Options{Causal: true, Bias: &attention.Bias{Tensor: bias, Grad: grad, GradTensor: dbias}}
+		check := func(err error, outs ...[]float32) {
+			if err != nil {
+				for _, s := range []error{attention.ErrShape, attention.ErrStride, attention.ErrLength, attention.ErrDType, attention.ErrOption} {
+					if errors.Is(err, s) {
+						return
+					}
+				}
+				t.Fatalf("bias %+v dbias %v: error wraps no sentinel: %v", bshape, gshape, err)
+			}
+			for _, o := range outs {
+				for i, x := range o {
+					if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+						t.Fatalf("bias %+v: output element %d is %v", bshape, i, x)
+					}
+				}
+			}
+		}
+		out, err := e.Forward(context.Background(), q, q, q, opt)
+		if err != nil {
+			check(err)
+			return
+		}
+		check(nil, out.O.Float32s())
+		g, err := e.Backward(context.Background(), q, q, q, out.O, out.LSE, q, opt)
+		if err != nil {
+			check(err)
+			return
+		}
+		check(nil, g.DQ.Float32s(), g.DK.Float32s(), g.DV.Float32s(), g.DBias.Float32s())
+	})
+}

@@ -53,6 +53,22 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
+// fuzzEngine opens a one-worker CPU engine for f (closed at its end) and
+// a [2, 7, 2, 4] float32 tensor of finite values (−2 … 2) for the
+// fuzzers' Q, K and V.
+func fuzzEngine(f *testing.F) (*attention.Engine, attention.Tensor) {
+	e, err := attention.Open(attention.Config{Backend: attention.CPU, Workers: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { e.Close() })
+	q, _ := attention.NewTensor(attention.Float32, attention.Shape{B: 2, S: 7, H: 2, D: 4}, attention.BSHD)
+	for i, d := 0, q.Data.([]float32); i < len(d); i++ {
+		d[i] = float32(i%5) - 2
+	}
+	return e, q
+}
+
 // FuzzOptions throws arbitrary windows, softcaps, ALiBi slopes and key
 // counts at the CPU engine on a valid problem: every call must either
 // succeed — with no NaN in O or LSE (the inputs are finite) — or fail
@@ -62,16 +78,7 @@ func FuzzOptions(f *testing.F) {
 	f.Add(-1, 4, false, uint8(0), float32(30), 0, float32(0), 0, int32(0), int32(0))
 	f.Add(-2, 1, true, uint8(1), float32(-1), 3, float32(math.NaN()), 1, int32(9), int32(-1))
 	f.Add(1<<40, 1<<62, false, uint8(1), float32(math.Inf(1)), 4, float32(1), 2, int32(0), int32(7))
-	e, err := attention.Open(attention.Config{Backend: attention.CPU, Workers: 1})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { e.Close() })
-	s := attention.Shape{B: 2, S: 7, H: 2, D: 4}
-	q, _ := attention.NewTensor(attention.Float32, s, attention.BSHD)
-	for i := range q.Float32s() {
-		q.Float32s()[i] = float32(i%5) - 2
-	}
+	e, q := fuzzEngine(f)
 	f.Fuzz(func(t *testing.T, left, right int, causal bool, align uint8, softcap float32, nslopes int, slope float32, nused int, used0, used1 int32) {
 		opt := attention.Options{Causal: causal, Align: attention.Alignment(align), Softcap: softcap,
 			Window: &attention.Window{Left: left, Right: right}}
@@ -112,16 +119,7 @@ func FuzzBias(f *testing.F) {
 	f.Add(uint8(1), uint8(7), uint8(2), uint8(7), 0, 0, 0, uint8(0), true, 0, uint8(1), uint8(7))
 	f.Add(uint8(2), uint8(1), uint8(1), uint8(7), 7, 0, 0, uint8(1), false, -3, uint8(2), uint8(1))
 	f.Add(uint8(3), uint8(7), uint8(2), uint8(6), 0, -1, 9, uint8(2), true, 5, uint8(0), uint8(0))
-	e, err := attention.Open(attention.Config{Backend: attention.CPU, Workers: 1})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { e.Close() })
-	s := attention.Shape{B: 2, S: 7, H: 2, D: 4}
-	q, _ := attention.NewTensor(attention.Float32, s, attention.BSHD)
-	for i := range q.Float32s() {
-		q.Float32s()[i] = float32(i%5) - 2
-	}
+	e, q := fuzzEngine(f)
 	f.Fuzz(func(t *testing.T, bb, bs, bh, bd uint8, seq, head, batch int, dt uint8, grad bool, extra int, gb, gs uint8) {
 		bshape := attention.Shape{B: int(bb), S: int(bs), H: int(bh), D: int(bd)}
 		dtype := []attention.DType{attention.Float32, attention.Float16, attention.BFloat16}[dt%3]

@@ -548,26 +548,12 @@ func TestBiasJSON(t *testing.T) {
 		t.Errorf("report.md (%v):\n%s", err, b)
 	}
 	// Inconsistent bias fields are refused on reading.
-	for _, tc := range []struct {
-		edit func(*Result)
-		msg  string
-	}{
+	checkRefusedResults(t, dir, bf, []refusedResult{
 		{func(r *Result) { r.Mask = "m.npy [1,1,64,64] bool" }, "both a bias and a mask"},
 		{func(r *Result) { r.Bias, r.BiasGrad = "", true; r.Direction = "bwd" }, "bias_grad without a bias or mask"},
 		{func(r *Result) { r.Direction, r.BiasGrad = "fwd", true }, "bias_grad on a fwd result (only the backward computes dBias)"},
 		{func(r *Result) { r.Direction, r.CacheSeqLens = "kv", slices.Repeat([]int{1}, r.B) }, "a kv result has no bias or mask"},
-	} {
-		bad := *bf
-		bad.Results = []Result{bf.Results[0]}
-		tc.edit(&bad.Results[0])
-		p := filepath.Join(dir, "bad.json")
-		if err := writeResults(p, nil, &bad); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := readResults(p); err == nil || !strings.Contains(err.Error(), tc.msg) {
-			t.Errorf("reading %+v: %v, want %q", bad.Results[0].features, err, tc.msg)
-		}
-	}
+	})
 }
 
 // explain counts the tiles a mask leaves nothing to compute in: a

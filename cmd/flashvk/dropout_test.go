@@ -214,16 +214,28 @@ func TestDropoutJSON(t *testing.T) {
 
 	// Out-of-range dropout is refused on reading, and so are a seed or
 	// offset without it and a kv result with any.
-	for _, tc := range []struct {
-		edit func(*Result)
-		msg  string
-	}{
+	checkRefusedResults(t, dir, f, []refusedResult{
 		{func(r *Result) { r.Dropout = 1 }, "dropout 1: want a probability 0 ≤ P < 1"},
 		{func(r *Result) { r.Dropout = -0.1 }, "dropout -0.1"},
 		{func(r *Result) { r.Dropout, r.DropoutSeed = 0, 3 }, "dropout_seed or dropout_offset without dropout"},
 		{func(r *Result) { r.Dropout, r.DropoutOffset = 0, 3 }, "dropout_seed or dropout_offset without dropout"},
 		{func(r *Result) { r.Direction, r.CacheSeqLens = "kv", slices.Repeat([]int{1}, r.B) }, "a kv result has no seqlens, seqused_k or dropout"},
-	} {
+	})
+}
+
+// refusedResult is an edit of a result that reading a results file must
+// refuse, with an error containing msg.
+type refusedResult struct {
+	edit func(*Result)
+	msg  string
+}
+
+// checkRefusedResults writes f's first result, edited by each case, as
+// the only result of a file in dir, and checks that reading it is
+// refused with the case's message.
+func checkRefusedResults(t *testing.T, dir string, f *ResultsFile, cases []refusedResult) {
+	t.Helper()
+	for _, tc := range cases {
 		bad := *f
 		bad.Results = []Result{f.Results[0]}
 		tc.edit(&bad.Results[0])

@@ -78,6 +78,9 @@ func biasSpec(p *spec.Problem) uint32 {
 // (spec.Bias.GradFolds): the dQ kernels then store dS into a float32
 // [B, Hq, Nq, Nk] scratch (DBiasAccStrides) that bias_reduce folds.
 func DBiasFolds(p *spec.Problem) bool {
+	if p.Ext == nil {
+		return false
+	}
 	x := p.Ext.Bias
 	return x != nil && x.Grad && x.GradFolds(p.B, p.Hq, p.Nq)
 }

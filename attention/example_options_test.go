@@ -53,3 +53,43 @@ func ExampleOptions_seqUsedK() {
 	fmt.Println("LSE", out.LSE)
 	// Output: LSE [2.1073608 2.1073608 2.1073608 -Inf -Inf -Inf]
 }
+
+// A boolean mask (PyTorch SDPA's attn_mask): two documents packed in one
+// sequence of 4, each attending only within itself, the mask shared by
+// every head ([1, 1, 4, 4], true: attend). Its bias gradient is asked for
+// too, as for a trained bias: dBias is 0 wherever the mask hides a key.
+func ExampleKeepMask() {
+	e, _ := attention.Open(attention.Config{Backend: attention.CPU})
+	defer e.Close()
+	s := attention.Shape{B: 1, S: 4, H: 2, D: 2}
+	x := make([]float32, s.Len())
+	for i := range x {
+		x[i] = float32(i%3) - 1
+	}
+	q := attention.FromFloat32(x, s, attention.BSHD)
+	keep := []bool{
+		true, true, false, false,
+		true, true, false, false,
+		false, false, true, true,
+		false, false, true, true,
+	}
+	mask, err := attention.KeepMask(keep, attention.Shape{B: 1, S: 4, H: 1, D: 4}, attention.BHSD, attention.Float32)
+	if err != nil {
+		panic(err)
+	}
+	opt := attention.Options{Bias: &attention.Bias{Tensor: mask, Grad: true}}
+	out, err := e.Forward(context.Background(), q, q, q, opt)
+	if err != nil {
+		panic(err)
+	}
+	g, err := e.Backward(context.Background(), q, q, q, out.O, out.LSE, q, opt)
+	if err != nil {
+		panic(err)
+	}
+	db := g.DBias.Float32s()
+	fmt.Println("dBias shape", g.DBias.Shape)
+	fmt.Println("dBias hidden keys of row 0:", db[2], db[3])
+	// Output:
+	// dBias shape [B=1 S=4 H=1 D=4]
+	// dBias hidden keys of row 0: 0 0
+}

@@ -4,8 +4,9 @@ import "github.com/flashvk/flashvk/internal/spec"
 
 // The bias kernels (spec.Bias; ext.glsl documents the bias): bias_summary
 // writes the bias's per-block summary that the attention kernels read to
-// skip the tiles it hides (bias_live), and bias_reduce folds the dQ
-// kernels' dS into a dBias that a broadcast sums over. Both are built
+// skip the tiles it hides (bias_next_key_tile, bias_next_query_tile), and
+// bias_reduce folds the dQ kernels' dS into a dBias that a broadcast sums
+// over. Both are built
 // like Kernels (f32, f16, bf16: the storage type is the bias's when it is
 // not float32; SPIR-V 1.3), bind the Ext buffer at 0 and read the
 // attention kernels' push constants (Params).

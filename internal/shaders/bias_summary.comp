@@ -1,8 +1,9 @@
 #version 450
 // bias_summary: the per-block summary of an additive bias (spec.Bias)
-// that the attention kernels read to skip the tiles it hides
-// (ext.glsl's bias_live): one bit per block of 16 query rows and 16 keys,
-// set when some element of the block is not −Inf (NaN counts as not).
+// that the attention kernels read to skip the tiles it hides (ext.glsl's
+// bias_next_key_tile, bias_next_query_tile): one bit per block of 16
+// query rows and 16 keys, set when some element of the block is not −Inf
+// (NaN counts as not).
 //
 // Bindings (set 0):
 //   0 Ext      uint32, readonly (ext.glsl: bias strides, words 13–15;

@@ -49,6 +49,7 @@
 #define BIAS_BINDING 9
 #define DROP_ROWS BR
 #define DROP_KEYS BC
+#define DROP_LANES // (thread_index() in full subgroups: ext.glsl drop_fill)
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -186,6 +187,27 @@ shared float sdP[S0_N];
 shared CM_T sP[P0_N];
 shared CM_T sdS[P0_N];
 
+// next_step is the first step s' ≥ s (of nsteps: the group's query heads
+// in order, query tiles qt0 … qt0+nqs−1 within each) in which the bias
+// leaves some key c0 … clast visible to some row (s itself without a
+// bias; nsteps if none): the steps walked, so that a hidden step is
+// neither loaded nor prefetched. Uniform arguments, uniform answer.
+uint next_step(uint s, uint b, uint kvh, uint qt0, uint nqs, uint nsteps, uint c0, uint clast) {
+	if ((EXT & EXT_ON_BIAS) == 0u) {
+		return s;
+	}
+	while (s < nsteps) {
+		uint g = s / nqs;
+		uint qt = qt0 + s - g * nqs;
+		uint q = bias_next_query_tile(b, kvh * pc.group + g, qt, qt0 + nqs, BR, c0, clast);
+		if (q < qt0 + nqs) {
+			return g * nqs + (q - qt0);
+		}
+		s = (g + 1u) * nqs;
+	}
+	return nsteps;
+}
+
 void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
@@ -263,21 +285,20 @@ void main() {
 	uvec4 po[NPO];
 	float pl[NPL];
 	float pd[NPL];
-	if (PREFETCH != 0u && nsteps > 0u) {
-		PREFETCH_STEP(0u)
+	// The steps walked skip those the bias hides from every key of the
+	// tile (stn is the next one; st + 1 without a bias).
+	uint clast = c0 + kn - 1u;
+	uint stn = next_step(0u, b, kvh, qt0, nqs, nsteps, c0, clast);
+	if (PREFETCH != 0u && stn < nsteps) {
+		PREFETCH_STEP(stn)
 	}
-	for (uint st = 0u; st < nsteps; ++st) {
+	for (uint st = stn; st < nsteps; st = stn) {
 		uint g = st / nqs;
 		uint h = kvh * pc.group + g;
 		uint r0 = (qt0 + st - g * nqs) * BR;
 		uint rows = min(BR, seq_nq - r0);
 		ext_head(b, h);
-		// A step the bias hides from every key of the tile is skipped:
-		// before its loads, or with PREFETCH after them (uniform).
-		bool live = bias_live(r0, r0 + rows - 1u, c0, c0 + kn - 1u);
-		if (PREFETCH == 0u && !live) {
-			continue;
-		}
+		stn = next_step(st + 1u, b, kvh, qt0, nqs, nsteps, c0, clast);
 		{
 			barrier(); // every subgroup is done with the previous step's tiles
 			if (PREFETCH != 0u) {
@@ -342,11 +363,8 @@ void main() {
 				barrier();
 			}
 			// The next step's tiles load into registers while this one computes.
-			if (PREFETCH != 0u && st + 1u < nsteps) {
-				PREFETCH_STEP(st + 1u)
-			}
-			if (!live) {
-				continue;
+			if (PREFETCH != 0u && stn < nsteps) {
+				PREFETCH_STEP(stn)
 			}
 
 			// No mask needed when the step's first row sees every key of the

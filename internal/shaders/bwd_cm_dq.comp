@@ -32,7 +32,7 @@
 // (dP − D) (with EXT times the softcap's derivative ext_dsoft(S)) rounded
 // (nearest even) to the storage type, dQ_i += dS K_j (fp32); finally dQ ·=
 // scale. With a bias, key tiles it hides from every row are skipped
-// (bias_live), and with dBias each dS (before the softcap's derivative)
+// (bias_next_key_tile), and with dBias each dS (before the softcap's derivative)
 // is stored (dbias_store). MODE 1 does the elementwise step in registers, MODE 0 through
 // shared memory.
 //
@@ -46,6 +46,7 @@
 #define DBIAS_BINDING 10
 #define DROP_ROWS BR
 #define DROP_KEYS BC
+#define DROP_LANES // (thread_index() in full subgroups: ext.glsl drop_fill)
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -218,11 +219,12 @@ void main() {
 	uint lim_lo = key_limit(r0);
 	uint fst_hi = key_first(r0 + rows - 1u);
 	uint ntiles = (key_limit(r0 + rows - 1u) + BC - 1u) / BC;
-	for (uint kt = key_first(r0) / BC; kt < ntiles; ++kt) {
+	// Key tiles from key_first(r0)'s on, less those a bias hides from
+	// every row.
+	uint rlast = r0 + rows - 1u;
+	for (uint kt = bias_next_key_tile(r0, rlast, key_first(r0) / BC, ntiles, BC); kt < ntiles;
+			kt = bias_next_key_tile(r0, rlast, kt + 1u, ntiles, BC)) {
 		uint c0 = kt * BC;
-		if (!bias_live(r0, r0 + rows - 1u, c0, min(c0 + BC, nkeys) - 1u)) {
-			continue; // the bias hides the tile from every row (uniform)
-		}
 		barrier(); // every subgroup is done with the previous tile (and with dO_i)
 		for (uint e = tid; e < BC * DP8; e += WG) {
 			uint r = e / DP8;

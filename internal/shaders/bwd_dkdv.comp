@@ -34,7 +34,7 @@
 // For each query head of the group (in order) and each query tile that can
 // see the key tile (causal: tiles wholly above the diagonal are skipped;
 // with EXT a window also skips the tiles below every key's window, and a
-// bias the tiles it hides entirely: bias_live):
+// bias the tiles it hides entirely: bias_next_query_tile):
 //   P = exp(scale·Q Kᵀ − LSE) (with EXT, exp of ext_score − LSE; 0 where
 //   masked or LSE = −inf), dV += Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D) (with
 //   a softcap times its derivative ext_dsoft), dK += dSᵀ Q; finally
@@ -129,12 +129,12 @@ void main() {
 	for (uint g = 0u; g < pc.group; ++g) {
 		uint h = kvh * pc.group + g;
 		ext_head(b, h);
-		for (uint qt = qt0; qt < nqt; ++qt) {
+		// Query tiles qt0 … nqt−1, less those a bias hides from every key.
+		uint clast = c0 + lcols - 1u;
+		for (uint qt = bias_next_query_tile(b, h, qt0, nqt, BR, c0, clast); qt < nqt;
+				qt = bias_next_query_tile(b, h, qt + 1u, nqt, BR, c0, clast)) {
 			uint r0 = qt * BR;
 			uint rows = min(BR, seq_nq - r0);
-			if (!bias_live(r0, r0 + rows - 1u, c0, c0 + lcols - 1u)) {
-				continue; // the bias hides the tile from every row (uniform)
-			}
 			barrier(); // the previous tile is done with sQ, sdO, sP, sdS
 			STAGE_QUERY_TILE(b, h, r0, rows)
 			drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)

@@ -36,7 +36,7 @@
 // derivative ext_dsoft), dQ += dS K; finally dQ ·= scale. With dropout
 // (keep bits drawn per key tile, ext.glsl) dS = P ∘ (keep·s·dP − D), s
 // the kept elements' scale. With a bias, key tiles it hides from every row
-// are skipped (bias_live), and with dBias each dS (before the softcap's
+// are skipped (bias_next_key_tile), and with dBias each dS (before the softcap's
 // derivative) is stored (dbias_store).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 7
@@ -123,12 +123,12 @@ void main() {
 	uint fst_hi = key_first(r0 + rows - 1u);
 	uint ntiles = (lim_hi + BC - 1u) / BC;
 
-	for (uint kt = fst_lo / BC; kt < ntiles; ++kt) {
+	// Key tiles from fst_lo's on, less those a bias hides from every row.
+	uint rlast = r0 + rows - 1u;
+	for (uint kt = bias_next_key_tile(r0, rlast, fst_lo / BC, ntiles, BC); kt < ntiles;
+			kt = bias_next_key_tile(r0, rlast, kt + 1u, ntiles, BC)) {
 		uint c0 = kt * BC;
 		uint cols = min(BC, nkeys - c0);
-		if (!bias_live(r0, r0 + rows - 1u, c0, c0 + cols - 1u)) {
-			continue; // the bias hides the tile from every row (uniform)
-		}
 		barrier(); // Q/dO/LSE/D staged; the previous tile is done with sK, sdS
 		STAGE_KEY_TILE(b, kvh, c0, cols)
 		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)

@@ -70,8 +70,8 @@ layout(constant_id = 8) const uint EXT = 0u;
 #define KV_BOTTOM_RIGHT 1u
 #define KV_ALIBI_BATCH 8u
 
-// kv_tanh is ext.glsl's ext_tanh (tanh as 1 − 2/(e^2a + 1) with x's
-// sign; ±Inf gives ±1, NaN stays NaN).
+// kv_tanh is tanh(x) as ext.glsl's ext_tanh2 computes it (1 − 2/(e^2a
+// + 1) with x's sign; ±Inf gives ±1, NaN stays NaN).
 float kv_tanh(float x) {
 	float t = 1.0 - 2.0 / (exp2(abs(x) * (2.0 * LOG2E)) + 1.0);
 	return x < 0.0 ? -t : (x > 0.0 ? t : x);

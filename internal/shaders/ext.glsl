@@ -5,8 +5,9 @@
 // ext_score) also defines BIAS_BINDING (the bias; BIAS_BINDING + 1 is
 // its block summary), and the dQ kernels DBIAS_BINDING (where they write
 // dS for dBias). It defines the masking helpers the kernels call
-// (key_first, key_limit, query_first, query_limit, bias_live) and the
-// score helpers (ext_score, ext_dsoft, dbias_store).
+// (key_first, key_limit, query_first, query_limit, bias_next_key_tile,
+// bias_next_query_tile) and the score helpers (ext_score, ext_dsoft,
+// dbias_store).
 //
 // Specialization constant 8, EXT: 0 builds the plain kernel (the helpers
 // reduce to pc.mask's causal rule, the Ext buffer is bound but never
@@ -76,11 +77,15 @@ int ext_nk = 0;          // keys of the sequence (Keys(b))
 int ext_off = 0;         // row i's diagonal is key i + ext_off
 int ext_left = -1;       // window (−1 unbounded)
 int ext_right = -1;
-float ext_cap = 0.0;     // softcap c (0: off)
-float ext_inv_cap = 0.0; // 1/c
+float ext_tk = 0.0;      // softcap: scale·2·log2e/c (ext_tanh2's argument per unit of s)
+float ext_tc = 0.0;      // softcap: c·log2e
 float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
 uint ext_bh = 0u;        // dropout: (first sequence + b)·Hq + h
+uvec2 ext_seed = uvec2(0u); // dropout: the Philox key
+uint ext_ctr3 = 0u;      // dropout: the counter's last word (offset)
+uint ext_thr = 0u;       // dropout: the 16-bit threshold
 uint ext_bias0 = 0u;     // bias: element offset of (b, h, 0, 0)
+uint ext_brow = 0u;      // bias: row stride (elements)
 uint ext_dbias0 = 0u;    // dS target: element offset of (b, h, 0, 0)
 uint ext_sum0 = 0u;      // bias summary: word offset of (b, h, 0, 0)
 
@@ -104,9 +109,15 @@ void ext_begin(uint b) {
 	ext_off = (flags & EXT_BOTTOM_RIGHT) != 0u ? ext_nk - int(seq_nq) : 0;
 	ext_left = int(ext_buf[0]);
 	ext_right = int(ext_buf[1]);
-	ext_cap = (flags & EXT_SOFTCAP) != 0u ? uintBitsToFloat(ext_buf[3]) : 0.0;
-	ext_inv_cap = ext_cap > 0.0 ? 1.0 / ext_cap : 0.0;
+	float cap = (flags & EXT_SOFTCAP) != 0u ? uintBitsToFloat(ext_buf[3]) : 0.0;
+	ext_tk = cap > 0.0 ? pc.scale * (2.0 * LOG2E) / cap : 0.0;
+	ext_tc = cap * LOG2E;
 	ext_slope = 0.0;
+	if ((EXT & EXT_ON_DROPOUT) != 0u) {
+		ext_seed = uvec2(ext_buf[8], ext_buf[9]);
+		ext_ctr3 = ext_buf[10];
+		ext_thr = ext_buf[11];
+	}
 }
 
 void ext_head(uint b, uint h) {
@@ -122,17 +133,25 @@ void ext_head(uint b, uint h) {
 	}
 	if ((EXT & EXT_ON_BIAS) != 0u) {
 		ext_bias0 = b * ext_buf[13] + h * ext_buf[14];
+		ext_brow = ext_buf[15];
 		ext_dbias0 = b * ext_buf[16] + h * ext_buf[17];
 		ext_sum0 = b * ext_buf[19] + h * ext_buf[20];
 	}
 }
 
+// read_keys is how many of the sequence's leading key rows a kernel may
+// read: seq_nk, or with EXT its key count (SeqUsedK), so that padding past
+// it — which may hold anything, NaN included — is never loaded (a masked
+// key's probability is 0, but 0·NaN is NaN).
+uint read_keys() { return EXT != 0u ? uint(ext_nk) : seq_nk; }
+
 // The bias (EXT_ON_BIAS; spec.Bias): element (i, j) of the current
 // (b, h) is bias_f32 or bias_st at ext_bias0 + i·row stride + j (two
 // views of one binding; EXT_ON_BIAS_F32 picks one). Its summary (written
 // by bias_summary.comp before the kernel) has a bit per block of 16 rows
-// and 16 keys: set when some element of the block is not −Inf; bias_live
-// reads it to skip the tiles the bias hides entirely. dbias_store writes
+// and 16 keys: set when some element of the block is not −Inf; the
+// kernels walk their tiles with bias_next_key_tile / bias_next_query_tile
+// and so never visit a tile the bias hides entirely. dbias_store writes
 // dS of (i, j) to the dQ kernels' dS target (DBIAS_BINDING; two views).
 #ifdef BIAS_BINDING
 layout(std430, binding = BIAS_BINDING) readonly buffer BiasF32 { float bias_f32[]; };
@@ -141,41 +160,89 @@ layout(std430, binding = BIAS_BINDING + 1) readonly buffer BiasSum { uint bias_s
 
 // ext_bias is bias element (i, j) of the current (b, h), as float.
 float ext_bias(uint i, uint j) {
-	uint x = ext_bias0 + i * ext_buf[15] + j;
+	uint x = ext_bias0 + i * ext_brow + j;
 	return (EXT & EXT_ON_BIAS_F32) != 0u ? bias_f32[x] : LOAD(bias_st[x]);
 }
 
-// bias_live reports whether some element of rows r0 … r1 and keys c0 …
-// c1 (inclusive) of the current (b, h) is not −Inf (always true without
-// a bias). Call it with workgroup-uniform arguments: its answer is then
-// uniform (it skips whole tiles).
-bool bias_live(uint r0, uint r1, uint c0, uint c1) {
-	if ((EXT & EXT_ON_BIAS) == 0u) {
-		return true;
-	}
+// bias_word is the OR of summary word w over row blocks rb0 … rb1 of the
+// plane at word sum0: eight independent loads at a time, so that a scan
+// pays one memory latency per eight row blocks.
+uint bias_word(uint sum0, uint rb0, uint rb1, uint w) {
 	uint rs = ext_buf[21]; // words per row block (0: one row shared by every query)
-	uint rb1 = rs == 0u ? r0 >> 4u : r1 >> 4u;
-	uint kb0 = c0 >> 4u, kb1 = c1 >> 4u;
-	for (uint rb = r0 >> 4u; rb <= rb1; ++rb) {
-		for (uint w = kb0 >> 5u; w <= kb1 >> 5u; ++w) {
-			uint lo = w == kb0 >> 5u ? kb0 & 31u : 0u;
-			uint hi = w == kb1 >> 5u ? kb1 & 31u : 31u;
-			uint m = (0xFFFFFFFFu >> (31u - hi)) & (0xFFFFFFFFu << lo);
-			if ((bias_sum[ext_sum0 + rb * rs + w] & m) != 0u) {
-				return true;
-			}
+	uint m = 0u;
+	for (uint rb = rb0; rb <= rb1; rb += 8u) {
+		uint t[8];
+		[[unroll]] for (uint q = 0u; q < 8u; ++q) {
+			t[q] = rb + q <= rb1 ? bias_sum[sum0 + (rb + q) * rs + w] : 0u;
+		}
+		[[unroll]] for (uint q = 0u; q < 8u; ++q) {
+			m |= t[q];
 		}
 	}
-	return false;
+	return m;
+}
+
+// bias_next_key_tile is the first key tile kt' ≥ kt (tiles of bc keys,
+// kt' < ntiles; else ntiles) in which some element of query rows r0 … r1
+// of the current (b, h) is not −Inf — the tile itself without a bias.
+// One summary word covers 512 keys, so a run of hidden tiles costs one
+// load (of each row block) per 512 keys. Call it with workgroup-uniform
+// arguments: its answer is uniform, and the kernels walk their key
+// tiles with it (no K/V loads for a tile the bias hides).
+uint bias_next_key_tile(uint r0, uint r1, uint kt, uint ntiles, uint bc) {
+	if ((EXT & EXT_ON_BIAS) == 0u) {
+		return kt;
+	}
+	uint rb0 = r0 >> 4u;
+	uint rb1 = ext_buf[21] == 0u ? rb0 : r1 >> 4u;
+	uint kb = (kt * bc) >> 4u;
+	uint kbend = min((ntiles * bc + 15u) >> 4u, (read_keys() + 15u) >> 4u);
+	while (kb < kbend) {
+		uint w = kb >> 5u;
+		uint m = bias_word(ext_sum0, rb0, rb1, w) & (0xFFFFFFFFu << (kb & 31u));
+		if (m != 0u) {
+			return min(max(kt, (((w << 5u) + uint(findLSB(m))) << 4u) / bc), ntiles);
+		}
+		kb = (w + 1u) << 5u;
+	}
+	return ntiles;
+}
+
+// bias_next_query_tile is the first query tile qt' ≥ qt (tiles of br
+// rows, qt' < nqt; else nqt) of head h of sequence b in which some
+// element of keys c0 … c1 (c1 − c0 < 512) is not −Inf — qt itself
+// without a bias. Row blocks are scanned eight per memory latency.
+// Workgroup-uniform arguments give a uniform answer.
+uint bias_next_query_tile(uint b, uint h, uint qt, uint nqt, uint br, uint c0, uint c1) {
+	if ((EXT & EXT_ON_BIAS) == 0u) {
+		return qt;
+	}
+	uint sum0 = b * ext_buf[19] + h * ext_buf[20];
+	uint rs = ext_buf[21];
+	uint kb0 = c0 >> 4u, kb1 = c1 >> 4u;
+	uint w0 = kb0 >> 5u, w1 = kb1 >> 5u;
+	uint hi = 0xFFFFFFFFu >> (31u - (kb1 & 31u));
+	uint m0 = (0xFFFFFFFFu << (kb0 & 31u)) & (w0 == w1 ? hi : 0xFFFFFFFFu);
+	uint m1 = w0 == w1 ? 0u : hi;
+	uint rb = rs == 0u ? 0u : (qt * br) >> 4u;
+	uint rbend = rs == 0u ? 1u : min((nqt * br + 15u) >> 4u, (seq_nq + 15u) >> 4u);
+	while (rb < rbend) {
+		uint t[8];
+		[[unroll]] for (uint q = 0u; q < 8u; ++q) {
+			uint x = sum0 + (rb + q) * rs;
+			t[q] = rb + q < rbend ? (bias_sum[x + w0] & m0) | (bias_sum[x + w1] & m1) : 0u;
+		}
+		[[unroll]] for (uint q = 0u; q < 8u; ++q) {
+			if (t[q] != 0u) {
+				return rs == 0u ? qt : min(max(qt, ((rb + q) << 4u) / br), nqt);
+			}
+		}
+		rb += 8u;
+	}
+	return nqt;
 }
 #endif
 
-
-// read_keys is how many of the sequence's leading key rows a kernel may
-// read: seq_nk, or with EXT its key count (SeqUsedK), so that padding past
-// it — which may hold anything, NaN included — is never loaded (a masked
-// key's probability is 0, but 0·NaN is NaN).
-uint read_keys() { return EXT != 0u ? uint(ext_nk) : seq_nk; }
 
 #ifdef DBIAS_BINDING
 layout(std430, binding = DBIAS_BINDING) writeonly buffer DBiasF32 { float dbias_f32[]; };
@@ -234,14 +301,15 @@ uint query_limit(uint j) {
 	return uint(clamp(int(j) + ext_left - ext_off + 1, 0, int(seq_nq)));
 }
 
-// ext_tanh is tanh as 1 − 2/(e^2a + 1) with x's sign (a = |x|): one
-// exp2 and one division, no branch; its absolute error is a few fp32
+// ext_tanh2 is tanh(u/(2·log2e)) as 1 − 2/(2^|u| + 1) with u's sign:
+// one exp2 and one division, no branch; its absolute error is a few fp32
 // ulps of 1 — what the scores need (c·tanh carries c times it, far below
 // the softmax's own rounding at the scales softcaps use). ±Inf gives ±1,
-// NaN stays NaN.
-float ext_tanh(float x) {
-	float t = 1.0 - 2.0 / (exp2(abs(x) * (2.0 * LOG2E)) + 1.0);
-	return x < 0.0 ? -t : (x > 0.0 ? t : x); // (x: 0 keeps its sign, NaN stays NaN)
+// NaN stays NaN. Its argument is the raw product times ext_tk, so a
+// softcapped score costs two multiplies beyond the tanh.
+float ext_tanh2(float u) {
+	float t = 1.0 - 2.0 / (exp2(abs(u)) + 1.0);
+	return u < 0.0 ? -t : (u > 0.0 ? t : u); // (u: 0 keeps its sign, NaN stays NaN)
 }
 
 // ext_score is the score of raw product s = q·k for query row i and key
@@ -251,11 +319,12 @@ float ext_tanh(float x) {
 // only when EXT asks for it. The plain kernel's is scale·log2e·s
 // (kernels keep that product as sl2).
 float ext_score(float s, uint i, uint j) {
-	float z = s * pc.scale;
+	float z;
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
-		z = ext_cap * ext_tanh(z * ext_inv_cap);
+		z = ext_tc * ext_tanh2(s * ext_tk);
+	} else {
+		z = s * (pc.scale * LOG2E);
 	}
-	z *= LOG2E;
 	if ((EXT & EXT_ON_ALIBI) != 0u) {
 		z -= ext_slope * abs(float(int(i) + ext_off - int(j)));
 	}
@@ -273,7 +342,7 @@ float ext_score(float s, uint i, uint j) {
 // multiplies dS by it before dS meets K or Q.
 float ext_dsoft(float s) {
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
-		float t = ext_tanh(s * pc.scale * ext_inv_cap);
+		float t = ext_tanh2(s * ext_tk);
 		return 1.0 - t * t;
 	}
 	return 1.0;
@@ -313,8 +382,8 @@ uvec4 philox(uvec4 c, uvec2 k) {
 // drop_bits8 is the keep bits of the 8 keys 8g … 8g+7 of row i (bit e
 // for key 8g+e).
 uint drop_bits8(uint i, uint g) {
-	uvec4 w = philox(uvec4(g, i, ext_bh, ext_buf[10]), uvec2(ext_buf[8], ext_buf[9]));
-	uint t = ext_buf[11];
+	uvec4 w = philox(uvec4(g, i, ext_bh, ext_ctr3), ext_seed);
+	uint t = ext_thr;
 	uint bits = 0u;
 	[[unroll]] for (uint e = 0u; e < 4u; ++e) {
 		uint x = w[e];
@@ -328,7 +397,7 @@ uint drop_bits8(uint i, uint g) {
 // (1 without dropout).
 float drop_scale() {
 	if ((EXT & EXT_ON_DROPOUT) != 0u) {
-		return 65536.0 / float(65536u - ext_buf[11]);
+		return 65536.0 / float(65536u - ext_buf[11]); // (callable before ext_begin)
 	}
 	return 1.0;
 }
@@ -337,24 +406,59 @@ float drop_scale() {
 const uint DROP_WPR = (DROP_KEYS + 31u) / 32u;
 shared uint sDrop[(EXT & EXT_ON_DROPOUT) != 0u ? DROP_ROWS * DROP_WPR : 1u];
 
-// drop_fill draws the keep bits of the tile of rows r0 … r0+DROP_ROWS−1
-// and keys c0 … c0+DROP_KEYS−1 into sDrop, word by word over threads
-// tid, tid + nthreads, … (call it between barriers, in uniform control
-// flow; nothing without EXT_ON_DROPOUT). Rows and keys past the
-// sequence's are drawn too (never read as kept: they are masked).
-void drop_fill(uint r0, uint c0, uint tid, uint nthreads) {
+// drop_fill_rows draws the keep bits of tile rows rfirst … rfirst+nr−1
+// (global rows r0 + those) and keys c0 … c0+DROP_KEYS−1 into sDrop. When
+// the rows hold fewer words than there are threads, each thread draws one
+// Philox block (8 keys of a row) at a time — block g goes to thread g mod
+// nthreads, and the four threads of a word (g … g+3, adjacent lanes of one
+// subgroup) merge their bytes with two shuffles before one of them stores
+// it — so that no thread idles; otherwise each draws a word (four
+// blocks). The four threads of a word must be lanes of one subgroup (tid
+// = thread_index() in full subgroups, or the lane with nthreads =
+// SUBGROUP): kernels that guarantee it define DROP_LANES; others (and
+// subgroups under 4) always draw a word per thread. Call it in uniform
+// control flow (over the threads that share the work), then make the
+// words visible to the readers (a barrier); nothing without
+// EXT_ON_DROPOUT. Rows and keys past the sequence's are drawn too (never
+// read as kept: they are masked).
+void drop_fill_rows(uint r0, uint rfirst, uint nr, uint c0, uint tid, uint nthreads) {
 	if ((EXT & EXT_ON_DROPOUT) == 0u) {
 		return;
 	}
-	for (uint w = tid; w < DROP_ROWS * DROP_WPR; w += nthreads) {
-		uint r = w / DROP_WPR;
-		uint k0 = c0 + 32u * (w - r * DROP_WPR);
-		uint bits = 0u;
-		[[unroll]] for (uint q = 0u; q < 4u; ++q) {
-			bits |= drop_bits8(r0 + r, (k0 >> 3u) + q) << (8u * q);
+	uint nw = nr * DROP_WPR; // words
+#ifdef DROP_LANES
+	const bool lanes = SUBGROUP >= 4u;
+#else
+	const bool lanes = false;
+#endif
+	if (!lanes || nw >= nthreads) { // (a word per thread keeps every thread busy)
+		for (uint w = tid; w < nw; w += nthreads) {
+			uint r = w / DROP_WPR;
+			uint g0 = (c0 >> 3u) + 4u * (w - r * DROP_WPR);
+			uint bits = 0u;
+			[[unroll]] for (uint q = 0u; q < 4u; ++q) {
+				bits |= drop_bits8(r0 + rfirst + r, g0 + q) << (8u * q);
+			}
+			sDrop[rfirst * DROP_WPR + w] = bits;
 		}
-		sDrop[w] = bits;
+		return;
 	}
+	for (uint base = 0u; base < 4u * nw; base += nthreads) { // (uniform)
+		uint g = base + tid;
+		uint r = g / (4u * DROP_WPR);
+		uint bits = g < 4u * nw ? drop_bits8(r0 + rfirst + r, (c0 >> 3u) + (g - r * 4u * DROP_WPR)) << (8u * (g & 3u)) : 0u;
+		bits |= subgroupShuffleXor(bits, 1u);
+		bits |= subgroupShuffleXor(bits, 2u);
+		if ((g & 3u) == 0u && g < 4u * nw) {
+			sDrop[rfirst * DROP_WPR + (g >> 2u)] = bits;
+		}
+	}
+}
+
+// drop_fill draws the whole tile's keep bits (drop_fill_rows), its
+// threads tid of nthreads: call it between barriers.
+void drop_fill(uint r0, uint c0, uint tid, uint nthreads) {
+	drop_fill_rows(r0, 0u, DROP_ROWS, c0, tid, nthreads);
 }
 
 // drop_keep is 1.0 when the element of tile row r and tile key c is

@@ -44,7 +44,7 @@
 // of the tile can see (causal: tiles wholly above the diagonal are neither
 // loaded nor computed; only tiles that cross the diagonal or the Nk tail are
 // masked; with EXT a window also skips the tiles left of every row's
-// window, and a bias the tiles it hides from every row: bias_live): K tile → shared, S = Q·Kᵀ (fp32, in the exp2 domain:
+// window, and a bias the tiles it hides from every row: bias_next_key_tile): K tile → shared, S = Q·Kᵀ (fp32, in the exp2 domain:
 // S·scale·log2 e), online softmax (running row max m and partial row sums l,
 // the sums reduced across the row's threads once at the end, FA2), P →
 // shared (with dropout, P·keep: the tile's keep bits are drawn with the K
@@ -134,12 +134,12 @@ void main() {
 		}
 	}
 
-	for (uint kt = fst_lo / BC; kt < ntiles; ++kt) {
+	// Key tiles from fst_lo's on, less those a bias hides from every row.
+	uint rlast = r0 + rows - 1u;
+	for (uint kt = bias_next_key_tile(r0, rlast, fst_lo / BC, ntiles, BC); kt < ntiles;
+			kt = bias_next_key_tile(r0, rlast, kt + 1u, ntiles, BC)) {
 		uint c0 = kt * BC;
 		uint cols = min(BC, nkeys - c0);
-		if (!bias_live(r0, r0 + rows - 1u, c0, c0 + cols - 1u)) {
-			continue; // the bias hides the tile from every row (uniform)
-		}
 
 		barrier(); // the previous tile's P·V is done with sKV and sP
 		STRIDED_BEGIN(e, BC * D)

@@ -63,10 +63,12 @@
 // per element only on tiles that cross a row's visible range (causal
 // diagonal, window edge, key-count tail). With EXT the scores come from
 // ext_score (softcap, ALiBi, bias) instead of S·scale·log2 e; the tiles
-// a bias hides from every row of the workgroup are skipped (bias_live:
-// before their K/V loads, or with PREFETCH after them). With dropout
-// the K/V staging also draws the tile's keep bits (ext.glsl), P·keep
-// meets V and the final normalisation applies the kept elements' scale.
+// a bias hides from every row of the workgroup are never visited
+// (bias_next_key_tile: neither loaded nor prefetched). With dropout
+// each subgroup draws its own rows' keep bits of the tile right after
+// issuing S's MMAs (ext.glsl drop_fill_rows: integer work that overlaps
+// them; no subgroup skips a tile then), P·keep meets V and the final
+// normalisation applies the kept elements' scale.
 //
 // Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
 // 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V and
@@ -79,6 +81,7 @@
 #define BIAS_BINDING 6
 #define DROP_ROWS BR
 #define DROP_KEYS BC
+#define DROP_LANES // (thread_index() in full subgroups: ext.glsl drop_fill)
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -223,6 +226,12 @@ void main() {
 		O[j] = ACC(0.0);
 	}
 
+	// The key tiles walked: kt0 on, less those a bias hides from every row
+	// (ktn is the next one; kt + 1 without a bias).
+	uint rlast = r0 + rows - 1u;
+	uint ktn = bias_next_key_tile(r0, rlast, kt0, ntiles, BC);
+	kt0 = ktn;
+
 	uvec4 pk[NPK];
 	uvec4 pv[NPV];
 	if (PREFETCH != 0u && kt0 < ntiles) {
@@ -240,12 +249,9 @@ void main() {
 		}
 	}
 
-	for (uint kt = kt0; kt < ntiles; ++kt) {
+	for (uint kt = kt0; kt < ntiles; kt = ktn) {
 		uint c0 = kt * BC;
-		bool live = bias_live(r0, r0 + rows - 1u, c0, min(c0 + BC, nkeys) - 1u);
-		if (PREFETCH == 0u && !live) {
-			continue; // the bias hides the tile from every row (uniform)
-		}
+		ktn = bias_next_key_tile(r0, rlast, kt + 1u, ntiles, BC);
 		barrier(); // every subgroup is done with the previous K/V tile
 		if (PREFETCH != 0u) {
 			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
@@ -274,10 +280,9 @@ void main() {
 				sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
 			}
 		}
-		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)
 		barrier();
-		if (PREFETCH != 0u && kt + 1u < ntiles) {
-			uint n0 = c0 + BC;
+		if (PREFETCH != 0u && ktn < ntiles) {
+			uint n0 = ktn * BC;
 			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DP8;
@@ -290,9 +295,6 @@ void main() {
 			}
 		}
 
-		if (!live) {
-			continue; // (PREFETCH: the next tile's loads are under way)
-		}
 		// Subgroup-uniform: does any row of this subgroup see this tile
 		// (keys sg_fst_lo … sg_lim_hi−1 at most)? In MODE 1 a subgroup that
 		// sees none skips it. MODE 0 computes it (fully masked) anyway: its
@@ -301,7 +303,9 @@ void main() {
 		// lavapipe, Mesa 26). need_mask is false for tiles every row of the
 		// subgroup sees entirely (no causal diagonal, window edge or
 		// key-count tail).
-		if (MODE == 1u && (c0 >= sg_lim_hi || (EXT != 0u && c0 + BC <= sg_fst_lo))) {
+		// With dropout no subgroup skips: each draws its own rows' keep bits
+		// (below) and meets a subgroupBarrier per tile.
+		if (MODE == 1u && (EXT & EXT_ON_DROPOUT) == 0u && (c0 >= sg_lim_hi || (EXT != 0u && c0 + BC <= sg_fst_lo))) {
 			continue;
 		}
 		bool need_mask = c0 + BC > sg_lim_lo || (EXT != 0u && c0 < sg_fst_hi);
@@ -315,6 +319,10 @@ void main() {
 				S[t] = coopMatMulAdd(qA[kk], kB, S[t]);
 			}
 		}
+		// Dropout: the subgroup draws its rows' keep bits while the MMAs
+		// run (independent work), read after the subgroup barrier below
+		// (MODE 1) or after S's store (MODE 0).
+		drop_fill_rows(r0, sgr, CM_M, c0, lane, SUBGROUP);
 
 		if (MODE == 1u) {
 			float mloc[RL];
@@ -348,6 +356,10 @@ void main() {
 				alpha[k] = exp2(m1[k] - muse[k]);
 				m1[k] = mnew;
 				lsum[k] = 0.0;
+			}
+			if ((EXT & EXT_ON_DROPOUT) != 0u) {
+				subgroupMemoryBarrierShared();
+				subgroupBarrier(); // (the keep bits are drawn)
 			}
 			MATA pA[NKC];
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {

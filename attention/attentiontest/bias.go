@@ -211,6 +211,10 @@ func BiasCases() []Case {
 		{Name: "bias-docs", B: 1, Hq: 2, Hkv: 2, Nq: 300, Nk: 300, D: 64, Dv: 64, Bias: &BiasCase{B: 1, S: 300, H: 1, Mask: true, Docs: 100, Grad: true}},
 		{Name: "bias-docs", B: 2, Hq: 2, Hkv: 1, Nq: 257, Nk: 257, D: 128, Dv: 128, Causal: true, Align: br, Softcap: 5, ALiBi: 1,
 			Bias: &BiasCase{B: 1, S: 257, H: 2, Docs: 64, Holes: 0.05, Grad: true}},
+		// Hidden runs longer than a summary word (512 keys) and than eight
+		// row blocks (128 rows), over two query heads of one KV head.
+		{Name: "bias-docs-long", B: 1, Hq: 2, Hkv: 1, Nq: 1100, Nk: 1100, D: 32, Dv: 32,
+			Bias: &BiasCase{B: 1, S: 1100, H: 1, Mask: true, Docs: 300, Grad: true}},
 		{Name: "bias-window", B: 1, Hq: 2, Hkv: 2, Nq: 129, Nk: 127, D: 48, Dv: 48, Causal: true, Align: tl, Window: win(40, 0),
 			Dropout: &attention.Dropout{P: 0.2, Seed: 11, Offset: 3}, Bias: &BiasCase{B: 1, S: 129, H: 2, Holes: 0.1, Grad: true}},
 		{Name: "bias-d256", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 129, D: 256, Dv: 256, Causal: true, Bias: &BiasCase{B: 1, S: 129, H: 1, F32: true, Grad: true}},
@@ -233,6 +237,52 @@ func RunBias(t *testing.T, e *attention.Engine) {
 		Bias: &BiasCase{B: 1, S: 150, H: 1, Holes: 0.1, Grad: true}}
 	t.Run("deterministic", func(t *testing.T) { runDeterminism(t, e, c, 3) })
 	t.Run("device", func(t *testing.T) { runBiasDevice(t, e) })
+	for _, dt := range dtypes(e) {
+		t.Run("skips-hidden/"+dt.String(), func(t *testing.T) { biasSkipsHidden(t, e, dt) })
+	}
+}
+
+// biasSkipsHidden checks that the tiles a mask hides are never visited: two
+// documents of 256 rows and keys, the second document's K and V all NaN.
+// Every tile of every backend (16 to 128 rows or keys, dividing 256) lies
+// in one document, so the first document's rows and keys — forward O and
+// LSE, backward dQ, dK, dV — must match the reference of the same inputs
+// without the NaNs; a kernel that visited a hidden tile would multiply a
+// zero probability by NaN.
+func biasSkipsHidden(t *testing.T, e *attention.Engine, dt attention.DType) {
+	const doc = 256
+	c := Case{B: 1, Hq: 2, Hkv: 1, Nq: 2 * doc, Nk: 2 * doc, D: 32, Dv: 32,
+		Bias: &BiasCase{B: 1, S: 2 * doc, H: 1, Mask: true, Docs: doc}}
+	seed := Seed(t)
+	clean := NewInputs(c, dt, seed)
+	ref := clean.Reference(t)
+	tol := clean.tolerance(t, ref)
+	in := NewInputs(c, dt, seed)
+	nan := float32(math.NaN())
+	for s := doc; s < 2*doc; s++ {
+		for h := range c.Hkv {
+			for d := range c.D {
+				set(in.K.Data, in.K.Strides.Offset(0, s, h)+d, nan)
+			}
+			for d := range c.Dv {
+				set(in.V.Data, in.V.Strides.Offset(0, s, h)+d, nan)
+			}
+		}
+	}
+	in.k64, in.v64 = in.K.Float64s(), in.V.Float64s()
+	// Dense BSHD with B = 1: the first document is each array's first half.
+	out := in.forward(t, e)
+	Check(t, "o of the first document", out.o[:doc*c.Hq*c.Dv], ref.O[:doc*c.Hq*c.Dv], tol.O, seed)
+	for h := range c.Hq { // LSE is [B, Hq, Nq]
+		l := out.lse[h*c.Nq : h*c.Nq+doc]
+		if i := slices.IndexFunc(l, func(x float32) bool { return math.IsNaN(float64(x)) }); i >= 0 {
+			t.Errorf("lse[head %d][row %d] = NaN: a hidden tile was read (seed %d)", h, i, seed)
+		}
+	}
+	g := in.backward(t, e, ref)
+	Check(t, "dq of the first document", g[0][:doc*c.Hq*c.D], ref.DQ[:doc*c.Hq*c.D], tol.DQ, seed)
+	Check(t, "dk of the first document", g[1][:doc*c.Hkv*c.D], ref.DK[:doc*c.Hkv*c.D], tol.DK, seed)
+	Check(t, "dv of the first document", g[2][:doc*c.Hkv*c.Dv], ref.DV[:doc*c.Hkv*c.Dv], tol.DV, seed)
 }
 
 // runBiasDevice checks that TrainStep with a bias gives the O, LSE,

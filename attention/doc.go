@@ -123,7 +123,9 @@
 //     row the mask hides may also reach rows less than 256 positions across
 //     the mask's edge from it (the kernels multiply a masked tile corner
 //     by zero); likewise a NaN or ±Inf in a K or V row that a bias hides
-//     (−Inf) may reach the other rows of its tile that it does not hide.
+//     (−Inf) may reach the other rows of its tile that it does not hide —
+//     but none of a tile whose every row the bias hides it from (in blocks
+//     of 16 rows and 16 keys): such tiles are never read.
 //   - A softcap maps a score of ±Inf to ±c, a finite score: such a row is
 //     not empty.
 //   - A row whose visible scores are all −Inf (or that sees no key) is

@@ -63,9 +63,9 @@
 // otherwise, bound and never read): ext_score adds it and a −Inf element
 // hides its key. Each pass starts with bias_summary, which writes a bit
 // per block of 16 rows × 16 keys (set unless the whole block is −Inf) to a
-// scratch buffer that the kernels read to skip the tiles the bias hides
-// from every row (before their K/V loads, or after them in the kernels
-// that prefetch). A backward with dBias has its dQ kernel store dS
+// scratch buffer from which the kernels find the next tile that some row
+// sees (a summary word covers 512 keys), so that a tile the bias hides
+// from every row is neither loaded, prefetched nor computed. A backward with dBias has its dQ kernel store dS
 // (before the softcap's derivative) into the dBias, zeroed first; where
 // the bias broadcasts, dBias sums over what it folds: the dQ kernel then
 // stores every dS into a float32 [B, Hq, Nq, Nk] scratch, also zeroed,

@@ -23,7 +23,7 @@
 //   per step (a multiple of CM_N and CM_K); 4 BC = NSG·CM_M keys per
 //   workgroup (each subgroup owns CM_M keys); 5 SUBGROUP; 8 EXT
 //   (ext.glsl); 10–14, 19–21 as cm_common.glsl (MODE 1 needs CM_N == CM_K
-//   and the probe's aperm); 22 PREFETCH, 23 KVREG (below).
+//   and the probe's aperm); 22 PREFETCH, 23 KVREG, 25 PART (below).
 //
 // Per key tile (K_j, V_j resident in shared memory) and query step i (the
 // steps whose rows see a key of the tile: query_first(first key) …
@@ -41,7 +41,8 @@
 //   memory (any layout).
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
-//   16·(max(BC·LDK4, CM_M·CM_N/4) + BC·LDV4 + BR·LDK4 + BR·LDV4) + 8·BR
+//   16·(max(BC·LDK4, CM_M·CM_N/4, PART 1: BC·LDV4) + BC·LDV4 (not PART 1)
+//   + BR·LDK4 + BR·LDV4) + 8·BR
 //   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8)), and with dropout the step's
 //   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
@@ -63,6 +64,14 @@ layout(constant_id = 23) const uint KVREG = 0;
 // while the current step computes (global latency hidden behind the
 // MMAs), 0 loads them between the step's barriers.
 layout(constant_id = 22) const uint PREFETCH = 0;
+// 25 PART: 0 computes dK and dV; 1 dV only (Sᵀ and dV: no V, dPᵀ or D is
+// read, dK is not written); 2 dK only (dV is not written). At large head
+// dims the two accumulators together pass the register file: two launches,
+// PART 1 and PART 2, hold one each for one more Sᵀ product (5 products
+// per step instead of 4).
+layout(constant_id = 25) const uint PART = 0;
+const bool WANT_DV = PART != 2u;
+const bool WANT_DK = PART != 1u;
 
 OPERAND_V(0, 0, QBuf, q, readonly)
 OPERAND_V(1, 1, KBuf, k, readonly)
@@ -118,7 +127,9 @@ const uint NPL = (BR + WG - 1u) / WG;
 // dPᵀ − D is scaled by ext_dsoft(Sᵀ) (dSᵀ is w.r.t. the capped score; a
 // masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites
 // Sᵀ. With dropout Pᵀ·keep is dV's operand and dSᵀ = Pᵀ ∘ (keep·s·dPᵀ −
-// D), s the kept elements' scale (dV's store applies it).
+// D), s the kept elements' scale (dV's store applies it). MODE 1 writes
+// only the A operands its PART uses (an unused one, written and dropped,
+// crashed Mesa 26 lavapipe's shader compiler).
 #define SOFTMAX_M1(CAREFUL) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
@@ -137,8 +148,12 @@ const uint NPL = (BR + WG - 1u) / WG;
 			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
-			pA[t][j] = CM_TO(S[t][aperm(j)]); \
-			dsA[t][j] = CM_TO(dP[t][aperm(j)]); \
+			if (WANT_DV) { \
+				pA[t][j] = CM_TO(S[t][aperm(j)]); \
+			} \
+			if (WANT_DK) { \
+				dsA[t][j] = CM_TO(dP[t][aperm(j)]); \
+			} \
 		} \
 	}
 #define SOFTMAX_M0(CAREFUL) \
@@ -169,9 +184,11 @@ const uint NDV = DVP / CM_N;                 // dV accumulators
 const uint NKF = DP / CM_K;                  // feature chunks of Sᵀ
 const uint NVF = DVP / CM_K;                 // feature chunks of dPᵀ
 const uint MAP4 = CM_M * CM_N / 4u;
-const uint SK_N = KB * LDK4 > MAP4 ? KB * LDK4 : MAP4;
+const uint SK_A = KB * LDK4 > MAP4 ? KB * LDK4 : MAP4;
+const uint SK_B = SK_A > KB * LDV4 ? SK_A : KB * LDV4;
+const uint SK_N = PART == 1u ? SK_B : SK_A; // (PART 1 stages dV in sK)
 shared uvec4 sK[SK_N];
-shared uvec4 sV[KB * LDV4];
+shared uvec4 sV[WANT_DK ? KB * LDV4 : 1u];
 shared uvec4 sQ[BR * LDK4];
 shared uvec4 sdO[BR * LDV4];
 shared float sL[BR];  // LSE·log2e of the step's rows (−inf past Nq)
@@ -240,30 +257,34 @@ void main() {
 		uint c4 = e - r * DP8;
 		sK[r * LDK4 + c4] = r < kn ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
 	}
-	for (uint e = tid; e < KB * DVP8; e += WG) {
-		uint r = e / DVP8;
-		uint c4 = e - r * DVP8;
-		sV[r * LDV4 + c4] = r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+	if (WANT_DK) {
+		for (uint e = tid; e < KB * DVP8; e += WG) {
+			uint r = e / DVP8;
+			uint c4 = e - r * DVP8;
+			sV[r * LDV4 + c4] = r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+		}
 	}
 
 	MATA kR[KVREG != 0u ? NKF : 1u];
-	MATA vR[KVREG != 0u ? NVF : 1u];
+	MATA vR[KVREG != 0u && WANT_DK ? NVF : 1u];
 	if (KVREG != 0u) {
 		barrier();
 		[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
 			coopMatLoad(kR[kk], sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 		}
-		[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
-			coopMatLoad(vR[kk], sV, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+		if (WANT_DK) {
+			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
+				coopMatLoad(vR[kk], sV, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+			}
 		}
 	}
 
-	ACC dK[NDK];
-	ACC dV[NDV];
-	[[unroll]] for (uint j = 0u; j < NDK; ++j) {
+	ACC dK[WANT_DK ? NDK : 1u];
+	ACC dV[WANT_DV ? NDV : 1u];
+	[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 1u); ++j) {
 		dK[j] = ACC(0.0);
 	}
-	[[unroll]] for (uint j = 0u; j < NDV; ++j) {
+	[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 1u); ++j) {
 		dV[j] = ACC(0.0);
 	}
 
@@ -390,7 +411,7 @@ void main() {
 					S[t] = coopMatMulAdd(kA, qB, S[t]);
 				}
 			}
-			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
+			[[unroll]] for (uint kk = 0u; kk < (WANT_DK ? NVF : 0u); ++kk) {
 				MATA vA;
 				if (KVREG != 0u) {
 					vA = vR[kk];
@@ -433,12 +454,12 @@ void main() {
 			}
 
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-				[[unroll]] for (uint j = 0u; j < NDV; ++j) {
+				[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 0u); ++j) {
 					MATB oB;
 					coopMatLoad(oB, sdO, (t * CM_K) * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 					dV[j] = coopMatMulAdd(pA[t], oB, dV[j]);
 				}
-				[[unroll]] for (uint j = 0u; j < NDK; ++j) {
+				[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
 					MATB qB;
 					coopMatLoad(qB, sQ, (t * CM_K) * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 					dK[j] = coopMatMulAdd(dsA[t], qB, dK[j]);
@@ -447,29 +468,42 @@ void main() {
 		}
 	}
 
-	// dK·scale, dV → storage type → shared (over K_j, V_j) → global.
+	// dK·scale, dV → storage type → shared (over K_j, V_j; PART 1: dV
+	// over K_j) → global.
 	barrier();
-	[[unroll]] for (uint j = 0u; j < NDK; ++j) {
-		ACC16 o16 = CM_NARROW(dK[j] * pc.scale);
-		coopMatStore(o16, sK, sgk * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-	}
-	[[unroll]] for (uint j = 0u; j < NDV; ++j) {
-		ACC16 o16 = CM_NARROW(dV[j] * dscale);
-		coopMatStore(o16, sV, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
-	}
-	barrier();
-	for (uint e = tid; e < KB * DP8; e += WG) {
-		uint r = e / DP8;
-		uint c4 = e - r * DP8;
-		if (r < cols) {
-			store_dk(b, c0 + r, kvh, c4, sK[r * LDK4 + c4]);
+	if (WANT_DK) {
+		[[unroll]] for (uint j = 0u; j < NDK; ++j) {
+			ACC16 o16 = CM_NARROW(dK[j] * pc.scale);
+			coopMatStore(o16, sK, sgk * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 		}
 	}
-	for (uint e = tid; e < KB * DVP8; e += WG) {
-		uint r = e / DVP8;
-		uint c4 = e - r * DVP8;
-		if (r < cols) {
-			store_dv(b, c0 + r, kvh, c4, sV[r * LDV4 + c4]);
+	if (WANT_DV) {
+		[[unroll]] for (uint j = 0u; j < NDV; ++j) {
+			ACC16 o16 = CM_NARROW(dV[j] * dscale);
+			if (WANT_DK) {
+				coopMatStore(o16, sV, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+			} else {
+				coopMatStore(o16, sK, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+			}
+		}
+	}
+	barrier();
+	if (WANT_DK) {
+		for (uint e = tid; e < KB * DP8; e += WG) {
+			uint r = e / DP8;
+			uint c4 = e - r * DP8;
+			if (r < cols) {
+				store_dk(b, c0 + r, kvh, c4, sK[r * LDK4 + c4]);
+			}
+		}
+	}
+	if (WANT_DV) {
+		for (uint e = tid; e < KB * DVP8; e += WG) {
+			uint r = e / DVP8;
+			uint c4 = e - r * DVP8;
+			if (r < cols) {
+				store_dv(b, c0 + r, kvh, c4, WANT_DK ? sV[r * LDV4 + c4] : sK[r * LDV4 + c4]);
+			}
 		}
 	}
 }

@@ -80,6 +80,7 @@ const (
 	SpecCMVec     uint32 = 21 // 16-byte loads (D, DV, strides multiples of 8)
 	SpecCMPrefet  uint32 = 22 // flash_cm: register prefetch of the next K/V tile (VEC only); bwd_cm_dkdv: of the next Q/dO step
 	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
+	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only
 )
 
 var (
@@ -90,7 +91,7 @@ var (
 	// bwdCMSpecIDs: the backward coopmat kernels declare flash_cm's IDs
 	// except PREFETCH (cm_common.glsl); they read 10–14 and 19–21.
 	bwdCMSpecIDs   = flashCMSpecIDs[:len(flashCMSpecIDs)-1]
-	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPrefet, SpecCMKVReg)
+	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPrefet, SpecCMKVReg, SpecCMPart)
 )
 
 // FlashCMProbeFloats is the length of flash_cm_probe's output buffer
@@ -117,29 +118,42 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv int) int {
 	return b + br*4 + DropPlaceholder
 }
 
-// BwdCMSharedBytes is the shared memory (bytes) of bwd_cm_dkdv (dkdv =
-// true) or bwd_cm_dq for coopmat shape m×n×k, nsg subgroups, mode and head
-// dims d, dv; br and bc are the spec constants BR and BC (bwd_cm_dkdv: br
-// query rows per step, bc = nsg·m keys; bwd_cm_dq: br = nsg·m query rows,
-// bc keys per tile). It mirrors the shared arrays of the two kernels.
-func BwdCMSharedBytes(dkdv bool, m, n, k, nsg, br, bc, mode, d, dv int) int {
-	pad := max(k, n, 8)
+// BwdCMShape is what the shared memory of bwd_cm_dkdv (DKDV) or bwd_cm_dq
+// depends on: coopmat shape M×N×K, NSG subgroups, the spec constants BR and
+// BC (bwd_cm_dkdv: BR query rows per step, BC = NSG·M keys; bwd_cm_dq: BR =
+// NSG·M query rows, BC keys per tile), MODE, head dims D, DV, and
+// bwd_cm_dkdv's PART.
+type BwdCMShape struct {
+	DKDV                              bool
+	M, N, K, NSG, BR, BC, Mode, D, DV int
+	Part                              int
+}
+
+// BwdCMSharedBytes is the shared memory (bytes) of a backward coopmat
+// kernel; it mirrors the shared arrays of the two kernels.
+func BwdCMSharedBytes(s BwdCMShape) int {
+	pad := max(s.K, s.N, 8)
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
-	ldk4, ldv4 := ceilTo(d, pad)/8+1, ceilTo(dv, pad)/8+1
-	mp := m * n / 4
+	ldk4, ldv4 := ceilTo(s.D, pad)/8+1, ceilTo(s.DV, pad)/8+1
+	br, bc := s.BR, s.BC
+	mp := s.M * s.N / 4
 	var b int
-	if dkdv {
-		b = 16*(max(bc*ldk4, mp)+bc*ldv4+br*ldk4+br*ldv4) + 8*br
-		if mode == 0 {
-			b += nsg * m * (8*(br+4) + 4*(br+8))
+	if s.DKDV {
+		sk, sv := max(bc*ldk4, mp), bc*ldv4
+		if s.Part == 1 { // dV only: no V; dV staged in sK
+			sk, sv = max(sk, bc*ldv4), 1
+		}
+		b = 16*(sk+sv+br*ldk4+br*ldv4) + 8*br
+		if s.Mode == 0 {
+			b += s.NSG * s.M * (8*(br+4) + 4*(br+8))
 		} else {
 			b += 4*2 + 2*2
 		}
 		return b + DropPlaceholder
 	}
 	b = 16*max(br*ldk4, br*ldv4, bc*(ldk4+ldv4), mp) + 8*br
-	if mode == 0 {
-		b += nsg * m * (8*(bc+4) + 2*(bc+8))
+	if s.Mode == 0 {
+		b += s.NSG * s.M * (8*(bc+4) + 2*(bc+8))
 	} else {
 		b += 4*2 + 2
 	}

@@ -105,9 +105,11 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ, Addressed(KernelBwdCMDKDV), Addressed(KernelBwdCMDQ)} {
 		m := reflectKernel(t, k, dt)
 		dkdv := baseKernel(k) == KernelBwdCMDKDV
-		for _, c := range []struct{ m, sg, nsg, step, mode, d, dv int }{
-			{16, 32, 4, 32, 1, 128, 128}, {16, 32, 4, 64, 1, 64, 64}, {16, 32, 2, 32, 0, 128, 128},
-			{16, 32, 1, 16, 0, 256, 256}, {8, 8, 2, 16, 0, 96, 40}, {16, 32, 2, 16, 0, 1, 1}, {16, 32, 8, 32, 1, 64, 80},
+		for _, c := range []struct{ m, sg, nsg, step, mode, d, dv, part int }{
+			{16, 32, 4, 32, 1, 128, 128, 0}, {16, 32, 4, 64, 1, 64, 64, 0}, {16, 32, 2, 32, 0, 128, 128, 0},
+			{16, 32, 1, 16, 0, 256, 256, 0}, {8, 8, 2, 16, 0, 96, 40, 0}, {16, 32, 2, 16, 0, 1, 1, 0}, {16, 32, 8, 32, 1, 64, 80, 0},
+			// part: bwd_cm_dkdv's PART 1 and 2 (bwd_cm_dq has none).
+			{16, 32, 1, 16, 1, 256, 256, 1}, {16, 32, 2, 16, 1, 256, 256, 2}, {16, 32, 2, 16, 0, 96, 200, 1}, {8, 8, 2, 32, 1, 40, 96, 2},
 		} {
 			br, bc := c.step, c.nsg*c.m // dkdv: BR query rows per step, BC keys
 			if !dkdv {
@@ -118,12 +120,16 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 				SpecBC: uint32(bc), SpecSubgroup: uint32(c.sg), SpecCMM: uint32(c.m), SpecCMN: uint32(c.m), SpecCMK: uint32(c.m),
 				SpecCMMode: uint32(c.mode), SpecCMLen: 8,
 			}
+			shape := BwdCMShape{DKDV: dkdv, M: c.m, N: c.m, K: c.m, NSG: c.nsg, BR: br, BC: bc, Mode: c.mode, D: c.d, DV: c.dv}
+			if dkdv {
+				spec[SpecCMPart], shape.Part = uint32(c.part), c.part
+			}
 			got, err := m.SharedBytes(spec)
 			if err != nil {
 				t.Fatalf("%s %+v: %v", k, c, err)
 			}
 			// The Go mirror rounds MODE 1's one-element scratch arrays up.
-			if want := BwdCMSharedBytes(dkdv, c.m, c.m, c.m, c.nsg, br, bc, c.mode, c.d, c.dv); got > want || want-got > 8 {
+			if want := BwdCMSharedBytes(shape); got > want || want-got > 8 {
 				t.Errorf("%s %+v: SPIR-V shared %d bytes, BwdCMSharedBytes %d", k, c, got, want)
 			}
 		}

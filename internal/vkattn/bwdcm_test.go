@@ -33,14 +33,14 @@ func fromF16(x []uint16) []float32 {
 // forceBwdCM makes b's coopmat backward of problems like p run in mode
 // (and its dK/dV kernel with the kv and pf variants): the first default
 // tile of that mode that fits, forced as the tuner forces candidates.
-func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, mode int, kv, pf bool) {
+func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, mode int, kv, pf, sp bool) {
 	t.Helper()
 	for _, dkdv := range []bool{true, false} {
 		var cands []bwdCMTile
 		for _, c := range bwdCMTiles(l, dkdv, p.D, p.Dv) {
 			if c.Mode == mode {
 				if dkdv {
-					c.KVReg, c.Prefetch = kv, pf
+					c.KVReg, c.Prefetch, c.Split = kv, pf, sp
 				}
 				cands = append(cands, c)
 			}
@@ -49,7 +49,7 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, false, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 		})
 		if err != nil {
-			t.Fatalf("mode %d kv %v pf %v: %v", mode, kv, pf, err)
+			t.Fatalf("mode %d kv %v pf %v sp %v: %v", mode, kv, pf, sp, err)
 		}
 		stage := shaders.KernelBwdCMDQ
 		if dkdv {
@@ -78,21 +78,23 @@ func TestBwdCM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// sp: dK and dV in two launches (the large head dims' tile).
 	type variant struct {
-		mode   int
-		kv, pf bool
+		mode       int
+		kv, pf, sp bool
 	}
-	vars := []variant{{0, false, false}, {0, true, true}}
+	vars := []variant{{0, false, false, false}, {0, true, true, false}, {0, false, false, true}}
 	if l.Mode1 {
-		vars = append(vars, variant{1, false, false}, variant{1, true, false}, variant{1, false, true})
+		vars = append(vars, variant{1, false, false, false}, variant{1, true, false, false}, variant{1, false, true, false},
+			variant{1, false, false, true}, variant{1, true, true, true})
 	}
 	cases := append(awkwardCases[:len(awkwardCases):len(awkwardCases)], hostCase{1, 3, 1, 33, 97, 96, 96, spec.MaskNone})
 	for _, vr := range vars {
 		for i, c := range cases {
-			t.Run(fmt.Sprintf("mode%d-kv%v-pf%v/%s", vr.mode, vr.kv, vr.pf, c.name(i)), func(t *testing.T) {
+			t.Run(fmt.Sprintf("mode%d-kv%v-pf%v-sp%v/%s", vr.mode, vr.kv, vr.pf, vr.sp, c.name(i)), func(t *testing.T) {
 				h := c.problem(uint64(100 + i))
 				p := h.p
-				forceBwdCM(t, b, l, p, spec.Float16, vr.mode, vr.kv, vr.pf)
+				forceBwdCM(t, b, l, p, spec.Float16, vr.mode, vr.kv, vr.pf, vr.sp)
 				defer b.tune.clearOverrides()
 				if pl, err := b.Plan(ctx, p, spec.Float16, Bwd); err != nil || pl.Family != "bwd_cm" {
 					t.Fatalf("the coopmat backward does not take this problem (%+v, %v)", pl, err)

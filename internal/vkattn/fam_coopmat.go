@@ -194,19 +194,21 @@ func planBwdCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) 
 		{shaders.KernelBwdCMDKDV, true, []Operand{OpQ, OpK, OpV, OpDO, OpLSE, OpD, OpDK, OpDV}},
 		{shaders.KernelBwdCMDQ, false, []Operand{OpQ, OpK, OpV, OpDO, OpLSE, OpD, OpDQ}},
 	} {
-		ln, err := b.bwdCMLaunch(ctx, l, k.kernel, k.dkdv, p, dt, vec, k.binds)
+		lns, err := b.bwdCMLaunches(ctx, l, k.kernel, k.dkdv, p, dt, vec, k.binds)
 		if err != nil {
 			return nil, err
 		}
-		pl.Launches = append(pl.Launches, ln)
+		pl.Launches = append(pl.Launches, lns...)
 	}
 	pl.Launches[1].Barrier = true // after bwd_pre; the two coopmat kernels are independent
 	return pl, nil
 }
 
-// bwdCMLaunch is the launch of one coopmat backward kernel: a tuned tile
-// (which wins even where no default fits) or chooseBwdCMTile's.
-func (b *Backend) bwdCMLaunch(ctx context.Context, l *CMLayout, kernel string, dkdv bool, p *spec.Problem, dt spec.DType, vec bool, binds []Operand) (Launch, error) {
+// bwdCMLaunches are the launches of one coopmat backward kernel: a tuned
+// tile (which wins even where no default fits) or chooseBwdCMTile's; one
+// launch, or for a split dK/dV tile two (PART 1: dV, PART 2: dK; they write
+// different operands and may overlap).
+func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string, dkdv bool, p *spec.Problem, dt spec.DType, vec bool, binds []Operand) ([]Launch, error) {
 	var c bwdCMTile
 	src := SourceDefault
 	if t, ok := b.tuned(ctx, kernel, p, dt); ok {
@@ -214,25 +216,37 @@ func (b *Backend) bwdCMLaunch(ctx context.Context, l *CMLayout, kernel string, d
 	} else {
 		var err error
 		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
-			return Launch{}, fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, p.D, p.Dv, b.info.Name, err)
+			return nil, fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, p.D, p.Dv, b.info.Name, err)
 		}
 	}
-	cm := b.cm[dt]
-	ln, err := b.newLaunch(kernel, dt, p, fmt.Sprintf("%s vec%d", c, b2u(vec)), bwdCMSpec(l, dkdv, c, p.D, p.Dv, vec), cm.reqSG, cm.full, binds...)
-	if err != nil {
-		return Launch{}, err
+	parts := []int{0}
+	if c.Split {
+		parts = []int{1, 2}
 	}
+	cm := b.cm[dt]
 	m := int(l.M)
 	br, bc := c.brbc(dkdv, m)
-	ln.Tunable, ln.Config, ln.Source = kernel, c.String(), src
-	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, br, bc
-	ln.SharedBytes = shaders.BwdCMSharedBytes(dkdv, m, int(l.N), int(l.K), c.NSG, br, bc, c.Mode, p.D, p.Dv)
-	if dkdv {
-		ln.Grid = shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, c.NSG*m)
-	} else {
-		ln.Grid = shaders.BwdDQGrid(p.B, p.Hq, p.Nq, c.NSG*m)
+	var lns []Launch
+	for _, part := range parts {
+		config := fmt.Sprintf("%s vec%d", c, b2u(vec))
+		if part != 0 {
+			config += fmt.Sprintf(" part%d", part)
+		}
+		ln, err := b.newLaunch(kernel, dt, p, config, bwdCMSpec(l, dkdv, c, part, p.D, p.Dv, vec), cm.reqSG, cm.full, binds...)
+		if err != nil {
+			return nil, err
+		}
+		ln.Tunable, ln.Config, ln.Source = kernel, c.String(), src
+		ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, br, bc
+		ln.SharedBytes = shaders.BwdCMSharedBytes(c.shape(l, dkdv, part, p.D, p.Dv))
+		if dkdv {
+			ln.Grid = shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, c.NSG*m)
+		} else {
+			ln.Grid = shaders.BwdDQGrid(p.B, p.Hq, p.Nq, c.NSG*m)
+		}
+		lns = append(lns, ln)
 	}
-	return ln, nil
+	return lns, nil
 }
 
 // coopmatTunable builds the tune hooks of a coopmat stage from its tile
@@ -338,9 +352,15 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 			for _, nsg := range []int{1, 2, 4, 8} {
 				for _, step := range []int{16, 32, 64, 128} {
 					for _, mode := range []int{0, 1} {
+						if !dkdv {
+							out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode})
+							continue
+						}
 						for _, kv := range []bool{false, true} {
 							for _, pf := range []bool{false, true} {
-								out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf})
+								for _, sp := range []bool{false, true} {
+									out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf, Split: sp})
+								}
 							}
 						}
 					}
@@ -350,7 +370,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 		},
 		func(c, def bwdCMTile) float64 {
 			d := log2Dist([]int{c.NSG, c.Step}, []int{def.NSG, def.Step}) + 2*math.Abs(float64(c.Mode-def.Mode))
-			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch))
+			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split))
 		},
 		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
@@ -383,8 +403,10 @@ const cmLargeNq = 2048
 // the probe allows register softmax (MODE 1): the H200 tuner's choices —
 // Nq ≥ cmLargeNq: nsg8-bc128 at d ≤ 64, nsg8-bc64 at d ≤ 128; below:
 // nsg4-bc32 at d ≤ 64, nsg8-bc32 at d ≤ 128 (all with prefetch); then MODE 0
-// nsg4-bc32-pf1 (any layout, the fallback). MODE 1 at d > 128 was not
-// measured: MODE 0 there. The extended variant (ext: a window, softcap,
+// nsg4-bc32-pf1 (any layout, the fallback). Above d 128: MODE 1
+// nsg4-bc32 without prefetch (the tuner's pick at d 256, N 4096: 157
+// TFLOP/s against MODE 0's 55; the prefetch registers spill there). The
+// extended variant (ext: a window, softcap,
 // ALiBi, key counts, packed sequences or dropout) takes the smaller tiles
 // at every length: its extra per-row state pushed the large tile past the
 // 255 registers an NVIDIA H200 invocation has (spilled to local memory, 96
@@ -404,6 +426,8 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext bool) []CMTile {
 			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:
 			ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
+		default:
+			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1})
 		}
 	}
 	return append(ts, CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})
@@ -527,6 +551,7 @@ type bwdCMTile struct {
 	Mode      int  // 0 elementwise through shared memory, 1 in registers
 	KVReg     bool // bwd_cm_dkdv only: K_j, V_j fragments held in registers
 	Prefetch  bool // bwd_cm_dkdv only: next step's Q, dO loaded into registers during the current one
+	Split     bool // bwd_cm_dkdv only: two launches, dV (PART 1) then dK (PART 2), one accumulator each
 }
 
 func (c bwdCMTile) String() string {
@@ -537,7 +562,18 @@ func (c bwdCMTile) String() string {
 	if c.Prefetch {
 		s += "-pf1"
 	}
+	if c.Split {
+		s += "-sp1"
+	}
 	return s
+}
+
+// shape is what the shared memory of the tile's kernel (dkdv: bwd_cm_dkdv,
+// PART part) depends on.
+func (c bwdCMTile) shape(l *CMLayout, dkdv bool, part, d, dv int) shaders.BwdCMShape {
+	br, bc := c.brbc(dkdv, int(l.M))
+	return shaders.BwdCMShape{DKDV: dkdv, M: int(l.M), N: int(l.N), K: int(l.K), NSG: c.NSG, BR: br, BC: bc,
+		Mode: c.Mode, D: d, DV: dv, Part: part}
 }
 
 // brbc are the kernel's spec constants BR and BC for tile c.
@@ -563,21 +599,40 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 		switch {
 		case dkdv && dm <= 64:
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
+		case dkdv && dm <= 96:
+			// d 80 and 96 (H200 tuner, N 4096): longer steps than d 128's,
+			// 1.15× the whole backward at both.
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dkdv && dm <= 128:
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dm <= 64:
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
+		case dm <= 96:
+			// d 80 (H200 tuner): eight subgroups, 1.19× the whole backward.
+			ts = append(ts, bwdCMTile{NSG: 8, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		case dm <= 128:
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
+		case dkdv:
+			// Above d 128 one subgroup's dK and dV accumulators alone pass
+			// the 255 registers an NVIDIA invocation has: two launches,
+			// one accumulator each (H200, d 256, N 4096: the backward
+			// 104 → 61 ms; bench/NOTES.md).
+			ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode, Split: true}, bwdCMTile{NSG: 1, Step: 16, Mode: mode, Split: true})
+		default:
+			// dQ above d 128: the tuner's pick at d 256 (spills Q_i and
+			// dO_i, but four subgroups share each K/V tile: 1.23× the
+			// total against nsg1, whose fragments fit in registers).
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		}
 		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
 	}
 	// bwd_cm_dkdv prefetches the next step (H200, bench/NOTES.md: −15% at
-	// d64, −24% at d128 of the kernel's time) and at d ≤ 64 also keeps K
-	// and V in registers (the tuner's pick there).
+	// d64, −24% at d128 of the kernel's time; not above d 128, where the
+	// prefetch registers would spill) and at d ≤ 64 also keeps K and V in
+	// registers (the tuner's pick there).
 	for i := range ts {
 		if dkdv {
-			ts[i].Prefetch, ts[i].KVReg = true, dm <= 64
+			ts[i].Prefetch, ts[i].KVReg = dm <= 128, dm <= 64
 		}
 	}
 	return ts
@@ -592,15 +647,24 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward takes 1 … %d)", d, dv, shaders.MaxHeadDim)
 	}
-	if (c.KVReg || c.Prefetch) && !dkdv {
-		return fmt.Errorf("KVReg and Prefetch apply to bwd_cm_dkdv only")
+	if (c.KVReg || c.Prefetch || c.Split) && !dkdv {
+		return fmt.Errorf("KVReg, Prefetch and Split apply to bwd_cm_dkdv only")
 	}
 	if c.NSG < 1 || c.Step < 1 || c.Step%N != 0 || c.Step%K != 0 {
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
 	}
 	br, bc := c.brbc(dkdv, M)
-	shared := shaders.BwdCMSharedBytes(dkdv, M, N, K, c.NSG, br, bc, c.Mode, d, dv) + dropExtra(drop, br, bc)
-	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
+	parts := []int{0}
+	if c.Split {
+		parts = []int{1, 2}
+	}
+	for _, part := range parts {
+		shared := shaders.BwdCMSharedBytes(c.shape(l, dkdv, part, d, dv)) + dropExtra(drop, br, bc)
+		if err := checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
@@ -612,15 +676,16 @@ func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, ma
 	return c, nil
 }
 
-// bwdCMSpec is the specialization of bwd_cm_dkdv (dkdv) or bwd_cm_dq.
-func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, vec bool) []device.Spec {
+// bwdCMSpec is the specialization of bwd_cm_dkdv (dkdv; PART part) or
+// bwd_cm_dq.
+func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, part, d, dv int, vec bool) []device.Spec {
 	var pLo, pHi uint32
 	if c.Mode == 1 {
 		_, _, pLo, pHi = l.Packed()
 	}
 	vecV := b2u(vec)
 	br, bc := c.brbc(dkdv, int(l.M))
-	return []device.Spec{
+	sp := []device.Spec{
 		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
 		{ID: shaders.SpecDV, Value: uint32(dv)}, {ID: shaders.SpecBR, Value: uint32(br)},
 		{ID: shaders.SpecBC, Value: uint32(bc)}, {ID: shaders.SpecSubgroup, Value: uint32(l.SG)},
@@ -628,9 +693,13 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, vec bool) []devic
 		{ID: shaders.SpecCMM, Value: l.M}, {ID: shaders.SpecCMN, Value: l.N}, {ID: shaders.SpecCMK, Value: l.K},
 		{ID: shaders.SpecCMMode, Value: uint32(c.Mode)}, {ID: shaders.SpecCMLen, Value: uint32(l.AccLen)},
 		{ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
-		{ID: shaders.SpecCMVec, Value: vecV}, {ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)},
-		{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)},
+		{ID: shaders.SpecCMVec, Value: vecV},
 	}
+	if dkdv {
+		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)},
+			device.Spec{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)})
+	}
+	return sp
 }
 
 func b2u(b bool) uint32 {
@@ -642,11 +711,12 @@ func b2u(b bool) uint32 {
 
 func parseBwdCMTile(s string) (bwdCMTile, error) {
 	var c bwdCMTile
-	base, pf := strings.CutSuffix(s, "-pf1")
+	base, sp := strings.CutSuffix(s, "-sp1")
+	base, pf := strings.CutSuffix(base, "-pf1")
 	base, kv := strings.CutSuffix(base, "-kv1")
-	c.KVReg, c.Prefetch = kv, pf
+	c.KVReg, c.Prefetch, c.Split = kv, pf, sp
 	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s {
-		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN)", ErrInvalid, s)
+		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1])", ErrInvalid, s)
 	}
 	return c, nil
 }

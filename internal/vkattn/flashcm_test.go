@@ -188,7 +188,8 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 96, 96, 4096, sh, "nsg8-bc64-mode1-pf1"},
 		{l, 128, 128, 2047, sh, "nsg8-bc32-mode1-pf1"}, // short sequences: smaller MODE 1 tiles
 		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1"},
-		{l, 256, 256, 4096, sh, "nsg4-bc32-mode0-pf1"}, // MODE 1 at d > 128 not measured
+		{l, 256, 256, 4096, sh, "nsg4-bc32-mode1-pf0"}, // above d 128: no prefetch registers
+		{l, 160, 192, 1024, sh, "nsg4-bc32-mode1-pf0"},
 		{l, 128, 128, 4096, 32 << 10, "nsg4-bc32-mode0-pf1"},
 		{&mode0, 128, 128, 4096, sh, "nsg4-bc32-mode0-pf1"},
 		{l, 256, 256, 4096, 32 << 10, ""}, // nothing fits: scalar flash
@@ -209,9 +210,22 @@ func TestChooseCMTile(t *testing.T) {
 	for _, c := range []struct {
 		d, nq int
 		want  string
-	}{{128, 16384, "nsg8-bc32-mode1-pf1"}, {64, 16384, "nsg4-bc32-mode1-pf1"}, {256, 4096, "nsg4-bc32-mode0-pf1"}} {
+	}{{128, 16384, "nsg8-bc32-mode1-pf1"}, {64, 16384, "nsg4-bc32-mode1-pf1"}, {256, 4096, "nsg4-bc32-mode1-pf0"}} {
 		if got, err := chooseCMTile(l, c.d, c.d, c.nq, true, false, sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("extended d %d nq %d: %v (%v), want %s", c.d, c.nq, got, err, c.want)
+		}
+	}
+	// Above d 128 the backward splits dK/dV into two launches: at d 256 one
+	// subgroup per workgroup fits 48 KiB, at d 192 two.
+	for _, c := range []struct {
+		dkdv bool
+		d    int
+		want string
+	}{{true, 256, "nsg1-step16-mode1-sp1"}, {false, 256, "nsg4-step32-mode1"},
+		{true, 192, "nsg2-step16-mode1-sp1"}, {true, 128, "nsg4-step16-mode1-pf1"},
+		{true, 96, "nsg4-step32-mode1-pf1"}, {false, 80, "nsg8-step64-mode1"}, {false, 128, "nsg4-step32-mode1"}} {
+		if got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, false, sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("backward dkdv %v d %d: %v (%v), want %s", c.dkdv, c.d, got, err, c.want)
 		}
 	}
 	// Dropout's keep bits count exactly: d256's MODE 0 tile (a few hundred
@@ -219,8 +233,11 @@ func TestChooseCMTile(t *testing.T) {
 	// overflow.
 	d256 := CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}
 	need := shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 256, 256) + dropExtra(true, 64, 32)
-	if got, err := chooseCMTile(l, 256, 256, 4096, true, true, sh, wg); err != nil || got != d256 || need > sh {
-		t.Errorf("dropout d256: %v (%v), want %v (%d bytes)", got, err, d256, need)
+	if need > sh {
+		t.Errorf("dropout d256 %v needs %d bytes, more than %d", d256, need, sh)
+	}
+	if got, err := chooseCMTile(&mode0, 256, 256, 4096, true, true, sh, wg); err != nil || got != d256 {
+		t.Errorf("dropout d256 (MODE 0 layout): %v (%v), want %v", got, err, d256)
 	}
 	if err := CheckCMTile(l, d256, 256, 256, true, need-1, wg); err == nil {
 		t.Errorf("dropout d256 accepted in %d bytes, needs %d", need-1, need)

@@ -88,6 +88,18 @@ func TestParseCandidates(t *testing.T) {
 			t.Errorf("%v: %v, %v", c, got, err)
 		}
 	}
+	for _, c := range []bwdCMTile{{NSG: 4, Step: 32, Mode: 1}, {NSG: 1, Step: 16, Mode: 1, KVReg: true, Prefetch: true, Split: true},
+		{NSG: 2, Step: 16, Split: true}} {
+		got, err := parseBwdCMTile(c.String())
+		if err != nil || got != c {
+			t.Errorf("%v: %v, %v", c, got, err)
+		}
+	}
+	for _, s := range []string{"nsg1-step16-mode1-qs1", "nsg1-step16-mode1-sp1-kv1", "nsg1-step16-mode1-sp2"} {
+		if _, err := parseBwdCMTile(s); err == nil {
+			t.Errorf("parseBwdCMTile(%q) accepted", s)
+		}
+	}
 	for _, s := range []string{"", "wg64", "wg64-br64-bc16x", "wg064-br64-bc16", "nsg8-bc64-mode1-pf2", "garbage"} {
 		if _, err := ParseScalarTile(s); err == nil {
 			t.Errorf("ParseScalarTile(%q) accepted", s)

@@ -137,7 +137,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 			uint kj = c0 + sgk + rowOf[i]; \
 			float l2 = sL[col]; \
 			bool vis = l2 != NEG_INF && !(need_mask && (kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
-			float x = EXT != 0u ? ext_score(S[t][i], r0 + col, kj) : S[t][i] * sl2; \
+			float x = EXT != 0u ? ext_score_b(S[t][i], r0 + col, kj, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float keep = drop_keep(col, sgk + rowOf[i]); \
 			float g = dP[t][i] * (keep * dscale) - sDr[col]; \
 			if (EXT != 0u) { \
@@ -391,6 +391,14 @@ void main() {
 			// No mask needed when the step's first row sees every key of the
 			// tile up to its end and its last row from its start.
 			bool need_mask = key_limit(r0) < c0 + KB || key_first(r0 + rows - 1u) > c0;
+
+			// MODE 1 with a bias: the subgroup's bias values (Sᵀ's
+			// component i of accumulator t: query r0 + t·CM_N + colOf[i],
+			// key c0 + sgk + rowOf[i]), loaded before the MMAs are issued.
+			float bv[MODE == 1u ? BIAS_FRAG_N(NST) : 1u];
+			if (MODE == 1u) {
+				BIAS_FRAG(bv, NST, r0 + t * CM_N + colOf[i], c0 + sgk + rowOf[i])
+			}
 
 			ACC S[NST];
 			ACC dP[NST];

@@ -82,7 +82,7 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint c = c0 + t * CM_N + colOf[i]; \
 			bool vis = lOf[i] != NEG_INF && !(need_mask && (c >= limOf[i] || c < fstOf[i])); \
-			float x = EXT != 0u ? ext_score(S[t][i], r0 + sgr + rowOf[i], c) : S[t][i] * sl2; \
+			float x = EXT != 0u ? ext_score_b(S[t][i], r0 + sgr + rowOf[i], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], t * CM_N + colOf[i]) * dscale) - dOf[i]; \
 			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
 			dbias_store(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)); \
@@ -242,6 +242,13 @@ void main() {
 		// when the workgroup's first row does not see every key of the tile
 		// up to its end or its last row not from its start.
 		bool need_mask = c0 + BC > lim_lo || c0 < fst_hi;
+
+		// MODE 1 with a bias: the subgroup's bias values, loaded before the
+		// MMAs are issued (their latency overlaps them).
+		float bv[MODE == 1u ? BIAS_FRAG_N(NST) : 1u];
+		if (MODE == 1u) {
+			BIAS_FRAG(bv, NST, r0 + sgr + rowOf[i], c0 + t * CM_N + colOf[i])
+		}
 
 		ACC S[NST];
 		ACC dP[NST];

@@ -317,8 +317,11 @@ float ext_tanh2(float u) {
 // minus slope·log2e·|i + off − j| (ALiBi), plus bias·log2e (−Inf where
 // the bias is −Inf, whatever z: the key is hidden), each term compiled in
 // only when EXT asks for it. The plain kernel's is scale·log2e·s
-// (kernels keep that product as sl2).
-float ext_score(float s, uint i, uint j) {
+// (kernels keep that product as sl2). ext_score_b takes the bias value x
+// of (i, j) already loaded: the coopmat kernels load their fragments'
+// values (BIAS_FRAG) before issuing the products, so that the loads'
+// latency overlaps the MMAs.
+float ext_score_b(float s, uint i, uint j, float x) {
 	float z;
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
 		z = ext_tc * ext_tanh2(s * ext_tk);
@@ -328,14 +331,40 @@ float ext_score(float s, uint i, uint j) {
 	if ((EXT & EXT_ON_ALIBI) != 0u) {
 		z -= ext_slope * abs(float(int(i) + ext_off - int(j)));
 	}
-#ifdef BIAS_BINDING
 	if ((EXT & EXT_ON_BIAS) != 0u) {
-		float x = ext_bias(i, j);
 		z = x == NEG_INF ? NEG_INF : fma(x, LOG2E, z);
 	}
-#endif
 	return z;
 }
+
+float ext_score(float s, uint i, uint j) {
+#ifdef BIAS_BINDING
+	if ((EXT & EXT_ON_BIAS) != 0u) {
+		return ext_score_b(s, i, j, ext_bias(i, j));
+	}
+#endif
+	return ext_score_b(s, i, j, 0.0);
+}
+
+#ifdef BIAS_BINDING
+// BIAS_FRAG(BV, NT, ROW, COL): with a bias, BV[t·CM_LEN + i] = the bias of
+// component i of accumulator t (t < NT) of a MODE 1 kernel, whose query
+// row and key are the expressions ROW and COL of t and i; nothing without
+// one (BV then has one element, 0, which BIAS_AT reads). Declare BV with
+// BIAS_FRAG_N(NT) elements.
+#define BIAS_FRAG(BV, NT, ROW, COL) \
+	if ((EXT & EXT_ON_BIAS) != 0u) { \
+		[[unroll]] for (uint t = 0u; t < NT; ++t) { \
+			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+				BV[t * CM_LEN + i] = ext_bias(ROW, COL); \
+			} \
+		} \
+	} else { \
+		BV[0] = 0.0; \
+	}
+#define BIAS_FRAG_N(NT) ((EXT & EXT_ON_BIAS) != 0u ? (NT) * CM_LEN : 1u)
+#define BIAS_AT(BV, t, i) BV[(EXT & EXT_ON_BIAS) != 0u ? (t) * CM_LEN + (i) : 0u]
+#endif
 
 // ext_dsoft is the softcap's derivative at raw product s: d(c·tanh(z/c))
 // / dz = 1 − tanh²(z/c), z = scale·s (1 without a softcap). The backward

@@ -310,6 +310,13 @@ void main() {
 		}
 		bool need_mask = c0 + BC > sg_lim_lo || (EXT != 0u && c0 < sg_fst_hi);
 
+		// MODE 1 with a bias: the subgroup's bias values, loaded before S's
+		// MMAs are issued (their latency overlaps them).
+		float bv[MODE == 1u ? BIAS_FRAG_N(NST) : 1u];
+		if (MODE == 1u) {
+			BIAS_FRAG(bv, NST, r0 + sgr + rowOf[i], c0 + t * CM_N + colOf[i])
+		}
+
 		ACC S[NST];
 		[[unroll]] for (uint t = 0u; t < NST; ++t) {
 			S[t] = ACC(0.0);
@@ -332,7 +339,7 @@ void main() {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 					uint c = c0 + t * CM_N + colOf[i];
-					float x = EXT != 0u ? ext_score(S[t][i], r0 + sgr + rowOf[i], c) : S[t][i] * sl2;
+					float x = EXT != 0u ? ext_score_b(S[t][i], r0 + sgr + rowOf[i], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2;
 					if (need_mask && (c >= limOf[slotrow(i)] || (EXT != 0u && c < fstOf[slotrow(i)]))) {
 						x = NEG_INF;
 					}

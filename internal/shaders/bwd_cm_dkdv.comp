@@ -64,8 +64,8 @@ layout(constant_id = 23) const uint KVREG = 0;
 // while the current step computes (global latency hidden behind the
 // MMAs), 0 loads them between the step's barriers.
 layout(constant_id = 22) const uint PREFETCH = 0;
-// 25 PART: 0 computes dK and dV; 1 dV only (Sᵀ and dV: no V, dPᵀ or D is
-// read, dK is not written); 2 dK only (dV is not written). At large head
+// 25 PART: 0 computes dK and dV; 1 dV only (Sᵀ and dV: V is not read,
+// dPᵀ not computed, dK not written); 2 dK only (dV is not written). At large head
 // dims the two accumulators together pass the register file: two launches,
 // PART 1 and PART 2, hold one each for one more Sᵀ product (5 products
 // per step instead of 4).

@@ -219,15 +219,11 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 			return nil, fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, p.D, p.Dv, b.info.Name, err)
 		}
 	}
-	parts := []int{0}
-	if c.Split {
-		parts = []int{1, 2}
-	}
 	cm := b.cm[dt]
 	m := int(l.M)
 	br, bc := c.brbc(dkdv, m)
 	var lns []Launch
-	for _, part := range parts {
+	for _, part := range c.parts() {
 		config := fmt.Sprintf("%s vec%d", c, b2u(vec))
 		if part != 0 {
 			config += fmt.Sprintf(" part%d", part)
@@ -406,11 +402,11 @@ const cmLargeNq = 2048
 // nsg4-bc32-pf1 (any layout, the fallback). Above d 128: MODE 1
 // nsg4-bc32 without prefetch (the tuner's pick at d 256, N 4096: 157
 // TFLOP/s against MODE 0's 55; the prefetch registers spill there). The
-// extended variant (ext: a window, softcap,
-// ALiBi, key counts, packed sequences or dropout) takes the smaller tiles
-// at every length: its extra per-row state pushed the large tile past the
-// 255 registers an NVIDIA H200 invocation has (spilled to local memory, 96
-// bytes; 144 with dropout), and the small tile runs it 1.3× faster there
+// extended variant (ext: a window, softcap, ALiBi, key counts, packed
+// sequences or dropout) takes the smaller tiles at every length: its
+// extra per-row state pushed the large tile past the 255 registers an
+// NVIDIA H200 invocation has (spilled to local memory, 96 bytes; 144 with
+// dropout), and the small tile runs it 1.3× faster there
 // (window 152 → 200 TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128,
 // N 16384; bench/NOTES.md). The tune cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, ext bool) []CMTile {
@@ -568,6 +564,15 @@ func (c bwdCMTile) String() string {
 	return s
 }
 
+// parts are the PART values of the tile's launches: 0 (one launch), or 1
+// and 2 for a split dK/dV tile.
+func (c bwdCMTile) parts() []int {
+	if c.Split {
+		return []int{1, 2}
+	}
+	return []int{0}
+}
+
 // shape is what the shared memory of the tile's kernel (dkdv: bwd_cm_dkdv,
 // PART part) depends on.
 func (c bwdCMTile) shape(l *CMLayout, dkdv bool, part, d, dv int) shaders.BwdCMShape {
@@ -615,13 +620,14 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 		case dkdv:
 			// Above d 128 one subgroup's dK and dV accumulators alone pass
 			// the 255 registers an NVIDIA invocation has: two launches,
-			// one accumulator each (H200, d 256, N 4096: the backward
-			// 104 → 61 ms; bench/NOTES.md).
+			// one accumulator each (H200, d 256, N 4096: the dK/dV
+			// kernel's time 83 → 42 ms; bench/NOTES.md).
 			ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode, Split: true}, bwdCMTile{NSG: 1, Step: 16, Mode: mode, Split: true})
 		default:
-			// dQ above d 128: the tuner's pick at d 256 (spills Q_i and
-			// dO_i, but four subgroups share each K/V tile: 1.23× the
-			// total against nsg1, whose fragments fit in registers).
+			// dQ above d 128: the tuner's pick at d 256 (Q_i and dO_i
+			// spill 528 bytes, but four subgroups share each K/V tile:
+			// 9.9 ms, against 20.5 for one subgroup reading them from
+			// shared memory).
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		}
 		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
@@ -654,11 +660,7 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
 	}
 	br, bc := c.brbc(dkdv, M)
-	parts := []int{0}
-	if c.Split {
-		parts = []int{1, 2}
-	}
-	for _, part := range parts {
+	for _, part := range c.parts() {
 		shared := shaders.BwdCMSharedBytes(c.shape(l, dkdv, part, d, dv)) + dropExtra(drop, br, bc)
 		if err := checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG); err != nil {
 			return err

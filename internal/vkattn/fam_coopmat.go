@@ -219,26 +219,31 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 			return nil, fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, p.D, p.Dv, b.info.Name, err)
 		}
 	}
+	pls, err := c.launches(l, dkdv, p.D, p.Dv, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s tile %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, c, p.D, p.Dv, b.info.Name, err)
+	}
 	cm := b.cm[dt]
 	m := int(l.M)
-	br, bc := c.brbc(dkdv, m)
 	var lns []Launch
-	for _, part := range c.parts() {
-		config := fmt.Sprintf("%s vec%d", c, b2u(vec))
-		if part != 0 {
-			config += fmt.Sprintf(" part%d", part)
+	for _, pl := range pls {
+		t := pl.tile
+		config := fmt.Sprintf("%s vec%d", t, b2u(vec))
+		if pl.part != 0 {
+			config += fmt.Sprintf(" part%d", pl.part)
 		}
-		ln, err := b.newLaunch(kernel, dt, p, config, bwdCMSpec(l, dkdv, c, part, p.D, p.Dv, vec), cm.reqSG, cm.full, binds...)
+		ln, err := b.newLaunch(kernel, dt, p, config, bwdCMSpec(l, dkdv, t, pl.part, p.D, p.Dv, vec), cm.reqSG, cm.full, binds...)
 		if err != nil {
 			return nil, err
 		}
+		br, bc := t.brbc(dkdv, m)
 		ln.Tunable, ln.Config, ln.Source = kernel, c.String(), src
-		ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, br, bc
-		ln.SharedBytes = shaders.BwdCMSharedBytes(c.shape(l, dkdv, part, p.D, p.Dv))
+		ln.Workgroup, ln.BR, ln.BC = t.NSG*l.SG, br, bc
+		ln.SharedBytes = shaders.BwdCMSharedBytes(t.shape(l, dkdv, pl.part, p.D, p.Dv))
 		if dkdv {
-			ln.Grid = shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, c.NSG*m)
+			ln.Grid = shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, t.NSG*m)
 		} else {
-			ln.Grid = shaders.BwdDQGrid(p.B, p.Hq, p.Nq, c.NSG*m)
+			ln.Grid = shaders.BwdDQGrid(p.B, p.Hq, p.Nq, t.NSG*m)
 		}
 		lns = append(lns, ln)
 	}
@@ -547,7 +552,7 @@ type bwdCMTile struct {
 	Mode      int  // 0 elementwise through shared memory, 1 in registers
 	KVReg     bool // bwd_cm_dkdv only: K_j, V_j fragments held in registers
 	Prefetch  bool // bwd_cm_dkdv only: next step's Q, dO loaded into registers during the current one
-	Split     bool // bwd_cm_dkdv only: two launches, dV (PART 1) then dK (PART 2), one accumulator each
+	Split     bool // bwd_cm_dkdv only: two launches, dV (PART 1) then dK (PART 2), one accumulator each (launches)
 }
 
 func (c bwdCMTile) String() string {
@@ -564,13 +569,45 @@ func (c bwdCMTile) String() string {
 	return s
 }
 
-// parts are the PART values of the tile's launches: 0 (one launch), or 1
-// and 2 for a split dK/dV tile.
-func (c bwdCMTile) parts() []int {
-	if c.Split {
-		return []int{1, 2}
+// partLaunch is one launch of a backward tile: its PART (bwd_cm_dkdv;
+// 0 for one launch) and the tile it runs with.
+type partLaunch struct {
+	part int
+	tile bwdCMTile
+}
+
+// launches are tile c's launches with layout l and head dims d, dv on a
+// device with sharedMax bytes of shared memory and workgroups of at most
+// maxWG invocations (drop: with dropout's keep bits): c itself, or for a
+// split tile PART 1 with c and PART 2 — which also stages V — with c's
+// subgroup count halved until its shared memory fits. The error says why c
+// cannot run.
+func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, maxWG int) ([]partLaunch, error) {
+	check := func(t bwdCMTile, part int) error {
+		br, bc := t.brbc(dkdv, int(l.M))
+		shared := shaders.BwdCMSharedBytes(t.shape(l, dkdv, part, d, dv)) + dropExtra(drop, br, bc)
+		return checkCMResources(l, t.Mode, t.NSG, shared, sharedMax, maxWG)
 	}
-	return []int{0}
+	if !c.Split {
+		if err := check(c, 0); err != nil {
+			return nil, err
+		}
+		return []partLaunch{{0, c}}, nil
+	}
+	if err := check(c, 1); err != nil {
+		return nil, err
+	}
+	t := c
+	for {
+		err := check(t, 2)
+		if err == nil {
+			return []partLaunch{{1, c}, {2, t}}, nil
+		}
+		if t.NSG == 1 {
+			return nil, fmt.Errorf("PART 2: %w", err)
+		}
+		t.NSG /= 2
+	}
 }
 
 // shape is what the shared memory of the tile's kernel (dkdv: bwd_cm_dkdv,
@@ -621,7 +658,9 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 			// Above d 128 one subgroup's dK and dV accumulators alone pass
 			// the 255 registers an NVIDIA invocation has: two launches,
 			// one accumulator each (H200, d 256, N 4096: the dK/dV
-			// kernel's time 83 → 42 ms; bench/NOTES.md).
+			// kernel's time 83 → 42 ms), PART 2 at half the subgroups
+			// where it needs them (d 256: PART 1 at two subgroups 18.0 →
+			// 9.0 ms; the tuner's best of 24; bench/NOTES.md).
 			ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode, Split: true}, bwdCMTile{NSG: 1, Step: 16, Mode: mode, Split: true})
 		default:
 			// dQ above d 128: the tuner's pick at d 256 (Q_i and dO_i
@@ -649,7 +688,7 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 // shared memory and workgroups of at most maxWG invocations (drop: with
 // dropout's keep bits).
 func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, sharedMax, maxWG int) error {
-	M, N, K := int(l.M), int(l.N), int(l.K)
+	N, K := int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward takes 1 … %d)", d, dv, shaders.MaxHeadDim)
 	}
@@ -659,14 +698,8 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 	if c.NSG < 1 || c.Step < 1 || c.Step%N != 0 || c.Step%K != 0 {
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
 	}
-	br, bc := c.brbc(dkdv, M)
-	for _, part := range c.parts() {
-		shared := shaders.BwdCMSharedBytes(c.shape(l, dkdv, part, d, dv)) + dropExtra(drop, br, bc)
-		if err := checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := c.launches(l, dkdv, d, dv, drop, sharedMax, maxWG)
+	return err
 }
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits.

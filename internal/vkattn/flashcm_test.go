@@ -5,6 +5,7 @@ package vkattn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -215,18 +216,38 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("extended d %d nq %d: %v (%v), want %s", c.d, c.nq, got, err, c.want)
 		}
 	}
-	// Above d 128 the backward splits dK/dV into two launches: at d 256 one
-	// subgroup per workgroup fits 48 KiB, at d 192 two.
+	// Above d 128 the backward splits dK/dV into two launches; PART 2,
+	// which also stages V, halves its subgroups until 48 KiB holds it: at
+	// d 256 one subgroup, at d 192 two.
 	for _, c := range []struct {
-		dkdv bool
-		d    int
-		want string
-	}{{true, 256, "nsg1-step16-mode1-sp1"}, {false, 256, "nsg4-step32-mode1"},
-		{true, 192, "nsg2-step16-mode1-sp1"}, {true, 128, "nsg4-step16-mode1-pf1"},
-		{true, 96, "nsg4-step32-mode1-pf1"}, {false, 80, "nsg8-step64-mode1"}, {false, 128, "nsg4-step32-mode1"}} {
-		if got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, false, sh, wg); err != nil || got.String() != c.want {
+		dkdv  bool
+		d     int
+		want  string
+		parts string
+	}{{true, 256, "nsg2-step16-mode1-sp1", "1:nsg2 2:nsg1"}, {false, 256, "nsg4-step32-mode1", "0:nsg4"},
+		{true, 192, "nsg2-step16-mode1-sp1", "1:nsg2 2:nsg2"}, {true, 128, "nsg4-step16-mode1-pf1", "0:nsg4"},
+		{true, 96, "nsg4-step32-mode1-pf1", "0:nsg4"}, {false, 80, "nsg8-step64-mode1", "0:nsg8"}, {false, 128, "nsg4-step32-mode1", "0:nsg4"}} {
+		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, false, sh, wg)
+		if err != nil || got.String() != c.want {
 			t.Errorf("backward dkdv %v d %d: %v (%v), want %s", c.dkdv, c.d, got, err, c.want)
+			continue
 		}
+		pls, err := got.launches(l, c.dkdv, c.d, c.d, false, sh, wg)
+		var parts []string
+		for _, pl := range pls {
+			parts = append(parts, fmt.Sprintf("%d:nsg%d", pl.part, pl.tile.NSG))
+		}
+		if err != nil || strings.Join(parts, " ") != c.parts {
+			t.Errorf("backward dkdv %v d %d: launches %v (%v), want %s", c.dkdv, c.d, parts, err, c.parts)
+		}
+	}
+	// A split tile whose PART 1 does not fit is refused, and so is one
+	// whose PART 2 fits at no subgroup count.
+	if _, err := (bwdCMTile{NSG: 4, Step: 64, Mode: 1, Split: true}).launches(l, true, 256, 256, false, sh, wg); err == nil {
+		t.Error("d 256 nsg4-step64 split: PART 1 accepted in 48 KiB")
+	}
+	if _, err := (bwdCMTile{NSG: 1, Step: 16, Mode: 1, Split: true}).launches(l, true, 256, 256, false, 26<<10, wg); err == nil || !strings.Contains(err.Error(), "PART 2") {
+		t.Errorf("d 256 nsg1-step16 split in 26 KiB: %v, want PART 2 refused", err)
 	}
 	// Dropout's keep bits count exactly: d256's MODE 0 tile (a few hundred
 	// bytes short of 48 KiB) still fits with them, and not when they would

@@ -84,7 +84,8 @@ type TuneOptions struct {
 	// FlashAttention-2 benchmark grid's shape at N.
 	N, Tokens, Hidden int
 	// Warmup and Iters time each candidate (defaults 3 and 10; the warm-up
-	// also lasts at least 100 ms; Warmup < 0: none).
+	// also lasts at least 100 ms — tuneFirstWarm before a key's first
+	// timed candidate; Warmup < 0: none).
 	Warmup, Iters int
 	// MaxCandidates bounds the candidates tried per key and stage, the
 	// default configuration included (0: all).
@@ -229,8 +230,21 @@ type tuneVerifier interface {
 
 // tuneTimer times the pass on the representative problem: the median of
 // iters timed runs after warmup (warmup < 0: none).
+// tuneWarm is the least warm-up before a candidate is timed, and
+// tuneFirstWarm before the first of a key: that one follows the float64
+// reference computed on the host, an idle stretch after which a GPU can
+// take some 0.1–0.5 s to leave its low clock (an NVIDIA H200 timed the
+// first of a key's candidates at 1.9–3× its re-timed median with 100 ms;
+// bench warms up for 500 ms for the same reason).
+const (
+	tuneWarm      = 100 * time.Millisecond
+	tuneFirstWarm = 500 * time.Millisecond
+)
+
 type tuneTimer interface {
-	median(ctx context.Context, warmup, iters int) (time.Duration, error)
+	// median times the pass: warmup untimed runs lasting at least
+	// minWarm (none when warmup < 0), then the median of iters runs.
+	median(ctx context.Context, warmup, iters int, minWarm time.Duration) (time.Duration, error)
 	close()
 }
 
@@ -498,7 +512,8 @@ func (k *keySearch) stage(ctx context.Context, st string, v tuneVerifier, tm tun
 	if k.o.MaxCandidates > 0 && len(cands) > k.o.MaxCandidates {
 		cands = cands[:k.o.MaxCandidates]
 	}
-	bound := math.NaN() // set by the default's verification
+	bound := math.NaN()   // set by the default's verification
+	warm := tuneFirstWarm // the first timing follows the host-side reference
 	r.Candidates = len(cands)
 	for i, c := range cands {
 		if err := ctx.Err(); err != nil {
@@ -532,7 +547,9 @@ func (k *keySearch) stage(ctx context.Context, st string, v tuneVerifier, tm tun
 			}
 		}
 		if ev.Status == "" {
-			if ev.Median, err = tm.median(ctx, k.o.Warmup, k.o.Iters); err != nil {
+			ev.Median, err = tm.median(ctx, k.o.Warmup, k.o.Iters, warm)
+			warm = tuneWarm
+			if err != nil {
 				ev.Status, ev.Err = TuneFailed, err
 			} else {
 				ev.Status = TuneTimed
@@ -560,7 +577,7 @@ func (k *keySearch) stage(ctx context.Context, st string, v tuneVerifier, tm tun
 		var ts [2]time.Duration
 		for i, c := range []string{r.Default, r.Winner} {
 			s.force(st, p, dt, c)
-			if m, err := tm.median(ctx, k.o.Warmup, k.o.Iters); err == nil {
+			if m, err := tm.median(ctx, k.o.Warmup, k.o.Iters, tuneWarm); err == nil {
 				ts[i] = m
 			}
 		}

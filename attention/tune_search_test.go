@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,8 @@ type fakeTune struct {
 	forced  map[string]string          // stage → candidate now forced
 	history []string                   // "stage=candidate" each time a verification ran
 	timed   map[string]int
-	sleep   time.Duration // per timing
+	sleep   time.Duration   // per timing
+	warms   []time.Duration // each timing's least warm-up, in order
 }
 
 func (f *fakeTune) Info() BackendInfo {
@@ -82,7 +84,8 @@ func (fakeVerifier) close() {}
 
 type fakeTimer struct{ f *fakeTune }
 
-func (t fakeTimer) median(context.Context, int, int) (time.Duration, error) {
+func (t fakeTimer) median(_ context.Context, _, _ int, minWarm time.Duration) (time.Duration, error) {
+	t.f.warms = append(t.f.warms, minWarm)
 	time.Sleep(t.f.sleep)
 	var total time.Duration
 	for _, c := range t.f.forced {
@@ -182,6 +185,14 @@ func TestTuneSearch(t *testing.T) {
 	}
 	if len(events) != 4+1+2+1+2+1 {
 		t.Errorf("%d progress events", len(events))
+	}
+	// Each key's first timing warms up longest (it follows the host-side
+	// reference); the others, confirmations included, 100 ms. Each of fa,
+	// ba and bb times 2 candidates, then confirms its winner (2 more).
+	long, short := tuneFirstWarm, tuneWarm
+	wantWarms := []time.Duration{long, short, short, short, long, short, short, short, long, short, short, short}
+	if !slices.Equal(f.warms, wantWarms) {
+		t.Errorf("warm-ups %v, want %v", f.warms, wantWarms)
 	}
 	// The Entry of a result is what the cache stores.
 	if en := fa.Entry(); en.Candidate != "fa-fast" || en.Default != "fa-def" || en.MedianMS != 8 || en.Date == "" {

@@ -429,10 +429,10 @@ func (v vulkanVerifier) close() { v.v.Close() }
 
 type vulkanTimer struct{ t *vkattn.Timer }
 
-// median times the pass: a warm-up of warmup runs and at least 100 ms
-// (none when warmup < 0), then iters timed runs.
-func (v vulkanTimer) median(ctx context.Context, warmup, iters int) (time.Duration, error) {
-	o := vkattn.BenchOptions{Warmup: warmup, MinWarmup: 100 * time.Millisecond, Iters: iters}
+// median times the pass: a warm-up of warmup runs lasting at least
+// minWarm (none when warmup < 0), then iters timed runs.
+func (v vulkanTimer) median(ctx context.Context, warmup, iters int, minWarm time.Duration) (time.Duration, error) {
+	o := vkattn.BenchOptions{Warmup: warmup, MinWarmup: minWarm, Iters: iters}
 	if warmup < 0 {
 		o.MinWarmup = -1
 	}

@@ -87,7 +87,7 @@ with --show, --cache with --dry-run, --tokens beside --batch, --hidden beside
 	f.backend.register(c, vulkanEngine)
 	f.timing.register(c, 10, "timed runs per candidate (the median is used)")
 	fl := c.Flags()
-	fl.Lookup("warmup").Usage = "untimed runs per candidate (and at least 100 ms)"
+	fl.Lookup("warmup").Usage = "untimed runs per candidate (and at least 100 ms; 500 ms before a key's first)"
 	fl.StringSliceVar(&f.dirs, "dir", []string{"fwd", "bwd"}, "directions: fwd, bwd")
 	fl.StringSliceVar(&f.families, "family", nil, "tune only these kernel families (flash, flash_cm, bwd_dkdv, bwd_dq, bwd_cm_dkdv, bwd_cm_dq)")
 	fl.IntVar(&f.maxCandidates, "max-candidates", 0, "try at most this many candidates per key and family, the default first (0: all)")

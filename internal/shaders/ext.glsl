@@ -158,8 +158,14 @@ layout(std430, binding = BIAS_BINDING) readonly buffer BiasF32 { float bias_f32[
 layout(std430, binding = BIAS_BINDING) readonly buffer BiasST { STYPE bias_st[]; };
 layout(std430, binding = BIAS_BINDING + 1) readonly buffer BiasSum { uint bias_sum[]; };
 
-// ext_bias is bias element (i, j) of the current (b, h), as float.
+// ext_bias is bias element (i, j) of the current (b, h), as float; 0 for
+// a row past the sequence's or a key past its key count (as dbias_store:
+// such elements are masked or discarded, and the bias is never read
+// outside its extent — a tile's tail rows and keys included).
 float ext_bias(uint i, uint j) {
+	if (i >= seq_nq || j >= read_keys()) {
+		return 0.0;
+	}
 	uint x = ext_bias0 + i * ext_brow + j;
 	return (EXT & EXT_ON_BIAS_F32) != 0u ? bias_f32[x] : LOAD(bias_st[x]);
 }

@@ -228,8 +228,6 @@ type tuneVerifier interface {
 	close()
 }
 
-// tuneTimer times the pass on the representative problem: the median of
-// iters timed runs after warmup (warmup < 0: none).
 // tuneWarm is the least warm-up before a candidate is timed, and
 // tuneFirstWarm before the first of a key: that one follows the float64
 // reference computed on the host, an idle stretch after which a GPU can
@@ -241,6 +239,8 @@ const (
 	tuneFirstWarm = 500 * time.Millisecond
 )
 
+// tuneTimer times the pass on the representative problem: the median of
+// iters timed runs after warmup (warmup < 0: none).
 type tuneTimer interface {
 	// median times the pass: warmup untimed runs lasting at least
 	// minWarm (none when warmup < 0), then the median of iters runs.

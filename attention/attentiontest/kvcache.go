@@ -19,7 +19,8 @@ import (
 // the float64 reference run sequence by sequence over each sequence's first
 // SeqLens[b]+New cache rows (gathered from the float64 copies of the stored
 // inputs, the appended rows taken from newK and newV), with the tolerances
-// of the forward suite (fp32: rel_l2 ≤ Float32Tol; fp16 and bf16: twice the
+// of the forward suite (fp32: rel_l2 ≤ Float32Tol, the LSE's as
+// lseTolerance where its scores cancel; fp16 and bf16: twice the
 // PyTorch-style baseline in the same type, with its floor).
 //
 // Every cache row past a sequence's length (the rows the append is to
@@ -488,6 +489,7 @@ func (in *KVInputs) Reference(t testing.TB) *KVRef {
 		round, floor, name = rb16, bf16Floor, "bf16"
 	}
 	baseO, baseLSE := make([]float64, len(r.O)), make([]float64, len(r.LSE))
+	var lseMag, lseRef []float64 // (fp32: the LSE's magnitudes, lseTolerance)
 	for b := range c.B {
 		n := int(in.SeqLens[b]) + c.New
 		o, lse := r.O[b*nO:(b+1)*nO], r.LSE[b*nL:(b+1)*nL]
@@ -505,14 +507,19 @@ func (in *KVInputs) Reference(t testing.TB) *KVRef {
 		}
 		copy(o, ro)
 		copy(lse, rl)
-		if low {
-			seq := &Inputs{Case: sc, DType: in.DType, q64: q, k64: in.seqK[b], v64: in.seqV[b], dO: make([]float64, nO)}
+		seq := &Inputs{Case: sc, DType: in.DType, q64: q, k64: in.seqK[b], v64: in.seqV[b], dO: make([]float64, nO)}
+		if !low {
+			m, l := seq.lseMagnitudes(&Ref{LSE: rl})
+			lseMag, lseRef = append(lseMag, m...), append(lseRef, l...)
+		} else {
 			base := seq.lowPrecisionBaseline(round, round, ro)
 			copy(baseO[b*nO:], base.O)
 			copy(baseLSE[b*nL:], base.LSE)
 		}
 	}
-	if low {
+	if !low {
+		r.TolLSE = lseBound(t, lseMag, lseRef)
+	} else {
 		eo, el := reference.RelL2(baseO, r.O), reference.RelL2(baseLSE, r.LSE)
 		t.Logf("PyTorch-style %s baseline: o rel_l2 %.3g, lse rel_l2 %.3g", name, eo, el)
 		r.TolO, r.TolLSE = math.Max(2*eo, floor), math.Max(2*el, floor)

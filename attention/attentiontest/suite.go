@@ -10,8 +10,10 @@
 //	}
 //
 // Tolerances: float32 storage must reach rel_l2 ≤ 1e-5 on O, LSE, dQ, dK and
-// dV, except on small cases whose dQ or dK terms cancel to a far smaller
-// gradient: there 8 fp32 ulps of the terms' magnitude (float32Tolerance).
+// dV, except on small cases whose terms cancel to a far smaller result — dQ
+// or dK terms to a small gradient, a row's score terms q_x·k_x to an LSE
+// near 0 (one key: LSE is the score): there 8 fp32 ulps of the terms'
+// magnitude (float32Tolerance).
 // float16 and bfloat16 follow FlashAttention-2's rule: the error against
 // the float64 reference may be at most twice that of a PyTorch-style
 // computation in the same 16-bit type (matrix products accumulated in fp32

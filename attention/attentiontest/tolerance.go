@@ -77,7 +77,8 @@ func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 	return tol
 }
 
-// float32Tolerance is Float32Tol, except for dQ and dK where the terms of
+// float32Tolerance is Float32Tol, except for the LSE (lseTolerance) and for
+// dQ and dK where the terms of
 // the gradient cancel (D = rowsum(dO∘O) against dP, in rows with few
 // effective keys) to a gradient far smaller than the terms: fp32 rounding
 // of the terms then exceeds Float32Tol of the gradient in any fp32
@@ -91,6 +92,7 @@ func (in *Inputs) float32Tolerance(t testing.TB, ref *Ref) Tol {
 	if c := in.Case; c.Nq*c.Nk*max(c.D, c.Dv) > idealMaxWork {
 		return tol
 	}
+	tol.LSE = in.lseTolerance(t, ref)
 	mq, mk, mb := in.gradMagnitudes(ref)
 	bound := func(out string, mag, want []float64) float64 {
 		n := norm2(want)
@@ -115,6 +117,65 @@ func (in *Inputs) float32Tolerance(t testing.TB, ref *Ref) Tol {
 		tol.DB = bound("dbias", mb, ref.DB)
 	}
 	return tol
+}
+
+// lseTolerance is Float32Tol, or condUlps fp32 ulps of the magnitudes that
+// make up the LSE (lseMagnitudes) where those exceed it: a row's LSE is its
+// scores' log-sum-exp, and a score q·k whose terms q_x·k_x cancel to near 0
+// (a row with one key: LSE = its score) carries fp32 rounding of the terms,
+// not of itself, in any fp32 computation.
+func (in *Inputs) lseTolerance(t testing.TB, ref *Ref) float64 {
+	mag, lse := in.lseMagnitudes(ref)
+	return lseBound(t, mag, lse)
+}
+
+// lseBound is lseTolerance given the magnitudes and the LSE they bound.
+func lseBound(t testing.TB, mag, lse []float64) float64 {
+	n := norm2(lse)
+	b := condUlps * 0x1p-24 * norm2(mag) / n
+	if !(b > Float32Tol) || n == 0 {
+		return Float32Tol
+	}
+	t.Logf("lse: its terms (norm %.3g) cancel to norm %.3g: bound %d fp32 ulps of the terms, rel_l2 %.3g", norm2(mag), n, condUlps, b)
+	return b
+}
+
+// lseMagnitudes returns, for every row that sees a key, the reference's
+// LSE and the magnitude its fp32 rounding is relative to:
+// 1 + |LSE_i| + Σ_j P_ij·(scale·Σ_x |q_x·k_x| + |Score(i, j, 0)|) — the
+// products' terms, the ALiBi and bias terms added to them, and the
+// log-sum-exp's own rounding (relative to 1, since the sum's largest term
+// is 1 after the running max).
+func (in *Inputs) lseMagnitudes(ref *Ref) (mag, lse []float64) {
+	c := in.Case
+	p := in.params()
+	scale := math.Abs(p.EffectiveScale())
+	for b := range c.B {
+		for h := range c.Hq {
+			kh := h / (c.Hq / c.Hkv)
+			P := reference.Probabilities(p, in.q64, in.k64, b, h)
+			for i := range c.Nq {
+				l := ref.LSE[(b*c.Hq+h)*c.Nq+i]
+				if math.IsInf(l, 0) || math.IsNaN(l) {
+					continue
+				}
+				m := 1 + math.Abs(l)
+				for j := range c.Nk {
+					pij := P.At(i, j)
+					if pij == 0 {
+						continue
+					}
+					var s float64
+					for x := range c.D {
+						s += math.Abs(in.q64[c.qOff(b, i, h)+x] * in.k64[c.kOff(b, j, kh)+x])
+					}
+					m += pij * (scale*s + math.Abs(p.Score(b, h, i, j, 0)))
+				}
+				mag, lse = append(mag, m), append(lse, l)
+			}
+		}
+	}
+	return mag, lse
 }
 
 // condUlps is how many fp32 units in the last place of a gradient's terms

@@ -28,6 +28,15 @@ Modes (comma-separated, run in this order):
                environment's FLASHVK_TUNE and FLASHVK_TUNE_CACHE are not used)
   perkernel    `flashvk bench --backward --per-kernel`: each kernel's time
                (d of --dims, N of --seqs or 1024,4096)
+  options      each attention option against the plain kernel and against
+               PyTorch (bench/torch_sdpa.py with the same flags), per dtype
+               and d, at N = the last of --seqs (B = tokens/N), causal:
+               plain, plain not causal, window 4095,0, softcap 50, ALiBi,
+               dropout 0.1, a four-document boolean mask and a dense N×N
+               fp16 bias ([1,1,N,N] .npy files made with numpy; left out
+               without it), and a packed batch of --seqlens (with its
+               sequences run one by one); then bench/options_table.py's
+               table with the targets (options.txt)
   tune         `flashvk tune` (fp32 and fp16 of --dtypes; backward at
                N=2048, forward at N=1024,4096, or N of --seqs) into the
                result directory's tune-v1.json, then the grid with it
@@ -73,6 +82,9 @@ Options:
                         --family: flash, flash_cm, bwd_dkdv, bwd_dq,
                         bwd_cm_dkdv, bwd_cm_dq)
       --gemm-sizes LIST gemm: GEMM sizes M=N=K (default 4096,8192)
+      --seqlens LIST    options: the packed batch's lengths (default
+                        128,4096,256,2048,512,1024,3072,768,1536,384,640,
+                        896,160,200,300,200: 16 sequences, 16,220 tokens)
       --python PATH     the Python with torch (default python3) [FLASHVK_PYTHON]
       --no-torch        do not run PyTorch
       --step-timeout S  stop any single step after S seconds (default: none)
@@ -96,6 +108,10 @@ Files in the result directory (only those of the modes run):
                        (PyTorch first), when a dtype has two files or more
   tune-v1.json         tune: the tune cache (FLASHVK_TUNE_CACHE format)
   perkernel.json       perkernel: flashvk bench --per-kernel
+  options/             options: flashvk-DTYPE-POINT.json and
+                       torch-DTYPE-POINT.json (POINT: plain, full, window,
+                       softcap, alibi, dropout, doc, bias, packed, alone)
+  options.txt          options: the table and the targets
   torch-mm.json        gemm: torch.matmul fp16/bf16 at --gemm-sizes
   bench-gemm.json      gemm: GEMM variants
   bench-cm.json, attn-cm.json    gemm: flash_cm probe, checks, sweep, grid
@@ -148,12 +164,13 @@ tune_budget=4m
 tune_candidates=12
 tune_family=
 gemm_sizes=4096,8192
+seqlens=128,4096,256,2048,512,1024,3072,768,1536,384,640,896,160,200,300,200
 python=${FLASHVK_PYTHON:-python3}
 use_torch=1
 step_timeout=
 max_files=${FLASHVK_MAX_FILES:-}
 
-[ $# -gt 0 ] || die_usage "missing MODE (conformance, grid, perkernel, tune, gemm, all or build)"
+[ $# -gt 0 ] || die_usage "missing MODE (conformance, grid, perkernel, options, tune, gemm, all or build)"
 case $1 in
 -h | --help)
 	usage
@@ -188,7 +205,7 @@ while [ $# -gt 0 ]; do
 	--no-torch) use_torch=0 ;;
 	-o | --out | --bin-dir | --device | --dtypes | --dims | --seqs | --causal | --tokens | --hidden | \
 		--iters | --warmup | --rotate | --tests | --tune-cache | --tune-budget | --tune-candidates | --tune-family | \
-		--gemm-sizes | --python | --step-timeout | --max-files)
+		--gemm-sizes | --seqlens | --python | --step-timeout | --max-files)
 		need_arg "$@"
 		val=$2
 		shift
@@ -214,6 +231,7 @@ while [ $# -gt 0 ]; do
 		--tune-candidates) tune_candidates=$val ;;
 		--tune-family) tune_family=$val ;;
 		--gemm-sizes) gemm_sizes=$val ;;
+		--seqlens) seqlens=$val ;;
 		--python) python=$val ;;
 		--step-timeout) step_timeout=$val ;;
 		--max-files) max_files=$val ;;
@@ -230,9 +248,9 @@ IFS=, read -ra mode_list <<<"$modes_arg"
 [ ${#mode_list[@]} -gt 0 ] || die_usage "missing MODE"
 for m in "${mode_list[@]}"; do
 	case $m in
-	conformance | grid | perkernel | tune | gemm | build) want[$m]=1 ;;
+	conformance | grid | perkernel | options | tune | gemm | build) want[$m]=1 ;;
 	all) want[conformance]=1 want[grid]=1 want[perkernel]=1 want[gemm]=1 ;;
-	*) die_usage "unknown mode: '$m' (want conformance, grid, perkernel, tune, gemm, all or build)" ;;
+	*) die_usage "unknown mode: '$m' (want conformance, grid, perkernel, options, tune, gemm, all or build)" ;;
 	esac
 done
 on() { [ -n "${want[$1]:-}" ]; }
@@ -250,7 +268,7 @@ done
 [[ $tune_candidates =~ ^[0-9]+$ ]] || die_usage "--tune-candidates '$tune_candidates': want an integer >= 0 (0: all)"
 [ -z "$tune_family" ] || [[ $tune_family =~ ^[a-z_0-9]+(,[a-z_0-9]+)*$ ]] ||
 	die_usage "--tune-family '$tune_family': want comma-separated kernel families, e.g. bwd_cm_dkdv"
-for pair in "dims:$dims" "seqs:$seqs" "gemm-sizes:$gemm_sizes"; do
+for pair in "dims:$dims" "seqs:$seqs" "gemm-sizes:$gemm_sizes" "seqlens:$seqlens"; do
 	is_list "${pair#*:}" || die_usage "--${pair%%:*} '${pair#*:}': want comma-separated positive integers, e.g. 64,128"
 done
 case $causal in true | false | both) ;; *) die_usage "--causal '$causal': want true, false or both" ;; esac
@@ -608,6 +626,64 @@ if on perkernel; then
 		"$tmp/step.out" | show
 fi
 
+# ---- options -------------------------------------------------------------
+# opt_point NAME FLAGS...: one option point on flashvk, then on PyTorch
+# (first: the GPU's clocks are up when flashvk starts), for every dtype.
+opt_point() {
+	local name=$1 dt tb
+	shift
+	for dt in "${dt_list[@]}"; do
+		if [ $torch_ok -eq 1 ]; then
+			tb=()
+			# Plain problems run the grid's SDPA backend; with an option
+			# torch_sdpa.py picks (best: the fastest that takes it).
+			[[ $name != plain && $name != full ]] || tb=(--backend "$(sdpa_backend "$dt")")
+			# shellcheck disable=SC2046 # word splitting of the lists is wanted
+			step "PyTorch $name $dt" "$log" . "$python" bench/torch_sdpa.py --dtype "$dt" "${tb[@]}" "${bwd_flag[@]}" \
+				--dim $(spaced "$dims") --hidden "$hidden" --iters "$iters" --warmup "$warmup" --rotate "$rotate" \
+				"$@" --json "$opt_dir/torch-$dt-$name.json"
+		fi
+		step "flashvk $name $dt" "$log" . "$fvk" bench --dtype "$dt" --backend vulkan "${bwd_flag[@]}" --dim "$dims" \
+			--hidden "$hidden" --iters "$iters" --warmup "$warmup" --rotate "$rotate" --progress lines "$@" \
+			--json "$opt_dir/flashvk-$dt-$name.json"
+	done
+}
+if on options; then
+	say ""
+	n_opt=${seqs##*,}
+	say "== options (N = $n_opt, B = $tokens/N, H = $hidden/d; causal unless said)"
+	opt_dir=$out/options
+	mkdir -p "$opt_dir"
+	grid=(--seq "$n_opt" --tokens "$tokens")
+	opt_point plain "${grid[@]}" --causal=true
+	opt_point full "${grid[@]}" --causal=false
+	opt_point window "${grid[@]}" --causal=true --window 4095,0
+	opt_point softcap "${grid[@]}" --causal=true --softcap 50
+	opt_point alibi "${grid[@]}" --causal=true --alibi
+	opt_point dropout "${grid[@]}" --causal=true --dropout 0.1
+	if ! "$python" -c 'import numpy' 2>/dev/null; then
+		say "   the mask and bias points are left out: $python has no numpy"
+	elif step "the mask and bias files" "$log" . "$python" bench/options_table.py --make-inputs "$tmp/options" --seq "$n_opt"; then
+		opt_point doc "${grid[@]}" --causal=true --mask "$tmp/options/doc.npy"
+		opt_point bias "${grid[@]}" --causal=true --bias "$tmp/options/bias.npy"
+	fi
+	opt_point packed --seqlens "$seqlens" --causal=true
+	# The packed batch's sequences one by one (B = 1, each length once;
+	# the table sums them over the batch). flashvk only.
+	lens=$(tr ',' '\n' <<<"$seqlens" | sort -nu | paste -sd,)
+	for dt in "${dt_list[@]}"; do
+		step "flashvk alone $dt" "$log" . "$fvk" bench --dtype "$dt" --backend vulkan "${bwd_flag[@]}" --dim "$dims" \
+			--hidden "$hidden" --iters "$iters" --warmup "$warmup" --rotate "$rotate" --progress lines \
+			--seq "$lens" --batch 1 --causal=true --json "$opt_dir/flashvk-$dt-alone.json"
+	done
+	if command -v "$python" >/dev/null; then
+		"$python" bench/options_table.py "$opt_dir" >"$out/options.txt" 2>&1 || failed=1
+		show <"$out/options.txt"
+	else
+		say "   no table: $python not found (the JSON files are in $(rel "$opt_dir"))"
+	fi
+fi
+
 # ---- tune ----------------------------------------------------------------
 if on tune; then
 	say ""
@@ -703,7 +779,7 @@ if [ -n "$max_files" ]; then
 	if [ ${#files[@]} -gt "$max_files" ]; then
 		# Most important first; everything after the first max_files-1 is packed.
 		order=()
-		for pat in summary.txt compare.txt 'flashvk-*.json' 'torch-*.json' tune-v1.json perkernel.json \
+		for pat in summary.txt compare.txt options.txt 'flashvk-*.json' 'torch-*.json' tune-v1.json perkernel.json \
 			'attn-*.json' 'bench-*.json' torch-mm.json conformance.log.gz log.txt; do
 			for f in "${files[@]}"; do
 				# shellcheck disable=SC2053 # $pat is a glob pattern

@@ -20,7 +20,9 @@
 // the Vulkan devices and marks Auto's. Open reads the environment for the
 // fields left zero (FLASHVK_BACKEND, FLASHVK_DEVICE, FLASHVK_TUNE_CACHE,
 // FLASHVK_TUNE=off, FLASHVK_VULKAN_LIBRARY, FLASHVK_PIPELINE_CACHE_DIR,
-// FLASHVK_SPIN_WAIT, FLASHVK_ADDRESSING); no other part of flashvk reads it. The Vulkan backend
+// FLASHVK_SPIN_WAIT, FLASHVK_ADDRESSING), and Devices and TuneCacheFile,
+// which resolve a Config as Open does; no other part of the library reads
+// it. The Vulkan backend
 // needs cgo: a binary built with CGO_ENABLED=0 runs the CPU backend, and
 // Backend Vulkan fails with an ErrBackend that says so.
 //

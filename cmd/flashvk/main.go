@@ -10,9 +10,11 @@
 //	flashvk report a.json b.json -o r.html
 //	flashvk explain --seq 4096 --dim 128 # memory traffic of naive vs flash attention
 //
-// Install with
+// Install from a checkout with
 //
-//	go install github.com/flashvk/flashvk/cmd/flashvk@latest
+//	go install ./cmd/flashvk
+//
+// (the module path is not published yet).
 package main
 
 import (

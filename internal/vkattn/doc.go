@@ -189,16 +189,19 @@
 //
 // # Autotuning
 //
-// Backend.Tune searches, per key — storage type, head dims, causal or not,
-// pass (TuneKey) — the configurations of each tunable stage the plans run
-// there (Tunables: flash, flash_cm, bwd_dkdv, bwd_dq, bwd_cm_dkdv,
-// bwd_cm_dq): every candidate legal within the device's limits is verified
-// against the float64 results of TuneOptions.Reference on a small awkward
-// problem (VerifyProblem; a candidate with wrong results is never chosen),
-// then timed with Bench on a representative problem (TuneProblem). The
-// default is kept unless a candidate is more than 2% faster when the two
-// are timed again back to back. Stages of one pass are tuned in registry
-// order, each with the winners of the earlier ones in place.
+// The search itself is package attention's (Engine.Tune); this package
+// gives it a TuneSession (tunesession.go), a private Backend on the same
+// device whose plans it can steer: per key — storage type, head dims,
+// causal or not, pass (TuneKey) — Stages lists the tunable stages the plan
+// runs (Tunables: flash, flash_cm, bwd_dkdv, bwd_dq, bwd_cm_dkdv,
+// bwd_cm_dq), Candidates every configuration of a stage legal within the
+// device's limits, Force puts one in place; a Verifier checks it against
+// the float64 results of a Reference on a small awkward problem (a
+// candidate with wrong results is never chosen), a Timer times it with
+// Bench on a representative problem. The search keeps the default unless
+// a candidate is more than 2% faster when the two are timed again back to
+// back, and tunes the stages of one pass in registry order, each with the
+// winners of the earlier ones in place.
 //
 // Tuned configurations reach a Backend through SetTuned (package attention
 // reads them from its tune cache file and filters them by device); a

@@ -442,6 +442,9 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG i
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
 	}
+	if c.NSG < 1 || c.BC < 1 {
+		return fmt.Errorf("%d subgroups of %d keys (both must be positive)", c.NSG, c.BC)
+	}
 	if c.BC%N != 0 || c.BC%K != 0 {
 		return fmt.Errorf("BC %d not a multiple of N %d and K %d", c.BC, N, K)
 	}
@@ -463,6 +466,9 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG i
 // needs the probed layout), and the workgroup of nsg subgroups and the
 // shared memory it needs fit the device's limits.
 func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) error {
+	if nsg < 1 {
+		return fmt.Errorf("%d subgroups (want at least 1)", nsg)
+	}
 	switch mode {
 	case 0:
 	case 1:
@@ -695,7 +701,10 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 	if (c.KVReg || c.Prefetch || c.Split) && !dkdv {
 		return fmt.Errorf("KVReg, Prefetch and Split apply to bwd_cm_dkdv only")
 	}
-	if c.NSG < 1 || c.Step < 1 || c.Step%N != 0 || c.Step%K != 0 {
+	if c.NSG < 1 || c.Step < 1 {
+		return fmt.Errorf("%d subgroups, steps of %d rows (both must be positive)", c.NSG, c.Step)
+	}
+	if c.Step%N != 0 || c.Step%K != 0 {
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
 	}
 	_, err := c.launches(l, dkdv, d, dv, drop, sharedMax, maxWG)

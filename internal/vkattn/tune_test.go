@@ -310,6 +310,55 @@ func TestFlashCMFamily(t *testing.T) {
 	}
 }
 
+// TestTuneNonPositiveTiles: a tune cache is user input; tiles whose sizes
+// parse but are zero or negative are refused by Check (a workgroup of no
+// subgroups, a tile of no keys or rows would divide by zero in the grid
+// and the shader, a negative one wrap in the specialization), so a cache
+// naming them falls back to the default with a warning, never a panic.
+func TestTuneNonPositiveTiles(t *testing.T) {
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p := bshdProblem(2, 4, 4, 256, 256, 64)
+	for _, c := range []struct{ stage, tile string }{
+		{shaders.KernelFlashCM, "nsg0-bc32-mode0-pf1"},
+		{shaders.KernelFlashCM, "nsg4-bc0-mode1-pf0"},
+		{shaders.KernelFlashCM, "nsg4-bc-32-mode0-pf1"},
+		{shaders.KernelFlashCM, "nsg-4-bc32-mode1-pf1"},
+		{shaders.KernelBwdCMDKDV, "nsg0-step16-mode1"},
+		{shaders.KernelBwdCMDKDV, "nsg4-step-16-mode1"},
+		{shaders.KernelBwdCMDQ, "nsg-1-step16-mode0"},
+		{shaders.KernelBwdCMDQ, "nsg4-step0-mode1"},
+	} {
+		f := tunableByName(c.stage)
+		cand, err := f.Parse(c.tile)
+		if err != nil {
+			continue // refused already
+		}
+		b := syntheticBackend(t, h200Info(), "", l)
+		if err := f.Check(ctx, b, p, spec.Float16, cand); err == nil {
+			t.Errorf("%s: Check accepted %q", c.stage, c.tile)
+		}
+		key := TuneKey{Stage: c.stage, Dir: f.Dir, DType: spec.Float16, D: 64, DV: 64}
+		bt := syntheticBackend(t, h200Info(), "", l, Tuned{Key: key, N: 256, Candidate: c.tile})
+		ls, err := bt.Launches(ctx, p, spec.Float16, f.Dir == Bwd)
+		if err != nil {
+			t.Errorf("%s %q: %v", c.stage, c.tile, err)
+			continue
+		}
+		for _, x := range ls {
+			if x.Kernel == c.stage && x.Source != SourceDefault {
+				t.Errorf("%s %q: launch %+v, want the default", c.stage, c.tile, x)
+			}
+		}
+		if w := bt.TuneWarnings(); len(w) != 1 || !strings.Contains(w[0], c.tile) {
+			t.Errorf("%s %q: warnings %q", c.stage, c.tile, w)
+		}
+	}
+}
+
 // TestTuneSession: a session's stages are the tunable launches of the
 // plan; forcing a candidate changes what the session (not the Backend it
 // came from) plans; the verifier accepts the default and catches a wrong

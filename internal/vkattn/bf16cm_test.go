@@ -78,6 +78,17 @@ func TestCMSupportBF16(t *testing.T) {
 			t.Errorf("%s: error %q does not name bfloat16", name, err)
 		}
 	}
+	// fp16 alike: 16×8×32 has no f16 16×8 matrix for the results' f16
+	// accumulators, unless another reported shape has one.
+	f16Info := h200Info()
+	f16Info.CoopMat = []device.CoopMatShape{{M: 16, N: 8, K: 32, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"}}
+	if s, err := cmSupportFor(f16Info, spec.Float16); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("f16 16x8x32 alone: shape %v, err %v, want ErrUnsupported", s, err)
+	}
+	f16Info.CoopMat = append(f16Info.CoopMat, device.CoopMatShape{M: 16, N: 8, K: 16, A: "f16", B: "f16", C: "f16", Result: "f16", Scope: "subgroup"})
+	if s, err := cmSupportFor(f16Info, spec.Float16); err != nil || s.K != 32 {
+		t.Errorf("f16 16x8x32 beside an f16 16x8 accumulator: %v, %v", s, err)
+	}
 	// A shape with N == K whose bf16 M×N matrix exists as its own A or B.
 	info := h200InfoBF16()
 	info.CoopMat = []device.CoopMatShape{{M: 16, N: 8, K: 8, A: "bf16", B: "bf16", C: "f32", Result: "f32", Scope: "subgroup"}}

@@ -97,10 +97,10 @@ func apiAtLeast(v string, major, minor int) bool {
 func CMShape(info device.Info) (device.CoopMatShape, error) { return CMShapeFor(info, spec.Float16) }
 
 // CMShapeFor is CMShape for the coopmat kernels of storage dt: f16·f16 or
-// bf16·bf16 (+f32→f32). For spec.BFloat16 the device must also report a bf16 matrix
-// of M×N (as the A or B matrix of some subgroup shape): the kernels convert
-// fp32 M×N accumulators to bf16 ones to store results, and a matrix type
-// must match a reported size.
+// bf16·bf16 (+f32→f32). The device must also report a matrix of the
+// storage type and M×N (as the A, B or accumulator matrix of some subgroup
+// shape): the kernels convert fp32 M×N accumulators to ones of the storage
+// type to store results, and every matrix type must match a reported size.
 func CMShapeFor(info device.Info, dt spec.DType) (device.CoopMatShape, error) {
 	et := "f16"
 	if dt == spec.BFloat16 {
@@ -124,7 +124,7 @@ func CMShapeFor(info device.Info, dt spec.DType) (device.CoopMatShape, error) {
 		if s.M == 0 || s.N == 0 || s.K == 0 || s.N%8 != 0 || s.K%8 != 0 || s.M > 64 {
 			continue
 		}
-		if dt == spec.BFloat16 && !hasSubgroupMatrix(info, "bf16", s.M, s.N) {
+		if !hasSubgroupMatrix(info, et, s.M, s.N) {
 			continue
 		}
 		if best == nil || score(s) > score(*best) {
@@ -132,11 +132,7 @@ func CMShapeFor(info device.Info, dt spec.DType) (device.CoopMatShape, error) {
 		}
 	}
 	if best == nil {
-		extra := ""
-		if dt == spec.BFloat16 {
-			extra = " and a bf16 M×N matrix"
-		}
-		return device.CoopMatShape{}, fmt.Errorf("no subgroup %s·%s+f32→f32 cooperative-matrix shape with N, K multiples of 8%s (reported: %v)", et, et, extra, info.CoopMat)
+		return device.CoopMatShape{}, fmt.Errorf("no subgroup %s·%s+f32→f32 cooperative-matrix shape with N, K multiples of 8 and a %s M×N matrix (reported: %v)", et, et, et, info.CoopMat)
 	}
 	return *best, nil
 }

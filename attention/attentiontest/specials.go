@@ -1,7 +1,9 @@
 package attentiontest
 
 import (
+	"context"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
@@ -18,7 +20,9 @@ import (
 //   - a row whose scores are all −Inf gives O = 0, LSE = −Inf, dQ = 0 and
 //     adds nothing to dK and dV;
 //   - a huge scale (scores of 1e30) gives the exact, one-hot softmax and
-//     finite gradients within the bound fp32 rounding of dP − D allows.
+//     finite gradients within the bound fp32 rounding of dP − D allows;
+//   - float32's range in base 2 (RangeEdge): a score just inside it gives
+//     the exact one-hot softmax, one just beyond NaN.
 func RunSpecial(t *testing.T, e *attention.Engine) { runSpecial(t, e, true) }
 
 // RunSpecialForward is RunSpecial's forward half, for forward-only kernels.
@@ -44,6 +48,7 @@ func runSpecial(t *testing.T, e *attention.Engine, backward bool) {
 		}
 		t.Run(dt.String()+"/nan-v-causal", func(t *testing.T) { nanBand(t, e, dt, backward) })
 		t.Run(dt.String()+"/huge-scale", func(t *testing.T) { hugeScale(t, e, dt, backward) })
+		t.Run(dt.String()+"/range-edge", func(t *testing.T) { rangeEdge(t, e, dt, backward) })
 	}
 }
 
@@ -273,6 +278,66 @@ func hugeScale(t *testing.T, e *attention.Engine, dt attention.DType, backward b
 			}
 		}
 		t.Logf("%s: largest error %.2f of its bound", name, worst)
+	}
+}
+
+// RangeEdge is where scaled scores leave the range every backend computes
+// in: the kernels exponentiate in base 2, 2^(scale·q·k·log₂e), so a score
+// is in range while |scale·q·k| < 2^128/log₂e (float32's largest finite
+// value, 3.4028e38, over log₂e), not up to float32's own limit.
+const RangeEdge = 2.3587e38
+
+// rangeEdge: one query, two keys with products 1 and 0.5, scale just inside
+// RangeEdge and just beyond it. Inside, the softmax is exactly one-hot (O
+// is v₀, LSE the score, dV = (dO, 0), dQ = dK = 0); beyond, O, LSE and the
+// gradients are NaN — on every backend, never an Inf or a wrong finite
+// value.
+func rangeEdge(t *testing.T, e *attention.Engine, dt attention.DType, backward bool) {
+	ctx := context.Background()
+	mk := func(n int, xs ...float32) attention.Tensor {
+		x, err := attention.NewTensor(dt, attention.Shape{B: 1, S: n, H: 1, D: 1}, attention.BSHD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range xs {
+			set(x.Data, i, v)
+		}
+		return x
+	}
+	q, k, v, dO := mk(1, 1), mk(2, 1, 0.5), mk(2, 3, 5), mk(1, 1)
+	for _, c := range []struct {
+		scale  float32
+		inside bool
+	}{{0.999 * RangeEdge, true}, {1.001 * RangeEdge, false}} {
+		opt := attention.Options{Scale: c.scale}
+		out, err := e.Forward(ctx, q, k, v, opt)
+		if err != nil {
+			t.Fatalf("scale %g: %v", c.scale, err)
+		}
+		o, lse := out.O.Float64s()[0], float64(out.LSE[0])
+		var g *attention.Grads
+		if backward {
+			if g, err = e.Backward(ctx, q, k, v, out.O, out.LSE, dO, opt); err != nil {
+				t.Fatalf("scale %g: backward: %v", c.scale, err)
+			}
+		}
+		if c.inside {
+			if o != 3 || lse != float64(c.scale) {
+				t.Errorf("scale %g (inside the range): o %v, lse %v; want 3 and %v", c.scale, o, lse, c.scale)
+			}
+			if g != nil && (!slices.Equal(g.DV.Float64s(), []float64{1, 0}) || g.DQ.Float64s()[0] != 0 ||
+				!slices.Equal(g.DK.Float64s(), []float64{0, 0})) {
+				t.Errorf("scale %g (inside the range): dv %v, dq %v, dk %v; want [1 0], [0], [0 0]", c.scale,
+					g.DV.Float64s(), g.DQ.Float64s(), g.DK.Float64s())
+			}
+			continue
+		}
+		if !math.IsNaN(o) || !math.IsNaN(lse) {
+			t.Errorf("scale %g (beyond the range): o %v, lse %v; want NaN", c.scale, o, lse)
+		}
+		if g != nil && (!math.IsNaN(g.DV.Float64s()[0]) || !math.IsNaN(g.DQ.Float64s()[0])) {
+			t.Errorf("scale %g (beyond the range): dv %v, dq %v; want NaN", c.scale, g.DV.Float64s(), g.DQ.Float64s())
+		}
 	}
 }
 

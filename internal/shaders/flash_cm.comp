@@ -481,6 +481,10 @@ void main() {
 			}
 		}
 	} else {
+		// Every lane has read the last tile's alpha from sRow before 1/l
+		// overwrites it.
+		subgroupMemoryBarrierShared();
+		subgroupBarrier();
 		[[unroll]] for (uint q = 0u; q < RPL; ++q) {
 			uint row = rb + q * RSTEP;
 			float lt = l0[q];

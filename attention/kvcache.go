@@ -65,8 +65,10 @@ type DeviceKVCache struct {
 // Nothing is written before every argument has been checked (errors wrap
 // ErrShape, ErrLength, ErrOption, ErrStride or ErrDType and name the
 // argument): lengths past the cache's capacity, block tables naming
-// blocks that do not exist, appends that would write one block from two
-// sequences. If the call fails after the append, the appended rows lie
+// blocks that do not exist, appends that would write a block the tables
+// use more than once (another sequence's, or the same sequence's twice:
+// the write would change rows that use reads). If the call fails after
+// the append, the appended rows lie
 // past the unchanged SeqLens, where no call reads them.
 func (e *Engine) ForwardKVCache(ctx context.Context, q Tensor, cache *KVCache, newK, newV Tensor, opt Options) (*Output, error) {
 	if err := e.check(ctx); err != nil {
@@ -305,7 +307,7 @@ func kvProblem(in kvInput, opt Options) (*spec.Problem, error) {
 		kv.New, kv.NewK, kv.NewV = in.nk.S, in.nks, in.nvs
 	}
 	for i, n := range in.seqLens {
-		if n < 0 || int(n)+kv.New > capacity {
+		if n < 0 || int(n)+kv.New > capacity || int64(n)+int64(kv.New) > math.MaxInt32 {
 			return nil, fmt.Errorf("attention: cache.SeqLens[%d]: %d (+%d appended) outside the cache's capacity 0 … %d: %w", i, n, kv.New, capacity, ErrLength)
 		}
 		for blk := range (int(n) + kv.New + kv.PageSize - 1) / kv.PageSize {
@@ -338,20 +340,32 @@ func kvProblem(in kvInput, opt Options) (*spec.Problem, error) {
 	}, nil
 }
 
-// checkAppendPages refuses an append that writes a block another sequence
-// also uses: the results would depend on the order of the writes.
+// checkAppendPages refuses an append that writes a block the tables use
+// more than once — in another sequence's table or twice in the same one:
+// the write would change rows another use reads (its own cached rows
+// included), or two writes would race.
 func checkAppendPages(kv *spec.KV) error {
-	owner := map[int32]int{}
+	type use struct{ b, blk int }
+	uses := map[int32][]use{}
 	for b := range kv.SeqLens {
 		for blk := range (kv.Len(b) + kv.PageSize - 1) / kv.PageSize {
 			pg := kv.Table[b*kv.MaxPages+blk]
-			if o, ok := owner[pg]; ok && o != b {
-				if writes(kv, b, blk) || writes(kv, o, blockOf(kv, o, pg)) {
-					return fmt.Errorf("attention: cache.BlockTable: block %d is used by sequences %d and %d, and the append writes it: %w", pg, o, b, ErrOption)
-				}
+			uses[pg] = append(uses[pg], use{b, blk})
+		}
+	}
+	for b := range kv.SeqLens {
+		for blk := range (kv.Len(b) + kv.PageSize - 1) / kv.PageSize {
+			pg := kv.Table[b*kv.MaxPages+blk]
+			u := uses[pg]
+			if len(u) < 2 || !writes(kv, b, blk) {
 				continue
 			}
-			owner[pg] = b
+			o := u[0]
+			if o == (use{b, blk}) {
+				o = u[1]
+			}
+			return fmt.Errorf("attention: cache.BlockTable: block %d is sequence %d's block %d and sequence %d's block %d, and the append writes it: %w",
+				pg, b, blk, o.b, o.blk, ErrOption)
 		}
 	}
 	return nil
@@ -361,16 +375,6 @@ func checkAppendPages(kv *spec.KV) error {
 func writes(kv *spec.KV, b, blk int) bool {
 	lo, hi := int(kv.SeqLens[b]), kv.Len(b) // rows written: lo … hi−1
 	return hi > lo && blk*kv.PageSize < hi && (blk+1)*kv.PageSize > lo
-}
-
-// blockOf is the first block of sequence b stored in page pg.
-func blockOf(kv *spec.KV, b int, pg int32) int {
-	for blk := range kv.MaxPages {
-		if kv.Table[b*kv.MaxPages+blk] == pg {
-			return blk
-		}
-	}
-	return -1
 }
 
 // kvOperands are the host operands of a KV-cache call (newK and newV

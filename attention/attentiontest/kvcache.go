@@ -929,6 +929,10 @@ func kvErrCases(dt attention.DType) []kvErrCase {
 			mutate: func(in *KVInputs, c *kvCall) { c.table[1*mb+2] = c.table[0*mb+1] }},
 		{name: "append-into-read-block", paged: true, host: attention.ErrOption,
 			mutate: func(in *KVInputs, c *kvCall) { c.table[1*mb+0] = c.table[0*mb+1] }},
+		{name: "append-into-own-block", paged: true, host: attention.ErrOption, // sequence 0's block 1 (written) is its block 0 (rows 0–4)
+			mutate: func(in *KVInputs, c *kvCall) { c.table[0*mb+1] = c.table[0*mb+0] }},
+		{name: "append-through-second-use", paged: true, host: attention.ErrOption, // sequence 1 reads the block sequence 0 writes through its second use
+			mutate: func(in *KVInputs, c *kvCall) { c.table[0*mb+0], c.table[1*mb+0] = c.table[0*mb+1], c.table[0*mb+1] }},
 		{name: "shared-read-only-block", paged: true, // two sequences reading one block the append does not write: fine
 			mutate: func(in *KVInputs, c *kvCall) { c.table[1*mb+0] = c.table[0*mb+0] }},
 		{name: "newK-without-newV", host: attention.ErrLength, device: attention.ErrOption,

@@ -104,6 +104,14 @@ func (l FlashLayout) Registers() int { return l.RM*l.DVN + l.RM*l.CN + 3*l.RM }
 
 func isPow2(x int) bool { return x > 0 && x&(x-1) == 0 }
 
+// MaxButterfly is the most lanes params.glsl's BUTTERFLY reduces over.
+const MaxButterfly = 64
+
+// MaxBiasSpan bounds a dK/dV key tile: ext.glsl's bias_next_query_tile
+// ORs two summary words (512 keys each), so keys c0 … c1 must satisfy
+// c1 − c0 < 512.
+const MaxBiasSpan = 512
+
 // FlashFwdLayout derives flash's thread layout and checks its requirements.
 func FlashFwdLayout(c Config, dv, subgroup int) (FlashLayout, error) {
 	if !isPow2(c.WG) || !isPow2(c.BC) || !isPow2(subgroup) {
@@ -113,6 +121,9 @@ func FlashFwdLayout(c Config, dv, subgroup int) (FlashLayout, error) {
 		return FlashLayout{}, fmt.Errorf("shaders: flash WG %d is not a multiple of the subgroup size %d", c.WG, subgroup)
 	}
 	tc := min(max(c.BC/4, 1), subgroup)
+	if tc > MaxButterfly {
+		return FlashLayout{}, fmt.Errorf("shaders: flash BC %d puts %d threads on a row; its row reductions span at most %d", c.BC, tc, MaxButterfly)
+	}
 	l := FlashLayout{TC: tc, TR: c.WG / tc, CN: c.BC / tc, DVN: ceilDiv(dv, tc)}
 	if c.WG < tc || c.BR < l.TR || c.BR%l.TR != 0 {
 		return FlashLayout{}, fmt.Errorf("shaders: flash BR %d must be a positive multiple of WG/TC = %d", c.BR, l.TR)
@@ -174,12 +185,15 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 		if !isPow2(lim.Subgroup) || c.WG%lim.Subgroup != 0 || c.WG%c.BR != 0 {
 			return fmt.Errorf("shaders: bwd_pre needs WG a multiple of the subgroup size %d and of BR %d (got WG %d)", lim.Subgroup, c.BR, c.WG)
 		}
-		if tpr := c.WG / c.BR; !isPow2(tpr) || tpr > lim.Subgroup {
-			return fmt.Errorf("shaders: bwd_pre needs WG/BR a power of two ≤ the subgroup size %d (got %d)", lim.Subgroup, tpr)
+		if tpr := c.WG / c.BR; !isPow2(tpr) || tpr > min(lim.Subgroup, MaxButterfly) {
+			return fmt.Errorf("shaders: bwd_pre needs WG/BR a power of two ≤ the subgroup size %d and ≤ %d (got %d)", lim.Subgroup, MaxButterfly, tpr)
 		}
 	case KernelBwdDKDV:
 		if _, err := BwdTileLayout(c.WG, c.BC); err != nil {
 			return err
+		}
+		if c.BC > MaxBiasSpan {
+			return fmt.Errorf("shaders: bwd_dkdv BC %d: a key tile spans at most %d keys (the bias summary's scan reads two words of 512)", c.BC, MaxBiasSpan)
 		}
 		if !isPow2(c.BR) {
 			return fmt.Errorf("shaders: bwd_dkdv needs a power-of-two BR (got %d)", c.BR)

@@ -176,6 +176,34 @@ func TestCheckConfigRejects(t *testing.T) {
 	if err := CheckConfig(KernelFlash, Config{128, 32, 32}, 300, 64, false, limNVIDIA); err == nil {
 		t.Error("D=300 accepted")
 	}
+	// A subgroup of 128: BUTTERFLY reduces over at most 64 lanes, and a
+	// dK/dV key tile spans at most 512 keys (the bias summary's scan); a
+	// tune cache may name such tiles, so the check refuses them.
+	wide := Limits{Subgroup: 128, SharedBytes: 64 << 10, MaxWorkgroupSize: 1024}
+	for _, b := range []struct {
+		k string
+		c Config
+	}{
+		{KernelFlash, Config{128, 1, 512}}, // 128 threads per row
+		{KernelBwdPre, Config{128, 1, 1}},  // 128 threads per row
+		{KernelBwdDKDV, Config{64, 1, 1024}},
+	} {
+		if err := CheckConfig(b.k, b.c, 1, 1, false, wide); err == nil {
+			t.Errorf("subgroup 128: %s %+v accepted", b.k, b.c)
+		}
+	}
+	for _, b := range []struct {
+		k string
+		c Config
+	}{
+		{KernelFlash, Config{128, 2, 256}}, // 64 threads per row
+		{KernelBwdPre, Config{128, 2, 1}},
+		{KernelBwdDKDV, Config{64, 1, 512}},
+	} {
+		if err := CheckConfig(b.k, b.c, 1, 1, false, wide); err != nil {
+			t.Errorf("subgroup 128: %s %+v: %v", b.k, b.c, err)
+		}
+	}
 }
 
 func TestSpecEntries(t *testing.T) {

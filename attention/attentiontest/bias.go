@@ -222,6 +222,11 @@ func BiasCases() []Case {
 			Bias: &BiasCase{B: 2, S: 96, H: 4, Padded: true, Holes: 0.2, Grad: true}},
 		{Name: "bias-seqused", B: 3, Hq: 2, Hkv: 1, Nq: 40, Nk: 100, D: 32, Dv: 32, SeqUsedK: []int32{1, 100, 63},
 			Bias: &BiasCase{B: 3, S: 40, H: 2, Holes: 0.1, Grad: true}},
+		// A sequence with no key beside a key-padding mask (one row
+		// broadcast over the queries): its key tiles have no key, and the
+		// dK/dV kernels' scan of the bias summary must read nothing.
+		{Name: "bias-seqused", B: 2, Hq: 2, Hkv: 1, Nq: 20, Nk: 40, D: 16, Dv: 16, SeqUsedK: []int32{0, 40},
+			Bias: &BiasCase{B: 2, S: 1, H: 1, Mask: true, Holes: 0.2, Grad: true}},
 	}
 }
 

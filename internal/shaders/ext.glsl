@@ -223,6 +223,9 @@ uint bias_next_query_tile(uint b, uint h, uint qt, uint nqt, uint br, uint c0, u
 	if ((EXT & EXT_ON_BIAS) == 0u) {
 		return qt;
 	}
+	if (qt >= nqt) {
+		return nqt; // (no tile left: c1 may precede c0, the tile's keys empty)
+	}
 	uint sum0 = b * ext_buf[19] + h * ext_buf[20];
 	uint rs = ext_buf[21];
 	uint kb0 = c0 >> 4u, kb1 = c1 >> 4u;

@@ -293,6 +293,7 @@ func kvProblem(in kvInput, opt Options) (*spec.Problem, error) {
 		}
 	}
 	capacity := kv.MaxPages * kv.PageSize
+	rows := min(capacity, math.MaxInt32) // (the kernels index rows in int32)
 	if in.append {
 		switch {
 		case in.nk.B != b || in.nv.B != b:
@@ -307,8 +308,8 @@ func kvProblem(in kvInput, opt Options) (*spec.Problem, error) {
 		kv.New, kv.NewK, kv.NewV = in.nk.S, in.nks, in.nvs
 	}
 	for i, n := range in.seqLens {
-		if n < 0 || int(n)+kv.New > capacity || int64(n)+int64(kv.New) > math.MaxInt32 {
-			return nil, fmt.Errorf("attention: cache.SeqLens[%d]: %d (+%d appended) outside the cache's capacity 0 … %d: %w", i, n, kv.New, capacity, ErrLength)
+		if n < 0 || int64(n)+int64(kv.New) > int64(rows) {
+			return nil, fmt.Errorf("attention: cache.SeqLens[%d]: %d (+%d appended) outside the cache's capacity 0 … %d: %w", i, n, kv.New, rows, ErrLength)
 		}
 		for blk := range (int(n) + kv.New + kv.PageSize - 1) / kv.PageSize {
 			if pg := kv.Table[i*kv.MaxPages+blk]; pg < 0 || int(pg) >= kv.Pages {

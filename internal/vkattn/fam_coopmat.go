@@ -442,8 +442,8 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG i
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
 	}
-	if c.NSG < 1 || c.BC < 1 {
-		return fmt.Errorf("%d subgroups of %d keys (both must be positive)", c.NSG, c.BC)
+	if c.BC < 1 {
+		return fmt.Errorf("key tile of %d keys (want at least 1)", c.BC)
 	}
 	if c.BC%N != 0 || c.BC%K != 0 {
 		return fmt.Errorf("BC %d not a multiple of N %d and K %d", c.BC, N, K)

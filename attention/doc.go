@@ -132,7 +132,9 @@
 //     not empty.
 //   - A row whose visible scores are all −Inf (or that sees no key) is
 //     empty: O = 0, LSE = −Inf, dQ = 0, and it adds nothing to dK and dV,
-//     even where its Q or dO holds ±Inf.
+//     even where its Q or dO holds ±Inf. The backward takes a row as empty
+//     likewise when the LSE it is handed is +Inf (P = e^(s−∞) = 0) or lies
+//     beyond ±2.3587e38 (its base-2 value is not a finite float32).
 //   - Large scales are exact while every scaled score |scale·q·k| is below
 //     2¹²⁸/log₂e ≈ 2.3587e38 (the kernels exponentiate in base 2, so
 //     float32's range ends there, not at 3.4e38; a row with a score beyond

@@ -2,6 +2,7 @@ package attentiontest
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -22,7 +23,9 @@ import (
 //   - a huge scale (scores of 1e30) gives the exact, one-hot softmax and
 //     finite gradients within the bound fp32 rounding of dP − D allows;
 //   - float32's range in base 2 (RangeEdge): a score just inside it gives
-//     the exact one-hot softmax, one just beyond NaN.
+//     the exact one-hot softmax, one just beyond NaN;
+//   - a backward handed an LSE of +Inf, or one whose base-2 value is not a
+//     finite float32 (beyond ±2.3587e38), treats the row as empty.
 func RunSpecial(t *testing.T, e *attention.Engine) { runSpecial(t, e, true) }
 
 // RunSpecialForward is RunSpecial's forward half, for forward-only kernels.
@@ -49,6 +52,9 @@ func runSpecial(t *testing.T, e *attention.Engine, backward bool) {
 		t.Run(dt.String()+"/nan-v-causal", func(t *testing.T) { nanBand(t, e, dt, backward) })
 		t.Run(dt.String()+"/huge-scale", func(t *testing.T) { hugeScale(t, e, dt, backward) })
 		t.Run(dt.String()+"/range-edge", func(t *testing.T) { rangeEdge(t, e, dt, backward) })
+		if backward {
+			t.Run(dt.String()+"/lse-out-of-range", func(t *testing.T) { lseOutOfRange(t, e, dt) })
+		}
 	}
 }
 
@@ -337,6 +343,40 @@ func rangeEdge(t *testing.T, e *attention.Engine, dt attention.DType, backward b
 		}
 		if g != nil && (!math.IsNaN(g.DV.Float64s()[0]) || !math.IsNaN(g.DQ.Float64s()[0])) {
 			t.Errorf("scale %g (beyond the range): dv %v, dq %v; want NaN", c.scale, g.DV.Float64s(), g.DQ.Float64s())
+		}
+	}
+}
+
+// lseOutOfRange: the backward is handed one row's LSE replaced by +Inf
+// (P = e^(s−∞) = 0), 3e38 or −3e38 (base-2 values past float32's range);
+// every backend treats that row as empty — dQ_i = 0 and nothing added to
+// dK and dV, even from its dO — which is the reference's backward with
+// that row's dO zeroed.
+func lseOutOfRange(t *testing.T, e *attention.Engine, dt attention.DType) {
+	c := Case{B: 1, Hq: 2, Hkv: 1, Nq: 16, Nk: 20, D: 8, Dv: 8}
+	const b, i, h = 0, 5, 1
+	seed := Seed(t)
+	in := NewInputs(c, dt, seed)
+	ref := in.Reference(t)
+	tol := in.tolerance(t, ref)
+	row := (b*c.Hq+h)*c.Nq + i
+	vals := []float64{math.Inf(1), 3e38, -3e38}
+	var got [][3][]float32
+	for _, x := range vals {
+		mod := *ref
+		mod.LSE = slices.Clone(ref.LSE)
+		mod.LSE[row] = x
+		g := in.backward(t, e, &mod)
+		got = append(got, [3][]float32{slices.Clone(g[0]), slices.Clone(g[1]), slices.Clone(g[2])})
+	}
+	for d := range c.Dv {
+		in.setDO(b, i, h, d, 0)
+	}
+	want := in.Reference(t)
+	for k, x := range vals {
+		for n, w := range [][]float64{want.DQ, want.DK, want.DV} {
+			name := fmt.Sprintf("lse %g: %s", x, []string{"dq", "dk", "dv"}[n])
+			CheckSpecial(t, name, got[k][n], w, []float64{tol.DQ, tol.DK, tol.DV}[n], seed)
 		}
 	}
 }

@@ -40,16 +40,19 @@ func BackwardBias(ctx context.Context, cfg Config, p *spec.Problem, q, k, v, o, 
 		db: dbOutput(p, x.DBias), qTiles: queryTiling(p, cfg.Br), kTiles: newTiling(p, cfg.Bc, p.Hkv, true, false)}
 	n := p.LSELen()
 
-	// (1) D = rowsum(dO∘O), and LSE in base 2 with −Inf (a row that sees no
-	// key) turned into +Inf so that exp2(s − lse2) is 0 without a branch.
+	// (1) D = rowsum(dO∘O), and LSE in base 2 with an empty row's turned
+	// into +Inf so that exp2(s − lse2) is 0 without a branch: −Inf (the row
+	// sees no key), and, as the shaders' lse_in, an LSE whose base-2 value
+	// is not a finite float32 (+Inf: P = e^(s−∞) = 0; beyond ±2.3587e38,
+	// outside the range the kernels compute in).
 	g.delta = make([]float32, n)
 	g.lse2 = make([]float32, n)
 	for i, x := range lse[:n] {
-		if x == spec.NegInf {
-			g.lse2[i] = float32(math.Inf(1))
-		} else {
-			g.lse2[i] = float32(float64(x) * math.Log2E)
+		l2 := float32(float64(x) * math.Log2E)
+		if math.IsInf(float64(l2), 0) {
+			l2 = float32(math.Inf(1))
 		}
+		g.lse2[i] = l2
 	}
 	err := parallel(ctx, cfg.Workers, g.qTiles.items(), func() struct{} { return struct{}{} }, g.deltaItem)
 	if err != nil {

@@ -114,7 +114,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 		} \
 		[[unroll]] for (uint i = 0u; i < NPL; ++i) { \
 			uint r = tid + i * WG; \
-			float l = r < prows ? lse_buf[lse_index(b, ph, pr0 + r)] : NEG_INF; \
+			float l = r < prows ? lse_in(lse_buf[lse_index(b, ph, pr0 + r)]) : NEG_INF; \
 			pl[i] = l == NEG_INF ? NEG_INF : l * LOG2E; \
 			pd[i] = r < prows ? d_buf[lse_index(b, ph, pr0 + r)] : 0.0; \
 		} \
@@ -356,7 +356,7 @@ void main() {
 					sdO[r * LDV4 + c4] = r < rows ? fetch_do(b, r0 + r, h, c4) : uvec4(0u);
 				}
 				for (uint r = tid; r < BR; r += WG) {
-					float l = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
+					float l = r < rows ? lse_in(lse_buf[lse_index(b, h, r0 + r)]) : NEG_INF;
 					sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
 					sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
 				}

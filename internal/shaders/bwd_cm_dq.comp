@@ -167,7 +167,7 @@ void main() {
 		sKV[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
 	}
 	for (uint r = tid; r < BR; r += WG) {
-		float l = r < rows ? lse_buf[lse_index(b, h, r0 + r)] : NEG_INF;
+		float l = r < rows ? lse_in(lse_buf[lse_index(b, h, r0 + r)]) : NEG_INF;
 		sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
 		sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
 	}

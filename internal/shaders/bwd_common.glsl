@@ -56,7 +56,7 @@ shared float sD[BR];
 	STAGE_ROWS(sQ, LDK, BR, D, q, q_base, b, r0, h, r < (rows)) \
 	STAGE_ROWS(sdO, LDV, BR, DV, do, o_base, b, r0, h, r < (rows)) \
 	for (uint r = tid; r < BR; r += WG) { \
-		sLSE[r] = r < (rows) ? lse_buf[lse_index(b, h, (r0) + r)] : NEG_INF; \
+		sLSE[r] = r < (rows) ? lse_in(lse_buf[lse_index(b, h, (r0) + r)]) : NEG_INF; \
 		sD[r] = r < (rows) ? d_buf[lse_index(b, h, (r0) + r)] : 0.0; \
 	}
 

@@ -133,6 +133,13 @@ const float LOG2E = 1.4426950408889634;
 const float LN2 = 0.6931471805599453;
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
+// lse_in is a row's LSE as the backward kernels read it: −Inf — an empty
+// row, P = 0 — where it is −Inf or where its base-2 value is not a finite
+// float (an LSE of +Inf, whose P = e^(s−∞) is 0, or one beyond
+// ±2.3587e38, outside the range the kernels compute in); NaN stays NaN.
+// internal/cpu applies the same rule.
+float lse_in(float l) { return isinf(l * LOG2E) ? NEG_INF : l; }
+
 // The backward's softmax: P = 2^x, x = s·scale·log2e − l2 with l2 =
 // LSE·log2e of the row, and dS = P·(dP − D).
 //

@@ -110,17 +110,7 @@ func (e *Engine) ForwardKVCacheInto(ctx context.Context, q Tensor, cache *KVCach
 	if err := e.supports(dt); err != nil {
 		return err
 	}
-	all := []hostView{viewOf("o", o), sliceView("lse", lse), viewOf("q", q)}
-	written := 2
-	if p.KV.New > 0 {
-		// The append writes the cache: it may share memory with nothing.
-		all = append(all[:2], viewOf("cache.K", cache.K), viewOf("cache.V", cache.V), viewOf("q", q),
-			viewOf("newK", newK), viewOf("newV", newV))
-		written = 4
-	} else {
-		all = append(all, viewOf("cache.K", cache.K), viewOf("cache.V", cache.V))
-	}
-	if err := distinctHost(all[:written], all); err != nil {
+	if err := distinctKV(p, q, cache, newK, newV, o, lse); err != nil {
 		return err
 	}
 	a := kvOperands{q: q, k: cache.K, v: cache.V, newK: newK, newV: newV, o: o, lse: lse}
@@ -378,6 +368,22 @@ func writes(kv *spec.KV, b, blk int) bool {
 	return hi > lo && blk*kv.PageSize < hi && (blk+1)*kv.PageSize > lo
 }
 
+// distinctKV fails when a host KV-cache call's outputs — o, lse and, with
+// an append, cache.K and cache.V — share memory with any other operand.
+func distinctKV(p *spec.Problem, q Tensor, cache *KVCache, newK, newV, o Tensor, lse []float32) error {
+	all := []hostView{viewOf("o", o), sliceView("lse", lse), viewOf("q", q)}
+	written := 2
+	if p.KV.New > 0 {
+		// The append writes the cache: it may share memory with nothing.
+		all = append(all[:2], viewOf("cache.K", cache.K), viewOf("cache.V", cache.V), viewOf("q", q),
+			viewOf("newK", newK), viewOf("newV", newV))
+		written = 4
+	} else {
+		all = append(all, viewOf("cache.K", cache.K), viewOf("cache.V", cache.V))
+	}
+	return distinctHost(all[:written], all)
+}
+
 // kvOperands are the host operands of a KV-cache call (newK and newV
 // zero Tensors without an append).
 type kvOperands struct {
@@ -591,7 +597,11 @@ func (e *Engine) BenchmarkKVCache(ctx context.Context, q Tensor, cache *KVCache,
 		return nil, err
 	}
 	p.O = out.strides()
-	a := kvOperands{q: q, k: cache.K, v: cache.V, newK: newK, newV: newV, o: out, lse: make([]float32, p.B*p.Hq*p.Nq)}
+	lse := make([]float32, p.B*p.Hq*p.Nq)
+	if err := distinctKV(p, q, cache, newK, newV, out, lse); err != nil {
+		return nil, err
+	}
+	a := kvOperands{q: q, k: cache.K, v: cache.V, newK: newK, newV: newV, o: out, lse: lse}
 	if bm, ok := e.b.(kvBenchmarker); ok {
 		d, dp, err := e.kvUpload(ctx, p, a)
 		if err != nil {

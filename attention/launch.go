@@ -123,13 +123,8 @@ func (e *Engine) Plan(ctx context.Context, q, k, v Shape, l Layout, dt DType, op
 	if err := e.supports(dt); err != nil {
 		return nil, err
 	}
-	for _, a := range []struct {
-		name string
-		s    Shape
-	}{{"q", q}, {"k", k}, {"v", v}} {
-		if err := checkShape(a.name, a.s); err != nil {
-			return nil, err
-		}
+	if err := checkShapes(namedShape{"q", q}, namedShape{"k", k}, namedShape{"v", v}); err != nil {
+		return nil, err
 	}
 	p, err := newProblem(q, k, v, Contiguous(q, l), Contiguous(k, l), Contiguous(v, l), opt)
 	if err != nil {
@@ -181,6 +176,9 @@ func tileCounts(p *spec.Problem, ls []Launch) (all, visited int64) {
 // counts, 2·Hq·(D+Dv) per (query, key) pair left visible, exactly. The
 // backward is counted as 2.5× the forward.
 func Flops(q, k, v Shape, opt Options) (float64, error) {
+	if err := checkShapes(namedShape{"q", q}, namedShape{"k", k}, namedShape{"v", v}); err != nil {
+		return 0, err
+	}
 	p, err := newProblem(q, k, v, Contiguous(q, BSHD), Contiguous(k, BSHD), Contiguous(v, BSHD), opt)
 	if err != nil {
 		return 0, err
@@ -205,13 +203,8 @@ func (e *Engine) PlanKVCache(ctx context.Context, q Shape, cache *KVCache, nNew 
 		return nil, fmt.Errorf("attention: cache: nil: %w", ErrOption)
 	}
 	k, v := cache.K.Shape, cache.V.Shape
-	for _, a := range []struct {
-		name string
-		s    Shape
-	}{{"q", q}, {"cache.K", k}, {"cache.V", v}} {
-		if err := checkShape(a.name, a.s); err != nil {
-			return nil, err
-		}
+	if err := checkShapes(namedShape{"q", q}, namedShape{"cache.K", k}, namedShape{"cache.V", v}); err != nil {
+		return nil, err
 	}
 	if nNew < 0 {
 		return nil, fmt.Errorf("attention: new rows: %d: %w", nNew, ErrShape)

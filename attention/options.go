@@ -275,16 +275,18 @@ func (o Options) packed(tq, tk int) (b, nq, nk int, err error) {
 }
 
 func (o Options) mask() (spec.Mask, error) {
-	if !o.Causal {
-		return spec.MaskNone, nil
+	// Align places windows and ALiBi's distances too: checked with or
+	// without Causal.
+	if o.Align != TopLeft && o.Align != BottomRight {
+		return 0, fmt.Errorf("attention: options: align %v: %w", o.Align, ErrOption)
 	}
-	switch o.Align {
-	case TopLeft:
-		return spec.MaskCausalTopLeft, nil
-	case BottomRight:
+	switch {
+	case !o.Causal:
+		return spec.MaskNone, nil
+	case o.Align == BottomRight:
 		return spec.MaskCausalBottomRight, nil
 	}
-	return 0, fmt.Errorf("attention: options: align %v: %w", o.Align, ErrOption)
+	return spec.MaskCausalTopLeft, nil
 }
 
 func (o Options) scale(d int) (float32, error) {

@@ -2,6 +2,7 @@ package attention
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/spec"
@@ -173,7 +174,10 @@ func (t Tensor) Float64s() []float64 {
 }
 
 // Float32s returns the tensor's elements as a contiguous BSHD float32 slice
-// (a copy; fp16 and bf16 are converted exactly).
+// (a copy; fp16 and bf16 are converted exactly). Like indexing a slice, it
+// panics on a tensor whose Data does not hold every element its Shape and
+// Strides address — the tensors the package returns always do, and every
+// call refuses such a tensor with an error before reading it.
 func (t Tensor) Float32s() []float32 {
 	out := make([]float32, t.Shape.Len())
 	st := t.strides()
@@ -207,11 +211,23 @@ func forEachRow(s Shape, f func(b, seq, h int)) {
 	}
 }
 
-// checkShape refuses a shape with a dimension below 1; name is the
-// argument's name in the error.
+// maxElements bounds an operand's B·S·H·D: far beyond any memory, and
+// small enough that its bytes (8 per element at most) cannot overflow an
+// int or pass what Go can allocate.
+const maxElements = min(1<<40, math.MaxInt>>3)
+
+// checkShape refuses a shape with a dimension below 1, or more elements
+// than maxElements; name is the argument's name in the error.
 func checkShape(name string, s Shape) error {
 	if s.B < 1 || s.S < 1 || s.H < 1 || s.D < 1 {
 		return fmt.Errorf("attention: %s: shape %v has a dimension < 1: %w", name, s, ErrShape)
+	}
+	n := 1
+	for _, x := range []int{s.B, s.S, s.H, s.D} {
+		if x > maxElements/n {
+			return fmt.Errorf("attention: %s: shape %v has more than %d elements: %w", name, s, maxElements, ErrShape)
+		}
+		n *= x
 	}
 	return nil
 }

@@ -15,6 +15,27 @@ func checkOperand(name string, t Tensor, dt DType, output bool) (Strides, error)
 	return checkTensor(name, t, dt, output, MaxHeadDim)
 }
 
+// namedShape is an operand's shape and its argument's name.
+type namedShape struct {
+	name string
+	s    Shape
+}
+
+// checkShapes checks operand shapes given without their data (Plan,
+// PlanKVCache, Flops) as checkOperand checks a tensor's: dimensions ≥ 1,
+// at most maxElements elements, the head dim at most MaxHeadDim.
+func checkShapes(ss ...namedShape) error {
+	for _, a := range ss {
+		if err := checkShape(a.name, a.s); err != nil {
+			return err
+		}
+		if a.s.D > MaxHeadDim {
+			return fmt.Errorf("attention: %s: head dim %d > %d: %w", a.name, a.s.D, MaxHeadDim, ErrShape)
+		}
+	}
+	return nil
+}
+
 // checkTensor is checkOperand with the last dimension bounded by maxD
 // (0: unbounded).
 func checkTensor(name string, t Tensor, dt DType, output bool, maxD int) (Strides, error) {

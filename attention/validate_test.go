@@ -85,6 +85,9 @@ func badCases() []struct {
 		{"NaN scale", func(c *c) { c.opt.Scale = float32(math.NaN()) }, attention.ErrOption, "scale"},
 		{"Inf scale", func(c *c) { c.opt.Scale = float32(math.Inf(1)) }, attention.ErrOption, "scale"},
 		{"bad alignment", func(c *c) { c.opt.Causal, c.opt.Align = true, 9 }, attention.ErrOption, "align"},
+		// Align places windows and ALiBi too: refused without Causal.
+		{"bad alignment, no causal", func(c *c) { c.opt.Align = 9 }, attention.ErrOption, "align"},
+		{"bad alignment, window", func(c *c) { c.opt.Align, c.opt.Window = 9, &attention.Window{Left: 1, Right: 1} }, attention.ErrOption, "align"},
 		{"do wrong shape", func(c *c) { c.do = f32(attention.Shape{B: 2, S: 4, H: 4, D: 6}) }, attention.ErrShape, "do:"},
 		{"dq wrong shape", func(c *c) { c.dq = f32(attention.Shape{B: 2, S: 5, H: 2, D: 8}) }, attention.ErrShape, "dq:"},
 		{"dk overlapping", func(c *c) { c.dk.Strides.Seq = 0 }, attention.ErrStride, "dk:"},
@@ -173,6 +176,87 @@ func TestBadInput(t *testing.T) {
 	c := goodCall()
 	require.NoError(t, e.ForwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.opt))
 	require.NoError(t, e.BackwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.do, c.dq, c.dk, c.dv, c.opt))
+}
+
+// TestShapesWithoutData: the calls that take shapes alone (Flops, Plan,
+// PlanKVCache, NewTensor, KeepMask, NewDeviceTensor) and operands whose
+// strides broadcast a huge logical shape refuse what the data-carrying
+// calls refuse — a dimension below 1, an element count past any memory
+// (that would overflow int or wrap to 0), a head dim past MaxHeadDim —
+// with ErrShape, never a panic.
+func TestShapesWithoutData(t *testing.T) {
+	e, err := attention.Open(attention.Config{Backend: attention.CPU})
+	require.NoError(t, err)
+	defer e.Close()
+	ctx := context.Background()
+	one := attention.Shape{B: 1, S: 1, H: 1, D: 1}
+	huge := attention.Shape{B: 1 << 31, S: 1 << 31, H: 3, D: 1}
+	wraps := attention.Shape{B: 1 << 32, S: 1 << 32, H: 1, D: 1} // B·S·H·D wraps to 0 in int64
+	wide := attention.Shape{B: 1, S: 1, H: 1, D: 1000}
+	for name, f := range map[string]func() error{
+		"Flops, no kv head": func() error {
+			_, err := attention.Flops(one, attention.Shape{B: 1, S: 1, H: 0, D: 1}, one, attention.Options{})
+			return err
+		},
+		"Flops, negative": func() error {
+			n := attention.Shape{B: -1, S: -5, H: 1, D: 1}
+			_, err := attention.Flops(n, n, n, attention.Options{})
+			return err
+		},
+		"Flops, huge": func() error { _, err := attention.Flops(huge, huge, huge, attention.Options{}); return err },
+		"Plan, head dim": func() error {
+			_, err := e.Plan(ctx, wide, wide, one, attention.BSHD, attention.Float32, attention.Options{}, false)
+			return err
+		},
+		"PlanKVCache, head dim": func() error {
+			c := &attention.KVCache{K: attention.Tensor{Shape: wide}, V: attention.Tensor{Shape: one}, SeqLens: []int32{1}}
+			_, err := e.PlanKVCache(ctx, wide, c, 0, attention.BSHD, attention.Float32, attention.Options{})
+			return err
+		},
+		"NewTensor, huge":  func() error { _, err := attention.NewTensor(attention.Float32, huge, attention.BSHD); return err },
+		"NewTensor, wraps": func() error { _, err := attention.NewTensor(attention.Float32, wraps, attention.BSHD); return err },
+		"KeepMask, huge":   func() error { _, err := attention.KeepMask(nil, huge, attention.BSHD, attention.Float32); return err },
+		"NewDeviceTensor, huge": func() error {
+			_, err := e.NewDeviceTensor(attention.Float32, huge, attention.BSHD)
+			return err
+		},
+		"Forward, broadcast huge": func() error {
+			x := attention.Tensor{Shape: huge, Strides: attention.Strides{Head: 1}, Data: make([]float32, 3)}
+			_, err := e.Forward(ctx, x, x, x, attention.Options{})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			assert.NotPanics(t, func() { err = f() })
+			assert.ErrorIs(t, err, attention.ErrShape)
+		})
+	}
+}
+
+// TestKVCacheAliasing: an append whose newK is a view of the cache's own
+// K is refused (ErrStride) by BenchmarkKVCache as by ForwardKVCache.
+func TestKVCacheAliasing(t *testing.T) {
+	e, err := attention.Open(attention.Config{Backend: attention.CPU})
+	require.NoError(t, err)
+	defer e.Close()
+	ctx := context.Background()
+	s := attention.Shape{B: 2, S: 8, H: 1, D: 4}
+	buf := make([]float32, s.Len())
+	row := attention.Shape{B: 2, S: 1, H: 1, D: 4}
+	q := attention.FromFloat32(make([]float32, row.Len()), row, attention.BSHD)
+	nk := attention.FromFloat32(buf[:row.Len()], row, attention.BSHD) // cache.K's first rows
+	nv := attention.FromFloat32(make([]float32, row.Len()), row, attention.BSHD)
+	cache := func() *attention.KVCache {
+		return &attention.KVCache{K: attention.FromFloat32(buf, s, attention.BSHD),
+			V: attention.FromFloat32(make([]float32, s.Len()), s, attention.BSHD), SeqLens: []int32{2, 3}}
+	}
+	_, err = e.ForwardKVCache(ctx, q, cache(), nk, nv, attention.Options{})
+	assert.ErrorIs(t, err, attention.ErrStride)
+	c := cache()
+	_, err = e.BenchmarkKVCache(ctx, q, c, nk, nv, attention.Options{}, attention.BenchOptions{Warmup: 1, Iters: 1})
+	assert.ErrorIs(t, err, attention.ErrStride)
+	assert.Equal(t, []int32{2, 3}, c.SeqLens, "a refused call changed SeqLens")
 }
 
 func TestClosedEngine(t *testing.T) {

@@ -6,7 +6,10 @@ package main
 // temporary file in its target's folder, and only when every one is
 // complete are they renamed over their targets. A command that fails —
 // an output it cannot write, a full disk, an interrupt — leaves no new
-// file and every existing target as it was.
+// file and every existing target as it was. A target that exists and is
+// not a regular file (a device such as /dev/null, a FIFO, /dev/stdout on
+// a pipe) is never replaced: its output is staged in the system's
+// temporary folder and written into it after the renames.
 
 import (
 	"bufio"
@@ -74,9 +77,18 @@ type outputs struct {
 
 // stagedFile is a complete output in its temporary file. path names the
 // output in messages; target is where it goes (path, or the file a
-// symbolic link at path names).
+// symbolic link at path names); stream: the target is not a regular file
+// and is written into, not replaced.
 type stagedFile struct {
 	flag, path, target, tmp string
+	stream                  bool
+}
+
+// special reports whether path exists and, following links, is neither a
+// regular file nor a folder: a device, a FIFO, a socket or a pipe.
+func special(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.Mode().IsRegular() && !st.IsDir()
 }
 
 // newOutputs starts the outputs of a command; writes stop with ctx's
@@ -105,6 +117,9 @@ func outErr(flag, path, format string, args ...any) error {
 func (o *outputs) prepare(flag, path string) error {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return outErr(flag, path, "is a directory, want a file")
+	}
+	if special(path) {
+		return o.prepareDir(flag, os.TempDir(), path) // (written into at commit)
 	}
 	return o.prepareDir(flag, filepath.Dir(path), path)
 }
@@ -227,8 +242,11 @@ func (o *outputs) stage(flag, path string, fill func(f tempFile) error) error {
 			target = t
 		}
 	}
+	stream := special(path)
 	dir := filepath.Dir(target)
-	if err := o.mkdirAll(dir); err != nil {
+	if stream {
+		dir = os.TempDir()
+	} else if err := o.mkdirAll(dir); err != nil {
 		return outErr(flag, path, "cannot make its folder: %s", plainPathError(err))
 	}
 	f, err := o.fs.createTemp(dir, "."+filepath.Base(target)+".tmp-*")
@@ -249,7 +267,7 @@ func (o *outputs) stage(flag, path string, fill func(f tempFile) error) error {
 		}
 		return outErr(flag, path, "%s", plainPathError(err))
 	}
-	o.files = append(o.files, stagedFile{flag: flag, path: path, target: target, tmp: tmp})
+	o.files = append(o.files, stagedFile{flag: flag, path: path, target: target, tmp: tmp, stream: stream})
 	return nil
 }
 
@@ -265,6 +283,13 @@ func (o *outputs) commit() error {
 		o.abort()
 		return err
 	}
+	var streams []stagedFile
+	o.files = slices.DeleteFunc(o.files, func(f stagedFile) bool {
+		if f.stream {
+			streams = append(streams, f)
+		}
+		return f.stream
+	})
 	backups := make([]string, len(o.files))
 	existed := make([]bool, len(o.files))
 	for i, f := range o.files {
@@ -297,7 +322,7 @@ func (o *outputs) commit() error {
 					lost = append(lost, g.path)
 				}
 			}
-			o.files = o.files[i:]
+			o.files = append(o.files[i:], streams...)
 			o.cleanup(backups)
 			msg := "nothing was written"
 			if len(lost) > 0 {
@@ -314,6 +339,15 @@ func (o *outputs) commit() error {
 		}
 	}
 	syncDirs(o.files)
+	for i, f := range streams {
+		if err := writeInto(f.tmp, f.path); err != nil {
+			o.files = append(o.files[:0], streams[i:]...)
+			o.cleanup(nil)
+			return outErr(f.flag, f.path, "%s", plainPathError(err))
+		}
+		os.Remove(f.tmp)
+		live.remove(f.tmp)
+	}
 	for _, d := range o.dirs {
 		live.remove(d)
 	}
@@ -346,6 +380,26 @@ func (o *outputs) cleanup(backups []string) {
 		live.remove(d)
 	}
 	o.files, o.dirs, o.done = nil, nil, true
+}
+
+// writeInto copies the file tmp into path, an existing file that is not a
+// regular one (a device, a FIFO, a pipe): opened for writing, never
+// created, truncated or replaced.
+func writeInto(tmp, path string) error {
+	src, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // syncDirs flushes the folders of the renamed files (best effort: the

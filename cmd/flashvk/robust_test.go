@@ -399,3 +399,51 @@ func TestOutputModeAndLinks(t *testing.T) {
 		t.Errorf("left %v beside the linked file", got)
 	}
 }
+
+// TestOutputIntoSpecialFile: an output path that exists and is not a
+// regular file — a FIFO here; /dev/null, /dev/stdout on a pipe alike — is
+// written into, never replaced by a regular file (as root a rename would
+// replace even /dev/null), and no temporary file is left beside it.
+func TestOutputIntoSpecialFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "out.json")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Skip(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		f, err := os.Open(fifo) // blocks until the writer opens it
+		if err != nil {
+			got <- nil
+			return
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		got <- b
+	}()
+	o := (*app)(nil).newOutputs(context.Background())
+	defer o.abort()
+	if err := o.prepare("--json", fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.write("--json", fifo, func(w io.Writer) error { _, err := io.WriteString(w, "{}\n"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&fs.ModeNamedPipe == 0 {
+		t.Fatalf("the FIFO was replaced: %v, %v", st.Mode(), err) // (its reader waits on forever)
+	}
+	select {
+	case b := <-got:
+		if string(b) != "{}\n" {
+			t.Errorf("the FIFO's reader got %q, want the output", b)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing was written into the FIFO")
+	}
+	if got := listDir(t, dir); !slices.Equal(got, []string{"out.json"}) {
+		t.Errorf("left %v beside it", got)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 )
 
 // TuneCacheVersion is the schema version of the tune cache file. A file of
@@ -110,14 +109,24 @@ func LoadTuneCache(path string) (*TuneCache, error) {
 	if *probe.Version != TuneCacheVersion {
 		return empty, fmt.Errorf("%w: %s: schema version %d, this flashvk reads %d", ErrTuneCache, path, *probe.Version, TuneCacheVersion)
 	}
-	var c TuneCache
-	if err := json.Unmarshal(data, &c); err != nil {
+	// The entries one by one: a malformed entry (not an object, a field of
+	// the wrong type, a missing field) is dropped, not the whole file with
+	// every other device's results.
+	var raw struct {
+		Tool    string            `json:"tool"`
+		Entries []json.RawMessage `json:"entries"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
 		return empty, fmt.Errorf("%w: %s: corrupt: %w", ErrTuneCache, path, err)
 	}
-	// Drop malformed entries rather than the whole file.
-	c.Entries = slices.DeleteFunc(c.Entries, func(e TuneEntry) bool {
-		return e.Candidate == "" || e.N < 1 || e.Key.Family == "" || e.Key.D < 1 || e.Key.DV < 1
-	})
+	c := TuneCache{Version: TuneCacheVersion, Tool: raw.Tool, Entries: []TuneEntry{}}
+	for _, m := range raw.Entries {
+		var e TuneEntry
+		if json.Unmarshal(m, &e) != nil || e.Candidate == "" || e.N < 1 || e.Key.Family == "" || e.Key.D < 1 || e.Key.DV < 1 {
+			continue
+		}
+		c.Entries = append(c.Entries, e)
+	}
 	return &c, nil
 }
 

@@ -96,6 +96,12 @@ func TestTuneCacheVersionAndCorrupt(t *testing.T) {
 	if c, err := LoadTuneCache(path); err != nil || len(c.Entries) != 1 {
 		t.Errorf("partial: %+v, %v", c, err)
 	}
+	// So are entries that do not decode at all (not an object, a field of
+	// the wrong type): the others survive.
+	os.WriteFile(path, []byte(`{"version": 1, "entries": [7, {"key": {"family": "flash", "d": 64, "dv": 64}, "n": 2048, "candidate": "wg64-br16-bc32"}, {"n": "x"}, "s"]}`), 0o644)
+	if c, err := LoadTuneCache(path); err != nil || len(c.Entries) != 1 || c.Entries[0].Candidate != "wg64-br16-bc32" {
+		t.Errorf("undecodable entries: %+v, %v", c, err)
+	}
 }
 
 func TestTuneCacheAtomicSave(t *testing.T) {

@@ -60,16 +60,18 @@ func openBias(ctx context.Context, flag, path string) (*biasFile, error) {
 	}
 	x := &biasFile{flag: flag, path: path, head: h, dims: h.Shape}
 	switch {
+	// A file of the other flag's element type or of no bias shape is a
+	// usage error (exit status 2), as one whose shape does not fit.
 	case flag == "--bias" && h.elem != "":
-		return nil, fmt.Errorf("--bias %s: a %s array: --bias takes an additive float bias (float32 or float16); give a boolean mask to --mask", path, h.elem)
+		return nil, usagef("--bias %s: a %s array: --bias takes an additive float bias (float32 or float16); give a boolean mask to --mask", path, h.elem)
 	case flag == "--mask" && h.elem == "":
-		return nil, fmt.Errorf("--mask %s: a %s array: --mask takes a boolean mask (bool, or uint8 0 and 1: true attends); give an additive float bias to --bias", path, h.DType)
+		return nil, usagef("--mask %s: a %s array: --mask takes a boolean mask (bool, or uint8 0 and 1: true attends); give an additive float bias to --bias", path, h.DType)
 	case len(h.Shape) < 2 || len(h.Shape) > 4:
-		return nil, fmt.Errorf("%s %s: shape %s: want 4 dimensions [B|1, H|1, Nq|1, Nk] (or 3, [H|1, Nq|1, Nk], or 2, [Nq|1, Nk])", flag, path, dimsText(h.Shape))
+		return nil, usagef("%s %s: shape %s: want 4 dimensions [B|1, H|1, Nq|1, Nk] (or 3, [H|1, Nq|1, Nk], or 2, [Nq|1, Nk])", flag, path, dimsText(h.Shape))
 	}
 	for _, d := range h.Shape {
 		if d <= 0 {
-			return nil, fmt.Errorf("%s %s: shape %s: every dimension must be positive", flag, path, dimsText(h.Shape))
+			return nil, usagef("%s %s: shape %s: every dimension must be positive", flag, path, dimsText(h.Shape))
 		}
 	}
 	x.shape = [4]int{1, 1, 1, 1}

@@ -138,8 +138,10 @@
 //   - Large scales are exact while every scaled score |scale·q·k| is below
 //     2¹²⁸/log₂e ≈ 2.3587e38 (the kernels exponentiate in base 2, so
 //     float32's range ends there, not at 3.4e38; a row with a score beyond
-//     it gives NaN): the forward's softmax is the exact one, one-hot when
-//     the scores are far apart (scale 1e30 included). The backward recomputes
+//     it gives NaN, except on the naive and minimal Vulkan kernels, which
+//     exponentiate in base e and stay exact): the forward's softmax is the
+//     exact one, one-hot when the scores are far apart (scale 1e30
+//     included). The backward recomputes
 //     P from LSE in float32, so its gradients carry float32's absolute
 //     error on the scores, a few 2⁻²⁴·scale·Σ|q_x·k_x| (the products'
 //     terms, not their sum): for huge scores that is a probability of

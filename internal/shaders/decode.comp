@@ -70,13 +70,6 @@ layout(constant_id = 8) const uint EXT = 0u;
 #define KV_BOTTOM_RIGHT 1u
 #define KV_ALIBI_BATCH 8u
 
-// kv_tanh is tanh(x) as ext.glsl's ext_tanh2 computes it (1 − 2/(e^2a
-// + 1) with x's sign; ±Inf gives ±1, NaN stays NaN).
-float kv_tanh(float x) {
-	float t = 1.0 - 2.0 / (exp2(abs(x) * (2.0 * LOG2E)) + 1.0);
-	return x < 0.0 ? -t : (x > 0.0 ? t : x);
-}
-
 const uint NSG = WG / SUBGROUP;
 const uint DVN = (DV + SUBGROUP - 1u) / SUBGROUP;
 const uint D4 = (D + 3u) / 4u;   // Q row in vec4 units (zero-padded)
@@ -138,7 +131,7 @@ void main() {
 	int off = 0;
 	uint flags = 0u;
 	float cap_l2 = 0.0;  // c·log2e
-	float inv_cap = 0.0; // 1/c
+	float inv_cap2 = 0.0; // 2·log2e/c (tanh2's argument per unit of z)
 	if (EXT != 0u) {
 		left = int(meta[xh]);
 		right = int(meta[xh + 1u]);
@@ -147,7 +140,7 @@ void main() {
 		if ((EXT & EXT_ON_SOFTCAP) != 0u) {
 			float c = uintBitsToFloat(meta[xh + 3u]);
 			cap_l2 = c * LOG2E;
-			inv_cap = 1.0 / c;
+			inv_cap2 = (2.0 * LOG2E) / c;
 		}
 	}
 
@@ -276,7 +269,7 @@ void main() {
 			if (EXT != 0u) {
 				vis = vis && j >= first[r];
 				if ((EXT & EXT_ON_SOFTCAP) != 0u) {
-					z = cap_l2 * kv_tanh(z * inv_cap);
+					z = cap_l2 * tanh2(z * inv_cap2);
 				}
 				if ((EXT & EXT_ON_ALIBI) != 0u) {
 					z -= slope[r] * abs(float(diag[r] - int(j)));

@@ -77,7 +77,7 @@ int ext_nk = 0;          // keys of the sequence (Keys(b))
 int ext_off = 0;         // row i's diagonal is key i + ext_off
 int ext_left = -1;       // window (−1 unbounded)
 int ext_right = -1;
-float ext_tk = 0.0;      // softcap: scale·2·log2e/c (ext_tanh2's argument per unit of s)
+float ext_tk = 0.0;      // softcap: scale·2·log2e/c (tanh2's argument per unit of s)
 float ext_tc = 0.0;      // softcap: c·log2e
 float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
 uint ext_bh = 0u;        // dropout: (first sequence + b)·Hq + h
@@ -310,17 +310,6 @@ uint query_limit(uint j) {
 	return uint(clamp(int(j) + ext_left - ext_off + 1, 0, int(seq_nq)));
 }
 
-// ext_tanh2 is tanh(u/(2·log2e)) as 1 − 2/(2^|u| + 1) with u's sign:
-// one exp2 and one division, no branch; its absolute error is a few fp32
-// ulps of 1 — what the scores need (c·tanh carries c times it, far below
-// the softmax's own rounding at the scales softcaps use). ±Inf gives ±1,
-// NaN stays NaN. Its argument is the raw product times ext_tk, so a
-// softcapped score costs two multiplies beyond the tanh.
-float ext_tanh2(float u) {
-	float t = 1.0 - 2.0 / (exp2(abs(u)) + 1.0);
-	return u < 0.0 ? -t : (u > 0.0 ? t : u); // (u: 0 keeps its sign, NaN stays NaN)
-}
-
 // ext_score is the score of raw product s = q·k for query row i and key
 // j in log2 units: z = scale·s, then c·tanh(z/c) (softcap), times log2e,
 // minus slope·log2e·|i + off − j| (ALiBi), plus bias·log2e (−Inf where
@@ -333,7 +322,7 @@ float ext_tanh2(float u) {
 float ext_score_b(float s, uint i, uint j, float x) {
 	float z;
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
-		z = ext_tc * ext_tanh2(s * ext_tk);
+		z = ext_tc * tanh2(s * ext_tk);
 	} else {
 		z = s * (pc.scale * LOG2E);
 	}
@@ -380,7 +369,7 @@ float ext_score(float s, uint i, uint j) {
 // multiplies dS by it before dS meets K or Q.
 float ext_dsoft(float s) {
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
-		float t = ext_tanh2(s * ext_tk);
+		float t = tanh2(s * ext_tk);
 		return 1.0 - t * t;
 	}
 	return 1.0;
@@ -507,4 +496,10 @@ float drop_keep(uint r, uint c) {
 	}
 	return 1.0;
 }
+
+// drop_bit is drop_keep's factor from a keep word w already read (bit c
+// mod 32), for kernels that read a row's word once for many keys. It is a
+// select; drop_keep keeps its conversion (with the select the backward
+// kernels measured up to 3% slower on an NVIDIA H200: bench/NOTES.md).
+float drop_bit(uint w, uint c) { return ((w >> (c & 31u)) & 1u) != 0u ? 1.0 : 0.0; }
 #endif

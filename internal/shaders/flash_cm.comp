@@ -91,6 +91,11 @@
 #define CM_PAD_D (CM_K > 8u ? CM_K : 8u)
 #define CM_PAD_DV (CM_N > 8u ? CM_N : 8u)
 #include "cm_common.glsl"
+// Dropout in MODE 1: DROP_FW is 1 when no fragment's keys straddle a keep
+// word (32 mod CM_N = 0), and then each invocation reads its RL rows'
+// words once per tile (DROP_RW of them) instead of a word per element.
+const uint DROP_FW = ((EXT & EXT_ON_DROPOUT) != 0u ? 1u : 0u) * (32u % CM_N == 0u ? 1u : 0u);
+const uint DROP_RW = DROP_FW != 0u ? RL * DROP_WPR : 1u;
 
 layout(constant_id = 22) const uint PREFETCH = 0;
 
@@ -364,16 +369,24 @@ void main() {
 				m1[k] = mnew;
 				lsum[k] = 0.0;
 			}
+			uint dw[DROP_RW]; // (DROP_FW: the rows' keep words)
+			dw[0] = 0u;
 			if ((EXT & EXT_ON_DROPOUT) != 0u) {
 				subgroupMemoryBarrierShared();
 				subgroupBarrier(); // (the keep bits are drawn)
+				if (DROP_FW != 0u) {
+					[[unroll]] for (uint k = 0u; k < DROP_RW; ++k) {
+						dw[k] = sDrop[(sgr + lrow[k / DROP_WPR]) * DROP_WPR + k % DROP_WPR];
+					}
+				}
 			}
 			MATA pA[NKC];
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 					float p = exp2(S[t][i] - muse[slotrow(i)]);
 					lsum[slotrow(i)] += p;
-					S[t][i] = p * drop_keep(sgr + rowOf[i], t * CM_N + colOf[i]);
+					uint kc = t * CM_N + colOf[i];
+					S[t][i] = p * (DROP_FW != 0u ? drop_bit(dw[slotrow(i) * DROP_WPR + (t * CM_N) / 32u], kc) : drop_keep(sgr + rowOf[i], kc));
 				}
 				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
 					pA[t][j] = CM_TO(S[t][aperm(j)]);

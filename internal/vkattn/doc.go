@@ -207,8 +207,11 @@
 // reads them from its tune cache file and filters them by device); a
 // stage's plan asks Backend.tuned, which returns the entry of the problem's
 // key whose N is nearest its Nq, when it parses and fits the device, and
-// otherwise warns (TuneWarnings) and uses the default. Launch.Source says
-// "tuned" or "default" for every dispatch.
+// otherwise warns (TuneWarnings) and uses the default. The tuner times
+// plain problems, so flash_cm's choices (Tunable.PlainOnly) do not apply to
+// a problem with options (p.Ext): its extended variant keeps its own
+// default tile. Launch.Source says "tuned" or "default" for every
+// dispatch.
 //
 // A Backend, its Tensors and its pipelines are safe for concurrent use.
 package vkattn

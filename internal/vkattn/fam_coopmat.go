@@ -316,8 +316,11 @@ func log2Dist(a, b []int) float64 {
 	return d
 }
 
-// flashCMTunable is flash_cm's tile as a tune stage.
-var flashCMTunable = coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
+// flashCMTunable is flash_cm's tile as a tune stage. Its choices apply to
+// plain problems only: the extended variant needs more registers and has
+// its own default rule (cmTiles), which a tile timed on the plain variant
+// must not replace (the large tile spills there).
+var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
 		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
 	},
@@ -340,7 +343,14 @@ var flashCMTunable = coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 	},
 	func(l *CMLayout, c CMTile, p *spec.Problem, lim shaders.Limits) error {
 		return CheckCMTile(l, c, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
-	})
+	}))
+
+// plainOnly marks t's tuned choices as applying to plain problems only
+// (Tunable.PlainOnly).
+func plainOnly(t *Tunable) *Tunable {
+	t.PlainOnly = true
+	return t
+}
 
 // bwdCMTunable is the tile of one coopmat backward kernel as a tune stage.
 func bwdCMTunable(kernel string, dkdv bool) *Tunable {

@@ -43,6 +43,12 @@ type Tunable struct {
 	// Check reports why c cannot run p on b (nil: it can). A tuned
 	// candidate that fails Check is ignored with a warning.
 	Check func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, c Candidate) error
+	// PlainOnly: tuned choices apply only to problems without options
+	// beyond Scale, Causal and Align (p.Ext nil). The tuner times plain
+	// problems; a stage whose kernel has an extended variant with other
+	// resources (and its own default rule) sets it, so that a choice timed
+	// on the plain variant never replaces the extended variant's default.
+	PlainOnly bool
 }
 
 // Tunables lists the tunable stages of every family, in registry order
@@ -173,7 +179,7 @@ func (t *tuneState) clearOverrides() {
 // ignored with a warning (TuneWarnings): the caller then uses its default.
 func (b *Backend) tuned(ctx context.Context, stage string, p *spec.Problem, dt spec.DType) (Candidate, bool) {
 	f := tunableByName(stage)
-	if f == nil {
+	if f == nil || (f.PlainOnly && p.Ext != nil) {
 		return nil, false
 	}
 	k := tuneKeyOf(f, p, dt)

@@ -433,3 +433,29 @@ func TestTuneSession(t *testing.T) {
 		t.Errorf("timer: %v, %v", m, err)
 	}
 }
+
+// TestTunedPlainOnly: the tuner times plain problems, so flash_cm's tuned
+// tiles (PlainOnly) never replace the extended variant's default, while a
+// stage without the flag (the scalar forward) keeps its tuned choice for
+// a problem with options.
+func TestTunedPlainOnly(t *testing.T) {
+	if !flashCMTunable.PlainOnly || tunableByName("flash").PlainOnly {
+		t.Fatalf("PlainOnly: flash_cm %v, flash %v; want true, false", flashCMTunable.PlainOnly, tunableByName("flash").PlainOnly)
+	}
+	cm := Tuned{Key: TuneKey{Stage: "flash_cm", Dir: Fwd, DType: spec.Float16, D: 64, DV: 64, Causal: true}, N: 1024, Candidate: "nsg8-bc128-mode1-pf1"}
+	b := &Backend{tune: &tuneState{entries: []Tuned{cm, tunedFlash(64, true, 1024, "wg64-br16-bc32")}},
+		lim: shaders.Limits{SharedBytes: 48 << 10, MaxWorkgroupSize: 1024, Subgroup: 32},
+		cm:  map[spec.DType]*cmState{spec.Float16: {dt: spec.Float16, layout: &CMLayout{M: 16, N: 16, K: 16, SG: 32, Mode1: true}}}}
+	ctx := context.Background()
+	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 1024, Nk: 1024, D: 64, Dv: 64, Scale: 0.125, Mask: spec.MaskCausalBottomRight}
+	if c, ok := b.tuned(ctx, "flash_cm", p, spec.Float16); !ok || c.String() != cm.Candidate {
+		t.Fatalf("flash_cm, plain: %v, %v; want the tuned %s (%v)", c, ok, cm.Candidate, b.TuneWarnings())
+	}
+	p.Ext = &spec.Ext{Left: -1, Right: 0, BottomRight: true, Softcap: 30}
+	if c, ok := b.tuned(ctx, "flash_cm", p, spec.Float16); ok {
+		t.Errorf("flash_cm with options: tuned %v, want the extended variant's default", c)
+	}
+	if c, ok := b.tuned(ctx, "flash", p, spec.Float32); !ok || c.String() != "wg64-br16-bc32" {
+		t.Errorf("flash with options: %v, %v; want the tuned wg64-br16-bc32", c, ok)
+	}
+}

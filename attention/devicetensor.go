@@ -64,8 +64,8 @@ func (e *Engine) NewDeviceTensor(dt DType, s Shape, l Layout) (*DeviceTensor, er
 	if err := checkShape("tensor", s); err != nil {
 		return nil, err
 	}
-	if l != BSHD && l != BHSD {
-		return nil, fmt.Errorf("attention: tensor: layout %v: %w", l, ErrOption)
+	if err := checkLayout("tensor", l); err != nil {
+		return nil, err
 	}
 	if dt != Float32 && dt != Float16 && dt != BFloat16 {
 		return nil, fmt.Errorf("attention: tensor: %v: %w", dt, ErrDType)

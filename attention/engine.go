@@ -231,7 +231,7 @@ func (c Config) withEnv(lookup func(string) (string, bool)) (Config, error) {
 	if c.VulkanLibrary == "" {
 		c.VulkanLibrary = get("FLASHVK_VULKAN_LIBRARY")
 	}
-	if c.Addressing == "" {
+	if c.Addressing == "" && c.Backend != CPU { // (as the device: a CPU engine has no addressing to choose)
 		c.Addressing = strings.ToLower(get("FLASHVK_ADDRESSING"))
 	}
 	if c.PipelineCacheDir == "" {

@@ -126,6 +126,9 @@ func (e *Engine) Plan(ctx context.Context, q, k, v Shape, l Layout, dt DType, op
 	if err := checkShapes(namedShape{"q", q}, namedShape{"k", k}, namedShape{"v", v}); err != nil {
 		return nil, err
 	}
+	if err := checkLayout("layout", l); err != nil {
+		return nil, err
+	}
 	p, err := newProblem(q, k, v, Contiguous(q, l), Contiguous(k, l), Contiguous(v, l), opt)
 	if err != nil {
 		return nil, err
@@ -201,6 +204,9 @@ func (e *Engine) PlanKVCache(ctx context.Context, q Shape, cache *KVCache, nNew 
 	}
 	if cache == nil {
 		return nil, fmt.Errorf("attention: cache: nil: %w", ErrOption)
+	}
+	if err := checkLayout("layout", l); err != nil {
+		return nil, err
 	}
 	k, v := cache.K.Shape, cache.V.Shape
 	if err := checkShapes(namedShape{"q", q}, namedShape{"cache.K", k}, namedShape{"cache.V", v}); err != nil {

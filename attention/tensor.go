@@ -51,12 +51,23 @@ const (
 	BHSD
 )
 
-// String names the layout.
+// String names the layout ("Layout(N)" for a value that is none).
 func (l Layout) String() string {
-	if l == BHSD {
+	switch l {
+	case BSHD:
+		return "bshd"
+	case BHSD:
 		return "bhsd"
 	}
-	return "bshd"
+	return fmt.Sprintf("Layout(%d)", int(l))
+}
+
+// checkLayout refuses a Layout that is neither BSHD nor BHSD (ErrOption).
+func checkLayout(name string, l Layout) error {
+	if l != BSHD && l != BHSD {
+		return fmt.Errorf("attention: %s: layout %v (want BSHD or BHSD): %w", name, l, ErrOption)
+	}
+	return nil
 }
 
 // ParseLayout accepts "bshd" and "bhsd".
@@ -115,6 +126,9 @@ func FromBFloat16(data []bfloat16.BFloat16, s Shape, l Layout) Tensor {
 // NewTensor allocates a zeroed contiguous tensor.
 func NewTensor(dt DType, s Shape, l Layout) (Tensor, error) {
 	if err := checkShape("tensor", s); err != nil {
+		return Tensor{}, err
+	}
+	if err := checkLayout("tensor", l); err != nil {
 		return Tensor{}, err
 	}
 	switch dt {

@@ -147,15 +147,17 @@ func TestTuneCacheAtomicSave(t *testing.T) {
 // TestConfigWithEnv: the environment fills only the fields left zero.
 func TestConfigWithEnv(t *testing.T) {
 	env := map[string]string{"FLASHVK_BACKEND": "vulkan", "FLASHVK_DEVICE": "lavapipe", "FLASHVK_TUNE_CACHE": "/x.json",
-		"FLASHVK_VULKAN_LIBRARY": "/lib/v.so", "FLASHVK_PIPELINE_CACHE_DIR": "off", "FLASHVK_SPIN_WAIT": "50us"}
+		"FLASHVK_VULKAN_LIBRARY": "/lib/v.so", "FLASHVK_PIPELINE_CACHE_DIR": "off", "FLASHVK_SPIN_WAIT": "50us", "FLASHVK_ADDRESSING": "Bindings"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	c, err := Config{}.withEnv(lookup)
 	if err != nil || c.Backend != Vulkan || c.Device != "lavapipe" || c.TuneCache != "/x.json" || c.VulkanLibrary != "/lib/v.so" ||
-		c.PipelineCacheDir != "off" || c.SpinWait.Microseconds() != 50 {
+		c.PipelineCacheDir != "off" || c.SpinWait.Microseconds() != 50 || c.Addressing != "bindings" {
 		t.Errorf("from the environment: %+v, %v", c, err)
 	}
+	// An explicit CPU engine takes neither the device nor the addressing
+	// (which would refuse it: the CPU backend has none).
 	c, err = Config{Backend: CPU, TuneCache: "mine.json", SpinWait: 3}.withEnv(lookup)
-	if err != nil || c.Backend != CPU || c.Device != "" || c.TuneCache != "mine.json" || c.SpinWait != 3 {
+	if err != nil || c.Backend != CPU || c.Device != "" || c.Addressing != "" || c.TuneCache != "mine.json" || c.SpinWait != 3 {
 		t.Errorf("explicit fields overridden: %+v, %v", c, err)
 	}
 	env["FLASHVK_TUNE"] = "off"

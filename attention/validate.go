@@ -47,7 +47,7 @@ func checkTensor(name string, t Tensor, dt DType, output bool, maxD int) (Stride
 		return Strides{}, fmt.Errorf("attention: %s: data of type %T (want []float32, []float16.Float16 or []bfloat16.BFloat16): %w", name, t.Data, ErrDType)
 	}
 	if dt != 0 && got != dt {
-		return Strides{}, fmt.Errorf("attention: %s: %v, but q is %v (all operands share one dtype): %w", name, got, dt, ErrDType)
+		return Strides{}, fmt.Errorf("attention: %s: %v, want %v (one dtype: q's for the operands and their gradients, the bias's for dBias, the device tensor's for a transfer): %w", name, got, dt, ErrDType)
 	}
 	if err := checkShape(name, t.Shape); err != nil {
 		return Strides{}, err
@@ -152,7 +152,9 @@ func checkLike(name string, t Tensor, want Shape, dt DType, output bool) (Stride
 	if t.Shape != want {
 		return Strides{}, fmt.Errorf("attention: %s: shape %v, want %v: %w", name, t.Shape, want, ErrShape)
 	}
-	return checkOperand(name, t, dt, output)
+	// want bounds the shape (no head-dim limit here: a device bias's last
+	// dimension is its key count).
+	return checkTensor(name, t, dt, output, 0)
 }
 
 // outShape is O's shape: [B, Nq, Hq, Dv], or packed [1, Tq, Hq, Dv].

@@ -279,3 +279,23 @@ func TestCancelledContext(t *testing.T) {
 	err = e.ForwardInto(ctx, c.q, c.k, c.v, c.o, c.lse, c.opt)
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+// TestUnknownLayout: a Layout that is neither BSHD nor BHSD is refused
+// everywhere one is taken (the host calls took it as BSHD), and named as
+// what it is.
+func TestUnknownLayout(t *testing.T) {
+	ctx := context.Background()
+	e, _ := attention.Open(attention.Config{Backend: attention.CPU})
+	defer e.Close()
+	s := attention.Shape{B: 1, S: 4, H: 1, D: 8}
+	bad := attention.Layout(7)
+	_, errT := attention.NewTensor(attention.Float32, s, bad)
+	_, errM := attention.KeepMask(make([]bool, s.Len()), s, bad, attention.Float32)
+	_, errP := e.Plan(ctx, s, s, s, bad, attention.Float32, attention.Options{}, false)
+	_, errD := e.NewDeviceTensor(attention.Float32, s, bad)
+	for name, err := range map[string]error{"NewTensor": errT, "KeepMask": errM, "Plan": errP, "NewDeviceTensor": errD} {
+		if !errors.Is(err, attention.ErrOption) || !strings.Contains(err.Error(), "Layout(7)") {
+			t.Errorf("%s with Layout(7): %v, want ErrOption naming Layout(7)", name, err)
+		}
+	}
+}

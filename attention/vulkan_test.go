@@ -381,6 +381,23 @@ func testRoundTrip(t *testing.T, e *attention.Engine) {
 				t.Errorf("upload after Close: %v", err)
 			}
 		}
+		// A device bias's last dimension is its key count, past any head
+		// dim: it uploads and downloads too (it did not, beyond 256).
+		bs := attention.Shape{B: 1, S: 3, H: 2, D: 300}
+		src := randTensor(rng, dt, bs, attention.BHSD)
+		d, err := e.NewDeviceTensor(dt, bs, attention.BHSD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, _ := attention.NewTensor(dt, bs, attention.BHSD)
+		if err := d.Upload(ctx, src); err != nil {
+			t.Errorf("%v: upload of %v: %v", dt, bs, err)
+		} else if err := d.Download(ctx, dst); err != nil {
+			t.Errorf("%v: download of %v: %v", dt, bs, err)
+		} else if !slices.Equal(src.Float32s(), dst.Float32s()) {
+			t.Errorf("%v: %v round trip changed values", dt, bs)
+		}
+		d.Close()
 	}
 }
 

@@ -225,6 +225,7 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 	// change the first point, effective whether they change any.
 	var noEffect error
 	effective := false
+	seen := map[string]bool{} // points that run the same call run once (a value given twice in a list)
 	for _, dt := range dtypes {
 		for _, d := range s.dim {
 			for _, causal := range s.causal.vals {
@@ -246,6 +247,10 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 					if err := p.validate(); err != nil {
 						return nil, err
 					}
+					if seen[p.String()] {
+						continue
+					}
+					seen[p.String()] = true
 					if err := p.features.effect(p.Nk, p.Causal); err == nil {
 						effective = true
 					} else if noEffect == nil {

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -56,7 +57,11 @@ func (x *biasFile) isMask() bool { return x.flag == "--mask" }
 func openBias(ctx context.Context, flag, path string) (*biasFile, error) {
 	h, err := await(ctx, func() (*npyHead, error) { return statNpyAny(path) })
 	if err != nil {
-		return nil, fmt.Errorf("%s %w", flag, err)
+		err = fmt.Errorf("%s %w", flag, err)
+		if errors.As(err, new(npyTypeError)) {
+			return nil, usageError{err} // (an element type neither flag takes, as the README says)
+		}
+		return nil, err
 	}
 	x := &biasFile{flag: flag, path: path, head: h, dims: h.Shape}
 	switch {

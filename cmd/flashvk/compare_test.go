@@ -49,6 +49,15 @@ func TestReportFolders(t *testing.T) {
 	if _, err := os.Stat(html2); !os.IsNotExist(err) {
 		t.Errorf("the HTML was written although the Markdown could not be: %v", err)
 	}
+	// -o naming a chart --markdown writes: refused, nothing written.
+	chart := filepath.Join(dir, "third", "r-fwd-d16-non-causal.svg")
+	code, _, errs = flashvk(t, "report", a, "-o", chart, "--markdown", filepath.Join(dir, "third", "r.md"))
+	if code != 2 || !strings.Contains(errs, "is also the file of --markdown") {
+		t.Errorf("-o onto a chart of --markdown: exit %d: %s", code, errs)
+	}
+	if _, err := os.Stat(chart); !os.IsNotExist(err) {
+		t.Errorf("report wrote %s: %v", chart, err)
+	}
 	// bench --json makes its folder too.
 	tinyBench(t, filepath.Join(dir, "results", "b.json"), "--causal=false")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -515,8 +516,11 @@ func (f *explainFlags) rates(dt attention.DType) (peak, bw float64, src string, 
 			src += ", overridden by --peak-tflops/--bandwidth-gbs"
 		}
 	}
-	if peak < 0 || bw < 0 {
-		return 0, 0, "", usagef("--peak-tflops and --bandwidth-gbs must be positive")
+	if peak < 0 || bw < 0 || math.IsNaN(peak) || math.IsNaN(bw) || math.IsInf(peak, 0) || math.IsInf(bw, 0) {
+		return 0, 0, "", usagef("--peak-tflops and --bandwidth-gbs must be positive and finite")
+	}
+	if peak > 0 && bw > 0 && math.IsInf(peak*1e12/(bw*1e9), 0) {
+		return 0, 0, "", usagef("--peak-tflops %g and --bandwidth-gbs %g: their ridge point (FLOP per byte) is not a finite number", peak, bw)
 	}
 	if (peak > 0) != (bw > 0) {
 		return 0, 0, "", usagef("give both --peak-tflops and --bandwidth-gbs (or --device-preset h200)")

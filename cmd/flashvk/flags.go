@@ -238,6 +238,15 @@ func (t *timingFlags) register(c *cobra.Command, iters int, itersHelp string) {
 	c.Flags().IntVar(&t.iters, "iters", iters, itersHelp)
 }
 
+// warmupRun is the warm-up calls run and bench make: --warmup, 0 taken as
+// the library's default 3 (what the results record).
+func (t *timingFlags) warmupRun() int {
+	if t.warmup == 0 {
+		return 3
+	}
+	return t.warmup
+}
+
 func (t *timingFlags) check(minIters int) error {
 	if err := nonNegative(intFlag{"--warmup", t.warmup}); err != nil {
 		return err

@@ -546,3 +546,33 @@ func TestNpyRoundTrip(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestExplainRatesFinite: roofline rates that are not finite, or whose
+// ridge point is not, are usage errors (they printed +Inf and failed
+// writing the JSON).
+func TestExplainRatesFinite(t *testing.T) {
+	for _, rates := range [][]string{{"Inf", "10"}, {"NaN", "10"}, {"100", "+Inf"}, {"1e300", "1e-300"}} {
+		args := []string{"explain", "--backend", "cpu", "--seq", "16", "--dim", "8", "--heads", "2",
+			"--peak-tflops", rates[0], "--bandwidth-gbs", rates[1], "--json"}
+		code, out, errs := flashvk(t, args...)
+		if code != 2 || !strings.Contains(errs, "finite") || out != "" {
+			t.Errorf("flashvk %s: exit %d, %q %q; want exit 2 naming finite rates", strings.Join(args, " "), code, errs, out)
+		}
+	}
+}
+
+// TestBenchDuplicatePoints: a value given twice in a list (or two names of
+// one dtype) runs its points once — compare would keep only one of two
+// identical results.
+func TestBenchDuplicatePoints(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dup.json")
+	mustRun(t, "bench", "--backend", "cpu", "--seq", "16,16", "--dim", "8,8", "--dtype", "f16,fp16", "--heads", "2", "--batch", "1",
+		"--causal", "false", "--warmup", "0", "--iters", "2", "--progress", "none", "--json", path)
+	f, err := readResults(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Results) != 1 {
+		t.Errorf("%d results, want 1: %+v", len(f.Results), f.Results)
+	}
+}

@@ -76,6 +76,12 @@ func statNpy(path string) (*npyHead, error) { return statNpyOf(path, floatNpy) }
 // statNpyAny is statNpy taking bool and uint8 arrays too (npyHead.elem).
 func statNpyAny(path string) (*npyHead, error) { return statNpyOf(path, anyNpy) }
 
+// npyTypeError is a .npy file's element type that flashvk does not read.
+type npyTypeError struct{ err error }
+
+func (e npyTypeError) Error() string { return e.err.Error() }
+func (e npyTypeError) Unwrap() error { return e.err }
+
 // statNpyOf is statNpy for the element types elems.
 func statNpyOf(path string, elems npyElems) (*npyHead, error) {
 	st, err := os.Stat(path)
@@ -138,7 +144,7 @@ func parseNpyOf(path string, r io.ReaderAt, size int64, elems npyElems) (*npyHea
 			if elems == anyNpy {
 				err = fmt.Errorf("%v, or bool or uint8 (a mask)", err)
 			}
-			return nil, fmt.Errorf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %w", path, npyTypeError{err})
 		}
 	}
 	esize := h.elemSize()

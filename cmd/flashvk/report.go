@@ -92,6 +92,9 @@ existing one as it was.`,
 			if f.markdown != "" {
 				outs = append(outs, rep.markdown(f.markdown)...)
 			}
+			if err := distinctOutputs(outs); err != nil {
+				return err
+			}
 			for _, out := range outs {
 				if err := o.writeBytes(out.flag, out.path, out.data); err != nil {
 					return err
@@ -650,4 +653,19 @@ func (rep *report) markdown(path string) []outFile {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", m.Problem, m.Naive, m.Flash, m.Ratio, m.FLOPs, m.NaiveAI, m.FlashAI)
 	}
 	return append(files, outFile{"--markdown", path, []byte(b.String())})
+}
+
+// distinctOutputs refuses outputs that name one file twice: -o naming one
+// of the charts --markdown writes beside its file would be overwritten by
+// it (a usage error, before anything is written).
+func distinctOutputs(outs []outFile) error {
+	seen := map[string]string{}
+	for _, o := range outs {
+		p := filepath.Clean(o.path)
+		if prev, ok := seen[p]; ok {
+			return usagef("%s %s is also the file of %s: give another name", prev, o.path, o.flag)
+		}
+		seen[p] = o.flag
+	}
+	return nil
 }

@@ -464,7 +464,7 @@ func (a *app) run(cmd *cobra.Command, f *runFlags) error {
 		}
 	}
 	rep := runReport{Schema: RunSchema, Version: version(), Problem: p.json(), Inputs: inputs,
-		Warmup: f.timing.warmup, Iters: f.timing.iters, Checked: f.check, Pass: true}
+		Warmup: f.timing.warmupRun(), Iters: f.timing.iters, Checked: f.check, Pass: true}
 	for i, e := range engines {
 		r, err := runOne(ctx, e, p, q, k, v, do, ref, plans[i])
 		if err != nil {
@@ -598,7 +598,7 @@ func (a *app) runDecode(cmd *cobra.Command, f *runFlags) error {
 		}
 	}
 	rep := runReport{Schema: RunSchema, Version: version(), Problem: p.json(), Inputs: fmt.Sprintf("random N(0,1), seed %d", f.seed),
-		Warmup: f.timing.warmup, Iters: f.timing.iters, Checked: f.check, Pass: true}
+		Warmup: f.timing.warmupRun(), Iters: f.timing.iters, Checked: f.check, Pass: true}
 	bytes := p.cacheBytes()
 	for i, e := range engines {
 		r := &oneRun{res: runResult{Device: e.device()}}

@@ -61,6 +61,11 @@ func TestRunSteadyTime(t *testing.T) {
 	if p := rep.Results[0].Passes; len(p) != 1 || p[0].Iters != 3 || rep.Warmup != 1 {
 		t.Errorf("--iters 3: %+v", rep)
 	}
+	// --warmup 0 runs the library's 3 warm-up calls, and says so.
+	rep = runJSON(t, "--backend", "cpu", "--seq", "32", "--heads", "2", "--dim", "16", "--iters", "2", "--warmup", "0")
+	if rep.Warmup != 3 {
+		t.Errorf("--warmup 0: recorded %d, want the 3 run", rep.Warmup)
+	}
 	// --iters 0: the first call only.
 	rep = runJSON(t, "--backend", "cpu", "--seq", "32", "--heads", "2", "--dim", "16", "--iters", "0")
 	if p := rep.Results[0].Passes[0]; p.Iters != 0 || p.MedianMS != 0 || p.Clock != "" || p.FirstCallMS <= 0 {

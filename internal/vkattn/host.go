@@ -50,7 +50,22 @@ func (b *Backend) MaxBatchChunk(ctx context.Context, p *spec.Problem, dt spec.DT
 	if err != nil {
 		return 0, err
 	}
-	return maxBatchChunk(p, dt, backward, pl.Scratch, b.chunkLimits())
+	lim := b.chunkLimits()
+	if z := gridZ(pl); z > 1 {
+		// A kernel whose grid's z holds more than the batch (the bias
+		// kernels' B·Hq): a chunk of n batches takes up to n·z of it.
+		lim.maxZ /= z
+	}
+	return maxBatchChunk(p, dt, backward, pl.Scratch, lim)
+}
+
+// gridZ is the largest z dimension among pl's launches.
+func gridZ(pl *Plan) uint32 {
+	z := uint32(1)
+	for _, l := range pl.Launches {
+		z = max(z, l.Grid[2])
+	}
+	return z
 }
 
 // chunkLimits are the limits one submission's buffers must keep.

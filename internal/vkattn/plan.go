@@ -308,6 +308,9 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 			err = b.address(p, dt, pl)
 		}
 		if err == nil {
+			err = checkGrids(b.info, pl)
+		}
+		if err == nil {
 			pl.Family, pl.Declined = f.name, declined
 			for i := range pl.Launches {
 				pl.Launches[i].Family = f.name
@@ -328,6 +331,17 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 		sentinel = ErrTooLarge
 	}
 	return nil, fmt.Errorf("%w: no kernel family runs %v %s on %s: %s", sentinel, dt, dir, b.info.Name, strings.Join(declined, "; "))
+}
+
+// checkGrids refuses a plan with a launch whose grid exceeds the device's
+// workgroup counts (ErrTooLarge), so that Plan, not the call, reports it.
+func checkGrids(info device.Info, pl *Plan) error {
+	for _, l := range pl.Launches {
+		if err := pipeline.CheckGroups(info, l.Grid); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrTooLarge, l.Kernel, err)
+		}
+	}
+	return nil
 }
 
 // Launches lists the dispatches of the pass (backward or forward) of p

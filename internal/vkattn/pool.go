@@ -45,9 +45,9 @@ func sizeClass(n int64) int64 {
 	return (n + step - 1) / step * step
 }
 
-// get returns a buffer of at least n bytes (n ≤ limit, the device's
-// largest buffer).
-func (p *bufPool) get(n, limit int64) (*device.Buffer, error) {
+// classFor is the size of the buffer get allocates for n bytes: n's size
+// class, or where that exceeds limit n rounded to 4 bytes, or n.
+func classFor(n, limit int64) int64 {
 	c := sizeClass(n)
 	if c > limit {
 		c = (n + 3) &^ 3
@@ -55,6 +55,14 @@ func (p *bufPool) get(n, limit int64) (*device.Buffer, error) {
 			c = n
 		}
 	}
+	return c
+}
+
+// get returns a buffer of at least n bytes and at most limit (n ≤ limit:
+// the device's largest buffer, or one binding's range for a buffer that
+// fits one).
+func (p *bufPool) get(n, limit int64) (*device.Buffer, error) {
+	c := classFor(n, limit)
 	p.mu.Lock()
 	if l := p.idle[c]; len(l) > 0 {
 		buf := l[len(l)-1]

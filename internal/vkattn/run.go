@@ -173,12 +173,23 @@ type scratch struct {
 }
 
 func (s *scratch) get(n int64) (*device.Buffer, error) {
-	buf, err := s.b.pool.get(n, s.b.maxBuf)
+	buf, err := s.b.pool.get(n, s.b.bufLimit(n))
 	if err != nil {
 		return nil, fmt.Errorf("vkattn: scratch of %d bytes: %w", n, err)
 	}
 	s.bufs = append(s.bufs, buf)
 	return buf, nil
+}
+
+// bufLimit is the largest buffer the pool may give for n bytes: one
+// binding's range when n fits one — its size class may not round it past
+// what a bound kernel reaches (the kernel would be refused it) — else the
+// device's largest buffer.
+func (b *Backend) bufLimit(n int64) int64 {
+	if n <= b.bindBytes {
+		return b.bindBytes
+	}
+	return b.maxBuf
 }
 
 // done returns the buffers to the pool. After a failed submission the GPU

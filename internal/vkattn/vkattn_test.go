@@ -60,6 +60,9 @@ func syntheticBackend(t *testing.T, info device.Info, kernel string, layout *CML
 	if b.info.MaxStorageBufferRange == 0 { // a description without memory limits: 4 GiB bindings
 		b.info.MaxStorageBufferRange, b.info.MaxAllocation = 1<<32-1, 1<<32-1
 	}
+	if b.info.MaxWorkgroupCount == [3]uint32{} { // without grid limits: Vulkan's guaranteed minimum
+		b.info.MaxWorkgroupCount = [3]uint32{65535, 65535, 65535}
+	}
 	if err := b.initAddressing(AddressAuto); err != nil {
 		t.Fatal(err)
 	}

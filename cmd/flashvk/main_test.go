@@ -362,9 +362,15 @@ func TestBadFlags(t *testing.T) {
 // tinyBench runs a fast grid and returns the results file.
 func tinyBench(t *testing.T, path string, extra ...string) *ResultsFile {
 	t.Helper()
-	args := append([]string{"bench", "--backend", "cpu", "--seq", "32,64", "--dim", "16", "--tokens", "64", "--hidden", "32",
-		"--warmup", "0", "--iters", "3", "--progress", "lines", "--json", path}, extra...)
-	mustRun(t, args...)
+	return benchInto(t, path, append([]string{"bench", "--backend", "cpu", "--seq", "32,64", "--dim", "16", "--tokens", "64", "--hidden", "32",
+		"--warmup", "0", "--iters", "3", "--progress", "lines"}, extra...)...)
+}
+
+// benchInto runs flashvk args (a bench) with --json path and returns the
+// results it wrote.
+func benchInto(t *testing.T, path string, args ...string) *ResultsFile {
+	t.Helper()
+	mustRun(t, append(args, "--json", path)...)
 	f, err := readResults(path)
 	if err != nil {
 		t.Fatal(err)
@@ -565,13 +571,8 @@ func TestExplainRatesFinite(t *testing.T) {
 // one dtype) runs its points once — compare would keep only one of two
 // identical results.
 func TestBenchDuplicatePoints(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "dup.json")
-	mustRun(t, "bench", "--backend", "cpu", "--seq", "16,16", "--dim", "8,8", "--dtype", "f16,fp16", "--heads", "2", "--batch", "1",
-		"--causal", "false", "--warmup", "0", "--iters", "2", "--progress", "none", "--json", path)
-	f, err := readResults(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := benchInto(t, filepath.Join(t.TempDir(), "dup.json"), "bench", "--backend", "cpu", "--seq", "16,16", "--dim", "8,8",
+		"--dtype", "f16,fp16", "--heads", "2", "--batch", "1", "--causal", "false", "--warmup", "0", "--iters", "2", "--progress", "none")
 	if len(f.Results) != 1 {
 		t.Errorf("%d results, want 1: %+v", len(f.Results), f.Results)
 	}

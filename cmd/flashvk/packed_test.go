@@ -263,13 +263,8 @@ func TestRunCheckPacked(t *testing.T) {
 		t.Errorf("packed inputs of other lengths: exit %d: %s", code, errs)
 	}
 
-	path := filepath.Join(t.TempDir(), "packed.json")
-	mustRun(t, "bench", "--backend", "vulkan", "--seqlens", "40,0,9", "--dim", "16", "--heads", "2", "--dtype", "f32", "--causal", "both",
-		"--backward", "--check", "--warmup", "0", "--iters", "2", "--progress", "none", "--json", path)
-	f, err := readResults(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := benchInto(t, filepath.Join(t.TempDir(), "packed.json"), "bench", "--backend", "vulkan", "--seqlens", "40,0,9", "--dim", "16",
+		"--heads", "2", "--dtype", "f32", "--causal", "both", "--backward", "--check", "--warmup", "0", "--iters", "2", "--progress", "none")
 	if len(f.Results) != 4 {
 		t.Fatalf("%d results, want 4", len(f.Results))
 	}

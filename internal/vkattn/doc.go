@@ -13,7 +13,10 @@
 // grids, bindings and scratch buffers. Recording (Forward, Backward, Step,
 // the host path, Bench), Launches (what `flashvk explain` prints), the
 // per-kernel benchmark labels and the tuner all read its result, and a test
-// checks that the recorder dispatches exactly the planned launches.
+// checks that the recorder dispatches exactly the planned launches. A plan
+// whose grid exceeds the device's workgroup counts is refused there
+// (ErrTooLarge), not when recorded; MaxBatchChunk keeps the host path's
+// chunks within them (the bias kernels' z is B·Hq).
 //
 // A kernel family is one way to compute a pass (plan.go's registry, one
 // file each):

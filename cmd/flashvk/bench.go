@@ -251,7 +251,7 @@ func (f *benchFlags) grid(cpu bool, dtypes []attention.DType) ([]benchPoint, err
 						continue
 					}
 					seen[p.String()] = true
-					if err := p.features.effect(p.Nk, p.Causal); err == nil {
+					if err := errors.Join(p.features.effect(p.Nk, p.Causal), p.windowEffect()); err == nil {
 						effective = true
 					} else if noEffect == nil {
 						noEffect = err

@@ -393,6 +393,13 @@ func (s *shapeFlags) checkDecodeEffect(p decodeProblem) error {
 	if err := p.features.effect(p.Nk, p.Causal); err != nil {
 		return err
 	}
+	if w := p.Window; w != nil {
+		q := p
+		q.features.Window = nil
+		if p.flops() == q.flops() {
+			return windowNoEffect(w)
+		}
+	}
 	switch {
 	case s.given("causal") && p.Nq == 1 && p.Align == attention.BottomRight:
 		return usagef("--causal has no effect: with Nq = 1 the decoding mask (bottom-right) shows the query every cache row (add --align top-left for a top-left mask)")

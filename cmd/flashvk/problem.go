@@ -133,6 +133,25 @@ func (p problem) flops(backward bool) float64 {
 	return f
 }
 
+// windowEffect refuses a --window that hides no (query, key) pair of p:
+// the visible pairs, counted exactly, are the same without it.
+func (p problem) windowEffect() error {
+	if p.Window == nil {
+		return nil
+	}
+	q := p
+	q.features.Window = &[2]int{-1, -1} // (unbounded, but set: Flops then counts the pairs exactly, as with p's)
+	if with, without := p.flops(false), q.flops(false); with == without && !math.IsNaN(with) {
+		return windowNoEffect(p.Window)
+	}
+	return nil
+}
+
+// windowNoEffect is the usage error of a --window w that hides nothing.
+func windowNoEffect(w *[2]int) error {
+	return usagef("--window %d,%d has no effect: it hides no key any query of this problem sees (omit it, or narrow it)", w[0], w[1])
+}
+
 // flopsRule says how flops counts.
 func (p problem) flopsRule() string {
 	if p.packed() {

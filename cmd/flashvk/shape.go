@@ -343,6 +343,9 @@ func (s *shapeFlags) checkProblem(p problem) error {
 	if err := p.features.effect(p.Nk, p.Causal); err != nil {
 		return err
 	}
+	if err := p.windowEffect(); err != nil {
+		return err
+	}
 	switch {
 	case !s.given("align"):
 	case !p.Causal && !p.diagonal():

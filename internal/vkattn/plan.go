@@ -446,10 +446,7 @@ func (b *Backend) prepare(s *scratch, pl *Plan, push func(l *Launch, bufs operan
 				return nil, fmt.Errorf("vkattn: %s: operand %v not bound", l.key.Name, op)
 			}
 		}
-		if err := pipeline.CheckGroups(b.info, l.Grid); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrTooLarge, l.key.Name, err)
-		}
-		block, err := push(l, bufs)
+		block, err := push(l, bufs) // (Plan checked the grid against the device's counts)
 		if err != nil {
 			return nil, err
 		}

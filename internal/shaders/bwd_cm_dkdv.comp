@@ -120,23 +120,25 @@ const uint NPL = (BR + WG - 1u) / WG;
 		} \
 	}
 
-// SOFTMAX_M1(CAREFUL), SOFTMAX_M0(CAREFUL): Pᵀ and dSᵀ of the subgroup's
-// keys against the step's query rows, in registers (MODE 1, into pA and
-// dsA) or through shared memory (MODE 0, into sP and sdS); CAREFUL as in
-// params.glsl. With EXT the score is ext_score of the raw product Sᵀ and
+// SOFTMAX_M1(CAREFUL, MASKED), SOFTMAX_M0(CAREFUL): Pᵀ and dSᵀ of the
+// subgroup's keys against the step's query rows, in registers (MODE 1,
+// into pA and dsA) or through shared memory (MODE 0, into sP and sdS);
+// CAREFUL as in params.glsl. MODE 1 without MASKED takes every element as
+// visible: only for a step whose rows all see the whole key tile, none
+// careful, none past the sequence's. With EXT the score is ext_score of the raw product Sᵀ and
 // dPᵀ − D is scaled by ext_dsoft(Sᵀ) (dSᵀ is w.r.t. the capped score; a
 // masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites
 // Sᵀ. With dropout Pᵀ·keep is dV's operand and dSᵀ = Pᵀ ∘ (keep·s·dPᵀ −
 // D), s the kept elements' scale (dV's store applies it). MODE 1 writes
 // only the A operands its PART uses (an unused one, written and dropped,
 // crashed Mesa 26 lavapipe's shader compiler).
-#define SOFTMAX_M1(CAREFUL) \
+#define SOFTMAX_M1(CAREFUL, MASKED) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint col = t * CM_N + colOf[i]; \
 			uint kj = c0 + sgk + rowOf[i]; \
 			float l2 = sL[col]; \
-			bool vis = l2 != NEG_INF && !(need_mask && (kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
+			bool vis = !(MASKED) || (l2 != NEG_INF && !(kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
 			float x = EXT != 0u ? ext_score_b(S[t][i], r0 + col, kj, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float keep = drop_keep(col, sgk + rowOf[i]); \
 			float g = dP[t][i] * (keep * dscale) - sDr[col]; \
@@ -389,8 +391,9 @@ void main() {
 			}
 
 			// No mask needed when the step's first row sees every key of the
-			// tile up to its end and its last row from its start.
-			bool need_mask = key_limit(r0) < c0 + KB || key_first(r0 + rows - 1u) > c0;
+			// tile up to its end and its last row from its start, and the
+			// step has BR rows (rows past the sequence's have LSE −inf).
+			bool need_mask = key_limit(r0) < c0 + KB || key_first(r0 + rows - 1u) > c0 || rows < BR;
 
 			// MODE 1 with a bias: the subgroup's bias values (Sᵀ's
 			// component i of accumulator t: query r0 + t·CM_N + colOf[i],
@@ -437,9 +440,11 @@ void main() {
 			MATA dsA[NKC];
 			if (MODE == 1u) {
 				if (careful) {
-					SOFTMAX_M1(true)
+					SOFTMAX_M1(true, true)
+				} else if (need_mask) {
+					SOFTMAX_M1(false, true)
 				} else {
-					SOFTMAX_M1(false)
+					SOFTMAX_M1(false, false)
 				}
 			} else {
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {

@@ -71,17 +71,19 @@ const uint NOF = DVP / CM_K;  // dO fragments (A)
 const uint NST = BC / CM_N;   // S/dP accumulators per subgroup
 const uint NKC = BC / CM_K;   // key chunks of dS·K
 const uint NDQ = DP / CM_N;   // dQ accumulators
-// DS_M1(CAREFUL), DS_M0(CAREFUL): dS of the subgroup's rows against the key
-// tile, in registers (MODE 1, into dsA) or through shared memory (MODE 0,
-// into sdS); CAREFUL as in params.glsl. With EXT the score is ext_score of
+// DS_M1(CAREFUL, MASKED), DS_M0(CAREFUL): dS of the subgroup's rows
+// against the key tile, in registers (MODE 1, into dsA) or through shared
+// memory (MODE 0, into sdS); CAREFUL as in params.glsl. MODE 1 without
+// MASKED takes every element as visible: only for a tile every row of
+// the workgroup sees whole, no row careful, none past the sequence's. With EXT the score is ext_score of
 // the raw product S and dP − D is scaled by ext_dsoft(S) (dS is w.r.t. the
 // capped score; a masked element's dS stays 0). With dropout dS = P ∘
 // (keep·s·dP − D), s the kept elements' scale.
-#define DS_M1(CAREFUL) \
+#define DS_M1(CAREFUL, MASKED) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint c = c0 + t * CM_N + colOf[i]; \
-			bool vis = lOf[i] != NEG_INF && !(need_mask && (c >= limOf[i] || c < fstOf[i])); \
+			bool vis = !(MASKED) || (lOf[i] != NEG_INF && c - fstOf[i] < widOf[i]); \
 			float x = EXT != 0u ? ext_score_b(S[t][i], r0 + sgr + rowOf[i], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], t * CM_N + colOf[i]) * dscale) - dOf[i]; \
 			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
@@ -193,19 +195,19 @@ void main() {
 	bool careful;
 	CAREFUL_ROWS(careful, sL, rows)
 
-	// MODE 1: LSE·log2e, D and visible keys (fstOf … limOf−1) of each
-	// accumulator component's row.
+	// MODE 1: LSE·log2e, D and visible keys (fstOf … fstOf+widOf−1) of
+	// each accumulator component's row.
 	float lOf[CM_LEN];
 	float dOf[CM_LEN];
-	uint limOf[CM_LEN];
 	uint fstOf[CM_LEN];
+	uint widOf[CM_LEN];
 	if (MODE == 1u) {
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 			uint r = sgr + rowOf[i];
 			lOf[i] = sL[r];
 			dOf[i] = sDr[r];
-			limOf[i] = r < rows ? key_limit(r0 + r) : 0u;
 			fstOf[i] = r < rows ? key_first(r0 + r) : 0u;
+			widOf[i] = r < rows ? key_limit(r0 + r) - fstOf[i] : 0u;
 		}
 	}
 
@@ -240,8 +242,10 @@ void main() {
 		barrier();
 		// Masking (causal, a window edge, or the tail past Nk) is needed
 		// when the workgroup's first row does not see every key of the tile
-		// up to its end or its last row not from its start.
-		bool need_mask = c0 + BC > lim_lo || c0 < fst_hi;
+		// up to its end or its last row not from its start; and in a
+		// workgroup of fewer than BR rows (its rows past the sequence's
+		// have LSE −inf).
+		bool need_mask = c0 + BC > lim_lo || c0 < fst_hi || rows < BR;
 
 		// MODE 1 with a bias: the subgroup's bias values, loaded before the
 		// MMAs are issued (their latency overlaps them).
@@ -270,9 +274,11 @@ void main() {
 		MATA dsA[NKC];
 		if (MODE == 1u) {
 			if (careful) {
-				DS_M1(true)
+				DS_M1(true, true)
+			} else if (need_mask) {
+				DS_M1(false, true)
 			} else {
-				DS_M1(false)
+				DS_M1(false, false)
 			}
 		} else {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {

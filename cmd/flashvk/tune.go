@@ -295,6 +295,19 @@ tuning:
 	}
 	var c *attention.TuneCache
 	if !f.dryRun {
+		// Read, merged and written back under the cache's lock, so that
+		// other tunes (one per GPU of the host) keep their entries (a
+		// device or pipe is written, not merged: no lock).
+		if !special(path) {
+			unlock, err := attention.LockTuneCache(ctx, path)
+			if err != nil {
+				if ctx.Err() != nil {
+					return interruptedError{detail: "waiting for the tune cache's lock (no cache or --json written)", err: ctx.Err()}
+				}
+				return outErr(cacheFlag, path, "%v", err)
+			}
+			defer unlock()
+		}
 		var lerr error
 		c, lerr = await(ctx, func() (*attention.TuneCache, error) {
 			c, err := attention.LoadTuneCache(path)

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flashvk/flashvk/attention"
 )
@@ -157,5 +159,54 @@ func checkTuneJSON(t *testing.T, path string, n int) {
 		if timed == 0 {
 			t.Errorf("%s: no timed candidate: %+v", r.Key, r.Events)
 		}
+	}
+}
+
+// TestTuneKeepsConcurrentEntries: entries that another writer puts into
+// the cache (under its lock) while a tune runs are all there after the
+// tune has written its own: tune reads, merges and writes under the lock.
+func TestTuneKeepsConcurrentEntries(t *testing.T) {
+	skipWithoutVulkan(t)
+	path := filepath.Join(t.TempDir(), "tune.json")
+	done := make(chan struct{})
+	var code int
+	var out, errs string
+	go func() {
+		defer close(done)
+		code, out, errs = flashvk(t, "tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--dim", "16", "--causal", "false",
+			"--seq", "32", "--dir", "fwd", "--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--warmup", "0")
+	}()
+	others := 0
+	for running := true; running; others++ {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		unlock, err := attention.LockTuneCache(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := attention.LoadTuneCache(path)
+		if err == nil {
+			c.Put(attention.TuneEntry{Device: attention.DeviceKey{Name: "other"}, Key: attention.TuneKey{Family: "flash", D: 64, DV: 64},
+				N: 1 + others, Candidate: "x"})
+			err = c.Save(path)
+		}
+		unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if code != 0 {
+		t.Fatalf("tune: exit %d\n%s\n%s", code, out, errs)
+	}
+	c, err := attention.LoadTuneCache(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Entries) != others+1 {
+		t.Errorf("%d entries, want the tune's 1 and the other writer's %d", len(c.Entries), others)
 	}
 }

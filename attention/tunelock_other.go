@@ -1,4 +1,4 @@
-//go:build !unix && !windows
+//go:build !windows && (!unix || solaris || aix)
 
 package attention
 
@@ -7,8 +7,9 @@ import (
 	"os"
 )
 
-// tryLock: this platform has no file locks that flashvk uses, so the tune
-// cache cannot be updated safely there (LockTuneCache fails).
+// tryLock: flashvk has no file lock for this system (flock, LockFileEx),
+// so the tune cache cannot be updated safely there (LockTuneCache fails
+// with errors.ErrUnsupported).
 func tryLock(*os.File) (bool, error) { return false, errors.ErrUnsupported }
 
 func unlockFile(*os.File) {}

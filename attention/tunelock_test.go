@@ -114,3 +114,13 @@ func TestLockTuneCacheLink(t *testing.T) {
 		t.Fatalf("lock through a link while the file's is held: %v, want %v", err, context.DeadlineExceeded)
 	}
 }
+
+// TestLockTuneCacheDone: a context already done gets its error, not the
+// lock, even when the lock is free.
+func TestLockTuneCacheDone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := LockTuneCache(ctx, filepath.Join(t.TempDir(), TuneCacheName)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("lock with a cancelled context: %v, want %v", err, context.Canceled)
+	}
+}

@@ -6,7 +6,8 @@ package main
 // temporary file in its target's folder, and only when every one is
 // complete are they renamed over their targets. A command that fails —
 // an output it cannot write, a full disk, an interrupt — leaves no new
-// file and every existing target as it was. A target that exists and is
+// file (but tune's lock file beside the cache, attention.LockTuneCache's,
+// which stays for the next tune) and every existing target as it was. A target that exists and is
 // not a regular file (a device such as /dev/null, a FIFO, /dev/stdout on
 // a pipe) is never replaced: its output is staged in the system's
 // temporary folder and written into it after the renames.

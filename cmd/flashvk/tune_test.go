@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -170,37 +171,46 @@ func TestTuneKeepsConcurrentEntries(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tune.json")
 	done := make(chan struct{})
 	var code int
-	var out, errs string
-	go func() {
+	var out, errb bytes.Buffer
+	go func() { // (not flashvk(t, …): no t.Fatal off the test's goroutine)
 		defer close(done)
-		code, out, errs = flashvk(t, "tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--dim", "16", "--causal", "false",
-			"--seq", "32", "--dir", "fwd", "--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--warmup", "0")
+		code = newApp(&out, &errb).execute(context.Background(), []string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32",
+			"--dim", "16", "--causal", "false", "--seq", "32", "--dir", "fwd", "--tokens", "32", "--hidden", "16", "--max-candidates", "2",
+			"--iters", "2", "--warmup", "0"})
 	}()
 	others := 0
-	for running := true; running; others++ {
+	var werr error // the other writer's first error (the tune is waited for first)
+	for running := true; running; {
 		select {
 		case <-done:
 			running = false
 		default:
 		}
+		if werr != nil {
+			time.Sleep(time.Millisecond)
+			continue
+		}
 		unlock, err := attention.LockTuneCache(context.Background(), path)
 		if err != nil {
-			t.Fatal(err)
+			werr = err
+			continue
 		}
 		c, err := attention.LoadTuneCache(path)
 		if err == nil {
+			others++
 			c.Put(attention.TuneEntry{Device: attention.DeviceKey{Name: "other"}, Key: attention.TuneKey{Family: "flash", D: 64, DV: 64},
-				N: 1 + others, Candidate: "x"})
+				N: others, Candidate: "x"})
 			err = c.Save(path)
 		}
 		unlock()
-		if err != nil {
-			t.Fatal(err)
-		}
+		werr = err
 		time.Sleep(time.Millisecond)
 	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
 	if code != 0 {
-		t.Fatalf("tune: exit %d\n%s\n%s", code, out, errs)
+		t.Fatalf("tune: exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
 	c, err := attention.LoadTuneCache(path)
 	if err != nil {

@@ -1,16 +1,16 @@
 package main
 
-// The files a command writes (run --out, bench --json, tune --json and
-// the tune cache, report -o and --markdown) are written all or none:
-// every path is checked before any work, each file is written to a
-// temporary file in its target's folder, and only when every one is
-// complete are they renamed over their targets. A command that fails —
-// an output it cannot write, a full disk, an interrupt — leaves no new
-// file (but tune's lock file beside the cache, attention.LockTuneCache's,
-// which stays for the next tune) and every existing target as it was. A target that exists and is
-// not a regular file (a device such as /dev/null, a FIFO, /dev/stdout on
-// a pipe) is never replaced: its output is staged in the system's
-// temporary folder and written into it after the renames.
+// The files a command writes (run --out, bench --json, tune --json and the
+// tune cache, report -o and --markdown) are written all or none: every path
+// is checked before any work, each file is written to a temporary file in
+// its target's folder, and only when every one is complete are they renamed
+// over their targets. A command that fails — an output it cannot write, a
+// full disk, an interrupt — leaves no new file (but tune's lock file beside
+// the cache, attention.LockTuneCache's, which stays for the next tune) and
+// every existing target as it was. A target that exists and is not a regular
+// file (a device such as /dev/null, a FIFO, /dev/stdout on a pipe) is never
+// replaced: its output is staged in the system's temporary folder and
+// written into it after the renames.
 
 import (
 	"bufio"

@@ -121,17 +121,17 @@ const uint NPL = (BR + WG - 1u) / WG;
 	}
 
 // SOFTMAX_M1(CAREFUL, MASKED), SOFTMAX_M0(CAREFUL): Pᵀ and dSᵀ of the
-// subgroup's keys against the step's query rows, in registers (MODE 1,
-// into pA and dsA) or through shared memory (MODE 0, into sP and sdS);
-// CAREFUL as in params.glsl. MODE 1 without MASKED takes every element as
-// visible: only for a step whose rows all see the whole key tile, none
-// careful, none past the sequence's. With EXT the score is ext_score of the raw product Sᵀ and
+// subgroup's keys against the step's query rows, in registers (MODE 1, into
+// pA and dsA) or through shared memory (MODE 0, into sP and sdS); CAREFUL as
+// in params.glsl. MODE 1 without MASKED takes every element as visible: only
+// for a step whose rows all see the whole key tile, none careful, none past
+// the sequence's. With EXT the score is ext_score of the raw product Sᵀ and
 // dPᵀ − D is scaled by ext_dsoft(Sᵀ) (dSᵀ is w.r.t. the capped score; a
-// masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites
-// Sᵀ. With dropout Pᵀ·keep is dV's operand and dSᵀ = Pᵀ ∘ (keep·s·dPᵀ −
-// D), s the kept elements' scale (dV's store applies it). MODE 1 writes
-// only the A operands its PART uses (an unused one, written and dropped,
-// crashed Mesa 26 lavapipe's shader compiler).
+// masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites Sᵀ.
+// With dropout Pᵀ·keep is dV's operand and dSᵀ = Pᵀ ∘ (keep·s·dPᵀ − D), s
+// the kept elements' scale (dV's store applies it). MODE 1 writes only the A
+// operands its PART uses (an unused one, written and dropped, crashed Mesa
+// 26 lavapipe's shader compiler).
 #define SOFTMAX_M1(CAREFUL, MASKED) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \

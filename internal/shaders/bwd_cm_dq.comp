@@ -71,14 +71,14 @@ const uint NOF = DVP / CM_K;  // dO fragments (A)
 const uint NST = BC / CM_N;   // S/dP accumulators per subgroup
 const uint NKC = BC / CM_K;   // key chunks of dS·K
 const uint NDQ = DP / CM_N;   // dQ accumulators
-// DS_M1(CAREFUL, MASKED), DS_M0(CAREFUL): dS of the subgroup's rows
-// against the key tile, in registers (MODE 1, into dsA) or through shared
-// memory (MODE 0, into sdS); CAREFUL as in params.glsl. MODE 1 without
-// MASKED takes every element as visible: only for a tile every row of
-// the workgroup sees whole, no row careful, none past the sequence's. With EXT the score is ext_score of
-// the raw product S and dP − D is scaled by ext_dsoft(S) (dS is w.r.t. the
-// capped score; a masked element's dS stays 0). With dropout dS = P ∘
-// (keep·s·dP − D), s the kept elements' scale.
+// DS_M1(CAREFUL, MASKED), DS_M0(CAREFUL): dS of the subgroup's rows against
+// the key tile, in registers (MODE 1, into dsA) or through shared memory
+// (MODE 0, into sdS); CAREFUL as in params.glsl. MODE 1 without MASKED takes
+// every element as visible: only for a tile every row of the workgroup sees
+// whole, no row careful, none past the sequence's. With EXT the score is
+// ext_score of the raw product S and dP − D is scaled by ext_dsoft(S) (dS is
+// w.r.t. the capped score; a masked element's dS stays 0). With dropout dS =
+// P ∘ (keep·s·dP − D), s the kept elements' scale.
 #define DS_M1(CAREFUL, MASKED) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \

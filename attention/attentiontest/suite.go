@@ -18,9 +18,12 @@
 // the float64 reference may be at most twice that of a PyTorch-style
 // computation in the same 16-bit type (matrix products accumulated in fp32
 // and rounded to it, softmax in fp32 rounded to it) on the same inputs; that
-// baseline is emulated here. A floor of half an ulp at 1 (2^-12 for fp16,
-// 2^-9 for bf16) keeps bounds from collapsing where the baseline happens to
-// be exact. Inputs are drawn as values representable in the storage type.
+// baseline is emulated here. Where rows have few keys the gradients'
+// bound is also at least twice the error of exact arithmetic on the same
+// 16-bit O, rounded once to the 16-bit type (no kernel can do better). A
+// floor of half the ulp of values in [1/2, 1) (2^-12 for fp16, 2^-9 for
+// bf16) keeps bounds from collapsing where the baseline happens to be
+// exact. Inputs are drawn as values representable in the storage type.
 //
 // Seeds: every run draws a new seed and logs it; FLASHVK_SEED=n replays one.
 package attentiontest

@@ -14,10 +14,12 @@ import (
 const Float32Tol = 1e-5
 
 // f16Floor keeps fp16 bounds from collapsing where the baseline happens to
-// be exact (one key per row, zero gradients): half an fp16 ulp at 1.
+// be exact (one key per row, zero gradients): half the fp16 ulp of values
+// in [1/2, 1) (2^-12).
 const f16Floor = 1.0 / 4096
 
-// bf16Floor is the same for bf16: half a bf16 ulp at 1 (2^-9).
+// bf16Floor is the same for bf16: half the bf16 ulp of values in [1/2, 1)
+// (2^-9).
 const bf16Floor = 1.0 / 512
 
 // idealMaxWork bounds Nq·Nk·max(D, Dv) of the cases whose 16-bit gradient
@@ -38,8 +40,9 @@ func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 	base := in.lowPrecisionBaseline(round, round, ref.O)
 	// The backward under test gets O rounded to the 16-bit type; with few
 	// keys per row D = rowsum(dO ∘ O) cancels against dP and that rounding
-	// alone sets the gradients' error. ideal is exact arithmetic (fp32
-	// accumulation, nothing rounded) on that same rounded O: no kernel can
+	// alone sets the gradients' error. ideal is exact arithmetic (nothing
+	// rounded in between) on that same rounded O, its gradients rounded
+	// once to the 16-bit type the kernel must store them in: no kernel can
 	// beat it, so the bound is also at least twice its error.
 	// It costs a second emulation, O(Nq·Nk·d) scalar work; it can only bind
 	// where rows have few keys, so long cases (whose rows have many) skip it.
@@ -292,8 +295,10 @@ func rb16(x float64) float64 { return float64(bfloat16.FromFloat32(float32(x)).F
 // the suite hands the backward under test — so that both face the same
 // input (with few keys dS = P(dP − D) cancels, and a different rounding of
 // O alone can move rel_l2(dQ) by several times).
-// rO rounds refO (the O handed to the backward).
-func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []float64) *Ref {
+// r16 rounds the intermediate products; store rounds to the storage type:
+// refO (the O handed to the backward) and every output (O, dQ, dK, dV and
+// a dBias not stored as float32), which a kernel must write in that type.
+func (in *Inputs) lowPrecisionBaseline(r16, store func(float64) float64, refO []float64) *Ref {
 	c := in.Case
 	p := in.params()
 	scale := p.EffectiveScale()
@@ -315,7 +320,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 	}
 	oIn := make([]float64, len(refO))
 	for i, x := range refO {
-		oIn[i] = rO(x)
+		oIn[i] = store(x)
 	}
 	kvSums := map[[2]int][]float64{} // per (b, kv head): dK and dV accumulated in fp32 across the group
 	for b := range c.B {
@@ -354,7 +359,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 					for j := range c.Nk {
 						acc += float32(P[i][j] * p.DropFactor(b, h, i, j) * in.v64[vi(b, j, kh)+d])
 					}
-					r.O[oi(b, i, h)+d] = r16(float64(acc))
+					r.O[oi(b, i, h)+d] = store(float64(acc))
 				}
 			}
 			// Backward from the O the suite hands the kernel (refO rounded).
@@ -385,7 +390,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 					for j := range c.Nk {
 						acc += float32(dS[j] * in.k64[ki(b, j, kh)+d])
 					}
-					r.DQ[qi(b, i, h)+d] = r16(scale * float64(acc))
+					r.DQ[qi(b, i, h)+d] = store(scale * float64(acc))
 				}
 				for j := range c.Nk {
 					for d := range c.D {
@@ -400,17 +405,17 @@ func (in *Inputs) lowPrecisionBaseline(r16, rO func(float64) float64, refO []flo
 	}
 	if r.DB != nil && !c.Bias.F32 {
 		for n, x := range r.DB {
-			r.DB[n] = r16(x)
+			r.DB[n] = store(x)
 		}
 	}
 	for key, acc := range kvSums {
 		b, kh := key[0], key[1]
 		for j := range c.Nk {
 			for d := range c.D {
-				r.DK[ki(b, j, kh)+d] = r16(scale * acc[j*(c.D+c.Dv)+d])
+				r.DK[ki(b, j, kh)+d] = store(scale * acc[j*(c.D+c.Dv)+d])
 			}
 			for d := range c.Dv {
-				r.DV[vi(b, j, kh)+d] = r16(acc[j*(c.D+c.Dv)+c.D+d])
+				r.DV[vi(b, j, kh)+d] = store(acc[j*(c.D+c.Dv)+c.D+d])
 			}
 		}
 	}

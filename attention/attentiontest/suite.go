@@ -244,6 +244,10 @@ func FeatureCases() []Case {
 		{Name: "alibi", B: 2, Hq: 4, Hkv: 4, Nq: 129, Nk: 129, D: 64, Dv: 64, Causal: true, ALiBi: 1},
 		{Name: "alibi", B: 2, Hq: 4, Hkv: 2, Nq: 50, Nk: 70, D: 64, Dv: 64, Align: br, ALiBi: 2},
 		{Name: "alibi", B: 1, Hq: 8, Hkv: 1, Nq: 65, Nk: 33, D: 32, Dv: 32, ALiBi: 1, Softcap: 3},
+		// Enough query rows for the large 64 < d ≤ 128 tile that a GPU's
+		// forward takes with ALiBi (and a bias: BiasCases) from 2048 rows
+		// on; d 96 so that it fits Mesa's lavapipe too.
+		{Name: "alibi-long", B: 1, Hq: 1, Hkv: 1, Nq: 2048, Nk: 300, D: 96, Dv: 96, Causal: true, Align: br, ALiBi: 1},
 		{Name: "seqused", B: 3, Hq: 2, Hkv: 1, Nq: 64, Nk: 129, D: 64, Dv: 64, Causal: true, Align: br, SeqUsedK: []int32{129, 0, 17}},
 		{Name: "seqused", B: 3, Hq: 2, Hkv: 2, Nq: 40, Nk: 100, D: 32, Dv: 32, SeqUsedK: []int32{1, 100, 63}, Window: win(20, 10), ALiBi: 2},
 		{Name: "d256", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 129, D: 256, Dv: 256, Causal: true, Align: br, Window: win(40, 0), Softcap: 10},

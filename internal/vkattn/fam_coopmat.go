@@ -168,7 +168,7 @@ func (b *Backend) cmTileFor(ctx context.Context, l *CMLayout, p *spec.Problem, d
 			return t, SourceTuned, nil
 		}
 	}
-	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 	if err != nil {
 		return CMTile{}, "", fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
 	}
@@ -322,7 +322,7 @@ func log2Dist(a, b []int) float64 {
 // must not replace (the large tile spills there).
 var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
-		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext != nil, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
+		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
 	},
 	func(*CMLayout) []CMTile {
 		var out []CMTile
@@ -417,23 +417,28 @@ const cmLargeNq = 2048
 // nsg4-bc32-pf1 (any layout, the fallback). Above d 128: MODE 1
 // nsg4-bc32 without prefetch (the tuner's pick at d 256, N 4096: 157
 // TFLOP/s against MODE 0's 55; the prefetch registers spill there). The
-// extended variant (ext: a window, softcap, ALiBi, key counts, packed
-// sequences or dropout) takes the smaller tiles at every length: its
-// extra per-row state pushed the large tile past the 255 registers an
-// NVIDIA H200 invocation has (spilled to local memory, 96 bytes; 144 with
-// dropout), and the small tile runs it 1.3× faster there
+// extended variant (ext non-nil: a window, softcap, ALiBi, key counts,
+// packed sequences, dropout or a bias) takes the smaller tiles at every
+// length: its extra per-row state pushed the large tile past the 255
+// registers an NVIDIA H200 invocation has (spilled to local memory, 96
+// bytes; 144 with dropout), and the small tile runs it 1.3× faster there
 // (window 152 → 200 TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128,
-// N 16384; bench/NOTES.md). The tune cache overrides these per device.
-func cmTiles(l *CMLayout, d, dv, nq int, ext bool) []CMTile {
+// N 16384; bench/NOTES.md). Since the score loop lost its mask on the
+// tiles that need none, ALiBi's and a bias's score terms run faster on
+// plain's d 128 tile (extLargeTile); softcap, dropout, the window and
+// packed sequences keep the small one. The tune cache overrides these
+// per device.
+func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 	var ts []CMTile
 	if l.Mode1 {
-		large := nq >= cmLargeNq && !ext
+		long := nq >= cmLargeNq
+		large := long && ext == nil
 		switch dm := max(d, dv); {
 		case dm <= 64 && large:
 			ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
 		case dm <= 64:
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
-		case dm <= 128 && large:
+		case dm <= 128 && (large || long && extLargeTile(ext)):
 			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:
 			ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
@@ -497,9 +502,22 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 	return nil
 }
 
-// chooseCMTile returns the first tile of cmTiles that fits (ext: for the
-// extended variant; drop: with dropout's keep bits).
-func chooseCMTile(l *CMLayout, d, dv, nq int, ext, drop bool, sharedMax, maxWG int) (CMTile, error) {
+// extLargeTile reports whether the extended variant takes plain's large
+// tile at 64 < d ≤ 128: with ALiBi or a bias, and neither softcap nor
+// dropout. Measured on an NVIDIA H200 (fp16, d 128, N 16384, causal,
+// forward; bench/NOTES.md), nsg8-bc64 against nsg8-bc32: a dense bias
+// 12.45 → 11.28 ms, a document mask 3.45 → 3.23, ALiBi 5.10 → 5.01;
+// softcap 5.93 → 6.10, dropout 5.76 → 6.66, the window 2.02 → 2.04 and
+// packed sequences 0.620 → 0.633 went the other way.
+func extLargeTile(ext *spec.Ext) bool {
+	return ext != nil && (ext.Bias != nil || ext.Slopes != nil) && ext.Softcap == 0 && ext.Dropout == nil
+}
+
+// chooseCMTile returns the first tile of cmTiles that fits (ext: the
+// problem's options, nil for the plain variant; with dropout the tile
+// also holds the keep bits).
+func chooseCMTile(l *CMLayout, d, dv, nq int, ext *spec.Ext, sharedMax, maxWG int) (CMTile, error) {
+	drop := ext != nil && ext.Dropout != nil
 	c, err := firstFit(cmTiles(l, d, dv, nq, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, drop, sharedMax, maxWG) })
 	if err != nil {
 		return CMTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)

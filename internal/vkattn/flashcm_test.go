@@ -196,7 +196,7 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 256, 256, 4096, 32 << 10, ""}, // nothing fits: scalar flash
 		{l, 300, 64, 4096, sh, ""},
 	} {
-		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, false, false, c.sh, wg)
+		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, nil, c.sh, wg)
 		if c.want == "" {
 			if err == nil {
 				t.Errorf("d %d dv %d nq %d shared %d: chose %v, want none", c.d, c.dv, c.nq, c.sh, got)
@@ -207,13 +207,26 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("d %d dv %d nq %d shared %d: %v (%v), want %s", c.d, c.dv, c.nq, c.sh, got, err, c.want)
 		}
 	}
-	// The extended variant takes the small tiles at every length.
+	// The extended variant takes the small tiles at every length, except
+	// at d 128 with ALiBi or a bias and neither softcap nor dropout from
+	// plain's large-tile length on.
+	win := &spec.Ext{Left: 100, Right: 0}
+	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}
+	bias := &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}
+	drop := &spec.Dropout{Threshold: 6554}
 	for _, c := range []struct {
 		d, nq int
+		ext   *spec.Ext
 		want  string
-	}{{128, 16384, "nsg8-bc32-mode1-pf1"}, {64, 16384, "nsg4-bc32-mode1-pf1"}, {256, 4096, "nsg4-bc32-mode1-pf0"}} {
-		if got, err := chooseCMTile(l, c.d, c.d, c.nq, true, false, sh, wg); err != nil || got.String() != c.want {
-			t.Errorf("extended d %d nq %d: %v (%v), want %s", c.d, c.nq, got, err, c.want)
+	}{
+		{128, 16384, win, "nsg8-bc32-mode1-pf1"}, {64, 16384, win, "nsg4-bc32-mode1-pf1"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"},
+		{128, 16384, alibi, "nsg8-bc64-mode1-pf1"}, {128, 16384, bias, "nsg8-bc64-mode1-pf1"}, {128, 2047, bias, "nsg8-bc32-mode1-pf1"},
+		{64, 16384, alibi, "nsg4-bc32-mode1-pf1"}, {256, 4096, bias, "nsg4-bc32-mode1-pf0"},
+		{128, 16384, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}, Softcap: 30}, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
+	} {
+		if got, err := chooseCMTile(l, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("extended %+v d %d nq %d: %v (%v), want %s", *c.ext, c.d, c.nq, got, err, c.want)
 		}
 	}
 	// Above d 128 the backward splits dK/dV into two launches; PART 2,
@@ -257,7 +270,7 @@ func TestChooseCMTile(t *testing.T) {
 	if need > sh {
 		t.Errorf("dropout d256 %v needs %d bytes, more than %d", d256, need, sh)
 	}
-	if got, err := chooseCMTile(&mode0, 256, 256, 4096, true, true, sh, wg); err != nil || got != d256 {
+	if got, err := chooseCMTile(&mode0, 256, 256, 4096, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, wg); err != nil || got != d256 {
 		t.Errorf("dropout d256 (MODE 0 layout): %v (%v), want %v", got, err, d256)
 	}
 	if err := CheckCMTile(l, d256, 256, 256, true, need-1, wg); err == nil {

@@ -26,6 +26,10 @@
 // exact. Inputs are drawn as values representable in the storage type.
 //
 // Seeds: every run draws a new seed and logs it; FLASHVK_SEED=n replays one.
+//
+// The suite's checks are tested themselves (package attention's
+// TestSuiteCatchesFaults): engines with one deliberate error each must
+// fail them.
 package attentiontest
 
 import (

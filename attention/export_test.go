@@ -2,6 +2,7 @@ package attention
 
 import (
 	"context"
+	"fmt"
 	"math"
 
 	"github.com/flashvk/flashvk/bfloat16"
@@ -15,27 +16,41 @@ type Fault string
 
 const (
 	// FaultNone is the CPU backend unchanged (the control).
-	FaultNone Fault = ""
+	FaultNone Fault = "none"
 	// FaultScale scores with the scale 1% too large, forward and backward.
 	FaultScale Fault = "scale"
-	// FaultLastRow leaves O's last query row of the first sequence and
-	// head at 0 (a tail tile's row not stored).
+	// FaultLastRow overwrites O's last query row of the first sequence and
+	// head with 0 (a tail tile's row lost).
 	FaultLastRow Fault = "last-row"
 	// FaultLSE writes the first row's LSE in log2 units instead of ln.
 	FaultLSE Fault = "lse"
-	// FaultDK zeroes dK's first key row of the first sequence and KV head
-	// (a key tile's row not stored).
+	// FaultDK overwrites dK's first key row of the first sequence and KV
+	// head with 0 (a key tile's row lost).
 	FaultDK Fault = "dk"
 )
 
-// OpenFaulty returns a CPU engine with fault f, for the suite's own test.
-func OpenFaulty(f Fault) *Engine { return newEngine(&faulty{backend: newCPUBackend(0), f: f}) }
+// Faults are every Fault, FaultNone first.
+var Faults = []Fault{FaultNone, FaultScale, FaultLastRow, FaultLSE, FaultDK}
 
+// OpenFaulty returns a CPU engine with fault f, for the suite's own test;
+// an unknown f is an error.
+func OpenFaulty(f Fault) (*Engine, error) {
+	for _, g := range Faults {
+		if f == g {
+			return newEngine(&faulty{backend: newCPUBackend(0), f: f}), nil
+		}
+	}
+	return nil, fmt.Errorf("attention: unknown fault %q: %w", f, ErrOption)
+}
+
+// faulty is the CPU backend with fault f applied to its calls.
 type faulty struct {
 	backend
 	f Fault
 }
 
+// problem is p as the fault computes it (a copy with the wrong scale under
+// FaultScale).
 func (x *faulty) problem(p *spec.Problem) *spec.Problem {
 	if x.f != FaultScale {
 		return p
@@ -45,6 +60,7 @@ func (x *faulty) problem(p *spec.Problem) *spec.Problem {
 	return &q
 }
 
+// Forward is the backend's, then the output faults.
 func (x *faulty) Forward(ctx context.Context, p *spec.Problem, a *forwardArgs) error {
 	if err := x.backend.Forward(ctx, x.problem(p), a); err != nil {
 		return err
@@ -53,11 +69,14 @@ func (x *faulty) Forward(ctx context.Context, p *spec.Problem, a *forwardArgs) e
 	case FaultLastRow:
 		zeroRow(a.O, 0, a.O.Shape.S-1, 0)
 	case FaultLSE:
-		a.LSE[0] *= math.Log2E
+		if len(a.LSE) > 0 {
+			a.LSE[0] *= math.Log2E
+		}
 	}
 	return nil
 }
 
+// Backward is the backend's, then the gradient faults.
 func (x *faulty) Backward(ctx context.Context, p *spec.Problem, a *backwardArgs) error {
 	if err := x.backend.Backward(ctx, x.problem(p), a); err != nil {
 		return err
@@ -71,14 +90,14 @@ func (x *faulty) Backward(ctx context.Context, p *spec.Problem, a *backwardArgs)
 // zeroRow sets row (b, s, h) of t to 0.
 func zeroRow(t Tensor, b, s, h int) {
 	o := t.Strides.Offset(b, s, h)
-	for d := range t.Shape.D {
-		switch x := t.Data.(type) {
-		case []float32:
-			x[o+d] = 0
-		case []float16.Float16:
-			x[o+d] = 0
-		case []bfloat16.BFloat16:
-			x[o+d] = 0
-		}
+	switch x := t.Data.(type) {
+	case []float32:
+		clear(x[o : o+t.Shape.D])
+	case []float16.Float16:
+		clear(x[o : o+t.Shape.D])
+	case []bfloat16.BFloat16:
+		clear(x[o : o+t.Shape.D])
+	default:
+		panic(fmt.Sprintf("zeroRow: %T", t.Data)) // (test-only: the suite's dtypes are the three above)
 	}
 }

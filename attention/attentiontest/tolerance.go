@@ -40,10 +40,11 @@ func (in *Inputs) tolerance(t testing.TB, ref *Ref) Tol {
 	base := in.lowPrecisionBaseline(round, round, ref.O)
 	// The backward under test gets O rounded to the 16-bit type; with few
 	// keys per row D = rowsum(dO ∘ O) cancels against dP and that rounding
-	// alone sets the gradients' error. ideal is exact arithmetic (nothing
-	// rounded in between) on that same rounded O, its gradients rounded
-	// once to the 16-bit type the kernel must store them in: no kernel can
-	// beat it, so the bound is also at least twice its error.
+	// alone sets the gradients' error. ideal is the same computation in
+	// fp32 with no 16-bit rounding in between, on that same rounded O, its
+	// gradients rounded once to the 16-bit type the kernel must store them
+	// in: no kernel does better, so the gradients' bound is also at least
+	// twice its error.
 	// It costs a second emulation, O(Nq·Nk·d) scalar work; it can only bind
 	// where rows have few keys, so long cases (whose rows have many) skip it.
 	var ideal *Ref
@@ -288,17 +289,18 @@ func r32(x float64) float64 { return float64(float32(x)) }
 func rb16(x float64) float64 { return float64(bfloat16.FromFloat32(float32(x)).Float32()) }
 
 // lowPrecisionBaseline emulates PyTorch's math attention in a 16-bit type
-// (round: r16 for fp16, rb16 for bf16) on the same 16-bit inputs: every
-// matrix product accumulated in fp32 and rounded to the 16-bit type, the
-// softmax computed in fp32 from rounded scores and rounded. Its backward
-// takes D = rowsum(dO ∘ O) from refO rounded to the 16-bit type — the O
-// the suite hands the backward under test — so that both face the same
-// input (with few keys dS = P(dP − D) cancels, and a different rounding of
-// O alone can move rel_l2(dQ) by several times).
-// r16 rounds the intermediate products; store rounds to the storage type:
-// refO (the O handed to the backward) and every output (O, dQ, dK, dV and
-// a dBias not stored as float32), which a kernel must write in that type.
-func (in *Inputs) lowPrecisionBaseline(r16, store func(float64) float64, refO []float64) *Ref {
+// on the same 16-bit inputs: every matrix product accumulated in fp32 and
+// rounded by mid, the softmax computed in fp32 from rounded scores and
+// rounded by mid; store rounds to the storage type refO (the O handed to
+// the backward) and the outputs a kernel must write in that type (O, dQ,
+// dK, dV and a dBias not stored as float32; the LSE is fp32). The 16-bit
+// baseline passes one rounding as both (r16 or rb16); the few-key bound
+// (tolerance) passes the identity as mid. Its backward takes D =
+// rowsum(dO ∘ O) from refO rounded — the O the suite hands the backward
+// under test — so that both face the same input (with few keys dS = P(dP
+// − D) cancels, and a different rounding of O alone can move rel_l2(dQ)
+// by several times).
+func (in *Inputs) lowPrecisionBaseline(mid, store func(float64) float64, refO []float64) *Ref {
 	c := in.Case
 	p := in.params()
 	scale := p.EffectiveScale()
@@ -333,7 +335,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, store func(float64) float64, refO []
 				for j := range c.Nk {
 					s[j] = math.Inf(-1)
 					if p.Sees(b, h, i, j) {
-						s[j] = r16(p.Score(b, h, i, j, r16(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D))))
+						s[j] = mid(p.Score(b, h, i, j, mid(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D))))
 						m = math.Max(m, s[j])
 					}
 				}
@@ -351,7 +353,7 @@ func (in *Inputs) lowPrecisionBaseline(r16, store func(float64) float64, refO []
 				r.LSE[(b*c.Hq+h)*c.Nq+i] = m + math.Log(float64(l))
 				for j := range c.Nk {
 					if !math.IsInf(s[j], -1) {
-						P[i][j] = r16(float64(float32(math.Exp(s[j]-m)) / l))
+						P[i][j] = mid(float64(float32(math.Exp(s[j]-m)) / l))
 					}
 				}
 				for d := range c.Dv {
@@ -375,14 +377,14 @@ func (in *Inputs) lowPrecisionBaseline(r16, store func(float64) float64, refO []
 					if P[i][j] == 0 {
 						continue
 					}
-					dP := r16(dot(in.dO, oi(b, i, h), in.v64, vi(b, j, kh), c.Dv)) * p.DropFactor(b, h, i, j)
-					dS[j] = r16(P[i][j] * (dP - Di))
+					dP := mid(dot(in.dO, oi(b, i, h), in.v64, vi(b, j, kh), c.Dv)) * p.DropFactor(b, h, i, j)
+					dS[j] = mid(P[i][j] * (dP - Di))
 					if r.DB != nil { // (dBias: dS before the softcap's factor, summed in fp32)
 						r.DB[c.biasIndex(b, h, i, j)] = float64(float32(r.DB[c.biasIndex(b, h, i, j)] + dS[j]))
 					}
 					if c.Softcap > 0 { // through c·tanh(s/c): 1 − tanh²
-						t := math.Tanh(r16(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D)) / float64(c.Softcap))
-						dS[j] = r16(dS[j] * (1 - t*t))
+						t := math.Tanh(mid(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D)) / float64(c.Softcap))
+						dS[j] = mid(dS[j] * (1 - t*t))
 					}
 				}
 				for d := range c.D {

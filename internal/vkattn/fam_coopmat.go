@@ -419,15 +419,15 @@ const cmLargeNq = 2048
 // TFLOP/s against MODE 0's 55; the prefetch registers spill there). The
 // extended variant (ext non-nil: a window, softcap, ALiBi, key counts,
 // packed sequences, dropout or a bias) takes the smaller tiles at every
-// length: its extra per-row state pushed the large tile past the 255
-// registers an NVIDIA H200 invocation has (spilled to local memory, 96
-// bytes; 144 with dropout), and the small tile runs it 1.3× faster there
-// (window 152 → 200 TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128,
-// N 16384; bench/NOTES.md). Since the score loop lost its mask on the
-// tiles that need none, ALiBi's and a bias's score terms run faster on
-// plain's d 128 tile (extLargeTile); softcap, dropout, the window and
-// packed sequences keep the small one. The tune cache overrides these
-// per device.
+// length, with one exception (extLargeTile): on 2026-11-25 its extra
+// per-row state pushed the large tile past the 255 registers an NVIDIA
+// H200 invocation has (spilled to local memory, 96 bytes; 144 with
+// dropout), and the small tile ran it 1.3× faster there (window 152 → 200
+// TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128, N 16384;
+// bench/NOTES.md). Since the score loop lost its mask on the tiles that
+// need none (2026-11-28), ALiBi's and a bias's score terms run faster on
+// plain's d 128 tile and the other options alone still slower. The tune
+// cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 	var ts []CMTile
 	if l.Mode1 {
@@ -506,9 +506,13 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 // tile at 64 < d ≤ 128: with ALiBi or a bias, and neither softcap nor
 // dropout. Measured on an NVIDIA H200 (fp16, d 128, N 16384, causal,
 // forward; bench/NOTES.md), nsg8-bc64 against nsg8-bc32: a dense bias
-// 12.45 → 11.28 ms, a document mask 3.45 → 3.23, ALiBi 5.10 → 5.01;
+// 12.45 → 11.28 ms, a document mask 3.45 → 3.23, ALiBi 5.11 → 5.01;
 // softcap 5.93 → 6.10, dropout 5.76 → 6.66, the window 2.02 → 2.04 and
-// packed sequences 0.620 → 0.633 went the other way.
+// packed sequences 0.620 → 0.633 went the other way. Combinations of
+// ALiBi or a bias with a window, key counts or packed sequences take it
+// too, untimed: the bias's and ALiBi's gains are the larger ones. d 80
+// and 96 were not timed either (fewer accumulators than d 128's, so no
+// more registers at the large tile).
 func extLargeTile(ext *spec.Ext) bool {
 	return ext != nil && (ext.Bias != nil || ext.Slopes != nil) && ext.Softcap == 0 && ext.Dropout == nil
 }

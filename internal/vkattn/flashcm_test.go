@@ -208,8 +208,8 @@ func TestChooseCMTile(t *testing.T) {
 		}
 	}
 	// The extended variant takes the small tiles at every length, except
-	// at d 128 with ALiBi or a bias and neither softcap nor dropout from
-	// plain's large-tile length on.
+	// at 64 < d ≤ 128 with ALiBi or a bias and neither softcap nor
+	// dropout from plain's large-tile length on.
 	win := &spec.Ext{Left: 100, Right: 0}
 	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}
 	bias := &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}
@@ -222,11 +222,15 @@ func TestChooseCMTile(t *testing.T) {
 		{128, 16384, win, "nsg8-bc32-mode1-pf1"}, {64, 16384, win, "nsg4-bc32-mode1-pf1"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"},
 		{128, 16384, alibi, "nsg8-bc64-mode1-pf1"}, {128, 16384, bias, "nsg8-bc64-mode1-pf1"}, {128, 2047, bias, "nsg8-bc32-mode1-pf1"},
 		{64, 16384, alibi, "nsg4-bc32-mode1-pf1"}, {256, 4096, bias, "nsg4-bc32-mode1-pf0"},
+		{96, 2048, alibi, "nsg8-bc64-mode1-pf1"}, {96, 2048, bias, "nsg8-bc64-mode1-pf1"}, {96, 2047, alibi, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: 4095, Right: 0, Slopes: []float32{0.5}}, "nsg8-bc64-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg8-bc64-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}, Softcap: 30}, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 	} {
 		if got, err := chooseCMTile(l, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
-			t.Errorf("extended %+v d %d nq %d: %v (%v), want %s", *c.ext, c.d, c.nq, got, err, c.want)
+			t.Errorf("extended (window %d,%d softcap %g ALiBi %v bias %v dropout %v) d %d nq %d: %v (%v), want %s",
+				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.d, c.nq, got, err, c.want)
 		}
 	}
 	// Above d 128 the backward splits dK/dV into two launches; PART 2,

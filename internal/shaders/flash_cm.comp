@@ -364,10 +364,10 @@ void main() {
 			}
 			// The scores, and the row maxima of the tile; the tiles that
 			// cross no row's visible range take the copy without the mask.
-			// With a bias one copy masks under need_mask: with two the
-			// bias's forward ran 20% slower at d 128 on an NVIDIA H200,
-			// likely for the copies (bench/NOTES.md; this form is the one
-			// before the split).
+			// With a bias one copy masks under need_mask: two copies ran
+			// within 1% of it on an NVIDIA H200, both ~20% slower at d 128
+			// than the loop before the split, for a cause not found
+			// (bench/NOTES.md).
 			if ((EXT & EXT_ON_BIAS) != 0u) {
 				SCORE_TILE(need_mask)
 			} else if (need_mask) {

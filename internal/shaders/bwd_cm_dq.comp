@@ -21,7 +21,7 @@
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
 //   query rows per workgroup (each subgroup owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
-//   10–14, 19–21 as cm_common.glsl.
+//   10–14, 19–21 as cm_common.glsl; 22 PREFETCH (below).
 //
 // Q_i and dO_i are held as A operands in registers; per key tile that some
 // row of the workgroup sees (key_first(first row) … key_limit(last row)−1:
@@ -65,6 +65,32 @@ CM_FETCH(fetch_k, k, k_base, D)
 CM_FETCH(fetch_v, v, v_base, DV)
 CM_FETCH(fetch_do, do, o_base, DV)
 CM_STORE(store_dq, dq, q_base, D)
+
+// 22 PREFETCH: 1 loads the next key tile's K_j and V_j into registers
+// while the current tile computes (global latency hidden behind the MMAs,
+// as bwd_cm_dkdv's steps), 0 loads each tile between its barriers.
+layout(constant_id = 22) const uint PREFETCH = 0;
+
+// Prefetch registers: this invocation's share of one tile's K and V.
+const uint NPK = (BC * DP8 + WG - 1u) / WG;
+const uint NPV = (BC * DVP8 + WG - 1u) / WG;
+
+// PREFETCH_TILE(kt) loads key tile kt's K and V chunks into pk and pv
+// (zero past the keys read).
+#define PREFETCH_TILE(kt) \
+	{ \
+		uint pc0 = (kt) * BC; \
+		[[unroll]] for (uint i = 0u; i < NPK; ++i) { \
+			uint e = tid + i * WG; \
+			uint r = e / DP8; \
+			pk[i] = (e < BC * DP8 && pc0 + r < nkeys) ? fetch_k(b, pc0 + r, kvh, e - r * DP8) : uvec4(0u); \
+		} \
+		[[unroll]] for (uint i = 0u; i < NPV; ++i) { \
+			uint e = tid + i * WG; \
+			uint r = e / DVP8; \
+			pv[i] = (e < BC * DVP8 && pc0 + r < nkeys) ? fetch_v(b, pc0 + r, kvh, e - r * DVP8) : uvec4(0u); \
+		} \
+	}
 
 const uint NQF = DP / CM_K;   // Q fragments (A)
 const uint NOF = DVP / CM_K;  // dO fragments (A)
@@ -224,22 +250,49 @@ void main() {
 	// Key tiles from key_first(r0)'s on, less those a bias hides from
 	// every row.
 	uint rlast = r0 + rows - 1u;
-	for (uint kt = bias_next_key_tile(r0, rlast, key_first(r0) / BC, ntiles, BC); kt < ntiles;
-			kt = bias_next_key_tile(r0, rlast, kt + 1u, ntiles, BC)) {
+	uvec4 pk[NPK];
+	uvec4 pv[NPV];
+	uint kt = bias_next_key_tile(r0, rlast, key_first(r0) / BC, ntiles, BC);
+	if (PREFETCH != 0u && kt < ntiles) {
+		PREFETCH_TILE(kt)
+	}
+	while (kt < ntiles) {
+		uint ktn = bias_next_key_tile(r0, rlast, kt + 1u, ntiles, BC);
 		uint c0 = kt * BC;
 		barrier(); // every subgroup is done with the previous tile (and with dO_i)
-		for (uint e = tid; e < BC * DP8; e += WG) {
-			uint r = e / DP8;
-			uint c4 = e - r * DP8;
-			sKV[KOFF + r * LDK4 + c4] = c0 + r < nkeys ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
-		}
-		for (uint e = tid; e < BC * DVP8; e += WG) {
-			uint r = e / DVP8;
-			uint c4 = e - r * DVP8;
-			sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+		if (PREFETCH != 0u) {
+			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
+				uint e = tid + i * WG;
+				uint r = e / DP8;
+				if (e < BC * DP8) {
+					sKV[KOFF + r * LDK4 + (e - r * DP8)] = pk[i];
+				}
+			}
+			[[unroll]] for (uint i = 0u; i < NPV; ++i) {
+				uint e = tid + i * WG;
+				uint r = e / DVP8;
+				if (e < BC * DVP8) {
+					sKV[VOFF + r * LDV4 + (e - r * DVP8)] = pv[i];
+				}
+			}
+		} else {
+			for (uint e = tid; e < BC * DP8; e += WG) {
+				uint r = e / DP8;
+				uint c4 = e - r * DP8;
+				sKV[KOFF + r * LDK4 + c4] = c0 + r < nkeys ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
+			}
+			for (uint e = tid; e < BC * DVP8; e += WG) {
+				uint r = e / DVP8;
+				uint c4 = e - r * DVP8;
+				sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+			}
 		}
 		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)
 		barrier();
+		// The next tile's K and V load into registers while this one computes.
+		if (PREFETCH != 0u && ktn < ntiles) {
+			PREFETCH_TILE(ktn)
+		}
 		// Masking (causal, a window edge, or the tail past Nk) is needed
 		// when the workgroup's first row does not see every key of the tile
 		// up to its end or its last row not from its start; and in a
@@ -306,6 +359,7 @@ void main() {
 				dQ[j] = coopMatMulAdd(dsA[t], kB, dQ[j]);
 			}
 		}
+		kt = ktn;
 	}
 
 	// dQ·scale → storage type → shared → global.

@@ -78,7 +78,7 @@ const (
 	SpecCMPermLo  uint32 = 19 // A→accumulator component map 0–7
 	SpecCMPermHi  uint32 = 20 // … 8–15
 	SpecCMVec     uint32 = 21 // 16-byte loads (D, DV, strides multiples of 8)
-	SpecCMPrefet  uint32 = 22 // flash_cm: register prefetch of the next K/V tile (VEC only); bwd_cm_dkdv: of the next Q/dO step
+	SpecCMPrefet  uint32 = 22 // flash_cm: register prefetch of the next K/V tile (VEC only); bwd_cm_dkdv: of the next Q/dO step; bwd_cm_dq: of the next K/V tile
 	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only
 )
@@ -89,9 +89,9 @@ var (
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
 	probeSpecIDs = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	// bwdCMSpecIDs: the backward coopmat kernels declare flash_cm's IDs
-	// except PREFETCH (cm_common.glsl); they read 10–14 and 19–21.
-	bwdCMSpecIDs   = flashCMSpecIDs[:len(flashCMSpecIDs)-1]
-	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPrefet, SpecCMKVReg, SpecCMPart)
+	// (cm_common.glsl's and PREFETCH); they read 10–14 and 19–22.
+	bwdCMSpecIDs   = flashCMSpecIDs
+	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart)
 )
 
 // FlashCMProbeFloats is the length of flash_cm_probe's output buffer

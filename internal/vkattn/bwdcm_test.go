@@ -39,8 +39,9 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 		var cands []bwdCMTile
 		for _, c := range bwdCMTiles(l, dkdv, p.D, p.Dv) {
 			if c.Mode == mode {
+				c.Prefetch = pf
 				if dkdv {
-					c.KVReg, c.Prefetch, c.Split = kv, pf, sp
+					c.KVReg, c.Split = kv, sp
 				}
 				cands = append(cands, c)
 			}

@@ -364,7 +364,9 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 				for _, step := range []int{16, 32, 64, 128} {
 					for _, mode := range []int{0, 1} {
 						if !dkdv {
-							out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode})
+							for _, pf := range []bool{false, true} {
+								out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, Prefetch: pf})
+							}
 							continue
 						}
 						for _, kv := range []bool{false, true} {
@@ -589,7 +591,7 @@ type bwdCMTile struct {
 	NSG, Step int
 	Mode      int  // 0 elementwise through shared memory, 1 in registers
 	KVReg     bool // bwd_cm_dkdv only: K_j, V_j fragments held in registers
-	Prefetch  bool // bwd_cm_dkdv only: next step's Q, dO loaded into registers during the current one
+	Prefetch  bool // next step's Q, dO (bwd_cm_dkdv) or next tile's K, V (bwd_cm_dq) loaded into registers during the current one
 	Split     bool // bwd_cm_dkdv only: two launches, dV (PART 1) then dK (PART 2), one accumulator each (launches)
 }
 
@@ -712,10 +714,14 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 	// bwd_cm_dkdv prefetches the next step (H200, bench/NOTES.md: −15% at
 	// d64, −24% at d128 of the kernel's time; not above d 128, where the
 	// prefetch registers would spill) and at d ≤ 64 also keeps K and V in
-	// registers (the tuner's pick there).
+	// registers (the tuner's pick there); bwd_cm_dq prefetches the next
+	// K/V tile up to d 128 (H200, N 16384: the dQ kernel's time −24% at
+	// d 64, −13% at d 128, −34% at d 80, −30% at d 96; not above d 128,
+	// where Q_i and dO_i already spill).
 	for i := range ts {
+		ts[i].Prefetch = dm <= 128
 		if dkdv {
-			ts[i].Prefetch, ts[i].KVReg = dm <= 128, dm <= 64
+			ts[i].KVReg = dm <= 64
 		}
 	}
 	return ts
@@ -730,8 +736,8 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward takes 1 … %d)", d, dv, shaders.MaxHeadDim)
 	}
-	if (c.KVReg || c.Prefetch || c.Split) && !dkdv {
-		return fmt.Errorf("KVReg, Prefetch and Split apply to bwd_cm_dkdv only")
+	if (c.KVReg || c.Split) && !dkdv {
+		return fmt.Errorf("KVReg and Split apply to bwd_cm_dkdv only")
 	}
 	if c.NSG < 1 || c.Step < 1 {
 		return fmt.Errorf("%d subgroups, steps of %d rows (both must be positive)", c.NSG, c.Step)
@@ -771,9 +777,9 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, part, d, dv int, vec bool) [
 		{ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
 		{ID: shaders.SpecCMVec, Value: vecV},
 	}
+	sp = append(sp, device.Spec{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)})
 	if dkdv {
-		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)},
-			device.Spec{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)})
+		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)})
 	}
 	return sp
 }

@@ -47,7 +47,10 @@ type TuneEntry struct {
 	H int `json:"h,omitempty"`
 	// Candidate is the chosen configuration, as the stage spells it.
 	Candidate string `json:"candidate"`
-	// Default is the configuration used without tuning, for reference.
+	// Default is the configuration used without tuning when the entry
+	// was made. An entry whose Candidate is its Default (nothing faster
+	// was found) gives way to the current default rule where that has
+	// changed since (a newer flashvk with newer measurements).
 	Default string `json:"default,omitempty"`
 	// MedianMS and DefaultMS are the measured medians of the pass (all of
 	// its kernels) with Candidate and with Default.

@@ -90,7 +90,7 @@ func (b *vulkanBackend) loadTuned(cfg Config) {
 	var tuned []vkattn.Tuned
 	for _, e := range b.tuneEnts {
 		if k, ok := vkTuneKey(e.Key); ok {
-			tuned = append(tuned, vkattn.Tuned{Key: k, N: e.N, Candidate: e.Candidate})
+			tuned = append(tuned, vkattn.Tuned{Key: k, N: e.N, Candidate: e.Candidate, Default: e.Default})
 		}
 	}
 	b.vk.SetTuned(file, tuned)

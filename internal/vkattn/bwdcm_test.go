@@ -31,7 +31,8 @@ func fromF16(x []uint16) []float32 {
 }
 
 // forceBwdCM makes b's coopmat backward of problems like p run in mode
-// (and its dK/dV kernel with the kv and pf variants): the first default
+// (with the pf variant in both kernels, and kv and sp in the dK/dV
+// kernel): the first default
 // tile of that mode that fits, forced as the tuner forces candidates.
 func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, mode int, kv, pf, sp bool) {
 	t.Helper()

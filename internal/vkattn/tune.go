@@ -93,11 +93,16 @@ func tuneKeyOf(t *Tunable, p *spec.Problem, dt spec.DType) TuneKey {
 }
 
 // Tuned is a tuned configuration: for Key, at sequence length N, the
-// Candidate (its String) was the fastest verified one.
+// Candidate (its String) was the fastest verified one; Default was the
+// default rule's then ("" unknown). An entry whose Candidate is its
+// Default (the tuner found nothing faster) gives way to today's default
+// rule where that now chooses otherwise: the rule changed since, on
+// newer measurements.
 type Tuned struct {
 	Key       TuneKey
 	N         int
 	Candidate string
+	Default   string
 }
 
 // tuneState is a Backend's tuned configurations.
@@ -135,11 +140,11 @@ func (t *tuneState) warn(msg string) {
 // lookup returns the candidate string for k and a problem of nq queries:
 // the tuner's override, else the entry of k whose N is nearest nq (in log
 // scale; ties to the larger N).
-func (t *tuneState) lookup(k TuneKey, nq int) (string, bool) {
+func (t *tuneState) lookup(k TuneKey, nq int) (Tuned, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s, forced := t.override[k]; forced {
-		return s, true
+		return Tuned{Key: k, Candidate: s}, true
 	}
 	best := -1
 	bestDist := math.Inf(1)
@@ -153,9 +158,9 @@ func (t *tuneState) lookup(k TuneKey, nq int) (string, bool) {
 		}
 	}
 	if best < 0 {
-		return "", false
+		return Tuned{}, false
 	}
-	return t.entries[best].Candidate, true
+	return t.entries[best], true
 }
 
 func (t *tuneState) setOverride(k TuneKey, c string) {
@@ -183,10 +188,16 @@ func (b *Backend) tuned(ctx context.Context, stage string, p *spec.Problem, dt s
 		return nil, false
 	}
 	k := tuneKeyOf(f, p, dt)
-	s, ok := b.tune.lookup(k, p.Nq)
+	en, ok := b.tune.lookup(k, p.Nq)
 	if !ok {
 		return nil, false
 	}
+	if en.Default != "" && en.Candidate == en.Default {
+		if def, err := f.Default(ctx, b, p, dt); err == nil && def.String() != en.Default {
+			return nil, false // (the default of its day; today's rule chooses def)
+		}
+	}
+	s := en.Candidate
 	c, err := f.Parse(s)
 	if err == nil {
 		err = f.Check(ctx, b, p, dt, c)

@@ -40,14 +40,14 @@ func TestTuneKeyMatching(t *testing.T) {
 		want string
 	}{{1, "wg64-br16-bc32"}, {512, "wg64-br16-bc32"}, {1024, "wg64-br16-bc32"}, {1440, "wg64-br16-bc32"},
 		{1500, "wg128-br64-bc16"}, {4096, "wg128-br64-bc16"}, {65536, "wg128-br64-bc16"}} {
-		if got, ok := ts.lookup(key, tc.nq); !ok || got != tc.want {
-			t.Errorf("Nq=%d: lookup = %q, %v; want %q", tc.nq, got, ok, tc.want)
+		if got, ok := ts.lookup(key, tc.nq); !ok || got.Candidate != tc.want {
+			t.Errorf("Nq=%d: lookup = %q, %v; want %q", tc.nq, got.Candidate, ok, tc.want)
 		}
 	}
 	// Equidistant (1024 and 4096 around 2048 in log2): the larger N wins.
 	ts2 := &tuneState{entries: []Tuned{tunedFlash(64, false, 1024, "a"), tunedFlash(64, false, 4096, "b")}}
-	if got, _ := ts2.lookup(key, 2048); got != "b" {
-		t.Errorf("tie: %q, want the larger N's", got)
+	if got, _ := ts2.lookup(key, 2048); got.Candidate != "b" {
+		t.Errorf("tie: %q, want the larger N's", got.Candidate)
 	}
 	for name, k := range map[string]TuneKey{
 		"other d":     {Stage: "flash", Dir: Fwd, DType: spec.Float32, D: 128, DV: 128},
@@ -57,21 +57,21 @@ func TestTuneKeyMatching(t *testing.T) {
 		"other dir":   {Stage: "flash", Dir: Bwd, DType: spec.Float32, D: 64, DV: 64},
 	} {
 		if got, ok := ts.lookup(k, 2048); ok {
-			t.Errorf("%s: matched %q", name, got)
+			t.Errorf("%s: matched %q", name, got.Candidate)
 		}
 	}
 	ck := key
 	ck.Causal = true
-	if got, _ := ts.lookup(ck, 100000); got != "wg32-br16-bc16" {
-		t.Errorf("causal: %q", got)
+	if got, _ := ts.lookup(ck, 100000); got.Candidate != "wg32-br16-bc16" {
+		t.Errorf("causal: %q", got.Candidate)
 	}
 	ts.setOverride(key, "forced")
-	if got, _ := ts.lookup(key, 512); got != "forced" {
-		t.Errorf("override: %q", got)
+	if got, _ := ts.lookup(key, 512); got.Candidate != "forced" {
+		t.Errorf("override: %q", got.Candidate)
 	}
 	ts.clearOverrides()
-	if got, _ := ts.lookup(key, 512); got != "wg64-br16-bc32" {
-		t.Errorf("after clearOverrides: %q", got)
+	if got, _ := ts.lookup(key, 512); got.Candidate != "wg64-br16-bc32" {
+		t.Errorf("after clearOverrides: %q", got.Candidate)
 	}
 }
 
@@ -241,7 +241,8 @@ func TestTuneLavapipeLoopLimit(t *testing.T) {
 
 // TestFlashCMFamily exercises the flash_cm stage on a synthetic H200-like
 // backend (no device: the probe's layout is preset): default, candidates,
-// checks, and a tuned tile applied by the plan, an invalid one ignored.
+// checks, and a tuned tile applied by the plan, an invalid one ignored,
+// one that kept an older default rule's choice replaced by today's.
 func TestFlashCMFamily(t *testing.T) {
 	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
 	if err != nil {
@@ -307,6 +308,24 @@ func TestFlashCMFamily(t *testing.T) {
 	}
 	if w := bt.TuneWarnings(); len(w) != 1 || !strings.Contains(w[0], "nsg8-bc128-mode1-pf1") || !strings.Contains(w[0], "shared memory") {
 		t.Errorf("warnings %q", w)
+	}
+
+	// An entry that kept the default of its day gives way to today's
+	// default rule where it now differs; one that beat its default, or
+	// whose default is today's, stays.
+	for _, c := range []struct {
+		cand, def, want, source string
+	}{
+		{"nsg4-bc64-mode1-pf0", "nsg4-bc64-mode1-pf0", def.String(), SourceDefault},
+		{"nsg4-bc64-mode1-pf0", "nsg2-bc32-mode1-pf0", "nsg4-bc64-mode1-pf0", SourceTuned},
+		{def.String(), def.String(), def.String(), SourceTuned},
+		{"nsg4-bc64-mode1-pf0", "", "nsg4-bc64-mode1-pf0", SourceTuned},
+	} {
+		bd := syntheticBackend(t, h200Info(), "", l, Tuned{Key: key, N: 2048, Candidate: c.cand, Default: c.def})
+		ls, err := bd.Launches(ctx, p, spec.Float16, false)
+		if err != nil || len(ls) != 1 || ls[0].Config != c.want || ls[0].Source != c.source {
+			t.Errorf("entry %s (default then %q): launch %+v, %v; want %s from %s", c.cand, c.def, ls, err, c.want, c.source)
+		}
 	}
 }
 

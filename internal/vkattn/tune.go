@@ -137,9 +137,9 @@ func (t *tuneState) warn(msg string) {
 	}
 }
 
-// lookup returns the candidate string for k and a problem of nq queries:
-// the tuner's override, else the entry of k whose N is nearest nq (in log
-// scale; ties to the larger N).
+// lookup returns the entry for k and a problem of nq queries: the tuner's
+// override (as an entry without a Default), else the entry of k whose N
+// is nearest nq (in log scale; ties to the larger N).
 func (t *tuneState) lookup(k TuneKey, nq int) (Tuned, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

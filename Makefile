@@ -7,15 +7,17 @@
 #                       pinned in scripts/glslang.lock; GLSLANG and
 #                       SPIRV_TOOLS_DIR override it)
 #                       plus the cooperative-matrix kernels (CM_KERNELS:
-#                       NAME.f16.spv and NAME.bf16.spv, --target-env
-#                       vulkan1.3; the bf16 ones with the pinned glslang 16,
+#                       NAME.f16.spv and NAME.bf16.spv, and flash_cm.f32.spv,
+#                       --target-env vulkan1.3; the bf16 and f32 ones with
+#                       the pinned glslang 16,
 #                       FLASHVK_TOOLCHAIN=16, GLSLANG16 / SPIRV_TOOLS16_DIR
 #                       override it)
 #                       plus the addressed variants (-DADDRESSED=1,
 #                       operands through buffer device addresses):
 #                       NAME.addr.DTYPE.spv for ADDR_KERNELS (f32, f16,
 #                       bf16, vulkan1.1) and ADDR_CM_KERNELS (f16, bf16,
-#                       vulkan1.3, bf16 with glslang 16), same toolchain
+#                       vulkan1.3, bf16 with glslang 16; flash_cm also
+#                       f32, glslang 16), same toolchain
 #                       and spirv-val
 #   make shaders-check  rebuild into a temporary folder and fail if any
 #                       committed .spv differs (CI); bench/gemm's too
@@ -32,6 +34,10 @@ CM_KERNELS := flash_cm flash_cm_probe bwd_cm_dkdv bwd_cm_dq
 CM_TARGET_ENV := vulkan1.3
 CM_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).f16.spv)
 CM_BF16_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).bf16.spv)
+# flash_cm also has fp32 storage (operands split into bf16 planes; glslang
+# 16, like bf16).
+CM_F32_KERNELS := flash_cm
+CM_F32_SPV := $(foreach k,$(CM_F32_KERNELS),$(SPVDIR)/$(k).f32.spv)
 # Addressed variants (compile-shader.sh VARIANT addr), built like their
 # base kernels.
 ADDR_KERNELS := flash bwd_pre bwd_dkdv bwd_dq
@@ -41,12 +47,13 @@ ADDR_F16_SPV := $(foreach k,$(ADDR_KERNELS),$(SPVDIR)/$(k).addr.f16.spv)
 ADDR_BF16_SPV := $(foreach k,$(ADDR_KERNELS),$(SPVDIR)/$(k).addr.bf16.spv)
 ADDR_CM_SPV := $(foreach k,$(ADDR_CM_KERNELS),$(SPVDIR)/$(k).addr.f16.spv)
 ADDR_CM_BF16_SPV := $(foreach k,$(ADDR_CM_KERNELS),$(SPVDIR)/$(k).addr.bf16.spv)
-ADDR_SPV := $(ADDR_F32_SPV) $(ADDR_F16_SPV) $(ADDR_BF16_SPV) $(ADDR_CM_SPV) $(ADDR_CM_BF16_SPV)
+ADDR_CM_F32_SPV := $(foreach k,$(CM_F32_KERNELS),$(SPVDIR)/$(k).addr.f32.spv)
+ADDR_SPV := $(ADDR_F32_SPV) $(ADDR_F16_SPV) $(ADDR_BF16_SPV) $(ADDR_CM_SPV) $(ADDR_CM_BF16_SPV) $(ADDR_CM_F32_SPV)
 SHADER_DEPS := internal/shaders/params.glsl internal/shaders/attn_params.glsl internal/shaders/kv_params.glsl internal/shaders/ext.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check bench-shaders bench-shaders-check
 
-shaders: $(SHADER_SPV) $(CM_SPV) $(CM_BF16_SPV) $(ADDR_SPV)
+shaders: $(SHADER_SPV) $(CM_SPV) $(CM_BF16_SPV) $(CM_F32_SPV) $(ADDR_SPV)
 
 # Explicit rules (they win over the patterns below for these targets).
 $(CM_SPV): $(SPVDIR)/%.f16.spv: internal/shaders/%.comp $(SHADER_DEPS)
@@ -55,6 +62,14 @@ $(CM_SPV): $(SPVDIR)/%.f16.spv: internal/shaders/%.comp $(SHADER_DEPS)
 
 $(CM_BF16_SPV): $(SPVDIR)/%.bf16.spv: internal/shaders/%.comp $(SHADER_DEPS)
 	@FLASHVK_TOOLCHAIN=16 scripts/compile-shader.sh $< bf16 $@ $(CM_TARGET_ENV)
+	@echo "  SPV  $@ (glslang 16)"
+
+$(CM_F32_SPV): $(SPVDIR)/%.f32.spv: internal/shaders/%.comp $(SHADER_DEPS)
+	@FLASHVK_TOOLCHAIN=16 scripts/compile-shader.sh $< f32 $@ $(CM_TARGET_ENV)
+	@echo "  SPV  $@ (glslang 16)"
+
+$(ADDR_CM_F32_SPV): $(SPVDIR)/%.addr.f32.spv: internal/shaders/%.comp $(SHADER_DEPS)
+	@FLASHVK_TOOLCHAIN=16 scripts/compile-shader.sh $< f32 $@ $(CM_TARGET_ENV) addr
 	@echo "  SPV  $@ (glslang 16)"
 
 $(ADDR_F32_SPV): $(SPVDIR)/%.addr.f32.spv: internal/shaders/%.comp $(SHADER_DEPS)

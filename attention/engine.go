@@ -29,7 +29,9 @@ type Config struct {
 	Device string
 	// Kernel selects the Vulkan forward kernel: "" (the fastest the device
 	// runs for each problem: flash_cm for float16 and bfloat16 on devices
-	// with cooperative matrices, flash otherwise), "flash", "flash_cm",
+	// with cooperative matrices, and for the float32 forward up to head
+	// dim 128 where they include bfloat16 ones, flash otherwise), "flash",
+	// "flash_cm",
 	// "minimal" or "naive" (see Kernels). Naming one makes the engine
 	// Vulkan, and a problem or device the kernel cannot run an error. The
 	// CPU backend has no kernel choice: a Kernel with Backend CPU is an

@@ -59,7 +59,7 @@ func (b *backendFlags) register(c *cobra.Command, use backendUse) {
 		f.StringVar(&b.backend, "backend", "auto", "backend: auto (the best hardware Vulkan device, else the CPU), cpu or vulkan")
 		f.StringVar(&b.device, "device", "", `Vulkan device: index, name substring, vendor ("nvidia", "lavapipe"…), or "all" for every Vulkan device and the CPU backend (with --backend vulkan: every Vulkan device)`)
 	}
-	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, flash_cm (cooperative matrices: float16, and bfloat16 where the device has bf16 ones), minimal or naive (default: the fastest the device supports)")
+	f.StringVar(&b.kernel, "kernel", "", "Vulkan forward kernel: flash, flash_cm (cooperative matrices: float16, and bfloat16 and float32 (d ≤ 128, in bf16 planes) where the device has bf16 ones), minimal or naive (default: the fastest the device supports)")
 	f.StringVar(&b.addressing, "addressing", "auto", "how Vulkan kernels reach q, k, v, o and the gradients: auto (bindings; 64-bit device addresses for an operand larger than one binding), bindings or addresses")
 	if use != vulkanEngine {
 		f.IntVar(&b.workers, "workers", 0, "CPU backend goroutines (default GOMAXPROCS)")

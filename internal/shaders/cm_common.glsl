@@ -55,6 +55,105 @@ CM_TYPE_FUNCS
 
 uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }
 
+#ifdef CM_SPLIT
+// fp32 storage: a chunk of 8 features is CM_SPLIT uvec4, plane i holding
+// the features' bf16 planes xi (cm_types.glsl) as 8 packed bf16 bits.
+struct CMChunk {
+	uvec4 p[CM_SPLIT];
+};
+#define CM_CHUNK CMChunk
+#define CM_PLANE(w, i) ((w).p[i])
+CMChunk cm_chunk0() {
+	CMChunk w;
+	[[unroll]] for (uint i = 0u; i < CM_SPLIT; ++i) {
+		w.p[i] = uvec4(0u);
+	}
+	return w;
+}
+#define CM_CHUNK0 cm_chunk0()
+
+// cm_split returns the bf16 bits of the three planes of the fp32 whose bits
+// are u: x0 its sign, exponent and top 7 fraction bits, x1 the next 8
+// significant bits of x − x0, x2 the rest (x − x0 − x1 has at most 8
+// significant bits, so x2 is exact; all three carry x's sign). Inf and NaN
+// go to x0 alone (NaN stays NaN), as x0 + 0 + 0.
+uvec3 cm_split(uint u) {
+	if ((u & 0x7f800000u) == 0x7f800000u) {
+		return uvec3((u >> 16u) | ((u & 0x7fffffu) != 0u ? 0x40u : 0u), 0u, 0u);
+	}
+	float r1 = uintBitsToFloat(u) - uintBitsToFloat(u & 0xffff0000u);
+	uint u1 = floatBitsToUint(r1);
+	float r2 = r1 - uintBitsToFloat(u1 & 0xffff0000u);
+	return uvec3(u >> 16u, u1 >> 16u, floatBitsToUint(r2) >> 16u);
+}
+
+// cm_plane is plane i of x as a bf16 value (exact).
+CM_T cm_plane(float x, uint i) { return CM_T(uintBitsToFloat(cm_split(floatBitsToUint(x))[i] << 16u)); }
+
+// cm_split8: 8 fp32 (bits) → their chunk.
+CMChunk cm_split8(uint x[8]) {
+	CMChunk w;
+	uvec3 s[8];
+	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
+		s[u] = cm_split(x[u]);
+	}
+	[[unroll]] for (uint i = 0u; i < CM_SPLIT; ++i) {
+		w.p[i] = uvec4(s[0][i] | (s[1][i] << 16u), s[2][i] | (s[3][i] << 16u),
+			s[4][i] | (s[5][i] << 16u), s[6][i] | (s[7][i] << 16u));
+	}
+	return w;
+}
+
+// CM_FETCH(name, op, BASE, DIM) defines CMChunk name(b, s, h, c4): features
+// 8·c4 … 8·c4+7 of row (b, s, h) of operand op (OPERAND_V: VEC reads two
+// 16-byte units, EL one element) whose row offset BASE gives, zero past
+// DIM, split into their planes.
+#define CM_FETCH(name, op, BASE, DIM) \
+	CMChunk name(uint b, uint s, uint h, uint c4) { \
+		OFFSET base = BASE(b, s, h); \
+		uint x[8]; \
+		if (VEC != 0u) { \
+			bool in_ = c4 < (DIM) / 8u; \
+			uvec4 lo = in_ ? VEC(op, (base >> 2u) + 2u * c4) : uvec4(0u); \
+			uvec4 hi = in_ ? VEC(op, (base >> 2u) + 2u * c4 + 1u) : uvec4(0u); \
+			x = uint[8](lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w); \
+		} else { \
+			[[unroll]] for (uint u = 0u; u < 8u; ++u) { \
+				uint d = c4 * 8u + u; \
+				x[u] = d < (DIM) ? floatBitsToUint(EL(op, base + d)) : 0u; \
+			} \
+		} \
+		return cm_split8(x); \
+	}
+
+// CM_OUT_EL: features per 16-byte unit of a stored result (4 fp32).
+#define CM_OUT_EL 4u
+
+// CM_STORE(name, op, BASE, DIM) defines void name(b, s, h, c4, w): writes
+// the 4 fp32 features of unit c4 held in w to row (b, s, h) of operand op
+// (OPERAND_V), those < DIM.
+#define CM_STORE(name, op, BASE, DIM) \
+	void name(uint b, uint s, uint h, uint c4, uvec4 w) { \
+		OFFSET base = BASE(b, s, h); \
+		if (VEC != 0u) { \
+			if (c4 < (DIM) / 4u) { \
+				VEC(op, (base >> 2u) + c4) = w; \
+			} \
+			return; \
+		} \
+		[[unroll]] for (uint u = 0u; u < 4u; ++u) { \
+			uint d = c4 * 4u + u; \
+			if (d < (DIM)) { \
+				EL(op, base + d) = uintBitsToFloat(w[u]); \
+			} \
+		} \
+	}
+#else
+#define CM_SPLIT 1
+#define CM_CHUNK uvec4
+#define CM_PLANE(w, i) (w)
+#define CM_CHUNK0 uvec4(0u)
+
 uvec4 pack8(CM_RAWT x[8]) {
 	return uvec4(CM_PACK2(x[0], x[1]), CM_PACK2(x[2], x[3]),
 		CM_PACK2(x[4], x[5]), CM_PACK2(x[6], x[7]));
@@ -101,6 +200,10 @@ uvec4 pack8(CM_RAWT x[8]) {
 			} \
 		} \
 	}
+
+// CM_OUT_EL: features per 16-byte unit of a stored result (8 16-bit).
+#define CM_OUT_EL 8u
+#endif
 
 // cm_layout_map fills rowOf/colOf: component i of this invocation holds
 // row rowOf[i], column colOf[i] of every CM_M×CM_N accumulator. It loads a

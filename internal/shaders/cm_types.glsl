@@ -1,6 +1,7 @@
 // cm_types.glsl: the storage-type-dependent pieces of the
 // cooperative-matrix kernels (flash_cm, bwd_cm_dkdv, bwd_cm_dq), so that one
-// source serves fp16 and bf16. Include after params.glsl (STYPE, LOAD/STORE,
+// source serves fp16 and bf16 (and flash_cm fp32 storage, split into bf16
+// planes). Include after params.glsl (STYPE, LOAD/STORE,
 // bf16_round). Nothing here emits code for fp16: the f16 modules are what
 // they were before the bf16 variant existed.
 //
@@ -20,7 +21,9 @@
 //                 every component rounded to nearest even first)
 //   CM_TYPE_FUNCS defines the functions the macros above use; expand it
 //                 once, after the coopmat constants and ACC/ACC16.
-// bf16 modules need GL_EXT_bfloat16 (glslang ≥ 16; SPV_KHR_bfloat16,
+//   CM_SPLIT      (fp32 storage only) bf16 planes per operand; the 16-bit
+//                 types define none (cm_common.glsl makes it 1)
+// bf16 and fp32 modules need GL_EXT_bfloat16 (glslang ≥ 16; SPV_KHR_bfloat16,
 // capabilities BFloat16TypeKHR and BFloat16CooperativeMatrixKHR).
 #if defined(STORAGE_F16)
 #define CM_T float16_t
@@ -57,5 +60,16 @@ float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
 		return ACC16(a); \
 	}
 #else
-#error cooperative-matrix kernels need -DSTORAGE_F16=1 or -DSTORAGE_BF16=1
+// fp32 storage (flash_cm only): the matrix units multiply bf16, so every
+// fp32 operand x is held as CM_SPLIT = 3 bf16 planes, x = x0 + x1 + x2
+// exactly (cm_split: each plane the next 8 significant bits, by
+// truncation; Inf and NaN in x0 alone), and a product A·B is
+// Σ_{i+j<3} Ai·Bj, six MMAs with fp32 accumulation; the dropped terms are
+// below 2^-22 of |A|·|B| (cm_common.glsl). CM_TO only ever meets values a
+// plane holds exactly.
+#extension GL_EXT_bfloat16 : require
+#define CM_SPLIT 3
+#define CM_T bfloat16_t
+#define CM_TO(x) bfloat16_t(x)
+#define CM_TYPE_FUNCS
 #endif

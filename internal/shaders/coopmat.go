@@ -33,7 +33,8 @@ import "slices"
 
 // Cooperative-matrix kernel names.
 const (
-	// KernelFlashCM is the coopmat FlashAttention-2 forward (f16, bf16).
+	// KernelFlashCM is the coopmat FlashAttention-2 forward (f16, bf16,
+	// and f32 with every operand split into CMPlanes bf16 planes).
 	KernelFlashCM = "flash_cm"
 	// KernelFlashCMProbe reports the coopmat element layout (one binding:
 	// a float32 buffer of FlashCMProbeFloats(subgroup) elements).
@@ -47,7 +48,8 @@ const (
 )
 
 // CoopMatKernels lists the cooperative-matrix kernels (not in Kernels: they
-// have no f32 build, no DefaultConfig and their own spec constants).
+// have no DefaultConfig and their own spec constants, and only flash_cm
+// has an f32 build).
 var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV, KernelBwdCMDQ}
 
 // KernelDTypes lists the storage types kernel (a base or addressed name)
@@ -55,6 +57,9 @@ var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV
 // base kernel's.
 func KernelDTypes(kernel string) []string {
 	kernel = baseKernel(kernel)
+	if kernel == KernelFlashCM {
+		return []string{DTypeF32, DTypeF16, DTypeBF16}
+	}
 	if slices.Contains(CoopMatKernels, kernel) {
 		return []string{DTypeF16, DTypeBF16}
 	}
@@ -94,26 +99,42 @@ var (
 	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart)
 )
 
+// CMPlanes is the number of bf16 planes flash_cm splits each operand of
+// storage type dtype into: 3 for f32 (x = x0 + x1 + x2 exactly; a product
+// is the six plane products i + j < 3, fp32-accurate), 1 for f16 and bf16
+// (the operands themselves).
+func CMPlanes(dtype string) int {
+	if dtype == DTypeF32 {
+		return 3
+	}
+	return 1
+}
+
 // FlashCMProbeFloats is the length of flash_cm_probe's output buffer
 // (float32) for subgroup size sg: 8 header words, then 64 words per lane
 // for the accumulator and 64 per lane for the A type.
 func FlashCMProbeFloats(sg int) int { return 8 + 128*sg }
 
 // FlashCMSharedBytes is flash_cm's shared memory (bytes) for coopmat shape
-// m×n×k, nsg subgroups, bc keys per tile, mode (0 or 1), head dims d, dv;
-// it mirrors the shared arrays of flash_cm.comp.
-func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv int) int {
+// m×n×k, nsg subgroups, bc keys per tile, mode (0 or 1), head dims d, dv
+// and CMPlanes planes per operand; it mirrors the shared arrays of
+// flash_cm.comp.
+func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int) int {
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
 	dp := ceilTo(d, max(k, 8))
 	dvp := ceilTo(dv, max(n, 8))
 	ldk4, ldv4 := dp/8+1, dvp/8+1
+	ldo4 := ldv4 // O leaves as 16-bit (8 per unit) or, split, fp32 (4)
+	if planes > 1 {
+		ldo4 = dvp/4 + 1
+	}
 	br := nsg * m
-	skv := max(br*ldk4, bc*(ldk4+ldv4), br*ldv4, m*n/4)
+	skv := max(br*ldk4, planes*bc*(ldk4+ldv4), br*ldo4, m*n/4)
 	b := 16 * skv
 	if mode == 0 {
-		b += br*(bc+4)*4 + br*(bc+8)*2
+		b += br*(bc+4)*4 + planes*br*(bc+8)*2
 	} else {
-		b += 4 + 4 // MODE 1: the one-element S and P arrays
+		b += 4 + ceilTo(2*planes, 4) // MODE 1: the one-element S and P arrays (P per plane)
 	}
 	return b + br*4 + DropPlaceholder
 }

@@ -9,13 +9,17 @@ import (
 
 func TestCoopMatModules(t *testing.T) {
 	for _, k := range CoopMatKernels {
-		if got := KernelDTypes(k); !reflect.DeepEqual(got, []string{DTypeF16, DTypeBF16}) {
-			t.Errorf("%s: KernelDTypes %v, want [f16 bf16]", k, got)
+		dts := []string{DTypeF16, DTypeBF16}
+		if k == KernelFlashCM {
+			dts = []string{DTypeF32, DTypeF16, DTypeBF16}
 		}
-		if _, err := SPIRV(k, DTypeF32); err == nil {
-			t.Errorf("%s: SPIRV(f32) succeeded; the kernel has no f32 build", k)
+		if got := KernelDTypes(k); !reflect.DeepEqual(got, dts) {
+			t.Errorf("%s: KernelDTypes %v, want %v", k, got, dts)
 		}
-		for _, dt := range []string{DTypeF16, DTypeBF16} {
+		if _, err := SPIRV(k, DTypeF32); (err == nil) != (k == KernelFlashCM) {
+			t.Errorf("%s: SPIRV(f32) error %v; only flash_cm has an f32 build", k, err)
+		}
+		for _, dt := range dts {
 			m := reflectKernel(t, k, dt)
 			if m.Version != 0x00010600 {
 				t.Errorf("%s.%s: SPIR-V version %#x, want 1.6 (Vulkan 1.3)", k, dt, m.Version)
@@ -23,13 +27,14 @@ func TestCoopMatModules(t *testing.T) {
 			if !m.HasCapability(spirv.CapabilityCooperativeMatrix) {
 				t.Errorf("%s.%s: no CooperativeMatrixKHR capability", k, dt)
 			}
-			bf := dt == DTypeBF16
+			// bf16 and f32 (split into bf16 planes) multiply bfloat16.
+			bf := dt != DTypeF16
 			if m.HasCapability(spirv.CapabilityBFloat16Type) != bf || m.HasCapability(spirv.CapabilityBFloat16CooperativeMatrix) != bf {
 				t.Errorf("%s.%s: BFloat16TypeKHR %v, BFloat16CooperativeMatrixKHR %v; want %v", k, dt,
 					m.HasCapability(spirv.CapabilityBFloat16Type), m.HasCapability(spirv.CapabilityBFloat16CooperativeMatrix), bf)
 			}
-			// bf16 is never computed through fp16: the bf16 modules declare
-			// no IEEE half type (glslang still declares the Float16
+			// bf16 is never computed through fp16: the bf16 and f32 modules
+			// declare no IEEE half type (glslang still declares the Float16
 			// capability for bfloat16 types), the f16 modules no bfloat16.
 			halves, bfloats := 0, 0
 			for _, ft := range m.FloatTypes() {
@@ -59,14 +64,14 @@ func TestCoopMatModules(t *testing.T) {
 }
 
 func TestFlashCMSharedBytesMatchSPIRV(t *testing.T) {
-	for _, dt := range []string{DTypeF16, DTypeBF16} {
+	for _, dt := range []string{DTypeF32, DTypeF16, DTypeBF16} {
 		t.Run(dt, func(t *testing.T) { testFlashCMSharedBytes(t, dt) })
 	}
 }
 
 // testFlashCMSharedBytes: the bf16 module has the f16 one's shared arrays
-// (16-bit elements), so FlashCMSharedBytes serves both, and the addressed
-// variant has the base module's.
+// (16-bit elements), so FlashCMSharedBytes serves both, the f32 one its
+// planes' (CMPlanes), and the addressed variant has the base module's.
 func testFlashCMSharedBytes(t *testing.T, dt string) {
 	for _, k := range []string{KernelFlashCM, Addressed(KernelFlashCM)} {
 		testFlashCMSharedBytesOf(t, k, dt)
@@ -88,7 +93,7 @@ func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 			t.Fatalf("%s %+v: %v", k, c, err)
 		}
 		// The Go mirror rounds MODE 1's half scalar up to 4 bytes.
-		if want := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv); got > want || want-got > 2 {
+		if want := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv, CMPlanes(dt)); got > want || want-got > 2 {
 			t.Errorf("%s %+v: SPIR-V shared %d bytes, FlashCMSharedBytes %d", k, c, got, want)
 		}
 	}

@@ -1,14 +1,22 @@
 #version 450
 // flash_cm: FlashAttention-2 forward on cooperative matrices
 // (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage (compile with
-// -DSTORAGE_F16=1) or bf16 storage (-DSTORAGE_BF16=1: uint16 buffers of
-// bfloat16 bits, bfloat16_t operands, glslang ≥ 16; see cm_types.glsl),
+// -DSTORAGE_F16=1), bf16 storage (-DSTORAGE_BF16=1: uint16 buffers of
+// bfloat16 bits, bfloat16_t operands, glslang ≥ 16; see cm_types.glsl) or
+// fp32 storage (below),
 // target Vulkan 1.3; S = Q·Kᵀ and O += P·V on the matrix units with fp32
 // accumulators, online softmax in fp32 (exp2 domain), P rounded to the
 // storage type (nearest even) for P·V, LSE out.
 //
+// fp32 storage (no STORAGE_* define; bf16 operands, glslang ≥ 16): Q, K,
+// V and P are each split exactly into CM_SPLIT = 3 bf16 planes
+// (cm_types.glsl, cm_split), S and each tile's P·V are the six plane
+// products i + j < 3 (smaller first), and a tile's P·V is summed from zero
+// and added to O in fp32 (O_ADD_TILE); O is stored as fp32. The Q tile is
+// staged plane by plane; the K/V tiles hold all three planes.
+//
 // Bindings (set 0), as the scalar flash kernel:
-//   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
+//   0 Q [B,Nq,Hq,D] f16|bf16|f32   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 O [B,Nq,Hq,DV] (written)   4 LSE [B,Hq,Nq] f32 ([Hq,Tq] packed;
 //   written; −inf and an O row of 0 for a row that sees no key)   5 Ext u32 (ext.glsl;
 //   read when EXT = 1)   6 bias, 7 its summary (ext.glsl; read only with
@@ -71,11 +79,12 @@
 // normalisation applies the kept elements' scale.
 //
 // Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
-// 16·max(BR·LDK4, BC·(LDK4+LDV4), BR·LDV4, CM_M·CM_N/4) for the Q, K/V and
-// O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per row) + 4·BR
-// (row buffer) + MODE 0: 4·BR·(BC+4) (S) + 2·BR·(BC+8) (P). At d = 128,
-// BR = 128, BC = 64, MODE 1: ≈ 35.3 KB. Dropout adds the keep bits
-// (shaders.DropSharedBytes).
+// 16·max(BR·LDK4, CM_SPLIT·BC·(LDK4+LDV4), BR·LDO4, CM_M·CM_N/4) for the
+// Q, K/V and O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per
+// row; LDO4 = LDV4, fp32: DVP/4+1) + 4·BR (row buffer) + MODE 0:
+// 4·BR·(BC+4) (S) + CM_SPLIT·2·BR·(BC+8) (P). At d = 128, BR = 128, BC =
+// 64, MODE 1: ≈ 35.3 KB (fp32, BR = 64, BC = 16: ≈ 34 KB). Dropout adds
+// the keep bits (shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 5
 #define BIAS_BINDING 6
@@ -114,11 +123,17 @@ const uint NQF = DP / CM_K;                  // Q fragments (A) per subgroup
 const uint NOT = DVP / CM_N;                 // O accumulators per subgroup
 const uint NST = BC / CM_N;                  // S accumulators per subgroup
 const uint NKC = BC / CM_K;                  // key chunks of P·V
+// K/V tiles: CM_SPLIT planes each (fp32 storage; one otherwise), K's
+// planes first. The Q tile is staged one plane at a time; O leaves through
+// LDO4 16-byte units per row (CM_OUT_EL features each).
 const uint KOFF = 0u;
-const uint VOFF = BC * LDK4;
+const uint KPL = BC * LDK4; // units per K plane
+const uint VPL = BC * LDV4;
+const uint VOFF = CM_SPLIT * KPL;
+const uint LDO4 = DVP / CM_OUT_EL + 1u;
 const uint SKV_Q = BR * LDK4;
-const uint SKV_KV = BC * (LDK4 + LDV4);
-const uint SKV_O = BR * LDV4;
+const uint SKV_KV = CM_SPLIT * (KPL + VPL);
+const uint SKV_O = BR * LDO4;
 const uint SKV_MAP = CM_M * CM_N / 4u;
 const uint SKV4a = SKV_Q > SKV_KV ? SKV_Q : SKV_KV;
 const uint SKV4b = SKV_O > SKV_MAP ? SKV_O : SKV_MAP;
@@ -129,9 +144,9 @@ shared uvec4 sKV[SKV4];
 const uint LDS = BC + 4u;
 const uint LDP = BC + 8u;
 const uint SS_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
-const uint SP_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
+const uint SP_N = MODE == 0u ? NSG * CM_M * LDP : 1u; // per plane
 shared float sS[SS_N];
-shared CM_T sP[SP_N];
+shared CM_T sP[CM_SPLIT * SP_N];
 shared float sRow[NSG * CM_M];
 
 // Prefetch registers.
@@ -167,6 +182,42 @@ const uint CPL = BC / LPR;
 
 uint slotrow(uint i) { return i < 8u ? (SLOTROW_LO >> (4u * i)) & 15u : (SLOTROW_HI >> (4u * (i - 8u))) & 15u; }
 
+// put_k, put_v: a chunk of K (V) into unit u of every plane of the tile.
+void put_k(uint u, CM_CHUNK w) {
+	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+		sKV[KOFF + pl * KPL + u] = CM_PLANE(w, pl);
+	}
+}
+void put_v(uint u, CM_CHUNK w) {
+	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+		sKV[VOFF + pl * VPL + u] = CM_PLANE(w, pl);
+	}
+}
+
+// O_ADD_TILE(o, pv, A) (fp32 storage): o = o·A + pv, component by
+// component (A an expression of the component index i: its row's alpha) —
+// a tile's P·V is summed from zero on the matrix units and added to O in
+// fp32 arithmetic, since the units' own accumulation, whose error grows
+// with the number of products chained into one accumulator, made O's
+// error grow with Nk (rel_l2 1.6e-5 at 2048 keys, d 128, on an NVIDIA
+// H200, against the fp32 bound of 1e-5).
+#define O_ADD_TILE(o, pv, A) \
+	[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+		o[i] = fma(o[i], A, pv[i]); \
+	}
+
+// PV_PRODUCT(o, PA, PS, PT, t, j): o += P·V over key chunk t and O column
+// block j, the plane pairs i + j < CM_SPLIT (P's plane i in
+// PA[i·PS + PT]), smaller terms first.
+#define PV_PRODUCT(o, PA, PS, PT, t, j) \
+	[[unroll]] for (uint vp = CM_SPLIT; vp > 0u; --vp) { \
+		MATB vB; \
+		coopMatLoad(vB, sKV, VOFF + (vp - 1u) * VPL + ((t) * CM_K) * LDV4 + (j) * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor); \
+		[[unroll]] for (uint ip = CM_SPLIT - vp + 1u; ip > 0u; --ip) { \
+			o = coopMatMulAdd(PA[(ip - 1u) * (PS) + (PT)], vB, o); \
+		} \
+	}
+
 void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
@@ -184,18 +235,21 @@ void main() {
 	uint rows = min(BR, seq_nq - r0);
 	uint nkeys = read_keys(); // no key past a key count is read (ext.glsl)
 
-	// Q tile → shared (rows past Nq are zero), then into A fragments.
-	for (uint e = tid; e < BR * DP8; e += WG) {
-		uint r = e / DP8;
-		uint c4 = e - r * DP8;
-		sKV[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
+	// Q tile → shared (rows past Nq are zero), then into A fragments, one
+	// plane at a time (qA[pl·NQF + kk]).
+	MATA qA[CM_SPLIT * NQF];
+	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+		for (uint e = tid; e < BR * DP8; e += WG) {
+			uint r = e / DP8;
+			uint c4 = e - r * DP8;
+			sKV[r * LDK4 + c4] = r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u);
+		}
+		barrier();
+		[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+			coopMatLoad(qA[pl * NQF + kk], sKV, (sg * CM_M) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		barrier();
 	}
-	barrier();
-	MATA qA[NQF];
-	[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-		coopMatLoad(qA[kk], sKV, (sg * CM_M) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-	}
-	barrier();
 
 	// Element layout of the accumulator type: component i of this
 	// invocation holds row rowOf[i], column colOf[i] of every CM_M×CM_N
@@ -258,20 +312,20 @@ void main() {
 	uint ktn = bias_next_key_tile(r0, rlast, kt0, ntiles, BC);
 	kt0 = ktn;
 
-	uvec4 pk[NPK];
-	uvec4 pv[NPV];
+	CM_CHUNK pk[NPK];
+	CM_CHUNK pv[NPV];
 	if (PREFETCH != 0u && kt0 < ntiles) {
 		[[unroll]] for (uint i = 0u; i < NPK; ++i) {
 			uint e = tid + i * WG;
 			uint r = e / DP8;
 			uint s = kt0 * BC + r;
-			pk[i] = (e < KCH && s < nkeys) ? fetch_k(b, s, kvh, e - r * DP8) : uvec4(0u);
+			pk[i] = (e < KCH && s < nkeys) ? fetch_k(b, s, kvh, e - r * DP8) : CM_CHUNK0;
 		}
 		[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 			uint e = tid + i * WG;
 			uint r = e / DVP8;
 			uint s = kt0 * BC + r;
-			pv[i] = (e < VCH && s < nkeys) ? fetch_v(b, s, kvh, e - r * DVP8) : uvec4(0u);
+			pv[i] = (e < VCH && s < nkeys) ? fetch_v(b, s, kvh, e - r * DVP8) : CM_CHUNK0;
 		}
 	}
 
@@ -284,26 +338,26 @@ void main() {
 				uint e = tid + i * WG;
 				uint r = e / DP8;
 				if (e < KCH) {
-					sKV[KOFF + r * LDK4 + (e - r * DP8)] = pk[i];
+					put_k(r * LDK4 + (e - r * DP8), pk[i]);
 				}
 			}
 			[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DVP8;
 				if (e < VCH) {
-					sKV[VOFF + r * LDV4 + (e - r * DVP8)] = pv[i];
+					put_v(r * LDV4 + (e - r * DVP8), pv[i]);
 				}
 			}
 		} else {
 			for (uint e = tid; e < KCH; e += WG) {
 				uint r = e / DP8;
 				uint c4 = e - r * DP8;
-				sKV[KOFF + r * LDK4 + c4] = c0 + r < nkeys ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
+				put_k(r * LDK4 + c4, c0 + r < nkeys ? fetch_k(b, c0 + r, kvh, c4) : CM_CHUNK0);
 			}
 			for (uint e = tid; e < VCH; e += WG) {
 				uint r = e / DVP8;
 				uint c4 = e - r * DVP8;
-				sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+				put_v(r * LDV4 + c4, c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : CM_CHUNK0);
 			}
 		}
 		barrier();
@@ -312,12 +366,12 @@ void main() {
 			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DP8;
-				pk[i] = (e < KCH && n0 + r < nkeys) ? fetch_k(b, n0 + r, kvh, e - r * DP8) : uvec4(0u);
+				pk[i] = (e < KCH && n0 + r < nkeys) ? fetch_k(b, n0 + r, kvh, e - r * DP8) : CM_CHUNK0;
 			}
 			[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DVP8;
-				pv[i] = (e < VCH && n0 + r < nkeys) ? fetch_v(b, n0 + r, kvh, e - r * DVP8) : uvec4(0u);
+				pv[i] = (e < VCH && n0 + r < nkeys) ? fetch_v(b, n0 + r, kvh, e - r * DVP8) : CM_CHUNK0;
 			}
 		}
 
@@ -343,13 +397,19 @@ void main() {
 			BIAS_FRAG(bv, NST, r0 + sgr + lrow[slotrow(i)], c0 + t * CM_N + colOf[i])
 		}
 
+		// S = Σ Q_i·K_jᵀ over the plane pairs i + j < CM_SPLIT, the smaller
+		// terms first (one product without a split).
 		ACC S[NST];
 		[[unroll]] for (uint t = 0u; t < NST; ++t) {
 			S[t] = ACC(0.0);
 			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-				MATB kB;
-				coopMatLoad(kB, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
-				S[t] = coopMatMulAdd(qA[kk], kB, S[t]);
+				[[unroll]] for (uint jp = CM_SPLIT; jp > 0u; --jp) {
+					MATB kB;
+					coopMatLoad(kB, sKV, KOFF + (jp - 1u) * KPL + (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
+					[[unroll]] for (uint ip = CM_SPLIT - jp + 1u; ip > 0u; --ip) {
+						S[t] = coopMatMulAdd(qA[(ip - 1u) * NQF + kk], kB, S[t]);
+					}
+				}
 			}
 		}
 		// Dropout: the subgroup draws its rows' keep bits while the MMAs
@@ -403,7 +463,7 @@ void main() {
 					}
 				}
 			}
-			MATA pA[NKC];
+			MATA pA[CM_SPLIT * NKC];
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 					float p = exp2(S[t][i] - muse[slotrow(i)]);
@@ -412,12 +472,28 @@ void main() {
 					S[t][i] = p * (DROP_FW != 0u ? drop_bit(dw[slotrow(i) * DROP_WPR + (t * CM_N) / 32u], kc) : drop_keep(sgr + lrow[slotrow(i)], kc));
 				}
 				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+#if CM_SPLIT > 1
+					uvec3 sp = cm_split(floatBitsToUint(S[t][aperm(j)]));
+					[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+						pA[pl * NKC + t][j] = CM_T(uintBitsToFloat(sp[pl] << 16u));
+					}
+#else
 					pA[t][j] = CM_TO(S[t][aperm(j)]);
+#endif
 				}
 			}
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
 				l1[k] = l1[k] * alpha[k] + lsum[k];
 			}
+#if CM_SPLIT > 1
+			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+				ACC pv = ACC(0.0);
+				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+					PV_PRODUCT(pv, pA, NKC, t, t, j)
+				}
+				O_ADD_TILE(O[j], pv, alpha[slotrow(i)])
+			}
+#else
 			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 				float a = alpha[slotrow(i)];
 				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
@@ -426,11 +502,10 @@ void main() {
 			}
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
-					MATB vB;
-					coopMatLoad(vB, sKV, VOFF + (t * CM_K) * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
-					O[j] = coopMatMulAdd(pA[t], vB, O[j]);
+					PV_PRODUCT(O[j], pA, NKC, t, t, j)
 				}
 			}
+#endif
 		} else {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				coopMatStore(S[t], sS, sgr * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
@@ -466,7 +541,15 @@ void main() {
 				[[unroll]] for (uint j = 0u; j < CPL; ++j) {
 					float p = exp2(x[j] - muse);
 					lsum += p;
-					sP[pbase + lr + LPR * j] = CM_TO(p * drop_keep(sgr + row, lr + LPR * j));
+					float pk_ = p * drop_keep(sgr + row, lr + LPR * j);
+#if CM_SPLIT > 1
+					uvec3 sp = cm_split(floatBitsToUint(pk_));
+					[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+						sP[pl * SP_N + pbase + lr + LPR * j] = CM_T(uintBitsToFloat(sp[pl] << 16u));
+					}
+#else
+					sP[pbase + lr + LPR * j] = CM_TO(pk_);
+#endif
 				}
 				l0[q] = l0[q] * alpha + lsum;
 				if (lr == 0u) {
@@ -475,6 +558,19 @@ void main() {
 			}
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
+#if CM_SPLIT > 1
+			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+				ACC pv = ACC(0.0);
+				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+					MATA pA[CM_SPLIT];
+					[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+						coopMatLoad(pA[pl], sP, pl * SP_N + sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
+					}
+					PV_PRODUCT(pv, pA, 1u, 0u, t, j)
+				}
+				O_ADD_TILE(O[j], pv, sRow[sgr + rowOf[i]])
+			}
+#else
 			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 				float a = sRow[sgr + rowOf[i]];
 				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
@@ -482,14 +578,13 @@ void main() {
 				}
 			}
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-				MATA pA;
-				coopMatLoad(pA, sP, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
+				MATA pA[1];
+				coopMatLoad(pA[0], sP, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
 				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
-					MATB vB;
-					coopMatLoad(vB, sKV, VOFF + (t * CM_K) * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
-					O[j] = coopMatMulAdd(pA, vB, O[j]);
+					PV_PRODUCT(O[j], pA, 1u, 0u, t, j)
 				}
 			}
+#endif
 		}
 	}
 
@@ -544,18 +639,23 @@ void main() {
 		}
 	}
 
-	// O → 16-bit storage type → shared → global.
+	// O → storage type → shared → global.
 	barrier(); // all subgroups are done with the K/V tiles
 	[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+#if CM_SPLIT > 1
+		coopMatStore(O[j], sKV, sgr * LDO4 + j * (CM_N / CM_OUT_EL), LDO4, gl_CooperativeMatrixLayoutRowMajor);
+#else
 		ACC16 o16 = CM_NARROW(O[j]);
-		coopMatStore(o16, sKV, sgr * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+		coopMatStore(o16, sKV, sgr * LDO4 + j * (CM_N / CM_OUT_EL), LDO4, gl_CooperativeMatrixLayoutRowMajor);
+#endif
 	}
 	barrier();
-	for (uint e = tid; e < BR * DVP8; e += WG) {
-		uint r = e / DVP8;
-		uint c4 = e - r * DVP8;
+	const uint OCH = DVP / CM_OUT_EL; // units per O row
+	for (uint e = tid; e < BR * OCH; e += WG) {
+		uint r = e / OCH;
+		uint c4 = e - r * OCH;
 		if (r < rows) {
-			store_o(b, r0 + r, h, c4, sKV[r * LDV4 + c4]);
+			store_o(b, r0 + r, h, c4, sKV[r * LDO4 + c4]);
 		}
 	}
 }

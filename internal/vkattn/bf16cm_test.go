@@ -116,16 +116,17 @@ func nvidiaLayout(t *testing.T) *CMLayout {
 }
 
 // TestBF16CMSelection: on an H200-like device bf16 runs flash_cm and the
-// coopmat backward with the bf16 modules (never the f16 ones); where the
-// device has f16 but not bf16 cooperative matrices, bf16 runs the scalar
-// kernels while f16 keeps flash_cm.
+// coopmat backward with the bf16 modules (never the f16 ones), and f32
+// flash_cm's f32 module (bf16 planes) forward and the scalar backward;
+// where the device has f16 but not bf16 cooperative matrices, bf16 and f32
+// run the scalar kernels while f16 keeps flash_cm.
 func TestBF16CMSelection(t *testing.T) {
 	ctx := context.Background()
 	p := &spec.Problem{B: 1, Hq: 2, Hkv: 1, Nq: 4096, Nk: 4096, D: 128, Dv: 128, Scale: 0.125,
 		Q: spec.BSHD(4096, 2, 128), K: spec.BSHD(4096, 1, 128), V: spec.BSHD(4096, 1, 128), O: spec.BSHD(4096, 2, 128)}
 	for _, kernel := range []string{"", shaders.KernelFlashCM} {
 		b := syntheticBackend(t, h200InfoBF16(), kernel, nvidiaLayout(t))
-		if b.cm[spec.Float16] == nil || b.cm[spec.BFloat16] == nil || b.cm[spec.Float32] != nil {
+		if b.cm[spec.Float16] == nil || b.cm[spec.BFloat16] == nil || b.cm[spec.Float32] == nil {
 			t.Fatalf("kernel %q: coopmat states %v", kernel, b.cm)
 		}
 		if b.Kernel() != shaders.KernelFlashCM {
@@ -171,28 +172,41 @@ func TestBF16CMSelection(t *testing.T) {
 				}
 			}
 		}
-		if k := familyOf(ctx, b, p, spec.Float32, Fwd); k != shaders.KernelFlash && kernel == "" {
-			t.Errorf("f32 forward runs %q", k)
+		ls, err := b.Launches(ctx, p, spec.Float32, false)
+		if err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Config != "nsg4-bc16-mode1-pf0" || ls[0].DType != spec.Float32 {
+			t.Errorf("kernel %q: f32 forward launches %+v, %v", kernel, ls, err)
+		} else if want, _ := shaders.SPIRV(shaders.KernelFlashCM, "f32"); !bytes.Equal(ls[0].key.SPIRV, want) {
+			t.Errorf("kernel %q: f32 forward is not the f32 module", kernel)
 		}
 		if k := familyOf(ctx, b, p, spec.Float32, Bwd); k != "bwd" {
 			t.Errorf("f32 backward runs %q", k)
 		}
+		// Above d 128 no f32 tile fits: the scalar kernel runs it, or,
+		// with flash_cm named, the plan says why not.
+		p256 := *p
+		p256.D, p256.Dv = 256, 256
+		p256.Q, p256.K, p256.V, p256.O = spec.BSHD(4096, 2, 256), spec.BSHD(4096, 1, 256), spec.BSHD(4096, 1, 256), spec.BSHD(4096, 2, 256)
+		if kernel == "" {
+			if k := familyOf(ctx, b, &p256, spec.Float32, Fwd); k != shaders.KernelFlash {
+				t.Errorf("f32 d 256 forward runs %q", k)
+			}
+		} else if _, err := b.Plan(ctx, &p256, spec.Float32, Fwd); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("named flash_cm, f32 d 256 forward: %v, want ErrUnsupported", err)
+		}
 	}
-	// Named flash_cm has no f32 build: an f32 forward is an error, not
-	// another kernel's result.
-	bn := syntheticBackend(t, h200InfoBF16(), shaders.KernelFlashCM, nvidiaLayout(t))
-	if _, err := bn.Plan(ctx, p, spec.Float32, Fwd); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("named flash_cm, f32 forward: %v, want ErrUnsupported", err)
-	}
+	var bn *Backend
 
-	// f16 coopmat without bf16 coopmat: bf16 runs the scalar kernels
-	// automatically; with flash_cm named, a bf16 forward is an error.
+	// f16 coopmat without bf16 coopmat: bf16 and f32 run the scalar
+	// kernels automatically; with flash_cm named, a bf16 forward is an
+	// error.
 	b := syntheticBackend(t, h200Info(), "", nvidiaLayout(t))
-	if b.cm[spec.Float16] == nil || b.cm[spec.BFloat16] != nil {
+	if b.cm[spec.Float16] == nil || b.cm[spec.BFloat16] != nil || b.cm[spec.Float32] != nil {
 		t.Fatalf("coopmat states %v", b.cm)
 	}
-	if k := familyOf(ctx, b, p, spec.BFloat16, Fwd); k != shaders.KernelFlash {
-		t.Errorf("bf16 forward without bf16 coopmat runs %q", k)
+	for _, dt := range []spec.DType{spec.BFloat16, spec.Float32} {
+		if k := familyOf(ctx, b, p, dt, Fwd); k != shaders.KernelFlash {
+			t.Errorf("%v forward without bf16 coopmat runs %q", dt, k)
+		}
 	}
 	if k := familyOf(ctx, b, p, spec.BFloat16, Bwd); k != "bwd" {
 		t.Errorf("bf16 backward without bf16 coopmat runs %q", k)

@@ -225,7 +225,14 @@ type CMLayout struct {
 	SlotRow      []int
 	XorMask      uint32
 	APerm        []int
+	// Planes is the number of bf16 planes flash_cm holds each operand in:
+	// 1 for f16 and bf16 storage; for f32 (shaders.CMPlanes) the layout is
+	// bf16's and the tiles hold every plane.
+	Planes int
 }
+
+// planes is Planes, at least 1.
+func (l *CMLayout) planes() int { return max(l.Planes, 1) }
 
 // Packed packs SlotRow and APerm four bits per entry into the
 // CM_SLOT_LO/HI and CM_PERM_LO/HI spec constants.

@@ -21,7 +21,8 @@
 // A kernel family is one way to compute a pass (plan.go's registry, one
 // file each):
 //
-//	flash_cm  forward on KHR cooperative matrices, f16 and bf16 (fam_coopmat.go)
+//	flash_cm  forward on KHR cooperative matrices, f16 and bf16, and f32 up to
+//	          d 128 in three bf16 planes per operand (fam_coopmat.go)
 //	flash     FlashAttention-2 forward, every storage type (fam_scalar.go)
 //	minimal   FA1-style forward, educational
 //	naive     three passes through a float32 score matrix, educational

@@ -3,7 +3,9 @@
 package vkattn
 
 // The cooperative-matrix kernel families (KHR cooperative matrices, f16 and
-// bf16 storage, each with its own modules — bf16 never runs the fp16 ones):
+// bf16 storage, each with its own modules — bf16 never runs the fp16 ones;
+// flash_cm also f32 storage, on bf16 matrix units with every operand split
+// into three bf16 planes):
 // the forward flash_cm and the backward bwd_cm (bwd_pre, then bwd_cm_dkdv
 // and bwd_cm_dq). They need a subgroup f16·f16+f32→f32 (bf16: bf16·bf16)
 // coopmat shape and the features cmSupportFor lists; the element layout of
@@ -58,7 +60,8 @@ type cmState struct {
 }
 
 // initCoopmat sets up b.cm: a state for each of f16 and bf16 the device
-// can run the coopmat modules of, and says why none when there is none.
+// can run the coopmat modules of (and for f32 where bf16 runs: flash_cm's
+// planes are bf16), and says why none when there is none.
 // explicit (Options.Kernel "flash_cm") makes a device without the f16
 // build an error.
 func initCoopmat(b *Backend, explicit bool) (string, error) {
@@ -78,6 +81,9 @@ func initCoopmat(b *Backend, explicit bool) (string, error) {
 				cm.reqSG = b.info.SubgroupSize
 			}
 			b.cm[dt] = cm
+			if dt == spec.BFloat16 {
+				b.cm[spec.Float32] = &cmState{dt: spec.Float32, shape: cm.shape, reqSG: cm.reqSG, full: cm.full}
+			}
 		}
 	}
 	if explicit && b.cm[spec.Float16] == nil {
@@ -94,7 +100,7 @@ func initCoopmat(b *Backend, explicit bool) (string, error) {
 		return "", fmt.Errorf("%w: kernel flash_cm cannot run on %s (%s); it runs %s",
 			ErrUnsupported, b.info.Name, why, strings.Join(others, ", "))
 	}
-	if len(b.cm) == 0 {
+	if b.cm[spec.Float16] == nil && b.cm[spec.BFloat16] == nil {
 		if len(b.cmWhy) == 0 {
 			return "no storageBuffer16BitAccess", nil
 		}
@@ -121,7 +127,11 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 	if cm.layout != nil || cm.err != nil {
 		return cm.layout, cm.err
 	}
-	spv, err := b.module(shaders.KernelFlashCMProbe, dt)
+	probe := dt
+	if dt == spec.Float32 {
+		probe = spec.BFloat16 // the planes' layout
+	}
+	spv, err := b.module(shaders.KernelFlashCMProbe, probe)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +143,7 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 		cm.err = fmt.Errorf("%w: coopmat %v layout probe on %s: %w", ErrUnsupported, dt, b.info.Name, err)
 		return nil, cm.err
 	}
+	l.Planes = shaders.CMPlanes(dt.Short())
 	cm.layout = l
 	return l, nil
 }
@@ -156,7 +167,7 @@ func planFlashCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType
 	ln.Tunable, ln.Config, ln.Source = shaders.KernelFlashCM, c.String(), src
 	ln.Grid = shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.NSG*int(l.M))
 	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, c.NSG*int(l.M), c.BC
-	ln.SharedBytes = shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv)
+	ln.SharedBytes = shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv, l.planes())
 	return &Plan{Launches: []Launch{ln}}, nil
 }
 
@@ -176,6 +187,9 @@ func (b *Backend) cmTileFor(ctx context.Context, l *CMLayout, p *spec.Problem, d
 }
 
 func planBwdCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error) {
+	if dt == spec.Float32 {
+		return nil, errNotForDType("bwd_cm", dt) // (no f32 build)
+	}
 	l, err := b.cmLayout(ctx, dt)
 	if err != nil {
 		return nil, err
@@ -324,10 +338,14 @@ var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseC
 	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
 		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
 	},
-	func(*CMLayout) []CMTile {
+	func(l *CMLayout) []CMTile {
 		var out []CMTile
+		bcs := []int{32, 64, 128}
+		if l.planes() > 1 { // f32: three planes of K/V, smaller tiles
+			bcs = []int{16, 32, 64}
+		}
 		for _, nsg := range []int{2, 4, 8} {
-			for _, bc := range []int{32, 64, 128} {
+			for _, bc := range bcs {
 				for _, mode := range []int{0, 1} {
 					for _, pf := range []bool{true, false} {
 						out = append(out, CMTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf})
@@ -431,6 +449,9 @@ const cmLargeNq = 2048
 // plain's d 128 tile and the other options alone still slower. The tune
 // cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
+	if l.planes() > 1 {
+		return cmSplitTiles(l, d, dv)
+	}
 	var ts []CMTile
 	if l.Mode1 {
 		long := nq >= cmLargeNq
@@ -449,6 +470,22 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 		}
 	}
 	return append(ts, CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})
+}
+
+// cmSplitTiles are cmTiles for f32 storage (each operand in three bf16
+// planes: three times the Q fragments and the K/V tile): MODE 1
+// nsg4-bc32 at d ≤ 64 and nsg4-bc16, without prefetch, then MODE 0
+// nsg4-bc16. Above d 128 no tile fits 48 KiB (the K/V planes of 16 keys
+// take 50 KB); the scalar kernel runs those.
+func cmSplitTiles(l *CMLayout, d, dv int) []CMTile {
+	var ts []CMTile
+	if l.Mode1 {
+		if max(d, dv) <= 64 {
+			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1})
+		}
+		ts = append(ts, CMTile{NSG: 4, BC: 16, Mode: 1})
+	}
+	return append(ts, CMTile{NSG: 4, BC: 16, Mode: 0})
 }
 
 // CheckCMTile reports why tile c cannot run on a device with sharedMax
@@ -474,7 +511,7 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG i
 			return fmt.Errorf("BC %d not a multiple of %d lanes per row", c.BC, lpr)
 		}
 	}
-	shared := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv) + dropExtra(drop, c.NSG*M, c.BC)
+	shared := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv, l.planes()) + dropExtra(drop, c.NSG*M, c.BC)
 	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
 }
 

@@ -271,7 +271,7 @@ func TestChooseCMTile(t *testing.T) {
 	// bytes short of 48 KiB) still fits with them, and not when they would
 	// overflow.
 	d256 := CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}
-	need := shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 256, 256) + dropExtra(true, 64, 32)
+	need := shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 256, 256, 1) + dropExtra(true, 64, 32)
 	if need > sh {
 		t.Errorf("dropout d256 %v needs %d bytes, more than %d", d256, need, sh)
 	}

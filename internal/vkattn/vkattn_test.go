@@ -70,10 +70,13 @@ func syntheticBackend(t *testing.T, info device.Info, kernel string, layout *CML
 		t.Fatalf("synthetic backend (kernel %q): %v", kernel, err)
 	}
 	for _, cm := range b.cm {
-		cm.layout = layout
 		if layout == nil {
 			cm.err = errors.New("synthetic backend: no layout")
+			continue
 		}
+		l := *layout
+		l.Planes = shaders.CMPlanes(cm.dt.Short())
+		cm.layout = &l
 	}
 	b.SetTuned("test.json", tuned)
 	return b

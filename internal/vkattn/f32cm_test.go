@@ -1,0 +1,91 @@
+//go:build cgo
+
+package vkattn
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/reference"
+)
+
+// TestF32CM runs flash_cm's f32 build (every operand in three bf16 planes)
+// in every tile cmSplitTiles lists, and MODE 1 with prefetch, on awkward
+// problems (and ones with thousands of keys) against the float64 reference
+// at the fp32 bound (rel_l2 ≤ 1e-5 on O and LSE), with poisoned outputs;
+// above d 128, where no tile fits, the forward is the scalar kernel's.
+func TestF32CM(t *testing.T) {
+	b := openBackend(t, "")
+	if b.cm[spec.Float32] == nil {
+		_, err := cmSupportFor(b.info, spec.BFloat16)
+		t.Skipf("%s: no bf16 cooperative-matrix kernels for the f32 planes: %v", b.info.Name, err)
+	}
+	ctx := context.Background()
+	l, err := b.cmLayout(ctx, spec.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Planes != shaders.CMPlanes(shaders.DTypeF32) {
+		t.Fatalf("f32 layout has %d planes", l.Planes)
+	}
+	const tol = 1e-5
+	cases := append(awkwardCases[:len(awkwardCases):len(awkwardCases)],
+		hostCase{1, 2, 1, 300, 333, 64, 64, spec.MaskCausalBottomRight},
+		hostCase{1, 1, 1, 260, 200, 128, 128, spec.MaskNone},
+		// Many keys: O's error must not grow with Nk (a tile's P·V is
+		// added to O in fp32 arithmetic, not on the matrix units).
+		hostCase{1, 2, 1, 64, 4096, 128, 128, spec.MaskNone},
+		hostCase{1, 1, 1, 40, 6000, 64, 64, spec.MaskCausalBottomRight})
+	for i, c := range cases {
+		h := c.problem(uint64(500 + i))
+		p := h.p
+		rp := h.ref()
+		ro, rlse, err := reference.Forward(rp, to64(h.q), to64(h.k), to64(h.v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tiles := cmSplitTiles(l, p.D, p.Dv)
+		if l.Mode1 {
+			tiles = append(tiles, CMTile{NSG: 4, BC: 16, Mode: 1, Prefetch: true})
+		}
+		var fit []CMTile
+		for _, tl := range tiles {
+			if CheckCMTile(l, tl, p.D, p.Dv, false, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+				fit = append(fit, tl)
+			}
+		}
+		if len(fit) == 0 {
+			t.Run(fmt.Sprintf("%s/none", c.name(i)), func(t *testing.T) {
+				if kn := familyOf(ctx, b, p, spec.Float32, Fwd); kn == shaders.KernelFlashCM {
+					t.Fatalf("no f32 tile fits d %d, yet the forward runs %q", p.D, kn)
+				}
+			})
+			continue
+		}
+		for _, tl := range fit {
+			t.Run(fmt.Sprintf("%s/%s", c.name(i), tl), func(t *testing.T) {
+				force(b, shaders.KernelFlashCM, p, spec.Float32, tl)
+				defer b.tune.clearOverrides()
+				ls, err := b.Launches(ctx, p, spec.Float32, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Config != tl.String() {
+					t.Fatalf("launches %+v; want flash_cm %s", ls, tl)
+				}
+				o := slices.Repeat([]float32{float32(math.NaN())}, len(h.o)) // unwritten
+				lse := slices.Repeat([]float32{float32(math.NaN())}, len(h.lse))
+				if err := ForwardHost(ctx, b, p, h.q, h.k, h.v, o, lse, HostBias{}); err != nil {
+					t.Fatal(err)
+				}
+				checkClose(t, "o", o, ro, tol)
+				checkClose(t, "lse", lse, rlse, tol)
+			})
+		}
+	}
+}

@@ -140,7 +140,7 @@ func TestBF16Commands(t *testing.T) {
 		t.Errorf("compare bf16:\n%s", out)
 	}
 	out = mustRun(t, "explain", "--seq", "256", "--dim", "64", "--heads", "2", "--dtype", "bf16", "--device-preset", "h200")
-	if !strings.Contains(out, "bfloat16") || !strings.Contains(out, "FP32 (bf16 storage") {
+	if !strings.Contains(out, "bfloat16") || !strings.Contains(out, "BF16 matrix peak") {
 		t.Errorf("explain --dtype bf16:\n%s", out)
 	}
 	var rep devicesReport

@@ -41,9 +41,9 @@ func (a *app) tuneCmd() *cobra.Command {
 
 For each key (dtype, head dim d, causal or not, direction fwd|bwd) and each
 tunable kernel family the device runs there (flash: the scalar forward;
-flash_cm: the cooperative-matrix fp16 forward; bwd_dkdv and bwd_dq: the
-scalar backward; bwd_cm_dkdv and bwd_cm_dq: the cooperative-matrix fp16
-backward), every configuration legal within the device's shared-memory and
+flash_cm: the cooperative-matrix forward (fp16, bf16, fp32 in bf16
+planes); bwd_dkdv and bwd_dq: the scalar backward; bwd_cm_dkdv and
+bwd_cm_dq: the cooperative-matrix fp16/bf16 backward), every configuration legal within the device's shared-memory and
 workgroup limits is
   1. verified against the float64 reference on a small awkward problem
      (B=1, Hq=2, Hkv=1, Nq=150, Nk=203, causal bottom-right when causal):

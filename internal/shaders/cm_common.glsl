@@ -2,8 +2,8 @@
 // bwd_cm_dkdv, bwd_cm_dq) share: the coopmat spec constants (ids 10–21,
 // described in flash_cm.comp's header), the padded tile geometry, the
 // matrix types, the element-layout decoders and the 16-byte global fetch
-// and store. Include after params.glsl; fp16 or bf16 storage
-// (cm_types.glsl).
+// and store. Include after params.glsl; fp16 or bf16 storage, or (flash_cm)
+// fp32 in bf16 planes (cm_types.glsl).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -75,8 +75,13 @@ CMChunk cm_chunk0() {
 // cm_split returns the bf16 bits of the three planes of the fp32 whose bits
 // are u: x0 its sign, exponent and top 7 fraction bits, x1 the next 8
 // significant bits of x − x0, x2 the rest (x − x0 − x1 has at most 8
-// significant bits, so x2 is exact; all three carry x's sign). Inf and NaN
-// go to x0 alone (NaN stays NaN), as x0 + 0 + 0.
+// significant bits, so x2 is exact for |x| ≥ 2^-103; all three carry x's
+// sign). Inf and NaN go to x0 alone (NaN stays NaN). A lower plane of a
+// nonzero finite x that would be zero is ±2^-126 instead (the smallest
+// normal bf16: an error of at most 2^-125), so that an infinite operand
+// meets no zero plane of a nonzero one: Inf·x is ±Inf, as in fp32, not the
+// NaN of Inf·0 (x = 0, all planes zero, still gives NaN). (This costs
+// flash_cm a fifth of its fp32 time on an NVIDIA H200: bench/NOTES.md.)
 uvec3 cm_split(uint u) {
 	if ((u & 0x7f800000u) == 0x7f800000u) {
 		return uvec3((u >> 16u) | ((u & 0x7fffffu) != 0u ? 0x40u : 0u), 0u, 0u);
@@ -84,11 +89,14 @@ uvec3 cm_split(uint u) {
 	float r1 = uintBitsToFloat(u) - uintBitsToFloat(u & 0xffff0000u);
 	uint u1 = floatBitsToUint(r1);
 	float r2 = r1 - uintBitsToFloat(u1 & 0xffff0000u);
-	return uvec3(u >> 16u, u1 >> 16u, floatBitsToUint(r2) >> 16u);
+	uvec3 s = uvec3(u >> 16u, u1 >> 16u, floatBitsToUint(r2) >> 16u);
+	if ((u & 0x7fffffffu) != 0u) {
+		uint tiny = ((u >> 16u) & 0x8000u) | 0x80u;
+		s.y = (s.y & 0x7fffu) == 0u ? tiny : s.y;
+		s.z = (s.z & 0x7fffu) == 0u ? tiny : s.z;
+	}
+	return s;
 }
-
-// cm_plane is plane i of x as a bf16 value (exact).
-CM_T cm_plane(float x, uint i) { return CM_T(uintBitsToFloat(cm_split(floatBitsToUint(x))[i] << 16u)); }
 
 // cm_split8: 8 fp32 (bits) → their chunk.
 CMChunk cm_split8(uint x[8]) {

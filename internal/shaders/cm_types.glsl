@@ -62,10 +62,11 @@ float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
 #else
 // fp32 storage (flash_cm only): the matrix units multiply bf16, so every
 // fp32 operand x is held as CM_SPLIT = 3 bf16 planes, x = x0 + x1 + x2
-// exactly (cm_split: each plane the next 8 significant bits, by
-// truncation; Inf and NaN in x0 alone), and a product A·B is
-// Σ_{i+j<3} Ai·Bj, six MMAs with fp32 accumulation; the dropped terms are
-// below 2^-22 of |A|·|B| (cm_common.glsl). CM_TO only ever meets values a
+// (cm_split: each plane the next 8 significant bits, by truncation, exact
+// but for a lower plane of ±2^-126 where it would be zero and for |x| <
+// 2^-103; Inf and NaN in x0 alone), and a product A·B is Σ_{i+j<3} Ai·Bj,
+// six MMAs with fp32 accumulation; the dropped terms are below 2^-22 of
+// |A|·|B| (cm_common.glsl). CM_TO only ever meets values a
 // plane holds exactly.
 #extension GL_EXT_bfloat16 : require
 #define CM_SPLIT 3

@@ -9,11 +9,12 @@
 // storage type (nearest even) for P·V, LSE out.
 //
 // fp32 storage (no STORAGE_* define; bf16 operands, glslang ≥ 16): Q, K,
-// V and P are each split exactly into CM_SPLIT = 3 bf16 planes
-// (cm_types.glsl, cm_split), S and each tile's P·V are the six plane
-// products i + j < 3 (smaller first), and a tile's P·V is summed from zero
-// and added to O in fp32 (O_ADD_TILE); O is stored as fp32. The Q tile is
-// staged plane by plane; the K/V tiles hold all three planes.
+// V and P are each split into CM_SPLIT = 3 bf16 planes (cm_types.glsl,
+// cm_split), S and each tile's P·V are the six plane products i + j < 3
+// (grouped by K/V plane, the smaller planes first), and a tile's P·V is
+// summed from zero and added to O in fp32 (O_ADD_TILE); O is stored as
+// fp32. The Q tile is staged plane by plane; the K/V tiles hold all three
+// planes.
 //
 // Bindings (set 0), as the scalar flash kernel:
 //   0 Q [B,Nq,Hq,D] f16|bf16|f32   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
@@ -208,7 +209,7 @@ void put_v(uint u, CM_CHUNK w) {
 
 // PV_PRODUCT(o, PA, PS, PT, t, j): o += P·V over key chunk t and O column
 // block j, the plane pairs i + j < CM_SPLIT (P's plane i in
-// PA[i·PS + PT]), smaller terms first.
+// PA[i·PS + PT]), grouped by V plane, the smaller planes first.
 #define PV_PRODUCT(o, PA, PS, PT, t, j) \
 	[[unroll]] for (uint vp = CM_SPLIT; vp > 0u; --vp) { \
 		MATB vB; \
@@ -397,8 +398,8 @@ void main() {
 			BIAS_FRAG(bv, NST, r0 + sgr + lrow[slotrow(i)], c0 + t * CM_N + colOf[i])
 		}
 
-		// S = Σ Q_i·K_jᵀ over the plane pairs i + j < CM_SPLIT, the smaller
-		// terms first (one product without a split).
+		// S = Σ Q_i·K_jᵀ over the plane pairs i + j < CM_SPLIT, grouped by
+		// K plane, the smaller planes first (one product without a split).
 		ACC S[NST];
 		[[unroll]] for (uint t = 0u; t < NST; ++t) {
 			S[t] = ACC(0.0);

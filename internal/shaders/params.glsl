@@ -83,7 +83,7 @@ uint bf16_round(float x) {
 // and reads and writes their elements only through
 //   EL(op, i)   element i (STYPE), an lvalue
 //   VEC(op, i)  16-byte unit i (uvec4: elements 8i … 8i+7 of 16-bit
-//               storage; OPERAND_V only), an lvalue
+//               storage, 4i … 4i+3 of fp32; OPERAND_V only), an lvalue
 // with i an offset from the row bases below (OFFSET).
 // Bindings build: OPERAND declares
 //   layout(std430, binding = bnd) qual buffer Name { STYPE op_buf[]; };

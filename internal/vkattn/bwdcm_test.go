@@ -32,8 +32,8 @@ func fromF16(x []uint16) []float32 {
 
 // forceBwdCM makes b's coopmat backward of problems like p run in mode
 // (with the pf variant in both kernels, and kv and sp in the dK/dV
-// kernel): the first default
-// tile of that mode that fits, forced as the tuner forces candidates.
+// kernel): the first default tile of that mode that fits, forced as the
+// tuner forces candidates.
 func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, mode int, kv, pf, sp bool) {
 	t.Helper()
 	for _, dkdv := range []bool{true, false} {

@@ -25,7 +25,7 @@ import (
 func cmSupportFor(info device.Info, dt spec.DType) (device.CoopMatShape, error) {
 	var why []string
 	if dt != spec.Float16 && dt != spec.BFloat16 {
-		return device.CoopMatShape{}, fmt.Errorf("%w: flash_cm has no %v build", ErrUnsupported, dt)
+		return device.CoopMatShape{}, fmt.Errorf("%w: the cooperative-matrix kernels have no %v build of their own", ErrUnsupported, dt)
 	}
 	if !apiAtLeast(info.APIVersion, 1, 3) {
 		why = append(why, fmt.Sprintf("Vulkan %q < 1.3 (SPIR-V 1.6 modules)", info.APIVersion))

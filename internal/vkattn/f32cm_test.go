@@ -18,7 +18,7 @@ import (
 // in every tile cmSplitTiles lists, and MODE 1 with prefetch, on awkward
 // problems (and ones with thousands of keys) against the float64 reference
 // at the fp32 bound (rel_l2 ≤ 1e-5 on O and LSE), with poisoned outputs;
-// above d 128, where no tile fits, the forward is the scalar kernel's.
+// above d 128 (cmSplitMaxD) the forward is the scalar kernel's.
 func TestF32CM(t *testing.T) {
 	b := openBackend(t, "")
 	if b.cm[spec.Float32] == nil {
@@ -62,7 +62,7 @@ func TestF32CM(t *testing.T) {
 		if len(fit) == 0 {
 			t.Run(fmt.Sprintf("%s/none", c.name(i)), func(t *testing.T) {
 				if kn := familyOf(ctx, b, p, spec.Float32, Fwd); kn == shaders.KernelFlashCM {
-					t.Fatalf("no f32 tile fits d %d, yet the forward runs %q", p.D, kn)
+					t.Fatalf("no f32 tile runs d %d, yet the forward runs %q", p.D, kn)
 				}
 			})
 			continue

@@ -13,8 +13,9 @@ package vkattn
 // flash_cm_probe (cmState.probe) and decides whether the softmax and the
 // elementwise steps stay in registers (MODE 1) or go through shared memory
 // (MODE 0, any layout). Selected automatically for f16 and bf16 where the
-// device supports them; "flash_cm" as Options.Kernel makes a device that
-// cannot run the f16 build an error at Open.
+// device supports them, and for the f32 forward up to d 128 where bf16
+// runs; "flash_cm" as Options.Kernel makes a device that cannot run the
+// f16 build an error at Open.
 
 import (
 	"cmp"
@@ -472,11 +473,16 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 	return append(ts, CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})
 }
 
+// cmSplitMaxD is the largest head dim flash_cm's f32 build runs: at d 128
+// it already holds 255 registers on an NVIDIA H200, at d 256 the K/V
+// planes of 16 keys take 50 KB, and the dims between were never run.
+const cmSplitMaxD = 128
+
 // cmSplitTiles are cmTiles for f32 storage (each operand in three bf16
 // planes: three times the Q fragments and the K/V tile): MODE 1
 // nsg4-bc32 at d ≤ 64 and nsg4-bc16, without prefetch, then MODE 0
-// nsg4-bc16. Above d 128 no tile fits 48 KiB (the K/V planes of 16 keys
-// take 50 KB); the scalar kernel runs those.
+// nsg4-bc16. CheckCMTile refuses every tile above cmSplitMaxD, where the
+// scalar kernel runs.
 func cmSplitTiles(l *CMLayout, d, dv int) []CMTile {
 	var ts []CMTile
 	if l.Mode1 {
@@ -495,6 +501,9 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG i
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
+	}
+	if l.planes() > 1 && max(d, dv) > cmSplitMaxD {
+		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm's float32 build takes 1 … %d)", d, dv, cmSplitMaxD)
 	}
 	if c.BC < 1 {
 		return fmt.Errorf("key tile of %d keys (want at least 1)", c.BC)

@@ -130,6 +130,9 @@
 //     (−Inf) may reach the other rows of its tile that it does not hide —
 //     but none of a tile whose every row the bias hides it from (in blocks
 //     of 16 rows and 16 keys): such tiles are never read.
+//   - In the forward, ±Inf in K or V likewise gives ±Inf and NaN exactly
+//     where the reference has them (a +Inf score makes its row NaN, an
+//     infinite V element its column of O ±Inf).
 //   - A softcap maps a score of ±Inf to ±c, a finite score: such a row is
 //     not empty.
 //   - A row whose visible scores are all −Inf (or that sees no key) is

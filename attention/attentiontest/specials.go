@@ -15,6 +15,8 @@ import (
 //   - a NaN in Q, K, V or dO gives NaN exactly where the float64 reference
 //     does (IEEE arithmetic over the keys each row sees), every other
 //     output is finite and within the case's tolerance;
+//   - so does, in the forward, an infinite element of K (±Inf scores) or of
+//     V (±Inf in a column of O);
 //   - with a causal mask, a NaN may also reach the outputs of rows on the
 //     same side of the diagonal within MaskBand positions of it, and nowhere
 //     else;
@@ -35,19 +37,22 @@ func runSpecial(t *testing.T, e *attention.Engine, backward bool) {
 	plain := Case{B: 1, Hq: 2, Hkv: 1, Nq: 16, Nk: 20, D: 8, Dv: 8}
 	for _, dt := range dtypes(e) {
 		for _, s := range []struct {
-			name   string
-			c      Case
-			mutate func(in *Inputs)
+			name    string
+			c       Case
+			mutate  func(in *Inputs)
+			fwdOnly bool
 		}{
-			{"nan-q", plain, func(in *Inputs) { in.setQ(0, 5, 1, 2, nan) }},
-			{"nan-k", plain, func(in *Inputs) { in.setK(0, 7, 0, 3, nan) }},
-			{"nan-v", plain, func(in *Inputs) { in.setV(0, 11, 0, 4, nan) }},
-			{"nan-do", plain, func(in *Inputs) { in.setDO(0, 9, 0, 6, nan) }},
-			{"dead-row", plain, func(in *Inputs) { in.killRow(0, 3, 1) }},
+			{"nan-q", plain, func(in *Inputs) { in.setQ(0, 5, 1, 2, nan) }, false},
+			{"nan-k", plain, func(in *Inputs) { in.setK(0, 7, 0, 3, nan) }, false},
+			{"nan-v", plain, func(in *Inputs) { in.setV(0, 11, 0, 4, nan) }, false},
+			{"nan-do", plain, func(in *Inputs) { in.setDO(0, 9, 0, 6, nan) }, false},
+			{"inf-k", plain, func(in *Inputs) { in.setK(0, 7, 0, 3, inf) }, true},
+			{"inf-v", plain, func(in *Inputs) { in.setV(0, 11, 0, 4, -inf) }, true},
+			{"dead-row", plain, func(in *Inputs) { in.killRow(0, 3, 1) }, false},
 			{"dead-row-causal", Case{B: 2, Hq: 2, Hkv: 2, Nq: 24, Nk: 30, D: 16, Dv: 16, Causal: true, Align: attention.BottomRight},
-				func(in *Inputs) { in.killRow(1, 20, 0) }},
+				func(in *Inputs) { in.killRow(1, 20, 0) }, false},
 		} {
-			t.Run(dt.String()+"/"+s.name, func(t *testing.T) { specialValues(t, e, dt, s.c, s.mutate, backward) })
+			t.Run(dt.String()+"/"+s.name, func(t *testing.T) { specialValues(t, e, dt, s.c, s.mutate, backward && !s.fwdOnly) })
 		}
 		t.Run(dt.String()+"/nan-v-causal", func(t *testing.T) { nanBand(t, e, dt, backward) })
 		t.Run(dt.String()+"/huge-scale", func(t *testing.T) { hugeScale(t, e, dt, backward) })
@@ -64,7 +69,10 @@ func runSpecial(t *testing.T, e *attention.Engine, backward bool) {
 // of any kernel (128 each).
 const MaskBand = 256
 
-var nan = float32(math.NaN())
+var (
+	nan = float32(math.NaN())
+	inf = float32(math.Inf(1))
+)
 
 // setIn sets element (b, s, h, d) of the input t to x and refreshes its
 // float64 copy c.

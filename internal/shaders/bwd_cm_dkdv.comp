@@ -82,10 +82,10 @@ layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
 OPERAND_V(4, 6, dKBuf, dk, writeonly)
 OPERAND_V(5, 7, dVBuf, dv, writeonly)
 
-CM_FETCH(fetch_q, q, q_base, D)
-CM_FETCH(fetch_k, k, k_base, D)
-CM_FETCH(fetch_v, v, v_base, DV)
-CM_FETCH(fetch_do, do, o_base, DV)
+CM_FETCH(fetch_q, q, q_base, D, false)
+CM_FETCH(fetch_k, k, k_base, D, false)
+CM_FETCH(fetch_v, v, v_base, DV, false)
+CM_FETCH(fetch_do, do, o_base, DV, false)
 CM_STORE(store_dk, dk, k_base, D)
 CM_STORE(store_dv, dv, v_base, DV)
 

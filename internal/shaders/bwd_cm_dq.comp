@@ -60,10 +60,10 @@ layout(std430, binding = 4) readonly buffer LBuf { float lse_buf[]; };
 layout(std430, binding = 5) readonly buffer DBuf { float d_buf[]; };
 OPERAND_V(4, 6, dQBuf, dq, writeonly)
 
-CM_FETCH(fetch_q, q, q_base, D)
-CM_FETCH(fetch_k, k, k_base, D)
-CM_FETCH(fetch_v, v, v_base, DV)
-CM_FETCH(fetch_do, do, o_base, DV)
+CM_FETCH(fetch_q, q, q_base, D, false)
+CM_FETCH(fetch_k, k, k_base, D, false)
+CM_FETCH(fetch_v, v, v_base, DV, false)
+CM_FETCH(fetch_do, do, o_base, DV, false)
 CM_STORE(store_dq, dq, q_base, D)
 
 // 22 PREFETCH: 1 loads the next key tile's K_j and V_j into registers

@@ -76,12 +76,7 @@ CMChunk cm_chunk0() {
 // are u: x0 its sign, exponent and top 7 fraction bits, x1 the next 8
 // significant bits of x − x0, x2 the rest (x − x0 − x1 has at most 8
 // significant bits, so x2 is exact for |x| ≥ 2^-103; all three carry x's
-// sign). Inf and NaN go to x0 alone (NaN stays NaN). A lower plane of a
-// nonzero finite x that would be zero is ±2^-126 instead (the smallest
-// normal bf16: an error of at most 2^-125), so that an infinite operand
-// meets no zero plane of a nonzero one: Inf·x is ±Inf, as in fp32, not the
-// NaN of Inf·0 (x = 0, all planes zero, still gives NaN). (This costs
-// flash_cm a fifth of its fp32 time on an NVIDIA H200: bench/NOTES.md.)
+// sign). Inf and NaN go to x0 alone (NaN stays NaN).
 uvec3 cm_split(uint u) {
 	if ((u & 0x7f800000u) == 0x7f800000u) {
 		return uvec3((u >> 16u) | ((u & 0x7fffffu) != 0u ? 0x40u : 0u), 0u, 0u);
@@ -89,7 +84,15 @@ uvec3 cm_split(uint u) {
 	float r1 = uintBitsToFloat(u) - uintBitsToFloat(u & 0xffff0000u);
 	uint u1 = floatBitsToUint(r1);
 	float r2 = r1 - uintBitsToFloat(u1 & 0xffff0000u);
-	uvec3 s = uvec3(u >> 16u, u1 >> 16u, floatBitsToUint(r2) >> 16u);
+	return uvec3(u >> 16u, u1 >> 16u, floatBitsToUint(r2) >> 16u);
+}
+
+// cm_fill returns the planes s of the fp32 whose bits are u with a lower
+// plane that is zero for a nonzero finite x made ±2^-126 (the smallest
+// normal bf16: an error of at most 2^-125). An operand whose products meet
+// an infinite one needs it: Inf·x is then ±Inf, as in fp32, not the NaN of
+// Inf·0 (x = 0, all planes zero, still gives NaN).
+uvec3 cm_fill(uvec3 s, uint u) {
 	if ((u & 0x7fffffffu) != 0u) {
 		uint tiny = ((u >> 16u) & 0x8000u) | 0x80u;
 		s.y = (s.y & 0x7fffu) == 0u ? tiny : s.y;
@@ -98,12 +101,32 @@ uvec3 cm_split(uint u) {
 	return s;
 }
 
-// cm_split8: 8 fp32 (bits) → their chunk.
-CMChunk cm_split8(uint x[8]) {
+// cm_fill_nonneg is cm_fill for an x ≥ 0 (P), whose planes are ≥ 0: a
+// lower plane below 2^-126 (zero or subnormal) of a nonzero x becomes
+// 2^-126.
+uvec3 cm_fill_nonneg(uvec3 s, uint u) {
+	uint tiny = u != 0u ? 0x80u : 0u;
+	return uvec3(s.x, max(s.y, tiny), max(s.z, tiny));
+}
+
+// cm_nonfinite: does plane 0 of a chunk (8 bf16) hold an Inf or a NaN?
+bool cm_nonfinite(uvec4 p0) {
+	uvec4 lo = p0 & 0x7f80u;
+	uvec4 hi = p0 & 0x7f800000u;
+	return any(equal(lo, uvec4(0x7f80u))) || any(equal(hi, uvec4(0x7f800000u)));
+}
+
+// cm_split8: 8 fp32 (bits) → their chunk, filled (cm_fill) where fill.
+CMChunk cm_split8(uint x[8], bool fill) {
 	CMChunk w;
 	uvec3 s[8];
 	[[unroll]] for (uint u = 0u; u < 8u; ++u) {
 		s[u] = cm_split(x[u]);
+	}
+	if (fill) {
+		[[unroll]] for (uint u = 0u; u < 8u; ++u) {
+			s[u] = cm_fill(s[u], x[u]);
+		}
 	}
 	[[unroll]] for (uint i = 0u; i < CM_SPLIT; ++i) {
 		w.p[i] = uvec4(s[0][i] | (s[1][i] << 16u), s[2][i] | (s[3][i] << 16u),
@@ -112,11 +135,12 @@ CMChunk cm_split8(uint x[8]) {
 	return w;
 }
 
-// CM_FETCH(name, op, BASE, DIM) defines CMChunk name(b, s, h, c4): features
-// 8·c4 … 8·c4+7 of row (b, s, h) of operand op (OPERAND_V: VEC reads two
-// 16-byte units, EL one element) whose row offset BASE gives, zero past
-// DIM, split into their planes.
-#define CM_FETCH(name, op, BASE, DIM) \
+// CM_FETCH(name, op, BASE, DIM, FILL) defines CMChunk name(b, s, h, c4):
+// features 8·c4 … 8·c4+7 of row (b, s, h) of operand op (OPERAND_V: VEC
+// reads two 16-byte units, EL one element) whose row offset BASE gives,
+// zero past DIM, split into their planes, filled (cm_fill) where the bool
+// expression FILL holds.
+#define CM_FETCH(name, op, BASE, DIM, FILL) \
 	CMChunk name(uint b, uint s, uint h, uint c4) { \
 		OFFSET base = BASE(b, s, h); \
 		uint x[8]; \
@@ -131,7 +155,7 @@ CMChunk cm_split8(uint x[8]) {
 				x[u] = d < (DIM) ? floatBitsToUint(EL(op, base + d)) : 0u; \
 			} \
 		} \
-		return cm_split8(x); \
+		return cm_split8(x, FILL); \
 	}
 
 // CM_OUT_EL: features per 16-byte unit of a stored result (4 fp32).
@@ -167,11 +191,11 @@ uvec4 pack8(CM_RAWT x[8]) {
 		CM_PACK2(x[4], x[5]), CM_PACK2(x[6], x[7]));
 }
 
-// CM_FETCH(name, op, BASE, DIM) defines uvec4 name(b, s, h, c4):
+// CM_FETCH(name, op, BASE, DIM, FILL) defines uvec4 name(b, s, h, c4):
 // features 8·c4 … 8·c4+7 of row (b, s, h) of operand op (declared with
 // OPERAND_V: VEC reads 16 bytes at once, EL one element) whose row offset
-// BASE gives, zero past DIM.
-#define CM_FETCH(name, op, BASE, DIM) \
+// BASE gives, zero past DIM (FILL is for the fp32 planes only).
+#define CM_FETCH(name, op, BASE, DIM, FILL) \
 	uvec4 name(uint b, uint s, uint h, uint c4) { \
 		OFFSET base = BASE(b, s, h); \
 		if (VEC != 0u) { \

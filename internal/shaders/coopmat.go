@@ -124,17 +124,20 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int) int {
 	dp := ceilTo(d, max(k, 8))
 	dvp := ceilTo(dv, max(n, 8))
 	ldk4, ldv4 := dp/8+1, dvp/8+1
-	ldo4 := ldv4 // O leaves as 16-bit (8 per unit) or, split, fp32 (4)
-	if planes > 1 {
-		ldo4 = dvp/4 + 1
-	}
 	br := nsg * m
-	skv := max(br*ldk4, planes*bc*(ldk4+ldv4), br*ldo4, m*n/4)
+	ldo4, orows := ldv4, br // O leaves as 16-bit (8 per unit) or, split, fp32 (4) …
+	if planes > 1 {
+		ldo4, orows = dvp/4+1, min(nsg, 4)*m // … then four subgroups' rows at a time
+	}
+	skv := max(br*ldk4, planes*bc*(ldk4+ldv4), orows*ldo4, m*n/4)
 	b := 16 * skv
 	if mode == 0 {
 		b += br*(bc+4)*4 + planes*br*(bc+8)*2
 	} else {
 		b += 4 + ceilTo(2*planes, 4) // MODE 1: the one-element S and P arrays (P per plane)
+	}
+	if planes > 1 {
+		b += nsg * 4 // sQNonfinite
 	}
 	return b + br*4 + DropPlaceholder
 }

@@ -14,7 +14,11 @@
 // (grouped by K/V plane, the smaller planes first), and a tile's P·V is
 // summed from zero and added to O in fp32 (O_ADD_TILE); O is stored as
 // fp32. The Q tile is staged plane by plane; the K/V tiles hold all three
-// planes.
+// planes. Inf·0 inside a plane product would be NaN where fp32 gives ±Inf,
+// so an operand that can meet an infinite one has its zero lower planes
+// filled (cm_fill): Q always (staged once), K only in a workgroup whose Q
+// tile holds an Inf or NaN (k_fill), P always (cm_fill_nonneg: its products
+// meet V's), V never (P is finite).
 //
 // Bindings (set 0), as the scalar flash kernel:
 //   0 Q [B,Nq,Hq,D] f16|bf16|f32   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
@@ -115,9 +119,18 @@ OPERAND_V(2, 2, VBuf, v, readonly)
 OPERAND_V(3, 3, OBuf, o, writeonly)
 layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
 
-CM_FETCH(fetch_q, q, q_base, D)
-CM_FETCH(fetch_k, k, k_base, D)
-CM_FETCH(fetch_v, v, v_base, DV)
+#if CM_SPLIT > 1
+// k_fill: does this workgroup's Q tile hold an Inf or a NaN (then K's
+// planes are filled)? sQNonfinite: each subgroup's share of the answer.
+bool k_fill = false;
+shared uint sQNonfinite[NSG];
+#define K_FILL k_fill
+#else
+#define K_FILL false
+#endif
+CM_FETCH(fetch_q, q, q_base, D, true)
+CM_FETCH(fetch_k, k, k_base, D, K_FILL)
+CM_FETCH(fetch_v, v, v_base, DV, false)
 CM_STORE(store_o, o, o_base, DV)
 
 const uint NQF = DP / CM_K;                  // Q fragments (A) per subgroup
@@ -134,7 +147,15 @@ const uint VOFF = CM_SPLIT * KPL;
 const uint LDO4 = DVP / CM_OUT_EL + 1u;
 const uint SKV_Q = BR * LDK4;
 const uint SKV_KV = CM_SPLIT * (KPL + VPL);
+// O is staged OSG subgroups' rows at a time: fp32 rows take twice the
+// shared memory of 16-bit ones, so the fp32 build stages at most four
+// subgroups' (with eight, O would need twice Q's tile).
+#if CM_SPLIT > 1
+const uint OSG = NSG > 4u ? 4u : NSG;
+const uint SKV_O = OSG * CM_M * LDO4;
+#else
 const uint SKV_O = BR * LDO4;
+#endif
 const uint SKV_MAP = CM_M * CM_N / 4u;
 const uint SKV4a = SKV_Q > SKV_KV ? SKV_Q : SKV_KV;
 const uint SKV4b = SKV_O > SKV_MAP ? SKV_O : SKV_MAP;
@@ -240,17 +261,36 @@ void main() {
 	// plane at a time (qA[pl·NQF + kk]).
 	MATA qA[CM_SPLIT * NQF];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+#if CM_SPLIT > 1
+		bool nonfinite = false;
+		for (uint e = tid; e < BR * DP8; e += WG) {
+			uint r = e / DP8;
+			uint c4 = e - r * DP8;
+			uvec4 w = r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u);
+			nonfinite = nonfinite || (pl == 0u && cm_nonfinite(w));
+			sKV[r * LDK4 + c4] = w;
+		}
+		if (pl == 0u) {
+			sQNonfinite[sg] = subgroupAny(nonfinite) ? 1u : 0u;
+		}
+#else
 		for (uint e = tid; e < BR * DP8; e += WG) {
 			uint r = e / DP8;
 			uint c4 = e - r * DP8;
 			sKV[r * LDK4 + c4] = r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u);
 		}
+#endif
 		barrier();
 		[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
 			coopMatLoad(qA[pl * NQF + kk], sKV, (sg * CM_M) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 		}
 		barrier();
 	}
+#if CM_SPLIT > 1
+	[[unroll]] for (uint i = 0u; i < NSG; ++i) {
+		k_fill = k_fill || sQNonfinite[i] != 0u;
+	}
+#endif
 
 	// Element layout of the accumulator type: component i of this
 	// invocation holds row rowOf[i], column colOf[i] of every CM_M×CM_N
@@ -474,7 +514,8 @@ void main() {
 				}
 				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
 #if CM_SPLIT > 1
-					uvec3 sp = cm_split(floatBitsToUint(S[t][aperm(j)]));
+					uint pu = floatBitsToUint(S[t][aperm(j)]);
+					uvec3 sp = cm_fill_nonneg(cm_split(pu), pu);
 					[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
 						pA[pl * NKC + t][j] = CM_T(uintBitsToFloat(sp[pl] << 16u));
 					}
@@ -544,7 +585,8 @@ void main() {
 					lsum += p;
 					float pk_ = p * drop_keep(sgr + row, lr + LPR * j);
 #if CM_SPLIT > 1
-					uvec3 sp = cm_split(floatBitsToUint(pk_));
+					uint pu = floatBitsToUint(pk_);
+					uvec3 sp = cm_fill_nonneg(cm_split(pu), pu);
 					[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
 						sP[pl * SP_N + pbase + lr + LPR * j] = CM_T(uintBitsToFloat(sp[pl] << 16u));
 					}
@@ -642,13 +684,30 @@ void main() {
 
 	// O → storage type → shared → global.
 	barrier(); // all subgroups are done with the K/V tiles
-	[[unroll]] for (uint j = 0u; j < NOT; ++j) {
 #if CM_SPLIT > 1
-		coopMatStore(O[j], sKV, sgr * LDO4 + j * (CM_N / CM_OUT_EL), LDO4, gl_CooperativeMatrixLayoutRowMajor);
+	const uint OCH = DVP / CM_OUT_EL; // units per O row
+	for (uint g = 0u; g < NSG; g += OSG) {
+		if (sg >= g && sg < g + OSG) {
+			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+				coopMatStore(O[j], sKV, (sg - g) * CM_M * LDO4 + j * (CM_N / CM_OUT_EL), LDO4, gl_CooperativeMatrixLayoutRowMajor);
+			}
+		}
+		barrier();
+		for (uint e = tid; e < OSG * CM_M * OCH; e += WG) {
+			uint r = e / OCH;
+			uint c4 = e - r * OCH;
+			if (g * CM_M + r < rows) {
+				store_o(b, r0 + g * CM_M + r, h, c4, sKV[r * LDO4 + c4]);
+			}
+		}
+		if (g + OSG < NSG) {
+			barrier(); // the next subgroups' rows overwrite these
+		}
+	}
 #else
+	[[unroll]] for (uint j = 0u; j < NOT; ++j) {
 		ACC16 o16 = CM_NARROW(O[j]);
 		coopMatStore(o16, sKV, sgr * LDO4 + j * (CM_N / CM_OUT_EL), LDO4, gl_CooperativeMatrixLayoutRowMajor);
-#endif
 	}
 	barrier();
 	const uint OCH = DVP / CM_OUT_EL; // units per O row
@@ -659,4 +718,5 @@ void main() {
 			store_o(b, r0 + r, h, c4, sKV[r * LDO4 + c4]);
 		}
 	}
+#endif
 }

@@ -173,7 +173,7 @@ func TestBF16CMSelection(t *testing.T) {
 			}
 		}
 		ls, err := b.Launches(ctx, p, spec.Float32, false)
-		if err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Config != "nsg4-bc16-mode1-pf0" || ls[0].DType != spec.Float32 {
+		if err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Config != "nsg8-bc16-mode1-pf0" || ls[0].DType != spec.Float32 {
 			t.Errorf("kernel %q: f32 forward launches %+v, %v", kernel, ls, err)
 		} else if want, _ := shaders.SPIRV(shaders.KernelFlashCM, "f32"); !bytes.Equal(ls[0].key.SPIRV, want) {
 			t.Errorf("kernel %q: f32 forward is not the f32 module", kernel)

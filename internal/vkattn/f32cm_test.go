@@ -51,7 +51,7 @@ func TestF32CM(t *testing.T) {
 		}
 		tiles := cmSplitTiles(l, p.D, p.Dv)
 		if l.Mode1 {
-			tiles = append(tiles, CMTile{NSG: 4, BC: 16, Mode: 1, Prefetch: true})
+			tiles = append(tiles, CMTile{NSG: 4, BC: 16, Mode: 1, Prefetch: true}, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
 		}
 		var fit []CMTile
 		for _, tl := range tiles {

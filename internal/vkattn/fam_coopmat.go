@@ -479,17 +479,18 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 const cmSplitMaxD = 128
 
 // cmSplitTiles are cmTiles for f32 storage (each operand in three bf16
-// planes: three times the Q fragments and the K/V tile): MODE 1
-// nsg4-bc32 at d ≤ 64 and nsg4-bc16, without prefetch, then MODE 0
-// nsg4-bc16. CheckCMTile refuses every tile above cmSplitMaxD, where the
-// scalar kernel runs.
+// planes: three times the Q fragments and the K/V tile): MODE 1 at d ≤ 64
+// nsg8-bc32, then nsg4-bc32, and nsg8-bc16 and nsg4-bc16 at every d
+// (eight subgroups split each K/V tile for twice the rows of four), then
+// MODE 0 nsg4-bc16; none prefetches. CheckCMTile refuses every tile above
+// cmSplitMaxD, where the scalar kernel runs.
 func cmSplitTiles(l *CMLayout, d, dv int) []CMTile {
 	var ts []CMTile
 	if l.Mode1 {
 		if max(d, dv) <= 64 {
-			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1})
+			ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1}, CMTile{NSG: 4, BC: 32, Mode: 1})
 		}
-		ts = append(ts, CMTile{NSG: 4, BC: 16, Mode: 1})
+		ts = append(ts, CMTile{NSG: 8, BC: 16, Mode: 1}, CMTile{NSG: 4, BC: 16, Mode: 1})
 	}
 	return append(ts, CMTile{NSG: 4, BC: 16, Mode: 0})
 }

@@ -130,9 +130,14 @@
 //     (−Inf) may reach the other rows of its tile that it does not hide —
 //     but none of a tile whose every row the bias hides it from (in blocks
 //     of 16 rows and 16 keys): such tiles are never read.
-//   - In the forward, ±Inf in K or V likewise gives ±Inf and NaN exactly
-//     where the reference has them (a +Inf score makes its row NaN, an
-//     infinite V element its column of O ±Inf).
+//   - In the forward, ±Inf in K or V likewise gives ±Inf and NaN where the
+//     reference has them (a +Inf score makes its row NaN, an infinite V
+//     element its column of O ±Inf), but for one case: a row whose
+//     probability of a key with an infinite V element is 0 in float32 — a
+//     scaled score some 87 or more below the row's maximum (2⁻¹²⁶, or
+//     2⁻¹⁴⁹ where subnormals are kept), or a row that is empty — may get
+//     NaN in that column (0·Inf), where the reference has ±Inf or, for an
+//     empty row, 0.
 //   - A softcap maps a score of ±Inf to ±c, a finite score: such a row is
 //     not empty.
 //   - A row whose visible scores are all −Inf (or that sees no key) is

@@ -46,8 +46,11 @@ func runSpecial(t *testing.T, e *attention.Engine, backward bool) {
 			{"nan-k", plain, func(in *Inputs) { in.setK(0, 7, 0, 3, nan) }, false},
 			{"nan-v", plain, func(in *Inputs) { in.setV(0, 11, 0, 4, nan) }, false},
 			{"nan-do", plain, func(in *Inputs) { in.setDO(0, 9, 0, 6, nan) }, false},
-			{"inf-k", plain, func(in *Inputs) { in.setK(0, 7, 0, 3, inf) }, true},
+			{"inf-k", plain, func(in *Inputs) { in.infK(0, 7, 0, 3) }, true},
 			{"inf-v", plain, func(in *Inputs) { in.setV(0, 11, 0, 4, -inf) }, true},
+			// One key: every row's probability of it is exactly 1.
+			{"inf-v-one-key", Case{B: 1, Hq: 2, Hkv: 1, Nq: 16, Nk: 1, D: 8, Dv: 8},
+				func(in *Inputs) { in.setV(0, 0, 0, 4, inf) }, true},
 			{"dead-row", plain, func(in *Inputs) { in.killRow(0, 3, 1) }, false},
 			{"dead-row-causal", Case{B: 2, Hq: 2, Hkv: 2, Nq: 24, Nk: 30, D: 16, Dv: 16, Causal: true, Align: attention.BottomRight},
 				func(in *Inputs) { in.killRow(1, 20, 0) }, false},
@@ -85,6 +88,26 @@ func (in *Inputs) setQ(b, i, h, d int, x float32)  { setIn(in.Q, &in.q64, b, i, 
 func (in *Inputs) setK(b, j, h, d int, x float32)  { setIn(in.K, &in.k64, b, j, h, d, x) }
 func (in *Inputs) setV(b, j, h, d int, x float32)  { setIn(in.V, &in.v64, b, j, h, d, x) }
 func (in *Inputs) setDO(b, i, h, d int, x float32) { setIn(in.DO, &in.dO, b, i, h, d, x) }
+
+// infK sets element d of key (b, j, kh) to +Inf and feature d of every
+// query of batch b to a nonzero multiple of 1/4 (exact in one bf16: a
+// kernel that splits fp32 operands into bf16 planes meets zero planes of Q
+// there, and +Inf times a zero plane must not make a score NaN).
+func (in *Inputs) infK(b, j, kh, d int) {
+	c := in.Case
+	for i := range c.Nq {
+		for h := range c.Hq {
+			off := c.qOff(b, i, h) + d
+			x := math.Round(in.q64[off]*4) / 4
+			if x == 0 {
+				x = 0.25
+			}
+			set(in.Q.Data, in.Q.Strides.Offset(b, i, h)+d, float32(x))
+		}
+	}
+	in.q64 = in.Q.Float64s()
+	in.setK(b, j, kh, d, inf)
+}
 
 // killRow makes every score of query row (b, i, h) −Inf: q = (−Inf, 0, …)
 // and the first element of every key of batch b positive — for odd keys a

@@ -76,7 +76,7 @@ CMChunk cm_chunk0() {
 // are u: x0 its sign, exponent and top 7 fraction bits, x1 the next 8
 // significant bits of x − x0, x2 the rest (x − x0 − x1 has at most 8
 // significant bits, so x2 is exact for |x| ≥ 2^-103; all three carry x's
-// sign). Inf and NaN go to x0 alone (NaN stays NaN).
+// sign). Inf and NaN go to x0, their lower planes zero (NaN stays NaN).
 uvec3 cm_split(uint u) {
 	if ((u & 0x7f800000u) == 0x7f800000u) {
 		return uvec3((u >> 16u) | ((u & 0x7fffffu) != 0u ? 0x40u : 0u), 0u, 0u);
@@ -88,10 +88,11 @@ uvec3 cm_split(uint u) {
 }
 
 // cm_fill returns the planes s of the fp32 whose bits are u with a lower
-// plane that is zero for a nonzero finite x made ±2^-126 (the smallest
-// normal bf16: an error of at most 2^-125). An operand whose products meet
-// an infinite one needs it: Inf·x is then ±Inf, as in fp32, not the NaN of
-// Inf·0 (x = 0, all planes zero, still gives NaN).
+// plane that is zero for a nonzero x made ±2^-126 (the smallest normal
+// bf16: an error of at most 2^-125 for a finite x). An operand whose
+// products meet an infinite one needs it: Inf·x is then ±Inf, as in fp32,
+// not the NaN of Inf·0 (x = 0, all planes zero, still gives NaN); an
+// infinite x is filled too, so that Inf·Inf stays ±Inf.
 uvec3 cm_fill(uvec3 s, uint u) {
 	if ((u & 0x7fffffffu) != 0u) {
 		uint tiny = ((u >> 16u) & 0x8000u) | 0x80u;
@@ -105,7 +106,7 @@ uvec3 cm_fill(uvec3 s, uint u) {
 // lower plane below 2^-126 (zero or subnormal) of a nonzero x becomes
 // 2^-126.
 uvec3 cm_fill_nonneg(uvec3 s, uint u) {
-	uint tiny = u != 0u ? 0x80u : 0u;
+	uint tiny = (u & 0x7fffffffu) != 0u ? 0x80u : 0u;
 	return uvec3(s.x, max(s.y, tiny), max(s.z, tiny));
 }
 

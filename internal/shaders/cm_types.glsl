@@ -64,7 +64,7 @@ float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
 // fp32 operand x is held as CM_SPLIT = 3 bf16 planes, x = x0 + x1 + x2
 // (cm_split: each plane the next 8 significant bits, by truncation, exact
 // but for |x| < 2^-103 and where cm_fill makes a zero lower plane ±2^-126;
-// Inf and NaN in x0 alone), and a product A·B is Σ_{i+j<3} Ai·Bj,
+// Inf and NaN in x0), and a product A·B is Σ_{i+j<3} Ai·Bj,
 // six MMAs with fp32 accumulation; the dropped terms are below 2^-22 of
 // |A|·|B| (cm_common.glsl). CM_TO only ever meets values a
 // plane holds exactly.

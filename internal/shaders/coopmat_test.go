@@ -82,7 +82,7 @@ func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 	m := reflectKernel(t, k, dt)
 	for _, c := range []struct{ nsg, bc, mode, d, dv int }{
 		{8, 64, 1, 128, 128}, {8, 128, 1, 64, 64}, {4, 32, 0, 128, 128}, {4, 32, 0, 256, 256},
-		{4, 64, 1, 96, 40}, {2, 16, 0, 1, 1}, {8, 64, 0, 64, 80}, {8, 16, 1, 128, 128},
+		{4, 64, 1, 96, 40}, {2, 16, 0, 1, 1}, {8, 64, 0, 64, 80}, {8, 16, 1, 128, 128}, {8, 16, 1, 16, 128},
 	} {
 		spec := map[uint32]uint32{
 			SpecWorkgroupSize: uint32(32 * c.nsg), SpecD: uint32(c.d), SpecDV: uint32(c.dv), SpecBR: uint32(16 * c.nsg),

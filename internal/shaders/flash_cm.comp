@@ -84,12 +84,13 @@
 // normalisation applies the kept elements' scale.
 //
 // Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
-// 16·max(BR·LDK4, CM_SPLIT·BC·(LDK4+LDV4), BR·LDO4, CM_M·CM_N/4) for the
+// 16·max(BR·LDK4, CM_SPLIT·BC·(LDK4+LDV4), OR·LDO4, CM_M·CM_N/4) for the
 // Q, K/V and O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per
-// row; LDO4 = LDV4, fp32: DVP/4+1) + 4·BR (row buffer) + MODE 0:
-// 4·BR·(BC+4) (S) + CM_SPLIT·2·BR·(BC+8) (P). At d = 128, BR = 128, BC =
-// 64, MODE 1: ≈ 35.3 KB (fp32, BR = 64, BC = 16: ≈ 34 KB). Dropout adds
-// the keep bits (shaders.DropSharedBytes).
+// row; LDO4 = LDV4 and OR = BR, fp32: DVP/4+1 and OR = OSG·CM_M) + 4·BR
+// (row buffer) + MODE 0: 4·BR·(BC+4) (S) + CM_SPLIT·2·BR·(BC+8) (P) +
+// fp32: 4·NSG (sQNonfinite). At d = 128, BR = 128, BC = 64, MODE 1:
+// ≈ 35.3 KB (fp32, BC = 16: ≈ 35.4 KB). Dropout adds the keep bits
+// (shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 5
 #define BIAS_BINDING 6

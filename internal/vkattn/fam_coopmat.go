@@ -117,7 +117,7 @@ func whyNot(err error) string {
 
 // cmLayout returns the coopmat layout of storage dt, running its
 // flash_cm_probe on the first call (under ctx; a cancelled probe is not
-// remembered, a failed one is).
+// remembered, a failed one is); f32's is bf16's, with its planes.
 func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error) {
 	cm := b.cm[dt]
 	if cm == nil {
@@ -128,11 +128,21 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 	if cm.layout != nil || cm.err != nil {
 		return cm.layout, cm.err
 	}
-	probe := dt
 	if dt == spec.Float32 {
-		probe = spec.BFloat16 // the planes' layout
+		// The planes are bf16 operands: bf16's layout, probed once for both.
+		bl, err := b.cmLayout(ctx, spec.BFloat16)
+		if err != nil {
+			if !isCtxErr(err) {
+				cm.err = err
+			}
+			return nil, err
+		}
+		l := *bl
+		l.Planes = shaders.CMPlanes(dt.Short())
+		cm.layout = &l
+		return cm.layout, nil
 	}
-	spv, err := b.module(shaders.KernelFlashCMProbe, probe)
+	spv, err := b.module(shaders.KernelFlashCMProbe, dt)
 	if err != nil {
 		return nil, err
 	}

@@ -31,37 +31,69 @@ func TestDTypeOf(t *testing.T) {
 // the time; the stored O must be bfloat16.FromFloat32 of it (nearest, ties
 // to even), and a NaN in V must come out NaN.
 func TestBF16StoreRounding(t *testing.T) {
-	ctx := context.Background()
-	const dv = 64
 	rng := rand.New(rand.NewPCG(3, 4))
-	v := make([]bfloat16.BFloat16, 2*dv)
+	v, want := tiePairs(rng, func(sign, exp, mant uint16) bfloat16.BFloat16 {
+		return bfloat16.BFloat16(sign | (1+exp%250)<<7 | mant&0x7f) // exponents far outside fp16's range
+	}, bfloat16.BFloat16.Float32)
+	v[5] = bfloat16.NaN
+	checkStoreRounding(t, spec.BFloat16, v, want, bfloat16.FromFloat32, bfloat16.BFloat16.IsNaN, rng)
+}
+
+// TestF16StoreRounding is TestBF16StoreRounding for fp16, whose stores
+// convert with the driver's fp32 → fp16 conversion (Vulkan leaves its
+// rounding to the implementation): they must round to nearest even too.
+func TestF16StoreRounding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	v, want := tiePairs(rng, func(sign, exp, mant uint16) float16.Float16 {
+		return float16.Float16(sign | (1+exp%30)<<10 | mant&0x3ff)
+	}, float16.Float16.Float32)
+	v[5] = float16.NaN()
+	checkStoreRounding(t, spec.Float16, v, want, float16.Fromfloat32, float16.Float16.IsNaN, rng)
+}
+
+// tiePairs returns the values of two keys (v[d] and v[dv+d]: the same sign
+// and exponent, random mantissas, made by elem) and want[d], their mean,
+// exact in fp32.
+func tiePairs[T Elem](rng *rand.Rand, elem func(sign, exp, mant uint16) T, widen func(T) float32) ([]T, []float32) {
+	const dv = 64
+	v := make([]T, 2*dv)
 	want := make([]float32, dv)
 	for d := range dv {
-		// Same sign and exponent, random mantissas; exponents from tiny
-		// (far below fp16's range) to huge (far above it).
-		exp := uint16(1 + rng.IntN(250))
-		sign := uint16(rng.IntN(2)) << 15
-		a := bfloat16.BFloat16(sign | exp<<7 | uint16(rng.IntN(128)))
-		b := bfloat16.BFloat16(sign | exp<<7 | uint16(rng.IntN(128)))
+		sign, exp := uint16(rng.IntN(2))<<15, uint16(rng.IntN(1<<15))
+		a, b := elem(sign, exp, uint16(rng.IntN(1<<10))), elem(sign, exp, uint16(rng.IntN(1<<10)))
 		v[d], v[dv+d] = a, b
-		want[d] = (a.Float32() + b.Float32()) / 2 // exact in fp32
+		want[d] = (widen(a) + widen(b)) / 2
 	}
-	v[5] = bfloat16.NaN
-	for _, kernel := range []string{"flash", "minimal", "naive"} {
+	return v, want
+}
+
+// checkStoreRounding runs every forward kernel (flash, minimal, naive and,
+// where the device runs it for dt, flash_cm) with Q = 0 on the two keys of
+// v and checks each stored element of O against round(want) bit for bit
+// (the NaN of column 5 must stay NaN) and the LSE against ln 2.
+func checkStoreRounding[T Elem](t *testing.T, dt spec.DType, v []T, want []float32, round func(float32) T, isNaN func(T) bool, rng *rand.Rand) {
+	ctx := context.Background()
+	dv := len(want)
+	for _, kernel := range []string{"flash", "minimal", "naive", shaders.KernelFlashCM} {
 		t.Run(kernel, func(t *testing.T) {
-			b := openBackend(t, kernel)
-			if !slices.Contains(b.DTypes(), spec.BFloat16) {
-				t.Skip("no 16-bit storage")
-			}
 			const nq, d = 3, 8
 			p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: nq, Nk: 2, D: d, Dv: dv, Scale: 0.5,
 				Q: spec.BSHD(nq, 1, d), K: spec.BSHD(2, 1, d), V: spec.BSHD(2, 1, dv), O: spec.BSHD(nq, 1, dv)}
-			q := make([]bfloat16.BFloat16, nq*d)
-			k := make([]bfloat16.BFloat16, 2*d)
-			for i := range k {
-				k[i] = bfloat16.FromFloat32(float32(rng.NormFloat64()))
+			var b *Backend
+			if kernel != shaders.KernelFlashCM {
+				b = openBackend(t, kernel)
+			} else if b = openBackend(t, ""); familyOf(ctx, b, p, dt, Fwd) != shaders.KernelFlashCM {
+				t.Skipf("the %v forward does not run flash_cm here", dt)
 			}
-			o := make([]bfloat16.BFloat16, nq*dv)
+			if !slices.Contains(b.DTypes(), dt) {
+				t.Skip("no 16-bit storage")
+			}
+			q := make([]T, nq*d)
+			k := make([]T, 2*d)
+			for i := range k {
+				k[i] = round(float32(rng.NormFloat64()))
+			}
+			o := make([]T, nq*dv)
 			lse := make([]float32, nq)
 			if err := ForwardHost(ctx, b, p, q, k, v, o, lse, HostBias{}); err != nil {
 				t.Fatal(err)
@@ -70,12 +102,12 @@ func TestBF16StoreRounding(t *testing.T) {
 				for c := range dv {
 					got := o[i*dv+c]
 					if c == 5 {
-						if !got.IsNaN() {
-							t.Errorf("o[%d][5] = %v, want NaN", i, got)
+						if !isNaN(got) {
+							t.Errorf("o[%d][5] = %#04x, want NaN", i, uint16(got))
 						}
 						continue
 					}
-					if w := bfloat16.FromFloat32(want[c]); got != w {
+					if w := round(want[c]); got != w {
 						t.Errorf("o[%d][%d] = %#04x, want %#04x (round to nearest even of %g)", i, c, uint16(got), uint16(w), want[c])
 					}
 				}

@@ -97,16 +97,21 @@ func (in *Inputs) infK(b, j, kh, d int) {
 	c := in.Case
 	for i := range c.Nq {
 		for h := range c.Hq {
-			off := c.qOff(b, i, h) + d
-			x := math.Round(in.q64[off]*4) / 4
-			if x == 0 {
-				x = 0.25
-			}
+			x := quarter(in.q64[c.qOff(b, i, h)+d])
 			set(in.Q.Data, in.Q.Strides.Offset(b, i, h)+d, float32(x))
 		}
 	}
 	in.q64 = in.Q.Float64s()
 	in.setK(b, j, kh, d, inf)
+}
+
+// quarter is the nonzero multiple of 1/4 nearest x (0.25 for |x| ≤ 1/8):
+// exact in every storage type, and in one bf16 plane.
+func quarter(x float64) float64 {
+	if q := math.Round(x*4) / 4; q != 0 {
+		return q
+	}
+	return 0.25
 }
 
 // killRow makes every score of query row (b, i, h) −Inf: q = (−Inf, 0, …)
@@ -121,7 +126,7 @@ func (in *Inputs) killRow(b, i, h int) {
 		for kh := range c.Hkv {
 			x := math.Abs(in.k64[c.kOff(b, j, kh)]) + 0.25
 			if j%2 == 1 {
-				x = math.Round(x*4) / 4
+				x = quarter(x)
 			}
 			set(in.K.Data, in.K.Strides.Offset(b, j, kh), float32(x))
 		}

@@ -263,6 +263,8 @@ void main() {
 	MATA qA[CM_SPLIT * NQF];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
 #if CM_SPLIT > 1
+		// (a copy of the loop below that also sets k_fill: the 16-bit
+		// modules stay without the flag)
 		bool nonfinite = false;
 		for (uint e = tid; e < BR * DP8; e += WG) {
 			uint r = e / DP8;

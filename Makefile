@@ -7,7 +7,8 @@
 #                       pinned in scripts/glslang.lock; GLSLANG and
 #                       SPIRV_TOOLS_DIR override it)
 #                       plus the cooperative-matrix kernels (CM_KERNELS:
-#                       NAME.f16.spv and NAME.bf16.spv, and flash_cm.f32.spv,
+#                       NAME.f16.spv and NAME.bf16.spv, and NAME.f32.spv for
+#                       flash_cm, bwd_cm_dkdv and bwd_cm_dq,
 #                       --target-env vulkan1.3; the bf16 and f32 ones with
 #                       the pinned glslang 16,
 #                       FLASHVK_TOOLCHAIN=16, GLSLANG16 / SPIRV_TOOLS16_DIR
@@ -16,8 +17,8 @@
 #                       operands through buffer device addresses):
 #                       NAME.addr.DTYPE.spv for ADDR_KERNELS (f32, f16,
 #                       bf16, vulkan1.1) and ADDR_CM_KERNELS (f16, bf16,
-#                       vulkan1.3, bf16 with glslang 16; flash_cm also
-#                       f32, glslang 16), same toolchain
+#                       vulkan1.3, bf16 with glslang 16; and f32 for
+#                       CM_F32_KERNELS, glslang 16), same toolchain
 #                       and spirv-val
 #   make shaders-check  rebuild into a temporary folder and fail if any
 #                       committed .spv differs (CI); bench/gemm's too
@@ -34,9 +35,9 @@ CM_KERNELS := flash_cm flash_cm_probe bwd_cm_dkdv bwd_cm_dq
 CM_TARGET_ENV := vulkan1.3
 CM_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).f16.spv)
 CM_BF16_SPV := $(foreach k,$(CM_KERNELS),$(SPVDIR)/$(k).bf16.spv)
-# flash_cm also has fp32 storage (operands split into bf16 planes; glslang
-# 16, like bf16).
-CM_F32_KERNELS := flash_cm
+# fp32 storage (operands split into bf16 planes; glslang 16, like bf16):
+# all but the probe.
+CM_F32_KERNELS := flash_cm bwd_cm_dkdv bwd_cm_dq
 CM_F32_SPV := $(foreach k,$(CM_F32_KERNELS),$(SPVDIR)/$(k).f32.spv)
 # Addressed variants (compile-shader.sh VARIANT addr), built like their
 # base kernels.

@@ -1,8 +1,15 @@
 #version 450
 // bwd_cm_dkdv: FlashAttention-2 backward, dK and dV, on cooperative
 // matrices (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage
-// (-DSTORAGE_F16=1) or bf16 (-DSTORAGE_BF16=1, glslang ≥ 16; cm_types.glsl),
-// Vulkan 1.3. Deterministic like bwd_dkdv: every dK/dV
+// (-DSTORAGE_F16=1), bf16 (-DSTORAGE_BF16=1, glslang ≥ 16; cm_types.glsl)
+// or fp32 (no define, glslang ≥ 16: K_j, V_j, Q_i, dO_i, Pᵀ and dSᵀ in
+// CM_SPLIT bf16 planes — K_j's and V_j's held as A fragments in registers
+// for the whole kernel, Q_i's and dO_i's in shared memory plane by plane —
+// each product the plane pairs i + j < CM_SPLIT (CM_MMA), a step's Pᵀ·dO_i
+// and dSᵀ·Q_i summed from zero and added to dV and dK in fp32, both stored
+// as fp32; MODE 1 only, KVREG ignored; no operand is filled (cm_fill): a
+// dead row's −Inf in Q is zeroed with its row, and the backward's contract
+// has no other infinite operand), Vulkan 1.3. Deterministic like bwd_dkdv: every dK/dV
 // row is written by one workgroup, no atomics, a fixed loop order (query
 // heads of the group in order, then query tiles in order).
 //
@@ -42,7 +49,9 @@
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
 //   16·(max(BC·LDK4, CM_M·CM_N/4, PART 1: BC·LDV4) + BC·LDV4 (not PART 1)
-//   + BR·LDK4 + BR·LDV4) + 8·BR
+//   + BR·LDK4 + BR·LDV4) + 8·BR; fp32: 16·(max(BC·LDK4, BC·LDV4, BC·LDK4O,
+//   BC·LDV4O, CM_M·CM_N/4) + CM_SPLIT·BR·(LDK4 + LDV4)) + 8·BR (LDK4O,
+//   LDV4O = DP/4 + 1, DVP/4 + 1: fp32 rows of dK and dV)
 //   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8)), and with dropout the step's
 //   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
@@ -105,12 +114,12 @@ const uint NPL = (BR + WG - 1u) / WG;
 		[[unroll]] for (uint i = 0u; i < NPQ; ++i) { \
 			uint e = tid + i * WG; \
 			uint r = e / DP8; \
-			pq[i] = (e < BR * DP8 && r < prows) ? fetch_q(b, pr0 + r, ph, e - r * DP8) : uvec4(0u); \
+			pq[i] = (e < BR * DP8 && r < prows) ? fetch_q(b, pr0 + r, ph, e - r * DP8) : CM_CHUNK0; \
 		} \
 		[[unroll]] for (uint i = 0u; i < NPO; ++i) { \
 			uint e = tid + i * WG; \
 			uint r = e / DVP8; \
-			po[i] = (e < BR * DVP8 && r < prows) ? fetch_do(b, pr0 + r, ph, e - r * DVP8) : uvec4(0u); \
+			po[i] = (e < BR * DVP8 && r < prows) ? fetch_do(b, pr0 + r, ph, e - r * DVP8) : CM_CHUNK0; \
 		} \
 		[[unroll]] for (uint i = 0u; i < NPL; ++i) { \
 			uint r = tid + i * WG; \
@@ -151,10 +160,10 @@ const uint NPL = (BR + WG - 1u) / WG;
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
 			if (WANT_DV) { \
-				pA[t][j] = CM_TO(S[t][aperm(j)]); \
+				CM_TO_A(pA, NKC, t, j, S[t][aperm(j)]) \
 			} \
 			if (WANT_DK) { \
-				dsA[t][j] = CM_TO(dP[t][aperm(j)]); \
+				CM_TO_A(dsA, NKC, t, j, dP[t][aperm(j)]) \
 			} \
 		} \
 	}
@@ -185,14 +194,31 @@ const uint NDK = DP / CM_N;                  // dK accumulators
 const uint NDV = DVP / CM_N;                 // dV accumulators
 const uint NKF = DP / CM_K;                  // feature chunks of Sᵀ
 const uint NVF = DVP / CM_K;                 // feature chunks of dPᵀ
+// Q_i and dO_i in CM_SPLIT planes (fp32 storage; one otherwise), plane i
+// at unit i·QPL (i·OPL).
+const uint QPL = BR * LDK4;
+const uint OPL = BR * LDV4;
 const uint MAP4 = CM_M * CM_N / 4u;
+#if CM_SPLIT > 1
+// fp32: K_j and V_j pass through sK one plane at a time into registers
+// (kR, vR), and dK, then dV, leave through it as fp32 (LDK4O, LDV4O
+// 16-byte units per row).
+const uint LDK4O = DP / CM_OUT_EL + 1u;
+const uint LDV4O = DVP / CM_OUT_EL + 1u;
+const uint SK_IN = KB * LDK4 > KB * LDV4 ? KB * LDK4 : KB * LDV4;
+const uint SK_OUT = KB * LDK4O > KB * LDV4O ? KB * LDK4O : KB * LDV4O;
+const uint SK_IO = SK_IN > SK_OUT ? SK_IN : SK_OUT;
+const uint SK_N = SK_IO > MAP4 ? SK_IO : MAP4;
+shared uvec4 sK[SK_N];
+#else
 const uint SK_A = KB * LDK4 > MAP4 ? KB * LDK4 : MAP4;
 const uint SK_B = SK_A > KB * LDV4 ? SK_A : KB * LDV4;
 const uint SK_N = PART == 1u ? SK_B : SK_A; // (PART 1 stages dV in sK)
 shared uvec4 sK[SK_N];
 shared uvec4 sV[WANT_DK ? KB * LDV4 : 1u];
-shared uvec4 sQ[BR * LDK4];
-shared uvec4 sdO[BR * LDV4];
+#endif
+shared uvec4 sQ[CM_SPLIT * QPL];
+shared uvec4 sdO[CM_SPLIT * OPL];
 shared float sL[BR];  // LSE·log2e of the step's rows (−inf past Nq)
 shared float sDr[BR]; // D of the step's rows
 
@@ -227,6 +253,24 @@ uint next_step(uint s, uint b, uint kvh, uint qt0, uint nqs, uint nsteps, uint c
 	return nsteps;
 }
 
+// A_PLANES(A, REG, NF, buf, LD): the subgroup's A fragments of key rows
+// sgk … sgk+CM_M−1, features kk·CM_K …, of K_j or V_j: fp32, plane i held
+// in REG[i·NF + kk], into A[i]; 16-bit, with KVREG the one held in
+// REG[kk], else loaded from the shared tile buf (row stride LD).
+#if CM_SPLIT > 1
+#define A_PLANES(A, REG, NF, buf, LD) \
+	[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
+		A[pl_] = REG[pl_ * (NF) + kk]; \
+	}
+#else
+#define A_PLANES(A, REG, NF, buf, LD) \
+	if (KVREG != 0u) { \
+		A[0] = REG[kk]; \
+	} else { \
+		coopMatLoad(A[0], buf, sgk * LD + kk * (CM_K / 8u), LD, gl_CooperativeMatrixLayoutRowMajor); \
+	}
+#endif
+
 void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
@@ -253,6 +297,36 @@ void main() {
 		CM_LAYOUT_MAP(sK, rowOf, colOf)
 	}
 
+#if CM_SPLIT > 1
+	// fp32: K_j's and V_j's planes, one at a time through sK, into A
+	// fragments held for the whole kernel (kR[pl·NKF + kk], vR[pl·NVF + kk]).
+	MATA kR[CM_SPLIT * NKF];
+	MATA vR[WANT_DK ? CM_SPLIT * NVF : 1u];
+	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+		barrier(); // (sK is free: the layout map, the previous plane)
+		for (uint e = tid; e < KB * DP8; e += WG) {
+			uint r = e / DP8;
+			uint c4 = e - r * DP8;
+			sK[r * LDK4 + c4] = r < kn ? CM_PLANE(fetch_k(b, c0 + r, kvh, c4), pl) : uvec4(0u);
+		}
+		barrier();
+		[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
+			coopMatLoad(kR[pl * NKF + kk], sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		if (WANT_DK) {
+			barrier();
+			for (uint e = tid; e < KB * DVP8; e += WG) {
+				uint r = e / DVP8;
+				uint c4 = e - r * DVP8;
+				sK[r * LDV4 + c4] = r < kn ? CM_PLANE(fetch_v(b, c0 + r, kvh, c4), pl) : uvec4(0u);
+			}
+			barrier();
+			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
+				coopMatLoad(vR[pl * NVF + kk], sK, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+			}
+		}
+	}
+#else
 	// K_j and V_j stay in shared memory for the whole kernel.
 	for (uint e = tid; e < KB * DP8; e += WG) {
 		uint r = e / DP8;
@@ -280,6 +354,7 @@ void main() {
 			}
 		}
 	}
+#endif
 
 	ACC dK[WANT_DK ? NDK : 1u];
 	ACC dV[WANT_DV ? NDV : 1u];
@@ -304,8 +379,8 @@ void main() {
 	// order within each (a fixed order: the sums are deterministic).
 	uint nqs = nqt > qt0 ? nqt - qt0 : 0u;
 	uint nsteps = pc.group * nqs;
-	uvec4 pq[NPQ];
-	uvec4 po[NPO];
+	CM_CHUNK pq[NPQ];
+	CM_CHUNK po[NPO];
 	float pl[NPL];
 	float pd[NPL];
 	// The steps walked skip those the bias hides from every key of the
@@ -329,14 +404,14 @@ void main() {
 					uint e = tid + i * WG;
 					uint r = e / DP8;
 					if (e < BR * DP8) {
-						sQ[r * LDK4 + (e - r * DP8)] = pq[i];
+						CM_PUT(sQ, r * LDK4 + (e - r * DP8), QPL, pq[i])
 					}
 				}
 				[[unroll]] for (uint i = 0u; i < NPO; ++i) {
 					uint e = tid + i * WG;
 					uint r = e / DVP8;
 					if (e < BR * DVP8) {
-						sdO[r * LDV4 + (e - r * DVP8)] = po[i];
+						CM_PUT(sdO, r * LDV4 + (e - r * DVP8), OPL, po[i])
 					}
 				}
 				[[unroll]] for (uint i = 0u; i < NPL; ++i) {
@@ -350,12 +425,12 @@ void main() {
 				for (uint e = tid; e < BR * DP8; e += WG) {
 					uint r = e / DP8;
 					uint c4 = e - r * DP8;
-					sQ[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
+					CM_PUT(sQ, r * LDK4 + c4, QPL, r < rows ? fetch_q(b, r0 + r, h, c4) : CM_CHUNK0)
 				}
 				for (uint e = tid; e < BR * DVP8; e += WG) {
 					uint r = e / DVP8;
 					uint c4 = e - r * DVP8;
-					sdO[r * LDV4 + c4] = r < rows ? fetch_do(b, r0 + r, h, c4) : uvec4(0u);
+					CM_PUT(sdO, r * LDV4 + c4, OPL, r < rows ? fetch_do(b, r0 + r, h, c4) : CM_CHUNK0)
 				}
 				for (uint r = tid; r < BR; r += WG) {
 					float l = r < rows ? lse_in(lse_buf[lse_index(b, h, r0 + r)]) : NEG_INF;
@@ -367,7 +442,9 @@ void main() {
 			barrier();
 			// A step with a careful row (dead, or a huge LSE; params.glsl)
 			// takes the careful softmax, and a dead row's Q and dO are zeroed
-			// so that 0·(±Inf or NaN) cannot reach dK and dV. Rare.
+			// so that 0·(±Inf or NaN) cannot reach dK and dV (in plane 0:
+			// the lower planes of an Inf or NaN are 0, of a finite value
+			// finite). Rare.
 			bool careful;
 			CAREFUL_ROWS(careful, sL, rows)
 			if (careful) {
@@ -409,36 +486,30 @@ void main() {
 				S[t] = ACC(0.0);
 				dP[t] = ACC(0.0);
 			}
+			// Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ (fp32: over the plane pairs,
+			// CM_MMA; K_j's and V_j's planes from shared memory).
 			[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
-				MATA kA;
-				if (KVREG != 0u) {
-					kA = kR[kk];
-				} else {
-					coopMatLoad(kA, sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-				}
+				MATA kA[CM_SPLIT];
+				A_PLANES(kA, kR, NKF, sK, LDK4)
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					MATB qB;
-					coopMatLoad(qB, sQ, (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
-					S[t] = coopMatMulAdd(kA, qB, S[t]);
+					CM_MMA(S[t], kA, 1u, 0u, sQ, (t * CM_N) * LDK4 + kk * (CM_K / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
 				}
 			}
 			[[unroll]] for (uint kk = 0u; kk < (WANT_DK ? NVF : 0u); ++kk) {
-				MATA vA;
-				if (KVREG != 0u) {
-					vA = vR[kk];
-				} else {
-					coopMatLoad(vA, sV, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
-				}
+				MATA vA[CM_SPLIT];
+				A_PLANES(vA, vR, NVF, sV, LDV4)
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					MATB oB;
-					coopMatLoad(oB, sdO, (t * CM_N) * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutColumnMajor);
-					dP[t] = coopMatMulAdd(vA, oB, dP[t]);
+					CM_MMA(dP[t], vA, 1u, 0u, sdO, (t * CM_N) * LDV4 + kk * (CM_K / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
 				}
 			}
 
-			MATA pA[NKC];
-			MATA dsA[NKC];
+			MATA pA[CM_SPLIT * NKC];
+			MATA dsA[CM_SPLIT * NKC];
+#if CM_SPLIT > 1
+			{ // (the fp32 build runs MODE 1 only: the host never asks for 0)
+#else
 			if (MODE == 1u) {
+#endif
 				if (careful) {
 					SOFTMAX_M1(true, true)
 				} else if (need_mask) {
@@ -446,7 +517,9 @@ void main() {
 				} else {
 					SOFTMAX_M1(false, false)
 				}
-			} else {
+			}
+#if CM_SPLIT == 1
+			else {
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
 					coopMatStore(S[t], sS, sgk * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
 					coopMatStore(dP[t], sdP, sgk * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
@@ -465,22 +538,71 @@ void main() {
 					coopMatLoad(dsA[t], sdS, sgk * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
 				}
 			}
+#endif
 
+			// dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i; fp32: each column block's
+			// step summed from zero and added in fp32 (CM_ADD_TILE).
+#if CM_SPLIT > 1
+			[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 0u); ++j) {
+				ACC tile = ACC(0.0);
+				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+					CM_MMA(tile, pA, NKC, t, sdO, (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
+				}
+				CM_ADD_TILE(dV[j], tile)
+			}
+			[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
+				ACC tile = ACC(0.0);
+				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+					CM_MMA(tile, dsA, NKC, t, sQ, (t * CM_K) * LDK4 + j * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+				}
+				CM_ADD_TILE(dK[j], tile)
+			}
+#else
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 				[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 0u); ++j) {
-					MATB oB;
-					coopMatLoad(oB, sdO, (t * CM_K) * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
-					dV[j] = coopMatMulAdd(pA[t], oB, dV[j]);
+					CM_MMA(dV[j], pA, NKC, t, sdO, (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 				[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
-					MATB qB;
-					coopMatLoad(qB, sQ, (t * CM_K) * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-					dK[j] = coopMatMulAdd(dsA[t], qB, dK[j]);
+					CM_MMA(dK[j], dsA, NKC, t, sQ, (t * CM_K) * LDK4 + j * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 			}
+#endif
 		}
 	}
 
+#if CM_SPLIT > 1
+	// dK·scale, then dV, as fp32 → shared (sK) → global.
+	const uint KCH = DP / CM_OUT_EL; // units per dK row
+	const uint VCH = DVP / CM_OUT_EL;
+	if (WANT_DK) {
+		barrier();
+		[[unroll]] for (uint j = 0u; j < NDK; ++j) {
+			coopMatStore(dK[j] * pc.scale, sK, sgk * LDK4O + j * (CM_N / CM_OUT_EL), LDK4O, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		barrier();
+		for (uint e = tid; e < KB * KCH; e += WG) {
+			uint r = e / KCH;
+			uint c4 = e - r * KCH;
+			if (r < cols) {
+				store_dk(b, c0 + r, kvh, c4, sK[r * LDK4O + c4]);
+			}
+		}
+	}
+	if (WANT_DV) {
+		barrier();
+		[[unroll]] for (uint j = 0u; j < NDV; ++j) {
+			coopMatStore(dV[j] * dscale, sK, sgk * LDV4O + j * (CM_N / CM_OUT_EL), LDV4O, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		barrier();
+		for (uint e = tid; e < KB * VCH; e += WG) {
+			uint r = e / VCH;
+			uint c4 = e - r * VCH;
+			if (r < cols) {
+				store_dv(b, c0 + r, kvh, c4, sK[r * LDV4O + c4]);
+			}
+		}
+	}
+#else
 	// dK·scale, dV → storage type → shared (over K_j, V_j; PART 1: dV
 	// over K_j) → global.
 	barrier();
@@ -519,4 +641,5 @@ void main() {
 			}
 		}
 	}
+#endif
 }

@@ -1,9 +1,12 @@
 #version 450
 // bwd_cm_dq: FlashAttention-2 backward, dQ, on cooperative matrices
 // (VK_KHR_cooperative_matrix, subgroup scope). fp16 storage
-// (-DSTORAGE_F16=1) or bf16 (-DSTORAGE_BF16=1, glslang ≥ 16; cm_types.glsl),
-// Vulkan 1.3. Deterministic like bwd_dq: every dQ row is
-// written by one workgroup, no atomics, key tiles in order.
+// (-DSTORAGE_F16=1), bf16 (-DSTORAGE_BF16=1, glslang ≥ 16; cm_types.glsl)
+// or fp32 (no define, glslang ≥ 16: Q_i, dO_i, K_j, V_j and dS in CM_SPLIT
+// bf16 planes, each product the plane pairs i + j < CM_SPLIT (CM_MMA), a
+// tile's dS·K_j summed from zero and added to dQ in fp32, dQ stored as
+// fp32; MODE 1 only), Vulkan 1.3. Deterministic like bwd_dq: every dQ row
+// is written by one workgroup, no atomics, key tiles in order.
 //
 // Bindings (set 0), as bwd_dq:
 //   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
@@ -37,7 +40,8 @@
 // shared memory.
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
-//   16·max(BR·LDK4, BR·LDV4, BC·(LDK4+LDV4), CM_M·CM_N/4) + 8·BR
+//   16·max(BR·LDK4, BR·LDV4, BR·LDQ4, CM_SPLIT·BC·(LDK4+LDV4), CM_M·CM_N/4)
+//   + 8·BR (LDQ4 = DP/CM_OUT_EL + 1: LDK4 for 16-bit storage)
 //   + MODE 0: NSG·CM_M·(8·(BC+4) + 2·(BC+8)), and with dropout the tile's
 //   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
@@ -83,12 +87,12 @@ const uint NPV = (BC * DVP8 + WG - 1u) / WG;
 		[[unroll]] for (uint i = 0u; i < NPK; ++i) { \
 			uint e = tid + i * WG; \
 			uint r = e / DP8; \
-			pk[i] = (e < BC * DP8 && pc0 + r < nkeys) ? fetch_k(b, pc0 + r, kvh, e - r * DP8) : uvec4(0u); \
+			pk[i] = (e < BC * DP8 && pc0 + r < nkeys) ? fetch_k(b, pc0 + r, kvh, e - r * DP8) : CM_CHUNK0; \
 		} \
 		[[unroll]] for (uint i = 0u; i < NPV; ++i) { \
 			uint e = tid + i * WG; \
 			uint r = e / DVP8; \
-			pv[i] = (e < BC * DVP8 && pc0 + r < nkeys) ? fetch_v(b, pc0 + r, kvh, e - r * DVP8) : uvec4(0u); \
+			pv[i] = (e < BC * DVP8 && pc0 + r < nkeys) ? fetch_v(b, pc0 + r, kvh, e - r * DVP8) : CM_CHUNK0; \
 		} \
 	}
 
@@ -120,7 +124,7 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
-			dsA[t][j] = CM_TO(dP[t][aperm(j)]); \
+			CM_TO_A(dsA, NKC, t, j, dP[t][aperm(j)]) \
 		} \
 	}
 #define DS_M0(CAREFUL) \
@@ -143,10 +147,17 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 		sdS[r * LDP + col] = CM_TO(BWD_DS(CAREFUL, vis, p, g)); \
 	}
 
+// K/V tiles: CM_SPLIT planes each (fp32 storage; one otherwise), K's
+// planes first. Q_i and dO_i are staged one plane at a time; dQ leaves
+// through LDQ4 16-byte units per row (CM_OUT_EL features each).
 const uint KOFF = 0u;
-const uint VOFF = BC * LDK4;
-const uint SKV_A = BR * LDK4 > BR * LDV4 ? BR * LDK4 : BR * LDV4;
-const uint SKV_B = BC * (LDK4 + LDV4);
+const uint KPL = BC * LDK4; // units per K plane
+const uint VPL = BC * LDV4;
+const uint VOFF = CM_SPLIT * KPL;
+const uint LDQ4 = DP / CM_OUT_EL + 1u;
+const uint SKV_Q = BR * LDK4 > BR * LDV4 ? BR * LDK4 : BR * LDV4;
+const uint SKV_A = SKV_Q > BR * LDQ4 ? SKV_Q : BR * LDQ4;
+const uint SKV_B = CM_SPLIT * (KPL + VPL);
 const uint SKV_C = CM_M * CM_N / 4u;
 const uint SKV_AB = SKV_A > SKV_B ? SKV_A : SKV_B;
 const uint SKV_N = SKV_AB > SKV_C ? SKV_AB : SKV_C;
@@ -188,32 +199,38 @@ void main() {
 		CM_LAYOUT_MAP(sKV, rowOf, colOf)
 	}
 
-	// Q_i, then dO_i: → shared (zero past Nq) → A fragments.
-	for (uint e = tid; e < BR * DP8; e += WG) {
-		uint r = e / DP8;
-		uint c4 = e - r * DP8;
-		sKV[r * LDK4 + c4] = r < rows ? fetch_q(b, r0 + r, h, c4) : uvec4(0u);
-	}
+	// Q_i, then dO_i: → shared (zero past Nq) → A fragments, one plane at
+	// a time (qA[pl·NQF + kk], oA[pl·NOF + kk]).
 	for (uint r = tid; r < BR; r += WG) {
 		float l = r < rows ? lse_in(lse_buf[lse_index(b, h, r0 + r)]) : NEG_INF;
 		sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
 		sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
 	}
-	barrier();
-	MATA qA[NQF];
-	[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-		coopMatLoad(qA[kk], sKV, sgr * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-	}
-	barrier();
-	for (uint e = tid; e < BR * DVP8; e += WG) {
-		uint r = e / DVP8;
-		uint c4 = e - r * DVP8;
-		sKV[r * LDV4 + c4] = r < rows ? fetch_do(b, r0 + r, h, c4) : uvec4(0u);
-	}
-	barrier();
-	MATA oA[NOF];
-	[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
-		coopMatLoad(oA[kk], sKV, sgr * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+	MATA qA[CM_SPLIT * NQF];
+	MATA oA[CM_SPLIT * NOF];
+	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
+		if (pl > 0u) {
+			barrier(); // every subgroup has loaded the previous plane
+		}
+		for (uint e = tid; e < BR * DP8; e += WG) {
+			uint r = e / DP8;
+			uint c4 = e - r * DP8;
+			sKV[r * LDK4 + c4] = r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u);
+		}
+		barrier();
+		[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+			coopMatLoad(qA[pl * NQF + kk], sKV, sgr * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		barrier();
+		for (uint e = tid; e < BR * DVP8; e += WG) {
+			uint r = e / DVP8;
+			uint c4 = e - r * DVP8;
+			sKV[r * LDV4 + c4] = r < rows ? CM_PLANE(fetch_do(b, r0 + r, h, c4), pl) : uvec4(0u);
+		}
+		barrier();
+		[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
+			coopMatLoad(oA[pl * NOF + kk], sKV, sgr * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+		}
 	}
 
 	// A workgroup with a careful row (dead, or a huge LSE; params.glsl)
@@ -250,8 +267,8 @@ void main() {
 	// Key tiles from key_first(r0)'s on, less those a bias hides from
 	// every row.
 	uint rlast = r0 + rows - 1u;
-	uvec4 pk[NPK];
-	uvec4 pv[NPV];
+	CM_CHUNK pk[NPK];
+	CM_CHUNK pv[NPV];
 	uint kt = bias_next_key_tile(r0, rlast, key_first(r0) / BC, ntiles, BC);
 	if (PREFETCH != 0u && kt < ntiles) {
 		PREFETCH_TILE(kt)
@@ -265,26 +282,26 @@ void main() {
 				uint e = tid + i * WG;
 				uint r = e / DP8;
 				if (e < BC * DP8) {
-					sKV[KOFF + r * LDK4 + (e - r * DP8)] = pk[i];
+					CM_PUT(sKV, KOFF + r * LDK4 + (e - r * DP8), KPL, pk[i])
 				}
 			}
 			[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DVP8;
 				if (e < BC * DVP8) {
-					sKV[VOFF + r * LDV4 + (e - r * DVP8)] = pv[i];
+					CM_PUT(sKV, VOFF + r * LDV4 + (e - r * DVP8), VPL, pv[i])
 				}
 			}
 		} else {
 			for (uint e = tid; e < BC * DP8; e += WG) {
 				uint r = e / DP8;
 				uint c4 = e - r * DP8;
-				sKV[KOFF + r * LDK4 + c4] = c0 + r < nkeys ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
+				CM_PUT(sKV, KOFF + r * LDK4 + c4, KPL, c0 + r < nkeys ? fetch_k(b, c0 + r, kvh, c4) : CM_CHUNK0)
 			}
 			for (uint e = tid; e < BC * DVP8; e += WG) {
 				uint r = e / DVP8;
 				uint c4 = e - r * DVP8;
-				sKV[VOFF + r * LDV4 + c4] = c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
+				CM_PUT(sKV, VOFF + r * LDV4 + c4, VPL, c0 + r < nkeys ? fetch_v(b, c0 + r, kvh, c4) : CM_CHUNK0)
 			}
 		}
 		drop_fill(r0, c0, tid, WG); // (dropout: the tile's keep bits)
@@ -307,25 +324,26 @@ void main() {
 			BIAS_FRAG(bv, NST, r0 + sgr + rowOf[i], c0 + t * CM_N + colOf[i])
 		}
 
+		// S = Q_i K_jᵀ, dP = dO_i V_jᵀ (fp32: over the plane pairs, CM_MMA).
 		ACC S[NST];
 		ACC dP[NST];
 		[[unroll]] for (uint t = 0u; t < NST; ++t) {
 			S[t] = ACC(0.0);
 			dP[t] = ACC(0.0);
 			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-				MATB kB;
-				coopMatLoad(kB, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
-				S[t] = coopMatMulAdd(qA[kk], kB, S[t]);
+				CM_MMA(S[t], qA, NQF, kk, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
 			}
 			[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
-				MATB vB;
-				coopMatLoad(vB, sKV, VOFF + (t * CM_N) * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutColumnMajor);
-				dP[t] = coopMatMulAdd(oA[kk], vB, dP[t]);
+				CM_MMA(dP[t], oA, NOF, kk, sKV, VOFF + (t * CM_N) * LDV4 + kk * (CM_K / 8u), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
 			}
 		}
 
-		MATA dsA[NKC];
+		MATA dsA[CM_SPLIT * NKC];
+#if CM_SPLIT > 1
+		{ // (the fp32 build runs MODE 1 only: the host never asks for 0)
+#else
 		if (MODE == 1u) {
+#endif
 			if (careful) {
 				DS_M1(true, true)
 			} else if (need_mask) {
@@ -333,7 +351,9 @@ void main() {
 			} else {
 				DS_M1(false, false)
 			}
-		} else {
+		}
+#if CM_SPLIT == 1
+		else {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				coopMatStore(S[t], sS, sgr * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
 				coopMatStore(dP[t], sdP, sgr * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);
@@ -351,30 +371,41 @@ void main() {
 				coopMatLoad(dsA[t], sdS, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
 			}
 		}
+#endif
 
+		// dQ_i += dS K_j; fp32: each column block's tile summed from zero
+		// and added in fp32 (CM_ADD_TILE).
+#if CM_SPLIT > 1
+		[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
+			ACC tile = ACC(0.0);
+			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+				CM_MMA(tile, dsA, NKC, t, sKV, KOFF + (t * CM_K) * LDK4 + j * (CM_N / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+			}
+			CM_ADD_TILE(dQ[j], tile)
+		}
+#else
 		[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 			[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
-				MATB kB;
-				coopMatLoad(kB, sKV, KOFF + (t * CM_K) * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-				dQ[j] = coopMatMulAdd(dsA[t], kB, dQ[j]);
+				CM_MMA(dQ[j], dsA, NKC, t, sKV, KOFF + (t * CM_K) * LDK4 + j * (CM_N / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 			}
 		}
+#endif
 		kt = ktn;
 	}
 
-	// dQ·scale → storage type → shared → global.
+	// dQ·scale → storage type (fp32: as it is) → shared → global.
 	barrier();
 	[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
-		ACC16 o16 = CM_NARROW(dQ[j] * pc.scale);
-		coopMatStore(o16, sKV, sgr * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+		CM_STORE_ACC(dQ[j] * pc.scale, sKV, sgr * LDQ4 + j * (CM_N / CM_OUT_EL), LDQ4)
 	}
 	barrier();
-	for (uint e = tid; e < BR * DP8; e += WG) {
-		uint r = e / DP8;
-		uint c4 = e - r * DP8;
+	const uint QCH = DP / CM_OUT_EL; // units per dQ row
+	for (uint e = tid; e < BR * QCH; e += WG) {
+		uint r = e / QCH;
+		uint c4 = e - r * QCH;
 		if (r < rows) {
 			// A dead row's dQ is exactly 0, even against ±Inf in K.
-			store_dq(b, r0 + r, h, c4, sL[r] == NEG_INF ? uvec4(0u) : sKV[r * LDK4 + c4]);
+			store_dq(b, r0 + r, h, c4, sL[r] == NEG_INF ? uvec4(0u) : sKV[r * LDQ4 + c4]);
 		}
 	}
 }

@@ -162,6 +162,54 @@ CMChunk cm_split8(uint x[8], bool fill) {
 // CM_OUT_EL: features per 16-byte unit of a stored result (4 fp32).
 #define CM_OUT_EL 4u
 
+// CM_PUT(buf, u, PL, w): chunk w into unit u of the shared tile buf, plane
+// i at unit u + i·PL.
+#define CM_PUT(buf, u, PL, w) \
+	{ \
+		CMChunk w_ = (w); \
+		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
+			buf[(u) + pl_ * (PL)] = w_.p[pl_]; \
+		} \
+	}
+
+// CM_TO_A(A, PS, T, j, x): component j of the A fragments of the fp32 x,
+// plane i into A[i·PS + T] (cm_split, no fill: the backward's P and dS
+// meet no infinite operand, bwd_cm_dkdv.comp).
+#define CM_TO_A(A, PS, T, j, x) \
+	{ \
+		uvec3 s_ = cm_split(floatBitsToUint(x)); \
+		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
+			A[pl_ * (PS) + (T)][j] = CM_T(uintBitsToFloat(s_[pl_] << 16u)); \
+		} \
+	}
+
+// CM_MMA(acc, A, PS, T, buf, u, PL, LD, LAYOUT): acc += A·B over the plane
+// pairs i + j < CM_SPLIT, A's plane i in A[i·PS + T], B's plane j loaded
+// from the shared tile buf at unit u + j·PL (row stride LD, LAYOUT),
+// grouped by B plane, the smaller planes first (as flash_cm's products).
+#define CM_MMA(acc, A, PS, T, buf, u, PL, LD, LAYOUT) \
+	[[unroll]] for (uint bp_ = CM_SPLIT; bp_ > 0u; --bp_) { \
+		MATB b_; \
+		coopMatLoad(b_, buf, (u) + (bp_ - 1u) * (PL), LD, LAYOUT); \
+		[[unroll]] for (uint ap_ = CM_SPLIT - bp_ + 1u; ap_ > 0u; --ap_) { \
+			acc = coopMatMulAdd(A[(ap_ - 1u) * (PS) + (T)], b_, acc); \
+		} \
+	}
+
+// CM_STORE_ACC(a, buf, u, LD): the fp32 accumulator a, as it is, into
+// the shared tile buf at unit u (row stride LD units of CM_OUT_EL).
+#define CM_STORE_ACC(a, buf, u, LD) \
+	coopMatStore(a, buf, u, LD, gl_CooperativeMatrixLayoutRowMajor);
+
+// CM_ADD_TILE(acc, tile): acc += tile in fp32 arithmetic, component by
+// component: a step's products are summed from zero on the matrix units
+// and added here (the units' own accumulation over a long chain of
+// products is less accurate than fp32 adds: flash_cm's O_ADD_TILE).
+#define CM_ADD_TILE(acc, tile) \
+	[[unroll]] for (uint i_ = 0u; i_ < CM_LEN; ++i_) { \
+		acc[i_] += tile[i_]; \
+	}
+
 // CM_STORE(name, op, BASE, DIM) defines void name(b, s, h, c4, w): writes
 // the 4 fp32 features of unit c4 held in w to row (b, s, h) of operand op
 // (OPERAND_V), those < DIM.
@@ -236,6 +284,22 @@ uvec4 pack8(CM_RAWT x[8]) {
 
 // CM_OUT_EL: features per 16-byte unit of a stored result (8 16-bit).
 #define CM_OUT_EL 8u
+
+// CM_PUT, CM_TO_A, CM_MMA as in the split build, for one plane;
+// CM_STORE_ACC rounds to CM_T (CM_NARROW) first.
+#define CM_PUT(buf, u, PL, w) buf[u] = (w);
+#define CM_TO_A(A, PS, T, j, x) A[T][j] = CM_TO(x);
+#define CM_MMA(acc, A, PS, T, buf, u, PL, LD, LAYOUT) \
+	{ \
+		MATB b_; \
+		coopMatLoad(b_, buf, u, LD, LAYOUT); \
+		acc = coopMatMulAdd(A[T], b_, acc); \
+	}
+#define CM_STORE_ACC(a, buf, u, LD) \
+	{ \
+		ACC16 o16_ = CM_NARROW(a); \
+		coopMatStore(o16_, buf, u, LD, gl_CooperativeMatrixLayoutRowMajor); \
+	}
 #endif
 
 // cm_layout_map fills rowOf/colOf: component i of this invocation holds

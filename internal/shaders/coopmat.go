@@ -15,7 +15,11 @@ import "slices"
 // accumulators, the softmax and every elementwise step are fp32; P and dS
 // are rounded to the storage type (nearest even; bf16 in integer
 // arithmetic, never through fp16) for the MMAs, and results are rounded to
-// it on store. See flash_cm.comp's header and the integration section of
+// it on store. flash_cm, bwd_cm_dkdv and bwd_cm_dq are also built for f32
+// storage (NAME.f32.spv, glslang 16): every operand, P and dS split into
+// CMPlanes bf16 planes, each product the six plane products with fp32
+// accumulation, results stored as fp32 (the backward's in MODE 1 only).
+// See flash_cm.comp's header and the integration section of
 // bench/NOTES.md.
 //
 // Device requirements: a subgroup-scope f16·f16+f32→f32 (bf16 modules:
@@ -39,17 +43,17 @@ const (
 	// KernelFlashCMProbe reports the coopmat element layout (one binding:
 	// a float32 buffer of FlashCMProbeFloats(subgroup) elements).
 	KernelFlashCMProbe = "flash_cm_probe"
-	// KernelBwdCMDKDV is the coopmat backward's dK/dV kernel (f16, bf16;
-	// bindings as bwd_dkdv).
+	// KernelBwdCMDKDV is the coopmat backward's dK/dV kernel (f16, bf16,
+	// and f32 in CMPlanes bf16 planes; bindings as bwd_dkdv).
 	KernelBwdCMDKDV = "bwd_cm_dkdv"
-	// KernelBwdCMDQ is the coopmat backward's dQ kernel (f16, bf16;
-	// bindings as bwd_dq).
+	// KernelBwdCMDQ is the coopmat backward's dQ kernel (f16, bf16, and
+	// f32 in planes; bindings as bwd_dq).
 	KernelBwdCMDQ = "bwd_cm_dq"
 )
 
 // CoopMatKernels lists the cooperative-matrix kernels (not in Kernels: they
-// have no DefaultConfig and their own spec constants, and only flash_cm
-// has an f32 build).
+// have no DefaultConfig and their own spec constants, and the probe has no
+// f32 build).
 var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV, KernelBwdCMDQ}
 
 // KernelDTypes lists the storage types kernel (a base or addressed name)
@@ -57,11 +61,11 @@ var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV
 // base kernel's.
 func KernelDTypes(kernel string) []string {
 	kernel = baseKernel(kernel)
-	if kernel == KernelFlashCM {
-		return []string{DTypeF32, DTypeF16, DTypeBF16}
+	if kernel == KernelFlashCMProbe {
+		return []string{DTypeF16, DTypeBF16}
 	}
 	if slices.Contains(CoopMatKernels, kernel) {
-		return []string{DTypeF16, DTypeBF16}
+		return []string{DTypeF32, DTypeF16, DTypeBF16}
 	}
 	if _, ok := kernelBindings[kernel]; ok {
 		return append([]string(nil), DTypes...)
@@ -99,8 +103,8 @@ var (
 	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart)
 )
 
-// CMPlanes is the number of bf16 planes flash_cm splits each operand of
-// storage type dtype into: 3 for f32 (x = x0 + x1 + x2 exactly; a product
+// CMPlanes is the number of bf16 planes the coopmat kernels split each
+// operand of storage type dtype into: 3 for f32 (x = x0 + x1 + x2 exactly; a product
 // is the six plane products i + j < 3, fp32-accurate), 1 for f16 and bf16
 // (the operands themselves).
 func CMPlanes(dtype string) int {
@@ -145,12 +149,13 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int) int {
 // BwdCMShape is what the shared memory of bwd_cm_dkdv (DKDV) or bwd_cm_dq
 // depends on: coopmat shape M×N×K, NSG subgroups, the spec constants BR and
 // BC (bwd_cm_dkdv: BR query rows per step, BC = NSG·M keys; bwd_cm_dq: BR =
-// NSG·M query rows, BC keys per tile), MODE, head dims D, DV, and
-// bwd_cm_dkdv's PART.
+// NSG·M query rows, BC keys per tile), MODE, head dims D, DV,
+// bwd_cm_dkdv's PART, and the storage type's CMPlanes (0 counts as 1).
 type BwdCMShape struct {
 	DKDV                              bool
 	M, N, K, NSG, BR, BC, Mode, D, DV int
 	Part                              int
+	Planes                            int
 }
 
 // BwdCMSharedBytes is the shared memory (bytes) of a backward coopmat
@@ -158,16 +163,25 @@ type BwdCMShape struct {
 func BwdCMSharedBytes(s BwdCMShape) int {
 	pad := max(s.K, s.N, 8)
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
-	ldk4, ldv4 := ceilTo(s.D, pad)/8+1, ceilTo(s.DV, pad)/8+1
+	dp, dvp := ceilTo(s.D, pad), ceilTo(s.DV, pad)
+	ldk4, ldv4 := dp/8+1, dvp/8+1
+	planes, outEl := max(s.Planes, 1), 8 // results leave as 16-bit (8 per unit) …
+	if planes > 1 {
+		outEl = 4 // … or, split, as fp32
+	}
+	ldk4o, ldv4o := dp/outEl+1, dvp/outEl+1
 	br, bc := s.BR, s.BC
 	mp := s.M * s.N / 4
 	var b int
 	if s.DKDV {
 		sk, sv := max(bc*ldk4, mp), bc*ldv4
-		if s.Part == 1 { // dV only: no V; dV staged in sK
+		switch {
+		case planes > 1: // K and V pass through sK into registers, dK and dV leave through it
+			sk, sv = max(bc*ldk4, bc*ldv4, bc*ldk4o, bc*ldv4o, mp), 0
+		case s.Part == 1: // dV only: no V; dV staged in sK
 			sk, sv = max(sk, bc*ldv4), 1
 		}
-		b = 16*(sk+sv+br*ldk4+br*ldv4) + 8*br
+		b = 16*(sk+sv+planes*br*(ldk4+ldv4)) + 8*br
 		if s.Mode == 0 {
 			b += s.NSG * s.M * (8*(br+4) + 4*(br+8))
 		} else {
@@ -175,7 +189,7 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 		}
 		return b + DropPlaceholder
 	}
-	b = 16*max(br*ldk4, br*ldv4, bc*(ldk4+ldv4), mp) + 8*br
+	b = 16*max(br*ldk4, br*ldv4, br*ldk4o, planes*bc*(ldk4+ldv4), mp) + 8*br
 	if s.Mode == 0 {
 		b += s.NSG * s.M * (8*(bc+4) + 2*(bc+8))
 	} else {

@@ -9,15 +9,15 @@ import (
 
 func TestCoopMatModules(t *testing.T) {
 	for _, k := range CoopMatKernels {
-		dts := []string{DTypeF16, DTypeBF16}
-		if k == KernelFlashCM {
-			dts = []string{DTypeF32, DTypeF16, DTypeBF16}
+		dts := []string{DTypeF32, DTypeF16, DTypeBF16}
+		if k == KernelFlashCMProbe {
+			dts = []string{DTypeF16, DTypeBF16}
 		}
 		if got := KernelDTypes(k); !reflect.DeepEqual(got, dts) {
 			t.Errorf("%s: KernelDTypes %v, want %v", k, got, dts)
 		}
-		if _, err := SPIRV(k, DTypeF32); (err == nil) != (k == KernelFlashCM) {
-			t.Errorf("%s: SPIRV(f32) error %v; only flash_cm has an f32 build", k, err)
+		if _, err := SPIRV(k, DTypeF32); (err == nil) != (k != KernelFlashCMProbe) {
+			t.Errorf("%s: SPIRV(f32) error %v; every coopmat kernel but the probe has an f32 build", k, err)
 		}
 		for _, dt := range dts {
 			m := reflectKernel(t, k, dt)
@@ -100,12 +100,13 @@ func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 }
 
 func TestBwdCMSharedBytesMatchSPIRV(t *testing.T) {
-	for _, dt := range []string{DTypeF16, DTypeBF16} {
+	for _, dt := range []string{DTypeF32, DTypeF16, DTypeBF16} {
 		t.Run(dt, func(t *testing.T) { testBwdCMSharedBytes(t, dt) })
 	}
 }
 
-// testBwdCMSharedBytes: as testFlashCMSharedBytes, for the backward.
+// testBwdCMSharedBytes: as testFlashCMSharedBytes, for the backward (the
+// f32 modules' planes and fp32 results included).
 func testBwdCMSharedBytes(t *testing.T, dt string) {
 	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ, Addressed(KernelBwdCMDKDV), Addressed(KernelBwdCMDQ)} {
 		m := reflectKernel(t, k, dt)
@@ -115,6 +116,9 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 			{16, 32, 1, 16, 0, 256, 256, 0}, {8, 8, 2, 16, 0, 96, 40, 0}, {16, 32, 2, 16, 0, 1, 1, 0}, {16, 32, 8, 32, 1, 64, 80, 0},
 			// part: bwd_cm_dkdv's PART 1 and 2 (bwd_cm_dq has none).
 			{16, 32, 1, 16, 1, 256, 256, 1}, {16, 32, 2, 16, 1, 256, 256, 2}, {16, 32, 2, 16, 0, 96, 200, 1}, {8, 8, 2, 32, 1, 40, 96, 2},
+			// the f32 build's tiles (the result's staging decides some).
+			{16, 32, 2, 16, 1, 64, 64, 0}, {16, 32, 1, 32, 1, 64, 64, 0}, {16, 32, 4, 16, 1, 32, 32, 0}, {16, 32, 4, 16, 1, 8, 8, 0},
+			{16, 32, 1, 16, 1, 16, 64, 1}, {16, 32, 4, 32, 1, 64, 16, 0},
 		} {
 			br, bc := c.step, c.nsg*c.m // dkdv: BR query rows per step, BC keys
 			if !dkdv {
@@ -125,7 +129,8 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 				SpecBC: uint32(bc), SpecSubgroup: uint32(c.sg), SpecCMM: uint32(c.m), SpecCMN: uint32(c.m), SpecCMK: uint32(c.m),
 				SpecCMMode: uint32(c.mode), SpecCMLen: 8,
 			}
-			shape := BwdCMShape{DKDV: dkdv, M: c.m, N: c.m, K: c.m, NSG: c.nsg, BR: br, BC: bc, Mode: c.mode, D: c.d, DV: c.dv}
+			shape := BwdCMShape{DKDV: dkdv, M: c.m, N: c.m, K: c.m, NSG: c.nsg, BR: br, BC: bc, Mode: c.mode, D: c.d, DV: c.dv,
+				Planes: CMPlanes(dt)}
 			if dkdv {
 				spec[SpecCMPart], shape.Part = uint32(c.part), c.part
 			}

@@ -117,7 +117,8 @@ func nvidiaLayout(t *testing.T) *CMLayout {
 
 // TestBF16CMSelection: on an H200-like device bf16 runs flash_cm and the
 // coopmat backward with the bf16 modules (never the f16 ones), and f32
-// flash_cm's f32 module (bf16 planes) forward and the scalar backward;
+// flash_cm's f32 module (bf16 planes) forward and the coopmat backward's
+// f32 modules up to d 64 (the scalar backward above);
 // where the device has f16 but not bf16 cooperative matrices, bf16 and f32
 // run the scalar kernels while f16 keeps flash_cm.
 func TestBF16CMSelection(t *testing.T) {
@@ -179,7 +180,22 @@ func TestBF16CMSelection(t *testing.T) {
 			t.Errorf("kernel %q: f32 forward is not the f32 module", kernel)
 		}
 		if k := familyOf(ctx, b, p, spec.Float32, Bwd); k != "bwd" {
-			t.Errorf("f32 backward runs %q", k)
+			t.Errorf("f32 backward of d 128 runs %q", k)
+		}
+		// Up to d 64 the coopmat backward's f32 modules (bf16 planes) run it.
+		p64 := *p
+		p64.D, p64.Dv = 64, 64
+		p64.Q, p64.K, p64.V, p64.O = spec.BSHD(4096, 2, 64), spec.BSHD(4096, 1, 64), spec.BSHD(4096, 1, 64), spec.BSHD(4096, 2, 64)
+		ls, err = b.Launches(ctx, &p64, spec.Float32, true)
+		if err != nil || len(ls) != 3 || ls[1].Kernel != shaders.KernelBwdCMDKDV || ls[1].Config != "nsg4-step32-mode1" ||
+			ls[2].Kernel != shaders.KernelBwdCMDQ || ls[2].Config != "nsg8-step32-mode1" {
+			t.Errorf("kernel %q: f32 d 64 backward launches %+v, %v", kernel, ls, err)
+		} else {
+			for _, l := range ls[1:] {
+				if want, _ := shaders.SPIRV(l.Kernel, "f32"); l.DType != spec.Float32 || !bytes.Equal(l.key.SPIRV, want) {
+					t.Errorf("kernel %q: f32 %s is not the f32 module", kernel, l.Kernel)
+				}
+			}
 		}
 		// Above d 128 (at d 160 a tile would fit shared memory) flash_cm's
 		// f32 build does not run: the scalar kernel runs it, or, with

@@ -14,25 +14,34 @@ import (
 	"github.com/flashvk/flashvk/reference"
 )
 
-// TestF32CM runs flash_cm's f32 build (every operand in three bf16 planes)
-// in every tile cmSplitTiles lists, and MODE 1 with prefetch, on awkward
-// problems (and ones with thousands of keys) against the float64 reference
-// at the fp32 bound (rel_l2 ≤ 1e-5 on O and LSE), with poisoned outputs;
-// above d 128 (cmSplitMaxD) the forward is the scalar kernel's.
-func TestF32CM(t *testing.T) {
+// openF32CM opens the default device and its f32 coopmat layout (bf16's,
+// with three planes), skipping the test where the device has no bf16
+// cooperative matrices for the planes (CI's lavapipe).
+func openF32CM(t *testing.T) (*Backend, *CMLayout) {
+	t.Helper()
 	b := openBackend(t, "")
 	if b.cm[spec.Float32] == nil {
 		_, err := cmSupportFor(b.info, spec.BFloat16)
 		t.Skipf("%s: no bf16 cooperative-matrix kernels for the f32 planes: %v", b.info.Name, err)
 	}
-	ctx := context.Background()
-	l, err := b.cmLayout(ctx, spec.Float32)
+	l, err := b.cmLayout(context.Background(), spec.Float32)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l.Planes != shaders.CMPlanes(shaders.DTypeF32) {
 		t.Fatalf("f32 layout has %d planes", l.Planes)
 	}
+	return b, l
+}
+
+// TestF32CM runs flash_cm's f32 build (every operand in three bf16 planes)
+// in every tile cmSplitTiles lists, and MODE 1 with prefetch, on awkward
+// problems (and ones with thousands of keys) against the float64 reference
+// at the fp32 bound (rel_l2 ≤ 1e-5 on O and LSE), with poisoned outputs;
+// above d 128 (cmSplitMaxD) the forward is the scalar kernel's.
+func TestF32CM(t *testing.T) {
+	b, l := openF32CM(t)
+	ctx := context.Background()
 	const tol = 1e-5
 	cases := append(awkwardCases[:len(awkwardCases):len(awkwardCases)],
 		hostCase{1, 2, 1, 300, 333, 64, 64, spec.MaskCausalBottomRight},
@@ -86,6 +95,88 @@ func TestF32CM(t *testing.T) {
 				checkClose(t, "o", o, ro, tol)
 				checkClose(t, "lse", lse, rlse, tol)
 			})
+		}
+	}
+}
+
+// TestF32BwdCM runs the coopmat backward's f32 build (every operand, P and
+// dS in three bf16 planes) in every tile bwdCMSplitTiles lists for each
+// kernel (the other kernel at its default), on awkward problems and ones
+// whose gradients sum thousands of products (dQ over 4096 keys, dK and dV
+// over 4096 query rows), against the float64 reference at the fp32 bound
+// (rel_l2 ≤ 1e-5 on dQ, dK, dV), with poisoned outputs and bitwise
+// repeatability; above d 64 (bwdCMSplitMaxD) the backward is the scalar
+// kernels'.
+func TestF32BwdCM(t *testing.T) {
+	b, l := openF32CM(t)
+	ctx := context.Background()
+	const tol = 1e-5
+	cases := append(awkwardCases[:len(awkwardCases):len(awkwardCases)],
+		hostCase{1, 2, 1, 300, 333, 64, 64, spec.MaskCausalBottomRight},
+		hostCase{2, 2, 2, 33, 97, 32, 16, spec.MaskNone},
+		hostCase{1, 1, 1, 17, 5, 8, 8, spec.MaskCausalTopLeft},
+		hostCase{1, 2, 1, 64, 4096, 64, 64, spec.MaskNone},
+		hostCase{1, 1, 1, 4096, 40, 64, 64, spec.MaskNone})
+	for i, c := range cases {
+		h := c.problem(uint64(700 + i))
+		p := h.p
+		rp := h.ref()
+		q64, k64, v64, do64 := to64(h.q), to64(h.k), to64(h.v), to64(h.dO)
+		o, lse, err := reference.Forward(rp, q64, k64, v64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdq, rdk, rdv, err := reference.Backward(rp, q64, k64, v64, do64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o32, lse32 := to32(o), to32(lse)
+		if max(p.D, p.Dv) > bwdCMSplitMaxD || !l.Mode1 {
+			t.Run(c.name(i)+"/scalar", func(t *testing.T) {
+				if kn := familyOf(ctx, b, p, spec.Float32, Bwd); kn != "bwd" {
+					t.Fatalf("the f32 backward of d %d, %d runs %q, want the scalar bwd", p.D, p.Dv, kn)
+				}
+			})
+			continue
+		}
+		for _, dkdv := range []bool{true, false} {
+			stage := shaders.KernelBwdCMDQ
+			if dkdv {
+				stage = shaders.KernelBwdCMDKDV
+			}
+			for _, tl := range bwdCMSplitTiles(l, dkdv) {
+				if bwdCMCheckTile(l, dkdv, tl, p.D, p.Dv, false, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) != nil {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/%s", c.name(i), stage, tl), func(t *testing.T) {
+					force(b, stage, p, spec.Float32, tl)
+					defer b.tune.clearOverrides()
+					ls, err := b.Launches(ctx, p, spec.Float32, true)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.ContainsFunc(ls, func(ln Launch) bool { return ln.Kernel == stage && ln.Config == tl.String() }) {
+						t.Fatalf("launches %+v; want %s %s", ls, stage, tl)
+					}
+					run := func() (dq, dk, dv []float32) {
+						dq = slices.Repeat([]float32{float32(math.NaN())}, len(h.q)) // unwritten
+						dk = slices.Repeat([]float32{float32(math.NaN())}, len(h.k))
+						dv = slices.Repeat([]float32{float32(math.NaN())}, len(h.v))
+						if err := BackwardHost(ctx, b, p, h.q, h.k, h.v, o32, lse32, h.dO, dq, dk, dv, HostBias{}); err != nil {
+							t.Fatal(err)
+						}
+						return dq, dk, dv
+					}
+					dq, dk, dv := run()
+					checkClose(t, "dq", dq, rdq, tol)
+					checkClose(t, "dk", dk, rdk, tol)
+					checkClose(t, "dv", dv, rdv, tol)
+					dq2, dk2, dv2 := run()
+					if !slices.Equal(dq, dq2) || !slices.Equal(dk, dk2) || !slices.Equal(dv, dv2) {
+						t.Error("gradients differ bitwise between two runs")
+					}
+				})
+			}
 		}
 	}
 }

@@ -13,8 +13,8 @@ package vkattn
 // flash_cm_probe (cmState.probe) and decides whether the softmax and the
 // elementwise steps stay in registers (MODE 1) or go through shared memory
 // (MODE 0, any layout). Selected automatically for f16 and bf16 where the
-// device supports them, and for the f32 forward up to d 128 where bf16
-// runs; "flash_cm" as Options.Kernel makes a device that cannot run the
+// device supports them, and for f32 where bf16 runs: the forward up to
+// d 128, the backward up to d 64 (MODE 1); "flash_cm" as Options.Kernel makes a device that cannot run the
 // f16 build an error at Open.
 
 import (
@@ -198,9 +198,6 @@ func (b *Backend) cmTileFor(ctx context.Context, l *CMLayout, p *spec.Problem, d
 }
 
 func planBwdCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error) {
-	if dt == spec.Float32 {
-		return nil, errNotForDType("bwd_cm", dt) // (no f32 build)
-	}
 	l, err := b.cmLayout(ctx, dt)
 	if err != nil {
 		return nil, err
@@ -241,7 +238,7 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 	} else {
 		var err error
 		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
-			return nil, fmt.Errorf("%w: %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, p.D, p.Dv, b.info.Name, err)
+			return nil, fmt.Errorf("%w: %s %v D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, dt, p.D, p.Dv, b.info.Name, err)
 		}
 	}
 	pls, err := c.launches(l, dkdv, p.D, p.Dv, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
@@ -387,8 +384,18 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 		func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (bwdCMTile, error) {
 			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
 		},
-		func(*CMLayout) []bwdCMTile {
+		func(l *CMLayout) []bwdCMTile {
 			var out []bwdCMTile
+			if l.planes() > 1 { // f32: MODE 1, one launch
+				for _, nsg := range []int{1, 2, 4, 8} {
+					for _, step := range []int{16, 32, 64} {
+						for _, pf := range []bool{false, true} {
+							out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: 1, Prefetch: pf})
+						}
+					}
+				}
+				return out
+			}
 			for _, nsg := range []int{1, 2, 4, 8} {
 				for _, step := range []int{16, 32, 64, 128} {
 					for _, mode := range []int{0, 1} {
@@ -712,7 +719,7 @@ func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, drop bool, shared
 func (c bwdCMTile) shape(l *CMLayout, dkdv bool, part, d, dv int) shaders.BwdCMShape {
 	br, bc := c.brbc(dkdv, int(l.M))
 	return shaders.BwdCMShape{DKDV: dkdv, M: int(l.M), N: int(l.N), K: int(l.K), NSG: c.NSG, BR: br, BC: bc,
-		Mode: c.Mode, D: d, DV: dv, Part: part}
+		Mode: c.Mode, D: d, DV: dv, Part: part, Planes: l.planes()}
 }
 
 // brbc are the kernel's spec constants BR and BC for tile c.
@@ -723,11 +730,40 @@ func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
 	return c.NSG * m, c.Step
 }
 
+// bwdCMSplitMaxD is the largest head dim the backward's f32 build runs:
+// both kernels hold three planes of two operands as A fragments (the dQ
+// kernel Q_i's and dO_i's, the dK/dV kernel K_j's and V_j's: 96 registers
+// at d 64, twice that at d 128, where they alone would fill the register
+// file); above it the scalar kernels run the fp32 backward.
+const bwdCMSplitMaxD = 64
+
+// bwdCMSplitTiles are bwdCMTiles for f32 storage (three bf16 planes per
+// operand): MODE 1 only (the elementwise step splits P and dS in
+// registers), one launch; first the H200 tuner's picks at d 64, N 4096
+// (bench/NOTES.md: the dK/dV kernel four subgroups on steps of 32 query
+// rows, the whole backward 43.6 ms against 47.4 at steps of 16 with
+// prefetch; the dQ kernel eight subgroups on tiles of 32 keys, 74.7
+// against 76.7 ms at four on 16), then smaller tiles.
+func bwdCMSplitTiles(l *CMLayout, dkdv bool) []bwdCMTile {
+	if !l.Mode1 {
+		return nil
+	}
+	first := bwdCMTile{NSG: 8, Step: 32, Mode: 1}
+	if dkdv {
+		first = bwdCMTile{NSG: 4, Step: 32, Mode: 1}
+	}
+	return []bwdCMTile{first, {NSG: 4, Step: 16, Mode: 1, Prefetch: true}, {NSG: 2, Step: 16, Mode: 1}, {NSG: 1, Step: 16, Mode: 1}}
+}
+
 // bwdCMTiles lists the configurations to try, best first (the first that
 // fits is used): MODE 1 where the probe allows it, larger tiles for smaller
-// head dims, then MODE 0 fallbacks that fit 32 KiB of shared memory.
-// Candidates, not measurements: see bench/NOTES.md for what the H200 gave.
+// head dims, then MODE 0 fallbacks that fit 32 KiB of shared memory (f32:
+// bwdCMSplitTiles). Candidates, not measurements: see bench/NOTES.md for
+// what the H200 gave.
 func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
+	if l.planes() > 1 {
+		return bwdCMSplitTiles(l, dkdv)
+	}
 	dm := max(d, dv)
 	var ts []bwdCMTile
 	modes := []int{0}
@@ -796,6 +832,14 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 	if (c.KVReg || c.Split) && !dkdv {
 		return fmt.Errorf("KVReg and Split apply to bwd_cm_dkdv only")
 	}
+	if l.planes() > 1 {
+		if max(d, dv) > bwdCMSplitMaxD {
+			return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward's float32 build takes 1 … %d)", d, dv, bwdCMSplitMaxD)
+		}
+		if c.Mode != 1 || c.KVReg || c.Split {
+			return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch (its dK/dV kernel always holds K and V in registers)", c)
+		}
+	}
 	if c.NSG < 1 || c.Step < 1 {
 		return fmt.Errorf("%d subgroups, steps of %d rows (both must be positive)", c.NSG, c.Step)
 	}
@@ -808,7 +852,11 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
 func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, maxWG int) (bwdCMTile, error) {
-	c, err := firstFit(bwdCMTiles(l, dkdv, d, dv), func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, drop, sharedMax, maxWG) })
+	cands := bwdCMTiles(l, dkdv, d, dv)
+	if len(cands) == 0 {
+		return bwdCMTile{}, errors.New("no tile: the float32 build runs in MODE 1, which this device's coopmat layout does not allow")
+	}
+	c, err := firstFit(cands, func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, drop, sharedMax, maxWG) })
 	if err != nil {
 		return bwdCMTile{}, fmt.Errorf("no tile fits: %w", err)
 	}

@@ -172,6 +172,9 @@ CMChunk cm_split8(uint x[8], bool fill) {
 		} \
 	}
 
+// cm_bf16 is the bf16 whose bits are the low 16 of b (a plane).
+CM_T cm_bf16(uint b) { return CM_T(uintBitsToFloat(b << 16u)); }
+
 // CM_TO_A(A, PS, T, j, x): component j of the A fragments of the fp32 x,
 // plane i into A[i·PS + T] (cm_split, no fill: the backward's P and dS
 // meet no infinite operand, bwd_cm_dkdv.comp).
@@ -179,7 +182,32 @@ CMChunk cm_split8(uint x[8], bool fill) {
 	{ \
 		uvec3 s_ = cm_split(floatBitsToUint(x)); \
 		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
-			A[pl_ * (PS) + (T)][j] = CM_T(uintBitsToFloat(s_[pl_] << 16u)); \
+			A[pl_ * (PS) + (T)][j] = cm_bf16(s_[pl_]); \
+		} \
+	}
+
+// cm_split_p is cm_split of a probability x ≥ 0 whose products meet V,
+// which may be infinite: filled (cm_fill_nonneg).
+uvec3 cm_split_p(float x) {
+	uint u = floatBitsToUint(x);
+	return cm_fill_nonneg(cm_split(u), u);
+}
+
+// CM_TO_A_P(A, PS, T, j, p), CM_PUT_P(buf, u, PL, p): the planes of a
+// probability p (cm_split_p) into component j of A fragments (as CM_TO_A)
+// or into unit u + i·PL of the shared array buf of CM_T.
+#define CM_TO_A_P(A, PS, T, j, p) \
+	{ \
+		uvec3 s_ = cm_split_p(p); \
+		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
+			A[pl_ * (PS) + (T)][j] = cm_bf16(s_[pl_]); \
+		} \
+	}
+#define CM_PUT_P(buf, u, PL, p) \
+	{ \
+		uvec3 s_ = cm_split_p(p); \
+		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
+			buf[(u) + pl_ * (PL)] = cm_bf16(s_[pl_]); \
 		} \
 	}
 
@@ -285,10 +313,13 @@ uvec4 pack8(CM_RAWT x[8]) {
 // CM_OUT_EL: features per 16-byte unit of a stored result (8 16-bit).
 #define CM_OUT_EL 8u
 
-// CM_PUT, CM_TO_A, CM_MMA as in the split build, for one plane;
-// CM_STORE_ACC rounds to CM_T (CM_NARROW) first.
+// CM_PUT, CM_TO_A, CM_TO_A_P, CM_PUT_P, CM_MMA as in the split build,
+// for one plane (P rounded as any value); CM_STORE_ACC rounds to CM_T
+// (CM_NARROW) first.
 #define CM_PUT(buf, u, PL, w) buf[u] = (w);
 #define CM_TO_A(A, PS, T, j, x) A[T][j] = CM_TO(x);
+#define CM_TO_A_P(A, PS, T, j, p) A[T][j] = CM_TO(p);
+#define CM_PUT_P(buf, u, PL, p) buf[u] = CM_TO(p);
 #define CM_MMA(acc, A, PS, T, buf, u, PL, LD, LAYOUT) \
 	{ \
 		MATB b_; \

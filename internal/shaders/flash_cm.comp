@@ -231,15 +231,9 @@ void put_v(uint u, CM_CHUNK w) {
 
 // PV_PRODUCT(o, PA, PS, PT, t, j): o += P·V over key chunk t and O column
 // block j, the plane pairs i + j < CM_SPLIT (P's plane i in
-// PA[i·PS + PT]), grouped by V plane, the smaller planes first.
+// PA[i·PS + PT]; CM_MMA).
 #define PV_PRODUCT(o, PA, PS, PT, t, j) \
-	[[unroll]] for (uint vp = CM_SPLIT; vp > 0u; --vp) { \
-		MATB vB; \
-		coopMatLoad(vB, sKV, VOFF + (vp - 1u) * VPL + ((t) * CM_K) * LDV4 + (j) * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor); \
-		[[unroll]] for (uint ip = CM_SPLIT - vp + 1u; ip > 0u; --ip) { \
-			o = coopMatMulAdd(PA[(ip - 1u) * (PS) + (PT)], vB, o); \
-		} \
-	}
+	CM_MMA(o, PA, PS, PT, sKV, VOFF + ((t) * CM_K) * LDV4 + (j) * (CM_N / 8u), VPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
 
 void main() {
 	uint tid = thread_index();
@@ -441,19 +435,13 @@ void main() {
 			BIAS_FRAG(bv, NST, r0 + sgr + lrow[slotrow(i)], c0 + t * CM_N + colOf[i])
 		}
 
-		// S = Σ Q_i·K_jᵀ over the plane pairs i + j < CM_SPLIT, grouped by
-		// K plane, the smaller planes first (one product without a split).
+		// S = Σ Q_i·K_jᵀ over the plane pairs i + j < CM_SPLIT (CM_MMA; one
+		// product without a split).
 		ACC S[NST];
 		[[unroll]] for (uint t = 0u; t < NST; ++t) {
 			S[t] = ACC(0.0);
 			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-				[[unroll]] for (uint jp = CM_SPLIT; jp > 0u; --jp) {
-					MATB kB;
-					coopMatLoad(kB, sKV, KOFF + (jp - 1u) * KPL + (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
-					[[unroll]] for (uint ip = CM_SPLIT - jp + 1u; ip > 0u; --ip) {
-						S[t] = coopMatMulAdd(qA[(ip - 1u) * NQF + kk], kB, S[t]);
-					}
-				}
+				CM_MMA(S[t], qA, NQF, kk, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
 			}
 		}
 		// Dropout: the subgroup draws its rows' keep bits while the MMAs
@@ -516,15 +504,7 @@ void main() {
 					S[t][i] = p * (DROP_FW != 0u ? drop_bit(dw[slotrow(i) * DROP_WPR + (t * CM_N) / 32u], kc) : drop_keep(sgr + lrow[slotrow(i)], kc));
 				}
 				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-#if CM_SPLIT > 1
-					uint pu = floatBitsToUint(S[t][aperm(j)]);
-					uvec3 sp = cm_fill_nonneg(cm_split(pu), pu);
-					[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
-						pA[pl * NKC + t][j] = CM_T(uintBitsToFloat(sp[pl] << 16u));
-					}
-#else
-					pA[t][j] = CM_TO(S[t][aperm(j)]);
-#endif
+					CM_TO_A_P(pA, NKC, t, j, S[t][aperm(j)])
 				}
 			}
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
@@ -586,16 +566,7 @@ void main() {
 				[[unroll]] for (uint j = 0u; j < CPL; ++j) {
 					float p = exp2(x[j] - muse);
 					lsum += p;
-					float pk_ = p * drop_keep(sgr + row, lr + LPR * j);
-#if CM_SPLIT > 1
-					uint pu = floatBitsToUint(pk_);
-					uvec3 sp = cm_fill_nonneg(cm_split(pu), pu);
-					[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
-						sP[pl * SP_N + pbase + lr + LPR * j] = CM_T(uintBitsToFloat(sp[pl] << 16u));
-					}
-#else
-					sP[pbase + lr + LPR * j] = CM_TO(pk_);
-#endif
+					CM_PUT_P(sP, pbase + lr + LPR * j, SP_N, p * drop_keep(sgr + row, lr + LPR * j))
 				}
 				l0[q] = l0[q] * alpha + lsum;
 				if (lr == 0u) {

@@ -7,8 +7,8 @@ import (
 )
 
 // Addressed variants. flash, bwd_pre, bwd_dkdv, bwd_dq (f32, f16, bf16;
-// SPIR-V 1.3) and flash_cm, bwd_cm_dkdv, bwd_cm_dq (f16, bf16; SPIR-V
-// 1.6) have a second build, NAME.addr.DTYPE.spv (kernel name
+// SPIR-V 1.3) and flash_cm, bwd_cm_dkdv, bwd_cm_dq (f32, f16, bf16;
+// SPIR-V 1.6) have a second build, NAME.addr.DTYPE.spv (kernel name
 // Addressed(NAME)), compiled with -DADDRESSED=1: the kernel's storage-type
 // operands (Q, K, V, O, dO, dQ, dK, dV) are read and written through
 // 64-bit buffer device addresses with 64-bit element offsets, so that one

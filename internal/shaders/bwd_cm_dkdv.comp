@@ -14,7 +14,7 @@
 // heads of the group in order, then query tiles in order).
 //
 // Bindings (set 0), as bwd_dkdv:
-//   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
+//   0 Q [B,Nq,Hq,D] f16|bf16|f32   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
 //   f32 (bwd_pre)   6 dK (K's strides, written)   7 dV (V's strides,
 //   written)   8 Ext uint32 (ext.glsl; read when EXT = 1)   9 bias,
@@ -32,16 +32,17 @@
 //   (ext.glsl); 10–14, 19–21 as cm_common.glsl (MODE 1 needs CM_N == CM_K
 //   and the probe's aperm); 22 PREFETCH, 23 KVREG, 25 PART (below).
 //
-// Per key tile (K_j, V_j resident in shared memory) and query step i (the
-// steps whose rows see a key of the tile: query_first(first key) …
-// query_limit(last key)−1, so a window skips the steps outside it; only
-// steps crossing a key's first or last row are masked):
+// Per key tile (K_j, V_j resident in shared memory, or in registers) and
+// query step i (the steps whose rows see a key of the tile:
+// query_first(first key) … query_limit(last key)−1, so a window skips the
+// steps outside it; only steps crossing a key's first or last row are
+// masked):
 //   Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ (fp32 accumulators, CM_M keys × BR
 //   queries per subgroup); Pᵀ = exp2(Sᵀ·scale·log2e − LSE_i·log2e) (with
 //   EXT the score is ext_score(Sᵀ) instead; 0 where masked or LSE = −inf),
 //   dSᵀ = Pᵀ ∘ (dPᵀ − D_i) (with EXT times the softcap's derivative
 //   ext_dsoft(Sᵀ)), both rounded (nearest even) to the storage type as A
-//   operands; dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i (fp32); finally dK ·= scale.
+//   operands (fp32: split into planes); dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i (fp32); finally dK ·= scale.
 //   MODE 1 does the elementwise step in registers (the accumulator layout
 //   from flash_cm_probe: component i at row rowOf[i], column colOf[i]; A
 //   component j = accumulator component aperm(j)); MODE 0 through shared
@@ -64,6 +65,17 @@
 #include "attn_params.glsl"
 #include "ext.glsl"
 #include "cm_common.glsl"
+
+// REGS: the elementwise step runs in registers (MODE 1), and M0_SCRATCH:
+// MODE 0's shared scratch exists. The fp32 build has no MODE 0: it runs
+// every MODE as 1.
+#if CM_SPLIT > 1
+#define REGS true
+#define M0_SCRATCH false
+#else
+#define REGS (MODE == 1u)
+#define M0_SCRATCH (MODE == 0u)
+#endif
 
 // 23 KVREG: 1 keeps the subgroup's K_j and V_j rows as A fragments in
 // registers for the whole kernel (fewer shared-memory loads per step, more
@@ -225,8 +237,8 @@ shared float sDr[BR]; // D of the step's rows
 // MODE 0 scratch, per subgroup: Sᵀ and dPᵀ (fp32), Pᵀ and dSᵀ (CM_T).
 const uint LDS = BR + 4u;
 const uint LDP = BR + 8u;
-const uint S0_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
-const uint P0_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
+const uint S0_N = M0_SCRATCH ? NSG * CM_M * LDS : 1u;
+const uint P0_N = M0_SCRATCH ? NSG * CM_M * LDP : 1u;
 shared float sS[S0_N];
 shared float sdP[S0_N];
 shared CM_T sP[P0_N];
@@ -293,7 +305,7 @@ void main() {
 
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
-	if (MODE == 1u) {
+	if (REGS) {
 		CM_LAYOUT_MAP(sK, rowOf, colOf)
 	}
 
@@ -475,8 +487,8 @@ void main() {
 			// MODE 1 with a bias: the subgroup's bias values (Sᵀ's
 			// component i of accumulator t: query r0 + t·CM_N + colOf[i],
 			// key c0 + sgk + rowOf[i]), loaded before the MMAs are issued.
-			float bv[MODE == 1u ? BIAS_FRAG_N(NST) : 1u];
-			if (MODE == 1u) {
+			float bv[REGS ? BIAS_FRAG_N(NST) : 1u];
+			if (REGS) {
 				BIAS_FRAG(bv, NST, r0 + t * CM_N + colOf[i], c0 + sgk + rowOf[i])
 			}
 
@@ -487,7 +499,7 @@ void main() {
 				dP[t] = ACC(0.0);
 			}
 			// Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ (fp32: over the plane pairs,
-			// CM_MMA; K_j's and V_j's planes from shared memory).
+			// CM_MMA; K_j's and V_j's planes held in registers).
 			[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
 				MATA kA[CM_SPLIT];
 				A_PLANES(kA, kR, NKF, sK, LDK4)

@@ -9,7 +9,7 @@
 // is written by one workgroup, no atomics, key tiles in order.
 //
 // Bindings (set 0), as bwd_dq:
-//   0 Q [B,Nq,Hq,D] f16|bf16   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
+//   0 Q [B,Nq,Hq,D] f16|bf16|f32   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]
 //   3 dO [B,Nq,Hq,DV] (O's strides)   4 LSE [B,Hq,Nq] f32   5 D [B,Hq,Nq]
 //   f32 (bwd_pre)   6 dQ (Q's strides, written)   7 Ext uint32 (ext.glsl;
 //   read when EXT = 1)   8 bias, 9 its summary, 10 dS target (written:
@@ -33,7 +33,8 @@
 // dP = dO_i V_jᵀ (fp32), P = exp2(S·scale·log2e − LSE·log2e) (with EXT the
 // score is ext_score(S) instead; 0 where masked or LSE = −inf), dS = P ∘
 // (dP − D) (with EXT times the softcap's derivative ext_dsoft(S)) rounded
-// (nearest even) to the storage type, dQ_i += dS K_j (fp32); finally dQ ·=
+// (nearest even) to the storage type (fp32: split into planes), dQ_i +=
+// dS K_j (fp32); finally dQ ·=
 // scale. With a bias, key tiles it hides from every row are skipped
 // (bias_next_key_tile), and with dBias each dS (before the softcap's derivative)
 // is stored (dbias_store). MODE 1 does the elementwise step in registers, MODE 0 through
@@ -55,6 +56,17 @@
 #include "attn_params.glsl"
 #include "ext.glsl"
 #include "cm_common.glsl"
+
+// REGS: the elementwise step runs in registers (MODE 1), and M0_SCRATCH:
+// MODE 0's shared scratch exists. The fp32 build has no MODE 0: it runs
+// every MODE as 1.
+#if CM_SPLIT > 1
+#define REGS true
+#define M0_SCRATCH false
+#else
+#define REGS (MODE == 1u)
+#define M0_SCRATCH (MODE == 0u)
+#endif
 
 OPERAND_V(0, 0, QBuf, q, readonly)
 OPERAND_V(1, 1, KBuf, k, readonly)
@@ -168,8 +180,8 @@ shared float sDr[BR]; // D of the rows
 // MODE 0 scratch, per subgroup: S and dP (fp32), dS (CM_T).
 const uint LDS = BC + 4u;
 const uint LDP = BC + 8u;
-const uint S0_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
-const uint P0_N = MODE == 0u ? NSG * CM_M * LDP : 1u;
+const uint S0_N = M0_SCRATCH ? NSG * CM_M * LDS : 1u;
+const uint P0_N = M0_SCRATCH ? NSG * CM_M * LDP : 1u;
 shared float sS[S0_N];
 shared float sdP[S0_N];
 shared CM_T sdS[P0_N];
@@ -195,7 +207,7 @@ void main() {
 
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
-	if (MODE == 1u) {
+	if (REGS) {
 		CM_LAYOUT_MAP(sKV, rowOf, colOf)
 	}
 
@@ -244,7 +256,7 @@ void main() {
 	float dOf[CM_LEN];
 	uint fstOf[CM_LEN];
 	uint widOf[CM_LEN];
-	if (MODE == 1u) {
+	if (REGS) {
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 			uint r = sgr + rowOf[i];
 			lOf[i] = sL[r];
@@ -319,8 +331,8 @@ void main() {
 
 		// MODE 1 with a bias: the subgroup's bias values, loaded before the
 		// MMAs are issued (their latency overlaps them).
-		float bv[MODE == 1u ? BIAS_FRAG_N(NST) : 1u];
-		if (MODE == 1u) {
+		float bv[REGS ? BIAS_FRAG_N(NST) : 1u];
+		if (REGS) {
 			BIAS_FRAG(bv, NST, r0 + sgr + rowOf[i], c0 + t * CM_N + colOf[i])
 		}
 

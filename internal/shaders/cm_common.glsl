@@ -2,8 +2,8 @@
 // bwd_cm_dkdv, bwd_cm_dq) share: the coopmat spec constants (ids 10–21,
 // described in flash_cm.comp's header), the padded tile geometry, the
 // matrix types, the element-layout decoders and the 16-byte global fetch
-// and store. Include after params.glsl; fp16 or bf16 storage, or (flash_cm)
-// fp32 in bf16 planes (cm_types.glsl).
+// and store, and the plane-pair products. Include after params.glsl; fp16
+// or bf16 storage, or fp32 in bf16 planes (cm_types.glsl).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_shuffle : require

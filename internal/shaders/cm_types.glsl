@@ -1,6 +1,6 @@
 // cm_types.glsl: the storage-type-dependent pieces of the
 // cooperative-matrix kernels (flash_cm, bwd_cm_dkdv, bwd_cm_dq), so that one
-// source serves fp16 and bf16 (and flash_cm fp32 storage, split into bf16
+// source serves fp16 and bf16 (and fp32 storage, split into bf16
 // planes). Include after params.glsl (STYPE, LOAD/STORE,
 // bf16_round). Nothing here emits code for fp16: the f16 modules are what
 // they were before the bf16 variant existed.
@@ -60,7 +60,7 @@ float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
 		return ACC16(a); \
 	}
 #else
-// fp32 storage (flash_cm only): the matrix units multiply bf16, so every
+// fp32 storage: the matrix units multiply bf16, so every
 // fp32 operand x is held as CM_SPLIT = 3 bf16 planes, x = x0 + x1 + x2
 // (cm_split: each plane the next 8 significant bits, by truncation, exact
 // but for |x| < 2^-103 and where cm_fill makes a zero lower plane ±2^-126;

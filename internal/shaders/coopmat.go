@@ -149,8 +149,9 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int) int {
 // BwdCMShape is what the shared memory of bwd_cm_dkdv (DKDV) or bwd_cm_dq
 // depends on: coopmat shape M×N×K, NSG subgroups, the spec constants BR and
 // BC (bwd_cm_dkdv: BR query rows per step, BC = NSG·M keys; bwd_cm_dq: BR =
-// NSG·M query rows, BC keys per tile), MODE, head dims D, DV,
-// bwd_cm_dkdv's PART, and the storage type's CMPlanes (0 counts as 1).
+// NSG·M query rows, BC keys per tile), MODE (the split build has none but
+// 1), head dims D, DV, bwd_cm_dkdv's PART, and the storage type's
+// CMPlanes (0 counts as 1).
 type BwdCMShape struct {
 	DKDV                              bool
 	M, N, K, NSG, BR, BC, Mode, D, DV int
@@ -182,7 +183,7 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 			sk, sv = max(sk, bc*ldv4), 1
 		}
 		b = 16*(sk+sv+planes*br*(ldk4+ldv4)) + 8*br
-		if s.Mode == 0 {
+		if s.Mode == 0 && planes == 1 { // (the split build has no MODE 0)
 			b += s.NSG * s.M * (8*(br+4) + 4*(br+8))
 		} else {
 			b += 4*2 + 2*2
@@ -190,7 +191,7 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 		return b + DropPlaceholder
 	}
 	b = 16*max(br*ldk4, br*ldv4, br*ldk4o, planes*bc*(ldk4+ldv4), mp) + 8*br
-	if s.Mode == 0 {
+	if s.Mode == 0 && planes == 1 {
 		b += s.NSG * s.M * (8*(bc+4) + 2*(bc+8))
 	} else {
 		b += 4*2 + 2

@@ -54,8 +54,9 @@
 //   - Tiles: DefaultConfig picks (WG, BR, BC) from the device's limits;
 //     CheckConfig validates others; SpecEntries gives the constants.
 //   - flash_cm, flash_cm_probe, bwd_cm_dkdv, bwd_cm_dq (CoopMatKernels,
-//     see coopmat.go): f16 and bf16 (NAME.f16.spv, NAME.bf16.spv; flash_cm
-//     also NAME.f32.spv, its operands split into bf16 planes: CMPlanes),
+//     see coopmat.go): f16 and bf16 (NAME.f16.spv, NAME.bf16.spv; all but
+//     the probe also NAME.f32.spv, operands split into bf16 planes:
+//     CMPlanes),
 //     SPIR-V 1.6 (Vulkan 1.3), KHR cooperative matrices, shaderFloat16,
 //     bf16 and f32 also VK_KHR_shader_bfloat16; not in Kernels
 //     (KernelDTypes).

@@ -30,6 +30,8 @@ const (
 	opTypeRuntimeArray = 29
 	opTypeStruct       = 30
 	opTypePointer      = 32
+	opConstantTrue     = 41
+	opConstantFalse    = 42
 	opConstant         = 43
 	opSpecConstantTrue = 48
 	opSpecConstFalse   = 49
@@ -275,6 +277,10 @@ func Reflect(spv []byte) (*Module, error) {
 			if len(ins) >= 3 {
 				m.consts[ins[1]] = ins[2]
 			}
+		case opConstantTrue, opConstantFalse:
+			if len(ins) >= 2 {
+				m.consts[ins[1]] = b2u(op == opConstantTrue)
+			}
 		case opSpecConstantOp:
 			m.specOps[ins[1]] = append([]uint32(nil), ins[2:]...)
 		case opSpecConstComp:
@@ -498,12 +504,6 @@ func (m *Module) eval(id uint32, spec map[uint32]uint32, depth int) (uint32, err
 		}
 		a[i] = v
 	}
-	b2u := func(b bool) uint32 {
-		if b {
-			return 1
-		}
-		return 0
-	}
 	need := map[uint32]int{opLogicalNot: 1, opSelect: 3}
 	n := 2
 	if k, ok := need[ops[0]]; ok {
@@ -625,4 +625,12 @@ func (m *Module) SharedBytes(spec map[uint32]uint32) (int, error) {
 		total += n
 	}
 	return total, nil
+}
+
+// b2u is a bool as a SPIR-V constant's value (true 1, false 0).
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -115,6 +115,8 @@ func TestF32BwdCM(t *testing.T) {
 		hostCase{1, 2, 1, 300, 333, 64, 64, spec.MaskCausalBottomRight},
 		hostCase{2, 2, 2, 33, 97, 32, 16, spec.MaskNone},
 		hostCase{1, 1, 1, 17, 5, 8, 8, spec.MaskCausalTopLeft},
+		// Head dims not multiples of 8: element loads, partial fp32 stores.
+		hostCase{1, 2, 1, 70, 90, 36, 20, spec.MaskCausalBottomRight},
 		hostCase{1, 2, 1, 64, 4096, 64, 64, spec.MaskNone},
 		hostCase{1, 1, 1, 4096, 40, 64, 64, spec.MaskNone})
 	for i, c := range cases {

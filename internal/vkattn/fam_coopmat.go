@@ -4,18 +4,18 @@ package vkattn
 
 // The cooperative-matrix kernel families (KHR cooperative matrices, f16 and
 // bf16 storage, each with its own modules — bf16 never runs the fp16 ones;
-// flash_cm also f32 storage, on bf16 matrix units with every operand split
-// into three bf16 planes):
-// the forward flash_cm and the backward bwd_cm (bwd_pre, then bwd_cm_dkdv
-// and bwd_cm_dq). They need a subgroup f16·f16+f32→f32 (bf16: bf16·bf16)
-// coopmat shape and the features cmSupportFor lists; the element layout of
-// the coopmat types is read once per Backend and storage type by running
-// flash_cm_probe (cmState.probe) and decides whether the softmax and the
-// elementwise steps stay in registers (MODE 1) or go through shared memory
-// (MODE 0, any layout). Selected automatically for f16 and bf16 where the
-// device supports them, and for f32 where bf16 runs: the forward up to
-// d 128, the backward up to d 64 (MODE 1); "flash_cm" as Options.Kernel makes a device that cannot run the
-// f16 build an error at Open.
+// also f32 storage, on bf16 matrix units with every operand split into
+// three bf16 planes): the forward flash_cm and the backward bwd_cm
+// (bwd_pre, then bwd_cm_dkdv and bwd_cm_dq). They need a subgroup
+// f16·f16+f32→f32 (bf16: bf16·bf16) coopmat shape and the features
+// cmSupportFor lists; the element layout of the coopmat types is read once
+// per Backend and storage type by running flash_cm_probe (cmState.probe)
+// and decides whether the softmax and the elementwise steps stay in
+// registers (MODE 1) or go through shared memory (MODE 0, any layout).
+// Selected automatically for f16 and bf16 where the device supports them,
+// and for f32 where bf16 runs: the forward up to d 128, the backward up to
+// d 64 (MODE 1 only); "flash_cm" as Options.Kernel makes a device that
+// cannot run the f16 build an error at Open.
 
 import (
 	"cmp"
@@ -61,8 +61,8 @@ type cmState struct {
 }
 
 // initCoopmat sets up b.cm: a state for each of f16 and bf16 the device
-// can run the coopmat modules of (and for f32 where bf16 runs: flash_cm's
-// planes are bf16), and says why none when there is none.
+// can run the coopmat modules of (and for f32 where bf16 runs: the f32
+// modules' planes are bf16), and says why none when there is none.
 // explicit (Options.Kernel "flash_cm") makes a device without the f16
 // build an error.
 func initCoopmat(b *Backend, explicit bool) (string, error) {
@@ -243,7 +243,7 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 	}
 	pls, err := c.launches(l, dkdv, p.D, p.Dv, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s tile %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, c, p.D, p.Dv, b.info.Name, err)
+		return nil, fmt.Errorf("%w: %s %v tile %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, dt, c, p.D, p.Dv, b.info.Name, err)
 	}
 	cm := b.cm[dt]
 	m := int(l.M)
@@ -852,9 +852,12 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
 func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, maxWG int) (bwdCMTile, error) {
+	if l.planes() > 1 && max(d, dv) > bwdCMSplitMaxD {
+		return bwdCMTile{}, fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward's float32 build takes 1 … %d)", d, dv, bwdCMSplitMaxD)
+	}
 	cands := bwdCMTiles(l, dkdv, d, dv)
 	if len(cands) == 0 {
-		return bwdCMTile{}, errors.New("no tile: the float32 build runs in MODE 1, which this device's coopmat layout does not allow")
+		return bwdCMTile{}, fmt.Errorf("no tile: the float32 build runs in MODE 1, which this device's coopmat layout does not allow (%s)", l.Why)
 	}
 	c, err := firstFit(cands, func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, drop, sharedMax, maxWG) })
 	if err != nil {

@@ -122,12 +122,15 @@ layout(std430, binding = 4) writeonly buffer LBuf { float lse_buf[]; };
 
 #if CM_SPLIT > 1
 // k_fill: does this workgroup's Q tile hold an Inf or a NaN (then K's
-// planes are filled)? sQNonfinite: each subgroup's share of the answer.
+// planes are filled)? sQNonfinite: each subgroup's share of the answer;
+// Q_NONFINITE(w): does a chunk of Q's plane 0 hold one?
 bool k_fill = false;
 shared uint sQNonfinite[NSG];
 #define K_FILL k_fill
+#define Q_NONFINITE(w) cm_nonfinite(w)
 #else
 #define K_FILL false
+#define Q_NONFINITE(w) false
 #endif
 CM_FETCH(fetch_q, q, q_base, D, true)
 CM_FETCH(fetch_k, k, k_base, D, K_FILL)
@@ -148,15 +151,16 @@ const uint VOFF = CM_SPLIT * KPL;
 const uint LDO4 = DVP / CM_OUT_EL + 1u;
 const uint SKV_Q = BR * LDK4;
 const uint SKV_KV = CM_SPLIT * (KPL + VPL);
-// O is staged OSG subgroups' rows at a time: fp32 rows take twice the
-// shared memory of 16-bit ones, so the fp32 build stages at most four
-// subgroups' (with eight, O would need twice Q's tile).
+// O is staged OSG subgroups' rows at a time: all of them for 16-bit
+// storage; fp32 rows take twice the shared memory of 16-bit ones, so the
+// fp32 build stages at most four subgroups' (with eight, O would need
+// twice Q's tile).
 #if CM_SPLIT > 1
 const uint OSG = NSG > 4u ? 4u : NSG;
-const uint SKV_O = OSG * CM_M * LDO4;
 #else
-const uint SKV_O = BR * LDO4;
+const uint OSG = NSG;
 #endif
+const uint SKV_O = OSG * CM_M * LDO4;
 const uint SKV_MAP = CM_M * CM_N / 4u;
 const uint SKV4a = SKV_Q > SKV_KV ? SKV_Q : SKV_KV;
 const uint SKV4b = SKV_O > SKV_MAP ? SKV_O : SKV_MAP;
@@ -256,25 +260,17 @@ void main() {
 	// plane at a time (qA[pl·NQF + kk]).
 	MATA qA[CM_SPLIT * NQF];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
-#if CM_SPLIT > 1
-		// (a copy of the loop below that also sets k_fill: the 16-bit
-		// modules stay without the flag)
-		bool nonfinite = false;
+		bool nonfinite = false; // (fp32: for k_fill)
 		for (uint e = tid; e < BR * DP8; e += WG) {
 			uint r = e / DP8;
 			uint c4 = e - r * DP8;
 			uvec4 w = r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u);
-			nonfinite = nonfinite || (pl == 0u && cm_nonfinite(w));
+			nonfinite = nonfinite || (pl == 0u && Q_NONFINITE(w));
 			sKV[r * LDK4 + c4] = w;
 		}
+#if CM_SPLIT > 1
 		if (pl == 0u) {
 			sQNonfinite[sg] = subgroupAny(nonfinite) ? 1u : 0u;
-		}
-#else
-		for (uint e = tid; e < BR * DP8; e += WG) {
-			uint r = e / DP8;
-			uint c4 = e - r * DP8;
-			sKV[r * LDK4 + c4] = r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u);
 		}
 #endif
 		barrier();
@@ -656,14 +652,14 @@ void main() {
 		}
 	}
 
-	// O → storage type → shared → global.
+	// O → storage type (fp32: as it is) → shared → global, OSG subgroups'
+	// rows at a time (16-bit: all at once).
 	barrier(); // all subgroups are done with the K/V tiles
-#if CM_SPLIT > 1
 	const uint OCH = DVP / CM_OUT_EL; // units per O row
 	for (uint g = 0u; g < NSG; g += OSG) {
 		if (sg >= g && sg < g + OSG) {
 			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
-				coopMatStore(O[j], sKV, (sg - g) * CM_M * LDO4 + j * (CM_N / CM_OUT_EL), LDO4, gl_CooperativeMatrixLayoutRowMajor);
+				CM_STORE_ACC(O[j], sKV, (sg - g) * CM_M * LDO4 + j * (CM_N / CM_OUT_EL), LDO4)
 			}
 		}
 		barrier();
@@ -678,19 +674,4 @@ void main() {
 			barrier(); // the next subgroups' rows overwrite these
 		}
 	}
-#else
-	[[unroll]] for (uint j = 0u; j < NOT; ++j) {
-		ACC16 o16 = CM_NARROW(O[j]);
-		coopMatStore(o16, sKV, sgr * LDO4 + j * (CM_N / CM_OUT_EL), LDO4, gl_CooperativeMatrixLayoutRowMajor);
-	}
-	barrier();
-	const uint OCH = DVP / CM_OUT_EL; // units per O row
-	for (uint e = tid; e < BR * OCH; e += WG) {
-		uint r = e / OCH;
-		uint c4 = e - r * OCH;
-		if (r < rows) {
-			store_o(b, r0 + r, h, c4, sKV[r * LDO4 + c4]);
-		}
-	}
-#endif
 }

@@ -316,41 +316,21 @@ void main() {
 	MATA vR[WANT_DK ? CM_SPLIT * NVF : 1u];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
 		barrier(); // (sK is free: the layout map, the previous plane)
-		for (uint e = tid; e < KB * DP8; e += WG) {
-			uint r = e / DP8;
-			uint c4 = e - r * DP8;
-			sK[r * LDK4 + c4] = r < kn ? CM_PLANE(fetch_k(b, c0 + r, kvh, c4), pl) : uvec4(0u);
-		}
+		CM_STAGE(sK, LDK4, KB, DP8, r < kn ? CM_PLANE(fetch_k(b, c0 + r, kvh, c4), pl) : uvec4(0u))
 		barrier();
-		[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
-			coopMatLoad(kR[pl * NKF + kk], sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-		}
+		CM_LOAD_A(kR, pl * NKF, NKF, sK, sgk, LDK4)
 		if (WANT_DK) {
 			barrier();
-			for (uint e = tid; e < KB * DVP8; e += WG) {
-				uint r = e / DVP8;
-				uint c4 = e - r * DVP8;
-				sK[r * LDV4 + c4] = r < kn ? CM_PLANE(fetch_v(b, c0 + r, kvh, c4), pl) : uvec4(0u);
-			}
+			CM_STAGE(sK, LDV4, KB, DVP8, r < kn ? CM_PLANE(fetch_v(b, c0 + r, kvh, c4), pl) : uvec4(0u))
 			barrier();
-			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
-				coopMatLoad(vR[pl * NVF + kk], sK, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
-			}
+			CM_LOAD_A(vR, pl * NVF, NVF, sK, sgk, LDV4)
 		}
 	}
 #else
 	// K_j and V_j stay in shared memory for the whole kernel.
-	for (uint e = tid; e < KB * DP8; e += WG) {
-		uint r = e / DP8;
-		uint c4 = e - r * DP8;
-		sK[r * LDK4 + c4] = r < kn ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u);
-	}
+	CM_STAGE(sK, LDK4, KB, DP8, r < kn ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u))
 	if (WANT_DK) {
-		for (uint e = tid; e < KB * DVP8; e += WG) {
-			uint r = e / DVP8;
-			uint c4 = e - r * DVP8;
-			sV[r * LDV4 + c4] = r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u);
-		}
+		CM_STAGE(sV, LDV4, KB, DVP8, r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u))
 	}
 
 	MATA kR[KVREG != 0u ? NKF : 1u];

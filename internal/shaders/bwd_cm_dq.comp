@@ -224,25 +224,13 @@ void main() {
 		if (pl > 0u) {
 			barrier(); // every subgroup has loaded the previous plane
 		}
-		for (uint e = tid; e < BR * DP8; e += WG) {
-			uint r = e / DP8;
-			uint c4 = e - r * DP8;
-			sKV[r * LDK4 + c4] = r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u);
-		}
+		CM_STAGE(sKV, LDK4, BR, DP8, r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u))
 		barrier();
-		[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-			coopMatLoad(qA[pl * NQF + kk], sKV, sgr * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-		}
+		CM_LOAD_A(qA, pl * NQF, NQF, sKV, sgr, LDK4)
 		barrier();
-		for (uint e = tid; e < BR * DVP8; e += WG) {
-			uint r = e / DVP8;
-			uint c4 = e - r * DVP8;
-			sKV[r * LDV4 + c4] = r < rows ? CM_PLANE(fetch_do(b, r0 + r, h, c4), pl) : uvec4(0u);
-		}
+		CM_STAGE(sKV, LDV4, BR, DVP8, r < rows ? CM_PLANE(fetch_do(b, r0 + r, h, c4), pl) : uvec4(0u))
 		barrier();
-		[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
-			coopMatLoad(oA[pl * NOF + kk], sKV, sgr * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
-		}
+		CM_LOAD_A(oA, pl * NOF, NOF, sKV, sgr, LDV4)
 	}
 
 	// A workgroup with a careful row (dead, or a huge LSE; params.glsl)

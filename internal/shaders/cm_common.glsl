@@ -333,6 +333,24 @@ uvec4 pack8(CM_RAWT x[8]) {
 	}
 #endif
 
+// CM_STAGE(buf, LD4, N, C8, W): unit c4 < C8 of rows r < N of the shared
+// tile buf (row stride LD4 units) set to W, an expression of r and c4; the
+// whole workgroup runs it (tid in scope), between barriers.
+#define CM_STAGE(buf, LD4, N, C8, W) \
+	for (uint e = tid; e < (N) * (C8); e += WG) { \
+		uint r = e / (C8); \
+		uint c4 = e - r * (C8); \
+		buf[r * (LD4) + c4] = (W); \
+	}
+
+// CM_LOAD_A(A, A0, NF, buf, R0, LD4): the A fragments A[A0 + kk], kk < NF,
+// of rows R0 … R0+CM_M−1 of the shared tile buf (row stride LD4 units),
+// features kk·CM_K … .
+#define CM_LOAD_A(A, A0, NF, buf, R0, LD4) \
+	[[unroll]] for (uint kk = 0u; kk < (NF); ++kk) { \
+		coopMatLoad(A[(A0) + kk], buf, (R0) * (LD4) + kk * (CM_K / 8u), LD4, gl_CooperativeMatrixLayoutRowMajor); \
+	}
+
 // cm_layout_map fills rowOf/colOf: component i of this invocation holds
 // row rowOf[i], column colOf[i] of every CM_M×CM_N accumulator. It loads a
 // matrix whose elements encode their own coordinates from scratch (≥

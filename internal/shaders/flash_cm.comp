@@ -274,9 +274,7 @@ void main() {
 		}
 #endif
 		barrier();
-		[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-			coopMatLoad(qA[pl * NQF + kk], sKV, (sg * CM_M) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
-		}
+		CM_LOAD_A(qA, pl * NQF, NQF, sKV, sg * CM_M, LDK4)
 		barrier();
 	}
 #if CM_SPLIT > 1

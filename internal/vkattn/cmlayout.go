@@ -225,9 +225,9 @@ type CMLayout struct {
 	SlotRow      []int
 	XorMask      uint32
 	APerm        []int
-	// Planes is the number of bf16 planes flash_cm holds each operand in:
-	// 1 for f16 and bf16 storage; for f32 (shaders.CMPlanes) the layout is
-	// bf16's and the tiles hold every plane.
+	// Planes is the number of bf16 planes the coopmat kernels hold each
+	// operand in: 1 for f16 and bf16 storage; for f32 (shaders.CMPlanes)
+	// the layout is bf16's and the tiles hold every plane.
 	Planes int
 }
 

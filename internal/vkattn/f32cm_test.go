@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flashvk/flashvk/internal/shaders"
@@ -179,6 +180,42 @@ func TestF32BwdCM(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestBwdCMSplitRules: the backward's f32 tile rules on the NVIDIA layout
+// with three planes, without a device: the defaults fit an H200's limits
+// at d 64, MODE 0, KVReg and split tiles are refused, head dims above
+// bwdCMSplitMaxD are refused once, and a layout without MODE 1 has no f32
+// tile.
+func TestBwdCMSplitRules(t *testing.T) {
+	l := *nvidiaLayout(t)
+	l.Planes = shaders.CMPlanes(shaders.DTypeF32)
+	const sharedMax, maxWG = 48 << 10, 1024
+	for _, dkdv := range []bool{true, false} {
+		ts := bwdCMSplitTiles(&l, dkdv)
+		if len(ts) == 0 {
+			t.Fatalf("dkdv %v: no f32 tiles", dkdv)
+		}
+		for _, c := range ts {
+			if err := bwdCMCheckTile(&l, dkdv, c, 64, 64, false, sharedMax, maxWG); err != nil {
+				t.Errorf("dkdv %v: default %s at d 64: %v", dkdv, c, err)
+			}
+		}
+		for _, bad := range []bwdCMTile{{NSG: 4, Step: 16, Mode: 0}, {NSG: 4, Step: 16, Mode: 1, KVReg: dkdv, Split: !dkdv}} {
+			if bwdCMCheckTile(&l, dkdv, bad, 64, 64, false, sharedMax, maxWG) == nil {
+				t.Errorf("dkdv %v: f32 tile %s accepted", dkdv, bad)
+			}
+		}
+		_, err := chooseBwdCMTile(&l, dkdv, 128, 64, false, sharedMax, maxWG)
+		if err == nil || strings.Count(err.Error(), "takes 1 … 64") != 1 {
+			t.Errorf("dkdv %v: f32 d 128: %v", dkdv, err)
+		}
+		m0 := l
+		m0.Mode1, m0.Why = false, "synthetic"
+		if _, err := chooseBwdCMTile(&m0, dkdv, 64, 64, false, sharedMax, maxWG); err == nil || !strings.Contains(err.Error(), "synthetic") {
+			t.Errorf("dkdv %v: f32 without MODE 1: %v", dkdv, err)
 		}
 	}
 }

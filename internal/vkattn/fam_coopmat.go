@@ -737,6 +737,15 @@ func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
 // file); above it the scalar kernels run the fp32 backward.
 const bwdCMSplitMaxD = 64
 
+// checkBwdCMSplitDims refuses head dims the backward's f32 build does not
+// run (nil for the 16-bit layouts).
+func checkBwdCMSplitDims(l *CMLayout, d, dv int) error {
+	if l.planes() > 1 && max(d, dv) > bwdCMSplitMaxD {
+		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward's float32 build takes 1 … %d)", d, dv, bwdCMSplitMaxD)
+	}
+	return nil
+}
+
 // bwdCMSplitTiles are bwdCMTiles for f32 storage (three bf16 planes per
 // operand): MODE 1 only (the elementwise step splits P and dS in
 // registers), one launch; first the H200 tuner's picks at d 64, N 4096
@@ -832,13 +841,11 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 	if (c.KVReg || c.Split) && !dkdv {
 		return fmt.Errorf("KVReg and Split apply to bwd_cm_dkdv only")
 	}
-	if l.planes() > 1 {
-		if max(d, dv) > bwdCMSplitMaxD {
-			return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward's float32 build takes 1 … %d)", d, dv, bwdCMSplitMaxD)
-		}
-		if c.Mode != 1 || c.KVReg || c.Split {
-			return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch (its dK/dV kernel always holds K and V in registers)", c)
-		}
+	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
+		return err
+	}
+	if l.planes() > 1 && (c.Mode != 1 || c.KVReg || c.Split) {
+		return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch (its dK/dV kernel always holds K and V in registers)", c)
 	}
 	if c.NSG < 1 || c.Step < 1 {
 		return fmt.Errorf("%d subgroups, steps of %d rows (both must be positive)", c.NSG, c.Step)
@@ -852,8 +859,8 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
 func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, maxWG int) (bwdCMTile, error) {
-	if l.planes() > 1 && max(d, dv) > bwdCMSplitMaxD {
-		return bwdCMTile{}, fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward's float32 build takes 1 … %d)", d, dv, bwdCMSplitMaxD)
+	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
+		return bwdCMTile{}, err // (once, not per tile)
 	}
 	cands := bwdCMTiles(l, dkdv, d, dv)
 	if len(cands) == 0 {

@@ -175,16 +175,20 @@ CMChunk cm_split8(uint x[8], bool fill) {
 // cm_bf16 is the bf16 whose bits are the low 16 of b (a plane).
 CM_T cm_bf16(uint b) { return CM_T(uintBitsToFloat(b << 16u)); }
 
+// CM_PLANES_TO(D, s): each plane i of the planes s (uvec3, cm_split) as a
+// bf16 into the lvalue D, an expression of the plane index pl_.
+#define CM_PLANES_TO(D, s) \
+	{ \
+		uvec3 s_ = (s); \
+		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
+			D = cm_bf16(s_[pl_]); \
+		} \
+	}
+
 // CM_TO_A(A, PS, T, j, x): component j of the A fragments of the fp32 x,
 // plane i into A[i·PS + T] (cm_split, no fill: the backward's P and dS
 // meet no infinite operand, bwd_cm_dkdv.comp).
-#define CM_TO_A(A, PS, T, j, x) \
-	{ \
-		uvec3 s_ = cm_split(floatBitsToUint(x)); \
-		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
-			A[pl_ * (PS) + (T)][j] = cm_bf16(s_[pl_]); \
-		} \
-	}
+#define CM_TO_A(A, PS, T, j, x) CM_PLANES_TO(A[pl_ * (PS) + (T)][j], cm_split(floatBitsToUint(x)))
 
 // cm_split_p is cm_split of a probability x ≥ 0 whose products meet V,
 // which may be infinite: filled (cm_fill_nonneg).
@@ -196,20 +200,8 @@ uvec3 cm_split_p(float x) {
 // CM_TO_A_P(A, PS, T, j, p), CM_PUT_P(buf, u, PL, p): the planes of a
 // probability p (cm_split_p) into component j of A fragments (as CM_TO_A)
 // or into unit u + i·PL of the shared array buf of CM_T.
-#define CM_TO_A_P(A, PS, T, j, p) \
-	{ \
-		uvec3 s_ = cm_split_p(p); \
-		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
-			A[pl_ * (PS) + (T)][j] = cm_bf16(s_[pl_]); \
-		} \
-	}
-#define CM_PUT_P(buf, u, PL, p) \
-	{ \
-		uvec3 s_ = cm_split_p(p); \
-		[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
-			buf[(u) + pl_ * (PL)] = cm_bf16(s_[pl_]); \
-		} \
-	}
+#define CM_TO_A_P(A, PS, T, j, p) CM_PLANES_TO(A[pl_ * (PS) + (T)][j], cm_split_p(p))
+#define CM_PUT_P(buf, u, PL, p) CM_PLANES_TO(buf[(u) + pl_ * (PL)], cm_split_p(p))
 
 // CM_MMA(acc, A, PS, T, buf, u, PL, LD, LAYOUT): acc += A·B over the plane
 // pairs i + j < CM_SPLIT, A's plane i in A[i·PS + T], B's plane j loaded

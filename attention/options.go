@@ -121,13 +121,16 @@ type Options struct {
 // otherwise scaled by 1/(1 − P), so that the output's expectation is the
 // undropped output. The decision is a function of (Seed, Offset, b, h,
 // i, j) — a Philox4x32-10 counter-based generator, the one PyTorch and
-// FlashAttention draw from (its word layout is flashvk's own; the
-// package doc gives it) — so the backward drops exactly the forward's
+// FlashAttention draw from (its word layout is flashvk's own; package
+// reference's doc gives it) — so the backward drops exactly the forward's
 // elements without a stored mask, on every backend, and a call repeated
 // with the same Seed and Offset drops the same elements. Rows and keys
-// are counted within each sequence (also when packed). P is applied at a
-// resolution of 2⁻¹⁶: the dropped fraction is round(P·65536)/65536, and
+// are counted within each sequence (also when packed). Each element's
+// draw is 8 bits, as FlashAttention's, so P is applied at a resolution of
+// 2⁻⁸: the dropped fraction is round(P·256)/256 (at most 255/256), and
 // the kept elements' scale uses that value, so the expectation is exact.
+// A P that rounds to 0 (0 < P < 1/512) is refused with ErrOption rather
+// than silently dropping nothing.
 type Dropout struct {
 	// P is the probability of dropping an element: 0 ≤ P < 1 (0: none).
 	P float32
@@ -214,7 +217,12 @@ func (o Options) ext(b, hq, nq, nk int) (*spec.Ext, error) {
 		if p := float64(d.P); !(p >= 0 && p < 1) {
 			return nil, fmt.Errorf("attention: options: dropout P %v: want 0 ≤ P < 1: %w", d.P, ErrOption)
 		}
-		if t := spec.DropThreshold(float64(d.P)); t > 0 {
+		t := spec.DropThreshold(float64(d.P))
+		if t == 0 && d.P != 0 {
+			return nil, fmt.Errorf("attention: options: dropout P %v rounds to 0 at the resolution of 1/%d (P below 1/%d drops nothing): want 0 or P ≥ 1/%d: %w",
+				d.P, spec.DropLevels, 2*spec.DropLevels, 2*spec.DropLevels, ErrOption)
+		}
+		if t > 0 {
 			e.Dropout = &spec.Dropout{Threshold: t, Seed: d.Seed, Offset: d.Offset}
 		}
 	}

@@ -88,6 +88,10 @@ func badCases() []struct {
 		// Align places windows and ALiBi too: refused without Causal.
 		{"bad alignment, no causal", func(c *c) { c.opt.Align = 9 }, attention.ErrOption, "align"},
 		{"bad alignment, window", func(c *c) { c.opt.Align, c.opt.Window = 9, &attention.Window{Left: 1, Right: 1} }, attention.ErrOption, "align"},
+		{"dropout P 1", func(c *c) { c.opt.Dropout = &attention.Dropout{P: 1} }, attention.ErrOption, "dropout P 1: want 0 ≤ P < 1"},
+		{"dropout P NaN", func(c *c) { c.opt.Dropout = &attention.Dropout{P: float32(math.NaN())} }, attention.ErrOption, "dropout P NaN"},
+		{"dropout P negative", func(c *c) { c.opt.Dropout = &attention.Dropout{P: -0.25} }, attention.ErrOption, "dropout P -0.25"},
+		{"dropout P rounds to 0", func(c *c) { c.opt.Dropout = &attention.Dropout{P: 0.001} }, attention.ErrOption, "dropout P 0.001 rounds to 0 at the resolution of 1/256"},
 		{"do wrong shape", func(c *c) { c.do = f32(attention.Shape{B: 2, S: 4, H: 4, D: 6}) }, attention.ErrShape, "do:"},
 		{"dq wrong shape", func(c *c) { c.dq = f32(attention.Shape{B: 2, S: 5, H: 2, D: 8}) }, attention.ErrShape, "dq:"},
 		{"dk overlapping", func(c *c) { c.dk.Strides.Seq = 0 }, attention.ErrStride, "dk:"},

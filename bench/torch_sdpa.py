@@ -61,7 +61,7 @@ Attention dropout (--dropout P, 0 < P < 1), the anchor for `flashvk bench
 SDPA's dropout_p (on the padded batch and on nested tensors alike). TIMINGS
 ONLY: PyTorch draws its own mask from its own generator, not flashvk's
 (Philox4x32-10 keyed by --dropout-seed and --dropout-offset, at a resolution
-of 2^-16), so its outputs are not flashvk's and nothing here compares them;
+of 2^-8), so its outputs are not flashvk's and nothing here compares them;
 the results record "dropout" (not a seed), which `flashvk compare` matches
 on P alone. Each SDPA backend is tried with dropout_p: flash, efficient
 and math take it; cudnn does in some PyTorch and cuDNN versions only (some

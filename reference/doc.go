@@ -71,13 +71,13 @@
 // # Dropout
 //
 // With Params.Dropout, each probability P_ij of (b, h) is multiplied by
-// Z_ij = 0 (dropped) or 65536/(65536 − T) (kept), T = round(P·65536)
-// (at most 65535): the dropout probability applied is T/65536, and the
-// kept elements' scale makes the expectation of O the undropped O. The
-// element is kept when its 16-bit draw is at least T; the draw is half
-// j mod 8 (low half first) of word (j mod 8)/2 of the Philox4x32-10 block
-// of counter (⌊j/8⌋, i, b·Hq + h, Offset) and key (Seed mod 2³²,
-// ⌊Seed/2³²⌋) (Dropout.Keep, Params.DropFactor). LSE is the undropped
+// Z_ij = 0 (dropped) or 256/(256 − T) (kept), T = round(P·256) (at most
+// 255): the dropout probability applied is T/256, and the kept elements'
+// scale makes the expectation of O the undropped O. The element is kept
+// when its 8-bit draw is at least T; the draw is byte j mod 4 (low byte
+// first) of word (j mod 16)/4 of the Philox4x32-10 block of counter
+// (⌊j/16⌋, i, b·Hq + h, Offset) and key (Seed mod 2³², ⌊Seed/2³²⌋)
+// (Dropout.Keep, Params.DropFactor). LSE is the undropped
 // softmax's. O = (P ∘ Z)·V, and the backward is
 //
 //	dV = (P ∘ Z)ᵀ·dO

@@ -9,7 +9,7 @@ import (
 // each is kept with probability 1 − P and then scaled by 1/(1 − P).
 type Dropout struct {
 	// P is the probability of dropping an element, 0 ≤ P < 1, applied at
-	// a resolution of 2⁻¹⁶ (Threshold).
+	// a resolution of 2⁻⁸ (Threshold).
 	P      float64
 	Seed   uint64
 	Offset uint32
@@ -19,12 +19,12 @@ type Dropout struct {
 	Batch0 int
 }
 
-// Threshold is round(P·65536), at most 65535: an element is kept when
-// its 16-bit draw is at least this.
-func (d *Dropout) Threshold() uint32 { return uint32(min(math.Round(d.P*65536), 65535)) }
+// Threshold is round(P·256), at most 255: an element is kept when its
+// 8-bit draw is at least this.
+func (d *Dropout) Threshold() uint32 { return uint32(min(math.Round(d.P*256), 255)) }
 
-// Scale is the factor of a kept element, 65536/(65536 − Threshold).
-func (d *Dropout) Scale() float64 { return 65536 / float64(65536-d.Threshold()) }
+// Scale is the factor of a kept element, 256/(256 − Threshold).
+func (d *Dropout) Scale() float64 { return 256 / float64(256-d.Threshold()) }
 
 func (d *Dropout) validate() error {
 	if d != nil && !(d.P >= 0 && d.P < 1) {
@@ -37,17 +37,14 @@ func (d *Dropout) validate() error {
 }
 
 // Keep reports whether the probability of query row i and key j of
-// sequence b, head h (of hq) survives: the 16-bit half j mod 8 of the
-// Philox4x32-10 block of counter (j/8, i, (Batch0 + b)·hq + h, Offset)
-// and key (Seed's low and high words) is at least Threshold.
+// sequence b, head h (of hq) survives: byte j mod 4 of word (j mod 16)/4
+// of the Philox4x32-10 block of counter (j/16, i, (Batch0 + b)·hq + h,
+// Offset) and key (Seed's low and high words) is at least Threshold.
 func (d *Dropout) Keep(hq, b, h, i, j int) bool {
-	w := philox4x32([4]uint32{uint32(j / 8), uint32(i), uint32((d.Batch0+b)*hq + h), d.Offset},
+	w := philox4x32([4]uint32{uint32(j / 16), uint32(i), uint32((d.Batch0+b)*hq + h), d.Offset},
 		[2]uint32{uint32(d.Seed & 0xffffffff), uint32(d.Seed >> 32)})
-	half := w[(j%8)/2]
-	if j%2 == 1 {
-		half >>= 16
-	}
-	return half&0xffff >= d.Threshold()
+	u := w[(j%16)/4] >> (8 * (j % 4))
+	return u&0xff >= d.Threshold()
 }
 
 // DropFactor is the factor dropout applies to the probability of query

@@ -106,15 +106,18 @@ func TestExtValidate(t *testing.T) {
 // known-answer vector through Keep's definition, and that the non-finite
 // (element by element) path agrees with the matrix path.
 func TestDropout(t *testing.T) {
-	// Keep's first element is the low half of word 0 of the block of
-	// counter (0, 0, 0, 0) and key (0, 0): 0xe8d5 (the known answer
-	// 6627e8d5), kept iff 0xe8d5 ≥ Threshold.
+	// Keep's first element is the low byte of word 0 of the block of
+	// counter (0, 0, 0, 0) and key (0, 0): 0xd5 (the known answer
+	// 6627e8d5), kept iff 0xd5 ≥ Threshold; its second is 0xe8 and its
+	// sixth byte 1 of word 1 (e169c58d), 0xc5.
 	for _, c := range []struct {
 		p    float64
+		j    int
 		keep bool
-	}{{float64(0xe8d5) / 65536, true}, {float64(0xe8d6) / 65536, false}} {
+	}{{0xd5 / 256.0, 0, true}, {0xd6 / 256.0, 0, false}, {0xe8 / 256.0, 1, true}, {0xe9 / 256.0, 1, false},
+		{0xc5 / 256.0, 5, true}, {0xc6 / 256.0, 5, false}} {
 		d := &Dropout{P: c.p}
-		assert.Equal(t, c.keep, d.Keep(1, 0, 0, 0, 0), "P %v", c.p)
+		assert.Equal(t, c.keep, d.Keep(1, 0, 0, 0, c.j), "P %v j %d", c.p, c.j)
 	}
 	p := Params{B: 2, Hq: 2, Hkv: 1, Nq: 5, Nk: 19, D: 3, Dv: 2, Causal: true, BottomRight: true,
 		Dropout: &Dropout{P: 0.4, Seed: 0xdeadbeef_12345678, Offset: 3}}

@@ -158,14 +158,14 @@ func dropSuffix(d *attention.Dropout) string {
 }
 
 // refDropout is d as the reference's for sequences from b0 on: the P
-// that the library applies (round(P·65536)/65536, Options.Dropout), so
+// that the library applies (round(P·256)/256, Options.Dropout), so
 // that both draw the same mask; nil for nil.
 func refDropout(d *attention.Dropout, b0 int) *reference.Dropout {
 	if d == nil {
 		return nil
 	}
-	t := min(math.Round(float64(d.P)*65536), 65535)
-	return &reference.Dropout{P: t / 65536, Seed: d.Seed, Offset: d.Offset, Batch0: b0}
+	t := min(math.Round(float64(d.P)*256), 255)
+	return &reference.Dropout{P: t / 256, Seed: d.Seed, Offset: d.Offset, Batch0: b0}
 }
 
 func (c Case) params() reference.Params {

@@ -42,7 +42,7 @@ type features struct {
 	SeqUsedK []int `json:"seqused_k,omitempty"`
 	// Dropout is the probability P of dropping each attention probability
 	// (the kept ones scaled by 1/(1 − P)), 0 < P < 1, as given; the library
-	// takes it as a float32 and applies it at a resolution of 2⁻¹⁶
+	// takes it as a float32 and applies it at a resolution of 2⁻⁸
 	// (dropThreshold). 0: no dropout.
 	Dropout float64 `json:"dropout,omitempty"`
 	// DropoutSeed and DropoutOffset select the dropout mask (the library's
@@ -79,10 +79,10 @@ func (f features) timed() features {
 }
 
 // dropThreshold is the library's threshold of dropout probability p,
-// round(P·65536) at most 65535 of the float32 P it takes (spec.Dropout):
-// the probability applied is dropThreshold/65536.
+// round(P·256) at most 255 of the float32 P it takes (Options.Dropout):
+// the probability applied is dropThreshold/256.
 func dropThreshold(p float64) uint32 {
-	return uint32(min(math.Round(float64(float32(p))*65536), 65535))
+	return uint32(min(math.Round(float64(float32(p))*256), 255))
 }
 
 // keys is the keys sequence i stores: its length in a packed batch, else
@@ -228,7 +228,7 @@ func cuSeqlens(lens []int) []int32 {
 
 // setParams sets f in the float64 reference's p, with the very float32
 // slopes and softcap the kernels get and the dropout probability they
-// apply, dropThreshold/65536, so that the reference's threshold is the
+// apply, dropThreshold/256, so that the reference's threshold is the
 // library's (a packed batch's lengths are not among them: package
 // reference runs one sequence at a time, see packedReference).
 func (f features) setParams(p *reference.Params) {
@@ -243,7 +243,7 @@ func (f features) setParams(p *reference.Params) {
 	}
 	p.SeqUsedK = slices.Clone(f.SeqUsedK)
 	if f.Dropout != 0 {
-		p.Dropout = &reference.Dropout{P: float64(dropThreshold(f.Dropout)) / 65536, Seed: f.DropoutSeed, Offset: f.DropoutOffset}
+		p.Dropout = &reference.Dropout{P: float64(dropThreshold(f.Dropout)) / 256, Seed: f.DropoutSeed, Offset: f.DropoutOffset}
 	}
 }
 

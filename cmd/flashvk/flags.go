@@ -353,9 +353,9 @@ func (v windowValue) Type() string { return "L,R" }
 // dropoutValue is --dropout P: each attention probability is dropped with
 // probability P and the kept ones scaled by 1/(1 − P) (the library's
 // Options.Dropout). The library takes P as a float32 and applies it at a
-// resolution of 2⁻¹⁶ (dropThreshold): 0 < P < 1, and P must not round to 0
-// there (it would drop nothing) nor to 1 in float32. The value is kept as
-// given.
+// resolution of 2⁻⁸ (dropThreshold): 0 < P < 1, and P must not round to 0
+// there (the library refuses it: it would drop nothing) nor to 1 in
+// float32. The value is kept as given.
 type dropoutValue struct{ v *float64 }
 
 func (d dropoutValue) Set(text string) error {
@@ -370,7 +370,7 @@ func (d dropoutValue) Set(text string) error {
 	case float32(x) == 1:
 		return fmt.Errorf("%v rounds to 1 in float32, the type the library takes P in: want P < 1", x)
 	case dropThreshold(x) == 0:
-		return fmt.Errorf("%v has no effect: the library applies P at a resolution of 2⁻¹⁶, and P below 2⁻¹⁷ ≈ %.3g drops nothing", x, math.Exp2(-17))
+		return fmt.Errorf("%v has no effect: the library applies P at a resolution of 2⁻⁸, and P below 2⁻⁹ ≈ %.3g drops nothing", x, math.Exp2(-9))
 	}
 	*d.v = x
 	return nil

@@ -148,7 +148,7 @@ func (s *shapeFlags) registerFeatures(c *cobra.Command) {
 		keys = "keys each sequence uses (0 … Nk of every point; the rest are masked): one per sequence (B = their count at every point), or one for every sequence of every point"
 	}
 	f.Var(intsValue(&s.seqUsedK, true), "seqused-k", keys)
-	f.Var(dropoutValue{&s.dropout}, "dropout", "attention dropout: drop each attention probability with probability P (0 < P < 1, applied at a resolution of 2⁻¹⁶) and scale the kept ones by 1/(1 − P)")
+	f.Var(dropoutValue{&s.dropout}, "dropout", "attention dropout: drop each attention probability with probability P (0 < P < 1, applied at a resolution of 2⁻⁸) and scale the kept ones by 1/(1 − P)")
 	f.Var(uintValue[uint64]{&s.dropoutSeed}, "dropout-seed", "seed of the dropout mask (needs --dropout; not --seed, which seeds the inputs)")
 	f.Var(uintValue[uint32]{&s.dropoutOffset}, "dropout-offset", "offset of the dropout mask: one of the seed's 2³² streams, e.g. the training step (needs --dropout)")
 	f.StringVar(&s.biasPath, "bias", "", "an additive bias on the scores from this .npy file, float32 or float16, [B|1, H|1, Nq|1, Nk] (or [H|1, Nq|1, Nk], [Nq|1, Nk]): −Inf hides a key (PyTorch SDPA's float attn_mask)")

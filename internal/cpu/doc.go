@@ -58,11 +58,12 @@
 // worker count.
 //
 // With spec.Ext's Dropout, probability P(i, j) is kept or dropped as
-// spec.Dropout.Keep says: bit j mod 8 of the Philox4x32-10 block of group
-// j/8 of row i (sequence Batch0 + b, query head h; rows and keys counted
-// within the sequence, packed or not). The kernels walk a row's keys
-// contiguously and draw one block per 8 keys of it (a tile whose keys do
-// not start on a multiple of 8 draws the groups it straddles), so no mask
+// spec.Dropout.Keep says: bit j mod 16 of the keep bits of the
+// Philox4x32-10 block j/16 of row i (sequence Batch0 + b, query head h;
+// rows and keys counted within the sequence, packed or not). The kernels
+// walk a row's keys contiguously in groups of 8 and draw one block per 16
+// keys of it (a tile whose keys do not start on a multiple of 16 draws
+// the blocks it straddles), so no mask
 // is stored, and the forward and the backward drop the same elements
 // whatever the tiles or the worker count. The forward's running sum l and
 // LSE take the undropped P; P·V takes P∘keep, and O = Scale·acc/l
@@ -122,7 +123,7 @@
 // axpys (O += P·V, dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q), plus the
 // exponential, row maximum, rescaling and dS = P∘(dP − D) row passes,
 // for spec.Ext's scores the softcap, ALiBi and bias row passes and, for
-// dropout, the Philox4x32-10 generator (eight groups of 8 keys at once)
+// dropout, the Philox4x32-10 generator (eight blocks of 16 keys at once)
 // and the passes that multiply a row, or a transposed tile's column, by
 // its keep factors. On amd64 with
 // AVX2 and FMA (detected at start-up) they run as Go assembly

@@ -7,8 +7,9 @@ import (
 )
 
 // dropper draws one (sequence, query head)'s dropout mask: the keep bits
-// of spec.Dropout.KeepGroup, one Philox4x32-10 block per 8 keys of a row,
-// with the counter words that do not change along the pair (sequence and
+// of spec.Dropout.KeepBlock, one Philox4x32-10 block per 16 keys of a
+// row, handed out as groups of 8 keys (group g is half g mod 2 of block
+// g/2), with the counter words that do not change along the pair (sequence and
 // head, Offset) and the round keys precomputed. The zero value (on
 // false) is a problem without dropout.
 type dropper struct {
@@ -59,8 +60,14 @@ func philoxRound(c0, c1, c2, c3, k0, k1 uint32) (uint32, uint32, uint32, uint32)
 }
 
 // group returns the keep bits of keys 8g … 8g+7 of query row i (bit e
-// set when key 8g+e survives): spec.Dropout.KeepGroup, unrolled.
+// set when key 8g+e survives): half g mod 2 of block g/2.
 func (d *dropper) group(i, g int) uint8 {
+	return uint8(d.block(i, g>>1) >> (8 * uint(g&1)))
+}
+
+// block returns the keep bits of keys 16g … 16g+15 of query row i (bit e
+// set when key 16g+e survives): spec.Dropout.KeepBlock, unrolled.
+func (d *dropper) block(i, g int) uint16 {
 	c0, c1, c2, c3 := uint32(g), uint32(i), d.c2, d.c3
 	k := &d.k
 	c0, c1, c2, c3 = philoxRound(c0, c1, c2, c3, k[0][0], k[0][1])
@@ -74,23 +81,32 @@ func (d *dropper) group(i, g int) uint8 {
 	c0, c1, c2, c3 = philoxRound(c0, c1, c2, c3, k[8][0], k[8][1])
 	c0, c1, c2, c3 = philoxRound(c0, c1, c2, c3, k[9][0], k[9][1])
 	t := d.thr
-	return kept(c0&0xffff, t) | kept(c0>>16, t)<<1 | kept(c1&0xffff, t)<<2 | kept(c1>>16, t)<<3 |
-		kept(c2&0xffff, t)<<4 | kept(c2>>16, t)<<5 | kept(c3&0xffff, t)<<6 | kept(c3>>16, t)<<7
+	return keptBytes(c0, t) | keptBytes(c1, t)<<4 | keptBytes(c2, t)<<8 | keptBytes(c3, t)<<12
 }
 
-// kept is 1 when the 16-bit draw u is at least t (u − t does not wrap:
+// keptBytes returns bit b set when byte b of w (low byte first) is at
+// least t.
+func keptBytes(w, t uint32) uint16 {
+	return kept(w&0xff, t) | kept(w>>8&0xff, t)<<1 | kept(w>>16&0xff, t)<<2 | kept(w>>24, t)<<3
+}
+
+// kept is 1 when the 8-bit draw u is at least t (u − t does not wrap:
 // bit 31 clear), else 0.
-func kept(u, t uint32) uint8 { return uint8(^(u-t)>>31) & 1 }
+func kept(u, t uint32) uint16 { return uint16(^(u-t)>>31) & 1 }
 
 // draw sets bits[x] to the keep bits of group g+x of query row i for x <
-// n ≤ 8: eight groups at once with the vector kernels (whatever n), else
-// n one at a time.
+// n ≤ 8: the blocks they lie in (at most five) eight at once with the
+// vector kernels, else one at a time.
 func (d *dropper) draw(bits *[8]uint32, i, g, n int) {
-	if philoxSIMD(bits, &d.k, uint32(g), uint32(i), d.c2, d.c3, d.thr) {
-		return
+	b0 := g >> 1
+	var blocks [8]uint32
+	if !philoxSIMD(&blocks, &d.k, uint32(b0), uint32(i), d.c2, d.c3, d.thr) {
+		for x := range (g+n-1)>>1 - b0 + 1 {
+			blocks[x] = uint32(d.block(i, b0+x))
+		}
 	}
 	for x := range n {
-		bits[x] = uint32(d.group(i, g+x))
+		bits[x] = blocks[(g+x)>>1-b0] >> (8 * uint((g+x)&1)) & 0xff
 	}
 }
 

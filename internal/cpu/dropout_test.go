@@ -24,8 +24,9 @@ func dropOf(p float64, k int) *spec.Dropout {
 
 // TestDropoutGroups: the unrolled generator and the vector kernel draw
 // spec.Dropout's bits, which are package reference's (its own Philox),
-// and apply multiplies each element by its factor (group j>>3, bit j&7,
-// for keys that start anywhere in a group).
+// in groups of 8 keys (halves of its blocks of 16), and apply multiplies
+// each element by its factor (group j>>3, bit j&7, for keys that start
+// anywhere in a group).
 func TestDropoutGroups(t *testing.T) {
 	testDropoutGroups(t)
 }
@@ -39,7 +40,7 @@ func TestDropoutGroupsPortable(t *testing.T) {
 
 func testDropoutGroups(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, thr := range []uint32{1, 2, 6554, 32768, 58982, 65535} {
+	for _, thr := range []uint32{1, 2, 26, 127, 128, 129, 230, 255} {
 		d := &spec.Dropout{Threshold: thr, Seed: rng.Uint64(), Offset: rng.Uint32(), Batch0: rng.IntN(5)}
 		p := &spec.Problem{B: 7, Hq: 6, Hkv: 3, Nq: 5000, Nk: 5000, D: 8, Dv: 8,
 			Ext: &spec.Ext{Left: -1, Right: -1, Dropout: d}}
@@ -50,7 +51,7 @@ func testDropoutGroups(t *testing.T) {
 			b, h, i, g := rng.IntN(p.B), rng.IntN(p.Hq), rng.IntN(p.Nq), rng.IntN(p.Nk/8)
 			dr := newDropper(p, b, h)
 			bits := dr.group(i, g)
-			require.Equal(t, d.KeepGroup(p.Hq, b, h, i, g), bits, "threshold %d b%d h%d i%d g%d", thr, b, h, i, g)
+			require.Equal(t, keepGroup(d, p.Hq, b, h, i, g), bits, "threshold %d b%d h%d i%d g%d", thr, b, h, i, g)
 			for e := range 8 {
 				require.Equal(t, ref.Keep(p.Hq, d.Batch0+b, h, i, 8*g+e), bits>>e&1 == 1, "threshold %d b%d h%d i%d j%d", thr, b, h, i, 8*g+e)
 				kept += int(bits >> e & 1)
@@ -59,7 +60,7 @@ func testDropoutGroups(t *testing.T) {
 			n := 1 + rng.IntN(8)
 			dr.draw(&eight, i, g, n)
 			for x := range n {
-				require.Equal(t, uint32(d.KeepGroup(p.Hq, b, h, i, g+x)), eight[x], "threshold %d b%d h%d i%d g%d", thr, b, h, i, g+x)
+				require.Equal(t, uint32(keepGroup(d, p.Hq, b, h, i, g+x)), eight[x], "threshold %d b%d h%d i%d g%d", thr, b, h, i, g+x)
 			}
 
 			j, n := rng.IntN(p.Nk-40), rng.IntN(40)
@@ -76,10 +77,16 @@ func testDropoutGroups(t *testing.T) {
 				require.Equal(t, math.Float32bits(want), math.Float32bits(y), "key %d", j+x)
 			}
 		}
-		// The kept share is about 1 − Threshold/2¹⁶.
-		share, want := float64(kept)/3200, 1-float64(thr)/65536
+		// The kept share is about 1 − Threshold/2⁸.
+		share, want := float64(kept)/3200, 1-float64(thr)/spec.DropLevels
 		assert.InDelta(t, want, share, 0.05, "threshold %d", thr)
 	}
+}
+
+// keepGroup is spec.Dropout's keep bits of the 8 keys 8g … 8g+7 of row i:
+// half g mod 2 of its block g/2.
+func keepGroup(d *spec.Dropout, hq, b, h, i, g int) uint8 {
+	return uint8(d.KeepBlock(hq, b, h, i, g>>1) >> (8 * uint(g&1)))
 }
 
 // dropoutCases combine each dropout probability with awkward sizes (1,

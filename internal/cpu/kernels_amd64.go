@@ -255,7 +255,8 @@ func dsRowVecSoftSIMD(p, dp, d, soft []float32) int {
 }
 
 // philoxSIMD sets bits[x] to the keep bits of the Philox4x32-10 block of
-// counter (g+x, i, c2, c3) for x < 8 (philoxAVX), unless useSIMD is off.
+// counter (g+x, i, c2, c3) for x < 8, 16 keys each (philoxAVX), unless
+// useSIMD is off.
 func philoxSIMD(bits *[8]uint32, keys *[10][2]uint32, g, i, c2, c3, thr uint32) bool {
 	if !useSIMD {
 		return false

@@ -744,11 +744,12 @@ scaleDone:
 	VZEROUPPER
 	RET
 
-// Philox4x32-10 (dropper.group in dropout.go): the multipliers, the low
-// half of a word, and the bits 1, 2, 4, … 128 of the 8 keys of a group.
+// Philox4x32-10 (dropper.block in dropout.go): the multipliers, the low
+// byte of a word, and the bits 1, 2, 4, … 0x8000 of the 16 keys of a
+// block.
 VCONST(philoxM0, 0xD2511F53)
 VCONST(philoxM1, 0xCD9E8D57)
-VCONST(low16, 0x0000ffff)
+VCONST(low8, 0x000000ff)
 VCONST(keyBit0, 0x01)
 VCONST(keyBit1, 0x02)
 VCONST(keyBit2, 0x04)
@@ -757,6 +758,14 @@ VCONST(keyBit4, 0x10)
 VCONST(keyBit5, 0x20)
 VCONST(keyBit6, 0x40)
 VCONST(keyBit7, 0x80)
+VCONST(keyBit8, 0x100)
+VCONST(keyBit9, 0x200)
+VCONST(keyBit10, 0x400)
+VCONST(keyBit11, 0x800)
+VCONST(keyBit12, 0x1000)
+VCONST(keyBit13, 0x2000)
+VCONST(keyBit14, 0x4000)
+VCONST(keyBit15, 0x8000)
 
 // MULHILO(M, C, HI, LO, T0, T1): HI, LO = the high and low words of the
 // 32×32-bit products M·C lane-wise (VPMULUDQ takes the even lanes; the
@@ -775,18 +784,32 @@ VCONST(keyBit7, 0x80)
 	VMOVD        AX, X \
 	VPBROADCASTD X, Y
 
-// KEEPBIT(W, BIT, T): Y15 |= BIT where the 16-bit draw in W's lanes
-// (< 2¹⁶) is above Y14 (Threshold − 1). T is clobbered.
+// KEEPBIT(W, BIT, T): Y15 |= BIT where the 8-bit draw in W's lanes
+// (< 2⁸) is above Y14 (Threshold − 1). T is clobbered.
 #define KEEPBIT(W, BIT, T) \
 	VPCMPGTD Y14, W, T \
 	VPAND    BIT<>(SB), T, T \
 	VPOR     T, Y15, Y15
 
+// KEEPWORD(W, B0, B1, B2, B3): KEEPBIT of W's four bytes (low byte
+// first) with the bits B0 … B3. Y6 and Y7 are clobbered; Y12 is low8.
+#define KEEPWORD(W, B0, B1, B2, B3) \
+	VPAND    Y12, W, Y6 \
+	KEEPBIT(Y6, B0, Y7) \
+	VPSRLD   $8, W, Y6 \
+	VPAND    Y12, Y6, Y6 \
+	KEEPBIT(Y6, B1, Y7) \
+	VPSRLD   $16, W, Y6 \
+	VPAND    Y12, Y6, Y6 \
+	KEEPBIT(Y6, B2, Y7) \
+	VPSRLD   $24, W, Y6 \
+	KEEPBIT(Y6, B3, Y7)
+
 // func philoxAVX(bits *[8]uint32, keys *[10][2]uint32, grp, i, c2, c3, below uint32)
 //
 // bits[x] = the keep bits of the Philox4x32-10 block of counter (grp+x, i,
-// c2, c3) and round keys keys[0 … 9], for x < 8: bit e set when the
-// 16-bit half e of the block (word e/2, its low half first) is above
+// c2, c3) and round keys keys[0 … 9], for x < 8: bit e set when byte e
+// of the block (byte e mod 4 of word e/4, its low byte first) is above
 // below (Threshold − 1).
 TEXT ·philoxAVX(SB), NOSPLIT, $0-36
 	MOVQ         bits+0(FP), DI
@@ -822,23 +845,11 @@ philoxRound:
 	MOVL         below+32(FP), AX
 	BCASTD(X14, Y14)
 	VPXOR        Y15, Y15, Y15
-	VMOVDQU      low16<>(SB), Y12
-	VPAND        Y12, Y0, Y6
-	KEEPBIT(Y6, keyBit0, Y7)
-	VPSRLD       $16, Y0, Y6
-	KEEPBIT(Y6, keyBit1, Y7)
-	VPAND        Y12, Y1, Y6
-	KEEPBIT(Y6, keyBit2, Y7)
-	VPSRLD       $16, Y1, Y6
-	KEEPBIT(Y6, keyBit3, Y7)
-	VPAND        Y12, Y2, Y6
-	KEEPBIT(Y6, keyBit4, Y7)
-	VPSRLD       $16, Y2, Y6
-	KEEPBIT(Y6, keyBit5, Y7)
-	VPAND        Y12, Y3, Y6
-	KEEPBIT(Y6, keyBit6, Y7)
-	VPSRLD       $16, Y3, Y6
-	KEEPBIT(Y6, keyBit7, Y7)
+	VMOVDQU      low8<>(SB), Y12
+	KEEPWORD(Y0, keyBit0, keyBit1, keyBit2, keyBit3)
+	KEEPWORD(Y1, keyBit4, keyBit5, keyBit6, keyBit7)
+	KEEPWORD(Y2, keyBit8, keyBit9, keyBit10, keyBit11)
+	KEEPWORD(Y3, keyBit12, keyBit13, keyBit14, keyBit15)
 	VMOVDQU      Y15, (DI)
 	VZEROUPPER
 	RET

@@ -61,7 +61,7 @@ func refDropout(p *spec.Problem) *reference.Dropout {
 		return nil
 	}
 	d := p.Ext.Dropout
-	return &reference.Dropout{P: float64(d.Threshold) / 65536, Seed: d.Seed, Offset: d.Offset}
+	return &reference.Dropout{P: float64(d.Threshold) / spec.DropLevels, Seed: d.Seed, Offset: d.Offset}
 }
 
 // refDrop is the dropout factor Z of query row i and key j of sequence b

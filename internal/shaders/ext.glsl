@@ -376,20 +376,20 @@ float ext_dsoft(float s) {
 }
 
 // Dropout (EXT_ON_DROPOUT; spec.Dropout is the definition). The element
-// of query row i and key j of the sequence is kept when its 16-bit draw —
-// half j mod 8 (low half first) of word (j mod 8)/2 of the Philox4x32-10
-// block of counter (j/8, i, ext_bh, offset) and key seed — is at least
+// of query row i and key j of the sequence is kept when its 8-bit draw —
+// byte j mod 4 (low byte first) of word (j mod 16)/4 of the Philox4x32-10
+// block of counter (j/16, i, ext_bh, offset) and key seed — is at least
 // the threshold; kept elements are scaled by drop_scale(). One block
-// covers 8 keys, so the kernels draw a tile's keep bits once per tile
+// covers 16 keys, so the kernels draw a tile's keep bits once per tile
 // into shared memory (drop_fill) — whatever the layout of the threads
 // or cooperative-matrix fragments that then read them (drop_keep) — at
-// 40 integer operations per 8 elements.
+// about 70 integer operations per 16 elements.
 //
 // A kernel that drops defines DROP_ROWS and DROP_KEYS, its drop tile
-// (query rows × keys, DROP_KEYS a multiple of 8 — tiles start at
-// multiples of it), before including ext.glsl; sDrop then holds a tile's
-// bits, DROP_WPR words per row (bit c mod 32 of word c/32 for key c of
-// the tile), and one word without EXT_ON_DROPOUT.
+// (query rows × keys; DROP_KEYS is 8, 16 or a multiple of 32 — tiles
+// start at multiples of it), before including ext.glsl; sDrop then holds
+// a tile's bits, DROP_WPR words per row (bit c mod 32 of word c/32 for
+// key c of the tile), and one word without EXT_ON_DROPOUT.
 
 // philox is the Philox4x32-10 block function: ten rounds of two 32×32 →
 // 64-bit products, the key bumped by the Weyl constants between rounds.
@@ -406,25 +406,33 @@ uvec4 philox(uvec4 c, uvec2 k) {
 	return c;
 }
 
-// drop_bits8 is the keep bits of the 8 keys 8g … 8g+7 of row i (bit e
-// for key 8g+e).
-uint drop_bits8(uint i, uint g) {
-	uvec4 w = philox(uvec4(g, i, ext_bh, ext_ctr3), ext_seed);
-	uint t = ext_thr;
-	uint bits = 0u;
-	[[unroll]] for (uint e = 0u; e < 4u; ++e) {
-		uint x = w[e];
-		bits |= ((x & 0xFFFFu) >= t ? 1u : 0u) << (2u * e);
-		bits |= ((x >> 16u) >= t ? 1u : 0u) << (2u * e + 1u);
-	}
-	return bits;
+// drop_ge4 compares the four bytes of x with the threshold byte t (tb =
+// t·0x01010101) at once: bit b of the result is byte b ≥ t. Per byte, the
+// high bit of (x | 0x80) − (t & 0x7f) is whether x's low seven bits are at
+// least t's (no borrow crosses a byte); the byte is ≥ t when its high bit
+// is above t's, or equal to it with the low bits at least t's. A multiply
+// gathers the four high bits (7, 15, 23, 31) into bits 28 … 31 without
+// carries.
+uint drop_ge4(uint x, uint tb) {
+	const uint H = 0x80808080u;
+	uint lo = (x | H) - (tb & ~H);
+	uint ge = ((x & ~tb) | (~(x ^ tb) & lo)) & H;
+	return (ge * 0x00204081u) >> 28u;
 }
 
-// drop_scale is the factor of a kept element, 65536/(65536 − threshold)
-// (1 without dropout).
+// drop_bits16 is the keep bits of the 16 keys 16g … 16g+15 of row i (bit
+// e for key 16g+e).
+uint drop_bits16(uint i, uint g) {
+	uvec4 w = philox(uvec4(g, i, ext_bh, ext_ctr3), ext_seed);
+	uint tb = ext_thr * 0x01010101u;
+	return drop_ge4(w.x, tb) | (drop_ge4(w.y, tb) << 4u) | (drop_ge4(w.z, tb) << 8u) | (drop_ge4(w.w, tb) << 12u);
+}
+
+// drop_scale is the factor of a kept element, 256/(256 − threshold) (1
+// without dropout).
 float drop_scale() {
 	if ((EXT & EXT_ON_DROPOUT) != 0u) {
-		return 65536.0 / float(65536u - ext_buf[11]); // (callable before ext_begin)
+		return 256.0 / float(256u - ext_buf[11]); // (callable before ext_begin)
 	}
 	return 1.0;
 }
@@ -433,51 +441,55 @@ float drop_scale() {
 const uint DROP_WPR = (DROP_KEYS + 31u) / 32u;
 shared uint sDrop[(EXT & EXT_ON_DROPOUT) != 0u ? DROP_ROWS * DROP_WPR : 1u];
 
+// drop_word is the keep word of row i for the DROP_KEYS < 32 keys k … (k
+// a multiple of DROP_KEYS) or the 32 keys k … k+31 (k a multiple of 32):
+// one or two blocks, or half of one for 8 keys.
+uint drop_word(uint i, uint k) {
+	if (DROP_KEYS >= 32u) {
+		return drop_bits16(i, k >> 4u) | (drop_bits16(i, (k >> 4u) + 1u) << 16u);
+	}
+	return (drop_bits16(i, k >> 4u) >> (k & 8u)) & (DROP_KEYS >= 16u ? 0xFFFFu : 0xFFu);
+}
+
 // drop_fill_rows draws the keep bits of tile rows rfirst … rfirst+nr−1
 // (global rows r0 + those) and keys c0 … c0+DROP_KEYS−1 into sDrop. When
-// the rows hold fewer words than there are threads, each thread draws one
-// Philox block (8 keys of a row) at a time — block g goes to thread g mod
-// nthreads, and the four threads of a word (g … g+3, adjacent lanes of one
-// subgroup) merge their bytes with two shuffles before one of them stores
-// it — so that no thread idles; otherwise each draws a word (four
-// blocks). The four threads of a word must be lanes of one subgroup (tid
-// = thread_index() in full subgroups, or the lane with nthreads =
-// SUBGROUP): kernels that guarantee it define DROP_LANES; others (and
-// subgroups under 4) always draw a word per thread. Call it in uniform
-// control flow (over the threads that share the work), then make the
-// words visible to the readers (a barrier); nothing without
-// EXT_ON_DROPOUT. Rows and keys past the sequence's are drawn too (never
-// read as kept: they are masked).
+// the rows hold fewer words than there are threads and a word is two
+// blocks (DROP_KEYS ≥ 32), each thread draws one Philox block (16 keys of
+// a row) at a time — block g goes to thread g mod nthreads, and the two
+// threads of a word (g, g+1, adjacent lanes of one subgroup) merge their
+// halves with a shuffle before one of them stores it — so that no thread
+// idles; otherwise each draws a word. The two threads of a word must be
+// lanes of one subgroup (tid = thread_index() in full subgroups, or the
+// lane with nthreads = SUBGROUP): kernels that guarantee it define
+// DROP_LANES; others (and subgroups of one) always draw a word per
+// thread. Call it in uniform control flow (over the threads that share
+// the work), then make the words visible to the readers (a barrier);
+// nothing without EXT_ON_DROPOUT. Rows and keys past the sequence's are
+// drawn too (never read as kept: they are masked).
 void drop_fill_rows(uint r0, uint rfirst, uint nr, uint c0, uint tid, uint nthreads) {
 	if ((EXT & EXT_ON_DROPOUT) == 0u) {
 		return;
 	}
 	uint nw = nr * DROP_WPR; // words
 #ifdef DROP_LANES
-	const bool lanes = SUBGROUP >= 4u;
+	const bool lanes = SUBGROUP >= 2u && DROP_KEYS >= 32u;
 #else
 	const bool lanes = false;
 #endif
 	if (!lanes || nw >= nthreads) { // (a word per thread keeps every thread busy)
 		for (uint w = tid; w < nw; w += nthreads) {
 			uint r = w / DROP_WPR;
-			uint g0 = (c0 >> 3u) + 4u * (w - r * DROP_WPR);
-			uint bits = 0u;
-			[[unroll]] for (uint q = 0u; q < 4u; ++q) {
-				bits |= drop_bits8(r0 + rfirst + r, g0 + q) << (8u * q);
-			}
-			sDrop[rfirst * DROP_WPR + w] = bits;
+			sDrop[rfirst * DROP_WPR + w] = drop_word(r0 + rfirst + r, c0 + 32u * (w - r * DROP_WPR));
 		}
 		return;
 	}
-	for (uint base = 0u; base < 4u * nw; base += nthreads) { // (uniform)
+	for (uint base = 0u; base < 2u * nw; base += nthreads) { // (uniform)
 		uint g = base + tid;
-		uint r = g / (4u * DROP_WPR);
-		uint bits = g < 4u * nw ? drop_bits8(r0 + rfirst + r, (c0 >> 3u) + (g - r * 4u * DROP_WPR)) << (8u * (g & 3u)) : 0u;
+		uint r = g / (2u * DROP_WPR);
+		uint bits = g < 2u * nw ? drop_bits16(r0 + rfirst + r, (c0 >> 4u) + (g - r * 2u * DROP_WPR)) << (16u * (g & 1u)) : 0u;
 		bits |= subgroupShuffleXor(bits, 1u);
-		bits |= subgroupShuffleXor(bits, 2u);
-		if ((g & 3u) == 0u && g < 4u * nw) {
-			sDrop[rfirst * DROP_WPR + (g >> 2u)] = bits;
+		if ((g & 1u) == 0u && g < 2u * nw) {
+			sDrop[rfirst * DROP_WPR + (g >> 1u)] = bits;
 		}
 	}
 }

@@ -8,18 +8,19 @@ import "math"
 // a counter-based generator, so the forward and the backward (and every
 // backend) drop the same elements without storing a mask:
 //
-//	w = Philox4x32-10(counter (j/8, i, b·Hq + h, Offset), key (Seed mod 2³², Seed / 2³²))
-//	u = 16-bit half (j mod 8) of w (w[0] low half for j mod 8 = 0, its high half for 1, w[1]'s for 2, 3, …)
+//	w = Philox4x32-10(counter (j/16, i, b·Hq + h, Offset), key (Seed mod 2³², Seed / 2³²))
+//	u = byte (j mod 16) of w (w[0]'s low byte for j mod 16 = 0, its next for 1, …, w[1]'s low byte for 4, …)
 //	keep(b, h, i, j) = u ≥ Threshold
 //
 // for query row i and key j of sequence b (Batch0 + b of a problem that
 // is a chunk of a larger batch) (rows and keys counted within
-// the sequence, also when packed) and query head h. p is applied at a
-// resolution of 2⁻¹⁶: Threshold = round(p·65536), and kept elements are
-// scaled by Scale() = 65536 / (65536 − Threshold), so that the
+// the sequence, also when packed) and query head h. One 8-bit draw per
+// element, as FlashAttention's, so that a block covers 16 keys: p is
+// applied at a resolution of 2⁻⁸, Threshold = round(p·256), and kept
+// elements are scaled by Scale() = 256 / (256 − Threshold), so that the
 // expectation stays exact for the p that is applied.
 type Dropout struct {
-	// Threshold is round(p·65536), 1 … 65535 (0 is no dropout).
+	// Threshold is round(p·256), 1 … 255 (0 is no dropout).
 	Threshold uint32
 	Seed      uint64
 	Offset    uint32
@@ -29,29 +30,33 @@ type Dropout struct {
 	Batch0 int
 }
 
-// DropThreshold is the threshold of probability p (0 ≤ p < 1): round(p·2¹⁶),
-// at most 65535.
+// DropLevels is the number of levels of a draw: p is applied as
+// Threshold/DropLevels.
+const DropLevels = 256
+
+// DropThreshold is the threshold of probability p (0 ≤ p < 1): round(p·2⁸),
+// at most 255. p below 2⁻⁹ gives 0: no dropout.
 func DropThreshold(p float64) uint32 {
-	return uint32(min(math.Round(p*65536), 65535))
+	return uint32(min(math.Round(p*DropLevels), DropLevels-1))
 }
 
-// Scale is 1/(1 − Threshold/65536), the factor of kept elements.
-func (d *Dropout) Scale() float64 { return 65536 / float64(65536-d.Threshold) }
+// Scale is 1/(1 − Threshold/256), the factor of kept elements.
+func (d *Dropout) Scale() float64 { return DropLevels / float64(DropLevels-d.Threshold) }
 
 // Keep reports whether element (i, j) of sequence b, query head h (of
 // hq) survives.
 func (d *Dropout) Keep(hq, b, h, i, j int) bool {
-	return d.KeepGroup(hq, b, h, i, j>>3)>>(j&7)&1 == 1
+	return d.KeepBlock(hq, b, h, i, j>>4)>>(j&15)&1 == 1
 }
 
-// KeepGroup is Keep for the 8 keys 8g … 8g+7 of row i: bit e set when key
-// 8g+e survives.
-func (d *Dropout) KeepGroup(hq, b, h, i, g int) uint8 {
+// KeepBlock is Keep for the 16 keys 16g … 16g+15 of row i, one Philox
+// block: bit e set when key 16g+e survives.
+func (d *Dropout) KeepBlock(hq, b, h, i, g int) uint16 {
 	w := Philox([4]uint32{uint32(g), uint32(i), uint32((d.Batch0+b)*hq + h), d.Offset},
 		[2]uint32{uint32(d.Seed), uint32(d.Seed >> 32)})
-	var bits uint8
-	for e := range 8 {
-		if w[e>>1]>>(16*uint(e&1))&0xffff >= d.Threshold {
+	var bits uint16
+	for e := range 16 {
+		if w[e>>2]>>(8*uint(e&3))&0xff >= d.Threshold {
 			bits |= 1 << e
 		}
 	}

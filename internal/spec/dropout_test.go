@@ -29,7 +29,7 @@ func TestDropThreshold(t *testing.T) {
 	for _, c := range []struct {
 		p    float64
 		want uint32
-	}{{0, 0}, {0.1, 6554}, {0.5, 32768}, {1.0 / 65536, 1}, {0.99999, 65535}, {0.9999999, 65535}} {
+	}{{0, 0}, {0.1, 26}, {0.5, 128}, {1.0 / 256, 1}, {0.99 / 512, 0}, {1.01 / 512, 1}, {0.998, 255}, {0.9999999, 255}} {
 		if got := DropThreshold(c.p); got != c.want {
 			t.Errorf("DropThreshold(%v) = %d, want %d", c.p, got, c.want)
 		}
@@ -37,21 +37,23 @@ func TestDropThreshold(t *testing.T) {
 }
 
 // The keep rate over many elements is 1 − p within six standard
-// deviations, KeepGroup agrees with Keep, and streams differ by seed,
+// deviations (of the p applied, Threshold/256), KeepBlock agrees with
+// Keep and the definition, and streams differ by seed,
 // offset and head.
 func TestDropoutKeep(t *testing.T) {
 	for _, p := range []float64{0.1, 0.5, 0.9} {
 		d := &Dropout{Threshold: DropThreshold(p), Seed: 0x1234_5678_9abc_def0, Offset: 7}
+		p = float64(d.Threshold) / DropLevels
 		n, kept := 0, 0
 		for h := range 3 {
 			for i := range 64 {
 				for g := range 32 {
-					bits := d.KeepGroup(3, 1, h, i, g)
-					for e := range 8 {
+					bits := d.KeepBlock(3, 1, h, i, g)
+					for e := range 16 {
 						w := Philox([4]uint32{uint32(g), uint32(i), uint32(1*3 + h), 7}, [2]uint32{0x9abc_def0, 0x1234_5678})
-						k := w[e/2]>>(16*(e%2))&0xffff >= d.Threshold
-						if k != (bits>>e&1 == 1) || k != d.Keep(3, 1, h, i, 8*g+e) {
-							t.Fatalf("p %v: KeepGroup or Keep disagrees with the definition at h %d i %d j %d", p, h, i, 8*g+e)
+						k := w[e/4]>>(8*(e%4))&0xff >= d.Threshold
+						if k != (bits>>e&1 == 1) || k != d.Keep(3, 1, h, i, 16*g+e) {
+							t.Fatalf("p %v: KeepBlock or Keep disagrees with the definition at h %d i %d j %d", p, h, i, 16*g+e)
 						}
 						n++
 						if k {
@@ -66,14 +68,14 @@ func TestDropoutKeep(t *testing.T) {
 		if math.Abs(rate-(1-p)) > 6*sd {
 			t.Errorf("p %v: keep rate %.4f over %d elements, want %.4f ± %.4f", p, rate, n, 1-p, 6*sd)
 		}
-		if s := d.Scale() * (1 - float64(d.Threshold)/65536); math.Abs(s-1) > 1e-15 {
-			t.Errorf("p %v: Scale·(1 − T/65536) = %v, want 1", p, s)
+		if s := d.Scale() * (1 - float64(d.Threshold)/DropLevels); math.Abs(s-1) > 1e-15 {
+			t.Errorf("p %v: Scale·(1 − T/256) = %v, want 1", p, s)
 		}
 	}
-	base := Dropout{Threshold: 32768, Seed: 1}
+	base := Dropout{Threshold: 128, Seed: 1}
 	differs := func(a, b Dropout, ha, hb int) bool {
 		for i := range 16 {
-			if a.KeepGroup(4, 0, ha, i, 0) != b.KeepGroup(4, 0, hb, i, 0) {
+			if a.KeepBlock(4, 0, ha, i, 0) != b.KeepBlock(4, 0, hb, i, 0) {
 				return true
 			}
 		}

@@ -252,8 +252,8 @@ func (p *Problem) CheckExt() error {
 			return fmt.Errorf("key count %d of sequence %d (%d stored)", n, b, p.StoredKeys(b))
 		}
 	}
-	if d := e.Dropout; d != nil && (d.Threshold == 0 || d.Threshold > 65535 || d.Batch0 < 0) {
-		return fmt.Errorf("dropout threshold %d (1 … 65535), first sequence %d", d.Threshold, d.Batch0)
+	if d := e.Dropout; d != nil && (d.Threshold == 0 || d.Threshold >= DropLevels || d.Batch0 < 0) {
+		return fmt.Errorf("dropout threshold %d (1 … %d), first sequence %d", d.Threshold, DropLevels-1, d.Batch0)
 	}
 	if x := e.Bias; x != nil {
 		if p.KV != nil {

@@ -464,8 +464,9 @@ const cmLargeNq = 2048
 // TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128, N 16384;
 // bench/NOTES.md). Since the score loop lost its mask on the tiles that
 // need none (2026-11-28), ALiBi's and a bias's score terms run faster on
-// plain's d 128 tile and the other options alone still slower. The tune
-// cache overrides these per device.
+// plain's d 128 tile, and so does the softcap's since its tanh lost its
+// selects; dropout, the window and packed sequences alone still run
+// slower there. The tune cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 	if l.planes() > 1 {
 		return cmSplitTiles(l, d, dv)
@@ -569,18 +570,19 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 }
 
 // extLargeTile reports whether the extended variant takes plain's large
-// tile at 64 < d ≤ 128: with ALiBi or a bias, and neither softcap nor
-// dropout. Measured on an NVIDIA H200 (fp16, d 128, N 16384, causal,
-// forward; bench/NOTES.md), nsg8-bc64 against nsg8-bc32: a dense bias
-// 12.45 → 11.28 ms, a document mask 3.45 → 3.23, ALiBi 5.11 → 5.01;
-// softcap 5.93 → 6.10, dropout 5.76 → 6.66, the window 2.02 → 2.04 and
-// packed sequences 0.620 → 0.633 went the other way. Combinations of
-// ALiBi or a bias with a window, key counts or packed sequences take it
-// too, untimed: the bias's and ALiBi's gains are the larger ones. d 80
+// tile at 64 < d ≤ 128: with ALiBi, a bias or a softcap, and no dropout.
+// Measured on an NVIDIA H200 (fp16, d 128, N 16384, causal, forward;
+// bench/NOTES.md), nsg8-bc64 against nsg8-bc32: a dense bias 12.45 →
+// 11.28 ms, a document mask 3.45 → 3.23, ALiBi 5.11 → 5.01, softcap
+// 5.80 → 5.49 (since its tanh takes the sign by a bit operation; with
+// the selects before, 5.93 → 6.10); dropout 5.41 → 6.09, the window 2.02
+// → 2.04 and packed sequences 0.620 → 0.633 went the other way.
+// Combinations of these with a window, key counts or packed sequences
+// take it too, untimed: the score terms' gains are the larger ones. d 80
 // and 96 were not timed either (fewer accumulators than d 128's, so no
 // more registers at the large tile).
 func extLargeTile(ext *spec.Ext) bool {
-	return ext != nil && (ext.Bias != nil || ext.Slopes != nil) && ext.Softcap == 0 && ext.Dropout == nil
+	return ext != nil && (ext.Bias != nil || ext.Slopes != nil || ext.Softcap != 0) && ext.Dropout == nil
 }
 
 // chooseCMTile returns the first tile of cmTiles that fits (ext: the

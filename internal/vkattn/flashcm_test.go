@@ -208,12 +208,13 @@ func TestChooseCMTile(t *testing.T) {
 		}
 	}
 	// The extended variant takes the small tiles at every length, except
-	// at 64 < d ≤ 128 with ALiBi or a bias and neither softcap nor
-	// dropout from plain's large-tile length on.
+	// at 64 < d ≤ 128 with ALiBi, a bias or a softcap and no dropout from
+	// plain's large-tile length on.
 	win := &spec.Ext{Left: 100, Right: 0}
 	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}
 	bias := &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}
-	drop := &spec.Dropout{Threshold: 6554}
+	softcap := &spec.Ext{Left: -1, Right: -1, Softcap: 30}
+	drop := &spec.Dropout{Threshold: 26}
 	for _, c := range []struct {
 		d, nq int
 		ext   *spec.Ext
@@ -225,7 +226,9 @@ func TestChooseCMTile(t *testing.T) {
 		{96, 2048, alibi, "nsg8-bc64-mode1-pf1"}, {96, 2048, bias, "nsg8-bc64-mode1-pf1"}, {96, 2047, alibi, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: 4095, Right: 0, Slopes: []float32{0.5}}, "nsg8-bc64-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg8-bc64-mode1-pf1"},
-		{128, 16384, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}, Softcap: 30}, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}, Softcap: 30}, "nsg8-bc64-mode1-pf1"},
+		{128, 16384, softcap, "nsg8-bc64-mode1-pf1"}, {64, 16384, softcap, "nsg4-bc32-mode1-pf1"}, {128, 2047, softcap, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 	} {
 		if got, err := chooseCMTile(l, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
@@ -351,8 +354,8 @@ func TestCMVec(t *testing.T) {
 
 // TestFlashCMSelection checks the kernel selection on the test device:
 // without cooperative matrices (lavapipe) "" keeps the scalar flash kernel
-// and "flash_cm" is refused; with them both report flash_cm, f32 runs
-// flash.
+// and "flash_cm" is refused; with them both report flash_cm, and f32
+// runs flash_cm where the device has bf16 ones (its planes), else flash.
 func TestFlashCMSelection(t *testing.T) {
 	dev := devicetest.Open(t)
 	_, supErr := cmSupportFor(dev.Info(), spec.Float16)
@@ -378,8 +381,14 @@ func TestFlashCMSelection(t *testing.T) {
 	if b.Kernel() != shaders.KernelFlashCM {
 		t.Errorf("auto with coopmat: Kernel %q", b.Kernel())
 	}
-	if k := familyOf(ctx, b, p, spec.Float32, Fwd); k != shaders.KernelFlash {
-		t.Errorf("f32 forward runs %q", k)
+	// f32 runs flash_cm's bf16-plane build where the device has bf16
+	// cooperative matrices, the scalar flash kernel elsewhere.
+	wantF32 := shaders.KernelFlash
+	if b.cm[spec.Float32] != nil {
+		wantF32 = shaders.KernelFlashCM
+	}
+	if k := familyOf(ctx, b, p, spec.Float32, Fwd); k != wantF32 {
+		t.Errorf("f32 forward runs %q, want %q", k, wantF32)
 	}
 	if k := familyOf(ctx, b, p, spec.Float16, Fwd); k != shaders.KernelFlashCM {
 		t.Errorf("f16 forward runs %q (probe: %v)", k, b.cm[spec.Float16].err)

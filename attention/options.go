@@ -127,10 +127,10 @@ type Options struct {
 // with the same Seed and Offset drops the same elements. Rows and keys
 // are counted within each sequence (also when packed). Each element's
 // draw is 8 bits, as FlashAttention's, so P is applied at a resolution of
-// 2⁻⁸: the dropped fraction is round(P·256)/256 (at most 255/256), and
-// the kept elements' scale uses that value, so the expectation is exact.
-// A P that rounds to 0 (0 < P < 1/512) is refused with ErrOption rather
-// than silently dropping nothing.
+// 2⁻⁸: the dropped fraction is round(P·256)/256, and the kept elements'
+// scale uses that value, so the expectation is exact. A P that rounds to
+// 0 (0 < P < 1/512) or to 1 (P ≥ 511/512) is refused with ErrOption
+// rather than silently dropping nothing or every element.
 type Dropout struct {
 	// P is the probability of dropping an element: 0 ≤ P < 1 (0: none).
 	P float32
@@ -216,6 +216,10 @@ func (o Options) ext(b, hq, nq, nk int) (*spec.Ext, error) {
 	if d := o.Dropout; d != nil {
 		if p := float64(d.P); !(p >= 0 && p < 1) {
 			return nil, fmt.Errorf("attention: options: dropout P %v: want 0 ≤ P < 1: %w", d.P, ErrOption)
+		}
+		if math.Round(float64(d.P)*spec.DropLevels) >= spec.DropLevels {
+			return nil, fmt.Errorf("attention: options: dropout P %v rounds to 1 at the resolution of 1/%d (P ≥ %d/%d would drop every element): want P < %[3]d/%[4]d: %w",
+				d.P, spec.DropLevels, 2*spec.DropLevels-1, 2*spec.DropLevels, ErrOption)
 		}
 		t := spec.DropThreshold(float64(d.P))
 		if t == 0 && d.P != 0 {

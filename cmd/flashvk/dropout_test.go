@@ -21,7 +21,7 @@ import (
 // line naming the flag, on run, explain and bench, before any work.
 func TestDropoutFlagValues(t *testing.T) {
 	var p float64
-	for _, in := range []string{"0.1", " 0.5 ", "2e-3", "0.99999"} {
+	for _, in := range []string{"0.1", " 0.5 ", "2e-3", "0.998"} {
 		if err := (dropoutValue{&p}).Set(in); err != nil || p != mustFloat(t, in) {
 			t.Errorf("--dropout %q: %v, %v", in, p, err)
 		}
@@ -53,6 +53,7 @@ func TestDropoutFlagValues(t *testing.T) {
 		{[]string{"--dropout", "1e-6"}, "1e-06 has no effect: the library applies P at a resolution of 2⁻⁸"},
 		{[]string{"--dropout", "0.0019"}, "0.0019 has no effect: the library applies P at a resolution of 2⁻⁸, and P below 2⁻⁹ ≈ 0.00195 drops nothing"},
 		{[]string{"--dropout", "0.99999999"}, "0.99999999 rounds to 1 in float32"},
+		{[]string{"--dropout", "0.999"}, "0.999 would drop every element: the library applies P at a resolution of 2⁻⁸, and P ≥ 511/512 ≈ 0.998 rounds to 1"},
 		{[]string{"--dropout", "0.1", "--dropout-seed", "x"}, `"--dropout-seed" flag: "x": want an integer 0 … 18446744073709551615`},
 		{[]string{"--dropout", "0.1", "--dropout-seed", "-1"}, `"-1": want an integer 0 … 18446744073709551615`},
 		{[]string{"--dropout", "0.1", "--dropout-seed", "18446744073709551616"}, "want an integer 0 … 18446744073709551615"},
@@ -95,7 +96,7 @@ func mustFloat(t *testing.T, s string) float64 {
 // with the seed and offset, and to the float64 reference with the
 // probability the library applies: the reference's threshold is the
 // library's (spec.DropThreshold of the float32 P) for every P, the
-// rounding edges and the cap at 255 included.
+// rounding edges included (the P the library refuses left out).
 func TestDropoutOptionsParams(t *testing.T) {
 	ps := []float64{0.1, 0.5, 1. / 3, 0.9, 0.998, 0.99999, 0.9999999, math.Exp2(-9), 0.5 / 256 * 3, 1.5 / 256, 2.5 / 256, 254.5 / 256}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -103,7 +104,7 @@ func TestDropoutOptionsParams(t *testing.T) {
 		ps = append(ps, r.Float64(), float64(r.IntN(256))/256+0.5/256)
 	}
 	for _, x := range ps {
-		if x <= 0 || float32(x) >= 1 || dropThreshold(x) == 0 {
+		if x <= 0 || float32(x) >= 1 || dropThreshold(x) == 0 || math.Round(float64(float32(x))*256) >= 256 {
 			continue
 		}
 		p := problem{B: 2, Hq: 2, Hkv: 1, Nq: 8, Nk: 8, D: 4, Dv: 4, DType: attention.Float32,

@@ -353,9 +353,9 @@ func (v windowValue) Type() string { return "L,R" }
 // dropoutValue is --dropout P: each attention probability is dropped with
 // probability P and the kept ones scaled by 1/(1 − P) (the library's
 // Options.Dropout). The library takes P as a float32 and applies it at a
-// resolution of 2⁻⁸ (dropThreshold): 0 < P < 1, and P must not round to 0
-// there (the library refuses it: it would drop nothing) nor to 1 in
-// float32. The value is kept as given.
+// resolution of 2⁻⁸ (dropThreshold): 0 < P < 1, and P must round neither
+// to 0 nor to 1 there (the library refuses both: they would drop nothing
+// or every element). The value is kept as given.
 type dropoutValue struct{ v *float64 }
 
 func (d dropoutValue) Set(text string) error {
@@ -369,6 +369,8 @@ func (d dropoutValue) Set(text string) error {
 		return fmt.Errorf("%v: want a probability 0 < P < 1 (the chance of dropping each attention probability)", x)
 	case float32(x) == 1:
 		return fmt.Errorf("%v rounds to 1 in float32, the type the library takes P in: want P < 1", x)
+	case math.Round(float64(float32(x))*256) >= 256:
+		return fmt.Errorf("%v would drop every element: the library applies P at a resolution of 2⁻⁸, and P ≥ 511/512 ≈ %.4g rounds to 1", x, 511.0/512)
 	case dropThreshold(x) == 0:
 		return fmt.Errorf("%v has no effect: the library applies P at a resolution of 2⁻⁸, and P below 2⁻⁹ ≈ %.3g drops nothing", x, math.Exp2(-9))
 	}

@@ -155,7 +155,7 @@ Options.Dropout), from a counter-based generator keyed by --dropout-seed S
 of the seed's 2³² streams, e.g. the training step; default 0): the same
 seed and offset drop the same elements, in the forward and the backward,
 on every backend. Each element's draw is 8 bits, so P is applied at a
-resolution of 2⁻⁸: round(P·256)/256 (at most 255/256; P below 1/512 is
+resolution of 2⁻⁸: round(P·256)/256 (P below 1/512 or from 511/512 on is
 refused), and --check runs the float64 reference with that
 very probability, seed and offset, so the outputs and gradients match
 element for element. The FLOPs count the visible pairs exactly (the

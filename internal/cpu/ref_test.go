@@ -54,7 +54,7 @@ func refForward(p *spec.Problem, q, k, v dense) (o dense, lse []float64) {
 	return o, lse
 }
 
-// refDropout is p's dropout as package reference's (P = Threshold/2¹⁶,
+// refDropout is p's dropout as package reference's (P = Threshold/2⁸,
 // which it rounds back to Threshold), nil without one.
 func refDropout(p *spec.Problem) *reference.Dropout {
 	if p.Ext == nil || p.Ext.Dropout == nil {

@@ -85,9 +85,14 @@ type Limits struct {
 	MaxWorkgroupSize int
 	// Dropout is set for a call that drops: the kernels that draw keep bits
 	// (flash, bwd_dkdv, bwd_dq) then need DropSharedBytes(BR, BC) of shared
-	// memory for them and key tiles of a multiple of 8.
+	// memory for them and key tiles that DropKeyTile accepts.
 	Dropout bool
 }
+
+// DropKeyTile reports whether a dropout kernel's key tile of bc keys is
+// one ext.glsl's drop_word fills: 8, 16 or a multiple of 32 (a Philox
+// block covers 16 keys, a keep word 32).
+func DropKeyTile(bc int) bool { return bc == 8 || bc == 16 || bc%32 == 0 }
 
 // FlashLayout is flash's thread layout for one Config (see flash.comp).
 type FlashLayout struct {
@@ -211,8 +216,8 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 		return fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
 	if lim.Dropout && (kernel == KernelFlash || kernel == KernelBwdDKDV || kernel == KernelBwdDQ) {
-		if c.BC%8 != 0 {
-			return fmt.Errorf("shaders: %s tile BC=%d: dropout needs key tiles of a multiple of 8", kernel, c.BC)
+		if !DropKeyTile(c.BC) {
+			return fmt.Errorf("shaders: %s tile BC=%d: dropout needs key tiles of 8, 16 or a multiple of 32 keys", kernel, c.BC)
 		}
 		shared += DropSharedBytes(c.BR, c.BC) - DropPlaceholder
 	}

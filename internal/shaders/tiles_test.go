@@ -206,6 +206,16 @@ func TestCheckConfigRejects(t *testing.T) {
 	}
 }
 
+// TestDropKeyTile: dropout takes key tiles of 8, 16 or a multiple of 32
+// keys (ext.glsl drop_word).
+func TestDropKeyTile(t *testing.T) {
+	for bc, want := range map[int]bool{8: true, 16: true, 32: true, 64: true, 96: true, 128: true, 4: false, 24: false, 40: false, 48: false} {
+		if DropKeyTile(bc) != want {
+			t.Errorf("DropKeyTile(%d) = %v, want %v", bc, !want, want)
+		}
+	}
+}
+
 func TestSpecEntries(t *testing.T) {
 	e, err := SpecEntries(KernelFlash, Config{128, 32, 16}, 64, 80, 8, 0, 0)
 	if err != nil {

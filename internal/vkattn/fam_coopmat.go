@@ -539,8 +539,20 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG i
 			return fmt.Errorf("BC %d not a multiple of %d lanes per row", c.BC, lpr)
 		}
 	}
+	if err := checkDropKeys(drop, c.BC); err != nil {
+		return err
+	}
 	shared := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv, l.planes()) + dropExtra(drop, c.NSG*M, c.BC)
 	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
+}
+
+// checkDropKeys refuses, for a dropout call (drop), a key tile of bc keys
+// that the kernels' keep-bit fill does not take (shaders.DropKeyTile).
+func checkDropKeys(drop bool, bc int) error {
+	if drop && !shaders.DropKeyTile(bc) {
+		return fmt.Errorf("dropout needs key tiles of 8, 16 or a multiple of 32 keys, not %d", bc)
+	}
+	return nil
 }
 
 // checkCMResources is the part of a coopmat tile's check that every
@@ -691,6 +703,9 @@ type partLaunch struct {
 func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, maxWG int) ([]partLaunch, error) {
 	check := func(t bwdCMTile, part int) error {
 		br, bc := t.brbc(dkdv, int(l.M))
+		if err := checkDropKeys(drop, bc); err != nil {
+			return err
+		}
 		shared := shaders.BwdCMSharedBytes(t.shape(l, dkdv, part, d, dv)) + dropExtra(drop, br, bc)
 		return checkCMResources(l, t.Mode, t.NSG, shared, sharedMax, maxWG)
 	}

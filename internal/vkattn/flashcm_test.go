@@ -352,6 +352,22 @@ func TestCMVec(t *testing.T) {
 	}
 }
 
+// TestCMTileDropKeys: with dropout the coopmat tile checks refuse a key
+// tile the keep-bit fill does not take (48 keys), which plain calls run.
+func TestCMTileDropKeys(t *testing.T) {
+	l := &CMLayout{M: 16, N: 16, K: 16, SG: 32, Mode1: true}
+	c := CMTile{NSG: 4, BC: 48, Mode: 1}
+	if err := CheckCMTile(l, c, 64, 64, false, 48<<10, 1024); err != nil {
+		t.Fatalf("%s without dropout: %v", c, err)
+	}
+	if err := CheckCMTile(l, c, 64, 64, true, 48<<10, 1024); err == nil || !strings.Contains(err.Error(), "dropout needs key tiles of 8, 16 or a multiple of 32 keys, not 48") {
+		t.Errorf("%s with dropout: %v", c, err)
+	}
+	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true, 48<<10, 1024); err != nil {
+		t.Errorf("nsg4-bc64 with dropout: %v", err)
+	}
+}
+
 // TestFlashCMSelection checks the kernel selection on the test device:
 // without cooperative matrices (lavapipe) "" keeps the scalar flash kernel
 // and "flash_cm" is refused; with them both report flash_cm, and f32
@@ -384,7 +400,7 @@ func TestFlashCMSelection(t *testing.T) {
 	// f32 runs flash_cm's bf16-plane build where the device has bf16
 	// cooperative matrices, the scalar flash kernel elsewhere.
 	wantF32 := shaders.KernelFlash
-	if b.cm[spec.Float32] != nil {
+	if _, err := b.cmLayout(ctx, spec.Float32); err == nil {
 		wantF32 = shaders.KernelFlashCM
 	}
 	if k := familyOf(ctx, b, p, spec.Float32, Fwd); k != wantF32 {

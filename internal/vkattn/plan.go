@@ -482,16 +482,11 @@ func addressedPush(l *Launch, pc shaders.Params, bufs operandBufs) ([]byte, erro
 	return ap.Bytes(), nil
 }
 
-// dropKeyTile reports whether a dropout kernel's key tile of bc keys is
-// one ext.glsl's drop_word fills: 8, 16 or a multiple of 32.
-func dropKeyTile(bc int) bool { return bc == 8 || bc == 16 || bc%32 == 0 }
-
 // dropShared adds the keep bits of a dropout problem's tiles to its
 // launches' shared memory (shaders.DropSharedBytes, beyond the one word
 // the kernels' formulas count; the tile checks counted them too: limFor,
 // dropExtra), and refuses a tile that then no longer fits or whose key
-// tile ext.glsl's drop_word cannot fill (8, 16 or a multiple of 32 keys:
-// a Philox block covers 16 keys, a keep word 32).
+// tile ext.glsl's drop_word cannot fill (shaders.DropKeyTile).
 func (b *Backend) dropShared(p *spec.Problem, pl *Plan) error {
 	if !dropout(p) {
 		return nil
@@ -501,8 +496,8 @@ func (b *Backend) dropShared(p *spec.Problem, pl *Plan) error {
 		if !slices.Contains(l.Bindings, OpExt) || l.BC == 0 {
 			continue
 		}
-		if !dropKeyTile(l.BC) {
-			return fmt.Errorf("%w: %s: dropout needs key tiles of 8, 16 or a multiple of 32 keys, not %d", ErrUnsupported, l.key.Name, l.BC)
+		if err := checkDropKeys(true, l.BC); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrUnsupported, l.key.Name, err)
 		}
 		l.SharedBytes += dropExtra(true, l.BR, l.BC)
 		if l.SharedBytes > b.lim.SharedBytes {

@@ -94,6 +94,15 @@ type Limits struct {
 // block covers 16 keys, a keep word 32).
 func DropKeyTile(bc int) bool { return bc == 8 || bc == 16 || bc%32 == 0 }
 
+// CheckDropKeys says why a dropout kernel cannot take a key tile of bc
+// keys (DropKeyTile), nil when it can.
+func CheckDropKeys(bc int) error {
+	if !DropKeyTile(bc) {
+		return fmt.Errorf("dropout needs key tiles of 8, 16 or a multiple of 32 keys, not %d", bc)
+	}
+	return nil
+}
+
 // FlashLayout is flash's thread layout for one Config (see flash.comp).
 type FlashLayout struct {
 	TC  int // threads per query row (power of two ≤ subgroup)
@@ -216,8 +225,8 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 		return fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
 	if lim.Dropout && (kernel == KernelFlash || kernel == KernelBwdDKDV || kernel == KernelBwdDQ) {
-		if !DropKeyTile(c.BC) {
-			return fmt.Errorf("shaders: %s tile BC=%d: dropout needs key tiles of 8, 16 or a multiple of 32 keys", kernel, c.BC)
+		if err := CheckDropKeys(c.BC); err != nil {
+			return fmt.Errorf("shaders: %s tile: %w", kernel, err)
 		}
 		shared += DropSharedBytes(c.BR, c.BC) - DropPlaceholder
 	}

@@ -547,12 +547,12 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG i
 }
 
 // checkDropKeys refuses, for a dropout call (drop), a key tile of bc keys
-// that the kernels' keep-bit fill does not take (shaders.DropKeyTile).
+// that the kernels' keep-bit fill does not take (shaders.CheckDropKeys).
 func checkDropKeys(drop bool, bc int) error {
-	if drop && !shaders.DropKeyTile(bc) {
-		return fmt.Errorf("dropout needs key tiles of 8, 16 or a multiple of 32 keys, not %d", bc)
+	if !drop {
+		return nil
 	}
-	return nil
+	return shaders.CheckDropKeys(bc)
 }
 
 // checkCMResources is the part of a coopmat tile's check that every

@@ -82,7 +82,11 @@ type Options struct {
 	Window *Window
 	// Softcap c > 0 caps each scaled score s to c·tanh(s/c) (Gemma 2's
 	// attention softcap; the backward differentiates through tanh). 0 is
-	// off; negative, NaN and ±Inf are refused.
+	// off; negative, NaN and ±Inf are refused. The tanh is computed in
+	// fp32 arithmetic, except by the cooperative-matrix kernels with
+	// BFloat16 storage, which take it in fp16 (within about 2⁻¹¹ of tanh,
+	// 8 times finer than bf16 itself: FlashAttention's tanh.approx
+	// precision).
 	Softcap float32
 	// ALiBi are the slopes of ALiBi's linear bias, one per query head
 	// ([Hq], shared by the batch) or per sequence and head ([B·Hq],

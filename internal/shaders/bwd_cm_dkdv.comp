@@ -61,6 +61,8 @@
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #define DROP_LANES // (thread_index() in full subgroups: ext.glsl drop_fill)
+#define EXT_HALF_TANH 1   // (ext.glsl: the softcap's tanh in fp16 with bf16 storage,
+#define EXT_SOFTCAP_PASS 1 // and taken once per tile element ahead of the loops)
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -160,11 +162,11 @@ const uint NPL = (BR + WG - 1u) / WG;
 			uint kj = c0 + sgk + rowOf[i]; \
 			float l2 = sL[col]; \
 			bool vis = !(MASKED) || (l2 != NEG_INF && !(kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
-			float x = EXT != 0u ? ext_score_b(S[t][i], r0 + col, kj, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
+			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + col, kj, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float keep = drop_keep(col, sgk + rowOf[i]); \
 			float g = dP[t][i] * (keep * dscale) - sDr[col]; \
 			if (EXT != 0u) { \
-				g *= ext_dsoft(S[t][i]); \
+				g *= ext_dsoft_t(S[t][i]); \
 			} \
 			float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
 			S[t][i] = p * keep; \
@@ -502,6 +504,7 @@ void main() {
 #else
 			if (MODE == 1u) {
 #endif
+				EXT_SOFTCAP_TILE(S, NST)
 				if (careful) {
 					SOFTMAX_M1(true, true)
 				} else if (need_mask) {

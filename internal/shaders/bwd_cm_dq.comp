@@ -52,6 +52,8 @@
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #define DROP_LANES // (thread_index() in full subgroups: ext.glsl drop_fill)
+#define EXT_HALF_TANH 1   // (ext.glsl: the softcap's tanh in fp16 with bf16 storage,
+#define EXT_SOFTCAP_PASS 1 // and taken once per tile element ahead of the loops)
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -126,12 +128,12 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint c = c0 + t * CM_N + colOf[i]; \
 			bool vis = !(MASKED) || (lOf[i] != NEG_INF && c - fstOf[i] < widOf[i]); \
-			float x = EXT != 0u ? ext_score_b(S[t][i], r0 + sgr + rowOf[i], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
+			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + sgr + rowOf[i], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], t * CM_N + colOf[i]) * dscale) - dOf[i]; \
 			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
 			dbias_store(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)); \
 			if (EXT != 0u) { \
-				g *= ext_dsoft(S[t][i]); \
+				g *= ext_dsoft_t(S[t][i]); \
 			} \
 			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
@@ -344,6 +346,7 @@ void main() {
 #else
 		if (MODE == 1u) {
 #endif
+			EXT_SOFTCAP_TILE(S, NST)
 			if (careful) {
 				DS_M1(true, true)
 			} else if (need_mask) {

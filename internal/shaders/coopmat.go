@@ -114,6 +114,12 @@ func CMPlanes(dtype string) int {
 	return 1
 }
 
+// CMHalfTanh reports whether the coopmat kernels of storage type dtype
+// take the softcap's tanh in fp16 (ext.glsl's EXT_TANH16: the bf16
+// builds, within about 2^-11 of tanh; the f16 and f32 builds keep fp32's
+// tanh2).
+func CMHalfTanh(dtype string) bool { return dtype == DTypeBF16 }
+
 // FlashCMProbeFloats is the length of flash_cm_probe's output buffer
 // (float32) for subgroup size sg: 8 header words, then 64 words per lane
 // for the accumulator and 64 per lane for the A type.

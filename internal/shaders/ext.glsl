@@ -78,6 +78,7 @@ int ext_off = 0;         // row i's diagonal is key i + ext_off
 int ext_left = -1;       // window (−1 unbounded)
 int ext_right = -1;
 float ext_tk = 0.0;      // softcap: scale·2·log2e/c (tanh2's argument per unit of s)
+float ext_tn = 0.0;      // softcap: scale/c (tanh's argument per unit of s)
 float ext_tc = 0.0;      // softcap: c·log2e
 float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
 uint ext_bh = 0u;        // dropout: (first sequence + b)·Hq + h
@@ -111,6 +112,7 @@ void ext_begin(uint b) {
 	ext_right = int(ext_buf[1]);
 	float cap = (flags & EXT_SOFTCAP) != 0u ? uintBitsToFloat(ext_buf[3]) : 0.0;
 	ext_tk = cap > 0.0 ? pc.scale * (2.0 * LOG2E) / cap : 0.0;
+	ext_tn = cap > 0.0 ? pc.scale / cap : 0.0;
 	ext_tc = cap * LOG2E;
 	ext_slope = 0.0;
 	if ((EXT & EXT_ON_DROPOUT) != 0u) {
@@ -310,21 +312,71 @@ uint query_limit(uint j) {
 	return uint(clamp(int(j) + ext_left - ext_off + 1, 0, int(seq_nq)));
 }
 
-// ext_score is the score of raw product s = q·k for query row i and key
-// j in log2 units: z = scale·s, then c·tanh(z/c) (softcap), times log2e,
-// minus slope·log2e·|i + off − j| (ALiBi), plus bias·log2e (−Inf where
-// the bias is −Inf, whatever z: the key is hidden), each term compiled in
-// only when EXT asks for it. The plain kernel's is scale·log2e·s
-// (kernels keep that product as sl2). ext_score_b takes the bias value x
-// of (i, j) already loaded: the coopmat kernels load their fragments'
-// values (BIAS_FRAG) before issuing the products, so that the loads'
-// latency overlaps the MMAs.
-float ext_score_b(float s, uint i, uint j, float x) {
+// The softcap's tanh: ext_softcap(s) is t = tanh(scale·s/c) of raw
+// product s. In fp32 arithmetic (tanh2: a few fp32 ulps of 1) except in
+// the cooperative-matrix kernels' bf16 builds (the kernels define
+// EXT_HALF_TANH; their devices have shaderFloat16, vkattn.cmLayout), which
+// take it in fp16: t within about 2^-11 of tanh — 8 times finer than
+// bf16's own resolution, and the fp16 range is no limit (tanh saturates
+// at |x| ≈ 9; beyond fp16's range x is ±Inf and t ±1) — one fp16
+// operation for two elements on NVIDIA GPUs, where tanh2's exp2 and
+// division cost several times its issue slots (bench/NOTES.md). fp16 and
+// fp32 storage keep tanh2: with fp16 storage the fp16 tanh's error
+// measured 3 times PyTorch's own fp16 error in the backward's gradients,
+// beyond the suite's bound of 2.
+// ext_softcap2 takes two products at once.
+#if defined(EXT_HALF_TANH) && defined(STORAGE_BF16)
+#define EXT_TANH16 1
+#endif
+// EXT_TILE_PASS: EXT_SOFTCAP_TILE (below) takes the tanh of a tile's
+// products ahead of the score loop — with EXT_TANH16, and in kernels that
+// define EXT_SOFTCAP_PASS (the backward's: their loops read the tanh
+// twice, for the score and for its derivative).
+#if defined(EXT_TANH16) || defined(EXT_SOFTCAP_PASS)
+#define EXT_TILE_PASS 1
+#endif
+float ext_softcap(float s) {
+#ifdef EXT_TANH16
+	return float(tanh(float16_t(s * ext_tn)));
+#else
+	return tanh2(s * ext_tk);
+#endif
+}
+
+vec2 ext_softcap2(vec2 s) {
+#ifdef EXT_TANH16
+	return vec2(tanh(f16vec2(s * ext_tn)));
+#else
+	return vec2(tanh2(s.x * ext_tk), tanh2(s.y * ext_tk));
+#endif
+}
+
+float ext_tile_tanh(float v) {
+#ifdef EXT_TILE_PASS
+	return v;
+#else
+	return ext_softcap(v);
+#endif
+}
+
+// ext_score_t is the score for query row i and key j in log2 units from v,
+// the product s as EXT_SOFTCAP_TILE leaves it (below: its softcap's tanh t
+// = ext_softcap(s) with EXT_TILE_PASS, else s itself): z = scale·s, or c·t
+// with a softcap, times log2e, minus slope·log2e·|i + off − j| (ALiBi),
+// plus bias·log2e (−Inf where the bias x of (i, j) is −Inf, whatever z:
+// the key is hidden), each term compiled in only when EXT asks for it. The plain kernel's is
+// scale·log2e·s (kernels keep that product as sl2). ext_score_b takes the
+// raw product s and the bias value x already loaded (the coopmat kernels
+// load their fragments' values, BIAS_FRAG, before issuing the products,
+// so that the loads' latency overlaps the MMAs); ext_score also loads x.
+// The coopmat kernels' MODE 1 loops pass their tiles through
+// EXT_SOFTCAP_TILE first and then call ext_score_t and ext_dsoft_t.
+float ext_score_t(float v, uint i, uint j, float x) {
 	float z;
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
-		z = ext_tc * tanh2(s * ext_tk);
+		z = ext_tc * ext_tile_tanh(v);
 	} else {
-		z = s * (pc.scale * LOG2E);
+		z = v * (pc.scale * LOG2E);
 	}
 	if ((EXT & EXT_ON_ALIBI) != 0u) {
 		z -= ext_slope * abs(float(int(i) + ext_off - int(j)));
@@ -335,6 +387,18 @@ float ext_score_b(float s, uint i, uint j, float x) {
 	return z;
 }
 
+// ext_tile_v is v for ext_score_t and ext_dsoft_t from raw product s (as
+// EXT_SOFTCAP_TILE makes it), ext_tile_tanh the softcap's tanh from v.
+float ext_tile_v(float s) {
+#ifdef EXT_TILE_PASS
+	return (EXT & EXT_ON_SOFTCAP) != 0u ? ext_softcap(s) : s;
+#else
+	return s;
+#endif
+}
+
+float ext_score_b(float s, uint i, uint j, float x) { return ext_score_t(ext_tile_v(s), i, j, x); }
+
 float ext_score(float s, uint i, uint j) {
 #ifdef BIAS_BINDING
 	if ((EXT & EXT_ON_BIAS) != 0u) {
@@ -343,6 +407,31 @@ float ext_score(float s, uint i, uint j) {
 #endif
 	return ext_score_b(s, i, j, 0.0);
 }
+
+// EXT_SOFTCAP_TILE(S, NT): with a softcap and EXT_TILE_PASS, replaces
+// every component of accumulators S[0] … S[NT−1] — raw products — by its
+// tanh, two at a time (ext_softcap2), for ext_score_t and ext_dsoft_t;
+// nothing otherwise (they take the raw products and tanh2 each: with
+// fp32's tanh the pass ran flash_cm's fp16 forward up to 3% slower on an
+// NVIDIA H200, and the backward 2–3% faster at d 64).
+#ifdef EXT_TILE_PASS
+#define EXT_TILE_PASS_ON 1u
+#else
+#define EXT_TILE_PASS_ON 0u
+#endif
+#define EXT_SOFTCAP_TILE(S, NT) \
+	if ((EXT & EXT_ON_SOFTCAP) != 0u && EXT_TILE_PASS_ON != 0u) { \
+		[[unroll]] for (uint t_ = 0u; t_ < NT; ++t_) { \
+			[[unroll]] for (uint i_ = 0u; i_ + 1u < CM_LEN; i_ += 2u) { \
+				vec2 th_ = ext_softcap2(vec2(S[t_][i_], S[t_][i_ + 1u])); \
+				S[t_][i_] = th_.x; \
+				S[t_][i_ + 1u] = th_.y; \
+			} \
+			if (CM_LEN % 2u != 0u) { \
+				S[t_][CM_LEN - 1u] = ext_softcap(S[t_][CM_LEN - 1u]); \
+			} \
+		} \
+	}
 
 #ifdef BIAS_BINDING
 // BIAS_FRAG(BV, NT, ROW, COL): with a bias, BV[t·CM_LEN + i] = the bias of
@@ -364,16 +453,19 @@ float ext_score(float s, uint i, uint j) {
 #define BIAS_AT(BV, t, i) BV[(EXT & EXT_ON_BIAS) != 0u ? (t) * CM_LEN + (i) : 0u]
 #endif
 
-// ext_dsoft is the softcap's derivative at raw product s: d(c·tanh(z/c))
-// / dz = 1 − tanh²(z/c), z = scale·s (1 without a softcap). The backward
-// multiplies dS by it before dS meets K or Q.
-float ext_dsoft(float s) {
+// ext_dsoft_t is the softcap's derivative d(c·tanh(z/c)) / dz = 1 − t²
+// at z = scale·s, from v as ext_score_t takes it (1 without a softcap);
+// ext_dsoft takes the raw product s. The backward multiplies dS by it
+// before dS meets K or Q.
+float ext_dsoft_t(float v) {
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
-		float t = tanh2(s * ext_tk);
+		float t = ext_tile_tanh(v);
 		return 1.0 - t * t;
 	}
 	return 1.0;
 }
+
+float ext_dsoft(float s) { return ext_dsoft_t(ext_tile_v(s)); }
 
 // Dropout (EXT_ON_DROPOUT; spec.Dropout is the definition). The element
 // of query row i and key j of the sequence is kept when its 8-bit draw —

@@ -97,6 +97,7 @@
 #define DROP_ROWS BR
 #define DROP_KEYS BC
 #define DROP_LANES // (thread_index() in full subgroups: ext.glsl drop_fill)
+#define EXT_HALF_TANH 1 // (ext.glsl: the softcap's tanh in fp16 with bf16 storage)
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -198,7 +199,7 @@ const uint CPL = BC / LPR;
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint k_ = slotrow(i); \
 			uint c = c0 + t * CM_N + colOf[i]; \
-			float x = EXT != 0u ? ext_score_b(S[t][i], r0 + sgr + lrow[k_], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
+			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + sgr + lrow[k_], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			if (MASKED && c - fstOf[k_] >= widOf[k_]) { \
 				x = NEG_INF; \
 			} \
@@ -454,6 +455,7 @@ void main() {
 			// within 1% of it on an NVIDIA H200, both ~20% slower at d 128
 			// than the loop before the split, for a cause not found
 			// (bench/NOTES.md).
+			EXT_SOFTCAP_TILE(S, NST)
 			if ((EXT & EXT_ON_BIAS) != 0u) {
 				SCORE_TILE(need_mask)
 			} else if (need_mask) {

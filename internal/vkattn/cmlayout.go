@@ -229,6 +229,9 @@ type CMLayout struct {
 	// operand in: 1 for f16 and bf16 storage; for f32 (shaders.CMPlanes)
 	// the layout is bf16's and the tiles hold every plane.
 	Planes int
+	// HalfTanh: the kernels take the softcap's tanh in fp16
+	// (shaders.CMHalfTanh: bf16 storage).
+	HalfTanh bool
 }
 
 // planes is Planes, at least 1.

@@ -139,6 +139,7 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 		}
 		l := *bl
 		l.Planes = shaders.CMPlanes(dt.Short())
+		l.HalfTanh = shaders.CMHalfTanh(dt.Short())
 		cm.layout = &l
 		return cm.layout, nil
 	}
@@ -155,6 +156,7 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 		return nil, cm.err
 	}
 	l.Planes = shaders.CMPlanes(dt.Short())
+	l.HalfTanh = shaders.CMHalfTanh(dt.Short())
 	cm.layout = l
 	return l, nil
 }
@@ -457,7 +459,8 @@ const cmLargeNq = 2048
 // TFLOP/s against MODE 0's 55; the prefetch registers spill there). The
 // extended variant (ext non-nil: a window, softcap, ALiBi, key counts,
 // packed sequences, dropout or a bias) takes the smaller tiles at every
-// length, with one exception (extLargeTile): on 2026-11-25 its extra
+// length, with two exceptions (extLargeTile, extLargeTile64): on
+// 2026-11-25 its extra
 // per-row state pushed the large tile past the 255 registers an NVIDIA
 // H200 invocation has (spilled to local memory, 96 bytes; 144 with
 // dropout), and the small tile ran it 1.3× faster there (window 152 → 200
@@ -466,7 +469,8 @@ const cmLargeNq = 2048
 // need none (2026-11-28), ALiBi's and a bias's score terms run faster on
 // plain's d 128 tile, and so does the softcap's since its tanh lost its
 // selects; dropout, the window and packed sequences alone still run
-// slower there. The tune cache overrides these per device.
+// slower there. At d ≤ 64 only a softcap taken in fp16 (bf16 storage)
+// gains from plain's tile. The tune cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 	if l.planes() > 1 {
 		return cmSplitTiles(l, d, dv)
@@ -476,7 +480,7 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 		long := nq >= cmLargeNq
 		large := long && ext == nil
 		switch dm := max(d, dv); {
-		case dm <= 64 && large:
+		case dm <= 64 && (large || long && extLargeTile64(l, ext)):
 			ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
 		case dm <= 64:
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
@@ -595,6 +599,19 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 // more registers at the large tile).
 func extLargeTile(ext *spec.Ext) bool {
 	return ext != nil && (ext.Bias != nil || ext.Slopes != nil || ext.Softcap != 0) && ext.Dropout == nil
+}
+
+// extLargeTile64 reports whether the extended variant takes plain's large
+// tile at d ≤ 64 (nsg8-bc128): with a softcap taken in fp16
+// (CMLayout.HalfTanh) and no other score term, dropout, window (a causal
+// mask allowed), key counts or packed sequences. Measured on an NVIDIA H200 (fp16, d 64, N
+// 16384, causal, forward; bench/NOTES.md), nsg8-bc128 against nsg4-bc32
+// with fp16 storage: a softcap with its tanh in fp16 5.75 → 5.12–5.20 ms,
+// one with fp32's tanh 6.25 → 6.84; ALiBi 5.42–5.48 → 5.44–5.45 (no
+// gain).
+func extLargeTile64(l *CMLayout, ext *spec.Ext) bool {
+	return ext != nil && l.HalfTanh && ext.Softcap != 0 && ext.Slopes == nil && ext.Bias == nil && ext.Dropout == nil &&
+		ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
 }
 
 // chooseCMTile returns the first tile of cmTiles that fits (ext: the

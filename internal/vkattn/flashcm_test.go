@@ -209,7 +209,8 @@ func TestChooseCMTile(t *testing.T) {
 	}
 	// The extended variant takes the small tiles at every length, except
 	// at 64 < d ≤ 128 with ALiBi, a bias or a softcap and no dropout from
-	// plain's large-tile length on.
+	// plain's large-tile length on (this layout's softcap takes fp32's
+	// tanh: fp16 storage).
 	win := &spec.Ext{Left: 100, Right: 0}
 	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}
 	bias := &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}
@@ -234,6 +235,32 @@ func TestChooseCMTile(t *testing.T) {
 		if got, err := chooseCMTile(l, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("extended (window %d,%d softcap %g ALiBi %v bias %v dropout %v) d %d nq %d: %v (%v), want %s",
 				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.d, c.nq, got, err, c.want)
+		}
+	}
+	// With the softcap's tanh in fp16 (bf16 storage) a softcap alone, causal
+	// or not, takes plain's large tile at d ≤ 64 too.
+	half := *l
+	half.HalfTanh = true
+	causalCap := &spec.Ext{Left: -1, Right: 0, Softcap: 30}
+	for _, c := range []struct {
+		d, nq int
+		ext   *spec.Ext
+		want  string
+	}{
+		{64, 16384, softcap, "nsg8-bc128-mode1-pf1"}, {64, 16384, causalCap, "nsg8-bc128-mode1-pf1"}, {40, 4096, softcap, "nsg8-bc128-mode1-pf1"},
+		{64, 2047, softcap, "nsg4-bc32-mode1-pf1"}, {128, 16384, causalCap, "nsg8-bc64-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: 100, Right: 0, Softcap: 30}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: -1, Right: 2, Softcap: 30}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Slopes: []float32{0.5}}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, SeqUsedK: []int32{9000}}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Bias: &spec.Bias{}}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, alibi, "nsg4-bc32-mode1-pf1"},
+	} {
+		if got, err := chooseCMTile(&half, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("fp16 tanh, extended (window %d,%d softcap %g ALiBi %v bias %v dropout %v keys %v packed %v) d %d nq %d: %v (%v), want %s",
+				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.ext.SeqUsedK != nil, c.ext.CuQ != nil, c.d, c.nq, got, err, c.want)
 		}
 	}
 	// Above d 128 the backward splits dK/dV into two launches; PART 2,

@@ -112,7 +112,8 @@
 // Numerics: arithmetic and accumulation are float32 whatever the storage
 // type: 16-bit inputs are widened exactly, outputs rounded to nearest even
 // (bfloat16 keeps float32's exponent range and is never computed through
-// float16); a query row that sees no key (causal bottom-right alignment with
+// float16), with one exception: the cooperative-matrix kernels take a
+// bfloat16 call's softcap tanh in float16 (see Options.Softcap); a query row that sees no key (causal bottom-right alignment with
 // Nq > Nk, a window or a key count of 0) gives O = 0, LSE = −Inf and zero
 // gradients, never NaN. The
 // backward is deterministic: the same inputs give the same bits on every

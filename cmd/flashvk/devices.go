@@ -50,8 +50,9 @@ FP16, INT8 and BF16 are Vulkan shader features: float16 arithmetic
 (shaderFloat16), int8 arithmetic (shaderInt8) and the bfloat16 shader type
 (VK_KHR_shader_bfloat16, shaderBFloat16Type); "-" on the CPU row. They are not
 what flashvk needs for a storage type: DTYPES lists the storage types flashvk
-runs there (fp16 and bf16 need only 16-bit storage buffers, math is fp32; bf16
-does not use the bfloat16 shader type).
+runs there (fp16 and bf16 need only 16-bit storage buffers, math is fp32 but
+for bf16's softcap tanh on cooperative matrices; bf16 does not use the
+bfloat16 shader type).
 
 RUNS says whether flashvk's attention backend opens on the device. AUTO marks
 where --backend auto (the default of every command) runs: the best hardware

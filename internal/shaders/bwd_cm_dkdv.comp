@@ -150,7 +150,8 @@ const uint NPL = (BR + WG - 1u) / WG;
 // for a step whose rows all see the whole key tile, none careful, none past
 // the sequence's. With EXT the score is ext_score of the raw product Sᵀ and
 // dPᵀ − D is scaled by ext_dsoft(Sᵀ) (dSᵀ is w.r.t. the capped score; a
-// masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites Sᵀ.
+// masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites Sᵀ
+// (MODE 1: ext_score_t and ext_dsoft_t of Sᵀ after EXT_SOFTCAP_TILE).
 // With dropout Pᵀ·keep is dV's operand and dSᵀ = Pᵀ ∘ (keep·s·dPᵀ − D), s
 // the kept elements' scale (dV's store applies it). MODE 1 writes only the A
 // operands its PART uses (an unused one, written and dropped, crashed Mesa

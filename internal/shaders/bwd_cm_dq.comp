@@ -121,7 +121,8 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 // every element as visible: only for a tile every row of the workgroup sees
 // whole, no row careful, none past the sequence's. With EXT the score is
 // ext_score of the raw product S and dP − D is scaled by ext_dsoft(S) (dS is
-// w.r.t. the capped score; a masked element's dS stays 0). With dropout dS =
+// w.r.t. the capped score; a masked element's dS stays 0); MODE 1 takes
+// them as ext_score_t and ext_dsoft_t of S after EXT_SOFTCAP_TILE. With dropout dS =
 // P ∘ (keep·s·dP − D), s the kept elements' scale.
 #define DS_M1(CAREFUL, MASKED) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \

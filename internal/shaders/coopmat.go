@@ -12,7 +12,8 @@ import "slices"
 // GL_EXT_bfloat16, compiled with the pinned glslang 16 of
 // scripts/toolchain.sh), with --target-env vulkan1.3 (SPIR-V 1.6), by
 // `make shaders`; one source serves both (cm_types.glsl). In both, the
-// accumulators, the softmax and every elementwise step are fp32; P and dS
+// accumulators, the softmax and every elementwise step are fp32 (but the
+// bf16 builds' softcap tanh, fp16: CMHalfTanh, ext.glsl); P and dS
 // are rounded to the storage type (nearest even; bf16 in integer
 // arithmetic, never through fp16) for the MMAs, and results are rounded to
 // it on store. flash_cm, bwd_cm_dkdv and bwd_cm_dq are also built for f32

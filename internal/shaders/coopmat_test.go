@@ -47,15 +47,23 @@ func TestCoopMatModules(t *testing.T) {
 					bfloats++
 				}
 			}
+			// and in them only conversions and GLSL's Tanh make fp16 values.
+			halfTanh := bf && CMHalfTanh(dt) && k != KernelFlashCMProbe
 			wantHalves := 1
-			if bf {
+			if bf && !halfTanh {
 				wantHalves = 0
-				if CMHalfTanh(dt) && k != KernelFlashCMProbe {
-					wantHalves = 1
-				}
 			}
 			if bf && (halves != wantHalves || bfloats != 1) || !bf && (bfloats != 0 || halves != 1) {
 				t.Errorf("%s.%s: %d float16 and %d bfloat16 types", k, dt, halves, bfloats)
+			}
+			if bf {
+				var want []string
+				if halfTanh {
+					want = []string{"OpExtInst GLSL.std.450 21", "OpFConvert"} // 21: Tanh
+				}
+				if got := m.HalfOps(); !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+					t.Errorf("%s.%s: fp16 values made by %q, want %q", k, dt, got, want)
+				}
 			}
 			checkBindings(t, k+"."+dt, k, dt, m, nil)
 			ids, _ := SpecIDs(k)

@@ -318,7 +318,8 @@ uint query_limit(uint j) {
 // EXT_HALF_TANH; their devices have shaderFloat16, vkattn.cmLayout), which
 // take it in fp16: t within about 2^-11 of tanh — 8 times finer than
 // bf16's own resolution, and the fp16 range is no limit (tanh saturates
-// at |x| ≈ 9; beyond fp16's range x is ±Inf and t ±1) — one fp16
+// at |x| ≈ 9; beyond fp16's range x converts to ±Inf, whose tanh is ±1
+// on NVIDIA's driver and in Mesa's lowering — GLSL leaves it open) — one fp16
 // operation for two elements on NVIDIA GPUs, where tanh2's exp2 and
 // division cost several times its issue slots (bench/NOTES.md). fp16 and
 // fp32 storage keep tanh2: with fp16 storage the fp16 tanh's error
@@ -331,7 +332,10 @@ uint query_limit(uint j) {
 // EXT_TILE_PASS: EXT_SOFTCAP_TILE (below) takes the tanh of a tile's
 // products ahead of the score loop — with EXT_TANH16, and in kernels that
 // define EXT_SOFTCAP_PASS (the backward's: their loops read the tanh
-// twice, for the score and for its derivative).
+// twice, for the score and for its derivative). A kernel that defines
+// EXT_HALF_TANH or EXT_SOFTCAP_PASS must pass every tile its ext_score_t
+// and ext_dsoft_t read through EXT_SOFTCAP_TILE: they take its values as
+// tanh.
 #if defined(EXT_TANH16) || defined(EXT_SOFTCAP_PASS)
 #define EXT_TILE_PASS 1
 #endif
@@ -365,12 +369,12 @@ float ext_tile_tanh(float v) {
 // with a softcap, times log2e, minus slope·log2e·|i + off − j| (ALiBi),
 // plus bias·log2e (−Inf where the bias x of (i, j) is −Inf, whatever z:
 // the key is hidden), each term compiled in only when EXT asks for it. The plain kernel's is
-// scale·log2e·s (kernels keep that product as sl2). ext_score_b takes the
-// raw product s and the bias value x already loaded (the coopmat kernels
-// load their fragments' values, BIAS_FRAG, before issuing the products,
-// so that the loads' latency overlaps the MMAs); ext_score also loads x.
-// The coopmat kernels' MODE 1 loops pass their tiles through
-// EXT_SOFTCAP_TILE first and then call ext_score_t and ext_dsoft_t.
+// scale·log2e·s (kernels keep that product as sl2). x is the bias value,
+// already loaded: the coopmat kernels' MODE 1 loops load their fragments'
+// values (BIAS_FRAG) before issuing the products, so that the loads'
+// latency overlaps the MMAs, pass their tiles through EXT_SOFTCAP_TILE
+// and then call ext_score_t and ext_dsoft_t. ext_score takes the raw
+// product and loads x itself (ext_score_b: the raw product and x).
 float ext_score_t(float v, uint i, uint j, float x) {
 	float z;
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {

@@ -12,7 +12,8 @@
 // Compile-time defines: STORAGE_F16 (set by the build for NAME.f16.spv)
 // makes the Q/K/V/O/dO/dQ/dK/dV buffers float16_t, STORAGE_BF16 (for
 // NAME.bf16.spv) uint16_t holding bfloat16 bits; otherwise float. LSE, D and
-// scratch are always float32, and all math is fp32. ADDRESSED (set for
+// scratch are always float32, and all math is fp32 (but the coopmat
+// kernels' bf16 softcap tanh: ext.glsl EXT_TANH16). ADDRESSED (set for
 // NAME.addr.DTYPE.spv) reads and writes those STYPE operands through 64-bit
 // buffer device addresses with 64-bit offsets instead of storage-buffer
 // bindings (see "Operands" below).

@@ -21,6 +21,8 @@ const (
 	opName             = 5
 	opMemberName       = 6
 	opExtension        = 10
+	opExtInstImport    = 11
+	opExtInst          = 12
 	opMemoryModel      = 14
 	opCapability       = 17
 	opTypeInt          = 21
@@ -39,6 +41,7 @@ const (
 	opSpecConstComp    = 51
 	opSpecConstantOp   = 52
 	opVariable         = 59
+	opFConvert         = 115
 	opDecorate         = 71
 	opMemberDecorate   = 72
 
@@ -117,6 +120,7 @@ type Module struct {
 	specComp   map[uint32][]uint32 // OpSpecConstantComposite constituents
 	types      map[uint32]spvType
 	sharedVars []uint32 // pointee types of Workgroup variables
+	halfOps    map[string]bool
 }
 
 // Block is a Block-decorated struct.
@@ -213,6 +217,53 @@ func (m *Module) FloatTypes() []string {
 	return ks
 }
 
+// HalfOps lists the instructions that make an fp16 value (a float16
+// scalar or vector result; bfloat16 is not fp16), sorted and each once:
+// "OpFConvert", "OpConstant", "OpExtInst GLSL.std.450 21" (an extended
+// instruction: its set and number), "op N" for other opcodes. Modules
+// that compute nothing in fp16 list none.
+func (m *Module) HalfOps() []string {
+	ops := make([]string, 0, len(m.halfOps))
+	for k := range m.halfOps {
+		ops = append(ops, k)
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+// isTypeDecl reports whether opcode op declares a type (OpTypeVoid …
+// OpTypeForwardPointer, and the cooperative-matrix type), whose first
+// operand is the type's own id, not a result type.
+func isTypeDecl(op uint32) bool { return op >= 19 && op <= 39 || op == opTypeCooperativeMatrixKHR }
+
+// opTypeCooperativeMatrixKHR is OpTypeCooperativeMatrixKHR.
+const opTypeCooperativeMatrixKHR = 4456
+
+// isHalf reports whether id is an IEEE fp16 scalar or vector type.
+func isHalf(types map[uint32]spvType, id uint32) bool {
+	t, ok := types[id]
+	if ok && t.op == opTypeVector && len(t.ops) >= 1 {
+		t, ok = types[t.ops[0]]
+	}
+	k, _ := t.kind()
+	return ok && k == "float16"
+}
+
+// halfOpName names instruction op (operands ins) for HalfOps.
+func halfOpName(op uint32, ins []uint32, extSets map[uint32]string) string {
+	switch op {
+	case opFConvert:
+		return "OpFConvert"
+	case opConstant:
+		return "OpConstant"
+	case opExtInst:
+		if len(ins) >= 4 {
+			return fmt.Sprintf("OpExtInst %s %d", extSets[ins[2]], ins[3])
+		}
+	}
+	return fmt.Sprintf("op %d", op)
+}
+
 // Reflect parses a SPIR-V module.
 func Reflect(spv []byte) (*Module, error) {
 	if len(spv)%4 != 0 || len(spv) < 20 {
@@ -235,6 +286,8 @@ func Reflect(spv []byte) (*Module, error) {
 	memberOffset := map[[2]uint32]uint32{}
 	memberDecor := map[[2]uint32]map[uint32]bool{} // (struct, member) → decorations
 	var refPointees []uint32                       // pointees of PhysicalStorageBuffer pointer types
+	extSets := map[uint32]string{}                 // OpExtInstImport result id → set name
+	m.halfOps = map[string]bool{}
 	types := map[uint32]spvType{}
 	specVal := map[uint32]uint32{}
 	type variable struct{ ptrType, storage uint32 }
@@ -249,6 +302,9 @@ func Reflect(spv []byte) (*Module, error) {
 		}
 		ins := words[i+1 : i+n]
 		i += n
+		if len(ins) >= 2 && !isTypeDecl(op) && isHalf(types, ins[0]) {
+			m.halfOps[halfOpName(op, ins, extSets)] = true
+		}
 		switch op {
 		case opName:
 			if len(ins) >= 1 {
@@ -262,6 +318,10 @@ func Reflect(spv []byte) (*Module, error) {
 			m.Capabilities = append(m.Capabilities, ins[0])
 		case opExtension:
 			m.Extensions = append(m.Extensions, spvString(ins))
+		case opExtInstImport:
+			if len(ins) >= 1 {
+				extSets[ins[0]] = spvString(ins[1:])
+			}
 		case opMemoryModel:
 			if len(ins) >= 1 {
 				m.AddressingModel = ins[0]

@@ -200,3 +200,35 @@ func TestReflectAddresses(t *testing.T) {
 		t.Errorf("bindings %+v, want none", m.Bindings)
 	}
 }
+
+func TestHalfOps(t *testing.T) {
+	const ( // ids
+		set, tHalf, tFloat, tHalf2, tBF16 = 1, 2, 3, 4, 5
+	)
+	m, err := Reflect(asm(
+		named(opExtInstImport, set, "GLSL.std.450"),
+		op(opTypeFloat, tHalf, 16),
+		op(opTypeFloat, tFloat, 32),
+		op(opTypeVector, tHalf2, tHalf, 2),
+		op(opTypeFloat, tBF16, 16, fpEncodingBFloat16),
+		op(opFConvert, tHalf, 10, 99),
+		op(opExtInst, tHalf2, 11, set, 21, 10),
+		op(129, tFloat, 12, 98, 97), // OpFAdd, fp32
+		op(opFConvert, tBF16, 13, 12),
+		op(133, tHalf, 14, 10, 10), // OpFMul, fp16
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"OpExtInst GLSL.std.450 21", "OpFConvert", "op 133"}
+	if got := m.HalfOps(); !reflect.DeepEqual(got, want) {
+		t.Errorf("HalfOps %q, want %q", got, want)
+	}
+	m, err = Reflect(testModule())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.HalfOps(); len(got) != 0 {
+		t.Errorf("a module that declares fp16 but computes nothing in it: HalfOps %q, want none", got)
+	}
+}

@@ -343,7 +343,7 @@ func log2Dist(a, b []int) float64 {
 // flashCMTunable is flash_cm's tile as a tune stage. Its choices apply to
 // plain problems only: the extended variant needs more registers and has
 // its own default rule (cmTiles), which a tile timed on the plain variant
-// must not replace (the large tile spills there).
+// must not replace (the large tile is slower there for most options).
 var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
 		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
@@ -460,12 +460,11 @@ const cmLargeNq = 2048
 // extended variant (ext non-nil: a window, softcap, ALiBi, key counts,
 // packed sequences, dropout or a bias) takes the smaller tiles at every
 // length, with two exceptions (extLargeTile, extLargeTile64): on
-// 2026-11-25 its extra
-// per-row state pushed the large tile past the 255 registers an NVIDIA
-// H200 invocation has (spilled to local memory, 96 bytes; 144 with
-// dropout), and the small tile ran it 1.3× faster there (window 152 → 200
-// TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128, N 16384;
-// bench/NOTES.md). Since the score loop lost its mask on the tiles that
+// 2026-11-25 its extra per-row state pushed the large tile past the 255
+// registers an NVIDIA H200 invocation has (spilled to local memory, 96
+// bytes; 144 with dropout), and the small tile ran it 1.3× faster there
+// (window 152 → 200 TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128,
+// N 16384; bench/NOTES.md). Since the score loop lost its mask on the tiles that
 // need none (2026-11-28), ALiBi's and a bias's score terms run faster on
 // plain's d 128 tile, and so does the softcap's since its tanh lost its
 // selects; dropout, the window and packed sequences alone still run
@@ -604,11 +603,13 @@ func extLargeTile(ext *spec.Ext) bool {
 // extLargeTile64 reports whether the extended variant takes plain's large
 // tile at d ≤ 64 (nsg8-bc128): with a softcap taken in fp16
 // (CMLayout.HalfTanh) and no other score term, dropout, window (a causal
-// mask allowed), key counts or packed sequences. Measured on an NVIDIA H200 (fp16, d 64, N
-// 16384, causal, forward; bench/NOTES.md), nsg8-bc128 against nsg4-bc32
-// with fp16 storage: a softcap with its tanh in fp16 5.75 → 5.12–5.20 ms,
-// one with fp32's tanh 6.25 → 6.84; ALiBi 5.42–5.48 → 5.44–5.45 (no
-// gain).
+// mask allowed), key counts or packed sequences. Measured on an NVIDIA
+// H200 (d 64, N 16384, causal, forward; bench/NOTES.md), nsg8-bc128
+// against nsg4-bc32 in a build that took fp16 storage's tanh in fp16 (the
+// code bf16 storage now runs): a softcap 5.75 → 5.12–5.20 ms, and with
+// fp32's tanh 6.25 → 6.84; ALiBi 5.42–5.48 → 5.44–5.45 (no gain). bf16's
+// softcap was timed on the large tile only (6.43 ms, 0.92× of plain's
+// forward, against 7.48 on the small tile with fp32's tanh).
 func extLargeTile64(l *CMLayout, ext *spec.Ext) bool {
 	return ext != nil && l.HalfTanh && ext.Softcap != 0 && ext.Slopes == nil && ext.Bias == nil && ext.Dropout == nil &&
 		ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil

@@ -234,6 +234,13 @@ type CMLayout struct {
 	HalfTanh bool
 }
 
+// forStorage sets the fields that follow from the storage type dt the
+// layout serves: Planes and HalfTanh.
+func (l *CMLayout) forStorage(dt spec.DType) {
+	l.Planes = shaders.CMPlanes(dt.Short())
+	l.HalfTanh = shaders.CMHalfTanh(dt.Short())
+}
+
 // planes is Planes, at least 1.
 func (l *CMLayout) planes() int { return max(l.Planes, 1) }
 

@@ -138,8 +138,7 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 			return nil, err
 		}
 		l := *bl
-		l.Planes = shaders.CMPlanes(dt.Short())
-		l.HalfTanh = shaders.CMHalfTanh(dt.Short())
+		l.forStorage(dt)
 		cm.layout = &l
 		return cm.layout, nil
 	}
@@ -155,8 +154,7 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 		cm.err = fmt.Errorf("%w: coopmat %v layout probe on %s: %w", ErrUnsupported, dt, b.info.Name, err)
 		return nil, cm.err
 	}
-	l.Planes = shaders.CMPlanes(dt.Short())
-	l.HalfTanh = shaders.CMHalfTanh(dt.Short())
+	l.forStorage(dt)
 	cm.layout = l
 	return l, nil
 }
@@ -464,10 +462,10 @@ const cmLargeNq = 2048
 // registers an NVIDIA H200 invocation has (spilled to local memory, 96
 // bytes; 144 with dropout), and the small tile ran it 1.3× faster there
 // (window 152 → 200 TFLOP/s, ALiBi 147 → 195, dropout 102 → 128 at d 128,
-// N 16384; bench/NOTES.md). Since the score loop lost its mask on the tiles that
-// need none (2026-11-28), ALiBi's and a bias's score terms run faster on
-// plain's d 128 tile, and so does the softcap's since its tanh lost its
-// selects; dropout, the window and packed sequences alone still run
+// N 16384; bench/NOTES.md). Since the score loop lost its mask on the
+// tiles that need none (2026-11-28), ALiBi's and a bias's score terms run
+// faster on plain's d 128 tile, and so does the softcap's since its tanh
+// lost its selects; dropout, the window and packed sequences alone still run
 // slower there. At d ≤ 64 only a softcap taken in fp16 (bf16 storage)
 // gains from plain's tile. The tune cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {

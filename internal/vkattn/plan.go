@@ -496,7 +496,7 @@ func (b *Backend) dropShared(p *spec.Problem, pl *Plan) error {
 		if !slices.Contains(l.Bindings, OpExt) || l.BC == 0 {
 			continue
 		}
-		if err := checkDropKeys(true, l.BC); err != nil {
+		if err := shaders.CheckDropKeys(l.BC); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrUnsupported, l.key.Name, err)
 		}
 		l.SharedBytes += dropExtra(true, l.BR, l.BC)

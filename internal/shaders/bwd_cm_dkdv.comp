@@ -49,8 +49,10 @@
 //   memory (any layout).
 //
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
-//   16·(max(BC·LDK4, CM_M·CM_N/4, PART 1: BC·LDV4) + BC·LDV4 (not PART 1)
-//   + BR·LDK4 + BR·LDV4) + 8·BR; fp32: 16·(max(BC·LDK4, BC·LDV4, BC·LDK4O,
+//   16·(KV + BR·LDK4 + BR·LDV4) + 8·BR, KV = max(BC·LDK4, CM_M·CM_N/4,
+//   PART 1: BC·LDV4) + BC·LDV4 (not PART 1) — with KVREG 16·max(KV,
+//   BR·LDK4 + BR·LDV4) + 8·BR (Q_i and dO_i over K_j and V_j: sM below);
+//   fp32: 16·(max(BC·LDK4, BC·LDV4, BC·LDK4O,
 //   BC·LDV4O, CM_M·CM_N/4) + CM_SPLIT·BR·(LDK4 + LDV4)) + 8·BR (LDK4O,
 //   LDV4O = DP/4 + 1, DVP/4 + 1: fp32 rows of dK and dV)
 //   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8)), and with dropout the step's
@@ -81,7 +83,8 @@
 
 // 23 KVREG: 1 keeps the subgroup's K_j and V_j rows as A fragments in
 // registers for the whole kernel (fewer shared-memory loads per step, more
-// registers), 0 reloads them from shared memory at every step.
+// registers; the 16-bit builds then stage Q_i and dO_i where K_j and V_j
+// were: sM), 0 reloads them from shared memory at every step.
 layout(constant_id = 23) const uint KVREG = 0;
 // 22 PREFETCH: 1 loads the next step's Q, dO, LSE and D into registers
 // while the current step computes (global latency hidden behind the
@@ -214,26 +217,38 @@ const uint NVF = DVP / CM_K;                 // feature chunks of dPᵀ
 const uint QPL = BR * LDK4;
 const uint OPL = BR * LDV4;
 const uint MAP4 = CM_M * CM_N / 4u;
+// One shared array, sM: K_j's staging at unit 0 (SK_N units: the layout
+// map's scratch too, and where dK — PART 1: dV — leaves; fp32: K_j and
+// V_j pass through it one plane at a time into registers, and dK, then
+// dV, leave through it as fp32, LDK4O, LDV4O 16-byte units per row), V_j's
+// at SV0 (SV_N units; dV leaves there; none in PART 1 and fp32), then
+// Q_i's and dO_i's planes at SQ0 and SO0. With KVREG (16-bit) K_j and V_j
+// are read from shared memory only at the kernel's start and dK and dV
+// staged there only at its end, after the last step: Q_i and dO_i lie
+// over them (SQ0 = 0), so that a step of more query rows fits.
 #if CM_SPLIT > 1
-// fp32: K_j and V_j pass through sK one plane at a time into registers
-// (kR, vR), and dK, then dV, leave through it as fp32 (LDK4O, LDV4O
-// 16-byte units per row).
 const uint LDK4O = DP / CM_OUT_EL + 1u;
 const uint LDV4O = DVP / CM_OUT_EL + 1u;
 const uint SK_IN = KB * LDK4 > KB * LDV4 ? KB * LDK4 : KB * LDV4;
 const uint SK_OUT = KB * LDK4O > KB * LDV4O ? KB * LDK4O : KB * LDV4O;
 const uint SK_IO = SK_IN > SK_OUT ? SK_IN : SK_OUT;
 const uint SK_N = SK_IO > MAP4 ? SK_IO : MAP4;
-shared uvec4 sK[SK_N];
+const uint SV_N = 0u;
+const bool KV_ALIAS = false;
 #else
 const uint SK_A = KB * LDK4 > MAP4 ? KB * LDK4 : MAP4;
 const uint SK_B = SK_A > KB * LDV4 ? SK_A : KB * LDV4;
-const uint SK_N = PART == 1u ? SK_B : SK_A; // (PART 1 stages dV in sK)
-shared uvec4 sK[SK_N];
-shared uvec4 sV[WANT_DK ? KB * LDV4 : 1u];
+const uint SK_N = PART == 1u ? SK_B : SK_A; // (PART 1 stages dV in K_j's place)
+const uint SV_N = WANT_DK ? KB * LDV4 : 0u;
+const bool KV_ALIAS = KVREG != 0u;
 #endif
-shared uvec4 sQ[CM_SPLIT * QPL];
-shared uvec4 sdO[CM_SPLIT * OPL];
+const uint SV0 = SK_N;
+const uint SKV_N = SK_N + SV_N;
+const uint SQO_N = CM_SPLIT * (QPL + OPL);
+const uint SQ0 = KV_ALIAS ? 0u : SKV_N;
+const uint SO0 = SQ0 + CM_SPLIT * QPL;
+const uint SM_N = KV_ALIAS ? (SKV_N > SQO_N ? SKV_N : SQO_N) : SKV_N + SQO_N;
+shared uvec4 sM[SM_N];
 shared float sL[BR];  // LSE·log2e of the step's rows (−inf past Nq)
 shared float sDr[BR]; // D of the step's rows
 
@@ -268,21 +283,21 @@ uint next_step(uint s, uint b, uint kvh, uint qt0, uint nqs, uint nsteps, uint c
 	return nsteps;
 }
 
-// A_PLANES(A, REG, NF, buf, LD): the subgroup's A fragments of key rows
+// A_PLANES(A, REG, NF, U0, LD): the subgroup's A fragments of key rows
 // sgk … sgk+CM_M−1, features kk·CM_K …, of K_j or V_j: fp32, plane i held
 // in REG[i·NF + kk], into A[i]; 16-bit, with KVREG the one held in
-// REG[kk], else loaded from the shared tile buf (row stride LD).
+// REG[kk], else loaded from the tile at unit U0 of sM (row stride LD).
 #if CM_SPLIT > 1
-#define A_PLANES(A, REG, NF, buf, LD) \
+#define A_PLANES(A, REG, NF, U0, LD) \
 	[[unroll]] for (uint pl_ = 0u; pl_ < CM_SPLIT; ++pl_) { \
 		A[pl_] = REG[pl_ * (NF) + kk]; \
 	}
 #else
-#define A_PLANES(A, REG, NF, buf, LD) \
+#define A_PLANES(A, REG, NF, U0, LD) \
 	if (KVREG != 0u) { \
 		A[0] = REG[kk]; \
 	} else { \
-		coopMatLoad(A[0], buf, sgk * LD + kk * (CM_K / 8u), LD, gl_CooperativeMatrixLayoutRowMajor); \
+		coopMatLoad(A[0], sM, (U0) + sgk * LD + kk * (CM_K / 8u), LD, gl_CooperativeMatrixLayoutRowMajor); \
 	}
 #endif
 
@@ -309,31 +324,33 @@ void main() {
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
 	if (REGS) {
-		CM_LAYOUT_MAP(sK, rowOf, colOf)
+		CM_LAYOUT_MAP(sM, rowOf, colOf)
 	}
 
 #if CM_SPLIT > 1
-	// fp32: K_j's and V_j's planes, one at a time through sK, into A
+	// fp32: K_j's and V_j's planes, one at a time through sM, into A
 	// fragments held for the whole kernel (kR[pl·NKF + kk], vR[pl·NVF + kk]).
 	MATA kR[CM_SPLIT * NKF];
 	MATA vR[WANT_DK ? CM_SPLIT * NVF : 1u];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
-		barrier(); // (sK is free: the layout map, the previous plane)
-		CM_STAGE(sK, LDK4, KB, DP8, r < kn ? CM_PLANE(fetch_k(b, c0 + r, kvh, c4), pl) : uvec4(0u))
+		barrier(); // (sM is free: the layout map, the previous plane)
+		CM_STAGE(sM, 0u, LDK4, KB, DP8, r < kn ? CM_PLANE(fetch_k(b, c0 + r, kvh, c4), pl) : uvec4(0u))
 		barrier();
-		CM_LOAD_A(kR, pl * NKF, NKF, sK, sgk, LDK4)
+		CM_LOAD_A(kR, pl * NKF, NKF, sM, sgk, LDK4)
 		if (WANT_DK) {
 			barrier();
-			CM_STAGE(sK, LDV4, KB, DVP8, r < kn ? CM_PLANE(fetch_v(b, c0 + r, kvh, c4), pl) : uvec4(0u))
+			CM_STAGE(sM, 0u, LDV4, KB, DVP8, r < kn ? CM_PLANE(fetch_v(b, c0 + r, kvh, c4), pl) : uvec4(0u))
 			barrier();
-			CM_LOAD_A(vR, pl * NVF, NVF, sK, sgk, LDV4)
+			CM_LOAD_A(vR, pl * NVF, NVF, sM, sgk, LDV4)
 		}
 	}
 #else
-	// K_j and V_j stay in shared memory for the whole kernel.
-	CM_STAGE(sK, LDK4, KB, DP8, r < kn ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u))
+	// K_j and V_j into shared memory: there for the whole kernel, or with
+	// KVREG into registers, and the steps' Q_i and dO_i over them after the
+	// first step's barrier.
+	CM_STAGE(sM, 0u, LDK4, KB, DP8, r < kn ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u))
 	if (WANT_DK) {
-		CM_STAGE(sV, LDV4, KB, DVP8, r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u))
+		CM_STAGE(sM, SV0, LDV4, KB, DVP8, r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u))
 	}
 
 	MATA kR[KVREG != 0u ? NKF : 1u];
@@ -341,11 +358,11 @@ void main() {
 	if (KVREG != 0u) {
 		barrier();
 		[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
-			coopMatLoad(kR[kk], sK, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+			coopMatLoad(kR[kk], sM, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 		}
 		if (WANT_DK) {
 			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
-				coopMatLoad(vR[kk], sV, sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+				coopMatLoad(vR[kk], sM, SV0 + sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 			}
 		}
 	}
@@ -399,14 +416,14 @@ void main() {
 					uint e = tid + i * WG;
 					uint r = e / DP8;
 					if (e < BR * DP8) {
-						CM_PUT(sQ, r * LDK4 + (e - r * DP8), QPL, pq[i])
+						CM_PUT(sM, SQ0 + r * LDK4 + (e - r * DP8), QPL, pq[i])
 					}
 				}
 				[[unroll]] for (uint i = 0u; i < NPO; ++i) {
 					uint e = tid + i * WG;
 					uint r = e / DVP8;
 					if (e < BR * DVP8) {
-						CM_PUT(sdO, r * LDV4 + (e - r * DVP8), OPL, po[i])
+						CM_PUT(sM, SO0 + r * LDV4 + (e - r * DVP8), OPL, po[i])
 					}
 				}
 				[[unroll]] for (uint i = 0u; i < NPL; ++i) {
@@ -420,12 +437,12 @@ void main() {
 				for (uint e = tid; e < BR * DP8; e += WG) {
 					uint r = e / DP8;
 					uint c4 = e - r * DP8;
-					CM_PUT(sQ, r * LDK4 + c4, QPL, r < rows ? fetch_q(b, r0 + r, h, c4) : CM_CHUNK0)
+					CM_PUT(sM, SQ0 + r * LDK4 + c4, QPL, r < rows ? fetch_q(b, r0 + r, h, c4) : CM_CHUNK0)
 				}
 				for (uint e = tid; e < BR * DVP8; e += WG) {
 					uint r = e / DVP8;
 					uint c4 = e - r * DVP8;
-					CM_PUT(sdO, r * LDV4 + c4, OPL, r < rows ? fetch_do(b, r0 + r, h, c4) : CM_CHUNK0)
+					CM_PUT(sM, SO0 + r * LDV4 + c4, OPL, r < rows ? fetch_do(b, r0 + r, h, c4) : CM_CHUNK0)
 				}
 				for (uint r = tid; r < BR; r += WG) {
 					float l = r < rows ? lse_in(lse_buf[lse_index(b, h, r0 + r)]) : NEG_INF;
@@ -446,13 +463,13 @@ void main() {
 				for (uint e = tid; e < BR * LDK4; e += WG) {
 					uint r = e / LDK4;
 					if (r < rows && sL[r] == NEG_INF) {
-						sQ[e] = uvec4(0u);
+						sM[SQ0 + e] = uvec4(0u);
 					}
 				}
 				for (uint e = tid; e < BR * LDV4; e += WG) {
 					uint r = e / LDV4;
 					if (r < rows && sL[r] == NEG_INF) {
-						sdO[e] = uvec4(0u);
+						sM[SO0 + e] = uvec4(0u);
 					}
 				}
 				barrier();
@@ -485,16 +502,16 @@ void main() {
 			// CM_MMA; K_j's and V_j's planes held in registers).
 			[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
 				MATA kA[CM_SPLIT];
-				A_PLANES(kA, kR, NKF, sK, LDK4)
+				A_PLANES(kA, kR, NKF, 0u, LDK4)
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					CM_MMA(S[t], kA, 1u, 0u, sQ, (t * CM_N) * LDK4 + kk * (CM_K / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+					CM_MMA(S[t], kA, 1u, 0u, sM, SQ0 + (t * CM_N) * LDK4 + kk * (CM_K / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
 				}
 			}
 			[[unroll]] for (uint kk = 0u; kk < (WANT_DK ? NVF : 0u); ++kk) {
 				MATA vA[CM_SPLIT];
-				A_PLANES(vA, vR, NVF, sV, LDV4)
+				A_PLANES(vA, vR, NVF, SV0, LDV4)
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					CM_MMA(dP[t], vA, 1u, 0u, sdO, (t * CM_N) * LDV4 + kk * (CM_K / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+					CM_MMA(dP[t], vA, 1u, 0u, sM, SO0 + (t * CM_N) * LDV4 + kk * (CM_K / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
 				}
 			}
 
@@ -542,24 +559,24 @@ void main() {
 			[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 0u); ++j) {
 				ACC tile = ACC(0.0);
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-					CM_MMA(tile, pA, NKC, t, sdO, (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
+					CM_MMA(tile, pA, NKC, t, sM, SO0 + (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 				CM_ADD_TILE(dV[j], tile)
 			}
 			[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
 				ACC tile = ACC(0.0);
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-					CM_MMA(tile, dsA, NKC, t, sQ, (t * CM_K) * LDK4 + j * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+					CM_MMA(tile, dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + j * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 				CM_ADD_TILE(dK[j], tile)
 			}
 #else
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 				[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 0u); ++j) {
-					CM_MMA(dV[j], pA, NKC, t, sdO, (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
+					CM_MMA(dV[j], pA, NKC, t, sM, SO0 + (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 				[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
-					CM_MMA(dK[j], dsA, NKC, t, sQ, (t * CM_K) * LDK4 + j * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+					CM_MMA(dK[j], dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + j * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 			}
 #endif
@@ -567,34 +584,34 @@ void main() {
 	}
 
 #if CM_SPLIT > 1
-	// dK·scale, then dV, as fp32 → shared (sK) → global.
+	// dK·scale, then dV, as fp32 → shared (sM) → global.
 	const uint KCH = DP / CM_OUT_EL; // units per dK row
 	const uint VCH = DVP / CM_OUT_EL;
 	if (WANT_DK) {
 		barrier();
 		[[unroll]] for (uint j = 0u; j < NDK; ++j) {
-			coopMatStore(dK[j] * pc.scale, sK, sgk * LDK4O + j * (CM_N / CM_OUT_EL), LDK4O, gl_CooperativeMatrixLayoutRowMajor);
+			coopMatStore(dK[j] * pc.scale, sM, sgk * LDK4O + j * (CM_N / CM_OUT_EL), LDK4O, gl_CooperativeMatrixLayoutRowMajor);
 		}
 		barrier();
 		for (uint e = tid; e < KB * KCH; e += WG) {
 			uint r = e / KCH;
 			uint c4 = e - r * KCH;
 			if (r < cols) {
-				store_dk(b, c0 + r, kvh, c4, sK[r * LDK4O + c4]);
+				store_dk(b, c0 + r, kvh, c4, sM[r * LDK4O + c4]);
 			}
 		}
 	}
 	if (WANT_DV) {
 		barrier();
 		[[unroll]] for (uint j = 0u; j < NDV; ++j) {
-			coopMatStore(dV[j] * dscale, sK, sgk * LDV4O + j * (CM_N / CM_OUT_EL), LDV4O, gl_CooperativeMatrixLayoutRowMajor);
+			coopMatStore(dV[j] * dscale, sM, sgk * LDV4O + j * (CM_N / CM_OUT_EL), LDV4O, gl_CooperativeMatrixLayoutRowMajor);
 		}
 		barrier();
 		for (uint e = tid; e < KB * VCH; e += WG) {
 			uint r = e / VCH;
 			uint c4 = e - r * VCH;
 			if (r < cols) {
-				store_dv(b, c0 + r, kvh, c4, sK[r * LDV4O + c4]);
+				store_dv(b, c0 + r, kvh, c4, sM[r * LDV4O + c4]);
 			}
 		}
 	}
@@ -605,16 +622,16 @@ void main() {
 	if (WANT_DK) {
 		[[unroll]] for (uint j = 0u; j < NDK; ++j) {
 			ACC16 o16 = CM_NARROW(dK[j] * pc.scale);
-			coopMatStore(o16, sK, sgk * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+			coopMatStore(o16, sM, sgk * LDK4 + j * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 		}
 	}
 	if (WANT_DV) {
 		[[unroll]] for (uint j = 0u; j < NDV; ++j) {
 			ACC16 o16 = CM_NARROW(dV[j] * dscale);
 			if (WANT_DK) {
-				coopMatStore(o16, sV, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+				coopMatStore(o16, sM, SV0 + sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 			} else {
-				coopMatStore(o16, sK, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+				coopMatStore(o16, sM, sgk * LDV4 + j * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 			}
 		}
 	}
@@ -624,7 +641,7 @@ void main() {
 			uint r = e / DP8;
 			uint c4 = e - r * DP8;
 			if (r < cols) {
-				store_dk(b, c0 + r, kvh, c4, sK[r * LDK4 + c4]);
+				store_dk(b, c0 + r, kvh, c4, sM[r * LDK4 + c4]);
 			}
 		}
 	}
@@ -633,7 +650,7 @@ void main() {
 			uint r = e / DVP8;
 			uint c4 = e - r * DVP8;
 			if (r < cols) {
-				store_dv(b, c0 + r, kvh, c4, WANT_DK ? sV[r * LDV4 + c4] : sK[r * LDV4 + c4]);
+				store_dv(b, c0 + r, kvh, c4, sM[(WANT_DK ? SV0 : 0u) + r * LDV4 + c4]);
 			}
 		}
 	}

@@ -227,11 +227,11 @@ void main() {
 		if (pl > 0u) {
 			barrier(); // every subgroup has loaded the previous plane
 		}
-		CM_STAGE(sKV, LDK4, BR, DP8, r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u))
+		CM_STAGE(sKV, 0u, LDK4, BR, DP8, r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u))
 		barrier();
 		CM_LOAD_A(qA, pl * NQF, NQF, sKV, sgr, LDK4)
 		barrier();
-		CM_STAGE(sKV, LDV4, BR, DVP8, r < rows ? CM_PLANE(fetch_do(b, r0 + r, h, c4), pl) : uvec4(0u))
+		CM_STAGE(sKV, 0u, LDV4, BR, DVP8, r < rows ? CM_PLANE(fetch_do(b, r0 + r, h, c4), pl) : uvec4(0u))
 		barrier();
 		CM_LOAD_A(oA, pl * NOF, NOF, sKV, sgr, LDV4)
 	}

@@ -325,14 +325,15 @@ uvec4 pack8(CM_RAWT x[8]) {
 	}
 #endif
 
-// CM_STAGE(buf, LD4, N, C8, W): unit c4 < C8 of rows r < N of the shared
-// tile buf (row stride LD4 units) set to W, an expression of r and c4; the
-// whole workgroup runs it (tid in scope), between barriers.
-#define CM_STAGE(buf, LD4, N, C8, W) \
+// CM_STAGE(buf, U0, LD4, N, C8, W): unit c4 < C8 of rows r < N of the
+// shared tile at unit U0 of buf (row stride LD4 units) set to W, an
+// expression of r and c4; the whole workgroup runs it (tid in scope),
+// between barriers.
+#define CM_STAGE(buf, U0, LD4, N, C8, W) \
 	for (uint e = tid; e < (N) * (C8); e += WG) { \
 		uint r = e / (C8); \
 		uint c4 = e - r * (C8); \
-		buf[r * (LD4) + c4] = (W); \
+		buf[(U0) + r * (LD4) + c4] = (W); \
 	}
 
 // CM_LOAD_A(A, A0, NF, buf, R0, LD4): the A fragments A[A0 + kk], kk < NF,

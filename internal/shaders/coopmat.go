@@ -157,12 +157,14 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int) int {
 // depends on: coopmat shape M×N×K, NSG subgroups, the spec constants BR and
 // BC (bwd_cm_dkdv: BR query rows per step, BC = NSG·M keys; bwd_cm_dq: BR =
 // NSG·M query rows, BC keys per tile), MODE (the split build has none but
-// 1), head dims D, DV, bwd_cm_dkdv's PART, and the storage type's
-// CMPlanes (0 counts as 1).
+// 1), head dims D, DV, bwd_cm_dkdv's PART and KVREG (K_j and V_j in
+// registers: the 16-bit builds then stage Q_i and dO_i over them), and the
+// storage type's CMPlanes (0 counts as 1).
 type BwdCMShape struct {
 	DKDV                              bool
 	M, N, K, NSG, BR, BC, Mode, D, DV int
 	Part                              int
+	KVReg                             bool
 	Planes                            int
 }
 
@@ -184,12 +186,17 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 	if s.DKDV {
 		sk, sv := max(bc*ldk4, mp), bc*ldv4
 		switch {
-		case planes > 1: // K and V pass through sK into registers, dK and dV leave through it
+		case planes > 1: // K and V pass through K's staging into registers, dK and dV leave through it
 			sk, sv = max(bc*ldk4, bc*ldv4, bc*ldk4o, bc*ldv4o, mp), 0
-		case s.Part == 1: // dV only: no V; dV staged in sK
-			sk, sv = max(sk, bc*ldv4), 1
+		case s.Part == 1: // dV only: no V; dV staged in K's place
+			sk, sv = max(sk, bc*ldv4), 0
 		}
-		b = 16*(sk+sv+planes*br*(ldk4+ldv4)) + 8*br
+		qo := planes * br * (ldk4 + ldv4)
+		if s.KVReg && planes == 1 { // Q_i and dO_i over K_j and V_j
+			b = 16*max(sk+sv, qo) + 8*br
+		} else {
+			b = 16*(sk+sv+qo) + 8*br
+		}
 		if s.Mode == 0 && planes == 1 { // (the split build has no MODE 0)
 			b += s.NSG * s.M * (8*(br+4) + 4*(br+8))
 		} else {

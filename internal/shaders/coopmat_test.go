@@ -129,7 +129,8 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ, Addressed(KernelBwdCMDKDV), Addressed(KernelBwdCMDQ)} {
 		m := reflectKernel(t, k, dt)
 		dkdv := baseKernel(k) == KernelBwdCMDKDV
-		for _, c := range []struct{ m, sg, nsg, step, mode, d, dv, part int }{
+		type bwdCase struct{ m, sg, nsg, step, mode, d, dv, part int }
+		cases := []bwdCase{
 			{16, 32, 4, 32, 1, 128, 128, 0}, {16, 32, 4, 64, 1, 64, 64, 0}, {16, 32, 2, 32, 0, 128, 128, 0},
 			{16, 32, 1, 16, 0, 256, 256, 0}, {8, 8, 2, 16, 0, 96, 40, 0}, {16, 32, 2, 16, 0, 1, 1, 0}, {16, 32, 8, 32, 1, 64, 80, 0},
 			// part: bwd_cm_dkdv's PART 1 and 2 (bwd_cm_dq has none).
@@ -137,7 +138,15 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 			// the f32 build's tiles (the result's staging decides some).
 			{16, 32, 2, 16, 1, 64, 64, 0}, {16, 32, 1, 32, 1, 64, 64, 0}, {16, 32, 4, 16, 1, 32, 32, 0}, {16, 32, 4, 16, 1, 8, 8, 0},
 			{16, 32, 1, 16, 1, 16, 64, 1}, {16, 32, 4, 32, 1, 64, 16, 0},
-		} {
+		}
+		// With KVREG the 16-bit builds stage Q_i and dO_i over K_j and V_j
+		// (the f32 build keeps them apart).
+		kvCases := []bwdCase{
+			{16, 32, 4, 32, 1, 128, 128, 0}, {16, 32, 4, 64, 1, 128, 128, 2}, {16, 32, 8, 64, 1, 128, 128, 1},
+			{16, 32, 4, 128, 1, 64, 64, 0}, {8, 8, 2, 16, 0, 96, 40, 0}, {16, 32, 2, 16, 1, 16, 200, 2},
+		}
+		for i, c := range append(cases, kvCases...) {
+			kv := i >= len(cases)
 			br, bc := c.step, c.nsg*c.m // dkdv: BR query rows per step, BC keys
 			if !dkdv {
 				br, bc = c.nsg*c.m, c.step
@@ -151,6 +160,9 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 				Planes: CMPlanes(dt)}
 			if dkdv {
 				spec[SpecCMPart], shape.Part = uint32(c.part), c.part
+				if kv {
+					spec[SpecCMKVReg], shape.KVReg = 1, true
+				}
 			}
 			got, err := m.SharedBytes(spec)
 			if err != nil {
@@ -158,7 +170,7 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 			}
 			// The Go mirror rounds MODE 1's one-element scratch arrays up.
 			if want := BwdCMSharedBytes(shape); got > want || want-got > 8 {
-				t.Errorf("%s %+v: SPIR-V shared %d bytes, BwdCMSharedBytes %d", k, c, got, want)
+				t.Errorf("%s %+v kvreg %v: SPIR-V shared %d bytes, BwdCMSharedBytes %d", k, c, kv, got, want)
 			}
 		}
 	}

@@ -752,7 +752,7 @@ func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, drop bool, shared
 func (c bwdCMTile) shape(l *CMLayout, dkdv bool, part, d, dv int) shaders.BwdCMShape {
 	br, bc := c.brbc(dkdv, int(l.M))
 	return shaders.BwdCMShape{DKDV: dkdv, M: int(l.M), N: int(l.N), K: int(l.K), NSG: c.NSG, BR: br, BC: bc,
-		Mode: c.Mode, D: d, DV: dv, Part: part, Planes: l.planes()}
+		Mode: c.Mode, D: d, DV: dv, Part: part, KVReg: dkdv && c.KVReg, Planes: l.planes()}
 }
 
 // brbc are the kernel's spec constants BR and BC for tile c.
@@ -821,7 +821,12 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 			// 1.15× the whole backward at both.
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dkdv && dm <= 128:
-			ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
+			// K_j and V_j in registers and Q_i, dO_i staged over them: steps
+			// of 64 rows (H200 tuner, N 4096: the whole backward 10.28 →
+			// 8.78 ms against steps of 16 with K_j, V_j in shared memory;
+			// the prefetch's registers made it slower, 11.6 ms).
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode, KVReg: true},
+				bwdCMTile{NSG: 4, Step: 16, Mode: mode, Prefetch: true}, bwdCMTile{NSG: 2, Step: 32, Mode: mode, Prefetch: true})
 		case dm <= 64:
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		case dm <= 96:
@@ -846,13 +851,17 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 		}
 		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
 	}
-	// bwd_cm_dkdv prefetches the next step (H200, bench/NOTES.md: −15% at
-	// d64, −24% at d128 of the kernel's time; not above d 128, where the
-	// prefetch registers would spill) and at d ≤ 64 also keeps K and V in
-	// registers (the tuner's pick there); bwd_cm_dq prefetches the next
-	// K/V tile up to d 128 (H200, N 16384: the dQ kernel's time −24% at
-	// d 64, −13% at d 128, −34% at d 80, −30% at d 96; not above d 128,
-	// where Q_i and dO_i already spill).
+	// bwd_cm_dkdv prefetches the next step up to d 96 (H200, bench/NOTES.md:
+	// −15% at d64, −24% at d128 of the kernel's time with K_j and V_j in
+	// shared memory; not above d 128, where the prefetch registers would
+	// spill) and at d ≤ 64 also keeps K and V in registers (the tuner's
+	// pick there); bwd_cm_dq prefetches the next K/V tile up to d 128
+	// (H200, N 16384: the dQ kernel's time −24% at d 64, −13% at d 128,
+	// −34% at d 80, −30% at d 96; not above d 128, where Q_i and dO_i
+	// already spill). The dK/dV tiles above d 96 carry their own flags.
+	if dkdv && dm > 96 {
+		return ts
+	}
 	for i := range ts {
 		ts[i].Prefetch = dm <= 128
 		if dkdv {

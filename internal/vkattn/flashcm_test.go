@@ -272,7 +272,7 @@ func TestChooseCMTile(t *testing.T) {
 		want  string
 		parts string
 	}{{true, 256, "nsg2-step16-mode1-sp1", "1:nsg2 2:nsg1"}, {false, 256, "nsg4-step32-mode1", "0:nsg4"},
-		{true, 192, "nsg2-step16-mode1-sp1", "1:nsg2 2:nsg2"}, {true, 128, "nsg4-step16-mode1-pf1", "0:nsg4"},
+		{true, 192, "nsg2-step16-mode1-sp1", "1:nsg2 2:nsg2"}, {true, 128, "nsg4-step64-mode1-kv1", "0:nsg4"},
 		{true, 96, "nsg4-step32-mode1-pf1", "0:nsg4"}, {false, 80, "nsg8-step64-mode1-pf1", "0:nsg8"}, {false, 128, "nsg4-step32-mode1-pf1", "0:nsg4"},
 		{false, 64, "nsg4-step64-mode1-pf1", "0:nsg4"}} {
 		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, false, sh, wg)

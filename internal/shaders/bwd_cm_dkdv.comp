@@ -616,8 +616,8 @@ void main() {
 		}
 	}
 #else
-	// dK·scale, dV → storage type → shared (over K_j, V_j; PART 1: dV
-	// over K_j) → global.
+	// dK·scale, dV → storage type → shared (over K_j, V_j — with KVREG
+	// where the last step's Q_i, dO_i were; PART 1: dV over K_j) → global.
 	barrier();
 	if (WANT_DK) {
 		[[unroll]] for (uint j = 0u; j < NDK; ++j) {

@@ -208,13 +208,13 @@ func TestBwdCMSplitRules(t *testing.T) {
 				t.Errorf("dkdv %v: f32 tile %s accepted", dkdv, bad)
 			}
 		}
-		_, err := chooseBwdCMTile(&l, dkdv, 128, 64, false, sharedMax, maxWG)
+		_, err := chooseBwdCMTile(&l, dkdv, 128, 64, nil, sharedMax, maxWG)
 		if err == nil || strings.Count(err.Error(), "takes 1 … 64") != 1 {
 			t.Errorf("dkdv %v: f32 d 128: %v", dkdv, err)
 		}
 		m0 := l
 		m0.Mode1, m0.Why = false, "synthetic"
-		if _, err := chooseBwdCMTile(&m0, dkdv, 64, 64, false, sharedMax, maxWG); err == nil || !strings.Contains(err.Error(), "synthetic") {
+		if _, err := chooseBwdCMTile(&m0, dkdv, 64, 64, nil, sharedMax, maxWG); err == nil || !strings.Contains(err.Error(), "synthetic") {
 			t.Errorf("dkdv %v: f32 without MODE 1: %v", dkdv, err)
 		}
 	}

@@ -237,7 +237,7 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 		c, src = t.(bwdCMTile), SourceTuned
 	} else {
 		var err error
-		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
+		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, p.Ext, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
 			return nil, fmt.Errorf("%w: %s %v D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, dt, p.D, p.Dv, b.info.Name, err)
 		}
 	}
@@ -382,7 +382,7 @@ func plainOnly(t *Tunable) *Tunable {
 func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 	return coopmatTunable(kernel, Bwd, parseBwdCMTile,
 		func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (bwdCMTile, error) {
-			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
+			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
 		},
 		func(l *CMLayout) []bwdCMTile {
 			var out []bwdCMTile
@@ -797,12 +797,13 @@ func bwdCMSplitTiles(l *CMLayout, dkdv bool) []bwdCMTile {
 	return []bwdCMTile{first, {NSG: 4, Step: 16, Mode: 1, Prefetch: true}, {NSG: 2, Step: 16, Mode: 1}, {NSG: 1, Step: 16, Mode: 1}}
 }
 
-// bwdCMTiles lists the configurations to try, best first (the first that
-// fits is used): MODE 1 where the probe allows it, larger tiles for smaller
-// head dims, then MODE 0 fallbacks that fit 32 KiB of shared memory (f32:
+// bwdCMTiles lists the configurations to try for a problem with options
+// ext (nil: plain), best first (the first that fits is used): MODE 1
+// where the probe allows it, larger tiles for smaller head dims, then
+// MODE 0 fallbacks that fit 32 KiB of shared memory (f32:
 // bwdCMSplitTiles). Candidates, not measurements: see bench/NOTES.md for
 // what the H200 gave.
-func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
+func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 	if l.planes() > 1 {
 		return bwdCMSplitTiles(l, dkdv)
 	}
@@ -821,12 +822,16 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 			// 1.15× the whole backward at both.
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dkdv && dm <= 128:
-			// K_j and V_j in registers and Q_i, dO_i staged over them: steps
-			// of 64 rows (H200 tuner, N 4096: the whole backward 10.28 →
-			// 8.78 ms against steps of 16 with K_j, V_j in shared memory;
-			// the prefetch's registers made it slower, 11.6 ms).
-			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode, KVReg: true},
-				bwdCMTile{NSG: 4, Step: 16, Mode: mode, Prefetch: true}, bwdCMTile{NSG: 2, Step: 32, Mode: mode, Prefetch: true})
+			// A plain problem: K_j and V_j in registers and Q_i, dO_i
+			// staged over them, steps of 64 rows (H200 tuner, N 4096: the
+			// whole backward 10.20 → 8.78 ms against steps of 16 with K_j,
+			// V_j in shared memory; the prefetch's registers made it
+			// slower, 11.6 ms). Not timed with the options, whose score
+			// terms take registers of their own (a bias: 32 at this step).
+			if ext == nil {
+				ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode, KVReg: true})
+			}
+			ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dm <= 64:
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		case dm <= 96:
@@ -851,18 +856,19 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 		}
 		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
 	}
-	// bwd_cm_dkdv prefetches the next step up to d 96 (H200, bench/NOTES.md:
-	// −15% at d64, −24% at d128 of the kernel's time with K_j and V_j in
-	// shared memory; not above d 128, where the prefetch registers would
-	// spill) and at d ≤ 64 also keeps K and V in registers (the tuner's
-	// pick there); bwd_cm_dq prefetches the next K/V tile up to d 128
-	// (H200, N 16384: the dQ kernel's time −24% at d 64, −13% at d 128,
-	// −34% at d 80, −30% at d 96; not above d 128, where Q_i and dO_i
-	// already spill). The dK/dV tiles above d 96 carry their own flags.
-	if dkdv && dm > 96 {
-		return ts
-	}
+	// bwd_cm_dkdv prefetches the next step (H200, bench/NOTES.md: −15% at
+	// d64, −24% at d128 of the kernel's time with K_j and V_j in shared
+	// memory; not above d 128, where the prefetch registers would spill)
+	// and at d ≤ 64 also keeps K and V in registers (the tuner's pick
+	// there); bwd_cm_dq prefetches the next K/V tile up to d 128 (H200, N
+	// 16384: the dQ kernel's time −24% at d 64, −13% at d 128, −34% at d
+	// 80, −30% at d 96; not above d 128, where Q_i and dO_i already
+	// spill). A tile the rules above give K and V in registers keeps its
+	// own flags (d 128's).
 	for i := range ts {
+		if ts[i].KVReg {
+			continue
+		}
 		ts[i].Prefetch = dm <= 128
 		if dkdv {
 			ts[i].KVReg = dm <= 64
@@ -899,12 +905,14 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 	return err
 }
 
-// chooseBwdCMTile returns the first tile of bwdCMTiles that fits.
-func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, maxWG int) (bwdCMTile, error) {
+// chooseBwdCMTile returns the first tile of bwdCMTiles that fits a
+// problem with options ext (nil: plain).
+func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext, sharedMax, maxWG int) (bwdCMTile, error) {
 	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
 		return bwdCMTile{}, err // (once, not per tile)
 	}
-	cands := bwdCMTiles(l, dkdv, d, dv)
+	drop := ext != nil && ext.Dropout != nil
+	cands := bwdCMTiles(l, dkdv, d, dv, ext)
 	if len(cands) == 0 {
 		return bwdCMTile{}, fmt.Errorf("no tile: the float32 build runs in MODE 1, which this device's coopmat layout does not allow (%s)", l.Why)
 	}

@@ -275,7 +275,7 @@ func TestChooseCMTile(t *testing.T) {
 		{true, 192, "nsg2-step16-mode1-sp1", "1:nsg2 2:nsg2"}, {true, 128, "nsg4-step64-mode1-kv1", "0:nsg4"},
 		{true, 96, "nsg4-step32-mode1-pf1", "0:nsg4"}, {false, 80, "nsg8-step64-mode1-pf1", "0:nsg8"}, {false, 128, "nsg4-step32-mode1-pf1", "0:nsg4"},
 		{false, 64, "nsg4-step64-mode1-pf1", "0:nsg4"}} {
-		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, false, sh, wg)
+		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, nil, sh, wg)
 		if err != nil || got.String() != c.want {
 			t.Errorf("backward dkdv %v d %d: %v (%v), want %s", c.dkdv, c.d, got, err, c.want)
 			continue
@@ -287,6 +287,19 @@ func TestChooseCMTile(t *testing.T) {
 		}
 		if err != nil || strings.Join(parts, " ") != c.parts {
 			t.Errorf("backward dkdv %v d %d: launches %v (%v), want %s", c.dkdv, c.d, parts, err, c.parts)
+		}
+	}
+	// The d 128 dK/dV tile of 64-row steps is a plain problem's; a
+	// problem with options keeps the 16-row steps; 32 KiB of shared
+	// memory takes the prefetching two-subgroup fallback.
+	for _, c := range []struct {
+		ext  *spec.Ext
+		sh   int
+		want string
+	}{{nil, sh, "nsg4-step64-mode1-kv1"}, {&spec.Ext{Left: -1, Right: -1, Softcap: 30}, sh, "nsg4-step16-mode1-pf1"},
+		{nil, 32 << 10, "nsg2-step16-mode1-pf1"}} {
+		if got, err := chooseBwdCMTile(l, true, 128, 128, c.ext, c.sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("backward dkdv d 128, options %v, %d bytes: %v (%v), want %s", c.ext != nil, c.sh, got, err, c.want)
 		}
 	}
 	// A split tile whose PART 1 does not fit is refused, and so is one

@@ -911,7 +911,7 @@ func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext, sharedMax
 	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
 		return bwdCMTile{}, err // (once, not per tile)
 	}
-	drop := ext != nil && ext.Dropout != nil
+	drop := extDrops(ext)
 	cands := bwdCMTiles(l, dkdv, d, dv, ext)
 	if len(cands) == 0 {
 		return bwdCMTile{}, fmt.Errorf("no tile: the float32 build runs in MODE 1, which this device's coopmat layout does not allow (%s)", l.Why)

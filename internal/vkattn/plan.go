@@ -519,7 +519,10 @@ func dropExtra(drop bool, br, bc int) int {
 }
 
 // dropout reports whether p drops probabilities.
-func dropout(p *spec.Problem) bool { return p.Ext != nil && p.Ext.Dropout != nil }
+func dropout(p *spec.Problem) bool { return extDrops(p.Ext) }
+
+// extDrops reports whether options ext drop (nil drops nothing).
+func extDrops(ext *spec.Ext) bool { return ext != nil && ext.Dropout != nil }
 
 // limFor is the device's limits for p's scalar tiles (Limits.Dropout set
 // for a dropout call).

@@ -250,6 +250,10 @@ func FeatureCases() []Case {
 		{Name: "alibi", B: 2, Hq: 4, Hkv: 4, Nq: 129, Nk: 129, D: 64, Dv: 64, Causal: true, ALiBi: 1},
 		{Name: "alibi", B: 2, Hq: 4, Hkv: 2, Nq: 50, Nk: 70, D: 64, Dv: 64, Align: br, ALiBi: 2},
 		{Name: "alibi", B: 1, Hq: 8, Hkv: 1, Nq: 65, Nk: 33, D: 32, Dv: 32, ALiBi: 1, Softcap: 3},
+		// d 128 with a score term and with a mask alone: a GPU's backward
+		// takes the tile with K and V in registers and 64-row steps.
+		{Name: "alibi", B: 2, Hq: 2, Hkv: 1, Nq: 130, Nk: 200, D: 128, Dv: 128, Causal: true, Align: br, ALiBi: 1, SeqUsedK: []int32{200, 77}},
+		{Name: "window", B: 1, Hq: 2, Hkv: 2, Nq: 200, Nk: 200, D: 128, Dv: 128, Window: win(50, 20)},
 		// Enough query rows for the large 64 < d ≤ 128 tile that a GPU's
 		// forward takes with ALiBi (and a bias: BiasCases) from 2048 rows
 		// on; d 96 so that it fits Mesa's lavapipe too.

@@ -232,11 +232,15 @@ type CMLayout struct {
 	// HalfTanh: the kernels take the softcap's tanh in fp16
 	// (shaders.CMHalfTanh: bf16 storage).
 	HalfTanh bool
+	// Storage is the storage type the layout serves (the tile rules
+	// differ by it where the H200's measurements did).
+	Storage spec.DType
 }
 
 // forStorage sets the fields that follow from the storage type dt the
-// layout serves: Planes and HalfTanh.
+// layout serves: Storage, Planes and HalfTanh.
 func (l *CMLayout) forStorage(dt spec.DType) {
+	l.Storage = dt
 	l.Planes = shaders.CMPlanes(dt.Short())
 	l.HalfTanh = shaders.CMHalfTanh(dt.Short())
 }

@@ -822,14 +822,11 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 			// 1.15× the whole backward at both.
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dkdv && dm <= 128:
-			// A plain problem: K_j and V_j in registers and Q_i, dO_i
-			// staged over them, steps of 64 rows (H200 tuner, N 4096: the
-			// whole backward 10.20 → 8.78 ms against steps of 16 with K_j,
-			// V_j in shared memory; the prefetch's registers made it
-			// slower, 11.6 ms). Not timed with the options, whose score
-			// terms take registers of their own (a bias: 32 at this step).
-			if ext == nil {
-				ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode, KVReg: true})
+			// K_j and V_j in registers and Q_i, dO_i staged over them, in
+			// steps of kvRegStep128's rows; else steps of 16 with K_j,
+			// V_j in shared memory.
+			if step := kvRegStep128(l, ext); step > 0 {
+				ts = append(ts, bwdCMTile{NSG: 4, Step: step, Mode: mode, KVReg: true})
 			}
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dm <= 64:
@@ -875,6 +872,32 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 		}
 	}
 	return ts
+}
+
+// kvRegStep128 is the query step of the 96 < d ≤ 128 dK/dV tile that
+// holds K_j and V_j in registers, for layout l's storage and options ext
+// (nil: plain); 0: no such tile, steps of 16 rows with K_j and V_j in
+// shared memory. From the H200's measurements of the whole backward at N
+// 4096 and 16384 (bench/NOTES.md):
+//   - plain fp16: steps of 64, 1.08–1.16× against 16 (with the prefetch
+//     the registers ran out and it was slower);
+//   - bf16 and the softcap: steps of 32. At 64 the driver spills 112–128
+//     bytes (bf16's conversions, the softcap's tanh), at 32 none: bf16
+//     1.03–1.07× against 64, the softcap 1.06–1.09× against 16, where 64
+//     lost 5% at N 16384;
+//   - dropout and ALiBi: steps of 64, 1.06–1.11× and 1.04–1.10× against
+//     16;
+//   - a bias: steps of 16, with no spill (its values spill 288 bytes at
+//     64 and 32 at 32; 64 lost 1–6%, 32 10–13%).
+func kvRegStep128(l *CMLayout, ext *spec.Ext) int {
+	switch {
+	case ext != nil && ext.Bias != nil:
+		return 0
+	case l.Storage == spec.BFloat16 || (ext != nil && ext.Softcap != 0):
+		return 32
+	default:
+		return 64
+	}
 }
 
 // bwdCMCheckTile reports why tile c of the dK/dV (dkdv) or dQ kernel cannot

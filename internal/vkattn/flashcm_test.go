@@ -289,17 +289,32 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("backward dkdv %v d %d: launches %v (%v), want %s", c.dkdv, c.d, parts, err, c.parts)
 		}
 	}
-	// The d 128 dK/dV tile of 64-row steps is a plain problem's; a
-	// problem with options keeps the 16-row steps; 32 KiB of shared
+	// The d 128 dK/dV tile: K_j and V_j in registers, steps of 64 rows
+	// (plain fp16, dropout, ALiBi, a window) or 32 (bf16, the softcap,
+	// alone or with dropout); a bias keeps the 16-row steps with K_j, V_j
+	// in shared memory, whatever else it comes with; 32 KiB of shared
 	// memory takes the prefetching two-subgroup fallback.
+	bf := *l
+	bf.forStorage(spec.BFloat16)
+	f16 := *l
+	f16.forStorage(spec.Float16)
 	for _, c := range []struct {
+		l    *CMLayout
 		ext  *spec.Ext
 		sh   int
 		want string
-	}{{nil, sh, "nsg4-step64-mode1-kv1"}, {&spec.Ext{Left: -1, Right: -1, Softcap: 30}, sh, "nsg4-step16-mode1-pf1"},
-		{nil, 32 << 10, "nsg2-step16-mode1-pf1"}} {
-		if got, err := chooseBwdCMTile(l, true, 128, 128, c.ext, c.sh, wg); err != nil || got.String() != c.want {
-			t.Errorf("backward dkdv d 128, options %v, %d bytes: %v (%v), want %s", c.ext != nil, c.sh, got, err, c.want)
+	}{{&f16, nil, sh, "nsg4-step64-mode1-kv1"}, {&bf, nil, sh, "nsg4-step32-mode1-kv1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Softcap: 30}, sh, "nsg4-step32-mode1-kv1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, sh, "nsg4-step32-mode1-kv1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step64-mode1-kv1"},
+		{&bf, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step32-mode1-kv1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}, sh, "nsg4-step64-mode1-kv1"},
+		{&f16, &spec.Ext{Left: 100, Right: 0}, sh, "nsg4-step64-mode1-kv1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, "nsg4-step16-mode1-pf1"},
+		{&bf, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Softcap: 30}, sh, "nsg4-step16-mode1-pf1"},
+		{&f16, nil, 32 << 10, "nsg2-step16-mode1-pf1"}, {&bf, nil, 32 << 10, "nsg2-step16-mode1-pf1"}} {
+		if got, err := chooseBwdCMTile(c.l, true, 128, 128, c.ext, c.sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("backward dkdv d 128 %v, options %+v, %d bytes: %v (%v), want %s", c.l.Storage, c.ext, c.sh, got, err, c.want)
 		}
 	}
 	// A split tile whose PART 1 does not fit is refused, and so is one

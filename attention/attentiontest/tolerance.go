@@ -2,6 +2,9 @@ package attentiontest
 
 import (
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/flashvk/flashvk/attention"
@@ -302,105 +305,55 @@ func rb16(x float64) float64 { return float64(bfloat16.FromFloat32(float32(x)).F
 // by several times).
 func (in *Inputs) lowPrecisionBaseline(mid, store func(float64) float64, refO []float64) *Ref {
 	c := in.Case
-	p := in.params()
-	scale := p.EffectiveScale()
-	g := c.Hq / c.Hkv
+	w := &baseline{in: in, p: in.params(), mid: mid, store: store, oIn: make([]float64, len(refO)),
+		// A pair whose P (and so dS) is 0 adds ±0 to every sum it enters,
+		// which changes none, unless the other factor is not finite.
+		skip: allFinite(in.q64, in.k64, in.v64, in.dO),
+		P:    make([]float64, c.Nq*c.Nk), dS: make([]float64, c.Nq*c.Nk)}
+	w.scale = w.p.EffectiveScale()
+	for i, x := range refO {
+		w.oIn[i] = store(x)
+	}
+	if c.Softcap > 0 {
+		w.raw = make([]float64, c.Nq*c.Nk)
+	}
+	if w.p.Dropout != nil {
+		w.F = make([]float64, c.Nq*c.Nk)
+	}
 	r := &Ref{
 		O: make([]float64, c.B*c.Nq*c.Hq*c.Dv), LSE: make([]float64, c.B*c.Hq*c.Nq),
 		DQ: make([]float64, len(in.q64)), DK: make([]float64, len(in.k64)), DV: make([]float64, len(in.v64)),
 	}
 	if x := c.Bias; x != nil && x.Grad {
 		r.DB = make([]float64, len(in.bias64))
+		w.dSB = make([]float64, c.Nq*c.Nk)
 	}
-	qi, ki, vi, oi := c.qOff, c.kOff, c.vOff, c.oOff
-	dot := func(a []float64, ai int, b []float64, bi int, n int) float64 {
-		var s float32
-		for x := range n {
-			s += float32(a[ai+x] * b[bi+x])
-		}
-		return float64(s)
-	}
-	oIn := make([]float64, len(refO))
-	for i, x := range refO {
-		oIn[i] = store(x)
-	}
-	kvSums := map[[2]int][]float64{} // per (b, kv head): dK and dV accumulated in fp32 across the group
+	g := c.Hq / c.Hkv
 	for b := range c.B {
-		for h := range c.Hq {
-			kh := h / g
-			P := make([][]float64, c.Nq)
-			for i := range c.Nq {
-				s := make([]float64, c.Nk)
-				m := math.Inf(-1)
-				for j := range c.Nk {
-					s[j] = math.Inf(-1)
-					if p.Sees(b, h, i, j) {
-						s[j] = mid(p.Score(b, h, i, j, mid(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D))))
-						m = math.Max(m, s[j])
+		for kh := range c.Hkv {
+			// dK and dV accumulate in fp32 across the group's heads, in
+			// head then row order.
+			acc := make([]float64, c.Nk*(c.D+c.Dv))
+			for h := kh * g; h < (kh+1)*g; h++ {
+				parallelRanges(c.Nq, func(i0, i1 int) { w.rows(r, b, h, kh, i0, i1) })
+				if r.DB != nil { // (dBias: dS before the softcap's factor, summed in fp32)
+					for i := range c.Nq {
+						for j := range c.Nk {
+							if w.P[i*c.Nk+j] != 0 {
+								n := c.biasIndex(b, h, i, j)
+								r.DB[n] = float64(float32(r.DB[n] + w.dSB[i*c.Nk+j]))
+							}
+						}
 					}
 				}
-				P[i] = make([]float64, c.Nk)
-				if math.IsInf(m, -1) {
-					r.LSE[(b*c.Hq+h)*c.Nq+i] = math.Inf(-1)
-					continue
-				}
-				var l float32
-				for j := range c.Nk {
-					if !math.IsInf(s[j], -1) {
-						l += float32(math.Exp(s[j] - m))
-					}
-				}
-				r.LSE[(b*c.Hq+h)*c.Nq+i] = m + math.Log(float64(l))
-				for j := range c.Nk {
-					if !math.IsInf(s[j], -1) {
-						P[i][j] = mid(float64(float32(math.Exp(s[j]-m)) / l))
-					}
+				parallelRanges(c.Nk, func(j0, j1 int) { w.keys(acc, b, h, j0, j1) })
+			}
+			for j := range c.Nk {
+				for d := range c.D {
+					r.DK[c.kOff(b, j, kh)+d] = store(w.scale * acc[j*(c.D+c.Dv)+d])
 				}
 				for d := range c.Dv {
-					var acc float32
-					for j := range c.Nk {
-						acc += float32(P[i][j] * p.DropFactor(b, h, i, j) * in.v64[vi(b, j, kh)+d])
-					}
-					r.O[oi(b, i, h)+d] = store(float64(acc))
-				}
-			}
-			// Backward from the O the suite hands the kernel (refO rounded).
-			dk := kvSums[[2]int{b, kh}]
-			if dk == nil {
-				dk = make([]float64, c.Nk*(c.D+c.Dv))
-				kvSums[[2]int{b, kh}] = dk
-			}
-			for i := range c.Nq {
-				Di := float64(float32(dot(in.dO, oi(b, i, h), oIn, oi(b, i, h), c.Dv)))
-				dS := make([]float64, c.Nk)
-				for j := range c.Nk {
-					if P[i][j] == 0 {
-						continue
-					}
-					dP := mid(dot(in.dO, oi(b, i, h), in.v64, vi(b, j, kh), c.Dv)) * p.DropFactor(b, h, i, j)
-					dS[j] = mid(P[i][j] * (dP - Di))
-					if r.DB != nil { // (dBias: dS before the softcap's factor, summed in fp32)
-						r.DB[c.biasIndex(b, h, i, j)] = float64(float32(r.DB[c.biasIndex(b, h, i, j)] + dS[j]))
-					}
-					if c.Softcap > 0 { // through c·tanh(s/c): 1 − tanh²
-						t := math.Tanh(mid(scale*dot(in.q64, qi(b, i, h), in.k64, ki(b, j, kh), c.D)) / float64(c.Softcap))
-						dS[j] = mid(dS[j] * (1 - t*t))
-					}
-				}
-				for d := range c.D {
-					var acc float32
-					for j := range c.Nk {
-						acc += float32(dS[j] * in.k64[ki(b, j, kh)+d])
-					}
-					r.DQ[qi(b, i, h)+d] = store(scale * float64(acc))
-				}
-				for j := range c.Nk {
-					for d := range c.D {
-						dk[j*(c.D+c.Dv)+d] += float64(float32(dS[j] * in.q64[qi(b, i, h)+d]))
-					}
-					for d := range c.Dv {
-						dk[j*(c.D+c.Dv)+c.D+d] += float64(float32(P[i][j] * p.DropFactor(b, h, i, j) * in.dO[oi(b, i, h)+d]))
-					}
+					r.DV[c.vOff(b, j, kh)+d] = store(acc[j*(c.D+c.Dv)+c.D+d])
 				}
 			}
 		}
@@ -410,16 +363,185 @@ func (in *Inputs) lowPrecisionBaseline(mid, store func(float64) float64, refO []
 			r.DB[n] = store(x)
 		}
 	}
-	for key, acc := range kvSums {
-		b, kh := key[0], key[1]
+	return r
+}
+
+// baseline is lowPrecisionBaseline's state for one head: its rows' P
+// (and the softcap's rounded scaled products raw, dropout's factors F)
+// and dS (dSB: before the softcap's factor, for dBias), Nq×Nk each.
+type baseline struct {
+	in          *Inputs
+	p           reference.Params
+	mid, store  func(float64) float64
+	scale       float64
+	oIn         []float64
+	skip        bool
+	P, dS       []float64
+	raw, F, dSB []float64
+}
+
+// dot is the fp32 sum of a[ai+x]·b[bi+x] over x < n, in order.
+func dot(a []float64, ai int, b []float64, bi int, n int) float64 {
+	var s float32
+	for x := range n {
+		s += float32(a[ai+x] * b[bi+x])
+	}
+	return float64(s)
+}
+
+// rows computes query rows i0 … i1−1 of head h (kv head kh) of sequence
+// b: the softmax, O and LSE; D, dS and dQ.
+func (w *baseline) rows(r *Ref, b, h, kh, i0, i1 int) {
+	c, in, p, mid := w.in.Case, w.in, w.p, w.mid
+	s := make([]float64, c.Nk)
+	accO := make([]float32, c.Dv)
+	accQ := make([]float32, c.D)
+	for i := i0; i < i1; i++ {
+		qi, oi := c.qOff(b, i, h), c.oOff(b, i, h)
+		P, dS := w.P[i*c.Nk:(i+1)*c.Nk], w.dS[i*c.Nk:(i+1)*c.Nk]
+		clear(P)
+		clear(dS)
+		m := math.Inf(-1)
 		for j := range c.Nk {
-			for d := range c.D {
-				r.DK[ki(b, j, kh)+d] = store(scale * acc[j*(c.D+c.Dv)+d])
+			s[j] = math.Inf(-1)
+			if p.Sees(b, h, i, j) {
+				x := mid(w.scale * dot(in.q64, qi, in.k64, c.kOff(b, j, kh), c.D))
+				if w.raw != nil {
+					w.raw[i*c.Nk+j] = x
+				}
+				s[j] = mid(p.Score(b, h, i, j, x))
+				m = math.Max(m, s[j])
+			}
+		}
+		F := func(j int) float64 { return 1 }
+		if w.F != nil {
+			Fi := w.F[i*c.Nk : (i+1)*c.Nk]
+			for j := range c.Nk {
+				Fi[j] = p.DropFactor(b, h, i, j)
+			}
+			F = func(j int) float64 { return Fi[j] }
+		}
+		if math.IsInf(m, -1) {
+			r.LSE[(b*c.Hq+h)*c.Nq+i] = math.Inf(-1)
+		} else {
+			var l float32
+			for j := range c.Nk {
+				if !math.IsInf(s[j], -1) {
+					l += float32(math.Exp(s[j] - m))
+				}
+			}
+			r.LSE[(b*c.Hq+h)*c.Nq+i] = m + math.Log(float64(l))
+			for j := range c.Nk {
+				if !math.IsInf(s[j], -1) {
+					P[j] = mid(float64(float32(math.Exp(s[j]-m)) / l))
+				}
+			}
+			clear(accO)
+			for j := range c.Nk {
+				if P[j] == 0 && w.skip {
+					continue
+				}
+				f, vj := P[j]*F(j), c.vOff(b, j, kh)
+				for d := range c.Dv {
+					accO[d] += float32(f * in.v64[vj+d])
+				}
 			}
 			for d := range c.Dv {
-				r.DV[vi(b, j, kh)+d] = store(acc[j*(c.D+c.Dv)+c.D+d])
+				r.O[oi+d] = w.store(float64(accO[d]))
+			}
+		}
+		// Backward from the O the suite hands the kernel (refO rounded).
+		Di := float64(float32(dot(in.dO, oi, w.oIn, oi, c.Dv)))
+		for j := range c.Nk {
+			if P[j] == 0 {
+				continue
+			}
+			dP := mid(dot(in.dO, oi, in.v64, c.vOff(b, j, kh), c.Dv)) * F(j)
+			dS[j] = mid(P[j] * (dP - Di))
+			if w.dSB != nil {
+				w.dSB[i*c.Nk+j] = dS[j]
+			}
+			if w.raw != nil { // through c·tanh(s/c): 1 − tanh²
+				t := math.Tanh(w.raw[i*c.Nk+j] / float64(c.Softcap))
+				dS[j] = mid(dS[j] * (1 - t*t))
+			}
+		}
+		clear(accQ)
+		for j := range c.Nk {
+			if dS[j] == 0 && w.skip {
+				continue
+			}
+			kj := c.kOff(b, j, kh)
+			for d := range c.D {
+				accQ[d] += float32(dS[j] * in.k64[kj+d])
+			}
+		}
+		for d := range c.D {
+			r.DQ[qi+d] = w.store(w.scale * float64(accQ[d]))
+		}
+	}
+}
+
+// keys adds head h's terms of dK and dV (before dK's scale) for keys j0
+// … j1−1 to acc, row by row.
+func (w *baseline) keys(acc []float64, b, h, j0, j1 int) {
+	c, in := w.in.Case, w.in
+	for j := j0; j < j1; j++ {
+		a := acc[j*(c.D+c.Dv) : (j+1)*(c.D+c.Dv)]
+		for i := range c.Nq {
+			P, dS := w.P[i*c.Nk+j], w.dS[i*c.Nk+j]
+			if P == 0 && w.skip {
+				continue
+			}
+			f := P
+			if w.F != nil {
+				f *= w.F[i*c.Nk+j]
+			}
+			qi, oi := c.qOff(b, i, h), c.oOff(b, i, h)
+			for d := range c.D {
+				a[d] += float64(float32(dS * in.q64[qi+d]))
+			}
+			for d := range c.Dv {
+				a[c.D+d] += float64(float32(f * in.dO[oi+d]))
 			}
 		}
 	}
-	return r
+}
+
+// allFinite reports whether every element of xs is finite.
+func allFinite(xs ...[]float64) bool {
+	for _, x := range xs {
+		for _, v := range x {
+			if math.IsInf(v, 0) || math.IsNaN(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// parallelRanges calls f on consecutive ranges [lo, hi) covering 0 … n−1,
+// from GOMAXPROCS goroutines (ranges of 16: rows of unequal work, as
+// under a causal mask, spread over them), and returns when all are done.
+func parallelRanges(n int, f func(lo, hi int)) {
+	const step = 16
+	workers := min(runtime.GOMAXPROCS(0), (n+step-1)/step)
+	if workers <= 1 {
+		f(0, n)
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				lo := int(next.Add(step)) - step
+				if lo >= n {
+					return
+				}
+				f(lo, min(lo+step, n))
+			}
+		})
+	}
+	wg.Wait()
 }

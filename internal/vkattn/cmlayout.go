@@ -225,28 +225,29 @@ type CMLayout struct {
 	SlotRow      []int
 	XorMask      uint32
 	APerm        []int
-	// Planes is the number of bf16 planes the coopmat kernels hold each
-	// operand in: 1 for f16 and bf16 storage; for f32 (shaders.CMPlanes)
-	// the layout is bf16's and the tiles hold every plane.
-	Planes int
-	// HalfTanh: the kernels take the softcap's tanh in fp16
-	// (shaders.CMHalfTanh: bf16 storage).
-	HalfTanh bool
-	// Storage is the storage type the layout serves (the tile rules
-	// differ by it where the H200's measurements did).
+	// Storage is the storage type the layout serves (0: not yet given
+	// one, as a probe's): the number of planes and the softcap's tanh
+	// follow from it, and the tile rules differ by it where the H200's
+	// measurements did.
 	Storage spec.DType
 }
 
-// forStorage sets the fields that follow from the storage type dt the
-// layout serves: Storage, Planes and HalfTanh.
-func (l *CMLayout) forStorage(dt spec.DType) {
-	l.Storage = dt
-	l.Planes = shaders.CMPlanes(dt.Short())
-	l.HalfTanh = shaders.CMHalfTanh(dt.Short())
+// planes is the number of bf16 planes the coopmat kernels hold each
+// operand in (shaders.CMPlanes): 1 for f16 and bf16 storage (and a layout
+// without one); for f32 the layout is bf16's and the tiles hold every
+// plane.
+func (l *CMLayout) planes() int {
+	if l.Storage == 0 {
+		return 1
+	}
+	return shaders.CMPlanes(l.Storage.Short())
 }
 
-// planes is Planes, at least 1.
-func (l *CMLayout) planes() int { return max(l.Planes, 1) }
+// halfTanh reports whether the kernels take the softcap's tanh in fp16
+// (shaders.CMHalfTanh: bf16 storage).
+func (l *CMLayout) halfTanh() bool {
+	return l.Storage != 0 && shaders.CMHalfTanh(l.Storage.Short())
+}
 
 // Packed packs SlotRow and APerm four bits per entry into the
 // CM_SLOT_LO/HI and CM_PERM_LO/HI spec constants.

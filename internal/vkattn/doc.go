@@ -121,7 +121,7 @@
 // float16 and bfloat16 storage are offered only when the device has
 // storageBuffer16BitAccess (DTypes); arithmetic is float32 for every storage
 // type (but bfloat16's softcap tanh in the coopmat kernels, float16:
-// CMLayout.HalfTanh). bfloat16 runs the scalar kernels' bf16 modules or,
+// CMLayout.halfTanh). bfloat16 runs the scalar kernels' bf16 modules or,
 // on devices with bf16 cooperative matrices and VK_KHR_shader_bfloat16,
 // the coopmat kernels' own bf16 modules; never the float16 ones.
 //

@@ -29,8 +29,8 @@ func openF32CM(t *testing.T) (*Backend, *CMLayout) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Planes != shaders.CMPlanes(shaders.DTypeF32) {
-		t.Fatalf("f32 layout has %d planes", l.Planes)
+	if l.planes() != shaders.CMPlanes(shaders.DTypeF32) {
+		t.Fatalf("f32 layout has %d planes", l.planes())
 	}
 	return b, l
 }
@@ -191,7 +191,7 @@ func TestF32BwdCM(t *testing.T) {
 // tile.
 func TestBwdCMSplitRules(t *testing.T) {
 	l := *nvidiaLayout(t)
-	l.Planes = shaders.CMPlanes(shaders.DTypeF32)
+	l.Storage = spec.Float32
 	const sharedMax, maxWG = 48 << 10, 1024
 	for _, dkdv := range []bool{true, false} {
 		ts := bwdCMSplitTiles(&l, dkdv)

@@ -138,7 +138,7 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 			return nil, err
 		}
 		l := *bl
-		l.forStorage(dt)
+		l.Storage = dt
 		cm.layout = &l
 		return cm.layout, nil
 	}
@@ -154,7 +154,7 @@ func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error
 		cm.err = fmt.Errorf("%w: coopmat %v layout probe on %s: %w", ErrUnsupported, dt, b.info.Name, err)
 		return nil, cm.err
 	}
-	l.forStorage(dt)
+	l.Storage = dt
 	cm.layout = l
 	return l, nil
 }
@@ -600,7 +600,7 @@ func extLargeTile(ext *spec.Ext) bool {
 
 // extLargeTile64 reports whether the extended variant takes plain's large
 // tile at d ≤ 64 (nsg8-bc128): with a softcap taken in fp16
-// (CMLayout.HalfTanh) and no other score term, dropout, window (a causal
+// (CMLayout.halfTanh) and no other score term, dropout, window (a causal
 // mask allowed), key counts or packed sequences. Measured on an NVIDIA
 // H200 (d 64, N 16384, causal, forward; bench/NOTES.md), nsg8-bc128
 // against nsg4-bc32 in a build that took fp16 storage's tanh in fp16 (the
@@ -609,7 +609,7 @@ func extLargeTile(ext *spec.Ext) bool {
 // softcap was timed on the large tile only (6.43 ms, 0.92× of plain's
 // forward, against 7.48 on the small tile with fp32's tanh).
 func extLargeTile64(l *CMLayout, ext *spec.Ext) bool {
-	return ext != nil && l.HalfTanh && ext.Softcap != 0 && ext.Slopes == nil && ext.Bias == nil && ext.Dropout == nil &&
+	return ext != nil && l.halfTanh() && ext.Softcap != 0 && ext.Slopes == nil && ext.Bias == nil && ext.Dropout == nil &&
 		ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
 }
 

@@ -240,7 +240,7 @@ func TestChooseCMTile(t *testing.T) {
 	// With the softcap's tanh in fp16 (bf16 storage) a softcap alone, causal
 	// or not, takes plain's large tile at d ≤ 64 too.
 	half := *l
-	half.HalfTanh = true
+	half.Storage = spec.BFloat16
 	causalCap := &spec.Ext{Left: -1, Right: 0, Softcap: 30}
 	for _, c := range []struct {
 		d, nq int
@@ -294,10 +294,8 @@ func TestChooseCMTile(t *testing.T) {
 	// alone or with dropout); a bias keeps the 16-row steps with K_j, V_j
 	// in shared memory, whatever else it comes with; 32 KiB of shared
 	// memory takes the prefetching two-subgroup fallback.
-	bf := *l
-	bf.forStorage(spec.BFloat16)
-	f16 := *l
-	f16.forStorage(spec.Float16)
+	bf, f16 := *l, *l
+	bf.Storage, f16.Storage = spec.BFloat16, spec.Float16
 	for _, c := range []struct {
 		l    *CMLayout
 		ext  *spec.Ext

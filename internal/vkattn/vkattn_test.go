@@ -75,7 +75,7 @@ func syntheticBackend(t *testing.T, info device.Info, kernel string, layout *CML
 			continue
 		}
 		l := *layout
-		l.Planes = shaders.CMPlanes(cm.dt.Short())
+		l.Storage = cm.dt
 		cm.layout = &l
 	}
 	b.SetTuned("test.json", tuned)

@@ -36,11 +36,14 @@ type Bias struct {
 	// broadcasts): Backward returns it as Grads.DBias, BackwardInto
 	// writes GradTensor and the DeviceTensor calls GradDevice (each
 	// required then; both shaped like the bias). Forward calls ignore it.
-	// The sum over what the bias broadcasts is deterministic: on Vulkan
-	// the dS of every (sequence, head, row, key) goes to a float32
-	// scratch of B·Hq·Nq·Nk elements first, which must fit one storage
-	// binding (4 GiB on NVIDIA; ErrShape says so before anything runs);
-	// a bias with all of B, Hq and Nq needs none.
+	// The sum over what the bias broadcasts is deterministic, the same
+	// bits every run: on Vulkan the dS of every (sequence, head, row,
+	// key) goes to a float32 scratch first, a chunk of (sequence, head)
+	// planes of Nq·Nk elements at a time, at most 1 GiB (or one plane
+	// where one is larger; one plane must fit a storage binding, 4 GiB on
+	// NVIDIA, and ErrShape says so before anything runs), summed into
+	// dBias in a fixed order whatever the chunking; a bias with all of B,
+	// Hq and Nq needs none.
 	Grad       bool
 	GradTensor Tensor
 	GradDevice *DeviceTensor

@@ -55,8 +55,13 @@ type Launch struct {
 	// head dims (per-kernel benchmark times carry it).
 	Name string `json:"name,omitempty"`
 	// Grid is the number of workgroups in x, y, z and Workgroup the
-	// invocations per workgroup (zero on the CPU backend).
+	// invocations per workgroup (zero on the CPU backend). Base is the
+	// first workgroup of a launch that runs part of a larger grid (a
+	// backward whose dBias sums over the bias's broadcast dimensions runs
+	// its dQ kernel a chunk of heads and sequences at a time); zero
+	// otherwise.
 	Grid      [3]int `json:"grid"`
+	Base      [3]int `json:"base,omitzero"`
 	Workgroup int    `json:"workgroup"`
 	// TileRows and TileCols are the query and key rows of a tile (0 where
 	// the kernel has none); SharedBytes is the shared memory per workgroup.

@@ -28,6 +28,9 @@ func resultLaunches(pl *attention.Plan) []Launch {
 		out[i] = Launch{Kernel: l.Kernel, Tile: strings.Join(tile, " "), Source: l.Source, SharedBytes: l.SharedBytes}
 		if l.Workgroup > 0 {
 			out[i].Grid, out[i].Workgroup = l.Grid[:], []int{l.Workgroup, 1, 1}
+			if l.Base != ([3]int{}) {
+				out[i].Base = l.Base[:]
+			}
 		}
 	}
 	return out
@@ -114,6 +117,9 @@ func printLaunches(w io.Writer, ls []explainLaunch, sharedMax uint32) {
 	fmt.Fprintln(tw, "\tkernel\tgrid (x×y×z)\tworkgroup\tshared B\tof limit\ttile\tconfig\t")
 	for _, l := range ls {
 		grid := strings.Trim(strings.ReplaceAll(fmt.Sprint(l.Grid), " ", "×"), "[]")
+		if l.Base != nil {
+			grid += " from " + strings.Trim(strings.ReplaceAll(fmt.Sprint(l.Base), " ", ","), "[]")
+		}
 		wg := "-"
 		if len(l.Workgroup) > 0 {
 			wg = fmt.Sprint(l.Workgroup[0])

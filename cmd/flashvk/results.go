@@ -109,6 +109,7 @@ type Result struct {
 type Launch struct {
 	Kernel      string `json:"kernel,omitempty"`       // the dispatched kernel, e.g. "flash", "bwd_dkdv"; "cpu" for the CPU backend
 	Grid        []int  `json:"grid,omitempty"`         // workgroups dispatched (x, y, z)
+	Base        []int  `json:"base,omitempty"`         // first workgroup of a part of a larger grid (absent: 0, 0, 0)
 	Workgroup   []int  `json:"workgroup,omitempty"`    // invocations per workgroup (x, y, z)
 	SharedBytes int    `json:"shared_bytes,omitempty"` // shared memory per workgroup
 	Tile        string `json:"tile,omitempty"`         // free-form tile description, e.g. "Br=64 Bc=64"

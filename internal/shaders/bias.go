@@ -25,7 +25,7 @@ const BiasWG = 128
 
 func init() {
 	kernelBindings[KernelBiasSummary] = 3
-	kernelBindings[KernelBiasReduce] = 3
+	kernelBindings[KernelBiasReduce] = 4
 	kernelSpecIDs[KernelBiasSummary] = append(append([]uint32(nil), sharedSpecIDs...), SpecExt)
 	kernelSpecIDs[KernelBiasReduce] = append(append([]uint32(nil), sharedSpecIDs...), SpecExt)
 }
@@ -77,7 +77,7 @@ func biasSpec(p *spec.Problem) uint32 {
 
 // DBiasFolds reports whether p's dBias sums several (b, h, i) per element
 // (spec.Bias.GradFolds): the dQ kernels then store dS into a float32
-// [B, Hq, Nq, Nk] scratch (DBiasAccStrides) that bias_reduce folds.
+// scratch (DSChunks) that bias_reduce folds.
 func DBiasFolds(p *spec.Problem) bool {
 	if p.Ext == nil {
 		return false
@@ -86,10 +86,46 @@ func DBiasFolds(p *spec.Problem) bool {
 	return x != nil && x.Grad && x.GradFolds(p.B, p.Hq, p.Nq)
 }
 
-// DBiasAccElems is the number of float32 elements of p's dS scratch
-// (B·Hq·Nq·Nk) when its dBias folds.
-func DBiasAccElems(p *spec.Problem) int64 {
-	return int64(p.B) * int64(p.Hq) * int64(p.Nq) * int64(p.Nk)
+// DSChunks is how a folding dBias's dS scratch is used: the (b, h) planes,
+// q = b·Hq + h, run in Chunks chunks of Planes consecutive planes — a
+// multiple of Hq (whole batches) or a divisor of it, so that a chunk is a
+// box of the dQ kernels' grid (tiles, Hq, B). The scratch holds one chunk,
+// [Planes, Nq, Nk] float32 (plane q at q mod Planes): a dQ launch per
+// chunk stores into it, and bias_reduce's part for that chunk adds it to
+// dBias (bias_reduce.comp).
+type DSChunks struct{ Planes, Chunks int }
+
+// DSChunking is the chunking of p's dS scratch (DBiasFolds(p)) into
+// chunks of at most maxBytes, or of one plane where one is larger.
+func DSChunking(p *spec.Problem, maxBytes int64) DSChunks {
+	all := p.B * p.Hq
+	n := int(min(max(maxBytes/DSPlaneBytes(p), 1), int64(all)))
+	switch {
+	case n >= p.Hq:
+		n -= n % p.Hq
+	default:
+		for p.Hq%n != 0 {
+			n--
+		}
+	}
+	return DSChunks{Planes: n, Chunks: ceilDiv(all, n)}
+}
+
+// DSPlaneBytes is the bytes of one plane of p's dS scratch (Nq·Nk float32).
+func DSPlaneBytes(p *spec.Problem) int64 { return 4 * int64(p.Nq) * int64(p.Nk) }
+
+// Bytes is the scratch's size.
+func (c DSChunks) Bytes(p *spec.Problem) int64 { return int64(c.Planes) * DSPlaneBytes(p) }
+
+// DQBox is the part of a dQ kernel's grid (x whole: tiles of queries; y
+// heads, z batches) that chunk k covers: its first workgroup and counts.
+func (c DSChunks) DQBox(p *spec.Problem, k int, tiles uint32) (base, n [3]uint32) {
+	q0 := k * c.Planes
+	if c.Planes >= p.Hq {
+		b0 := q0 / p.Hq
+		return [3]uint32{0, 0, uint32(b0)}, [3]uint32{tiles, uint32(p.Hq), uint32(min(c.Planes/p.Hq, p.B-b0))}
+	}
+	return [3]uint32{0, uint32(q0 % p.Hq), uint32(q0 / p.Hq)}, [3]uint32{tiles, uint32(c.Planes), 1}
 }
 
 // BiasSum is the layout of a bias's summary (bias_summary.comp): Words
@@ -126,8 +162,9 @@ func (s BiasSum) Grid() [3]uint32 {
 	return [3]uint32{uint32(s.Words), uint32(s.Rows), uint32(s.Batches * s.Heads)}
 }
 
-// BiasReduceGrid is bias_reduce's grid for p: a thread per dBias element
-// (BiasWG keys a workgroup, its rows, its batch·head planes).
+// BiasReduceGrid is one chunk's part of bias_reduce's grid for p: a
+// thread per dBias element (BiasWG keys a workgroup, its rows, its
+// batch·head planes). Chunk k's part starts at x = k·BiasReduceGrid(p)[0].
 func BiasReduceGrid(p *spec.Problem) [3]uint32 {
 	x := p.Ext.Bias
 	rows, planes := 1, 1
@@ -143,18 +180,9 @@ func BiasReduceGrid(p *spec.Problem) [3]uint32 {
 	return [3]uint32{uint32(ceilDiv(p.Nk, BiasWG)), uint32(rows), uint32(planes)}
 }
 
-// dsTarget is the strides (batch, head, row) the dQ kernels store dS
-// with: the dBias's, or a folding dBias's dense scratch's.
-func dsTarget(p *spec.Problem) [3]uint32 {
-	x := p.Ext.Bias
-	if DBiasFolds(p) {
-		return [3]uint32{uint32(p.Hq * p.Nq * p.Nk), uint32(p.Nq * p.Nk), uint32(p.Nk)}
-	}
-	return [3]uint32{uint32(x.GradBatch), uint32(x.GradHead), uint32(x.GradRow)}
-}
-
-// biasWords fills the Ext header's bias words (13 … 24) of p.
-func biasWords(w []uint32, p *spec.Problem) {
+// biasWords fills the Ext header's bias words (13 … 25) of p, whose dS
+// scratch, when its dBias folds, holds planes (b, h) planes.
+func biasWords(w []uint32, p *spec.Problem, planes int) {
 	x := p.Ext.Bias
 	if x == nil {
 		return
@@ -162,8 +190,11 @@ func biasWords(w []uint32, p *spec.Problem) {
 	s := BiasSummary(p)
 	w[13], w[14], w[15] = uint32(x.Batch), uint32(x.Head), uint32(x.Row)
 	if x.Grad {
-		t := dsTarget(p)
-		w[16], w[17], w[18] = t[0], t[1], t[2]
+		// The dS target: dBias, or the scratch's planes (word 16 unused).
+		w[16], w[17], w[18] = uint32(x.GradBatch), uint32(x.GradHead), uint32(x.GradRow)
+		if DBiasFolds(p) {
+			w[16], w[17], w[18], w[25] = 0, uint32(p.Nq*p.Nk), uint32(p.Nk), uint32(planes)
+		}
 		w[22], w[23], w[24] = uint32(x.GradBatch), uint32(x.GradHead), uint32(x.GradRow)
 	}
 	w[19], w[20], w[21] = uint32(s.BatchStride), uint32(s.HeadStride), uint32(s.RowStride)

@@ -29,9 +29,9 @@ var bindingViews = map[string][][]string{
 	KernelBwdDQ:        {{S}, {S}, {S}, {S}, {"float32"}, {"float32"}, {S}, {"uint32"}, {"float32", S}, {"uint32"}, {"float32", S}},
 	KernelBwdCMDQ:      {{S}, {S}, {S}, {S}, {"float32"}, {"float32"}, {S}, {"uint32"}, {"float32", S}, {"uint32"}, {"float32", S}},
 	KernelFlashCMProbe: {{"float32"}},
-	// Ext, bias, summary; Ext, dS scratch, dBias.
+	// Ext, bias, summary; Ext, dS scratch, dBias, partial sums.
 	KernelBiasSummary: {{"uint32"}, {"float32", S}, {"uint32"}},
-	KernelBiasReduce:  {{"uint32"}, {"float32"}, {"float32", S}},
+	KernelBiasReduce:  {{"uint32"}, {"float32"}, {"float32", S}, {"float32"}},
 }
 
 // views is bindingViews' kinds of binding bnd of kernel k in a module of

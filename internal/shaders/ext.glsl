@@ -38,11 +38,14 @@
 //   words 13–15            bias strides: batch, head, row (elements; 0
 //                          broadcasts; keys contiguous)
 //   words 16–18            dS target strides of the dQ kernels (the
-//                          dBias, or a float32 [B,Hq,Nq,Nk] scratch that
-//                          bias_reduce folds into it)
+//                          dBias, or a float32 [P,Nq,Nk] scratch that
+//                          bias_reduce folds into it: word 16 unused)
 //   words 19–21            bias summary strides: batch, head, row block
 //                          (words; bias_summary.comp)
 //   words 22–24            dBias strides (bias_reduce.comp)
+//   word 25 P              the scratch's planes (0: no scratch, the dQ
+//                          kernels store into dBias): plane (b, h) at
+//                          (b·Hq + h) mod P (shaders.DSChunks)
 // The host stores a window side wider than Nq + Nk as −1, so the int32
 // arithmetic below cannot overflow (CheckProblem bounds Nq + Nk).
 //
@@ -136,7 +139,8 @@ void ext_head(uint b, uint h) {
 	if ((EXT & EXT_ON_BIAS) != 0u) {
 		ext_bias0 = b * ext_buf[13] + h * ext_buf[14];
 		ext_brow = ext_buf[15];
-		ext_dbias0 = b * ext_buf[16] + h * ext_buf[17];
+		uint planes = ext_buf[25];
+		ext_dbias0 = planes != 0u ? ((b * pc.Hq + h) % planes) * ext_buf[17] : b * ext_buf[16] + h * ext_buf[17];
 		ext_sum0 = b * ext_buf[19] + h * ext_buf[20];
 	}
 }

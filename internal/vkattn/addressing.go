@@ -76,6 +76,7 @@ func (b *Backend) initAddressing(a Addressing) error {
 		largest = info.MaxBufferSize
 	}
 	b.bindBytes = int64(min(info.MaxAllocation, info.MaxStorageBufferRange, largest, math.MaxInt64))
+	b.dsBytes = min(dsScratchMax, b.bindBytes)
 	b.addressing = a
 	switch {
 	case a == AddressBindings:

@@ -79,6 +79,7 @@ type Backend struct {
 	// why kernels cannot read operands by device address ("" when they
 	// can; addressing.go).
 	bindBytes  int64
+	dsBytes    int64 // the most a folding dBias's dS scratch takes (planDBiasFold)
 	addressing Addressing
 	addrWhy    string
 	reqSG      uint32

@@ -5,11 +5,13 @@ package vkattn
 // The bias (spec.Bias) in the plan: every scoring kernel binds the bias
 // and its summary after the Ext buffer (the dQ kernels also their dS
 // target), a pass with a bias starts with bias_summary, and a backward
-// whose dBias sums over broadcast dimensions ends with bias_reduce.
+// whose dBias sums over broadcast dimensions runs its dQ launch in chunks
+// of (b, h) planes, each followed by bias_reduce's part for it.
 
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/flashvk/flashvk/internal/device"
@@ -49,12 +51,19 @@ func extBias(p *spec.Problem) *spec.Bias {
 	return p.Ext.Bias
 }
 
+// dsScratchMax is the most bytes a folding dBias's dS scratch takes when
+// its planes can run in chunks (DispatchBase): larger ones are summed a
+// chunk at a time (shaders.DSChunks).
+const dsScratchMax = 1 << 30
+
 // planBias adds the bias's launches to a pass's plan: bias_summary first
-// (the kernels after it, behind a barrier, read its summary), and in a
-// backward whose dBias folds, bias_reduce last (behind a barrier) with the
-// dS scratch it sums; the dQ launch zeroes its dS target first (keys and
-// rows no tile reaches keep a dBias of 0). It refuses a bias or scratch
-// that one binding cannot hold.
+// (the kernels after it, behind a barrier, read its summary); with dBias
+// the dQ launch zeroes its dS target first (keys and rows no tile reaches
+// keep a dBias of 0). A backward whose dBias folds runs the dQ launch in
+// chunks of (b, h) planes (shaders.DSChunks, each the part of the dQ grid
+// whose dS its scratch holds), each followed (behind barriers) by
+// bias_reduce's part that adds the chunk into dBias. It refuses a bias,
+// dBias or scratch plane that one binding cannot hold.
 func (b *Backend) planBias(ctx context.Context, p *spec.Problem, dt spec.DType, pl *Plan) error {
 	x := extBias(p)
 	if x == nil {
@@ -87,26 +96,59 @@ func (b *Backend) planBias(ctx context.Context, p *spec.Problem, dt spec.DType, 
 	if pl.Dir != Bwd || !x.Grad {
 		return nil
 	}
-	for i := range pl.Launches {
-		if l := &pl.Launches[i]; l.Kernel == shaders.KernelBwdDQ || l.Kernel == shaders.KernelBwdCMDQ {
-			l.Zero = append(l.Zero, l.Bindings[len(l.Bindings)-1])
-		}
+	dq := slices.IndexFunc(pl.Launches, func(l Launch) bool {
+		return l.Kernel == shaders.KernelBwdDQ || l.Kernel == shaders.KernelBwdCMDQ
+	})
+	if dq < 0 {
+		return fmt.Errorf("vkattn: %s: a backward with dBias and no dQ launch", pl.Family)
 	}
+	l := &pl.Launches[dq]
+	l.Zero = append(l.Zero, l.Bindings[len(l.Bindings)-1])
 	if !shaders.DBiasFolds(p) {
 		return nil
 	}
-	acc := shaders.DBiasAccElems(p)
-	if !b.bindable(acc, 4*acc) {
-		return fmt.Errorf("%w: a dBias summed over broadcast dimensions needs a float32 scratch of B·Hq·Nq·Nk = %d elements (%d bytes); one binding reaches %d elements, %d bytes",
-			ErrTooLarge, acc, 4*acc, int64(MaxElements), b.bindBytes)
+	return b.planDBiasFold(ctx, p, dt, pl, dq)
+}
+
+// planDBiasFold replaces the dQ launch pl.Launches[dq] of a backward whose
+// dBias folds with its chunks (shaders.DSChunks), each followed by
+// bias_reduce's part for it.
+func (b *Backend) planDBiasFold(ctx context.Context, p *spec.Problem, dt spec.DType, pl *Plan, dq int) error {
+	maxBytes := b.dsBytes
+	if !b.info.DispatchBase {
+		maxBytes = math.MaxInt64 // one chunk: the whole grid in one dispatch
 	}
-	reduce, err := b.biasLaunch(shaders.KernelBiasReduce, p, dt, shaders.BiasReduceGrid(p), OpExt, OpDBiasAcc, OpDBias)
+	ch := shaders.DSChunking(p, maxBytes)
+	if elems := ch.Bytes(p) / 4; !b.bindable(elems, 4*elems) {
+		return fmt.Errorf("%w: a dBias summed over broadcast dimensions needs a float32 scratch of %d (b, h) planes of Nq·Nk = %d elements (%d bytes); one binding reaches %d elements, %d bytes",
+			ErrTooLarge, ch.Planes, elems, 4*elems, int64(MaxElements), b.bindBytes)
+	}
+	acc := OpExt // (bound, never read: one chunk holds every element's planes)
+	if ch.Chunks > 1 {
+		acc = OpDBiasPart
+		os := opSpec(p, OpDBias)
+		n, _ := extent(os.shape, os.st) // (planBias checked it)
+		pl.Scratch[OpDBiasPart] = 4 * n
+	}
+	reduce, err := b.biasLaunch(shaders.KernelBiasReduce, p, dt, shaders.BiasReduceGrid(p), OpExt, OpDBiasAcc, OpDBias, acc)
 	if err != nil {
 		return err
 	}
 	reduce.Barrier = true
-	pl.Launches = append(pl.Launches, reduce)
-	pl.Scratch[OpDBiasAcc] = 4 * acc
+	whole := pl.Launches[dq]
+	var ls []Launch
+	for k := range ch.Chunks {
+		l := whole
+		l.Base, l.Grid = ch.DQBox(p, k, whole.Grid[0])
+		l.Zero = slices.Clone(whole.Zero)
+		l.Barrier = whole.Barrier || k > 0
+		r := reduce
+		r.Base = [3]uint32{uint32(k) * reduce.Grid[0], 0, 0}
+		ls = append(ls, l, r)
+	}
+	pl.Launches = slices.Replace(pl.Launches, dq, dq+1, ls...)
+	pl.Scratch[OpDBiasAcc] = ch.Bytes(p)
+	pl.dsPlanes = ch.Planes
 	return ctx.Err()
 }
 

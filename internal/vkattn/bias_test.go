@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -66,7 +67,7 @@ func TestBiasPlan(t *testing.T) {
 				}
 				folds := dir == Bwd && c.grad && c.bcast
 				if last := ls[len(ls)-1]; folds != (last.Kernel == shaders.KernelBiasReduce) || (folds && !last.Barrier) ||
-					folds != (pl.Scratch[OpDBiasAcc] == 4*shaders.DBiasAccElems(p)) {
+					folds != (pl.Scratch[OpDBiasAcc] == shaders.DSChunking(p, b.dsBytes).Bytes(p)) {
 					t.Errorf("%s: launches %v scratch %v: bias_reduce last (behind a barrier) and its scratch exactly when dBias folds", name, kernelsOf(ls), pl.Scratch)
 				}
 				for _, l := range ls {
@@ -164,7 +165,7 @@ func TestBiasSummary(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ext, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: len(shaders.ExtWords(p))}, spec.Strides{})
+			ext, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: len(shaders.ExtWords(p, 0))}, spec.Strides{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +175,7 @@ func TestBiasSummary(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := b.dev.Record()
-			r.Update(ext.buf, 0, shaders.ExtBytes(p))
+			r.Update(ext.buf, 0, shaders.ExtBytes(p, 0))
 			r.BarrierTransferToCompute()
 			pc := params(p)
 			if err := r.Dispatch(pipe, pc.Bytes(), l.Grid, ext.buf, bias.buf, out.buf); err != nil {
@@ -247,4 +248,148 @@ func uploadBiasValues(t *testing.T, b *Backend, p *spec.Problem, dt spec.DType, 
 		t.Fatal(err2)
 	}
 	return x
+}
+
+// TestDBiasChunks: a dBias folded over the batch, the heads or the query
+// rows gives the same bits (and so do dQ, dK, dV) whether its dS scratch
+// holds every (b, h) plane or one chunk of them at a time — chunks of
+// whole batches, of a divisor of the heads, of one plane — in float32
+// and in a 16-bit storage type, whose dBias is rounded once, at the end.
+func TestDBiasChunks(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t, "")
+	saved := b.dsBytes
+	t.Cleanup(func() { b.dsBytes = saved })
+	const nb, hq, nq, nk = 3, 4, 33, 50
+	shapes := []struct {
+		name             string
+		batch, head, row int
+	}{
+		{"batch", 0, nq * nk, nk},
+		{"batch,heads", 0, 0, nk},
+		{"heads,rows", nk, 0, 0},
+	}
+	for _, dt := range []spec.DType{spec.Float32, spec.Float16} {
+		if !slices.Contains(b.DTypes(), dt) {
+			continue
+		}
+		for _, sh := range shapes {
+			p := bshdProblem(nb, hq, 2, nq, nk, 32)
+			p.Mask = spec.MaskCausalBottomRight
+			x := &spec.Bias{DType: dt, Batch: sh.batch, Head: sh.head, Row: sh.row, Grad: true,
+				GradBatch: sh.batch, GradHead: sh.head, GradRow: sh.row}
+			p.Ext = &spec.Ext{Left: -1, Right: -1, BottomRight: true, Bias: x}
+			var want [][]float32
+			for _, planes := range []int{nb * hq, hq, 2, 1} {
+				b.dsBytes = int64(planes) * shaders.DSPlaneBytes(p)
+				name := fmt.Sprintf("%v %s planes %d", dt, sh.name, planes)
+				pl, err := b.Plan(ctx, p, dt, Bwd)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if want := (shaders.DSChunks{Planes: planes, Chunks: nb * hq / planes}); pl.dsPlanes != planes || countKernel(pl.Launches, shaders.KernelBiasReduce) != want.Chunks {
+					t.Fatalf("%s: launches %v with %d planes, want %+v", name, kernelsOf(pl.Launches), pl.dsPlanes, want)
+				}
+				checkDSChunks(t, name, p, pl.Launches)
+				var got [][]float32
+				if dt == spec.Float32 {
+					got = biasRun(t, ctx, b, p, func(x float32) float32 { return x }, func(x float32) float32 { return x })
+				} else {
+					got = biasRun(t, ctx, b, p, float16.Fromfloat32, float16.Float16.Float32)
+				}
+				if want == nil {
+					want = got
+					continue
+				}
+				for i, n := range []string{"dq", "dk", "dv", "dbias"} {
+					if !bitsEqual(got[i], want[i]) {
+						t.Errorf("%s: %s differs from the one-chunk run", name, n)
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkDSChunks checks a folding dBias's launches: each dQ launch is
+// followed by bias_reduce's part for its chunk (the k-th part at x =
+// k·its width, behind a barrier), and the dQ launches cover the (heads,
+// batches) of the dQ grid exactly once, every tile of queries.
+func checkDSChunks(t *testing.T, name string, p *spec.Problem, ls []Launch) {
+	t.Helper()
+	seen := map[[2]uint32]int{}
+	k := uint32(0)
+	for i, l := range ls {
+		if l.Kernel != shaders.KernelBwdDQ && l.Kernel != shaders.KernelBwdCMDQ {
+			continue
+		}
+		if i+1 == len(ls) || ls[i+1].Kernel != shaders.KernelBiasReduce || !ls[i+1].Barrier || ls[i+1].Base != [3]uint32{k * ls[i+1].Grid[0], 0, 0} {
+			t.Errorf("%s: dQ launch %d not followed by bias_reduce's part %d: %v", name, i, k, kernelsOf(ls))
+		}
+		if l.Base[0] != 0 || l.Grid[0] != ls[len(ls)-2].Grid[0] {
+			t.Errorf("%s: dQ launch %d covers tiles %d from %d", name, i, l.Grid[0], l.Base[0])
+		}
+		for y := l.Base[1]; y < l.Base[1]+l.Grid[1]; y++ {
+			for z := l.Base[2]; z < l.Base[2]+l.Grid[2]; z++ {
+				seen[[2]uint32{y, z}]++
+			}
+		}
+		k++
+	}
+	for h := range uint32(p.Hq) {
+		for b := range uint32(p.B) {
+			if n := seen[[2]uint32{h, b}]; n != 1 {
+				t.Errorf("%s: head %d batch %d in %d dQ launches", name, h, b, n)
+			}
+		}
+	}
+	if len(seen) != p.Hq*p.B {
+		t.Errorf("%s: the dQ launches cover %d (head, batch) pairs, want %d", name, len(seen), p.Hq*p.B)
+	}
+}
+
+func countKernel(ls []Launch, kernel string) int {
+	n := 0
+	for _, l := range ls {
+		if l.Kernel == kernel {
+			n++
+		}
+	}
+	return n
+}
+
+// biasRun runs the forward and backward of p (bias of storage T) on b with
+// fixed random inputs and returns dQ, dK, dV and dBias as float32.
+func biasRun[T Elem](t *testing.T, ctx context.Context, b *Backend, p *spec.Problem, from func(float32) T, to func(T) float32) [][]float32 {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(3, 5))
+	conv := func(x []float32) []T {
+		out := make([]T, len(x))
+		for i, v := range x {
+			out[i] = from(v)
+		}
+		return out
+	}
+	back := func(x []T) []float32 {
+		out := make([]float32, len(x))
+		for i, v := range x {
+			out[i] = to(v)
+		}
+		return out
+	}
+	nq, nk := p.B*p.Nq*p.Hq, p.B*p.Nk*p.Hkv
+	q, k, v, do := conv(randn(rng, nq*p.D)), conv(randn(rng, nk*p.D)), conv(randn(rng, nk*p.Dv)), conv(randn(rng, nq*p.Dv))
+	bx := opSpec(p, OpBias)
+	n, _ := extent(bx.shape, bx.st)
+	bias, dbias := conv(randn(rng, int(n))), make([]T, n)
+	o, dq, dk, dv := make([]T, nq*p.Dv), make([]T, nq*p.D), make([]T, nk*p.D), make([]T, nk*p.Dv)
+	lse := make([]float32, p.B*p.Hq*p.Nq)
+	hb := HostBias{Bias: bias, DBias: dbias}
+	if err := ForwardHost(ctx, b, p, q, k, v, o, lse, hb); err != nil {
+		t.Fatal(err)
+	}
+	if err := BackwardHost(ctx, b, p, q, k, v, o, lse, do, dq, dk, dv, hb); err != nil {
+		t.Fatal(err)
+	}
+	return [][]float32{back(dq), back(dk), back(dv), back(dbias)}
 }

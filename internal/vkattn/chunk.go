@@ -210,11 +210,12 @@ func extPairs(p *spec.Problem, i0, i1, j0, j1 int) float64 {
 	return n / float64(nb)
 }
 
-// costOf is the work model of launch l of p: per (query, key) pair, the
+// costOf is the work model of launch l of p (in a plan whose folding
+// dBias's scratch holds dsPlanes planes): per (query, key) pair, the
 // multiply-adds of the products the kernel computes (2 operations each);
 // bwd_pre's is per query row, the bias kernels' one per element they read
-// (a workgroup's share of the whole).
-func costOf(p *spec.Problem, l *Launch) launchCost {
+// (a workgroup's share of the whole, bias_reduce's of one chunk).
+func costOf(p *spec.Problem, l *Launch, dsPlanes int) launchCost {
 	c := launchCost{key: l.Kernel + "." + l.DType.Short(), grid: l.Grid}
 	d, dv := float64(p.D), float64(p.Dv)
 	gx := max(l.Grid[0], 1)
@@ -231,7 +232,7 @@ func costOf(p *spec.Problem, l *Launch) launchCost {
 	case shaders.KernelBiasSummary, shaders.KernelBiasReduce:
 		per := float64(p.Nk) * float64(p.Nq) / float64(gx)
 		if l.Kernel == shaders.KernelBiasReduce {
-			per = shaders.BiasReduceTerms(p) * float64(shaders.BiasWG)
+			per = shaders.BiasReduceTerms(p) * float64(shaders.BiasWG) * float64(dsPlanes) / float64(p.B*p.Hq)
 		}
 		c.row = func(x0, x1 uint32) float64 { return per * float64(x1-x0) }
 	case shaders.KernelBwdDKDV, shaders.KernelBwdCMDKDV:
@@ -456,7 +457,7 @@ func (b *Backend) prepareAll(s *scratch, p *spec.Problem, pls []*Plan, bufs oper
 		}
 		first := len(cls)
 		for j := range rls {
-			cl := chunkLaunch{ready: rls[j], cost: costOf(p, rls[j].l), barrier: rls[j].l.Barrier || (i > 0 && j == 0), order: gpuOrder}
+			cl := chunkLaunch{ready: rls[j], cost: costOf(p, rls[j].l, pl.dsPlanes), barrier: rls[j].l.Barrier || (i > 0 && j == 0), order: gpuOrder}
 			if b.chunkCPU {
 				cl.order = cpuOrder
 			}
@@ -467,7 +468,7 @@ func (b *Backend) prepareAll(s *scratch, p *spec.Problem, pls []*Plan, bufs oper
 		}
 		if ext := boundTo(rls, OpExt); p.Ext != nil && ext != nil {
 			// The pass's Ext scratch, written before its first launch.
-			cls[first].init, cls[first].initBuf = shaders.ExtBytes(p), ext
+			cls[first].init, cls[first].initBuf = shaders.ExtBytes(p, pl.dsPlanes), ext
 		}
 	}
 	return cls, nil

@@ -74,11 +74,17 @@
 // from every row is neither loaded, prefetched nor computed. A backward with dBias has its dQ kernel store dS
 // (before the softcap's derivative) into the dBias, zeroed first; where
 // the bias broadcasts, dBias sums over what it folds: the dQ kernel then
-// stores every dS into a float32 [B, Hq, Nq, Nk] scratch, also zeroed,
-// and bias_reduce sums it per dBias element in a fixed order (the bits do
-// not change run to run). The bias, its dBias and that scratch must each
-// fit one binding (ErrTooLarge names the one that does not); such a
-// problem runs as a whole batch (spec.Problem.Whole) on the host path.
+// stores dS into a float32 scratch of (b, h) planes [P, Nq, Nk], also
+// zeroed, and bias_reduce adds it into dBias per element in a fixed order
+// (b, h, then the row: the bits change neither run to run nor with P).
+// The scratch holds at most 1 GiB of planes (P a multiple or a divisor of
+// Hq; shaders.DSChunks): the dQ launch then runs in chunks of P planes —
+// parts of its grid, vkCmdDispatchBase — each followed by bias_reduce's
+// part for that chunk, which keeps an element's partial sum in a float32
+// buffer of dBias's size between chunks. The bias, its dBias and one
+// plane must each fit one binding (ErrTooLarge names the one that does
+// not); such a problem runs as a whole batch (spec.Problem.Whole) on the
+// host path.
 //
 // # Device-resident and host operands
 //

@@ -59,22 +59,23 @@ const (
 	OpDQ
 	OpDK
 	OpDV
-	OpD        // scratch: the backward's float32 D = rowsum(dO∘O), [B, Hq, Nq]
-	OpScores   // scratch: the naive kernel's float32 scores, [B, Hq, Nq, Nk]
-	OpNewK     // KV-cache calls: the rows appended to the cache K
-	OpNewV     // and V
-	OpMeta     // scratch: uint32 lengths and page table, written by the call
-	OpPart     // scratch: decode's float32 per-split partial results
-	OpExt      // scratch: the Ext buffer (shaders.ExtWords), written by the call
-	OpBias     // the additive bias (spec.Bias), float32 or the storage type
-	OpDBias    // its gradient, written by the backward (spec.Bias.Grad)
-	OpBiasSum  // scratch: the bias's per-block summary (shaders.BiasSumWords)
-	OpDBiasAcc // scratch: float32 dS [B, Hq, Nq, Nk] of a dBias that folds sums
+	OpD         // scratch: the backward's float32 D = rowsum(dO∘O), [B, Hq, Nq]
+	OpScores    // scratch: the naive kernel's float32 scores, [B, Hq, Nq, Nk]
+	OpNewK      // KV-cache calls: the rows appended to the cache K
+	OpNewV      // and V
+	OpMeta      // scratch: uint32 lengths and page table, written by the call
+	OpPart      // scratch: decode's float32 per-split partial results
+	OpExt       // scratch: the Ext buffer (shaders.ExtWords), written by the call
+	OpBias      // the additive bias (spec.Bias), float32 or the storage type
+	OpDBias     // its gradient, written by the backward (spec.Bias.Grad)
+	OpBiasSum   // scratch: the bias's per-block summary (shaders.BiasSumWords)
+	OpDBiasAcc  // scratch: float32 dS of one chunk of (b, h) planes of a dBias that folds (shaders.DSChunks)
+	OpDBiasPart // scratch: float32 partial sums of such a dBias between chunks (dBias's element offsets)
 	numOperands
 )
 
 var operandNames = [numOperands]string{"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "D", "scores", "newk", "newv", "meta", "partials", "ext",
-	"bias", "dbias", "biassum", "dbiasacc"}
+	"bias", "dbias", "biassum", "dbiasacc", "dbiaspart"}
 
 func (o Operand) String() string {
 	if o < numOperands {
@@ -96,9 +97,11 @@ type Launch struct {
 	// came from: SourceTuned (the tune cache) or SourceDefault.
 	Tunable, Config, Source string
 	// Grid is the number of workgroups in x, y, z; Workgroup the
-	// invocations per workgroup (x; y = z = 1).
-	Grid      [3]uint32
-	Workgroup int
+	// invocations per workgroup (x; y = z = 1). Base is the first
+	// workgroup (gl_WorkGroupID counts from it): zero unless the launch
+	// runs a part of a larger grid (the chunks of a folding dBias).
+	Grid, Base [3]uint32
+	Workgroup  int
 	// BR and BC are the query and key rows of a tile (0 where the kernel
 	// has no tile), SharedBytes the shared memory per workgroup.
 	BR, BC      int
@@ -137,7 +140,8 @@ type Plan struct {
 	// problem (one line each, "family: reason").
 	Declined []string
 
-	decode *DecodeConfig // the KV family's configuration (its push constants)
+	decode   *DecodeConfig // the KV family's configuration (its push constants)
+	dsPlanes int           // planes of a folding dBias's dS scratch (shaders.DSChunks; 0 without)
 }
 
 // Decode is the KV family's configuration of the plan (nil for other
@@ -337,7 +341,11 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 // workgroup counts (ErrTooLarge), so that Plan, not the call, reports it.
 func checkGrids(info device.Info, pl *Plan) error {
 	for _, l := range pl.Launches {
-		if err := pipeline.CheckGroups(info, l.Grid); err != nil {
+		end := l.Grid
+		for i := range end {
+			end[i] += l.Base[i]
+		}
+		if err := pipeline.CheckGroups(info, end); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrTooLarge, l.Kernel, err)
 		}
 	}
@@ -409,8 +417,12 @@ type readyLaunch struct {
 	args []*device.Buffer
 }
 
-// dispatch records the workgroups base … base+groups−1 of the launch.
+// dispatch records the workgroups base … base+groups−1 of the launch
+// (counted from the launch's Base).
 func (rl *readyLaunch) dispatch(r *device.Recorder, base, groups [3]uint32) error {
+	for i := range base {
+		base[i] += rl.l.Base[i]
+	}
 	if err := r.DispatchBase(rl.pipe, rl.push, base, groups, rl.args...); err != nil {
 		return fmt.Errorf("vkattn: %w", err)
 	}
@@ -540,7 +552,7 @@ func (pl *Plan) bindExt(p *spec.Problem) {
 			if pl.Scratch == nil {
 				pl.Scratch = map[Operand]int64{}
 			}
-			pl.Scratch[OpExt] = int64(len(shaders.ExtBytes(p)))
+			pl.Scratch[OpExt] = int64(len(shaders.ExtBytes(p, 0)))
 			return
 		}
 	}

@@ -86,29 +86,48 @@ func DBiasFolds(p *spec.Problem) bool {
 	return x != nil && x.Grad && x.GradFolds(p.B, p.Hq, p.Nq)
 }
 
-// DSChunks is how a folding dBias's dS scratch is used: the (b, h) planes,
-// q = b·Hq + h, run in Chunks chunks of Planes consecutive planes — a
-// multiple of Hq (whole batches) or a divisor of it, so that a chunk is a
-// box of the dQ kernels' grid (tiles, Hq, B). The scratch holds one chunk,
-// [Planes, Nq, Nk] float32 (plane q at q mod Planes): a dQ launch per
-// chunk stores into it, and bias_reduce's part for that chunk adds it to
-// dBias (bias_reduce.comp).
-type DSChunks struct{ Planes, Chunks int }
+// DSChunks is how a folding dBias's dS scratch is used: the (b, h) planes
+// run in Chunks chunks of Planes consecutive planes in their order —
+// batch-major, q = b·Hq + h, or head-major, q = h·B + b, when dBias keeps
+// the heads and folds the batch, so that each of its elements' planes are
+// consecutive (one chunk holds them all where it holds B planes). Planes
+// is a multiple of the inner dimension (Hq batch-major, B head-major) or
+// a divisor of it, so that a chunk is a box of the dQ kernels' grid
+// (tiles, Hq, B). The scratch holds one chunk, [Planes, Nq, Nk] float32
+// (plane q at q mod Planes): a dQ launch per chunk stores into it, and
+// bias_reduce's part for that chunk adds it to dBias (bias_reduce.comp).
+type DSChunks struct {
+	Planes, Chunks int
+	HeadMajor      bool
+}
 
 // DSChunking is the chunking of p's dS scratch (DBiasFolds(p)) into
 // chunks of at most maxBytes, or of one plane where one is larger.
 func DSChunking(p *spec.Problem, maxBytes int64) DSChunks {
+	x := p.Ext.Bias
+	c := DSChunks{HeadMajor: x.GradBatch == 0 && x.GradHead != 0 && p.B > 1}
+	inner := c.inner(p)
 	all := p.B * p.Hq
 	n := int(min(max(maxBytes/DSPlaneBytes(p), 1), int64(all)))
 	switch {
-	case n >= p.Hq:
-		n -= n % p.Hq
+	case n >= inner:
+		n -= n % inner
 	default:
-		for p.Hq%n != 0 {
+		for inner%n != 0 {
 			n--
 		}
 	}
-	return DSChunks{Planes: n, Chunks: ceilDiv(all, n)}
+	c.Planes, c.Chunks = n, ceilDiv(all, n)
+	return c
+}
+
+// inner is the size of the planes' inner dimension: Hq batch-major, B
+// head-major.
+func (c DSChunks) inner(p *spec.Problem) int {
+	if c.HeadMajor {
+		return p.B
+	}
+	return p.Hq
 }
 
 // DSPlaneBytes is the bytes of one plane of p's dS scratch (Nq·Nk float32).
@@ -120,12 +139,63 @@ func (c DSChunks) Bytes(p *spec.Problem) int64 { return int64(c.Planes) * DSPlan
 // DQBox is the part of a dQ kernel's grid (x whole: tiles of queries; y
 // heads, z batches) that chunk k covers: its first workgroup and counts.
 func (c DSChunks) DQBox(p *spec.Problem, k int, tiles uint32) (base, n [3]uint32) {
+	inner, outer := c.inner(p), p.B*p.Hq/c.inner(p)
 	q0 := k * c.Planes
-	if c.Planes >= p.Hq {
-		b0 := q0 / p.Hq
-		return [3]uint32{0, 0, uint32(b0)}, [3]uint32{tiles, uint32(p.Hq), uint32(min(c.Planes/p.Hq, p.B-b0))}
+	o0, i0 := q0/inner, q0%inner
+	var bo, bi, no, ni int // (outer, inner) first and counts
+	if c.Planes >= inner {
+		bo, bi, no, ni = o0, 0, min(c.Planes/inner, outer-o0), inner
+	} else {
+		bo, bi, no, ni = o0, i0, 1, c.Planes
 	}
-	return [3]uint32{0, uint32(q0 % p.Hq), uint32(q0 / p.Hq)}, [3]uint32{tiles, uint32(c.Planes), 1}
+	if c.HeadMajor { // outer heads (y), inner batches (z)
+		return [3]uint32{0, uint32(bo), uint32(bi)}, [3]uint32{tiles, uint32(no), uint32(ni)}
+	}
+	return [3]uint32{0, uint32(bi), uint32(bo)}, [3]uint32{tiles, uint32(ni), uint32(no)}
+}
+
+// kept is the dBias plane (bias_reduce's z: batch·heads + head of the
+// dimensions dBias keeps) that plane q of the chunks' order folds into.
+func (c DSChunks) kept(p *spec.Problem, q int) int {
+	b, h := q/p.Hq, q%p.Hq
+	if c.HeadMajor {
+		b, h = q%p.B, q/p.B
+	}
+	x := p.Ext.Bias
+	z := 0
+	if x.GradBatch != 0 {
+		z = b
+	}
+	if x.GradHead != 0 {
+		z = z*p.Hq + h
+	}
+	return z
+}
+
+// ReduceBox is chunk k's part of bias_reduce's grid: its key tiles at x =
+// k·T … (T = BiasReduceGrid(p)[0]), every row, and the dBias planes its
+// planes fold into (consecutive: the kept plane does not decrease along
+// the chunks' order).
+func (c DSChunks) ReduceBox(p *spec.Problem, k int) (base, n [3]uint32) {
+	g := BiasReduceGrid(p)
+	q0, q1 := k*c.Planes, min((k+1)*c.Planes, p.B*p.Hq)
+	z0, z1 := c.kept(p, q0), c.kept(p, q1-1)
+	return [3]uint32{uint32(k) * g[0], 0, uint32(z0)}, [3]uint32{g[0], g[1], uint32(z1 - z0 + 1)}
+}
+
+// Spans reports whether some dBias element's planes lie in more than one
+// chunk (its partial sum then waits between them in a float32 buffer).
+func (c DSChunks) Spans(p *spec.Problem) bool {
+	first := map[int]int{} // kept plane → chunk of its first plane
+	for q := range p.B * p.Hq {
+		z := c.kept(p, q)
+		if k, ok := first[z]; !ok {
+			first[z] = q / c.Planes
+		} else if k != q/c.Planes {
+			return true
+		}
+	}
+	return false
 }
 
 // BiasSum is the layout of a bias's summary (bias_summary.comp): Words
@@ -180,9 +250,9 @@ func BiasReduceGrid(p *spec.Problem) [3]uint32 {
 	return [3]uint32{uint32(ceilDiv(p.Nk, BiasWG)), uint32(rows), uint32(planes)}
 }
 
-// biasWords fills the Ext header's bias words (13 … 25) of p, whose dS
-// scratch, when its dBias folds, holds planes (b, h) planes.
-func biasWords(w []uint32, p *spec.Problem, planes int) {
+// biasWords fills the Ext header's bias words (13 … 26) of p, whose dS
+// scratch, when its dBias folds, is used as ds says.
+func biasWords(w []uint32, p *spec.Problem, ds DSChunks) {
 	x := p.Ext.Bias
 	if x == nil {
 		return
@@ -193,7 +263,10 @@ func biasWords(w []uint32, p *spec.Problem, planes int) {
 		// The dS target: dBias, or the scratch's planes (word 16 unused).
 		w[16], w[17], w[18] = uint32(x.GradBatch), uint32(x.GradHead), uint32(x.GradRow)
 		if DBiasFolds(p) {
-			w[16], w[17], w[18], w[25] = 0, uint32(p.Nq*p.Nk), uint32(p.Nk), uint32(planes)
+			w[16], w[17], w[18], w[25] = 0, uint32(p.Nq*p.Nk), uint32(p.Nk), uint32(ds.Planes)
+			if ds.HeadMajor {
+				w[26] = 1
+			}
 		}
 		w[22], w[23], w[24] = uint32(x.GradBatch), uint32(x.GradHead), uint32(x.GradRow)
 	}

@@ -45,7 +45,8 @@
 //   words 22–24            dBias strides (bias_reduce.comp)
 //   word 25 P              the scratch's planes (0: no scratch, the dQ
 //                          kernels store into dBias): plane (b, h) at
-//                          (b·Hq + h) mod P (shaders.DSChunks)
+//                          q mod P (shaders.DSChunks)
+//   word 26 order          the planes' order: 0 q = b·Hq + h, 1 q = h·B + b
 // The host stores a window side wider than Nq + Nk as −1, so the int32
 // arithmetic below cannot overflow (CheckProblem bounds Nq + Nk).
 //
@@ -140,7 +141,8 @@ void ext_head(uint b, uint h) {
 		ext_bias0 = b * ext_buf[13] + h * ext_buf[14];
 		ext_brow = ext_buf[15];
 		uint planes = ext_buf[25];
-		ext_dbias0 = planes != 0u ? ((b * pc.Hq + h) % planes) * ext_buf[17] : b * ext_buf[16] + h * ext_buf[17];
+		uint q = ext_buf[26] != 0u ? h * pc.B + b : b * pc.Hq + h;
+		ext_dbias0 = planes != 0u ? (q % planes) * ext_buf[17] : b * ext_buf[16] + h * ext_buf[17];
 		ext_sum0 = b * ext_buf[19] + h * ext_buf[20];
 	}
 }

@@ -61,18 +61,18 @@ const (
 )
 
 // extHeader is the number of words before the Ext buffer's arrays.
-const extHeader = 26
+const extHeader = 27
 
 // ExtWords is the Ext buffer of p (ext.glsl's layout): the window (a
 // side wider than Nq + Nk stored as −1, unbounded), the flags, the
 // softcap, the packed query rows Tq, the dropout's seed, offset,
 // threshold and first sequence, the bias's, dS target's, summary's and
-// dBias's strides and the planes of a folding dBias's dS scratch
-// (dsPlanes: DSChunks.Planes of the plan), then SeqUsedK, the ALiBi
+// dBias's strides and how a folding dBias's dS scratch is used (ds: the
+// plan's DSChunks), then SeqUsedK, the ALiBi
 // slopes and the packed sequences' offsets (CuQ then CuK). A plain
 // problem (p.Ext nil) gets the header of an unbounded window with no
 // flags.
-func ExtWords(p *spec.Problem, dsPlanes int) []uint32 {
+func ExtWords(p *spec.Problem, ds DSChunks) []uint32 {
 	w := make([]uint32, extHeader)
 	side := func(x int) uint32 {
 		if x < 0 || x >= p.Nq+p.Nk {
@@ -114,7 +114,7 @@ func ExtWords(p *spec.Problem, dsPlanes int) []uint32 {
 		w[2] |= ExtDropout
 		w[8], w[9], w[10], w[11], w[12] = uint32(d.Seed), uint32(d.Seed>>32), d.Offset, d.Threshold, uint32(d.Batch0)
 	}
-	biasWords(w, p, dsPlanes)
+	biasWords(w, p, ds)
 	if e.CuQ != nil {
 		w[2] |= ExtVarlen
 		w[6] = uint32(len(w))
@@ -127,7 +127,7 @@ func ExtWords(p *spec.Problem, dsPlanes int) []uint32 {
 }
 
 // ExtBytes is ExtWords as the little-endian bytes the buffer holds.
-func ExtBytes(p *spec.Problem, dsPlanes int) []byte { return wordBytes(ExtWords(p, dsPlanes)) }
+func ExtBytes(p *spec.Problem, ds DSChunks) []byte { return wordBytes(ExtWords(p, ds)) }
 
 // wordBytes is w as little-endian bytes, as a storage buffer holds it.
 func wordBytes(w []uint32) []byte {

@@ -123,8 +123,8 @@ func (b *Backend) planDBiasFold(ctx context.Context, p *spec.Problem, dt spec.DT
 		return fmt.Errorf("%w: a dBias summed over broadcast dimensions needs a float32 scratch of %d (b, h) planes of Nq·Nk = %d elements (%d bytes); one binding reaches %d elements, %d bytes",
 			ErrTooLarge, ch.Planes, elems, 4*elems, int64(MaxElements), b.bindBytes)
 	}
-	acc := OpExt // (bound, never read: one chunk holds every element's planes)
-	if ch.Chunks > 1 {
+	acc := OpExt // (bound, never read: one chunk holds each element's planes)
+	if ch.Spans(p) {
 		acc = OpDBiasPart
 		os := opSpec(p, OpDBias)
 		n, _ := extent(os.shape, os.st) // (planBias checked it)
@@ -143,12 +143,12 @@ func (b *Backend) planDBiasFold(ctx context.Context, p *spec.Problem, dt spec.DT
 		l.Zero = slices.Clone(whole.Zero)
 		l.Barrier = whole.Barrier || k > 0
 		r := reduce
-		r.Base = [3]uint32{uint32(k) * reduce.Grid[0], 0, 0}
+		r.Base, r.Grid = ch.ReduceBox(p, k)
 		ls = append(ls, l, r)
 	}
 	pl.Launches = slices.Replace(pl.Launches, dq, dq+1, ls...)
 	pl.Scratch[OpDBiasAcc] = ch.Bytes(p)
-	pl.dsPlanes = ch.Planes
+	pl.ds = ch
 	return ctx.Err()
 }
 

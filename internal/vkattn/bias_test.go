@@ -165,7 +165,7 @@ func TestBiasSummary(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ext, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: len(shaders.ExtWords(p, 0))}, spec.Strides{})
+			ext, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: len(shaders.ExtWords(p, shaders.DSChunks{}))}, spec.Strides{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +175,7 @@ func TestBiasSummary(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := b.dev.Record()
-			r.Update(ext.buf, 0, shaders.ExtBytes(p, 0))
+			r.Update(ext.buf, 0, shaders.ExtBytes(p, shaders.DSChunks{}))
 			r.BarrierTransferToCompute()
 			pc := params(p)
 			if err := r.Dispatch(pipe, pc.Bytes(), l.Grid, ext.buf, bias.buf, out.buf); err != nil {
@@ -253,8 +253,9 @@ func uploadBiasValues(t *testing.T, b *Backend, p *spec.Problem, dt spec.DType, 
 // TestDBiasChunks: a dBias folded over the batch, the heads or the query
 // rows gives the same bits (and so do dQ, dK, dV) whether its dS scratch
 // holds every (b, h) plane or one chunk of them at a time — chunks of
-// whole batches, of a divisor of the heads, of one plane — in float32
-// and in a 16-bit storage type, whose dBias is rounded once, at the end.
+// whole batches (or, head-major, whole heads), of a divisor of the inner
+// dimension, of one plane — in float32 and in a 16-bit storage type,
+// whose dBias is rounded once, at the end.
 func TestDBiasChunks(t *testing.T) {
 	ctx := context.Background()
 	b := openBackend(t, "")
@@ -280,15 +281,21 @@ func TestDBiasChunks(t *testing.T) {
 				GradBatch: sh.batch, GradHead: sh.head, GradRow: sh.row}
 			p.Ext = &spec.Ext{Left: -1, Right: -1, BottomRight: true, Bias: x}
 			var want [][]float32
-			for _, planes := range []int{nb * hq, hq, 2, 1} {
-				b.dsBytes = int64(planes) * shaders.DSPlaneBytes(p)
-				name := fmt.Sprintf("%v %s planes %d", dt, sh.name, planes)
+			seen := map[int]bool{}
+			for _, most := range []int{nb * hq, 6, 4, 2, 1} {
+				b.dsBytes = int64(most) * shaders.DSPlaneBytes(p)
+				ds := shaders.DSChunking(p, b.dsBytes)
+				if seen[ds.Planes] {
+					continue
+				}
+				seen[ds.Planes] = true
+				name := fmt.Sprintf("%v %s planes %d", dt, sh.name, ds.Planes)
 				pl, err := b.Plan(ctx, p, dt, Bwd)
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
-				if want := (shaders.DSChunks{Planes: planes, Chunks: nb * hq / planes}); pl.dsPlanes != planes || countKernel(pl.Launches, shaders.KernelBiasReduce) != want.Chunks {
-					t.Fatalf("%s: launches %v with %d planes, want %+v", name, kernelsOf(pl.Launches), pl.dsPlanes, want)
+				if pl.ds != ds || ds.HeadMajor != (sh.batch == 0 && sh.head != 0) || countKernel(pl.Launches, shaders.KernelBiasReduce) != ds.Chunks {
+					t.Fatalf("%s: launches %v with %+v, want %+v", name, kernelsOf(pl.Launches), pl.ds, ds)
 				}
 				checkDSChunks(t, name, p, pl.Launches)
 				var got [][]float32
@@ -312,26 +319,49 @@ func TestDBiasChunks(t *testing.T) {
 }
 
 // checkDSChunks checks a folding dBias's launches: each dQ launch is
-// followed by bias_reduce's part for its chunk (the k-th part at x =
-// k·its width, behind a barrier), and the dQ launches cover the (heads,
-// batches) of the dQ grid exactly once, every tile of queries.
+// followed by bias_reduce's part for its chunk (behind a barrier: the
+// k-th part at x = k·its width, every row, the dBias planes its (head,
+// batch) pairs fold into), and the dQ launches cover the (heads, batches)
+// of the dQ grid exactly once, every tile of queries.
 func checkDSChunks(t *testing.T, name string, p *spec.Problem, ls []Launch) {
 	t.Helper()
+	x := p.Ext.Bias
+	keptOf := func(h, b uint32) uint32 { // bias_reduce's z of (b, h)
+		z := uint32(0)
+		if x.GradBatch != 0 {
+			z = b
+		}
+		if x.GradHead != 0 {
+			z = z*uint32(p.Hq) + h
+		}
+		return z
+	}
+	full := shaders.BiasReduceGrid(p)
 	seen := map[[2]uint32]int{}
 	k := uint32(0)
 	for i, l := range ls {
 		if l.Kernel != shaders.KernelBwdDQ && l.Kernel != shaders.KernelBwdCMDQ {
 			continue
 		}
-		if i+1 == len(ls) || ls[i+1].Kernel != shaders.KernelBiasReduce || !ls[i+1].Barrier || ls[i+1].Base != [3]uint32{k * ls[i+1].Grid[0], 0, 0} {
-			t.Errorf("%s: dQ launch %d not followed by bias_reduce's part %d: %v", name, i, k, kernelsOf(ls))
-		}
 		if l.Base[0] != 0 || l.Grid[0] != ls[len(ls)-2].Grid[0] {
 			t.Errorf("%s: dQ launch %d covers tiles %d from %d", name, i, l.Grid[0], l.Base[0])
 		}
+		zs := map[uint32]bool{}
 		for y := l.Base[1]; y < l.Base[1]+l.Grid[1]; y++ {
 			for z := l.Base[2]; z < l.Base[2]+l.Grid[2]; z++ {
 				seen[[2]uint32{y, z}]++
+				zs[keptOf(y, z)] = true
+			}
+		}
+		if i+1 == len(ls) || ls[i+1].Kernel != shaders.KernelBiasReduce || !ls[i+1].Barrier {
+			t.Errorf("%s: dQ launch %d not followed by bias_reduce: %v", name, i, kernelsOf(ls))
+		} else if r := ls[i+1]; r.Base[0] != k*full[0] || r.Grid[0] != full[0] || r.Base[1] != 0 || r.Grid[1] != full[1] || int(r.Grid[2]) != len(zs) {
+			t.Errorf("%s: bias_reduce's part %d runs %v from %v; want x %d from %d, every row, the %d dBias planes %v", name, k, r.Grid, r.Base, full[0], k*full[0], len(zs), zs)
+		} else {
+			for z := r.Base[2]; z < r.Base[2]+r.Grid[2]; z++ {
+				if !zs[z] {
+					t.Errorf("%s: bias_reduce's part %d runs dBias plane %d, which its chunk does not fold into (%v)", name, k, z, zs)
+				}
 			}
 		}
 		k++

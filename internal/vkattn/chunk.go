@@ -457,7 +457,7 @@ func (b *Backend) prepareAll(s *scratch, p *spec.Problem, pls []*Plan, bufs oper
 		}
 		first := len(cls)
 		for j := range rls {
-			cl := chunkLaunch{ready: rls[j], cost: costOf(p, rls[j].l, pl.dsPlanes), barrier: rls[j].l.Barrier || (i > 0 && j == 0), order: gpuOrder}
+			cl := chunkLaunch{ready: rls[j], cost: costOf(p, rls[j].l, pl.ds.Planes), barrier: rls[j].l.Barrier || (i > 0 && j == 0), order: gpuOrder}
 			if b.chunkCPU {
 				cl.order = cpuOrder
 			}
@@ -468,7 +468,7 @@ func (b *Backend) prepareAll(s *scratch, p *spec.Problem, pls []*Plan, bufs oper
 		}
 		if ext := boundTo(rls, OpExt); p.Ext != nil && ext != nil {
 			// The pass's Ext scratch, written before its first launch.
-			cls[first].init, cls[first].initBuf = shaders.ExtBytes(p, pl.dsPlanes), ext
+			cls[first].init, cls[first].initBuf = shaders.ExtBytes(p, pl.ds), ext
 		}
 	}
 	return cls, nil

@@ -77,11 +77,14 @@
 // stores dS into a float32 scratch of (b, h) planes [P, Nq, Nk], also
 // zeroed, and bias_reduce adds it into dBias per element in a fixed order
 // (b, h, then the row: the bits change neither run to run nor with P).
-// The scratch holds at most 1 GiB of planes (P a multiple or a divisor of
-// Hq; shaders.DSChunks): the dQ launch then runs in chunks of P planes —
-// parts of its grid, vkCmdDispatchBase — each followed by bias_reduce's
-// part for that chunk, which keeps an element's partial sum in a float32
-// buffer of dBias's size between chunks. The bias, its dBias and one
+// The scratch holds at most 1 GiB of planes (shaders.DSChunks: in the
+// order b·Hq + h, or h·B + b where dBias keeps the heads and folds the
+// batch, so that an element's planes are consecutive; P a multiple or a
+// divisor of the inner dimension): the dQ launch then runs in chunks of P
+// planes — parts of its grid, vkCmdDispatchBase — each followed by
+// bias_reduce's part for that chunk (the dBias planes it folds into), which
+// keeps an element's partial sum in a float32 buffer of dBias's size
+// between chunks where its planes span several. The bias, its dBias and one
 // plane must each fit one binding (ErrTooLarge names the one that does
 // not); such a problem runs as a whole batch (spec.Problem.Whole) on the
 // host path.

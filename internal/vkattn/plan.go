@@ -140,8 +140,8 @@ type Plan struct {
 	// problem (one line each, "family: reason").
 	Declined []string
 
-	decode   *DecodeConfig // the KV family's configuration (its push constants)
-	dsPlanes int           // planes of a folding dBias's dS scratch (shaders.DSChunks; 0 without)
+	decode *DecodeConfig    // the KV family's configuration (its push constants)
+	ds     shaders.DSChunks // how a folding dBias's dS scratch is used (zero without)
 }
 
 // Decode is the KV family's configuration of the plan (nil for other
@@ -552,7 +552,7 @@ func (pl *Plan) bindExt(p *spec.Problem) {
 			if pl.Scratch == nil {
 				pl.Scratch = map[Operand]int64{}
 			}
-			pl.Scratch[OpExt] = int64(len(shaders.ExtBytes(p, 0)))
+			pl.Scratch[OpExt] = int64(len(shaders.ExtBytes(p, shaders.DSChunks{})))
 			return
 		}
 	}

@@ -197,20 +197,8 @@ func hostRun(t *testing.T, ctx context.Context, b *Backend, h *hostProblem, dt s
 // back by to.
 func hostRunAs[T Elem](t *testing.T, ctx context.Context, b *Backend, h *hostProblem, from func(float32) T, to func(T) float32) (o, lse, dq, dk, dv []float32) {
 	t.Helper()
-	conv := func(x []float32) []T {
-		out := make([]T, len(x))
-		for i, v := range x {
-			out[i] = from(v)
-		}
-		return out
-	}
-	back := func(x []T) []float32 {
-		out := make([]float32, len(x))
-		for i, v := range x {
-			out[i] = to(v)
-		}
-		return out
-	}
+	conv := func(x []float32) []T { return mapped(x, from) }
+	back := func(x []T) []float32 { return mapped(x, to) }
 	q, k, v, do := conv(h.q), conv(h.k), conv(h.v), conv(h.dO)
 	ot, dqt, dkt, dvt := make([]T, len(h.o)), make([]T, len(h.dq)), make([]T, len(h.dk)), make([]T, len(h.dv))
 	lse = make([]float32, len(h.lse))
@@ -221,4 +209,13 @@ func hostRunAs[T Elem](t *testing.T, ctx context.Context, b *Backend, h *hostPro
 		t.Fatal(err)
 	}
 	return back(ot), lse, back(dqt), back(dkt), back(dvt)
+}
+
+// mapped is f of every element of x.
+func mapped[T, U any](x []T, f func(T) U) []U {
+	out := make([]U, len(x))
+	for i, v := range x {
+		out[i] = f(v)
+	}
+	return out
 }

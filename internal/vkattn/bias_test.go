@@ -393,20 +393,8 @@ func countKernel(ls []Launch, kernel string) int {
 func biasRun[T Elem](t *testing.T, ctx context.Context, b *Backend, p *spec.Problem, from func(float32) T, to func(T) float32) [][]float32 {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(3, 5))
-	conv := func(x []float32) []T {
-		out := make([]T, len(x))
-		for i, v := range x {
-			out[i] = from(v)
-		}
-		return out
-	}
-	back := func(x []T) []float32 {
-		out := make([]float32, len(x))
-		for i, v := range x {
-			out[i] = to(v)
-		}
-		return out
-	}
+	conv := func(x []float32) []T { return mapped(x, from) }
+	back := func(x []T) []float32 { return mapped(x, to) }
 	nq, nk := p.B*p.Nq*p.Hq, p.B*p.Nk*p.Hkv
 	q, k, v, do := conv(randn(rng, nq*p.D)), conv(randn(rng, nk*p.D)), conv(randn(rng, nk*p.Dv)), conv(randn(rng, nq*p.Dv))
 	bx := opSpec(p, OpBias)

@@ -272,20 +272,3 @@ func biasWords(w []uint32, p *spec.Problem, ds DSChunks) {
 	}
 	w[19], w[20], w[21] = uint32(s.BatchStride), uint32(s.HeadStride), uint32(s.RowStride)
 }
-
-// BiasReduceTerms is the number of dS terms each dBias element of p sums
-// (bias_reduce): the product of the folded dimensions' sizes.
-func BiasReduceTerms(p *spec.Problem) float64 {
-	x := p.Ext.Bias
-	n := 1.0
-	if x.GradBatch == 0 {
-		n *= float64(p.B)
-	}
-	if x.GradHead == 0 {
-		n *= float64(p.Hq)
-	}
-	if x.GradRow == 0 {
-		n *= float64(p.Nq)
-	}
-	return n
-}

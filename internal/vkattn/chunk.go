@@ -214,7 +214,8 @@ func extPairs(p *spec.Problem, i0, i1, j0, j1 int) float64 {
 // dBias's scratch holds dsPlanes planes): per (query, key) pair, the
 // multiply-adds of the products the kernel computes (2 operations each);
 // bwd_pre's is per query row, the bias kernels' one per element they read
-// (a workgroup's share of the whole, bias_reduce's of one chunk).
+// (a workgroup's share of the whole; bias_reduce's part reads its chunk's
+// scratch once).
 func costOf(p *spec.Problem, l *Launch, dsPlanes int) launchCost {
 	c := launchCost{key: l.Kernel + "." + l.DType.Short(), grid: l.Grid}
 	d, dv := float64(p.D), float64(p.Dv)
@@ -232,7 +233,7 @@ func costOf(p *spec.Problem, l *Launch, dsPlanes int) launchCost {
 	case shaders.KernelBiasSummary, shaders.KernelBiasReduce:
 		per := float64(p.Nk) * float64(p.Nq) / float64(gx)
 		if l.Kernel == shaders.KernelBiasReduce {
-			per = shaders.BiasReduceTerms(p) * float64(shaders.BiasWG) * float64(dsPlanes) / float64(p.B*p.Hq)
+			per = float64(dsPlanes) * float64(p.Nq) * float64(p.Nk) / (float64(gx) * float64(max(l.Grid[1], 1)) * float64(max(l.Grid[2], 1)))
 		}
 		c.row = func(x0, x1 uint32) float64 { return per * float64(x1-x0) }
 	case shaders.KernelBwdDKDV, shaders.KernelBwdCMDKDV:

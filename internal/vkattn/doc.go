@@ -223,10 +223,10 @@
 // stage's plan asks Backend.tuned, which returns the entry of the problem's
 // key whose N is nearest its Nq, when it parses and fits the device, and
 // otherwise warns (TuneWarnings) and uses the default. The tuner times
-// plain problems, so flash_cm's choices (Tunable.PlainOnly) do not apply to
-// a problem with options (p.Ext): its extended variant keeps its own
-// default tile. Launch.Source says "tuned" or "default" for every
-// dispatch.
+// plain problems, so the choices of flash_cm and bwd_cm_dkdv, whose
+// default rules pick other tiles for options (Tunable.PlainOnly), do not
+// apply to a problem with options (p.Ext): it keeps its default tile.
+// Launch.Source says "tuned" or "default" for every dispatch.
 //
 // A Backend, its Tensors and its pipelines are safe for concurrent use.
 package vkattn

@@ -41,9 +41,14 @@ var (
 	}
 	bwdCMFamily = &family{
 		name: "bwd_cm", dir: Bwd, auto: true, ext: true,
-		init:     func(b *Backend, _ bool) (string, error) { return initCoopmat(b, false) },
-		plan:     planBwdCM,
-		tunables: []*Tunable{bwdCMTunable(shaders.KernelBwdCMDKDV, true), bwdCMTunable(shaders.KernelBwdCMDQ, false)},
+		init: func(b *Backend, _ bool) (string, error) { return initCoopmat(b, false) },
+		plan: planBwdCM,
+		// The dK/dV tile's choices apply to plain problems only: at d 128
+		// its default rule picks the options' tiles (kvRegStep128: a bias
+		// keeps steps of 16, where a plain problem's 64 spills 288 bytes
+		// of its values), which a tile timed on a plain problem must not
+		// replace. The dQ tile's rule does not depend on the options.
+		tunables: []*Tunable{plainOnly(bwdCMTunable(shaders.KernelBwdCMDKDV, true)), bwdCMTunable(shaders.KernelBwdCMDQ, false)},
 	}
 )
 

@@ -453,13 +453,16 @@ func TestTuneSession(t *testing.T) {
 	}
 }
 
-// TestTunedPlainOnly: the tuner times plain problems, so flash_cm's tuned
-// tiles (PlainOnly) never replace the extended variant's default, while a
-// stage without the flag (the scalar forward) keeps its tuned choice for
-// a problem with options.
+// TestTunedPlainOnly: the tuner times plain problems, so flash_cm's and
+// bwd_cm_dkdv's tuned tiles (PlainOnly: their default rules depend on the
+// options) never replace an extended problem's default, while a stage
+// without the flag (the scalar forward) keeps its tuned choice for a
+// problem with options.
 func TestTunedPlainOnly(t *testing.T) {
-	if !flashCMTunable.PlainOnly || tunableByName("flash").PlainOnly {
-		t.Fatalf("PlainOnly: flash_cm %v, flash %v; want true, false", flashCMTunable.PlainOnly, tunableByName("flash").PlainOnly)
+	for name, want := range map[string]bool{"flash_cm": true, "bwd_cm_dkdv": true, "bwd_cm_dq": false, "flash": false} {
+		if got := tunableByName(name).PlainOnly; got != want {
+			t.Errorf("%s: PlainOnly %v, want %v", name, got, want)
+		}
 	}
 	cm := Tuned{Key: TuneKey{Stage: "flash_cm", Dir: Fwd, DType: spec.Float16, D: 64, DV: 64, Causal: true}, N: 1024, Candidate: "nsg8-bc128-mode1-pf1"}
 	b := &Backend{tune: &tuneState{entries: []Tuned{cm, tunedFlash(64, true, 1024, "wg64-br16-bc32")}},
@@ -476,5 +479,15 @@ func TestTunedPlainOnly(t *testing.T) {
 	}
 	if c, ok := b.tuned(ctx, "flash", p, spec.Float32); !ok || c.String() != "wg64-br16-bc32" {
 		t.Errorf("flash with options: %v, %v; want the tuned wg64-br16-bc32", c, ok)
+	}
+	dkdv := Tuned{Key: TuneKey{Stage: "bwd_cm_dkdv", Dir: Bwd, DType: spec.Float16, D: 128, DV: 128, Causal: true}, N: 1024, Candidate: "nsg4-step32-mode1-kv1"}
+	b.tune.entries = append(b.tune.entries, dkdv)
+	p = &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 1024, Nk: 1024, D: 128, Dv: 128, Scale: 0.125, Mask: spec.MaskCausalBottomRight}
+	if c, ok := b.tuned(ctx, "bwd_cm_dkdv", p, spec.Float16); !ok || c.String() != dkdv.Candidate {
+		t.Fatalf("bwd_cm_dkdv, plain: %v, %v; want the tuned %s (%v)", c, ok, dkdv.Candidate, b.TuneWarnings())
+	}
+	p.Ext = &spec.Ext{Left: -1, Right: 0, BottomRight: true, Bias: &spec.Bias{DType: spec.Float32, Row: 1024}}
+	if c, ok := b.tuned(ctx, "bwd_cm_dkdv", p, spec.Float16); ok {
+		t.Errorf("bwd_cm_dkdv with a bias: tuned %v, want the default rule's tile", c)
 	}
 }

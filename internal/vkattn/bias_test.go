@@ -298,12 +298,15 @@ func TestDBiasChunks(t *testing.T) {
 					t.Fatalf("%s: launches %v with %+v, want %+v", name, kernelsOf(pl.Launches), pl.ds, ds)
 				}
 				checkDSChunks(t, name, p, pl.Launches)
-				var got [][]float32
-				if dt == spec.Float32 {
-					got = biasRun(t, ctx, b, p, func(x float32) float32 { return x }, func(x float32) float32 { return x })
-				} else {
-					got = biasRun(t, ctx, b, p, float16.Fromfloat32, float16.Float16.Float32)
+				run := func(ctx context.Context) [][]float32 {
+					if dt == spec.Float32 {
+						return biasRun(t, ctx, b, p, func(x float32) float32 { return x }, func(x float32) float32 { return x })
+					}
+					return biasRun(t, ctx, b, p, float16.Fromfloat32, float16.Float16.Float32)
 				}
+				s0 := b.dev.Stats().Submissions
+				got := run(ctx)
+				whole := b.dev.Stats().Submissions - s0
 				if want == nil {
 					want = got
 					continue
@@ -311,6 +314,25 @@ func TestDBiasChunks(t *testing.T) {
 				for i, n := range []string{"dq", "dk", "dv", "dbias"} {
 					if !bitsEqual(got[i], want[i]) {
 						t.Errorf("%s: %s differs from the one-chunk run", name, n)
+					}
+				}
+				if ds.Planes > 1 {
+					continue
+				}
+				// One plane a chunk, each launch (its parts of the grids
+				// among them) split over submissions of a workgroup or more.
+				cctx, cancel := context.WithCancel(ctx)
+				restore := chunkedBackend(b, 1)
+				s0 = b.dev.Stats().Submissions
+				got = run(cctx)
+				if n := b.dev.Stats().Submissions - s0; n <= whole {
+					t.Errorf("%s: %d submissions chunked, %d whole: not chunked", name, n, whole)
+				}
+				restore()
+				cancel()
+				for i, n := range []string{"dq", "dk", "dv", "dbias"} {
+					if !bitsEqual(got[i], want[i]) {
+						t.Errorf("%s, chunked submissions: %s differs from the one-chunk run", name, n)
 					}
 				}
 			}

@@ -38,6 +38,13 @@ type Plan struct {
 	// their log-sum-exp), of SplitKeys rows each; 0 for other passes and
 	// on the CPU backend.
 	Splits, SplitKeys int
+	// ScratchBytes is the device memory one submission of the pass takes
+	// beside its operands: the backward's D, the options' parameter
+	// buffer, a bias's tile summary, a folded dBias's chunk of dS and
+	// partial sums, the naive kernel's scores, a KV-cache call's lengths
+	// and partial results (0 on the CPU backend, whose workspace is per
+	// worker thread).
+	ScratchBytes int64
 }
 
 // Configuration sources (Launch.Source).

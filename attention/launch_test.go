@@ -33,4 +33,9 @@ func TestPlan(t *testing.T) {
 	if err != nil || bwd.Family != "bwd" || len(bwd.Launches) != 3 || bwd.Launches[1].Kernel != "bwd_dkdv" || bwd.Launches[1].Grid[1] != 2 {
 		t.Errorf("backward plan %+v, %v", bwd, err)
 	}
+	// Scratch: the forward's options buffer; the backward's too, and D
+	// (float32 [B, Hq, Nq]); none on the CPU backend.
+	if d := int64(4 * q.B * q.H * q.S); fwd.ScratchBytes <= 0 || fwd.ScratchBytes >= 1024 || bwd.ScratchBytes != fwd.ScratchBytes+d || pl.ScratchBytes != 0 {
+		t.Errorf("scratch: forward %d, backward %d (want the forward's + D's %d), cpu %d", fwd.ScratchBytes, bwd.ScratchBytes, d, pl.ScratchBytes)
+	}
 }

@@ -284,6 +284,9 @@ func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, bac
 		return nil, vkErr(err)
 	}
 	pl := &Plan{Pass: vp.Dir.String(), Family: vp.Family, Declined: vp.Declined, Batches: c.B}
+	for _, n := range vp.Scratch {
+		pl.ScratchBytes += n
+	}
 	if d := vp.Decode(); d != nil {
 		pl.Splits, pl.SplitKeys = d.Splits, d.SplitKeys
 	}

@@ -109,6 +109,10 @@ type explainPlan struct {
 	Tiles         int64   `json:"tiles,omitempty"`
 	TilesComputed int64   `json:"tiles_computed,omitempty"`
 	TilesFraction float64 `json:"tiles_fraction,omitempty"`
+	// ScratchBytes is the device memory one submission of the pass takes
+	// beside its operands (attention.Plan.ScratchBytes; absent on the CPU
+	// backend).
+	ScratchBytes int64 `json:"scratch_bytes,omitempty"`
 	// BiasTiles, with --bias or --mask, counts the tiles the bias leaves
 	// nothing to compute in (see skippedTiles); absent without a bias
 	// or where no launch is tiled.
@@ -260,9 +264,11 @@ only the intensities are printed.
 
 It then opens the engine --backend, --device and --kernel select (as run does)
 and shows how it runs the problem: the kernel family of each pass and why the
-families tried first declined it, every dispatch's grid, workgroup, tile and
-shared memory (on the CPU backend its tile per worker), and whether each tile
-comes from the tune cache ('flashvk tune').
+families tried first declined it, the device memory each pass takes beside
+its operands (scratch: attention.Plan.ScratchBytes; Vulkan only), every
+dispatch's grid, workgroup, tile and shared memory (on the CPU backend its
+tile per worker), and whether each tile comes from the tune cache ('flashvk
+tune').
 
 With --stats it opens the Vulkan device with compiler statistics on
 (VK_KHR_pipeline_executable_properties, attention.Config.PipelineStatistics),
@@ -615,6 +621,9 @@ func printEnginePlan(w io.Writer, a *enginePlan) {
 				fmt.Fprintf(w, ", splits %d × %d rows (each sequence's cache in %d parts run side by side, merged by their log-sum-exp)", pl.Splits, pl.SplitKeys, pl.Splits)
 			}
 		}
+		if pl.ScratchBytes > 0 {
+			fmt.Fprintf(w, ", scratch %s", bytesIEC(uint64(pl.ScratchBytes)))
+		}
 		if len(pl.Declined) > 0 {
 			fmt.Fprintf(w, "; not %s", strings.Join(pl.Declined, "; not "))
 		}
@@ -710,7 +719,7 @@ func (a *app) explainPlans(ctx context.Context, f *explainFlags, dt attention.DT
 		}
 		ep.Plans = append(ep.Plans, explainPlan{Direction: ps.dir, Family: pl.Family, Declined: pl.Declined,
 			Addresses: planAddresses(pl), Batches: pl.Batches, Split: pl.Batches < b, Splits: pl.Splits, SplitKeys: pl.SplitKeys,
-			Tiles: pl.Tiles, TilesComputed: pl.TilesVisited})
+			Tiles: pl.Tiles, TilesComputed: pl.TilesVisited, ScratchBytes: pl.ScratchBytes})
 		if i := slices.IndexFunc(pl.Launches, func(l attention.Launch) bool { return l.TileRows > 0 && l.TileCols > 0 }); i >= 0 {
 			ep.Plans[len(ep.Plans)-1].tileRows, ep.Plans[len(ep.Plans)-1].tileCols = pl.Launches[i].TileRows, pl.Launches[i].TileCols
 		}

@@ -118,7 +118,7 @@ func printLaunches(w io.Writer, ls []explainLaunch, sharedMax uint32) {
 	for _, l := range ls {
 		grid := strings.Trim(strings.ReplaceAll(fmt.Sprint(l.Grid), " ", "×"), "[]")
 		if l.Base != nil {
-			grid += " from " + strings.Trim(strings.ReplaceAll(fmt.Sprint(l.Base), " ", ","), "[]")
+			grid += " from " + joinInts(l.Base)
 		}
 		wg := "-"
 		if len(l.Workgroup) > 0 {

@@ -68,10 +68,9 @@ const extHeader = 27
 // softcap, the packed query rows Tq, the dropout's seed, offset,
 // threshold and first sequence, the bias's, dS target's, summary's and
 // dBias's strides and how a folding dBias's dS scratch is used (ds: the
-// plan's DSChunks), then SeqUsedK, the ALiBi
-// slopes and the packed sequences' offsets (CuQ then CuK). A plain
-// problem (p.Ext nil) gets the header of an unbounded window with no
-// flags.
+// plan's DSChunks), then SeqUsedK, the ALiBi slopes and the packed
+// sequences' offsets (CuQ then CuK). A plain problem (p.Ext nil) gets the
+// header of an unbounded window with no flags.
 func ExtWords(p *spec.Problem, ds DSChunks) []uint32 {
 	w := make([]uint32, extHeader)
 	side := func(x int) uint32 {

@@ -304,6 +304,13 @@ func TestDBiasChunks(t *testing.T) {
 					}
 					return biasRun(t, ctx, b, p, float16.Fromfloat32, float16.Float16.Float32)
 				}
+				same := func(how string, got [][]float32) {
+					for i, n := range []string{"dq", "dk", "dv", "dbias"} {
+						if !bitsEqual(got[i], want[i]) {
+							t.Errorf("%s%s: %s differs from the one-chunk run", name, how, n)
+						}
+					}
+				}
 				s0 := b.dev.Stats().Submissions
 				got := run(ctx)
 				whole := b.dev.Stats().Submissions - s0
@@ -311,11 +318,7 @@ func TestDBiasChunks(t *testing.T) {
 					want = got
 					continue
 				}
-				for i, n := range []string{"dq", "dk", "dv", "dbias"} {
-					if !bitsEqual(got[i], want[i]) {
-						t.Errorf("%s: %s differs from the one-chunk run", name, n)
-					}
-				}
+				same("", got)
 				if ds.Planes > 1 {
 					continue
 				}
@@ -330,11 +333,7 @@ func TestDBiasChunks(t *testing.T) {
 				}
 				restore()
 				cancel()
-				for i, n := range []string{"dq", "dk", "dv", "dbias"} {
-					if !bitsEqual(got[i], want[i]) {
-						t.Errorf("%s, chunked submissions: %s differs from the one-chunk run", name, n)
-					}
-				}
+				same(", chunked submissions", got)
 			}
 		}
 	}
@@ -365,8 +364,8 @@ func checkDSChunks(t *testing.T, name string, p *spec.Problem, ls []Launch) {
 		if l.Kernel != shaders.KernelBwdDQ && l.Kernel != shaders.KernelBwdCMDQ {
 			continue
 		}
-		if l.Base[0] != 0 || l.Grid[0] != ls[len(ls)-2].Grid[0] {
-			t.Errorf("%s: dQ launch %d covers tiles %d from %d", name, i, l.Grid[0], l.Base[0])
+		if tiles := shaders.BwdDQGrid(p.B, p.Hq, p.Nq, l.BR)[0]; l.Base[0] != 0 || l.Grid[0] != tiles {
+			t.Errorf("%s: dQ launch %d covers tiles %d from %d, want %d from 0", name, i, l.Grid[0], l.Base[0], tiles)
 		}
 		zs := map[uint32]bool{}
 		for y := l.Base[1]; y < l.Base[1]+l.Grid[1]; y++ {

@@ -270,7 +270,7 @@ type cmCfg = vkattn.CMTile
 
 func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*attnKernel, error) {
 	info := d.Info()
-	if err := vkattn.CheckCMTile(l, c, s.D, s.DV, false, int(info.MaxSharedMemory), int(info.MaxWorkgroupInvocations)); err != nil {
+	if err := vkattn.CheckCMTile(l, c, s.D, s.DV, vkattn.TileExtras{}, int(info.MaxSharedMemory), int(info.MaxWorkgroupInvocations)); err != nil {
 		return nil, err
 	}
 	vec := s.vecOK()

@@ -150,8 +150,30 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int) int {
 	if planes > 1 {
 		b += nsg * 4 // sQNonfinite
 	}
-	return b + br*4 + DropPlaceholder
+	return b + br*4 + DropPlaceholder + BiasStagePlaceholder
 }
+
+// BiasStageBytes is the shared memory (bytes) of the bias stage
+// (bias_stage.glsl's sBiasU) of a flash_cm tile whose element loop runs
+// in registers (MODE 1) with a bias of esz bytes per element (4 for float32,
+// 2 for a 16-bit bias): nsg subgroups' areas, each one stage of about
+// 1 KiB of the bias values of m×n accumulators, nt of them per subgroup
+// and tile. It mirrors the shader's constants; without a staged bias the
+// area is one unit (BiasStagePlaceholder), which FlashCMSharedBytes
+// counts.
+func BiasStageBytes(esz, nsg, m, n, nt int) int {
+	g := max(1024/(m*n*esz), 1)
+	g = min(g, nt)
+	if nt%g != 0 {
+		g = 1
+	}
+	ue := 16 / esz
+	ldu := (g*n+ue-1)/ue + 1
+	return 16 * nsg * m * ldu
+}
+
+// BiasStagePlaceholder is sBiasU's size without a staged bias.
+const BiasStagePlaceholder = 16
 
 // BwdCMShape is what the shared memory of bwd_cm_dkdv (DKDV) or bwd_cm_dq
 // depends on: coopmat shape M×N×K, NSG subgroups, the spec constants BR and

@@ -106,15 +106,34 @@ func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 			SpecWorkgroupSize: uint32(32 * c.nsg), SpecD: uint32(c.d), SpecDV: uint32(c.dv), SpecBR: uint32(16 * c.nsg),
 			SpecBC: uint32(c.bc), SpecSubgroup: 32, SpecCMM: 16, SpecCMN: 16, SpecCMK: 16, SpecCMMode: uint32(c.mode), SpecCMLen: 8,
 		}
-		got, err := m.SharedBytes(spec)
-		if err != nil {
-			t.Fatalf("%s %+v: %v", k, c, err)
-		}
-		// The Go mirror rounds MODE 1's half scalar up to 4 bytes.
-		if want := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv, CMPlanes(dt)); got > want || want-got > 2 {
-			t.Errorf("%s %+v: SPIR-V shared %d bytes, FlashCMSharedBytes %d", k, c, got, want)
+		base := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv, CMPlanes(dt))
+		for _, bias := range biasSpecs(dt) {
+			spec[SpecExt] = bias.ext
+			got, err := m.SharedBytes(spec)
+			if err != nil {
+				t.Fatalf("%s %+v: %v", k, c, err)
+			}
+			want := base
+			if bias.esz != 0 && c.mode == 1 {
+				want += BiasStageBytes(int(bias.esz), c.nsg, 16, 16, c.bc/16) - BiasStagePlaceholder
+			}
+			// The Go mirror rounds MODE 1's half scalar up to 4 bytes.
+			if got > want || want-got > 2 {
+				t.Errorf("%s %+v ext %d: SPIR-V shared %d bytes, the mirror %d", k, c, bias.ext, got, want)
+			}
 		}
 	}
+}
+
+// biasSpecs are SpecExt values for the shared-memory mirrors' checks of
+// storage type dt: none, and a bias of each element size the storage
+// type takes (esz: the bias stage's bytes per element; 0 without a bias).
+func biasSpecs(dt string) []struct{ ext, esz uint32 } {
+	cases := []struct{ ext, esz uint32 }{{0, 0}, {1 | ExtSpecBias | ExtSpecBiasF32, 4}}
+	if dt != DTypeF32 {
+		cases = append(cases, struct{ ext, esz uint32 }{1 | ExtSpecBias, 2})
+	}
+	return cases
 }
 
 func TestBwdCMSharedBytesMatchSPIRV(t *testing.T) {
@@ -164,13 +183,17 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 					spec[SpecCMKVReg], shape.KVReg = 1, true
 				}
 			}
-			got, err := m.SharedBytes(spec)
-			if err != nil {
-				t.Fatalf("%s %+v: %v", k, c, err)
-			}
-			// The Go mirror rounds MODE 1's one-element scratch arrays up.
-			if want := BwdCMSharedBytes(shape); got > want || want-got > 8 {
-				t.Errorf("%s %+v kvreg %v: SPIR-V shared %d bytes, BwdCMSharedBytes %d", k, c, kv, got, want)
+			for _, bias := range biasSpecs(dt) {
+				spec[SpecExt] = bias.ext
+				got, err := m.SharedBytes(spec)
+				if err != nil {
+					t.Fatalf("%s %+v: %v", k, c, err)
+				}
+				want := BwdCMSharedBytes(shape) // (no bias stage: the backward loads its values per component)
+				// The Go mirror rounds MODE 1's one-element scratch arrays up.
+				if got > want || want-got > 8 {
+					t.Errorf("%s %+v kvreg %v ext %d: SPIR-V shared %d bytes, the mirror %d", k, c, kv, bias.ext, got, want)
+				}
 			}
 		}
 	}

@@ -376,10 +376,12 @@ float ext_tile_tanh(float v) {
 // plus bias·log2e (−Inf where the bias x of (i, j) is −Inf, whatever z:
 // the key is hidden), each term compiled in only when EXT asks for it. The plain kernel's is
 // scale·log2e·s (kernels keep that product as sl2). x is the bias value,
-// already loaded: the coopmat kernels' MODE 1 loops load their fragments'
-// values (BIAS_FRAG) before issuing the products, so that the loads'
-// latency overlaps the MMAs, pass their tiles through EXT_SOFTCAP_TILE
-// and then call ext_score_t and ext_dsoft_t. ext_score takes the raw
+// already loaded: the coopmat kernels' MODE 1 loops load their
+// components' values before issuing the products, so that the loads'
+// latency overlaps the MMAs (the backward kernels: BIAS_FRAG; flash_cm
+// stages them through shared memory: bias_stage.glsl), pass their tiles
+// through EXT_SOFTCAP_TILE and then call ext_score_t and ext_dsoft_t.
+// ext_score takes the raw
 // product and loads x itself (ext_score_b: the raw product and x).
 float ext_score_t(float v, uint i, uint j, float x) {
 	float z;
@@ -448,7 +450,8 @@ float ext_score(float s, uint i, uint j) {
 // component i of accumulator t (t < NT) of a MODE 1 kernel, whose query
 // row and key are the expressions ROW and COL of t and i; nothing without
 // one (BV then has one element, 0, which BIAS_AT reads). Declare BV with
-// BIAS_FRAG_N(NT) elements.
+// BIAS_FRAG_N(NT) elements. The backward kernels take their values so
+// (bias_stage.glsl says why).
 #define BIAS_FRAG(BV, NT, ROW, COL) \
 	if ((EXT & EXT_ON_BIAS) != 0u) { \
 		[[unroll]] for (uint t = 0u; t < NT; ++t) { \

@@ -72,12 +72,14 @@
 // Key tiles: the workgroup walks the tiles from the first key any of its
 // rows sees (key_first; 0 unless EXT has a left window) to the last
 // (key_limit), so a sliding window costs only the tiles it covers. In
-// MODE 1 a subgroup skips the tiles none of its rows sees; masking is
+// MODE 1 a subgroup skips the tiles none of its rows sees (not with
+// dropout or a bias, whose loops meet subgroup barriers); masking is
 // per element only on tiles that cross a row's visible range (causal
 // diagonal, window edge, key-count tail). With EXT the scores come from
 // ext_score (softcap, ALiBi, bias) instead of S·scale·log2 e; the tiles
 // a bias hides from every row of the workgroup are never visited
-// (bias_next_key_tile: neither loaded nor prefetched). With dropout
+// (bias_next_key_tile: neither loaded nor prefetched); MODE 1 stages the
+// bias values through shared memory (bias_stage.glsl). With dropout
 // each subgroup draws its own rows' keep bits of the tile right after
 // issuing S's MMAs (ext.glsl drop_fill_rows: integer work that overlaps
 // them; no subgroup skips a tile then), P·keep meets V and the final
@@ -90,7 +92,8 @@
 // (row buffer) + MODE 0: 4·BR·(BC+4) (S) + CM_SPLIT·2·BR·(BC+8) (P) +
 // fp32: 4·NSG (sQNonfinite). At d = 128, BR = 128, BC = 64, MODE 1:
 // ≈ 35.3 KB (fp32, BC = 16: ≈ 35.4 KB). Dropout adds the keep bits
-// (shaders.DropSharedBytes).
+// (shaders.DropSharedBytes), a bias in MODE 1 its stage (bias_stage.glsl,
+// shaders.BiasStageBytes: 10 KiB at d = 128, BC = 64).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 5
 #define BIAS_BINDING 6
@@ -142,6 +145,13 @@ const uint NQF = DP / CM_K;                  // Q fragments (A) per subgroup
 const uint NOT = DVP / CM_N;                 // O accumulators per subgroup
 const uint NST = BC / CM_N;                  // S accumulators per subgroup
 const uint NKC = BC / CM_K;                  // key chunks of P·V
+// MODE 1's bias values through shared memory (bias_stage.glsl).
+#define BIAS_NT NST
+#define BIAS_REGS (MODE == 1u)
+#include "bias_stage.glsl"
+// SG_SKIPS: MODE 1's subgroups skip the tiles none of their rows sees
+// (not with dropout or a bias: main's loop says why).
+const uint SG_SKIPS = (MODE == 1u ? 1u : 0u) * ((EXT & EXT_ON_DROPOUT) == 0u ? 1u : 0u) * (1u - BIAS_ON);
 // K/V tiles: CM_SPLIT planes each (fp32 storage; one otherwise), K's
 // planes first. The Q tile is staged one plane at a time; O leaves through
 // LDO4 16-byte units per row (CM_OUT_EL features each).
@@ -193,13 +203,17 @@ const uint CPL = BC / LPR;
 // units and keeps each local row's maximum in mloc; where MASKED (a
 // constant, or need_mask) keys outside a row's visible range score −inf
 // (c − fstOf wraps past widOf below the range: one unsigned comparison
-// for both ends).
+// for both ends). A staged bias's values pass through the subgroup's area
+// a stage at a time (BIAS_PUT of bu, bias_at).
 #define SCORE_TILE(MASKED) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
+		if (BIAS_ON != 0u && t % BIAS_G == 0u) { \
+			BIAS_PUT(bu, t / BIAS_G) \
+		} \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint k_ = slotrow(i); \
 			uint c = c0 + t * CM_N + colOf[i]; \
-			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + sgr + lrow[k_], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
+			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + sgr + lrow[k_], c, bias_at(lrow[k_], (t % BIAS_G) * CM_N + colOf[i])) : S[t][i] * sl2; \
 			if (MASKED && c - fstOf[k_] >= widOf[k_]) { \
 				x = NEG_INF; \
 			} \
@@ -416,18 +430,19 @@ void main() {
 		// lavapipe, Mesa 26). need_mask is false for tiles every row of the
 		// subgroup sees entirely (no causal diagonal, window edge or
 		// key-count tail).
-		// With dropout no subgroup skips: each draws its own rows' keep bits
-		// (below) and meets a subgroupBarrier per tile.
-		if (MODE == 1u && (EXT & EXT_ON_DROPOUT) == 0u && (c0 >= sg_lim_hi || (EXT != 0u && c0 + BC <= sg_fst_lo))) {
+		// With dropout or a bias no subgroup skips: each draws its own rows'
+		// keep bits or stages its bias values (below) between subgroup
+		// barriers.
+		if (SG_SKIPS != 0u && (c0 >= sg_lim_hi || (EXT != 0u && c0 + BC <= sg_fst_lo))) {
 			continue;
 		}
 		bool need_mask = c0 + BC > sg_lim_lo || (EXT != 0u && c0 < sg_fst_hi);
 
-		// MODE 1 with a bias: the subgroup's bias values, loaded before S's
-		// MMAs are issued (their latency overlaps them).
-		float bv[MODE == 1u ? BIAS_FRAG_N(NST) : 1u];
-		if (MODE == 1u) {
-			BIAS_FRAG(bv, NST, r0 + sgr + lrow[slotrow(i)], c0 + t * CM_N + colOf[i])
+		// MODE 1 with a bias: the subgroup's bias rows of the tile, loaded
+		// before S's MMAs are issued (their latency overlaps them).
+		uvec4 bu[BIAS_ON != 0u ? BIAS_NS * BIAS_NUL : 1u];
+		if (BIAS_ON != 0u) {
+			BIAS_FETCH(bu, r0 + sgr, c0 + s * BIAS_SC)
 		}
 
 		// S = Σ Q_i·K_jᵀ over the plane pairs i + j < CM_SPLIT (CM_MMA; one

@@ -48,7 +48,7 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 			}
 		}
 		c, err := firstFit(cands, func(c bwdCMTile) error {
-			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, false, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, TileExtras{}, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 		})
 		if err != nil {
 			t.Fatalf("mode %d kv %v pf %v sp %v: %v", mode, kv, pf, sp, err)

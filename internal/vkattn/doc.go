@@ -71,7 +71,11 @@
 // per block of 16 rows × 16 keys (set unless the whole block is −Inf) to a
 // scratch buffer from which the kernels find the next tile that some row
 // sees (a summary word covers 512 keys), so that a tile the bias hides
-// from every row is neither loaded, prefetched nor computed. A backward with dBias has its dQ kernel store dS
+// from every row is neither loaded, prefetched nor computed. flash_cm's
+// register loop stages the bias values through shared memory, a
+// subgroup's rows of the tile loaded in 16-byte units (bias_stage.glsl;
+// its area counts in the tile checks: TileExtras); the backward kernels
+// load each accumulator component's value. A backward with dBias has its dQ kernel store dS
 // (before the softcap's derivative) into the dBias, zeroed first; where
 // the bias broadcasts, dBias sums over what it folds: the dQ kernel then
 // stores dS into a float32 scratch of (b, h) planes [P, Nq, Nk], also

@@ -65,7 +65,7 @@ func TestF32CM(t *testing.T) {
 		}
 		var fit []CMTile
 		for _, tl := range tiles {
-			if CheckCMTile(l, tl, p.D, p.Dv, false, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+			if CheckCMTile(l, tl, p.D, p.Dv, TileExtras{}, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
 				fit = append(fit, tl)
 			}
 		}
@@ -148,7 +148,7 @@ func TestF32BwdCM(t *testing.T) {
 				stage = shaders.KernelBwdCMDKDV
 			}
 			for _, tl := range bwdCMSplitTiles(l, dkdv) {
-				if bwdCMCheckTile(l, dkdv, tl, p.D, p.Dv, false, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) != nil {
+				if bwdCMCheckTile(l, dkdv, tl, p.D, p.Dv, TileExtras{}, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) != nil {
 					continue
 				}
 				t.Run(fmt.Sprintf("%s/%s/%s", c.name(i), stage, tl), func(t *testing.T) {
@@ -199,12 +199,12 @@ func TestBwdCMSplitRules(t *testing.T) {
 			t.Fatalf("dkdv %v: no f32 tiles", dkdv)
 		}
 		for _, c := range ts {
-			if err := bwdCMCheckTile(&l, dkdv, c, 64, 64, false, sharedMax, maxWG); err != nil {
+			if err := bwdCMCheckTile(&l, dkdv, c, 64, 64, TileExtras{}, sharedMax, maxWG); err != nil {
 				t.Errorf("dkdv %v: default %s at d 64: %v", dkdv, c, err)
 			}
 		}
 		for _, bad := range []bwdCMTile{{NSG: 4, Step: 16, Mode: 0}, {NSG: 4, Step: 16, Mode: 1, KVReg: dkdv, Split: !dkdv}} {
-			if bwdCMCheckTile(&l, dkdv, bad, 64, 64, false, sharedMax, maxWG) == nil {
+			if bwdCMCheckTile(&l, dkdv, bad, 64, 64, TileExtras{}, sharedMax, maxWG) == nil {
 				t.Errorf("dkdv %v: f32 tile %s accepted", dkdv, bad)
 			}
 		}

@@ -183,7 +183,8 @@ func planFlashCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType
 	ln.Tunable, ln.Config, ln.Source = shaders.KernelFlashCM, c.String(), src
 	ln.Grid = shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.NSG*int(l.M))
 	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, c.NSG*int(l.M), c.BC
-	ln.SharedBytes = shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv, l.planes())
+	ln.SharedBytes = shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv, l.planes()) +
+		ExtrasOf(l, p.Ext).biasExtra(c.Mode == 1, c.NSG, l, c.BC/int(l.N))
 	return &Plan{Launches: []Launch{ln}}, nil
 }
 
@@ -246,7 +247,8 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 			return nil, fmt.Errorf("%w: %s %v D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, dt, p.D, p.Dv, b.info.Name, err)
 		}
 	}
-	pls, err := c.launches(l, dkdv, p.D, p.Dv, dropout(p), b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	x := ExtrasOf(l, p.Ext)
+	pls, err := c.launches(l, dkdv, p.D, p.Dv, x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %v tile %s D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, dt, c, p.D, p.Dv, b.info.Name, err)
 	}
@@ -373,7 +375,7 @@ var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseC
 		return log2Dist(vec(c), vec(def))
 	},
 	func(l *CMLayout, c CMTile, p *spec.Problem, lim shaders.Limits) error {
-		return CheckCMTile(l, c, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
+		return CheckCMTile(l, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
 	}))
 
 // plainOnly marks t's tuned choices as applying to plain problems only
@@ -427,7 +429,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split))
 		},
 		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
-			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, dropout(p), lim.SharedBytes, lim.MaxWorkgroupSize)
+			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
 		})
 }
 
@@ -520,9 +522,9 @@ func cmSplitTiles(l *CMLayout, d, dv int) []CMTile {
 }
 
 // CheckCMTile reports why tile c cannot run on a device with sharedMax
-// bytes of shared memory and workgroups of at most maxWG invocations (drop:
-// for a dropout call, whose keep bits take shared memory too).
-func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG int) error {
+// bytes of shared memory and workgroups of at most maxWG invocations, for
+// a call whose options add x (dropout's keep bits, a bias's stage).
+func CheckCMTile(l *CMLayout, c CMTile, d, dv int, x TileExtras, sharedMax, maxWG int) error {
 	M, N, K := int(l.M), int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (flash_cm takes 1 … %d)", d, dv, shaders.MaxHeadDim)
@@ -545,11 +547,44 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, drop bool, sharedMax, maxWG i
 			return fmt.Errorf("BC %d not a multiple of %d lanes per row", c.BC, lpr)
 		}
 	}
-	if err := checkDropKeys(drop, c.BC); err != nil {
+	if err := checkDropKeys(x.Dropout, c.BC); err != nil {
 		return err
 	}
-	shared := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv, l.planes()) + dropExtra(drop, c.NSG*M, c.BC)
+	shared := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv, l.planes()) + dropExtra(x.Dropout, c.NSG*M, c.BC) +
+		x.biasExtra(c.Mode == 1, c.NSG, l, c.BC/N)
 	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
+}
+
+// TileExtras is what a call's options add to a coopmat tile's shared
+// memory beyond its kernel's plain arrays: dropout's keep bits, and the
+// area through which flash_cm's register (MODE 1) loop stages a bias
+// (bias_stage.glsl), of BiasElem bytes per bias element (0: no bias).
+type TileExtras struct {
+	Dropout  bool
+	BiasElem int
+}
+
+// ExtrasOf is TileExtras of a call with options ext (nil: plain) on
+// layout l, whose float32 build stages a bias as float32.
+func ExtrasOf(l *CMLayout, ext *spec.Ext) TileExtras {
+	x := TileExtras{Dropout: extDrops(ext)}
+	if ext != nil && ext.Bias != nil {
+		x.BiasElem = 2
+		if l.planes() > 1 || ext.Bias.DType == spec.Float32 {
+			x.BiasElem = 4
+		}
+	}
+	return x
+}
+
+// biasExtra is the shared memory x's bias stage adds to a flash_cm tile
+// of nsg subgroups with nt accumulators each per tile whose element loop
+// runs in registers (regs); 0 otherwise.
+func (x TileExtras) biasExtra(regs bool, nsg int, l *CMLayout, nt int) int {
+	if x.BiasElem == 0 || !regs {
+		return 0
+	}
+	return shaders.BiasStageBytes(x.BiasElem, nsg, int(l.M), int(l.N), nt) - shaders.BiasStagePlaceholder
 }
 
 // checkDropKeys refuses, for a dropout call (drop), a key tile of bc keys
@@ -622,8 +657,8 @@ func extLargeTile64(l *CMLayout, ext *spec.Ext) bool {
 // problem's options, nil for the plain variant; with dropout the tile
 // also holds the keep bits).
 func chooseCMTile(l *CMLayout, d, dv, nq int, ext *spec.Ext, sharedMax, maxWG int) (CMTile, error) {
-	drop := ext != nil && ext.Dropout != nil
-	c, err := firstFit(cmTiles(l, d, dv, nq, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, drop, sharedMax, maxWG) })
+	x := ExtrasOf(l, ext)
+	c, err := firstFit(cmTiles(l, d, dv, nq, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, x, sharedMax, maxWG) })
 	if err != nil {
 		return CMTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)
 	}
@@ -717,17 +752,17 @@ type partLaunch struct {
 
 // launches are tile c's launches with layout l and head dims d, dv on a
 // device with sharedMax bytes of shared memory and workgroups of at most
-// maxWG invocations (drop: with dropout's keep bits): c itself, or for a
+// maxWG invocations (x: what the call's options add): c itself, or for a
 // split tile PART 1 with c and PART 2 — which also stages V — with c's
 // subgroup count halved until its shared memory fits. The error says why c
 // cannot run.
-func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, drop bool, sharedMax, maxWG int) ([]partLaunch, error) {
+func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, x TileExtras, sharedMax, maxWG int) ([]partLaunch, error) {
 	check := func(t bwdCMTile, part int) error {
 		br, bc := t.brbc(dkdv, int(l.M))
-		if err := checkDropKeys(drop, bc); err != nil {
+		if err := checkDropKeys(x.Dropout, bc); err != nil {
 			return err
 		}
-		shared := shaders.BwdCMSharedBytes(t.shape(l, dkdv, part, d, dv)) + dropExtra(drop, br, bc)
+		shared := shaders.BwdCMSharedBytes(t.shape(l, dkdv, part, d, dv)) + dropExtra(x.Dropout, br, bc)
 		return checkCMResources(l, t.Mode, t.NSG, shared, sharedMax, maxWG)
 	}
 	if !c.Split {
@@ -909,7 +944,7 @@ func kvRegStep128(l *CMLayout, ext *spec.Ext) int {
 // run with layout l and head dims d, dv on a device with sharedMax bytes of
 // shared memory and workgroups of at most maxWG invocations (drop: with
 // dropout's keep bits).
-func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, sharedMax, maxWG int) error {
+func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras, sharedMax, maxWG int) error {
 	N, K := int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {
 		return fmt.Errorf("head dims D=%d Dv=%d (the coopmat backward takes 1 … %d)", d, dv, shaders.MaxHeadDim)
@@ -929,7 +964,7 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, drop bool, s
 	if c.Step%N != 0 || c.Step%K != 0 {
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
 	}
-	_, err := c.launches(l, dkdv, d, dv, drop, sharedMax, maxWG)
+	_, err := c.launches(l, dkdv, d, dv, x, sharedMax, maxWG)
 	return err
 }
 
@@ -939,12 +974,12 @@ func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext, sharedMax
 	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
 		return bwdCMTile{}, err // (once, not per tile)
 	}
-	drop := extDrops(ext)
+	x := ExtrasOf(l, ext)
 	cands := bwdCMTiles(l, dkdv, d, dv, ext)
 	if len(cands) == 0 {
 		return bwdCMTile{}, fmt.Errorf("no tile: the float32 build runs in MODE 1, which this device's coopmat layout does not allow (%s)", l.Why)
 	}
-	c, err := firstFit(cands, func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, drop, sharedMax, maxWG) })
+	c, err := firstFit(cands, func(c bwdCMTile) error { return bwdCMCheckTile(l, dkdv, c, d, dv, x, sharedMax, maxWG) })
 	if err != nil {
 		return bwdCMTile{}, fmt.Errorf("no tile fits: %w", err)
 	}

@@ -280,7 +280,7 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("backward dkdv %v d %d: %v (%v), want %s", c.dkdv, c.d, got, err, c.want)
 			continue
 		}
-		pls, err := got.launches(l, c.dkdv, c.d, c.d, false, sh, wg)
+		pls, err := got.launches(l, c.dkdv, c.d, c.d, TileExtras{}, sh, wg)
 		var parts []string
 		for _, pl := range pls {
 			parts = append(parts, fmt.Sprintf("%d:nsg%d", pl.part, pl.tile.NSG))
@@ -317,10 +317,10 @@ func TestChooseCMTile(t *testing.T) {
 	}
 	// A split tile whose PART 1 does not fit is refused, and so is one
 	// whose PART 2 fits at no subgroup count.
-	if _, err := (bwdCMTile{NSG: 4, Step: 64, Mode: 1, Split: true}).launches(l, true, 256, 256, false, sh, wg); err == nil {
+	if _, err := (bwdCMTile{NSG: 4, Step: 64, Mode: 1, Split: true}).launches(l, true, 256, 256, TileExtras{}, sh, wg); err == nil {
 		t.Error("d 256 nsg4-step64 split: PART 1 accepted in 48 KiB")
 	}
-	if _, err := (bwdCMTile{NSG: 1, Step: 16, Mode: 1, Split: true}).launches(l, true, 256, 256, false, 26<<10, wg); err == nil || !strings.Contains(err.Error(), "PART 2") {
+	if _, err := (bwdCMTile{NSG: 1, Step: 16, Mode: 1, Split: true}).launches(l, true, 256, 256, TileExtras{}, 26<<10, wg); err == nil || !strings.Contains(err.Error(), "PART 2") {
 		t.Errorf("d 256 nsg1-step16 split in 26 KiB: %v, want PART 2 refused", err)
 	}
 	// Dropout's keep bits count exactly: d256's MODE 0 tile (a few hundred
@@ -334,17 +334,17 @@ func TestChooseCMTile(t *testing.T) {
 	if got, err := chooseCMTile(&mode0, 256, 256, 4096, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, wg); err != nil || got != d256 {
 		t.Errorf("dropout d256 (MODE 0 layout): %v (%v), want %v", got, err, d256)
 	}
-	if err := CheckCMTile(l, d256, 256, 256, true, need-1, wg); err == nil {
+	if err := CheckCMTile(l, d256, 256, 256, TileExtras{Dropout: true}, need-1, wg); err == nil {
 		t.Errorf("dropout d256 accepted in %d bytes, needs %d", need-1, need)
 	}
-	if err := CheckCMTile(l, d256, 256, 256, false, need-1, wg); err != nil {
+	if err := CheckCMTile(l, d256, 256, 256, TileExtras{}, need-1, wg); err != nil {
 		t.Errorf("d256 without dropout refused in %d bytes: %v", need-1, err)
 	}
 	// MODE is 0 or 1.
-	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, false, sh, wg); err == nil {
+	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, TileExtras{}, sh, wg); err == nil {
 		t.Error("MODE 2 accepted")
 	}
-	if err := CheckCMTile(l, CMTile{NSG: 64, BC: 32}, 64, 64, false, 1<<30, wg); err == nil {
+	if err := CheckCMTile(l, CMTile{NSG: 64, BC: 32}, 64, 64, TileExtras{}, 1<<30, wg); err == nil {
 		t.Error("workgroup of 2048 accepted")
 	}
 }
@@ -410,14 +410,52 @@ func TestCMVec(t *testing.T) {
 func TestCMTileDropKeys(t *testing.T) {
 	l := &CMLayout{M: 16, N: 16, K: 16, SG: 32, Mode1: true}
 	c := CMTile{NSG: 4, BC: 48, Mode: 1}
-	if err := CheckCMTile(l, c, 64, 64, false, 48<<10, 1024); err != nil {
+	if err := CheckCMTile(l, c, 64, 64, TileExtras{}, 48<<10, 1024); err != nil {
 		t.Fatalf("%s without dropout: %v", c, err)
 	}
-	if err := CheckCMTile(l, c, 64, 64, true, 48<<10, 1024); err == nil || !strings.Contains(err.Error(), "dropout needs key tiles of 8, 16 or a multiple of 32 keys, not 48") {
+	if err := CheckCMTile(l, c, 64, 64, TileExtras{Dropout: true}, 48<<10, 1024); err == nil || !strings.Contains(err.Error(), "dropout needs key tiles of 8, 16 or a multiple of 32 keys, not 48") {
 		t.Errorf("%s with dropout: %v", c, err)
 	}
-	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true, 48<<10, 1024); err != nil {
+	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, TileExtras{Dropout: true}, 48<<10, 1024); err != nil {
 		t.Errorf("nsg4-bc64 with dropout: %v", err)
+	}
+}
+
+// TestCMTileBiasStage: a bias adds flash_cm's stage (BiasStageBytes) to
+// a MODE 1 tile's shared memory, by the bias's element size, and nothing
+// to MODE 0's; a tile that fits only without it is refused with a bias,
+// and ExtrasOf sizes the elements (a float32 bias, or the float32 build's
+// planes: 4 bytes; a 16-bit bias: 2).
+func TestCMTileBiasStage(t *testing.T) {
+	l := nvidiaLayout(t)
+	x16 := ExtrasOf(l, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{DType: spec.Float16}})
+	x32 := ExtrasOf(l, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{DType: spec.Float32}})
+	f32 := *l
+	f32.Storage = spec.Float32
+	if x16.BiasElem != 2 || x32.BiasElem != 4 || ExtrasOf(&f32, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{DType: spec.Float32}}).BiasElem != 4 ||
+		ExtrasOf(l, &spec.Ext{Left: -1, Right: -1}).BiasElem != 0 || ExtrasOf(l, nil) != (TileExtras{}) {
+		t.Fatalf("ExtrasOf: fp16 bias %+v, fp32 bias %+v", x16, x32)
+	}
+	c := CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true}
+	plain := shaders.FlashCMSharedBytes(16, 16, 16, 8, 64, 1, 128, 128, 1)
+	for _, x := range []TileExtras{x16, x32} {
+		need := plain + shaders.BiasStageBytes(x.BiasElem, 8, 16, 16, 4) - shaders.BiasStagePlaceholder
+		if need <= plain {
+			t.Fatalf("bias of %d-byte elements: stage adds nothing (%d ≤ %d)", x.BiasElem, need, plain)
+		}
+		if err := CheckCMTile(l, c, 128, 128, x, need, 1024); err != nil {
+			t.Errorf("%s with a %d-byte bias refused in %d bytes: %v", c, x.BiasElem, need, err)
+		}
+		if err := CheckCMTile(l, c, 128, 128, x, need-1, 1024); err == nil {
+			t.Errorf("%s with a %d-byte bias accepted in %d bytes, needs %d", c, x.BiasElem, need-1, need)
+		}
+		if err := CheckCMTile(l, c, 128, 128, TileExtras{}, need-1, 1024); err != nil {
+			t.Errorf("%s without a bias refused in %d bytes: %v", c, need-1, err)
+		}
+		m0 := CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}
+		if err := CheckCMTile(l, m0, 64, 64, x, shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 64, 64, 1), 1024); err != nil {
+			t.Errorf("%s (MODE 0: no stage) with a bias: %v", m0, err)
+		}
 	}
 }
 

@@ -196,13 +196,22 @@ uint bias_word(uint sum0, uint rb0, uint rb1, uint w) {
 	return m;
 }
 
+// bias_kw, bias_km: the summary word bias_next_key_tile read last (its
+// index and its bits over the row range): a word covers 512 keys, several
+// tiles, and each kernel walks one row range, so the walk loads a word
+// once, not once per tile.
+uint bias_kw = 0xFFFFFFFFu;
+uint bias_km = 0u;
+
 // bias_next_key_tile is the first key tile kt' ≥ kt (tiles of bc keys,
 // kt' < ntiles; else ntiles) in which some element of query rows r0 … r1
 // of the current (b, h) is not −Inf — the tile itself without a bias.
 // One summary word covers 512 keys, so a run of hidden tiles costs one
-// load (of each row block) per 512 keys. Call it with workgroup-uniform
-// arguments: its answer is uniform, and the kernels walk their key
-// tiles with it (no K/V loads for a tile the bias hides).
+// load (of each row block) per 512 keys, and a walk over visible tiles
+// as much (the word is kept: bias_kw). Call it with workgroup-uniform
+// arguments, the same rows r0 … r1 at every call of a kernel: its answer
+// is uniform, and the kernels walk their key tiles with it (no K/V loads
+// for a tile the bias hides).
 uint bias_next_key_tile(uint r0, uint r1, uint kt, uint ntiles, uint bc) {
 	if ((EXT & EXT_ON_BIAS) == 0u) {
 		return kt;
@@ -213,7 +222,11 @@ uint bias_next_key_tile(uint r0, uint r1, uint kt, uint ntiles, uint bc) {
 	uint kbend = min((ntiles * bc + 15u) >> 4u, (read_keys() + 15u) >> 4u);
 	while (kb < kbend) {
 		uint w = kb >> 5u;
-		uint m = bias_word(ext_sum0, rb0, rb1, w) & (0xFFFFFFFFu << (kb & 31u));
+		if (w != bias_kw) {
+			bias_km = bias_word(ext_sum0, rb0, rb1, w);
+			bias_kw = w;
+		}
+		uint m = bias_km & (0xFFFFFFFFu << (kb & 31u));
 		if (m != 0u) {
 			return min(max(kt, (((w << 5u) + uint(findLSB(m))) << 4u) / bc), ntiles);
 		}

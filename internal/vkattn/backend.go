@@ -92,7 +92,7 @@ type Backend struct {
 	explicit *family
 	unavail  map[*family]string // why a family cannot run on the device
 	cm       map[spec.DType]*cmState
-	cmWhy    []string // why a storage type has no coopmat state
+	cmWhy    map[spec.DType]string // why a storage type has no coopmat state (cmWhyFor)
 
 	modMu   sync.Mutex
 	modules map[string][]byte // "kernel.dtype" → SPIR-V (stable slices: the cache hashes them once)

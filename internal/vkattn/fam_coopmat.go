@@ -36,13 +36,15 @@ var (
 	flashCMFamily = &family{
 		name: shaders.KernelFlashCM, dir: Fwd, auto: true, ext: true, backward: []string{"bwd_cm", "bwd"},
 		init:     initCoopmat,
+		whyFor:   cmWhyFor,
 		plan:     planFlashCM,
 		tunables: []*Tunable{flashCMTunable},
 	}
 	bwdCMFamily = &family{
 		name: "bwd_cm", dir: Bwd, auto: true, ext: true,
-		init: func(b *Backend, _ bool) (string, error) { return initCoopmat(b, false) },
-		plan: planBwdCM,
+		init:   func(b *Backend, _ bool) (string, error) { return initCoopmat(b, false) },
+		whyFor: cmWhyFor,
+		plan:   planBwdCM,
 		// The dK/dV tile's choices apply to plain problems only: at d 128
 		// its default rule picks the options' tiles (kvRegStep128: a bias
 		// keeps steps of 16, where a plain problem's 64 spills 288 bytes
@@ -72,14 +74,14 @@ type cmState struct {
 // build an error.
 func initCoopmat(b *Backend, explicit bool) (string, error) {
 	if b.cm == nil {
-		b.cm = map[spec.DType]*cmState{}
+		b.cm, b.cmWhy = map[spec.DType]*cmState{}, map[spec.DType]string{}
 		for _, dt := range []spec.DType{spec.Float16, spec.BFloat16} {
 			if !slices.Contains(b.dtypes, dt) {
 				continue
 			}
 			shape, err := cmSupportFor(b.info, dt)
 			if err != nil {
-				b.cmWhy = append(b.cmWhy, whyNot(err))
+				b.cmWhy[dt] = whyNot(err)
 				continue
 			}
 			cm := &cmState{dt: dt, shape: shape, full: b.info.ComputeFullSubgroups}
@@ -93,10 +95,7 @@ func initCoopmat(b *Backend, explicit bool) (string, error) {
 		}
 	}
 	if explicit && b.cm[spec.Float16] == nil {
-		why := "no storageBuffer16BitAccess"
-		if len(b.cmWhy) > 0 {
-			why = b.cmWhy[0]
-		}
+		why := cmWhyFor(b, spec.Float16)
 		var others []string
 		for _, f := range registry {
 			if f.dir == Fwd && f.name != shaders.KernelFlashCM {
@@ -107,12 +106,32 @@ func initCoopmat(b *Backend, explicit bool) (string, error) {
 			ErrUnsupported, b.info.Name, why, strings.Join(others, ", "))
 	}
 	if b.cm[spec.Float16] == nil && b.cm[spec.BFloat16] == nil {
-		if len(b.cmWhy) == 0 {
-			return "no storageBuffer16BitAccess", nil
+		if why := b.cmWhy[spec.Float16]; why != "" {
+			return why, nil
 		}
-		return b.cmWhy[0], nil
+		return cmWhyFor(b, spec.BFloat16), nil
 	}
 	return "", nil
+}
+
+// cmWhyFor says why the cooperative-matrix kernels cannot run storage dt
+// on b ("" where they can): float16's and bfloat16's own reasons, and
+// for float32 bfloat16's (its modules' planes are bf16); where no reason
+// was recorded (a device without 16-bit storage offers neither type),
+// that is the reason.
+func cmWhyFor(b *Backend, dt spec.DType) string {
+	if b.cm[dt] != nil {
+		return ""
+	}
+	prefix := ""
+	if dt == spec.Float32 {
+		dt, prefix = spec.BFloat16, "their float32 build computes in bfloat16 planes: "
+	}
+	why := b.cmWhy[dt]
+	if why == "" {
+		why = "no storageBuffer16BitAccess"
+	}
+	return prefix + why
 }
 
 // whyNot strips an ErrUnsupported error to its reason.
@@ -126,7 +145,7 @@ func whyNot(err error) string {
 func (b *Backend) cmLayout(ctx context.Context, dt spec.DType) (*CMLayout, error) {
 	cm := b.cm[dt]
 	if cm == nil {
-		return nil, errNotForDType("the cooperative-matrix kernels", dt)
+		return nil, fmt.Errorf("%w (%s)", errNotForDType("the cooperative-matrix kernels", dt), cmWhyFor(b, dt))
 	}
 	cm.mu.Lock()
 	defer cm.mu.Unlock()

@@ -459,6 +459,51 @@ func TestCMTileBiasStage(t *testing.T) {
 	}
 }
 
+// TestCMWhyFor: the reason a plan gives for not running the coopmat
+// families is the storage type's own — float16's, bfloat16's, and for
+// float32 bfloat16's (its planes) — both where the device has no
+// cooperative matrices at all and where it has float16's only.
+func TestCMWhyFor(t *testing.T) {
+	ctx := context.Background()
+	p := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 64, Nk: 64, D: 64, Dv: 64, Scale: 1,
+		Q: spec.BSHD(64, 1, 64), K: spec.BSHD(64, 1, 64), V: spec.BSHD(64, 1, 64), O: spec.BSHD(64, 1, 64)}
+	none := h200Info()
+	none.CoopMat = nil
+	for _, c := range []struct {
+		name string
+		info device.Info
+		want map[spec.DType]string // in flash_cm's declined reason; "" where it runs
+	}{
+		{"no coopmat", none, map[spec.DType]string{
+			spec.Float16:  "flash_cm: float16 cooperative-matrix kernels",
+			spec.BFloat16: "flash_cm: bfloat16 cooperative-matrix kernels",
+			spec.Float32:  "flash_cm: their float32 build computes in bfloat16 planes: bfloat16 cooperative-matrix kernels",
+		}},
+		{"f16 coopmat only", h200Info(), map[spec.DType]string{
+			spec.Float16:  "",
+			spec.BFloat16: "cannot run bfloat16 storage here (bfloat16 cooperative-matrix kernels",
+			spec.Float32:  "cannot run float32 storage here (their float32 build computes in bfloat16 planes: bfloat16 cooperative-matrix kernels",
+		}},
+	} {
+		b := syntheticBackend(t, c.info, "", nvidiaLayout(t))
+		for dt, want := range c.want {
+			pl, err := b.Plan(ctx, p, dt, Fwd)
+			if err != nil {
+				t.Fatalf("%s %v: %v", c.name, dt, err)
+			}
+			if want == "" {
+				if pl.Family != shaders.KernelFlashCM {
+					t.Errorf("%s %v: runs %s, want flash_cm", c.name, dt, pl.Family)
+				}
+				continue
+			}
+			if len(pl.Declined) == 0 || !strings.HasPrefix(pl.Declined[0], "flash_cm: ") || !strings.Contains(pl.Declined[0], want) {
+				t.Errorf("%s %v: declined %q, want flash_cm's reason with %q", c.name, dt, pl.Declined, want)
+			}
+		}
+	}
+}
+
 // TestFlashCMSelection checks the kernel selection on the test device:
 // without cooperative matrices (lavapipe) "" keeps the scalar flash kernel
 // and "flash_cm" is refused; with them both report flash_cm, and f32

@@ -166,6 +166,10 @@ type family struct {
 	// the user selected it by name (then a device that cannot run it is
 	// an error).
 	init func(b *Backend, explicit bool) (string, error)
+	// whyFor, where set, says why the family cannot run storage dt on the
+	// device at all (init's answer is for the device, whatever the
+	// storage): Plan's declined reasons take it.
+	whyFor func(b *Backend, dt spec.DType) string
 	// plan returns the launches and scratch of p with storage dt, or an
 	// error saying why the family does not run it here.
 	plan func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) (*Plan, error)
@@ -288,6 +292,9 @@ func (b *Backend) Plan(ctx context.Context, p *spec.Problem, dt spec.DType, dir 
 	tooLarge := false // a family that runs dt found p too large
 	for _, f := range b.chain[dir] {
 		if why, no := b.unavail[f]; no {
+			if f.whyFor != nil {
+				why = f.whyFor(b, dt)
+			}
 			declined = append(declined, f.name+": "+why)
 			continue
 		}

@@ -674,7 +674,7 @@ func extLargeTile64(l *CMLayout, ext *spec.Ext) bool {
 
 // chooseCMTile returns the first tile of cmTiles that fits (ext: the
 // problem's options, nil for the plain variant; with dropout the tile
-// also holds the keep bits).
+// also holds the keep bits, with a bias in MODE 1 its stage: ExtrasOf).
 func chooseCMTile(l *CMLayout, d, dv, nq int, ext *spec.Ext, sharedMax, maxWG int) (CMTile, error) {
 	x := ExtrasOf(l, ext)
 	c, err := firstFit(cmTiles(l, d, dv, nq, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, x, sharedMax, maxWG) })
@@ -961,8 +961,8 @@ func kvRegStep128(l *CMLayout, ext *spec.Ext) int {
 
 // bwdCMCheckTile reports why tile c of the dK/dV (dkdv) or dQ kernel cannot
 // run with layout l and head dims d, dv on a device with sharedMax bytes of
-// shared memory and workgroups of at most maxWG invocations (drop: with
-// dropout's keep bits).
+// shared memory and workgroups of at most maxWG invocations (x: what the
+// call's options add — dropout's keep bits; the backward stages no bias).
 func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras, sharedMax, maxWG int) error {
 	N, K := int(l.N), int(l.K)
 	if d < 1 || dv < 1 || d > shaders.MaxHeadDim || dv > shaders.MaxHeadDim {

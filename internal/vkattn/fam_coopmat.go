@@ -202,8 +202,7 @@ func planFlashCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType
 	ln.Tunable, ln.Config, ln.Source = shaders.KernelFlashCM, c.String(), src
 	ln.Grid = shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.NSG*int(l.M))
 	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, c.NSG*int(l.M), c.BC
-	ln.SharedBytes = shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, p.D, p.Dv, l.planes()) +
-		ExtrasOf(l, p.Ext).biasExtra(c.Mode == 1, c.NSG, l, c.BC/int(l.N))
+	ln.SharedBytes = cmShared(l, c, p.D, p.Dv, ExtrasOf(l, p.Ext)) // (dropShared adds dropout's keep bits)
 	return &Plan{Launches: []Launch{ln}}, nil
 }
 
@@ -569,8 +568,7 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, x TileExtras, sharedMax, maxW
 	if err := checkDropKeys(x.Dropout, c.BC); err != nil {
 		return err
 	}
-	shared := shaders.FlashCMSharedBytes(M, N, K, c.NSG, c.BC, c.Mode, d, dv, l.planes()) + dropExtra(x.Dropout, c.NSG*M, c.BC) +
-		x.biasExtra(c.Mode == 1, c.NSG, l, c.BC/N)
+	shared := cmShared(l, c, d, dv, x) + dropExtra(x.Dropout, c.NSG*M, c.BC)
 	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
 }
 
@@ -594,6 +592,14 @@ func ExtrasOf(l *CMLayout, ext *spec.Ext) TileExtras {
 		}
 	}
 	return x
+}
+
+// cmShared is flash_cm's shared memory (bytes) for tile c with layout l
+// and head dims d, dv, its bias stage included where x has a bias (not
+// dropout's keep bits: dropExtra).
+func cmShared(l *CMLayout, c CMTile, d, dv int, x TileExtras) int {
+	return shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, d, dv, l.planes()) +
+		x.biasExtra(c.Mode == 1, c.NSG, l, c.BC/int(l.N))
 }
 
 // biasExtra is the shared memory x's bias stage adds to a flash_cm tile

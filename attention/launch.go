@@ -80,6 +80,13 @@ type Launch struct {
 	// came from: "tuned" (the tune cache) or "default".
 	Config string `json:"config,omitempty"`
 	Source string `json:"source,omitempty"`
+	// HeadGroup > 1: the workgroups of HeadGroup consecutive heads (query
+	// heads, or the dK/dV kernel's KV heads) of one tile run one after
+	// another, not a head's tiles first: the coopmat kernels with a bias
+	// broadcast over heads, on tiles of at most 64 rows, whose heads then
+	// read the tile's bias rows together, from the device's cache; 0
+	// otherwise.
+	HeadGroup int `json:"head_group,omitempty"`
 	// Addresses are the operands the kernel reads and writes through
 	// 64-bit buffer device addresses instead of bindings ("q", "k", …;
 	// empty when every operand is bound; see Config.Addressing).

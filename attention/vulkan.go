@@ -299,7 +299,7 @@ func (b *vulkanBackend) plan(ctx context.Context, p *spec.Problem, dt DType, bac
 			Grid: [3]int{int(l.Grid[0]), int(l.Grid[1]), int(l.Grid[2])}, Workgroup: l.Workgroup,
 			Base:     [3]int{int(l.Base[0]), int(l.Base[1]), int(l.Base[2])},
 			TileRows: l.BR, TileCols: l.BC, SharedBytes: l.SharedBytes, Config: l.Config, Source: l.Source,
-			Addresses: addrs}
+			HeadGroup: l.HeadGroup, Addresses: addrs}
 		if b.stats {
 			st, err := b.vk.Statistics(&vp.Launches[i])
 			if err != nil {

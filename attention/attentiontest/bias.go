@@ -205,6 +205,10 @@ func BiasCases() []Case {
 		{Name: "bias", B: 2, Hq: 2, Hkv: 1, Nq: 100, Nk: 70, D: 32, Dv: 48, Bias: &BiasCase{B: 1, S: 100, H: 2, F32: true, Grad: true}},
 		{Name: "bias", B: 2, Hq: 4, Hkv: 4, Nq: 129, Nk: 129, D: 64, Dv: 64, Causal: true, Align: br,
 			Bias: &BiasCase{B: 2, S: 129, H: 1, Holes: 0.1, EmptyRows: true, Grad: true}},
+		// One bias row per query of each sequence, broadcast over six query
+		// heads (three KV heads): the heads of a query tile run together.
+		{Name: "bias-heads", B: 2, Hq: 6, Hkv: 3, Nq: 150, Nk: 90, D: 32, Dv: 32, Causal: true, Align: br,
+			Bias: &BiasCase{B: 2, S: 150, H: 1, Holes: 0.1, Grad: true}},
 		{Name: "bias-padding", B: 3, Hq: 2, Hkv: 2, Nq: 64, Nk: 100, D: 64, Dv: 64, Bias: &BiasCase{B: 3, S: 1, H: 1, Mask: true, Holes: 0.3}},
 		{Name: "bias-padding", B: 2, Hq: 2, Hkv: 1, Nq: 33, Nk: 47, D: 16, Dv: 16, Causal: true, Align: tl,
 			Bias: &BiasCase{B: 2, S: 1, H: 1, F32: true, Holes: 0.3, Grad: true}},

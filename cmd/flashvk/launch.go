@@ -25,6 +25,9 @@ func resultLaunches(pl *attention.Plan) []Launch {
 		if l.Config != "" {
 			tile = append(tile, l.Config)
 		}
+		if l.HeadGroup > 1 {
+			tile = append(tile, fmt.Sprintf("(%d heads a tile together)", l.HeadGroup))
+		}
 		out[i] = Launch{Kernel: l.Kernel, Tile: strings.Join(tile, " "), Source: l.Source, SharedBytes: l.SharedBytes}
 		if l.Workgroup > 0 {
 			out[i].Grid, out[i].Workgroup = l.Grid[:], []int{l.Workgroup, 1, 1}

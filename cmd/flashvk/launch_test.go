@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashvk/flashvk/attention"
 	"github.com/flashvk/flashvk/internal/shaders"
 )
 
@@ -99,4 +100,20 @@ func fmtSscanTile(tile string, br, bc *int) (int, error) {
 	}
 	*bc = 0
 	return fmt.Sscanf(tile, "Br=%d", br)
+}
+
+// TestResultLaunchesHeadGroup: a launch whose workgroups run heads of a
+// tile together says so in its tile; the others do not.
+func TestResultLaunchesHeadGroup(t *testing.T) {
+	pl := &attention.Plan{Launches: []attention.Launch{
+		{Kernel: "flash_cm", TileRows: 64, TileCols: 32, Config: "nsg4-bc32-mode1-pf1", HeadGroup: 8, Workgroup: 128},
+		{Kernel: "bwd_cm_dq", TileRows: 64, TileCols: 64, Config: "nsg4-step64-mode1-pf1", Workgroup: 128},
+	}}
+	ls := resultLaunches(pl)
+	if want := "Br=64 Bc=32 nsg4-bc32-mode1-pf1 (8 heads a tile together)"; ls[0].Tile != want {
+		t.Errorf("tile %q, want %q", ls[0].Tile, want)
+	}
+	if strings.Contains(ls[1].Tile, "heads") {
+		t.Errorf("tile %q names a head group it has not", ls[1].Tile)
+	}
 }

@@ -305,9 +305,10 @@ void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
 	uint lane = gl_SubgroupInvocationID;
-	uint kvh = gl_WorkGroupID.y;
+	uvec2 tile = grid_tile(28u); // (key tile, KV head)
+	uint kvh = tile.y;
 	uint b = gl_WorkGroupID.z;
-	uint c0 = gl_WorkGroupID.x * KB;
+	uint c0 = tile.x * KB;
 	uint sgk = sg * CM_M; // the subgroup's first key within the tile
 	float sl2 = pc.scale * LOG2E;
 	float dscale = drop_scale(); // (1 without dropout)

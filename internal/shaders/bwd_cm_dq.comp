@@ -193,10 +193,11 @@ void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
 	uint lane = gl_SubgroupInvocationID;
-	uint h = gl_WorkGroupID.y;
+	uvec2 tile = grid_tile(27u); // (query tile, head)
+	uint h = tile.y;
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
-	uint r0 = gl_WorkGroupID.x * BR;
+	uint r0 = tile.x * BR;
 	uint sgr = sg * CM_M; // the subgroup's first row within the tile
 	float sl2 = pc.scale * LOG2E;
 	float dscale = drop_scale(); // (1 without dropout)

@@ -47,6 +47,12 @@
 //                          kernels store into dBias): plane (b, h) at
 //                          q mod P (shaders.DSChunks)
 //   word 26 order          the planes' order: 0 q = b·Hq + h, 1 q = h·B + b
+//   word 27 head group     the grid order of the kernels whose workgroups
+//                          take query tiles (flash_cm, bwd_cm_dq;
+//                          grid_tile): G > 1 runs the workgroups of G
+//                          consecutive heads of one tile one after
+//                          another (0, 1: a head's tiles first)
+//   word 28 KV head group  the same for bwd_cm_dkdv (key tiles, KV heads)
 // The host stores a window side wider than Nq + Nk as −1, so the int32
 // arithmetic below cannot overflow (CheckProblem bounds Nq + Nk).
 //
@@ -147,6 +153,28 @@ void ext_head(uint b, uint h) {
 	}
 }
 
+// grid_tile is the workgroup's (tile, head): gl_WorkGroupID.xy, or with
+// a head group G > 1 in Ext word w (27 or 28; G a divisor of the grid's
+// y) the tile and head of its place in the order that runs the G heads of
+// a group one after another for each tile, the groups in order — so that
+// workgroups reading the same rows of a bias broadcast over heads run
+// together and read them once from the device's cache. A bijection of
+// the grid onto itself (each z apart); a launch that runs a part of its
+// grid (a base) takes no group.
+uvec2 grid_tile(uint w) {
+	uvec2 id = gl_WorkGroupID.xy;
+	uint g = EXT != 0u ? ext_buf[w] : 0u;
+	if (g <= 1u) {
+		return id;
+	}
+	uint span = gl_NumWorkGroups.x * g; // workgroups per head group
+	uint l = id.x + gl_NumWorkGroups.x * id.y;
+	uint hg = l / span;
+	uint rem = l - hg * span;
+	uint x = rem / g;
+	return uvec2(x, hg * g + (rem - x * g));
+}
+
 // read_keys is how many of the sequence's leading key rows a kernel may
 // read: seq_nk, or with EXT its key count (SeqUsedK), so that padding past
 // it — which may hold anything, NaN included — is never loaded (a masked
@@ -235,10 +263,23 @@ uint bias_next_key_tile(uint r0, uint r1, uint kt, uint ntiles, uint bc) {
 	return ntiles;
 }
 
+// bias_qs, bias_qr, bias_qm: the window of row blocks bias_next_query_tile
+// read last — the plane's summary offset, its first row block and a bit
+// per row block (BIAS_QW of them) set where some key of the caller's
+// c0 … c1 is not −Inf. A kernel walks one key range over query tiles in
+// order, a step at a time, and would wait for a summary load at every
+// step; it loads a window's words at once and then steps through its
+// bits.
+const uint BIAS_QW = 8u;
+uint bias_qs = 0xFFFFFFFFu;
+uint bias_qr = 0u;
+uint bias_qm = 0u;
+
 // bias_next_query_tile is the first query tile qt' ≥ qt (tiles of br
 // rows, qt' < nqt; else nqt) of head h of sequence b in which some
 // element of keys c0 … c1 (c1 − c0 < 512) is not −Inf — qt itself
-// without a bias. Row blocks are scanned eight per memory latency.
+// without a bias. Row blocks are read BIAS_QW per memory latency and
+// kept (bias_qm): call it with the same c0, c1 at every call of a kernel.
 // Workgroup-uniform arguments give a uniform answer.
 uint bias_next_query_tile(uint b, uint h, uint qt, uint nqt, uint br, uint c0, uint c1) {
 	if ((EXT & EXT_ON_BIAS) == 0u) {
@@ -249,25 +290,32 @@ uint bias_next_query_tile(uint b, uint h, uint qt, uint nqt, uint br, uint c0, u
 	}
 	uint sum0 = b * ext_buf[19] + h * ext_buf[20];
 	uint rs = ext_buf[21];
-	uint kb0 = c0 >> 4u, kb1 = c1 >> 4u;
-	uint w0 = kb0 >> 5u, w1 = kb1 >> 5u;
-	uint hi = 0xFFFFFFFFu >> (31u - (kb1 & 31u));
-	uint m0 = (0xFFFFFFFFu << (kb0 & 31u)) & (w0 == w1 ? hi : 0xFFFFFFFFu);
-	uint m1 = w0 == w1 ? 0u : hi;
 	uint rb = rs == 0u ? 0u : (qt * br) >> 4u;
 	uint rbend = rs == 0u ? 1u : min((nqt * br + 15u) >> 4u, (seq_nq + 15u) >> 4u);
 	while (rb < rbend) {
-		uint t[8];
-		[[unroll]] for (uint q = 0u; q < 8u; ++q) {
-			uint x = sum0 + (rb + q) * rs;
-			t[q] = rb + q < rbend ? (bias_sum[x + w0] & m0) | (bias_sum[x + w1] & m1) : 0u;
-		}
-		[[unroll]] for (uint q = 0u; q < 8u; ++q) {
-			if (t[q] != 0u) {
-				return rs == 0u ? qt : min(max(qt, ((rb + q) << 4u) / br), nqt);
+		if (sum0 != bias_qs || rb < bias_qr || rb >= bias_qr + BIAS_QW) {
+			uint kb0 = c0 >> 4u, kb1 = c1 >> 4u;
+			uint w0 = kb0 >> 5u, w1 = kb1 >> 5u;
+			uint hi = 0xFFFFFFFFu >> (31u - (kb1 & 31u));
+			uint m0 = (0xFFFFFFFFu << (kb0 & 31u)) & (w0 == w1 ? hi : 0xFFFFFFFFu);
+			uint m1 = w0 == w1 ? 0u : hi;
+			uint t[BIAS_QW];
+			[[unroll]] for (uint q = 0u; q < BIAS_QW; ++q) {
+				uint x = sum0 + (rb + q) * rs;
+				t[q] = rb + q < rbend ? (bias_sum[x + w0] & m0) | (bias_sum[x + w1] & m1) : 0u;
+			}
+			bias_qs = sum0;
+			bias_qr = rb;
+			bias_qm = 0u;
+			[[unroll]] for (uint q = 0u; q < BIAS_QW; ++q) {
+				bias_qm |= t[q] != 0u ? 1u << q : 0u;
 			}
 		}
-		rb += 8u;
+		uint m = bias_qm >> (rb - bias_qr);
+		if (m != 0u) {
+			return rs == 0u ? qt : min(max(qt, ((rb + uint(findLSB(m))) << 4u) / br), nqt);
+		}
+		rb = bias_qr + BIAS_QW;
 	}
 	return nqt;
 }

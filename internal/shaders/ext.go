@@ -61,17 +61,28 @@ const (
 )
 
 // extHeader is the number of words before the Ext buffer's arrays.
-const extHeader = 27
+const extHeader = 29
+
+// ExtPlan is what a plan adds to the Ext buffer beyond its problem: how a
+// folding dBias's dS scratch is used (DS), and the head groups of its
+// kernels' grid orders (ext.glsl grid_tile: the workgroups of G
+// consecutive heads of one tile run one after another; 0 or 1 runs a
+// head's tiles first): HeadGroup for those that take query tiles (word
+// 27: flash_cm, bwd_cm_dq), KVHeadGroup for bwd_cm_dkdv (word 28).
+type ExtPlan struct {
+	DS                     DSChunks
+	HeadGroup, KVHeadGroup int
+}
 
 // ExtWords is the Ext buffer of p (ext.glsl's layout): the window (a
 // side wider than Nq + Nk stored as −1, unbounded), the flags, the
 // softcap, the packed query rows Tq, the dropout's seed, offset,
 // threshold and first sequence, the bias's, dS target's, summary's and
-// dBias's strides and how a folding dBias's dS scratch is used (ds: the
-// plan's DSChunks), then SeqUsedK, the ALiBi slopes and the packed
+// dBias's strides and what the plan adds (ep: how a folding dBias's dS
+// scratch is used, its kernels' head groups), then SeqUsedK, the ALiBi slopes and the packed
 // sequences' offsets (CuQ then CuK). A plain problem (p.Ext nil) gets the
 // header of an unbounded window with no flags.
-func ExtWords(p *spec.Problem, ds DSChunks) []uint32 {
+func ExtWords(p *spec.Problem, ep ExtPlan) []uint32 {
 	w := make([]uint32, extHeader)
 	side := func(x int) uint32 {
 		if x < 0 || x >= p.Nq+p.Nk {
@@ -113,7 +124,13 @@ func ExtWords(p *spec.Problem, ds DSChunks) []uint32 {
 		w[2] |= ExtDropout
 		w[8], w[9], w[10], w[11], w[12] = uint32(d.Seed), uint32(d.Seed>>32), d.Offset, d.Threshold, uint32(d.Batch0)
 	}
-	biasWords(w, p, ds)
+	biasWords(w, p, ep.DS)
+	if ep.HeadGroup > 1 {
+		w[27] = uint32(ep.HeadGroup)
+	}
+	if ep.KVHeadGroup > 1 {
+		w[28] = uint32(ep.KVHeadGroup)
+	}
 	if e.CuQ != nil {
 		w[2] |= ExtVarlen
 		w[6] = uint32(len(w))
@@ -126,7 +143,7 @@ func ExtWords(p *spec.Problem, ds DSChunks) []uint32 {
 }
 
 // ExtBytes is ExtWords as the little-endian bytes the buffer holds.
-func ExtBytes(p *spec.Problem, ds DSChunks) []byte { return wordBytes(ExtWords(p, ds)) }
+func ExtBytes(p *spec.Problem, ep ExtPlan) []byte { return wordBytes(ExtWords(p, ep)) }
 
 // wordBytes is w as little-endian bytes, as a storage buffer holds it.
 func wordBytes(w []uint32) []byte {

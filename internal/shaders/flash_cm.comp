@@ -258,10 +258,11 @@ void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
 	uint lane = gl_SubgroupInvocationID;
-	uint h = gl_WorkGroupID.y;
+	uvec2 tile = grid_tile(27u); // (query tile, head)
+	uint h = tile.y;
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
-	uint r0 = gl_WorkGroupID.x * BR;
+	uint r0 = tile.x * BR;
 	float sl2 = pc.scale * LOG2E;
 	ext_begin(b);
 	ext_head(b, h);

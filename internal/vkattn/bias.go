@@ -140,6 +140,7 @@ func (b *Backend) planDBiasFold(ctx context.Context, p *spec.Problem, dt spec.DT
 	for k := range ch.Chunks {
 		l := whole
 		l.Base, l.Grid = ch.DQBox(p, k, whole.Grid[0])
+		l.HeadGroup = 0 // (a part of the grid keeps its order)
 		l.Zero = slices.Clone(whole.Zero)
 		l.Barrier = whole.Barrier || k > 0
 		r := reduce

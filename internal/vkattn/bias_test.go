@@ -45,16 +45,7 @@ func TestBiasPlan(t *testing.T) {
 				bdt = dt
 			}
 			p := biasProblem(bdt, c.bcast, c.grad)
-			set := allocOperands(t, b, p, dt)
-			ts := &tensorSet{b: b, p: p, dt: dt}
-			t.Cleanup(ts.free)
-			for _, op := range []Operand{OpBias, OpDBias} {
-				x, err := ts.alloc(op)
-				if err != nil {
-					t.Fatal(err)
-				}
-				set[op] = x
-			}
+			set := allocBiasOperands(t, b, p, dt)
 			for _, dir := range []Dir{Fwd, Bwd} {
 				name := fmt.Sprintf("%v %+v %v", dt, c, dir)
 				pl, err := b.Plan(ctx, p, dt, dir)
@@ -98,11 +89,11 @@ func TestBiasPlan(t *testing.T) {
 					got = append(got, cmd.Kind)
 				}
 				for i, l := range ls {
-					if len(l.Zero) > 0 {
-						exp = append(exp, "barrier")
-						for range l.Zero {
-							exp = append(exp, "fill")
-						}
+					if i == 0 || len(l.Zero) > 0 {
+						exp = append(exp, "barrier") // (after the work that may read them)
+					}
+					for range l.Zero {
+						exp = append(exp, "fill")
 					}
 					if i == 0 {
 						exp = append(exp, "update")
@@ -121,6 +112,22 @@ func TestBiasPlan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// allocBiasOperands is allocOperands with p's bias and dBias too.
+func allocBiasOperands(t *testing.T, b *Backend, p *spec.Problem, dt spec.DType) Operands {
+	t.Helper()
+	set := allocOperands(t, b, p, dt)
+	ts := &tensorSet{b: b, p: p, dt: dt}
+	t.Cleanup(ts.free)
+	for _, op := range []Operand{OpBias, OpDBias} {
+		x, err := ts.alloc(op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set[op] = x
+	}
+	return set
 }
 
 func kernelsOf(ls []Launch) []string {
@@ -165,7 +172,7 @@ func TestBiasSummary(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ext, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: len(shaders.ExtWords(p, shaders.DSChunks{}))}, spec.Strides{})
+			ext, err := b.NewTensor(spec.Float32, spec.Shape{B: 1, S: 1, H: 1, D: len(shaders.ExtWords(p, shaders.ExtPlan{}))}, spec.Strides{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +182,7 @@ func TestBiasSummary(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := b.dev.Record()
-			r.Update(ext.buf, 0, shaders.ExtBytes(p, shaders.DSChunks{}))
+			r.Update(ext.buf, 0, shaders.ExtBytes(p, shaders.ExtPlan{}))
 			r.BarrierTransferToCompute()
 			pc := params(p)
 			if err := r.Dispatch(pipe, pc.Bytes(), l.Grid, ext.buf, bias.buf, out.buf); err != nil {
@@ -431,4 +438,97 @@ func biasRun[T Elem](t *testing.T, ctx context.Context, b *Backend, p *spec.Prob
 		t.Fatal(err)
 	}
 	return [][]float32{back(dq), back(dk), back(dv), back(dbias)}
+}
+
+// TestHeadGroup: a kernel groups heads only for a bias broadcast over
+// query heads, on tiles of at most maxGroupRows rows — the largest divisor
+// of its grid's heads up to maxHeadGroup — and the plan's Ext buffer
+// carries bwd_cm_dkdv's group in word 28, the others' in word 27
+// (ext.glsl grid_tile).
+func TestHeadGroup(t *testing.T) {
+	for _, c := range []struct {
+		hq, head, br, want int
+		bias               bool
+	}{
+		{32, 0, 64, 8, true}, {16, 0, 32, 8, true}, {12, 0, 64, 6, true}, {6, 0, 64, 6, true}, {7, 0, 16, 7, true},
+		{11, 0, 64, 0, true}, {1, 0, 64, 0, true}, {32, 77, 64, 0, true}, {32, 0, 64, 0, false}, {32, 0, 128, 0, true},
+	} {
+		p := bshdProblem(2, c.hq, 1, 100, 77, 64)
+		if c.bias {
+			p.Ext = &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{DType: spec.Float32, Head: c.head, Row: 77}}
+		}
+		name := fmt.Sprintf("Hq %d, bias head stride %d (bias %v), %d-row tiles", c.hq, c.head, c.bias, c.br)
+		g := headGroup(p, c.hq, c.br)
+		if g != c.want {
+			t.Errorf("%s: head group %d, want %d", name, g, c.want)
+		}
+		for _, k := range []struct {
+			kernel string
+			word   int
+		}{
+			{shaders.KernelFlashCM, 27}, {shaders.KernelBwdCMDQ, 27},
+			{shaders.KernelBwdCMDKDV, 28}, {shaders.Addressed(shaders.KernelBwdCMDKDV), 28},
+		} {
+			pl := &Plan{Launches: []Launch{{Kernel: shaders.KernelBiasSummary}, {Kernel: k.kernel, HeadGroup: g}}}
+			w := shaders.ExtWords(p, pl.extPlan())
+			if w[k.word] != uint32(c.want) || w[27]+w[28] != uint32(c.want) {
+				t.Errorf("%s, %s: Ext words 27, 28 = %d, %d; want %d in word %d", name, k.kernel, w[27], w[28], c.want, k.word)
+			}
+		}
+	}
+}
+
+// TestPassInitOrdered: a call recording its forward and backward passes
+// together (a training step) writes each pass's Ext buffer — the one
+// scratch both passes bind, whose words differ between them (the head
+// group, the dS chunks) — and fills its zeroed buffers only behind a
+// barrier after every dispatch before, which may still read them.
+func TestPassInitOrdered(t *testing.T) {
+	ctx := context.Background()
+	b := openBackend(t, "")
+	dt := b.DTypes()[0]
+	p := biasProblem(spec.Float32, true, true)
+	set := allocBiasOperands(t, b, p, dt)
+	var pls []*Plan
+	for _, dir := range []Dir{Fwd, Bwd} {
+		pl, err := b.Plan(ctx, p, dt, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pls = append(pls, pl)
+	}
+	r := b.dev.Record()
+	s := &scratch{b: b}
+	if err := b.recordPasses(r, s, p, pls, set.bufs()); err != nil {
+		t.Fatal(err)
+	}
+	s.done(true)
+	var kinds []string
+	for _, cmd := range r.Commands() {
+		kinds = append(kinds, cmd.Kind)
+	}
+	updates, dispatched := 0, false
+	for i, k := range kinds {
+		switch k {
+		case "dispatch":
+			dispatched = true
+		case "barrier":
+			dispatched = false
+		case "update", "fill":
+			updates += b2i(k == "update")
+			if dispatched {
+				t.Errorf("command %d (%s) follows a dispatch with no barrier between them: %v", i, k, kinds)
+			}
+		}
+	}
+	if updates != len(pls) {
+		t.Errorf("%d Ext updates for %d passes: %v", updates, len(pls), kinds)
+	}
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }

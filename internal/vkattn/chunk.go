@@ -286,9 +286,10 @@ func (cl *chunkLaunch) recordInit(r *device.Recorder) {
 	if cl.init == nil && cl.zero == nil {
 		return
 	}
-	if cl.zero != nil {
-		r.BarrierComputeToTransfer()
-	}
+	// The work before may still read the buffers written here: a pass's
+	// Ext buffer is the one the pass before it read (the passes of a call
+	// share their scratch), and its words differ between passes.
+	r.BarrierComputeToTransfer()
 	for _, buf := range cl.zero {
 		r.Fill(buf, 0)
 	}
@@ -469,7 +470,7 @@ func (b *Backend) prepareAll(s *scratch, p *spec.Problem, pls []*Plan, bufs oper
 		}
 		if ext := boundTo(rls, OpExt); p.Ext != nil && ext != nil {
 			// The pass's Ext scratch, written before its first launch.
-			cls[first].init, cls[first].initBuf = shaders.ExtBytes(p, pl.ds), ext
+			cls[first].init, cls[first].initBuf = shaders.ExtBytes(p, pl.extPlan()), ext
 		}
 	}
 	return cls, nil

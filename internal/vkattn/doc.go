@@ -71,7 +71,13 @@
 // per block of 16 rows × 16 keys (set unless the whole block is −Inf) to a
 // scratch buffer from which the kernels find the next tile that some row
 // sees (a summary word covers 512 keys), so that a tile the bias hides
-// from every row is neither loaded, prefetched nor computed. flash_cm's
+// from every row is neither loaded, prefetched nor computed (the dK/dV
+// kernels, which walk query tiles, read the bits of eight row blocks at
+// once and keep them). Where the bias is broadcast over heads, the
+// coopmat kernels on tiles of at most 64 rows run the workgroups of up to
+// eight heads of one tile one after another (Launch.HeadGroup, Ext words
+// 27 and 28), so that those heads read the tile's bias rows together,
+// from the device's cache. flash_cm's
 // register loop stages the bias values through shared memory, a
 // subgroup's rows of the tile loaded in 16-byte units (bias_stage.glsl;
 // its area counts in the tile checks: TileExtras); the backward kernels

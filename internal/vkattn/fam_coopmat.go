@@ -203,7 +203,39 @@ func planFlashCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType
 	ln.Grid = shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.NSG*int(l.M))
 	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, c.NSG*int(l.M), c.BC
 	ln.SharedBytes = cmShared(l, c, p.D, p.Dv, ExtrasOf(l, p.Ext)) // (dropShared adds dropout's keep bits)
+	ln.HeadGroup = headGroup(p, p.Hq, ln.BR)
 	return &Plan{Launches: []Launch{ln}}, nil
+}
+
+// maxHeadGroup bounds headGroup: the workgroups that run at once on a
+// GPU of about a hundred multiprocessors then span G heads' K and V and
+// about a hundred ÷ G tiles' bias rows, whose sum of bytes per key is
+// least near G = 8 to 16. maxGroupRows: tiles of more rows take no group
+// (measured, bench/NOTES.md: a group made the forward's 64-row tiles 10%
+// faster and its 128-row ones 1% slower, their bias loads hidden by their
+// products).
+const (
+	maxHeadGroup = 8
+	maxGroupRows = 64
+)
+
+// headGroup is the head group (Launch.HeadGroup) of a kernel whose grid
+// runs tiles of rows query rows (or keys) of heads query heads (or KV
+// heads) of p: with a bias broadcast over query heads, the largest
+// divisor of heads up to maxHeadGroup, so that the heads reading one
+// tile's bias rows run together and read them from the cache, not each
+// from memory; 0 (a head's tiles first, the order that shares its K and
+// V) otherwise.
+func headGroup(p *spec.Problem, heads, rows int) int {
+	if p.Ext == nil || p.Ext.Bias == nil || p.Ext.Bias.Head != 0 || heads < 2 || rows > maxGroupRows {
+		return 0
+	}
+	for g := min(maxHeadGroup, heads); g > 1; g-- {
+		if heads%g == 0 {
+			return g
+		}
+	}
+	return 0
 }
 
 // cmTileFor is flash_cm's tile for p: a tuned one when valid, else
@@ -289,8 +321,10 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 		ln.SharedBytes = shaders.BwdCMSharedBytes(t.shape(l, dkdv, pl.part, p.D, p.Dv))
 		if dkdv {
 			ln.Grid = shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, t.NSG*m)
+			ln.HeadGroup = headGroup(p, p.Hkv, bc)
 		} else {
 			ln.Grid = shaders.BwdDQGrid(p.B, p.Hq, p.Nq, t.NSG*m)
+			ln.HeadGroup = headGroup(p, p.Hq, br)
 		}
 		lns = append(lns, ln)
 	}

@@ -118,6 +118,10 @@ type Launch struct {
 	// before it: a dBias or its scratch, of which the kernel writes only
 	// what its tiles reach).
 	Zero []Operand
+	// HeadGroup > 1: the workgroups of HeadGroup consecutive heads of one
+	// tile run one after another (the coopmat kernels, with a bias
+	// broadcast over heads: headGroup), where 0 runs a head's tiles first.
+	HeadGroup int
 
 	key pipeline.Key // SPIR-V, specialization, bindings, subgroup settings
 }
@@ -543,6 +547,21 @@ func dropout(p *spec.Problem) bool { return extDrops(p.Ext) }
 // extDrops reports whether options ext drop (nil drops nothing).
 func extDrops(ext *spec.Ext) bool { return ext != nil && ext.Dropout != nil }
 
+// extPlan is what pl adds to its Ext buffer (shaders.ExtPlan): the dS
+// scratch's use and its launches' head groups (bwd_cm_dkdv's KV heads',
+// the others' query heads'; a pass has one kernel of each at most).
+func (pl *Plan) extPlan() shaders.ExtPlan {
+	ep := shaders.ExtPlan{DS: pl.ds}
+	for _, l := range pl.Launches {
+		if l.Kernel == shaders.KernelBwdCMDKDV || l.Kernel == shaders.Addressed(shaders.KernelBwdCMDKDV) {
+			ep.KVHeadGroup = max(ep.KVHeadGroup, l.HeadGroup)
+		} else {
+			ep.HeadGroup = max(ep.HeadGroup, l.HeadGroup)
+		}
+	}
+	return ep
+}
+
 // limFor is the device's limits for p's scalar tiles (Limits.Dropout set
 // for a dropout call).
 func (b *Backend) limFor(p *spec.Problem) shaders.Limits {
@@ -559,7 +578,7 @@ func (pl *Plan) bindExt(p *spec.Problem) {
 			if pl.Scratch == nil {
 				pl.Scratch = map[Operand]int64{}
 			}
-			pl.Scratch[OpExt] = int64(len(shaders.ExtBytes(p, shaders.DSChunks{})))
+			pl.Scratch[OpExt] = int64(len(shaders.ExtBytes(p, shaders.ExtPlan{})))
 			return
 		}
 	}

@@ -305,7 +305,7 @@ void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
 	uint lane = gl_SubgroupInvocationID;
-	uvec2 tile = grid_tile(28u); // (key tile, KV head)
+	uvec2 tile = grid_tile(28u, (pc.Nk + KB - 1u) / KB); // (key tile, KV head)
 	uint kvh = tile.y;
 	uint b = gl_WorkGroupID.z;
 	uint c0 = tile.x * KB;

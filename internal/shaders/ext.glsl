@@ -158,17 +158,21 @@ void ext_head(uint b, uint h) {
 // y) the tile and head of its place in the order that runs the G heads of
 // a group one after another for each tile, the groups in order — so that
 // workgroups reading the same rows of a bias broadcast over heads run
-// together and read them once from the device's cache. A bijection of
-// the grid onto itself (each z apart); a launch that runs a part of its
-// grid (a base) takes no group.
-uvec2 grid_tile(uint w) {
+// together and read them once from the device's cache. nx is the whole
+// grid's x (the kernel's tiles): a call split into submissions records
+// parts of the grid (a base and fewer workgroups: gl_NumWorkGroups is the
+// part's), and the map, a bijection of the whole grid onto itself (each z
+// apart) on its absolute workgroup IDs, keeps every tile once over the
+// parts. A launch that runs a part of its grid as a grid of its own (the
+// dQ kernel's dBias chunks) takes no group.
+uvec2 grid_tile(uint w, uint nx) {
 	uvec2 id = gl_WorkGroupID.xy;
 	uint g = EXT != 0u ? ext_buf[w] : 0u;
 	if (g <= 1u) {
 		return id;
 	}
-	uint span = gl_NumWorkGroups.x * g; // workgroups per head group
-	uint l = id.x + gl_NumWorkGroups.x * id.y;
+	uint span = nx * g; // workgroups per head group
+	uint l = id.x + nx * id.y;
 	uint hg = l / span;
 	uint rem = l - hg * span;
 	uint x = rem / g;
@@ -279,7 +283,8 @@ uint bias_qm = 0u;
 // rows, qt' < nqt; else nqt) of head h of sequence b in which some
 // element of keys c0 … c1 (c1 − c0 < 512) is not −Inf — qt itself
 // without a bias. Row blocks are read BIAS_QW per memory latency and
-// kept (bias_qm): call it with the same c0, c1 at every call of a kernel.
+// kept (bias_qm): call it with the same c0, c1 and nqt at every call of a
+// kernel (a window keeps no bits past the rows nqt covers).
 // Workgroup-uniform arguments give a uniform answer.
 uint bias_next_query_tile(uint b, uint h, uint qt, uint nqt, uint br, uint c0, uint c1) {
 	if ((EXT & EXT_ON_BIAS) == 0u) {

@@ -258,7 +258,7 @@ void main() {
 	uint tid = thread_index();
 	uint sg = gl_SubgroupID;
 	uint lane = gl_SubgroupInvocationID;
-	uvec2 tile = grid_tile(27u); // (query tile, head)
+	uvec2 tile = grid_tile(27u, (pc.Nq + BR - 1u) / BR); // (query tile, head)
 	uint h = tile.y;
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);

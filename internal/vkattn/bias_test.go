@@ -417,7 +417,7 @@ func countKernel(ls []Launch, kernel string) int {
 }
 
 // biasRun runs the forward and backward of p (bias of storage T) on b with
-// fixed random inputs and returns dQ, dK, dV and dBias as float32.
+// fixed random inputs and returns dQ, dK, dV, dBias, O and LSE as float32.
 func biasRun[T Elem](t *testing.T, ctx context.Context, b *Backend, p *spec.Problem, from func(float32) T, to func(T) float32) [][]float32 {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(3, 5))
@@ -437,7 +437,7 @@ func biasRun[T Elem](t *testing.T, ctx context.Context, b *Backend, p *spec.Prob
 	if err := BackwardHost(ctx, b, p, q, k, v, o, lse, do, dq, dk, dv, hb); err != nil {
 		t.Fatal(err)
 	}
-	return [][]float32{back(dq), back(dk), back(dv), back(dbias)}
+	return [][]float32{back(dq), back(dk), back(dv), back(dbias), back(o), lse}
 }
 
 // TestHeadGroup: a kernel groups heads only for a bias broadcast over

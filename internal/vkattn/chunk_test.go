@@ -6,12 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/flashvk/flashvk/internal/device"
 	"github.com/flashvk/flashvk/internal/device/devicetest"
+	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/x448/float16"
 )
 
 // TestChunkCostModel checks the closed-form pair counts behind the
@@ -404,5 +407,65 @@ func TestCloseWaitsForAbandonedWork(t *testing.T) {
 	}
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("call stopped by Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestChunkedHeadGroups: a call whose kernels run the heads of a tile
+// together (a bias broadcast over heads, on a device with cooperative
+// matrices) gives the bits of one submission when it is split into many —
+// parts of each grid, recorded with a base — since the kernels map their
+// absolute workgroup IDs over the whole grid (ext.glsl grid_tile, whose
+// width the plan's grid must be).
+func TestChunkedHeadGroups(t *testing.T) {
+	b := openBackend(t, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dt := spec.Float32
+	if slices.Contains(b.DTypes(), spec.Float16) {
+		dt = spec.Float16
+	}
+	p := bshdProblem(2, 8, 4, 150, 90, 32)
+	p.Mask = spec.MaskCausalBottomRight
+	p.Ext = &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{DType: dt, Row: p.Nk}}
+	grouped := 0
+	for _, dir := range []Dir{Fwd, Bwd} {
+		pl, err := b.Plan(ctx, p, dt, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range pl.Launches {
+			if l.HeadGroup <= 1 {
+				continue
+			}
+			grouped++
+			n, rows, heads := p.Nq, l.BR, p.Hq
+			if l.Kernel == shaders.KernelBwdCMDKDV || l.Kernel == shaders.Addressed(shaders.KernelBwdCMDKDV) {
+				n, rows, heads = p.Nk, l.BC, p.Hkv
+			}
+			if l.Grid[0] != uint32((n+rows-1)/rows) || l.Grid[1] != uint32(heads) || heads%l.HeadGroup != 0 || l.Base != ([3]uint32{}) {
+				t.Errorf("%s: grid %v from %v, tile rows %d, head group %d: not the whole grid of ceil(%d/%d) tiles × %d heads", l.Kernel, l.Grid, l.Base, rows, l.HeadGroup, n, rows, heads)
+			}
+		}
+	}
+	t.Logf("%v: %d launches with head groups", dt, grouped)
+	run := func(ctx context.Context) [][]float32 {
+		if dt == spec.Float32 {
+			return biasRun(t, ctx, b, p, func(x float32) float32 { return x }, func(x float32) float32 { return x })
+		}
+		return biasRun(t, ctx, b, p, float16.Fromfloat32, float16.Float16.Float32)
+	}
+	s0 := b.dev.Stats().Submissions
+	want := run(context.Background())
+	s1 := b.dev.Stats().Submissions
+	restore := chunkedBackend(b, 7)
+	got := run(ctx)
+	restore()
+	if n := b.dev.Stats().Submissions - s1; n <= s1-s0 {
+		t.Errorf("%d submissions chunked, %d whole: not chunked", n, s1-s0)
+	}
+	for i, name := range []string{"dq", "dk", "dv", "dbias", "o", "lse"} {
+		if !bitsEqual(got[i], want[i]) {
+			t.Errorf("%s of the chunked call differs from one submission", name)
+		}
 	}
 }

@@ -79,9 +79,10 @@ type ExtPlan struct {
 // softcap, the packed query rows Tq, the dropout's seed, offset,
 // threshold and first sequence, the bias's, dS target's, summary's and
 // dBias's strides and what the plan adds (ep: how a folding dBias's dS
-// scratch is used, its kernels' head groups), then SeqUsedK, the ALiBi slopes and the packed
-// sequences' offsets (CuQ then CuK). A plain problem (p.Ext nil) gets the
-// header of an unbounded window with no flags.
+// scratch is used, its kernels' head groups), then SeqUsedK, the ALiBi
+// slopes and the packed sequences' offsets (CuQ then CuK). A plain
+// problem (p.Ext nil) gets the header of an unbounded window with no
+// flags.
 func ExtWords(p *spec.Problem, ep ExtPlan) []uint32 {
 	w := make([]uint32, extHeader)
 	side := func(x int) uint32 {
@@ -125,12 +126,7 @@ func ExtWords(p *spec.Problem, ep ExtPlan) []uint32 {
 		w[8], w[9], w[10], w[11], w[12] = uint32(d.Seed), uint32(d.Seed>>32), d.Offset, d.Threshold, uint32(d.Batch0)
 	}
 	biasWords(w, p, ep.DS)
-	if ep.HeadGroup > 1 {
-		w[27] = uint32(ep.HeadGroup)
-	}
-	if ep.KVHeadGroup > 1 {
-		w[28] = uint32(ep.KVHeadGroup)
-	}
+	w[27], w[28] = uint32(ep.HeadGroup), uint32(ep.KVHeadGroup)
 	if e.CuQ != nil {
 		w[2] |= ExtVarlen
 		w[6] = uint32(len(w))

@@ -99,16 +99,16 @@ func HasAddressed(kernel string) bool {
 // bindings its addressed variant reads and writes by address instead, in
 // slot order (AddressedParams.Addr[s] replaces binding AddressSlots[s]).
 func AddressSlots(kernel string) ([]int, error) {
-	s, ok := addressSlots[baseKernel(kernel)]
+	s, ok := addressSlots[BaseKernel(kernel)]
 	if !ok {
 		return nil, fmt.Errorf("shaders: kernel %q has no addressed variant", kernel)
 	}
 	return append([]int(nil), s...), nil
 }
 
-// baseKernel maps an addressed kernel name to its base kernel; any other
+// BaseKernel maps an addressed kernel name to its base kernel; any other
 // name is returned unchanged.
-func baseKernel(kernel string) string {
+func BaseKernel(kernel string) string {
 	if b, ok := strings.CutSuffix(kernel, addrSuffix); ok && HasAddressed(b) {
 		return b
 	}

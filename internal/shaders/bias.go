@@ -46,7 +46,7 @@ const (
 // pipeline does not depend on bits it ignores.
 func ExtSpecFor(kernel string, p *spec.Problem) uint32 {
 	v := ExtSpec(p)
-	switch baseKernel(kernel) {
+	switch BaseKernel(kernel) {
 	case KernelBwdPre:
 		v &^= extSpecBiasBits
 	case KernelBwdDQ, KernelBwdCMDQ, KernelBiasReduce:

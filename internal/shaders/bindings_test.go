@@ -38,7 +38,7 @@ var bindingViews = map[string][][]string{
 // storage type dt (S resolved; bf16 storage is uint16 bits).
 func views(k string, bnd int, dt string) []string {
 	var out []string
-	for _, v := range bindingViews[baseKernel(k)][bnd] {
+	for _, v := range bindingViews[BaseKernel(k)][bnd] {
 		if v == S {
 			v = elemKind(dt)
 		}
@@ -59,8 +59,8 @@ func checkBindings(t *testing.T, name, k, dt string, m *spirv.Module, skip []int
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(bindingViews[baseKernel(k)]) != n {
-		t.Fatalf("%s: bindingViews lists %d bindings, Go declares %d", name, len(bindingViews[baseKernel(k)]), n)
+	if len(bindingViews[BaseKernel(k)]) != n {
+		t.Fatalf("%s: bindingViews lists %d bindings, Go declares %d", name, len(bindingViews[BaseKernel(k)]), n)
 	}
 	got := map[int][]string{}
 	for _, b := range m.Bindings {

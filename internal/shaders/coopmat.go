@@ -61,7 +61,7 @@ var CoopMatKernels = []string{KernelFlashCM, KernelFlashCMProbe, KernelBwdCMDKDV
 // is built for (nil for an unknown kernel); an addressed variant has its
 // base kernel's.
 func KernelDTypes(kernel string) []string {
-	kernel = baseKernel(kernel)
+	kernel = BaseKernel(kernel)
 	if kernel == KernelFlashCMProbe {
 		return []string{DTypeF16, DTypeBF16}
 	}

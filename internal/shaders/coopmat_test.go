@@ -147,7 +147,7 @@ func TestBwdCMSharedBytesMatchSPIRV(t *testing.T) {
 func testBwdCMSharedBytes(t *testing.T, dt string) {
 	for _, k := range []string{KernelBwdCMDKDV, KernelBwdCMDQ, Addressed(KernelBwdCMDKDV), Addressed(KernelBwdCMDQ)} {
 		m := reflectKernel(t, k, dt)
-		dkdv := baseKernel(k) == KernelBwdCMDKDV
+		dkdv := BaseKernel(k) == KernelBwdCMDKDV
 		type bwdCase struct{ m, sg, nsg, step, mode, d, dv, part int }
 		cases := []bwdCase{
 			{16, 32, 4, 32, 1, 128, 128, 0}, {16, 32, 4, 64, 1, 64, 64, 0}, {16, 32, 2, 32, 0, 128, 128, 0},

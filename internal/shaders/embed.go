@@ -157,7 +157,7 @@ var (
 // of kernel; an addressed variant has its base kernel's (its descriptor set
 // layout keeps them all; the module does not use the address slots').
 func Bindings(kernel string) (int, error) {
-	n, ok := kernelBindings[baseKernel(kernel)]
+	n, ok := kernelBindings[BaseKernel(kernel)]
 	if !ok {
 		return 0, fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
@@ -167,7 +167,7 @@ func Bindings(kernel string) (int, error) {
 // SpecIDs returns the specialization constant IDs kernel declares (an
 // addressed variant: its base kernel's).
 func SpecIDs(kernel string) ([]uint32, error) {
-	ids, ok := kernelSpecIDs[baseKernel(kernel)]
+	ids, ok := kernelSpecIDs[BaseKernel(kernel)]
 	if !ok {
 		return nil, fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
@@ -177,7 +177,7 @@ func SpecIDs(kernel string) ([]uint32, error) {
 // SPIRV returns the SPIR-V of kernel (a base or addressed name) for
 // storage type dtype ("f32", "f16" or "bf16"). The slice is a fresh copy.
 func SPIRV(kernel, dtype string) ([]byte, error) {
-	if _, ok := kernelBindings[baseKernel(kernel)]; !ok {
+	if _, ok := kernelBindings[BaseKernel(kernel)]; !ok {
 		return nil, fmt.Errorf("shaders: unknown kernel %q", kernel)
 	}
 	if !slices.Contains(DTypes, dtype) {

@@ -179,7 +179,7 @@ func CheckConfig(kernel string, c Config, d, dv int, f16 bool, lim Limits) error
 		return fmt.Errorf("shaders: tile %d×%d must be positive", c.BR, c.BC)
 	}
 	shared := 0
-	switch baseKernel(kernel) {
+	switch BaseKernel(kernel) {
 	case KernelNaive:
 		if !isPow2(c.WG) {
 			return fmt.Errorf("shaders: naive needs a power-of-two WG (got %d)", c.WG)
@@ -292,7 +292,7 @@ func LoopIterations(kernel string, c Config, d, dv, nq, nk, group int) int {
 		log2++
 	}
 	// A loop that runs k iterations costs lavapipe k+1 (its last test).
-	switch baseKernel(kernel) {
+	switch BaseKernel(kernel) {
 	case KernelNaive:
 		p0 := 1 + ceilDiv(d, wg) + ceilDiv(nk, wg)*(2+u(d))
 		p1 := 3*(1+ceilDiv(nk, wg)) + 2*(1+log2)

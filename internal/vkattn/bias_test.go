@@ -515,7 +515,9 @@ func TestPassInitOrdered(t *testing.T) {
 		case "barrier":
 			dispatched = false
 		case "update", "fill":
-			updates += b2i(k == "update")
+			if k == "update" {
+				updates++
+			}
 			if dispatched {
 				t.Errorf("command %d (%s) follows a dispatch with no barrier between them: %v", i, k, kinds)
 			}
@@ -524,11 +526,4 @@ func TestPassInitOrdered(t *testing.T) {
 	if updates != len(pls) {
 		t.Errorf("%d Ext updates for %d passes: %v", updates, len(pls), kinds)
 	}
-}
-
-func b2i(v bool) int {
-	if v {
-		return 1
-	}
-	return 0
 }

@@ -439,7 +439,7 @@ func TestChunkedHeadGroups(t *testing.T) {
 			}
 			grouped++
 			n, rows, heads := p.Nq, l.BR, p.Hq
-			if l.Kernel == shaders.KernelBwdCMDKDV || l.Kernel == shaders.Addressed(shaders.KernelBwdCMDKDV) {
+			if shaders.BaseKernel(l.Kernel) == shaders.KernelBwdCMDKDV {
 				n, rows, heads = p.Nk, l.BC, p.Hkv
 			}
 			if l.Grid[0] != uint32((n+rows-1)/rows) || l.Grid[1] != uint32(heads) || heads%l.HeadGroup != 0 || l.Base != ([3]uint32{}) {

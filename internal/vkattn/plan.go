@@ -553,7 +553,7 @@ func extDrops(ext *spec.Ext) bool { return ext != nil && ext.Dropout != nil }
 func (pl *Plan) extPlan() shaders.ExtPlan {
 	ep := shaders.ExtPlan{DS: pl.ds}
 	for _, l := range pl.Launches {
-		if l.Kernel == shaders.KernelBwdCMDKDV || l.Kernel == shaders.Addressed(shaders.KernelBwdCMDKDV) {
+		if shaders.BaseKernel(l.Kernel) == shaders.KernelBwdCMDKDV {
 			ep.KVHeadGroup = max(ep.KVHeadGroup, l.HeadGroup)
 		} else {
 			ep.HeadGroup = max(ep.HeadGroup, l.HeadGroup)

@@ -34,7 +34,9 @@
 // spills, shared memory…, through VK_KHR_pipeline_executable_properties).
 // Engine.Tune searches per-device tile configurations (verified against a
 // float64 reference the caller passes in) for a TuneCache, which Open then
-// uses (Config.TuneCache); LockTuneCache orders concurrent writers of the
+// uses (Config.TuneCache), for plain calls or, with TuneOptions.Features,
+// for calls with a window, softcap, ALiBi or dropout (TuneKey.Options);
+// LockTuneCache orders concurrent writers of the
 // file (LoadTuneCache, TuneCache.Put and Save under it keep every writer's
 // entries).
 //

@@ -149,6 +149,19 @@ type Dropout struct {
 // Options.Window); −1 is unbounded.
 type Window struct{ Left, Right int }
 
+// ALiBiSlopes are the standard ALiBi slopes of hq query heads,
+// slope_h = 2^(−8(h+1)/hq) for h = 0 … hq−1: the geometric sequence
+// 2^(−8/hq), 2^(−16/hq), …, 2^(−8) (for a power of two hq, the ALiBi
+// paper's slopes; for other hq the same formula, not the paper's
+// interleaving of two power-of-two sets).
+func ALiBiSlopes(hq int) []float32 {
+	s := make([]float32, hq)
+	for h := range s {
+		s[h] = float32(math.Exp2(-8 * float64(h+1) / float64(hq)))
+	}
+	return s
+}
+
 // resolve is the scale (for head dim d) and mask of o, or why o is
 // invalid.
 func (o Options) resolve(d int) (float32, spec.Mask, error) {

@@ -25,17 +25,24 @@ import (
 
 // TuneKey is what a tuned choice applies to on one device: the tunable
 // stage (Family: "flash", "flash_cm", "bwd_dkdv", "bwd_dq", "bwd_cm_dkdv",
-// "bwd_cm_dq"), the pass, the storage type ("f32", "f16"), the head dims
-// and whether the mask is causal (either alignment). Entries of one key
-// may exist for several sequence lengths; a problem uses the one nearest
-// its Nq.
+// "bwd_cm_dq"), the pass, the storage type ("f32", "f16"), the head dims,
+// whether the mask is causal (either alignment) and the options beyond
+// Scale, Causal and Align the problems carry (Options: "" for none, else
+// their names joined by "+" in this order: window, keys (SeqUsedK), packed
+// (CuSeqlens), softcap, alibi, dropout, bias — whatever their values).
+// Entries of one key may exist for several sequence lengths; a problem
+// uses the one nearest its Nq. A problem with options takes the entry of
+// its own options; without one, the stages whose kernels have a variant
+// of their own for options (flash_cm, bwd_cm_dkdv) keep their default,
+// and the others take the entry without options.
 type TuneKey struct {
-	Family string `json:"family"`
-	Dir    string `json:"dir"`
-	DType  string `json:"dtype"`
-	D      int    `json:"d"`
-	DV     int    `json:"dv"`
-	Causal bool   `json:"causal"`
+	Family  string `json:"family"`
+	Dir     string `json:"dir"`
+	DType   string `json:"dtype"`
+	D       int    `json:"d"`
+	DV      int    `json:"dv"`
+	Causal  bool   `json:"causal"`
+	Options string `json:"options,omitempty"`
 }
 
 func (k TuneKey) String() string {
@@ -47,7 +54,11 @@ func (k TuneKey) String() string {
 	if k.DV != k.D {
 		d += fmt.Sprintf(" dv=%d", k.DV)
 	}
-	return fmt.Sprintf("%s %s %s %s %s", k.Dir, k.DType, d, mask, k.Family)
+	s := fmt.Sprintf("%s %s %s %s", k.Dir, k.DType, d, mask)
+	if k.Options != "" {
+		s += " " + k.Options
+	}
+	return s + " " + k.Family
 }
 
 // ReferenceProblem describes a problem for a ReferenceFunc: the fields of
@@ -57,8 +68,23 @@ type ReferenceProblem struct {
 	// Scale multiplies QKᵀ (resolved: never 0 here).
 	Scale  float64
 	Causal bool
-	// BottomRight selects the causal alignment (see Alignment).
+	// BottomRight selects the causal alignment (see Alignment); the
+	// window and ALiBi measure from the same diagonal.
 	BottomRight bool
+	// Window, when set, limits query i to the keys from Left before its
+	// diagonal to Right after it (−1: unbounded; with Causal, Right is 0).
+	Window *Window
+	// Softcap c > 0 caps each scaled score s to c·tanh(s/c) (0: off).
+	Softcap float64
+	// ALiBi are the slopes of ALiBi's bias, one per query head (nil:
+	// none).
+	ALiBi []float64
+	// Dropout is the fraction of probabilities dropped, as applied (a
+	// multiple of 2⁻⁸; 0: none), and DropoutSeed, DropoutOffset select
+	// the mask (see Dropout).
+	Dropout       float64
+	DropoutSeed   uint64
+	DropoutOffset uint32
 }
 
 // ReferenceFunc computes in float64 what a tune candidate is verified
@@ -93,6 +119,10 @@ type TuneOptions struct {
 	// Families restricts tuning to these stages (default: all; see
 	// TuneFamilies).
 	Families []string
+	// Features are the options beyond Scale, Causal and Align the tuned
+	// problems carry (the zero value: none). Choices tuned with features
+	// apply to calls with the same options (TuneKey.Options).
+	Features TuneFeatures
 	// Budget bounds the search's time (0: none). Once spent, the stage in
 	// progress is decided among the candidates measured so far and the
 	// remaining keys are not tuned: Tune returns what it has and an error
@@ -105,6 +135,67 @@ type TuneOptions struct {
 	// Reference computes the float64 results candidates are verified
 	// against (required).
 	Reference ReferenceFunc
+}
+
+// TuneFeatures are the options a tune search's problems carry, as
+// Options takes them; each one's values do not change the key it tunes
+// (TuneKey.Options names the options only).
+type TuneFeatures struct {
+	// Window is a sliding window (with a causal key Right must be −1 or
+	// 0). The verification problem (Nq 150, Nk 203) takes each side at
+	// most 64, so that it stays a window there.
+	Window *Window
+	// Softcap c > 0 caps the scores (0: off).
+	Softcap float32
+	// ALiBi adds ALiBi's bias with the slopes of ALiBiSlopes for each
+	// problem's query heads.
+	ALiBi bool
+	// Dropout is the probability P of dropping each attention
+	// probability (0: none); the seed and offset are 0.
+	Dropout float32
+}
+
+// options are f as Options for a problem of hq query heads, causal or
+// not, whose diagonal is aligned by align.
+func (f TuneFeatures) options(causal bool, align Alignment, hq int) Options {
+	o := Options{Causal: causal, Align: align, Window: f.Window, Softcap: f.Softcap}
+	if f.ALiBi {
+		o.ALiBi = ALiBiSlopes(hq)
+	}
+	if f.Dropout != 0 {
+		o.Dropout = &Dropout{P: f.Dropout}
+	}
+	return o
+}
+
+// verifyWindow is the widest window side of the verification problem.
+const verifyWindow = 64
+
+// apply sets f on p (a tuned or verification problem, whose mask says
+// causal or not and the alignment); verify narrows the window's sides to
+// verifyWindow. Errors wrap ErrOption.
+func (f TuneFeatures) apply(p *spec.Problem, verify bool) error {
+	align := TopLeft
+	if p.Mask == spec.MaskCausalBottomRight {
+		align = BottomRight
+	}
+	if verify && f.Window != nil {
+		w := *f.Window
+		narrow := func(x int) int {
+			if x < 0 {
+				return x
+			}
+			return min(x, verifyWindow)
+		}
+		w.Left, w.Right = narrow(w.Left), narrow(w.Right)
+		f.Window = &w
+	}
+	e, err := f.options(p.Causal(), align, p.Hq).ext(p.B, p.Hq, p.Nq, p.Nk)
+	if err != nil {
+		return fmt.Errorf("attention: tune: features: %w", err)
+	}
+	p.Ext = e
+	return nil
 }
 
 // ErrTuneBudget: TuneOptions.Budget ran out before every key was tuned.
@@ -284,8 +375,11 @@ func (e *Engine) Tune(ctx context.Context, o TuneOptions) ([]TuneResult, error) 
 					if !deadline.IsZero() && time.Now().After(deadline) {
 						return out, fmt.Errorf("attention: tune: %w (%v) before %v d=%d causal=%v %s", ErrTuneBudget, o.Budget, dt, d, causal, dir)
 					}
-					k := keySearch{s: s, o: &o, deadline: deadline, dt: dt, backward: dir == "bwd",
-						p: tuneProblem(d, d, o.N, o.Tokens, o.Hidden, causal), pv: verifyProblem(d, d, causal)}
+					p, pv, err := o.problems(d, causal)
+					if err != nil {
+						return out, err
+					}
+					k := keySearch{s: s, o: &o, deadline: deadline, dt: dt, backward: dir == "bwd", p: p, pv: pv}
 					rs, err := k.run(ctx)
 					out = append(out, rs...)
 					if err != nil {
@@ -340,11 +434,37 @@ func (e *Engine) tuneDefaults(o TuneOptions) (TuneOptions, error) {
 	orDefault(&o.N, 2048)
 	orDefault(&o.Tokens, 16384)
 	orDefault(&o.Hidden, 2048)
+	for _, causal := range o.Causal { // (refused before any key is tuned)
+		for _, d := range o.Dims {
+			if _, _, err := o.problems(d, causal); err != nil {
+				return o, err
+			}
+		}
+	}
 	orDefault(&o.Iters, 10)
 	if o.Warmup == 0 {
 		o.Warmup = 3
 	}
 	return o, nil
+}
+
+// problems are the timed and the verification problem of head dim d,
+// causal or not, with o.Features. Both have the options of one key: a
+// window that reaches every key of the timed problem would tune it
+// without one (ErrOption).
+func (o *TuneOptions) problems(d int, causal bool) (p, pv *spec.Problem, err error) {
+	p, pv = tuneProblem(d, d, o.N, o.Tokens, o.Hidden, causal), verifyProblem(d, d, causal)
+	if err := o.Features.apply(p, false); err != nil {
+		return nil, nil, err
+	}
+	if err := o.Features.apply(pv, true); err != nil {
+		return nil, nil, err
+	}
+	if p.Features() != pv.Features() {
+		return nil, nil, fmt.Errorf("attention: tune: features: window %+v reaches every key of the timed problem (N %d): it would be tuned as %q, not %q: %w",
+			*o.Features.Window, o.N, p.Features(), pv.Features(), ErrOption)
+	}
+	return p, pv, nil
 }
 
 // tuneNoise: a candidate must beat the default by this factor to replace
@@ -411,7 +531,7 @@ func (k *keySearch) key(stage string) TuneKey {
 	if k.backward {
 		dir = "bwd"
 	}
-	return TuneKey{Family: stage, Dir: dir, DType: k.dt.Short(), D: k.p.D, DV: k.p.Dv, Causal: k.p.Causal()}
+	return TuneKey{Family: stage, Dir: dir, DType: k.dt.Short(), D: k.p.D, DV: k.p.Dv, Causal: k.p.Causal(), Options: k.p.Features()}
 }
 
 func (k *keySearch) progress(ev TuneEvent) {

@@ -25,6 +25,8 @@ type fakeTune struct {
 	timed   map[string]int
 	sleep   time.Duration   // per timing
 	warms   []time.Duration // each timing's least warm-up, in order
+	// The problems the last verifier and timer were given.
+	verified, timedP *spec.Problem
 }
 
 func (f *fakeTune) Info() BackendInfo {
@@ -61,10 +63,12 @@ func (f *fakeTune) check(_ context.Context, _ string, _ *spec.Problem, _ DType, 
 func (f *fakeTune) force(stage string, _ *spec.Problem, _ DType, c string) { f.forced[stage] = c }
 func (f *fakeTune) unforce()                                               { clear(f.forced) }
 
-func (f *fakeTune) verifier(context.Context, *spec.Problem, DType, bool, uint64, ReferenceFunc) (tuneVerifier, error) {
+func (f *fakeTune) verifier(_ context.Context, p *spec.Problem, _ DType, _ bool, _ uint64, _ ReferenceFunc) (tuneVerifier, error) {
+	f.verified = p
 	return fakeVerifier{f}, nil
 }
-func (f *fakeTune) timer(context.Context, *spec.Problem, DType, bool, uint64) (tuneTimer, error) {
+func (f *fakeTune) timer(_ context.Context, p *spec.Problem, _ DType, _ bool, _ uint64) (tuneTimer, error) {
+	f.timedP = p
 	return fakeTimer{f}, nil
 }
 
@@ -236,6 +240,57 @@ func TestTuneSearchEdges(t *testing.T) {
 	} {
 		if _, err := e.Tune(context.Background(), o); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestTuneFeatures: the options of TuneOptions.Features reach both the
+// timed and the verification problem (whose window is narrowed to stay a
+// window there), the results' keys name them, and options that are
+// invalid or that a timed problem would lose are refused before any key.
+func TestTuneFeatures(t *testing.T) {
+	f := newFakeTune()
+	f.times = map[string][]time.Duration{"fa-def": {time.Millisecond}}
+	feat := TuneFeatures{Window: &Window{Left: 300, Right: 10}, Softcap: 30, ALiBi: true, Dropout: 0.1}
+	rs, err := tuneFake(t, f, TuneOptions{Dirs: []string{"fwd"}, N: 1024, Features: feat, MaxCandidates: 1})
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("%+v, %v", rs, err)
+	}
+	const want = "window+softcap+alibi+dropout"
+	if rs[0].Key.Options != want || !strings.Contains(rs[0].Key.String(), want) {
+		t.Errorf("key %+v (%s), want options %q", rs[0].Key, rs[0].Key, want)
+	}
+	p, pv := f.timedP, f.verified
+	for name, x := range map[string]*spec.Problem{"timed": p, "verification": pv} {
+		e := x.Ext
+		if e == nil || e.Softcap != 30 || len(e.Slopes) != x.Hq || e.Slopes[0] != ALiBiSlopes(x.Hq)[0] ||
+			e.Dropout == nil || e.Dropout.Threshold != 26 || x.Features() != want {
+			t.Errorf("%s problem: %+v (%s)", name, e, x.Features())
+		}
+	}
+	if p.Nq != 1024 || p.Ext.Left != 300 || p.Ext.Right != 10 || pv.Ext.Left != verifyWindow || pv.Ext.Right != 10 {
+		t.Errorf("windows: timed %d,%d (N %d), verification %d,%d", p.Ext.Left, p.Ext.Right, p.Nq, pv.Ext.Left, pv.Ext.Right)
+	}
+	// The reference sees the verification problem's options.
+	r := referenceProblem(pv)
+	if r.Window == nil || *r.Window != (Window{Left: verifyWindow, Right: 10}) || r.Softcap != 30 || len(r.ALiBi) != pv.Hq ||
+		r.Dropout != 26.0/256 || r.DropoutSeed != 0 || r.Causal {
+		t.Errorf("reference problem %+v", r)
+	}
+	if r := referenceProblem(verifyProblem(16, 16, true)); r.Window != nil || r.Softcap != 0 || r.ALiBi != nil || r.Dropout != 0 || !r.Causal || !r.BottomRight {
+		t.Errorf("plain reference problem %+v", r)
+	}
+	e := newEngine(newFakeTune())
+	for name, ft := range map[string]TuneFeatures{
+		"window side":    {Window: &Window{Left: -2, Right: 0}},
+		"softcap":        {Softcap: -1},
+		"dropout":        {Dropout: 1.5},
+		"dropout to 0":   {Dropout: 1e-4},
+		"window too far": {Window: &Window{Left: 4096, Right: 4096}, Softcap: 30},
+	} {
+		_, err := e.Tune(context.Background(), TuneOptions{Reference: noRef, Dims: []int{16}, Causal: []bool{false}, N: 1024, Features: ft})
+		if !errors.Is(err, ErrOption) {
+			t.Errorf("%s: %v, want ErrOption", name, err)
 		}
 	}
 }

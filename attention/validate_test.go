@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -301,6 +302,24 @@ func TestUnknownLayout(t *testing.T) {
 	for name, err := range map[string]error{"NewTensor": errT, "KeepMask": errM, "Plan": errP, "NewDeviceTensor": errD} {
 		if !errors.Is(err, attention.ErrOption) || !strings.Contains(err.Error(), "Layout(7)") {
 			t.Errorf("%s with Layout(7): %v, want ErrOption naming Layout(7)", name, err)
+		}
+	}
+}
+
+// The standard ALiBi slopes: 2^(−8(h+1)/Hq).
+func TestALiBiSlopes(t *testing.T) {
+	if got := attention.ALiBiSlopes(8); !slices.Equal(got, []float32{1. / 2, 1. / 4, 1. / 8, 1. / 16, 1. / 32, 1. / 64, 1. / 128, 1. / 256}) {
+		t.Errorf("attention.ALiBiSlopes(8) = %v", got)
+	}
+	for _, hq := range []int{1, 3, 12} {
+		s := attention.ALiBiSlopes(hq)
+		for h, x := range s {
+			if want := float32(math.Pow(2, -8*float64(h+1)/float64(hq))); x != want {
+				t.Errorf("attention.ALiBiSlopes(%d)[%d] = %v, want %v", hq, h, x, want)
+			}
+		}
+		if s[hq-1] != 1./256 {
+			t.Errorf("attention.ALiBiSlopes(%d) ends at %v, want 2^−8", hq, s[hq-1])
 		}
 	}
 }

@@ -130,7 +130,7 @@ func vkTuneKey(k TuneKey) (vkattn.TuneKey, bool) {
 	if dt == 0 {
 		return vkattn.TuneKey{}, false
 	}
-	return vkattn.TuneKey{Stage: k.Family, Dir: dir, DType: dt, D: k.D, DV: k.DV, Causal: k.Causal}, true
+	return vkattn.TuneKey{Stage: k.Family, Dir: dir, DType: dt, D: k.D, DV: k.DV, Causal: k.Causal, Options: k.Options}, true
 }
 
 // vulkanDevices lists the Vulkan devices; errors wrap ErrBackend.
@@ -406,8 +406,7 @@ func (v *vulkanTuneSession) close() error         { return vkErr(v.s.Close()) }
 
 func (v *vulkanTuneSession) verifier(ctx context.Context, p *spec.Problem, dt DType, backward bool, seed uint64, ref ReferenceFunc) (tuneVerifier, error) {
 	vr, err := v.s.Verifier(ctx, p, dt, backward, seed, func(p *spec.Problem, q, k, vv, do []float64, backward bool) ([][]float64, error) {
-		return ref(ReferenceProblem{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
-			Scale: float64(p.Scale), Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}, q, k, vv, do, backward)
+		return ref(referenceProblem(p), q, k, vv, do, backward)
 	})
 	if err != nil {
 		return nil, vkErr(err)
@@ -421,6 +420,31 @@ func (v *vulkanTuneSession) timer(ctx context.Context, p *spec.Problem, dt DType
 		return nil, vkErr(err)
 	}
 	return vulkanTimer{t}, nil
+}
+
+// referenceProblem is p as a ReferenceFunc takes it: the tuner's
+// problems, with the options TuneFeatures gives (its Ext has no key
+// counts, packed sequences or bias).
+func referenceProblem(p *spec.Problem) ReferenceProblem {
+	r := ReferenceProblem{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
+		Scale: float64(p.Scale), Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}
+	e := p.Ext
+	if e == nil {
+		return r
+	}
+	r.BottomRight = e.BottomRight
+	if e.Left >= 0 || e.Right >= 0 {
+		r.Window = &Window{Left: e.Left, Right: e.Right}
+	}
+	r.Softcap = float64(e.Softcap)
+	for _, s := range e.Slopes {
+		r.ALiBi = append(r.ALiBi, float64(s))
+	}
+	if d := e.Dropout; d != nil {
+		r.Dropout = float64(d.Threshold) / spec.DropLevels
+		r.DropoutSeed, r.DropoutOffset = d.Seed, d.Offset
+	}
+	return r
 }
 
 type vulkanVerifier struct{ v *vkattn.Verifier }

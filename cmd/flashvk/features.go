@@ -34,7 +34,7 @@ type features struct {
 	// c·tanh(s/c); 0: off.
 	Softcap float64 `json:"softcap,omitempty"`
 	// ALiBi adds −slope_h·|diag − j| to the score of key j, with the
-	// standard slopes of alibiSlopes.
+	// standard slopes of attention.ALiBiSlopes.
 	ALiBi bool `json:"alibi,omitempty"`
 	// SeqUsedK are the keys each sequence uses ([B], 0 … Nk, or with
 	// SeqLens 0 … the sequence's length): keys past them are masked, and
@@ -179,19 +179,6 @@ func (f features) nameSuffix() string {
 	return s
 }
 
-// alibiSlopes are the standard ALiBi slopes of hq query heads,
-// slope_h = 2^(−8(h+1)/hq) for h = 0 … hq−1: the geometric sequence
-// 2^(−8/hq), 2^(−16/hq), …, 2^(−8) (for a power of two hq, the ALiBi
-// paper's slopes; for other hq the same formula, not the paper's
-// interleaving of two power-of-two sets).
-func alibiSlopes(hq int) []float32 {
-	s := make([]float32, hq)
-	for h := range s {
-		s[h] = float32(math.Exp2(-8 * float64(h+1) / float64(hq)))
-	}
-	return s
-}
-
 // setOptions sets f in o, for a problem of hq query heads.
 func (f features) setOptions(o *attention.Options, hq int) {
 	if f.SeqLens != nil {
@@ -203,7 +190,7 @@ func (f features) setOptions(o *attention.Options, hq int) {
 	}
 	o.Softcap = float32(f.Softcap)
 	if f.ALiBi {
-		o.ALiBi = alibiSlopes(hq)
+		o.ALiBi = attention.ALiBiSlopes(hq)
 	}
 	if f.SeqUsedK != nil {
 		o.SeqUsedK = make([]int32, len(f.SeqUsedK))
@@ -237,7 +224,7 @@ func (f features) setParams(p *reference.Params) {
 	}
 	p.Softcap = f.Softcap
 	if f.ALiBi {
-		for _, s := range alibiSlopes(p.Hq) {
+		for _, s := range attention.ALiBiSlopes(p.Hq) {
 			p.ALiBi = append(p.ALiBi, float64(s))
 		}
 	}

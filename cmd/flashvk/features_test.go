@@ -73,24 +73,6 @@ func TestFeatureFlagValues(t *testing.T) {
 	}
 }
 
-// The standard ALiBi slopes: 2^(−8(h+1)/Hq).
-func TestALiBiSlopes(t *testing.T) {
-	if got := alibiSlopes(8); !slices.Equal(got, []float32{1. / 2, 1. / 4, 1. / 8, 1. / 16, 1. / 32, 1. / 64, 1. / 128, 1. / 256}) {
-		t.Errorf("alibiSlopes(8) = %v", got)
-	}
-	for _, hq := range []int{1, 3, 12} {
-		s := alibiSlopes(hq)
-		for h, x := range s {
-			if want := float32(math.Pow(2, -8*float64(h+1)/float64(hq))); x != want {
-				t.Errorf("alibiSlopes(%d)[%d] = %v, want %v", hq, h, x, want)
-			}
-		}
-		if s[hq-1] != 1./256 {
-			t.Errorf("alibiSlopes(%d) ends at %v, want 2^−8", hq, s[hq-1])
-		}
-	}
-}
-
 // run --check with each option on the CPU backend: the float64
 // reference runs with the same options, and the FLOPs are the visible
 // pairs (attention.Flops).

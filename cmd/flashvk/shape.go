@@ -123,6 +123,8 @@ func (s *shapeFlags) register(c *cobra.Command, mode shapeMode, dtype attention.
 		f.IntVar(&s.paged, "paged", 0, "decode mode: a paged cache of blocks of this many rows, the block table a random permutation (default: contiguous)")
 		f.IntVar(&s.appendN, "append", 0, "decode mode: new K/V rows appended to every sequence before it is attended to")
 		s.registerFeatures(c)
+	} else {
+		s.registerScoreFeatures(c)
 	}
 	if mode == oneProblem {
 		f.StringVar(&s.layout, "layout", "bshd", "memory layout of the operands: bshd (FlashAttention) or bhsd (PyTorch)")
@@ -140,15 +142,12 @@ func (s *shapeFlags) registerFeatures(c *cobra.Command) {
 		packed = "a packed batch of self-attention sequences of these lengths (each its Nq = Nk; B their count), Q, K, V [1, ΣNi, H, d]: the grid's one length point, at every dtype × d × mask (replaces --seq, --nq, --nk, --batch and --tokens)"
 	}
 	f.Var(intsValue(&s.seqLens, true), "seqlens", packed)
-	f.Var(windowValue{&s.window}, "window", "sliding window: each query sees the L keys before its diagonal and the R after it (−1: unbounded; with --causal R is −1 or 0)")
-	f.Var(softcapValue(&s.softcap), "softcap", "cap each scaled score s to c·tanh(s/c), c a positive float32")
-	f.BoolVar(&s.alibi, "alibi", false, "ALiBi: add −slope_h·|diagonal − j| to the score of key j, slope_h = 2^(−8(h+1)/Hq) for query head h")
+	s.registerScoreFeatures(c)
 	keys := "keys each sequence uses (0 … Nk, or with --seqlens 0 … its length; the rest are masked): one per sequence (it sets B), or one for every sequence"
 	if s.mode == benchGrid {
 		keys = "keys each sequence uses (0 … Nk of every point; the rest are masked): one per sequence (B = their count at every point), or one for every sequence of every point"
 	}
 	f.Var(intsValue(&s.seqUsedK, true), "seqused-k", keys)
-	f.Var(dropoutValue{&s.dropout}, "dropout", "attention dropout: drop each attention probability with probability P (0 < P < 1, applied at a resolution of 2⁻⁸) and scale the kept ones by 1/(1 − P)")
 	f.Var(uintValue[uint64]{&s.dropoutSeed}, "dropout-seed", "seed of the dropout mask (needs --dropout; not --seed, which seeds the inputs)")
 	f.Var(uintValue[uint32]{&s.dropoutOffset}, "dropout-offset", "offset of the dropout mask: one of the seed's 2³² streams, e.g. the training step (needs --dropout)")
 	f.StringVar(&s.biasPath, "bias", "", "an additive bias on the scores from this .npy file, float32 or float16, [B|1, H|1, Nq|1, Nk] (or [H|1, Nq|1, Nk], [Nq|1, Nk]): −Inf hides a key (PyTorch SDPA's float attn_mask)")
@@ -158,6 +157,16 @@ func (s *shapeFlags) registerFeatures(c *cobra.Command) {
 		grad = "ask the backward points for dBias, the gradient of --bias or --mask (needs --backward)"
 	}
 	f.BoolVar(&s.biasGrad, "bias-grad", false, grad)
+}
+
+// registerScoreFeatures adds --window, --softcap, --alibi and --dropout,
+// the options tune takes too.
+func (s *shapeFlags) registerScoreFeatures(c *cobra.Command) {
+	f := c.Flags()
+	f.Var(windowValue{&s.window}, "window", "sliding window: each query sees the L keys before its diagonal and the R after it (−1: unbounded; with --causal R is −1 or 0)")
+	f.Var(softcapValue(&s.softcap), "softcap", "cap each scaled score s to c·tanh(s/c), c a positive float32")
+	f.BoolVar(&s.alibi, "alibi", false, "ALiBi: add −slope_h·|diagonal − j| to the score of key j, slope_h = 2^(−8(h+1)/Hq) for query head h")
+	f.Var(dropoutValue{&s.dropout}, "dropout", "attention dropout: drop each attention probability with probability P (0 < P < 1, applied at a resolution of 2⁻⁸) and scale the kept ones by 1/(1 − P)")
 }
 
 // checkKeyCountBatch refuses --batch beside --seqused-k values of another

@@ -55,7 +55,16 @@ shared-memory and workgroup limits is
      Nq = Nk and Hkv = H only (tune entries are keyed by N alone), so tune
      takes no --nq, --nk or --kv-heads; bench takes them.
 The fastest verified candidate wins (the default is kept unless a candidate
-is more than 2% faster). Progress goes to stderr, the winners to stdout;
+is more than 2% faster).
+
+Options: --window L,R, --softcap C, --alibi and --dropout P tune the kernels
+as calls with those options run them (both problems carry them; the
+verification problem takes each window side at most 64). Their entries are
+keyed by the options' names, not values ("softcap", "window+dropout"), and
+apply to calls with the same options; a call with options and no entry of
+its own keeps the default tiles of the cooperative-matrix kernels, which
+have a variant of their own for options (flash_cm, bwd_cm_dkdv), and takes
+the entry without options for the others. Progress goes to stderr, the winners to stdout;
 --json FILE writes every key's candidates and outcome (schema flashvk-tune/1,
 see docs/results-schema.md; "-": stdout, instead of the table).
 
@@ -79,6 +88,7 @@ with --show, --cache with --dry-run, --tokens beside --batch, --hidden beside
 --heads, a --dir whose direction none of --family tunes.`,
 		Example: `  flashvk tune --dtype f16 --dim 64,128
   flashvk tune --dir fwd --seq 1024,4096 --causal false --dry-run --json tune.json
+  flashvk tune --dtype f16 --dim 256 --causal --seq 8192 --window 4096,0 --softcap 50
   flashvk tune --device lavapipe --dtype f32 --dim 16 --seq 64 --tokens 64 --hidden 32 --max-candidates 3
   flashvk tune --show`,
 		Args: cobra.NoArgs,
@@ -153,11 +163,45 @@ func (f *tuneFlags) options() (attention.TuneOptions, error) {
 	if o.Warmup == 0 {
 		o.Warmup = -1
 	}
+	if err := f.checkWindow(o.Causal); err != nil {
+		return o, err
+	}
+	if w := f.shape.window; w != nil {
+		o.Features.Window = &attention.Window{Left: w[0], Right: w[1]}
+	}
+	o.Features.Softcap = float32(f.shape.softcap)
+	o.Features.ALiBi = f.shape.alibi
+	o.Features.Dropout = float32(f.shape.dropout)
 	o.Reference = tuneReference
 	o.MaxCandidates = f.maxCandidates
 	o.Budget = f.budget
 	o.Seed = f.seed
 	return o, nil
+}
+
+// checkWindow refuses a --window that a causal key cannot take (R > 0),
+// that changes nothing, or that hides no key of a timed problem (Nq = Nk
+// = N) of --seq: there it would tune calls without one.
+func (f *tuneFlags) checkWindow(causal []bool) error {
+	w := f.shape.window
+	if w == nil {
+		return nil
+	}
+	for _, c := range causal {
+		if c && w[1] > 0 {
+			return usagef("--window %d,%d with --causal: R must be −1 or 0 (a causal mask shows no key after the diagonal)", w[0], w[1])
+		}
+		if err := f.features().effect(0, c); err != nil {
+			return err
+		}
+		for _, n := range f.shape.seq {
+			hides := func(side int) bool { return side >= 0 && side < n-1 }
+			if !hides(w[0]) && (c || !hides(w[1])) {
+				return usagef("--window %d,%d has no effect at --seq %d: it hides no key of the timed problem (narrow it)", w[0], w[1], n)
+			}
+		}
+	}
+	return nil
 }
 
 // problems describes the timed problems for the progress line.
@@ -169,9 +213,20 @@ func (f *tuneFlags) problems(tokens int) string {
 		s += fmt.Sprintf(", B·N=%d", tokens)
 	}
 	if f.shape.heads > 0 {
-		return s + fmt.Sprintf(", H=%d", f.shape.heads)
+		s += fmt.Sprintf(", H=%d", f.shape.heads)
+	} else {
+		s += fmt.Sprintf(", H·d=%d", f.shape.hidden)
 	}
-	return s + fmt.Sprintf(", H·d=%d", f.shape.hidden)
+	if opts := f.features().String(); opts != "" {
+		s += ", " + opts
+	}
+	return s
+}
+
+// features are the options of the timed problems (--window, --softcap,
+// --alibi, --dropout).
+func (f *tuneFlags) features() features {
+	return features{Window: f.shape.window, Softcap: f.shape.softcap, ALiBi: f.shape.alibi, Dropout: f.shape.dropout}
 }
 
 // checkEffect refuses the flags of tune that would change nothing.
@@ -407,6 +462,9 @@ func tuneLabel(k attention.TuneKey) string {
 	if k.Causal {
 		mask = "causal"
 	}
+	if k.Options != "" {
+		mask += " " + k.Options
+	}
 	return fmt.Sprintf("%s %s d=%d %s %s", k.Dir, k.DType, k.D, mask, k.Family)
 }
 
@@ -545,8 +603,15 @@ func tuneDisabled() bool {
 
 // tuneReference is the tuner's float64 verifier: package reference.
 func tuneReference(p attention.ReferenceProblem, q, k, v, do []float64, backward bool) ([][]float64, error) {
-	return reference.Outputs(reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
-		Scale: p.Scale, Causal: p.Causal, BottomRight: p.BottomRight}, q, k, v, do, backward)
+	rp := reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
+		Scale: p.Scale, Causal: p.Causal, BottomRight: p.BottomRight, Softcap: p.Softcap, ALiBi: p.ALiBi}
+	if w := p.Window; w != nil {
+		rp.Window = &reference.Window{Left: w.Left, Right: w.Right}
+	}
+	if p.Dropout != 0 {
+		rp.Dropout = &reference.Dropout{P: p.Dropout, Seed: p.DropoutSeed, Offset: p.DropoutOffset}
+	}
+	return reference.Outputs(rp, q, k, v, do, backward)
 }
 
 // TuneSchema names the JSON of tune --json (docs/results-schema.md).

@@ -47,6 +47,9 @@ func TestTuneBadFlags(t *testing.T) {
 		{"tune", "--dtype", "f64"}, {"tune", "--dim", "0"}, {"tune", "--dim", "512"}, {"tune", "--dir", "sideways"},
 		{"tune", "--causal", "maybe"}, {"tune", "--seq", "0"}, {"tune", "--iters", "0"}, {"tune", "--family", "nope"},
 		{"tune", "--max-candidates", "-1"}, {"tune", "--budget", "-1s"}, {"tune", "--budget", "soon"}, {"tune", "extra"},
+		{"tune", "--window", "8,4", "--causal"}, {"tune", "--window", "8,4"}, {"tune", "--window", "-1,-1", "--causal", "false"},
+		{"tune", "--window", "-1,0", "--causal"}, {"tune", "--window", "100,-1", "--seq", "32"}, {"tune", "--dropout", "2"},
+		{"tune", "--softcap", "-1"}, {"tune", "--show", "--softcap", "30"},
 	} {
 		if code, _, errs := flashvk(t, args...); code != 2 {
 			t.Errorf("flashvk %v: exit %d, want 2\n%s", args, code, errs)
@@ -123,6 +126,60 @@ func TestTuneEndToEnd(t *testing.T) {
 	out = mustRun(t, "explain", "--backend", "vulkan", "--seq", "40", "--dim", "16", "--heads", "1", "--dtype", "float32")
 	if regexp.MustCompile(`(?m)\stuned\s*$`).MatchString(out) || !strings.Contains(out, "FLASHVK_TUNE=off") {
 		t.Errorf("explain with FLASHVK_TUNE=off:\n%s", out)
+	}
+}
+
+// TestTuneOptionsEndToEnd tunes a tiny problem with options on the Vulkan
+// device: the entries are keyed by the options' names, and they apply to
+// calls with those options only (explain).
+func TestTuneOptionsEndToEnd(t *testing.T) {
+	skipWithoutVulkan(t)
+	path := filepath.Join(t.TempDir(), "tune.json")
+	feats := []string{"--window", "8,0", "--softcap", "30", "--alibi", "--dropout", "0.1"}
+	args := append([]string{"tune", "--cache", path, "--kernel", "flash", "--dtype", "f32", "--dim", "16", "--causal", "--seq", "32",
+		"--tokens", "32", "--hidden", "16", "--max-candidates", "2", "--iters", "2", "--warmup", "0"}, feats...)
+	code, out, errs := flashvk(t, args...)
+	if code != 0 {
+		t.Fatalf("tune: exit %d\n%s\n%s", code, out, errs)
+	}
+	const opts = "window+softcap+alibi+dropout"
+	for _, want := range []string{"window=8,0 softcap=30 alibi dropout=0.1", "causal " + opts + " flash N=32", "wrote 3 entries"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("tune progress lacks %q:\n%s", want, errs)
+		}
+	}
+	c, err := attention.LoadTuneCache(path)
+	if err != nil || len(c.Entries) != 3 {
+		t.Fatalf("cache: %+v, %v", c, err)
+	}
+	for _, e := range c.Entries {
+		if e.Key.Options != opts || !e.Key.Causal {
+			t.Errorf("entry key %+v, want options %q", e.Key, opts)
+		}
+	}
+	t.Setenv("FLASHVK_TUNE_CACHE", path)
+	tunedLaunches := func(extra ...string) int {
+		t.Helper()
+		var an analysis
+		args := append([]string{"explain", "--backend", "vulkan", "--seq", "40", "--dim", "16", "--heads", "1", "--dtype", "float32", "--causal", "--json"}, extra...)
+		if err := json.Unmarshal([]byte(mustRun(t, args...)), &an); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, l := range an.Launches {
+			if l.Source == attention.SourceTuned {
+				n++
+			}
+		}
+		return n
+	}
+	if n := tunedLaunches(feats...); n != 3 {
+		t.Errorf("explain with the tuned options: %d tuned launches, want 3 (flash, bwd_dkdv, bwd_dq)", n)
+	}
+	for _, other := range [][]string{nil, {"--softcap", "30"}, {"--window", "8,0", "--softcap", "30", "--alibi"}} {
+		if n := tunedLaunches(other...); n != 0 {
+			t.Errorf("explain %v: %d tuned launches, want 0 (no entry for its options)", other, n)
+		}
 	}
 }
 

@@ -18,6 +18,7 @@ package spec
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // DType is the storage type of the operands Q, K, V, O and their
@@ -559,6 +560,36 @@ func (p *Problem) KVHead(h int) int { return h / p.Group() }
 
 // Causal reports whether a causal mask is applied.
 func (p *Problem) Causal() bool { return p.Mask != MaskNone }
+
+// Features names the options beyond the scale and the causal mask that p
+// carries, joined by "+" in this order: "window", "keys" (SeqUsedK),
+// "packed" (CuQ), "softcap", "alibi", "dropout", "bias"; "" when p.Ext is
+// nil. An Ext with none of them (a window whose sides reach every key) is
+// "window": it runs the extended kernels all the same. Tuned tiles are
+// keyed by it.
+func (p *Problem) Features() string {
+	e := p.Ext
+	if e == nil {
+		return ""
+	}
+	var fs []string
+	add := func(on bool, name string) {
+		if on {
+			fs = append(fs, name)
+		}
+	}
+	add(e.Left >= 0 || e.Right > 0 || e.Right == 0 && !p.Causal(), "window")
+	add(e.SeqUsedK != nil, "keys")
+	add(e.CuQ != nil, "packed")
+	add(e.Softcap != 0, "softcap")
+	add(e.Slopes != nil, "alibi")
+	add(e.Dropout != nil, "dropout")
+	add(e.Bias != nil, "bias")
+	if len(fs) == 0 {
+		return "window"
+	}
+	return strings.Join(fs, "+")
+}
 
 // KeyLimit returns how many leading keys query row i may see under Mask:
 // keys 0 … KeyLimit(i)−1. It is 0 for a row that sees no key (bottom-right

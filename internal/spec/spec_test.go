@@ -169,3 +169,32 @@ func TestKVKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestFeatures: the options' names in their fixed order; a causal mask
+// alone is none, an Ext with nothing else a window.
+func TestFeatures(t *testing.T) {
+	causal := func(e *Ext) *Problem { return &Problem{Mask: MaskCausalTopLeft, Ext: e} }
+	plain := func(e *Ext) *Problem { return &Problem{Ext: e} }
+	for _, c := range []struct {
+		p    *Problem
+		want string
+	}{
+		{causal(nil), ""},
+		{plain(nil), ""},
+		{causal(&Ext{Left: -1, Right: 0, Softcap: 30}), "softcap"},
+		{causal(&Ext{Left: -1, Right: 0}), "window"},
+		{plain(&Ext{Left: -1, Right: -1}), "window"},
+		{plain(&Ext{Left: -1, Right: 0, Dropout: &Dropout{Threshold: 26}}), "window+dropout"},
+		{causal(&Ext{Left: 128, Right: 0, Slopes: []float32{1}}), "window+alibi"},
+		{plain(&Ext{Left: -1, Right: 5}), "window"},
+		{causal(&Ext{Left: -1, Right: 0, SeqUsedK: []int32{3}}), "keys"},
+		{causal(&Ext{Left: -1, Right: 0, CuQ: []int32{0, 3}, CuK: []int32{0, 3}}), "packed"},
+		{plain(&Ext{Left: -1, Right: -1, Bias: &Bias{DType: Float32}}), "bias"},
+		{causal(&Ext{Left: 7, Right: 0, SeqUsedK: []int32{3}, CuQ: []int32{0, 3}, CuK: []int32{0, 3}, Softcap: 1,
+			Slopes: []float32{1}, Dropout: &Dropout{Threshold: 1}, Bias: &Bias{DType: Float16}}), "window+keys+packed+softcap+alibi+dropout+bias"},
+	} {
+		if got := c.p.Features(); got != c.want {
+			t.Errorf("%+v (mask %v): %q, want %q", *c.p, c.p.Mask, got, c.want)
+		}
+	}
+}

@@ -217,7 +217,7 @@
 // The search itself is package attention's (Engine.Tune); this package
 // gives it a TuneSession (tunesession.go), a private Backend on the same
 // device whose plans it can steer: per key — storage type, head dims,
-// causal or not, pass (TuneKey) — Stages lists the tunable stages the plan
+// causal or not, options, pass (TuneKey) — Stages lists the tunable stages the plan
 // runs (Tunables: flash, flash_cm, bwd_dkdv, bwd_dq, bwd_cm_dkdv,
 // bwd_cm_dq), Candidates every configuration of a stage legal within the
 // device's limits, Force puts one in place; a Verifier checks it against
@@ -232,10 +232,13 @@
 // reads them from its tune cache file and filters them by device); a
 // stage's plan asks Backend.tuned, which returns the entry of the problem's
 // key whose N is nearest its Nq, when it parses and fits the device, and
-// otherwise warns (TuneWarnings) and uses the default. The tuner times
-// plain problems, so the choices of flash_cm and bwd_cm_dkdv, whose
-// default rules pick other tiles for options (Tunable.PlainOnly), do not
-// apply to a problem with options (p.Ext): it keeps its default tile.
+// otherwise warns (TuneWarnings) and uses the default. A key names the
+// problem's options beyond the causal mask (spec.Problem.Features: "" for
+// none, "softcap", "window+dropout", …; the tuner times problems with
+// the options it is given): a problem takes the entry of its own options
+// first; without one, the choices of flash_cm and bwd_cm_dkdv, whose
+// default rules pick other tiles for options (Tunable.PlainOnly), keep
+// the default, and the other stages take the plain entry.
 // Launch.Source says "tuned" or "default" for every dispatch.
 //
 // A Backend, its Tensors and its pipelines are safe for concurrent use.

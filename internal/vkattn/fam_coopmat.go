@@ -397,10 +397,12 @@ func log2Dist(a, b []int) float64 {
 	return d
 }
 
-// flashCMTunable is flash_cm's tile as a tune stage. Its choices apply to
-// plain problems only: the extended variant needs more registers and has
-// its own default rule (cmTiles), which a tile timed on the plain variant
-// must not replace (the large tile is slower there for most options).
+// flashCMTunable is flash_cm's tile as a tune stage. A tile tuned without
+// options applies to plain problems only: the extended variant needs more
+// registers and has its own default rule (cmTiles), which a tile timed on
+// the plain variant must not replace (the large tile is slower there for
+// most options); one tuned with options applies to problems with the same
+// options (TuneKey.Options).
 var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
 		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
@@ -430,8 +432,8 @@ var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseC
 		return CheckCMTile(l, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
 	}))
 
-// plainOnly marks t's tuned choices as applying to plain problems only
-// (Tunable.PlainOnly).
+// plainOnly marks t's choices tuned without options as applying to plain
+// problems only (Tunable.PlainOnly).
 func plainOnly(t *Tunable) *Tunable {
 	t.PlainOnly = true
 	return t

@@ -43,11 +43,13 @@ type Tunable struct {
 	// Check reports why c cannot run p on b (nil: it can). A tuned
 	// candidate that fails Check is ignored with a warning.
 	Check func(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType, c Candidate) error
-	// PlainOnly: tuned choices apply only to problems without options
-	// beyond Scale, Causal and Align (p.Ext nil). The tuner times plain
-	// problems; a stage whose kernel has an extended variant with other
-	// resources (and its own default rule) sets it, so that a choice timed
-	// on the plain variant never replaces the extended variant's default.
+	// PlainOnly: a choice tuned without options (TuneKey.Options "")
+	// does not apply to a problem with options. Every stage first takes
+	// the entry of the problem's own options; a stage whose kernel has an
+	// extended variant with other resources (and its own default rule)
+	// sets PlainOnly, so that a choice timed on the plain variant never
+	// replaces the extended variant's default, while the others fall back
+	// to the plain entry.
 	PlainOnly bool
 }
 
@@ -73,23 +75,29 @@ func tunableByName(name string) *Tunable {
 }
 
 // TuneKey is what a tuned choice applies to on one device: the stage,
-// direction, storage type, head dims and whether the mask is causal (either
-// alignment). Choices for one key may exist for several sequence lengths;
-// a problem uses the one nearest its Nq.
+// direction, storage type, head dims, whether the mask is causal (either
+// alignment) and the options beyond them (spec.Problem.Features: "" for
+// none, "softcap", "window+dropout", …). Choices for one key may exist for
+// several sequence lengths; a problem uses the one nearest its Nq.
 type TuneKey struct {
-	Stage  string
-	Dir    Dir
-	DType  spec.DType
-	D, DV  int
-	Causal bool
+	Stage   string
+	Dir     Dir
+	DType   spec.DType
+	D, DV   int
+	Causal  bool
+	Options string
 }
 
 func (k TuneKey) String() string {
-	return fmt.Sprintf("%s %s (%v, d %d, dv %d, causal %v)", k.Stage, k.Dir, k.DType, k.D, k.DV, k.Causal)
+	s := fmt.Sprintf("%s %s (%v, d %d, dv %d, causal %v", k.Stage, k.Dir, k.DType, k.D, k.DV, k.Causal)
+	if k.Options != "" {
+		s += ", " + k.Options
+	}
+	return s + ")"
 }
 
 func tuneKeyOf(t *Tunable, p *spec.Problem, dt spec.DType) TuneKey {
-	return TuneKey{Stage: t.Name, Dir: t.Dir, DType: dt, D: p.D, DV: p.Dv, Causal: p.Causal()}
+	return TuneKey{Stage: t.Name, Dir: t.Dir, DType: dt, D: p.D, DV: p.Dv, Causal: p.Causal(), Options: p.Features()}
 }
 
 // Tuned is a tuned configuration: for Key, at sequence length N, the
@@ -184,11 +192,15 @@ func (t *tuneState) clearOverrides() {
 // ignored with a warning (TuneWarnings): the caller then uses its default.
 func (b *Backend) tuned(ctx context.Context, stage string, p *spec.Problem, dt spec.DType) (Candidate, bool) {
 	f := tunableByName(stage)
-	if f == nil || (f.PlainOnly && p.Ext != nil) {
+	if f == nil {
 		return nil, false
 	}
 	k := tuneKeyOf(f, p, dt)
 	en, ok := b.tune.lookup(k, p.Nq)
+	if !ok && k.Options != "" && !f.PlainOnly {
+		k.Options = ""
+		en, ok = b.tune.lookup(k, p.Nq)
+	}
 	if !ok {
 		return nil, false
 	}

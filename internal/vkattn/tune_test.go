@@ -453,11 +453,12 @@ func TestTuneSession(t *testing.T) {
 	}
 }
 
-// TestTunedPlainOnly: the tuner times plain problems, so flash_cm's and
-// bwd_cm_dkdv's tuned tiles (PlainOnly: their default rules depend on the
-// options) never replace an extended problem's default, while a stage
-// without the flag (the scalar forward) keeps its tuned choice for a
-// problem with options.
+// TestTunedPlainOnly: flash_cm's and bwd_cm_dkdv's tiles tuned without
+// options (PlainOnly: their default rules depend on the options) never
+// replace an extended problem's default, while a stage without the flag
+// (the scalar forward) keeps its plain choice for a problem with options;
+// an entry tuned with a problem's own options applies to it first, and
+// to no problem with other options.
 func TestTunedPlainOnly(t *testing.T) {
 	for name, want := range map[string]bool{"flash_cm": true, "bwd_cm_dkdv": true, "bwd_cm_dq": false, "flash": false} {
 		if got := tunableByName(name).PlainOnly; got != want {
@@ -479,6 +480,31 @@ func TestTunedPlainOnly(t *testing.T) {
 	}
 	if c, ok := b.tuned(ctx, "flash", p, spec.Float32); !ok || c.String() != "wg64-br16-bc32" {
 		t.Errorf("flash with options: %v, %v; want the tuned wg64-br16-bc32", c, ok)
+	}
+	// Entries tuned with the softcap.
+	cmSoft := cm
+	cmSoft.Key.Options, cmSoft.Candidate = "softcap", "nsg4-bc64-mode1-pf1"
+	flashSoft := tunedFlash(64, true, 1024, "wg128-br32-bc32")
+	flashSoft.Key.Options = "softcap"
+	b.tune.entries = append(b.tune.entries, cmSoft, flashSoft)
+	for _, c := range []struct {
+		stage, want string
+		dt          spec.DType
+	}{{"flash_cm", cmSoft.Candidate, spec.Float16}, {"flash", flashSoft.Candidate, spec.Float32}} {
+		if got, ok := b.tuned(ctx, c.stage, p, c.dt); !ok || got.String() != c.want {
+			t.Errorf("%s with a softcap: %v, %v; want the softcap's %s", c.stage, got, ok, c.want)
+		}
+	}
+	p.Ext.Slopes = []float32{0.5} // softcap+alibi: no entry of its own
+	if c, ok := b.tuned(ctx, "flash_cm", p, spec.Float16); ok {
+		t.Errorf("flash_cm with softcap and ALiBi: tuned %v, want the extended variant's default", c)
+	}
+	if c, ok := b.tuned(ctx, "flash", p, spec.Float32); !ok || c.String() != "wg64-br16-bc32" {
+		t.Errorf("flash with softcap and ALiBi: %v, %v; want the plain entry's wg64-br16-bc32", c, ok)
+	}
+	p.Ext = nil
+	if c, ok := b.tuned(ctx, "flash_cm", p, spec.Float16); !ok || c.String() != cm.Candidate {
+		t.Errorf("flash_cm, plain, beside the softcap's entry: %v, %v; want %s", c, ok, cm.Candidate)
 	}
 	dkdv := Tuned{Key: TuneKey{Stage: "bwd_cm_dkdv", Dir: Bwd, DType: spec.Float16, D: 128, DV: 128, Causal: true}, N: 1024, Candidate: "nsg4-step32-mode1-kv1"}
 	b.tune.entries = append(b.tune.entries, dkdv)

@@ -116,7 +116,7 @@ func (s *TuneSession) Check(ctx context.Context, stage string, p *spec.Problem, 
 }
 
 // Force makes the session's plans use configuration c for stage on every
-// problem of p's key (storage type, head dims, causal or not).
+// problem of p's key (storage type, head dims, causal or not, options).
 func (s *TuneSession) Force(stage string, p *spec.Problem, dt spec.DType, c string) {
 	if t := tunableByName(stage); t != nil {
 		s.tb.tune.setOverride(tuneKeyOf(t, p, dt), c)

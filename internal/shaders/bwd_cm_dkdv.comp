@@ -91,12 +91,14 @@ layout(constant_id = 23) const uint KVREG = 0;
 // MMAs), 0 loads them between the step's barriers.
 layout(constant_id = 22) const uint PREFETCH = 0;
 // 25 PART: 0 computes dK and dV; 1 dV only (Sᵀ and dV: V is not read,
-// dPᵀ not computed, dK not written); 2 dK only (dV is not written). At large head
-// dims the two accumulators together pass the register file: two launches,
-// PART 1 and PART 2, hold one each for one more Sᵀ product (5 products
-// per step instead of 4).
+// dPᵀ not computed, dK not written); 2 dK only (dV is not written); 3 and
+// 4 dK's first ⌈n/2⌉ of its n column blocks of CM_N, and the rest. At
+// large head dims the two accumulators together pass the register file:
+// two launches, PART 1 and PART 2, hold one each for one more Sᵀ product
+// (5 products per step instead of 4); with K_j and V_j in registers as
+// well, PART 1, 3 and 4 (7 products: Sᵀ and dPᵀ in both halves).
 layout(constant_id = 25) const uint PART = 0;
-const bool WANT_DV = PART != 2u;
+const bool WANT_DV = PART <= 1u;
 const bool WANT_DK = PART != 1u;
 
 OPERAND_V(0, 0, QBuf, q, readonly)
@@ -208,7 +210,9 @@ const uint NPL = (BR + WG - 1u) / WG;
 const uint KB = NSG * CM_M;                  // keys per workgroup (= BC)
 const uint NST = BR / CM_N;                  // Sᵀ/dPᵀ accumulators per subgroup
 const uint NKC = BR / CM_K;                  // query chunks of the dV/dK products
-const uint NDK = DP / CM_N;                  // dK accumulators
+const uint NDK_ALL = DP / CM_N;              // dK's column blocks
+const uint DK_J0 = PART == 4u ? (NDK_ALL + 1u) / 2u : 0u; // the first one this PART computes
+const uint NDK = PART == 3u ? (NDK_ALL + 1u) / 2u : NDK_ALL - DK_J0; // dK accumulators
 const uint NDV = DVP / CM_N;                 // dV accumulators
 const uint NKF = DP / CM_K;                  // feature chunks of Sᵀ
 const uint NVF = DVP / CM_K;                 // feature chunks of dPᵀ
@@ -225,7 +229,9 @@ const uint MAP4 = CM_M * CM_N / 4u;
 // Q_i's and dO_i's planes at SQ0 and SO0. With KVREG (16-bit) K_j and V_j
 // are read from shared memory only at the kernel's start and dK and dV
 // staged there only at its end, after the last step: Q_i and dO_i lie
-// over them (SQ0 = 0), so that a step of more query rows fits.
+// over them (SQ0 = 0), so that a step of more query rows fits; the parts
+// that write dK only stage V_j in K_j's place once K_j is in registers
+// (KV_SEQ: SV0 = 0, SV_N = 0).
 #if CM_SPLIT > 1
 const uint LDK4O = DP / CM_OUT_EL + 1u;
 const uint LDV4O = DVP / CM_OUT_EL + 1u;
@@ -235,14 +241,16 @@ const uint SK_IO = SK_IN > SK_OUT ? SK_IN : SK_OUT;
 const uint SK_N = SK_IO > MAP4 ? SK_IO : MAP4;
 const uint SV_N = 0u;
 const bool KV_ALIAS = false;
+const bool KV_SEQ = false;
 #else
 const uint SK_A = KB * LDK4 > MAP4 ? KB * LDK4 : MAP4;
 const uint SK_B = SK_A > KB * LDV4 ? SK_A : KB * LDV4;
-const uint SK_N = PART == 1u ? SK_B : SK_A; // (PART 1 stages dV in K_j's place)
-const uint SV_N = WANT_DK ? KB * LDV4 : 0u;
+const bool KV_SEQ = KVREG != 0u && !WANT_DV;
+const uint SK_N = PART == 1u || KV_SEQ ? SK_B : SK_A; // (PART 1 stages dV in K_j's place)
+const uint SV_N = WANT_DK && !KV_SEQ ? KB * LDV4 : 0u;
 const bool KV_ALIAS = KVREG != 0u;
 #endif
-const uint SV0 = SK_N;
+const uint SV0 = KV_SEQ ? 0u : SK_N;
 const uint SKV_N = SK_N + SV_N;
 const uint SQO_N = CM_SPLIT * (QPL + OPL);
 const uint SQ0 = KV_ALIAS ? 0u : SKV_N;
@@ -350,7 +358,7 @@ void main() {
 	// KVREG into registers, and the steps' Q_i and dO_i over them after the
 	// first step's barrier.
 	CM_STAGE(sM, 0u, LDK4, KB, DP8, r < kn ? fetch_k(b, c0 + r, kvh, c4) : uvec4(0u))
-	if (WANT_DK) {
+	if (WANT_DK && !KV_SEQ) {
 		CM_STAGE(sM, SV0, LDV4, KB, DVP8, r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u))
 	}
 
@@ -360,6 +368,11 @@ void main() {
 		barrier();
 		[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
 			coopMatLoad(kR[kk], sM, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		if (KV_SEQ) { // V_j in K_j's place, once every subgroup holds K_j
+			barrier();
+			CM_STAGE(sM, 0u, LDV4, KB, DVP8, r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u))
+			barrier();
 		}
 		if (WANT_DK) {
 			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
@@ -567,7 +580,7 @@ void main() {
 			[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
 				ACC tile = ACC(0.0);
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-					CM_MMA(tile, dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + j * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+					CM_MMA(tile, dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + (DK_J0 + j) * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 				CM_ADD_TILE(dK[j], tile)
 			}
@@ -577,7 +590,7 @@ void main() {
 					CM_MMA(dV[j], pA, NKC, t, sM, SO0 + (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 				[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
-					CM_MMA(dK[j], dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + j * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+					CM_MMA(dK[j], dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + (DK_J0 + j) * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 			}
 #endif
@@ -638,11 +651,14 @@ void main() {
 	}
 	barrier();
 	if (WANT_DK) {
-		for (uint e = tid; e < KB * DP8; e += WG) {
-			uint r = e / DP8;
-			uint c4 = e - r * DP8;
+		// (PART 3, 4: the units of the part's column blocks, from DKU0)
+		const uint DKU0 = DK_J0 * (CM_N / 8u);
+		const uint DKU = PART >= 3u ? NDK * (CM_N / 8u) : DP8;
+		for (uint e = tid; e < KB * DKU; e += WG) {
+			uint r = e / DKU;
+			uint c4 = e - r * DKU;
 			if (r < cols) {
-				store_dk(b, c0 + r, kvh, c4, sM[r * LDK4 + c4]);
+				store_dk(b, c0 + r, kvh, DKU0 + c4, sM[r * LDK4 + c4]);
 			}
 		}
 	}

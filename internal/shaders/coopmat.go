@@ -90,7 +90,7 @@ const (
 	SpecCMVec     uint32 = 21 // 16-byte loads (D, DV, strides multiples of 8)
 	SpecCMPrefet  uint32 = 22 // flash_cm: register prefetch of the next K/V tile (VEC only); bwd_cm_dkdv: of the next Q/dO step; bwd_cm_dq: of the next K/V tile
 	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
-	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only
+	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
 )
 
 var (
@@ -180,8 +180,9 @@ const BiasStagePlaceholder = 16
 // BC (bwd_cm_dkdv: BR query rows per step, BC = NSG·M keys; bwd_cm_dq: BR =
 // NSG·M query rows, BC keys per tile), MODE (the split build has none but
 // 1), head dims D, DV, bwd_cm_dkdv's PART and KVREG (K_j and V_j in
-// registers: the 16-bit builds then stage Q_i and dO_i over them), and the
-// storage type's CMPlanes (0 counts as 1).
+// registers: the 16-bit builds then stage Q_i and dO_i over them, and the
+// parts that write dK only stage V_j where K_j was), and the storage
+// type's CMPlanes (0 counts as 1).
 type BwdCMShape struct {
 	DKDV                              bool
 	M, N, K, NSG, BR, BC, Mode, D, DV int
@@ -211,6 +212,8 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 		case planes > 1: // K and V pass through K's staging into registers, dK and dV leave through it
 			sk, sv = max(bc*ldk4, bc*ldv4, bc*ldk4o, bc*ldv4o, mp), 0
 		case s.Part == 1: // dV only: no V; dV staged in K's place
+			sk, sv = max(sk, bc*ldv4), 0
+		case s.Part >= 2 && s.KVReg: // dK only, K and V into registers: V staged in K's place after K
 			sk, sv = max(sk, bc*ldv4), 0
 		}
 		qo := planes * br * (ldk4 + ldv4)

@@ -159,10 +159,13 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 			{16, 32, 1, 16, 1, 16, 64, 1}, {16, 32, 4, 32, 1, 64, 16, 0},
 		}
 		// With KVREG the 16-bit builds stage Q_i and dO_i over K_j and V_j
-		// (the f32 build keeps them apart).
+		// (the f32 build keeps them apart), and the parts that write dK
+		// only stage V_j over K_j.
 		kvCases := []bwdCase{
 			{16, 32, 4, 32, 1, 128, 128, 0}, {16, 32, 4, 64, 1, 128, 128, 2}, {16, 32, 8, 64, 1, 128, 128, 1},
 			{16, 32, 4, 128, 1, 64, 64, 0}, {8, 8, 2, 16, 0, 96, 40, 0}, {16, 32, 2, 16, 1, 16, 200, 2},
+			// dK's column halves (V_j staged where K_j was).
+			{16, 32, 4, 16, 1, 256, 256, 3}, {16, 32, 4, 32, 1, 256, 256, 4}, {16, 32, 2, 16, 1, 200, 168, 4}, {8, 8, 2, 16, 0, 96, 40, 3},
 		}
 		for i, c := range append(cases, kvCases...) {
 			kv := i >= len(cases)

@@ -319,7 +319,7 @@ func TestBF16CM(t *testing.T) {
 		}
 		for _, mode := range modes {
 			t.Run(fmt.Sprintf("bwd-mode%d/%s", mode, name), func(t *testing.T) {
-				forceBwdCM(t, b, l, p, spec.BFloat16, mode, false, false, max(p.D, p.Dv) > 128)
+				forceBwdCM(t, b, l, p, spec.BFloat16, mode, false, false, max(p.D, p.Dv) > 128, false)
 				defer b.tune.clearOverrides()
 				if kn := familyOf(ctx, b, p, spec.BFloat16, Bwd); kn != "bwd_cm" {
 					t.Fatalf("bf16 backward runs %q", kn)

@@ -31,10 +31,10 @@ func fromF16(x []uint16) []float32 {
 }
 
 // forceBwdCM makes b's coopmat backward of problems like p run in mode
-// (with the pf variant in both kernels, and kv and sp in the dK/dV
-// kernel): the first default tile of that mode that fits, forced as the
-// tuner forces candidates.
-func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, mode int, kv, pf, sp bool) {
+// (with the pf variant in both kernels, and kv, sp and dk — dK in two
+// halves, with sp — in the dK/dV kernel): the first default tile of that
+// mode that fits, forced as the tuner forces candidates.
+func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, mode int, kv, pf, sp, dk bool) {
 	t.Helper()
 	for _, dkdv := range []bool{true, false} {
 		var cands []bwdCMTile
@@ -42,7 +42,7 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 			if c.Mode == mode {
 				c.Prefetch = pf
 				if dkdv {
-					c.KVReg, c.Split = kv, sp
+					c.KVReg, c.Split, c.Halves = kv, sp, dk
 				}
 				cands = append(cands, c)
 			}
@@ -51,7 +51,7 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, TileExtras{}, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 		})
 		if err != nil {
-			t.Fatalf("mode %d kv %v pf %v sp %v: %v", mode, kv, pf, sp, err)
+			t.Fatalf("mode %d kv %v pf %v sp %v dk %v: %v", mode, kv, pf, sp, dk, err)
 		}
 		stage := shaders.KernelBwdCMDQ
 		if dkdv {
@@ -80,15 +80,17 @@ func TestBwdCM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// sp: dK and dV in two launches (the large head dims' tile).
+	// sp: dK and dV in two launches (the large head dims' tile); dk: dK
+	// in two more, half its columns each (odd counts of column blocks at
+	// d 40 and 80).
 	type variant struct {
-		mode       int
-		kv, pf, sp bool
+		mode           int
+		kv, pf, sp, dk bool
 	}
-	vars := []variant{{0, false, false, false}, {0, true, true, false}, {0, false, false, true}}
+	vars := []variant{{0, false, false, false, false}, {0, true, true, false, false}, {0, false, false, true, false}, {0, true, false, true, true}}
 	if l.Mode1 {
-		vars = append(vars, variant{1, false, false, false}, variant{1, true, false, false}, variant{1, false, true, false},
-			variant{1, false, false, true}, variant{1, true, true, true})
+		vars = append(vars, variant{1, false, false, false, false}, variant{1, true, false, false, false}, variant{1, false, true, false, false},
+			variant{1, false, false, true, false}, variant{1, true, true, true, false}, variant{1, true, false, true, true}, variant{1, false, true, true, true})
 	}
 	// The last case's key tiles past the first are seen by no query row:
 	// their workgroups take no step and store dK = dV = 0.
@@ -96,10 +98,10 @@ func TestBwdCM(t *testing.T) {
 		hostCase{1, 1, 1, 40, 200, 128, 128, spec.MaskCausalTopLeft})
 	for _, vr := range vars {
 		for i, c := range cases {
-			t.Run(fmt.Sprintf("mode%d-kv%v-pf%v-sp%v/%s", vr.mode, vr.kv, vr.pf, vr.sp, c.name(i)), func(t *testing.T) {
+			t.Run(fmt.Sprintf("mode%d-kv%v-pf%v-sp%v-dk%v/%s", vr.mode, vr.kv, vr.pf, vr.sp, vr.dk, c.name(i)), func(t *testing.T) {
 				h := c.problem(uint64(100 + i))
 				p := h.p
-				forceBwdCM(t, b, l, p, spec.Float16, vr.mode, vr.kv, vr.pf, vr.sp)
+				forceBwdCM(t, b, l, p, spec.Float16, vr.mode, vr.kv, vr.pf, vr.sp, vr.dk)
 				defer b.tune.clearOverrides()
 				if pl, err := b.Plan(ctx, p, spec.Float16, Bwd); err != nil || pl.Family != "bwd_cm" {
 					t.Fatalf("the coopmat backward does not take this problem (%+v, %v)", pl, err)

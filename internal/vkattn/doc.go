@@ -28,7 +28,9 @@
 //	naive     three passes through a float32 score matrix, educational
 //	bwd_cm    backward on cooperative matrices: bwd_pre, bwd_cm_dkdv, bwd_cm_dq,
 //	          f16 and bf16, and f32 up to d 64 in three bf16 planes (above
-//	          d 128 bwd_cm_dkdv runs twice, dV then dK: a split tile)
+//	          d 128 bwd_cm_dkdv runs three times, dV then dK's two halves
+//	          of columns, K and V in registers — twice, dV then dK, with a
+//	          bias: split tiles)
 //	bwd       backward: bwd_pre, bwd_dkdv, bwd_dq
 //	decode    KV-cache calls (pass KV): kv_append, decode, decode_combine (kvcache.go)
 //

@@ -468,8 +468,9 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 						}
 						for _, kv := range []bool{false, true} {
 							for _, pf := range []bool{false, true} {
-								for _, sp := range []bool{false, true} {
-									out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf, Split: sp})
+								out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf})
+								for _, halves := range []bool{false, true} {
+									out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf, Split: true, Halves: halves})
 								}
 							}
 						}
@@ -480,7 +481,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 		},
 		func(c, def bwdCMTile) float64 {
 			d := log2Dist([]int{c.NSG, c.Step}, []int{def.NSG, def.Step}) + 2*math.Abs(float64(c.Mode-def.Mode))
-			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split))
+			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split)+b2u(c.Halves != def.Halves))
 		},
 		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
@@ -788,6 +789,10 @@ type bwdCMTile struct {
 	KVReg     bool // bwd_cm_dkdv only: K_j, V_j fragments held in registers
 	Prefetch  bool // next step's Q, dO (bwd_cm_dkdv) or next tile's K, V (bwd_cm_dq) loaded into registers during the current one
 	Split     bool // bwd_cm_dkdv only: two launches, dV (PART 1) then dK (PART 2), one accumulator each (launches)
+	// Halves (with Split): dK in two launches of half its columns each
+	// (PART 3 and 4), whose accumulators leave room for K_j and V_j in
+	// registers (KVReg) beside them.
+	Halves bool
 }
 
 func (c bwdCMTile) String() string {
@@ -800,6 +805,9 @@ func (c bwdCMTile) String() string {
 	}
 	if c.Split {
 		s += "-sp1"
+	}
+	if c.Halves {
+		s += "-dk2"
 	}
 	return s
 }
@@ -815,8 +823,9 @@ type partLaunch struct {
 // device with sharedMax bytes of shared memory and workgroups of at most
 // maxWG invocations (x: what the call's options add): c itself, or for a
 // split tile PART 1 with c and PART 2 — which also stages V — with c's
-// subgroup count halved until its shared memory fits. The error says why c
-// cannot run.
+// subgroup count halved until its shared memory fits (with Halves PART 3
+// and 4, dK's two halves of columns, each so). The error says why c cannot
+// run.
 func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, x TileExtras, sharedMax, maxWG int) ([]partLaunch, error) {
 	check := func(t bwdCMTile, part int) error {
 		br, bc := t.brbc(dkdv, int(l.M))
@@ -835,14 +844,22 @@ func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, x TileExtras, sha
 	if err := check(c, 1); err != nil {
 		return nil, err
 	}
+	dk := []int{2}
+	if c.Halves {
+		dk = []int{3, 4}
+	}
 	t := c
 	for {
-		err := check(t, 2)
+		err := check(t, dk[0])
 		if err == nil {
-			return []partLaunch{{1, c}, {2, t}}, nil
+			pls := []partLaunch{{1, c}}
+			for _, part := range dk {
+				pls = append(pls, partLaunch{part, t})
+			}
+			return pls, nil
 		}
 		if t.NSG == 1 {
-			return nil, fmt.Errorf("PART 2: %w", err)
+			return nil, fmt.Errorf("PART %d: %w", dk[0], err)
 		}
 		t.NSG /= 2
 	}
@@ -943,7 +960,15 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 			// one accumulator each (H200, d 256, N 4096: the dK/dV
 			// kernel's time 83 → 42 ms), PART 2 at half the subgroups
 			// where it needs them (d 256: PART 1 at two subgroups 18.0 →
-			// 9.0 ms; the tuner's best of 24; bench/NOTES.md).
+			// 9.0 ms; the tuner's best of 24; bench/NOTES.md). First, but
+			// not with a bias (whose values take registers per step), K_j
+			// and V_j in registers and dK in two launches of half its
+			// columns, four subgroups, steps of 32 rows: d 256, N 4096,
+			// the dK/dV launches 31.1 → 13.1 ms (not causal), the
+			// backward 1.79× (causal 1.64×).
+			if ext == nil || ext.Bias == nil {
+				ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode, KVReg: true, Split: true, Halves: true})
+			}
 			ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode, Split: true}, bwdCMTile{NSG: 1, Step: 16, Mode: mode, Split: true})
 		default:
 			// dQ above d 128: the tuner's pick at d 256 (Q_i and dO_i
@@ -1013,10 +1038,13 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if (c.KVReg || c.Split) && !dkdv {
 		return fmt.Errorf("KVReg and Split apply to bwd_cm_dkdv only")
 	}
+	if c.Halves && !c.Split {
+		return fmt.Errorf("tile %s: dK's halves (dk2) are launches of a split tile (sp1)", c)
+	}
 	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
 		return err
 	}
-	if l.planes() > 1 && (c.Mode != 1 || c.KVReg || c.Split) {
+	if l.planes() > 1 && (c.Mode != 1 || c.KVReg || c.Split || c.Halves) {
 		return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch (its dK/dV kernel always holds K and V in registers)", c)
 	}
 	if c.NSG < 1 || c.Step < 1 {
@@ -1082,12 +1110,13 @@ func b2u(b bool) uint32 {
 
 func parseBwdCMTile(s string) (bwdCMTile, error) {
 	var c bwdCMTile
-	base, sp := strings.CutSuffix(s, "-sp1")
+	base, dk := strings.CutSuffix(s, "-dk2")
+	base, sp := strings.CutSuffix(base, "-sp1")
 	base, pf := strings.CutSuffix(base, "-pf1")
 	base, kv := strings.CutSuffix(base, "-kv1")
-	c.KVReg, c.Prefetch, c.Split = kv, pf, sp
+	c.KVReg, c.Prefetch, c.Split, c.Halves = kv, pf, sp, dk
 	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s {
-		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1])", ErrInvalid, s)
+		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]])", ErrInvalid, s)
 	}
 	return c, nil
 }

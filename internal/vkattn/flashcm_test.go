@@ -263,16 +263,17 @@ func TestChooseCMTile(t *testing.T) {
 				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.ext.SeqUsedK != nil, c.ext.CuQ != nil, c.d, c.nq, got, err, c.want)
 		}
 	}
-	// Above d 128 the backward splits dK/dV into two launches; PART 2,
-	// which also stages V, halves its subgroups until 48 KiB holds it: at
-	// d 256 one subgroup, at d 192 two.
+	// Above d 128 the backward splits dK/dV into three launches, dV and
+	// dK's two halves of columns, with K_j and V_j in registers; the split
+	// into two (with a bias), whose PART 2 also stages V, halves its
+	// subgroups until 48 KiB holds it: at d 256 one subgroup, at d 192 two.
 	for _, c := range []struct {
 		dkdv  bool
 		d     int
 		want  string
 		parts string
-	}{{true, 256, "nsg2-step16-mode1-sp1", "1:nsg2 2:nsg1"}, {false, 256, "nsg4-step32-mode1", "0:nsg4"},
-		{true, 192, "nsg2-step16-mode1-sp1", "1:nsg2 2:nsg2"}, {true, 128, "nsg4-step64-mode1-kv1", "0:nsg4"},
+	}{{true, 256, "nsg4-step32-mode1-kv1-sp1-dk2", "1:nsg4 3:nsg4 4:nsg4"}, {false, 256, "nsg4-step32-mode1", "0:nsg4"},
+		{true, 192, "nsg4-step32-mode1-kv1-sp1-dk2", "1:nsg4 3:nsg4 4:nsg4"}, {true, 128, "nsg4-step64-mode1-kv1", "0:nsg4"},
 		{true, 96, "nsg4-step32-mode1-pf1", "0:nsg4"}, {false, 80, "nsg8-step64-mode1-pf1", "0:nsg8"}, {false, 128, "nsg4-step32-mode1-pf1", "0:nsg4"},
 		{false, 64, "nsg4-step64-mode1-pf1", "0:nsg4"}} {
 		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, nil, sh, wg)
@@ -314,6 +315,10 @@ func TestChooseCMTile(t *testing.T) {
 		if got, err := chooseBwdCMTile(c.l, true, 128, 128, c.ext, c.sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("backward dkdv d 128 %v, options %+v, %d bytes: %v (%v), want %s", c.l.Storage, c.ext, c.sh, got, err, c.want)
 		}
+	}
+	// Above d 128 a bias keeps the split into two launches.
+	if got, err := chooseBwdCMTile(l, true, 256, 256, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, wg); err != nil || got.String() != "nsg2-step16-mode1-sp1" {
+		t.Errorf("backward dkdv d 256 with a bias: %v (%v), want nsg2-step16-mode1-sp1", got, err)
 	}
 	// A split tile whose PART 1 does not fit is refused, and so is one
 	// whose PART 2 fits at no subgroup count.

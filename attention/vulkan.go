@@ -422,31 +422,6 @@ func (v *vulkanTuneSession) timer(ctx context.Context, p *spec.Problem, dt DType
 	return vulkanTimer{t}, nil
 }
 
-// referenceProblem is p as a ReferenceFunc takes it: the tuner's
-// problems, with the options TuneFeatures gives (its Ext has no key
-// counts, packed sequences or bias).
-func referenceProblem(p *spec.Problem) ReferenceProblem {
-	r := ReferenceProblem{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv,
-		Scale: float64(p.Scale), Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}
-	e := p.Ext
-	if e == nil {
-		return r
-	}
-	r.BottomRight = e.BottomRight
-	if e.Left >= 0 || e.Right >= 0 {
-		r.Window = &Window{Left: e.Left, Right: e.Right}
-	}
-	r.Softcap = float64(e.Softcap)
-	for _, s := range e.Slopes {
-		r.ALiBi = append(r.ALiBi, float64(s))
-	}
-	if d := e.Dropout; d != nil {
-		r.Dropout = float64(d.Threshold) / spec.DropLevels
-		r.DropoutSeed, r.DropoutOffset = d.Seed, d.Offset
-	}
-	return r
-}
-
 type vulkanVerifier struct{ v *vkattn.Verifier }
 
 func (v vulkanVerifier) run(ctx context.Context) (float64, error) {

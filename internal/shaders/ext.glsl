@@ -90,6 +90,8 @@ int ext_right = -1;
 float ext_tk = 0.0;      // softcap: scale·2·log2e/c (tanh2's argument per unit of s)
 float ext_tn = 0.0;      // softcap: scale/c (tanh's argument per unit of s)
 float ext_tc = 0.0;      // softcap: c·log2e
+float ext_poly_lim = 0.0; // softcap: TANH_POLY_MAX·c/scale, the |s| of tanh_poly's range
+bool ext_poly = false;    // softcap: take tanh_poly (EXT_SOFTCAP_POLY, below)
 float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
 uint ext_bh = 0u;        // dropout: (first sequence + b)·Hq + h
 uvec2 ext_seed = uvec2(0u); // dropout: the Philox key
@@ -124,6 +126,7 @@ void ext_begin(uint b) {
 	ext_tk = cap > 0.0 ? pc.scale * (2.0 * LOG2E) / cap : 0.0;
 	ext_tn = cap > 0.0 ? pc.scale / cap : 0.0;
 	ext_tc = cap * LOG2E;
+	ext_poly_lim = cap > 0.0 ? TANH_POLY_MAX * cap / pc.scale : 0.0;
 	ext_slope = 0.0;
 	if ((EXT & EXT_ON_DROPOUT) != 0u) {
 		ext_seed = uvec2(ext_buf[8], ext_buf[9]);
@@ -411,13 +414,46 @@ uint query_limit(uint j) {
 #if defined(EXT_TANH16) || defined(EXT_SOFTCAP_PASS)
 #define EXT_TILE_PASS 1
 #endif
+// EXT_SOFTCAP_POLY (a kernel defines it; not with EXT_TANH16): where a
+// kernel has found every product of a tile within tanh_poly's range
+// (SOFTCAP_SMALL) it sets ext_poly for that tile's scores, and
+// ext_softcap takes tanh_poly instead of tanh2 — FMAs instead of an exp2
+// and a division per element, as accurate; other tiles (and NaN or ±Inf
+// beyond the range) take tanh2. SOFTCAP_POLY is whether the kernel has
+// it: at 64 < D ≤ 128. Measured on an NVIDIA H200 (flash_cm, fp16, N
+// 16384, causal; bench/NOTES.md): d 128 5.66–5.76 → 5.49 ms, but d 64
+// 6.38–6.40 → 6.80, on its tanh2 tiles as well (the loops' second copy);
+// d 256 was not timed.
+#if defined(EXT_SOFTCAP_POLY) && !defined(EXT_TANH16)
+const bool SOFTCAP_POLY = (EXT & EXT_ON_SOFTCAP) != 0u && D > 64u && D <= 128u;
+#else
+const bool SOFTCAP_POLY = false;
+#endif
 float ext_softcap(float s) {
 #ifdef EXT_TANH16
 	return float(tanh(float16_t(s * ext_tn)));
 #else
+	if (SOFTCAP_POLY && ext_poly) {
+		return tanh_poly(s * ext_tn);
+	}
 	return tanh2(s * ext_tk);
 #endif
 }
+
+// SOFTCAP_SMALL(S, NT, OUT): OUT = whether every product of the
+// subgroup's NT accumulators S lies within tanh_poly's range
+// (subgroup-uniform; a NaN is dropped by max, and tanh_poly keeps it NaN
+// as tanh2 does).
+#define SOFTCAP_SMALL(S, NT, OUT) \
+	{ \
+		float am_ = 0.0; \
+		[[unroll]] for (uint t_ = 0u; t_ < (NT); ++t_) { \
+			[[unroll]] for (uint i_ = 0u; i_ < CM_LEN; ++i_) { \
+				am_ = max(am_, abs(S[t_][i_])); \
+			} \
+		} \
+		OUT = subgroupAll(am_ <= ext_poly_lim); \
+	}
 
 vec2 ext_softcap2(vec2 s) {
 #ifdef EXT_TANH16

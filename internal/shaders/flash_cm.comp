@@ -101,6 +101,7 @@
 #define DROP_KEYS BC
 #define DROP_LANES // (thread_index() in full subgroups: ext.glsl drop_fill)
 #define EXT_HALF_TANH 1 // (ext.glsl: the softcap's tanh in fp16 with bf16 storage)
+#define EXT_SOFTCAP_POLY 1 // (ext.glsl: tiles within tanh_poly's range take it)
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
@@ -220,6 +221,20 @@ const uint CPL = BC / LPR;
 			S[t][i] = x; \
 			mloc[k_] = max(mloc[k_], x); \
 		} \
+	}
+
+// SCORE_TILES: SCORE_TILE, the tiles that cross no row's visible range
+// taking the copy without the mask (with a bias one copy, masked under
+// need_mask: two copies ran within 1% of it on an NVIDIA H200, both ~20%
+// slower at d 128 than the loop before the split, for a cause not found;
+// bench/NOTES.md).
+#define SCORE_TILES \
+	if ((EXT & EXT_ON_BIAS) != 0u) { \
+		SCORE_TILE(need_mask) \
+	} else if (need_mask) { \
+		SCORE_TILE(true) \
+	} else { \
+		SCORE_TILE(false) \
 	}
 
 uint slotrow(uint i) { return i < 8u ? (SLOTROW_LO >> (4u * i)) & 15u : (SLOTROW_HI >> (4u * (i - 8u))) & 15u; }
@@ -465,19 +480,21 @@ void main() {
 			[[unroll]] for (uint k = 0u; k < RL; ++k) {
 				mloc[k] = NEG_INF;
 			}
-			// The scores, and the row maxima of the tile; the tiles that
-			// cross no row's visible range take the copy without the mask.
-			// With a bias one copy masks under need_mask: two copies ran
-			// within 1% of it on an NVIDIA H200, both ~20% slower at d 128
-			// than the loop before the split, for a cause not found
-			// (bench/NOTES.md).
+			// The scores, and the row maxima of the tile (SCORE_TILES);
+			// with a softcap, a tile whose products all lie within
+			// tanh_poly's range takes it (ext.glsl: EXT_SOFTCAP_POLY), in a
+			// copy of the loops of its own.
 			EXT_SOFTCAP_TILE(S, NST)
-			if ((EXT & EXT_ON_BIAS) != 0u) {
-				SCORE_TILE(need_mask)
-			} else if (need_mask) {
-				SCORE_TILE(true)
+			bool poly = false;
+			if (SOFTCAP_POLY) {
+				SOFTCAP_SMALL(S, NST, poly)
+			}
+			if (poly) {
+				ext_poly = true;
+				SCORE_TILES
 			} else {
-				SCORE_TILE(false)
+				ext_poly = false;
+				SCORE_TILES
 			}
 			float muse[RL];
 			float alpha[RL];

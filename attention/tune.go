@@ -474,9 +474,11 @@ func (e *Engine) tuneDefaults(o TuneOptions) (TuneOptions, error) {
 }
 
 // problems are the timed and the verification problem of head dim d,
-// causal or not, with o.Features. Both have the options of one key: a
-// window that reaches every key of the timed problem would tune it
-// without one (ErrOption).
+// causal or not, with o.Features. Both must have the options of one key:
+// a window whose sides reach past Nq + Nk of the timed problem is none
+// there, which would tune it without one (ErrOption). (A window that
+// hides no key but is narrower is tuned as a window; the CLI refuses
+// it.)
 func (o *TuneOptions) problems(d int, causal bool) (p, pv *spec.Problem, err error) {
 	p, pv = tuneProblem(d, d, o.N, o.Tokens, o.Hidden, causal), verifyProblem(d, d, causal)
 	if err := o.Features.apply(p, false); err != nil {

@@ -51,7 +51,9 @@
 // Shared memory (bytes; shaders.BwdCMSharedBytes mirrors it):
 //   16·(KV + BR·LDK4 + BR·LDV4) + 8·BR, KV = max(BC·LDK4, CM_M·CM_N/4,
 //   PART 1: BC·LDV4) + BC·LDV4 (not PART 1) — with KVREG 16·max(KV,
-//   BR·LDK4 + BR·LDV4) + 8·BR (Q_i and dO_i over K_j and V_j: sM below);
+//   BR·LDK4 + BR·LDV4) + 8·BR (Q_i and dO_i over K_j and V_j: sM below),
+//   where the dK-only parts (PART ≥ 2) have KV = max(BC·LDK4, CM_M·CM_N/4,
+//   BC·LDV4) (V_j staged where K_j was);
 //   fp32: 16·(max(BC·LDK4, BC·LDV4, BC·LDK4O,
 //   BC·LDV4O, CM_M·CM_N/4) + CM_SPLIT·BR·(LDK4 + LDV4)) + 8·BR (LDK4O,
 //   LDV4O = DP/4 + 1, DVP/4 + 1: fp32 rows of dK and dV)
@@ -210,7 +212,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 const uint KB = NSG * CM_M;                  // keys per workgroup (= BC)
 const uint NST = BR / CM_N;                  // Sᵀ/dPᵀ accumulators per subgroup
 const uint NKC = BR / CM_K;                  // query chunks of the dV/dK products
-const uint NDK_ALL = DP / CM_N;              // dK's column blocks
+const uint NDK_ALL = DP / CM_N;              // dK's column blocks (PART 3, 4: at least 2)
 const uint DK_J0 = PART == 4u ? (NDK_ALL + 1u) / 2u : 0u; // the first one this PART computes
 const uint NDK = PART == 3u ? (NDK_ALL + 1u) / 2u : NDK_ALL - DK_J0; // dK accumulators
 const uint NDV = DVP / CM_N;                 // dV accumulators
@@ -599,7 +601,10 @@ void main() {
 
 #if CM_SPLIT > 1
 	// dK·scale, then dV, as fp32 → shared (sM) → global.
-	const uint KCH = DP / CM_OUT_EL; // units per dK row
+	// (PART 3, 4 — which the host never asks of this build: the units of
+	// the part's column blocks, from KCH0)
+	const uint KCH0 = DK_J0 * (CM_N / CM_OUT_EL);
+	const uint KCH = PART >= 3u ? NDK * (CM_N / CM_OUT_EL) : DP / CM_OUT_EL; // units per dK row
 	const uint VCH = DVP / CM_OUT_EL;
 	if (WANT_DK) {
 		barrier();
@@ -611,7 +616,7 @@ void main() {
 			uint r = e / KCH;
 			uint c4 = e - r * KCH;
 			if (r < cols) {
-				store_dk(b, c0 + r, kvh, c4, sM[r * LDK4O + c4]);
+				store_dk(b, c0 + r, kvh, KCH0 + c4, sM[r * LDK4O + c4]);
 			}
 		}
 	}

@@ -420,12 +420,15 @@ uint query_limit(uint j) {
 // ext_softcap takes tanh_poly instead of tanh2 — FMAs instead of an exp2
 // and a division per element, as accurate; other tiles (and NaN or ±Inf
 // beyond the range) take tanh2. SOFTCAP_POLY is whether the kernel has
-// it: at 64 < D ≤ 128. Measured on an NVIDIA H200 (flash_cm, fp16, N
+// it: at 64 < D ≤ 128, without a bias (whose staging loop would run in
+// two copies, with subgroup barriers in each). Measured on an NVIDIA H200 (flash_cm, fp16, N
 // 16384, causal; bench/NOTES.md): d 128 5.66–5.76 → 5.49 ms, but d 64
 // 6.38–6.40 → 6.80, on its tanh2 tiles as well (the loops' second copy);
 // d 256 was not timed.
 #if defined(EXT_SOFTCAP_POLY) && !defined(EXT_TANH16)
-const bool SOFTCAP_POLY = (EXT & EXT_ON_SOFTCAP) != 0u && D > 64u && D <= 128u;
+const uint SOFTCAP_POLY_ON = ((EXT & EXT_ON_SOFTCAP) != 0u ? 1u : 0u) * ((EXT & EXT_ON_BIAS) == 0u ? 1u : 0u) *
+	(D > 64u ? 1u : 0u) * (D <= 128u ? 1u : 0u); // (as a product: glslang mis-built the chain of &&)
+const bool SOFTCAP_POLY = SOFTCAP_POLY_ON != 0u;
 #else
 const bool SOFTCAP_POLY = false;
 #endif
@@ -442,8 +445,8 @@ float ext_softcap(float s) {
 
 // SOFTCAP_SMALL(S, NT, OUT): OUT = whether every product of the
 // subgroup's NT accumulators S lies within tanh_poly's range
-// (subgroup-uniform; a NaN is dropped by max, and tanh_poly keeps it NaN
-// as tanh2 does).
+// (subgroup-uniform; max may keep or drop a NaN, and either way the NaN
+// stays NaN: tanh_poly and tanh2 both keep it).
 #define SOFTCAP_SMALL(S, NT, OUT) \
 	{ \
 		float am_ = 0.0; \

@@ -284,8 +284,10 @@ func planBwdCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType) 
 
 // bwdCMLaunches are the launches of one coopmat backward kernel: a tuned
 // tile (which wins even where no default fits) or chooseBwdCMTile's; one
-// launch, or for a split dK/dV tile two (PART 1: dV, PART 2: dK; they write
-// different operands and may overlap).
+// launch, or for a split dK/dV tile two (PART 1: dV, PART 2: dK) or with
+// Halves three (PART 1: dV, PART 3 and 4: dK's two halves of columns);
+// they write different operands or disjoint columns of one, and may
+// overlap.
 func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string, dkdv bool, p *spec.Problem, dt spec.DType, vec bool, binds []Operand) ([]Launch, error) {
 	var c bwdCMTile
 	src := SourceDefault
@@ -1041,6 +1043,9 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if c.Halves && !c.Split {
 		return fmt.Errorf("tile %s: dK's halves (dk2) are launches of a split tile (sp1)", c)
 	}
+	if pad := max(K, N, 8); c.Halves && (d+pad-1)/pad*pad/N < 2 {
+		return fmt.Errorf("tile %s: D=%d is one column block of %d: dK has no halves", c, d, N)
+	}
 	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
 		return err
 	}
@@ -1115,7 +1120,7 @@ func parseBwdCMTile(s string) (bwdCMTile, error) {
 	base, pf := strings.CutSuffix(base, "-pf1")
 	base, kv := strings.CutSuffix(base, "-kv1")
 	c.KVReg, c.Prefetch, c.Split, c.Halves = kv, pf, sp, dk
-	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s {
+	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s || dk && !sp {
 		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]])", ErrInvalid, s)
 	}
 	return c, nil

@@ -316,9 +316,20 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("backward dkdv d 128 %v, options %+v, %d bytes: %v (%v), want %s", c.l.Storage, c.ext, c.sh, got, err, c.want)
 		}
 	}
-	// Above d 128 a bias keeps the split into two launches.
+	// Above d 128 a bias keeps the split into two launches, and so does a
+	// D of one column block (dK has no halves: D 16, Dv 256).
 	if got, err := chooseBwdCMTile(l, true, 256, 256, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, wg); err != nil || got.String() != "nsg2-step16-mode1-sp1" {
 		t.Errorf("backward dkdv d 256 with a bias: %v (%v), want nsg2-step16-mode1-sp1", got, err)
+	}
+	if got, err := chooseBwdCMTile(l, true, 16, 256, nil, sh, wg); err != nil || got.Halves || !got.Split {
+		t.Errorf("backward dkdv D 16 Dv 256: %v (%v), want a split tile without halves", got, err)
+	}
+	halves := bwdCMTile{NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, Halves: true}
+	if err := bwdCMCheckTile(l, true, halves, 8, 200, TileExtras{}, sh, wg); err == nil {
+		t.Errorf("%s at D 8: accepted", halves)
+	}
+	if err := bwdCMCheckTile(l, true, halves, 40, 200, TileExtras{}, sh, wg); err != nil {
+		t.Errorf("%s at D 40 (three column blocks): %v", halves, err)
 	}
 	// A split tile whose PART 1 does not fit is refused, and so is one
 	// whose PART 2 fits at no subgroup count.

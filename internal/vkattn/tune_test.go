@@ -95,7 +95,7 @@ func TestParseCandidates(t *testing.T) {
 			t.Errorf("%v: %v, %v", c, got, err)
 		}
 	}
-	for _, s := range []string{"nsg1-step16-mode1-qs1", "nsg1-step16-mode1-sp1-kv1", "nsg1-step16-mode1-sp2", "nsg1-step16-mode1-dk2-sp1"} {
+	for _, s := range []string{"nsg1-step16-mode1-qs1", "nsg1-step16-mode1-sp1-kv1", "nsg1-step16-mode1-sp2", "nsg1-step16-mode1-dk2-sp1", "nsg1-step16-mode1-dk2"} {
 		if _, err := parseBwdCMTile(s); err == nil {
 			t.Errorf("parseBwdCMTile(%q) accepted", s)
 		}

@@ -215,7 +215,8 @@ func extPairs(p *spec.Problem, i0, i1, j0, j1 int) float64 {
 // multiply-adds of the products the kernel computes (2 operations each);
 // bwd_pre's is per query row, the bias kernels' one per element they read
 // (a workgroup's share of the whole; bias_reduce's part reads its chunk's
-// scratch once).
+// scratch once). An addressed build (shaders.Addressed) has its base
+// kernel's model.
 func costOf(p *spec.Problem, l *Launch, dsPlanes int) launchCost {
 	c := launchCost{key: l.Kernel + "." + l.DType.Short(), grid: l.Grid}
 	d, dv := float64(p.D), float64(p.Dv)
@@ -224,7 +225,8 @@ func costOf(p *spec.Problem, l *Launch, dsPlanes int) launchCost {
 		s := span(n, gx, hint)
 		return min(int(x0)*s, n), min(int(x1)*s, n)
 	}
-	switch l.Kernel {
+	kernel := shaders.BaseKernel(l.Kernel)
+	switch kernel {
 	case shaders.KernelBwdPre:
 		c.row = func(x0, x1 uint32) float64 {
 			i0, i1 := rowsOf(x0, x1, p.Nq, l.BR)
@@ -232,7 +234,7 @@ func costOf(p *spec.Problem, l *Launch, dsPlanes int) launchCost {
 		}
 	case shaders.KernelBiasSummary, shaders.KernelBiasReduce:
 		per := float64(p.Nk) * float64(p.Nq) / float64(gx)
-		if l.Kernel == shaders.KernelBiasReduce {
+		if kernel == shaders.KernelBiasReduce {
 			per = float64(dsPlanes) * float64(p.Nq) * float64(p.Nk) / (float64(gx) * float64(max(l.Grid[1], 1)) * float64(max(l.Grid[2], 1)))
 		}
 		c.row = func(x0, x1 uint32) float64 { return per * float64(x1-x0) }
@@ -244,12 +246,12 @@ func costOf(p *spec.Problem, l *Launch, dsPlanes int) launchCost {
 		}
 	default:
 		per := 2 * (d + dv) // S and P·V (and the naive passes)
-		switch l.Kernel {
+		switch kernel {
 		case shaders.KernelBwdDQ, shaders.KernelBwdCMDQ:
 			per = 2 * (2*d + dv) // S, dP, dQ
 		}
 		hint := l.BR
-		if l.Kernel == shaders.KernelNaive {
+		if kernel == shaders.KernelNaive {
 			hint = 1
 		}
 		c.row = func(x0, x1 uint32) float64 {

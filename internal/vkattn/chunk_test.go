@@ -62,6 +62,27 @@ func TestChunkCostModel(t *testing.T) {
 	}
 }
 
+// TestChunkCostModelAddressed: an addressed build's launches have their
+// base kernel's work model (the dK/dV kernels' over key tiles, not the
+// forward's over query rows).
+func TestChunkCostModelAddressed(t *testing.T) {
+	p := &spec.Problem{B: 1, Hq: 2, Hkv: 1, Nq: 100, Nk: 37, D: 8, Dv: 8, Mask: spec.MaskCausalBottomRight}
+	for _, k := range []string{shaders.KernelBwdCMDKDV, shaders.KernelBwdDKDV, shaders.KernelBwdCMDQ, shaders.KernelFlashCM} {
+		if !shaders.HasAddressed(k) {
+			t.Fatalf("%s has no addressed build", k)
+		}
+		base := &Launch{Kernel: k, Grid: [3]uint32{5, 1, 1}, BR: 16, BC: 8}
+		addr := *base
+		addr.Kernel = shaders.Addressed(k)
+		cb, ca := costOf(p, base, 0), costOf(p, &addr, 0)
+		for x := uint32(0); x <= 5; x++ {
+			if b, a := cb.row(0, x), ca.row(0, x); a != b {
+				t.Errorf("%s: addressed work of groups 0…%d %v, base %v", k, x, a, b)
+			}
+		}
+	}
+}
+
 // TestChunkCostModelExt: with a window and key counts the work model
 // counts the visible pairs: by rows, by keys and in total alike, and a
 // key range's pairs directly.

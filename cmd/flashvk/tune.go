@@ -487,12 +487,42 @@ func printTuneEvent(w io.Writer, ev attention.TuneEvent) {
 }
 
 // printTuneResults prints the winners against the defaults.
+// tuneOptionsColumn is the options column of a table of tune keys: there
+// (head "options", a key's options or "-") when some key has options, else
+// empty.
+type tuneOptionsColumn struct{ head string }
+
+func optionsColumn(keys []attention.TuneKey) tuneOptionsColumn {
+	for _, k := range keys {
+		if k.Options != "" {
+			return tuneOptionsColumn{head: "options\t"}
+		}
+	}
+	return tuneOptionsColumn{}
+}
+
+// cell is k's cell with its tab ("" without the column).
+func (c tuneOptionsColumn) cell(k attention.TuneKey) string {
+	switch {
+	case c.head == "":
+		return ""
+	case k.Options == "":
+		return "-\t"
+	}
+	return k.Options + "\t"
+}
+
 func printTuneResults(w io.Writer, rs []attention.TuneResult) {
 	if len(rs) == 0 {
 		return
 	}
+	keys := make([]attention.TuneKey, len(rs))
+	for i, r := range rs {
+		keys[i] = r.Key
+	}
+	opts := optionsColumn(keys)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "dir\tdtype\td\tcausal\tfamily\tN\ttried\tdefault\ttime\twinner\ttime\tTFLOP/s\tspeedup\t")
+	fmt.Fprintln(tw, "dir\tdtype\td\tcausal\t"+opts.head+"family\tN\ttried\tdefault\ttime\twinner\ttime\tTFLOP/s\tspeedup\t")
 	for _, r := range rs {
 		k := r.Key
 		dt, wt, tf, sp := "-", "-", "-", "-"
@@ -513,7 +543,7 @@ func printTuneResults(w io.Writer, rs []attention.TuneResult) {
 		if def == "" {
 			def = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Dir, k.DType, k.D, k.Causal, k.Family, r.N,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s%s\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Dir, k.DType, k.D, k.Causal, opts.cell(k), k.Family, r.N,
 			r.Tried, r.Candidates, def, dt, winner, wt, tf, sp)
 	}
 	tw.Flush()
@@ -561,8 +591,13 @@ func (a *app) showTuneCache(ctx context.Context, path string) error {
 			fmt.Fprintf(a.stdout, ", pipeline cache %s", d.PipelineCacheUUID)
 		}
 		fmt.Fprintln(a.stdout)
+		keys := make([]attention.TuneKey, len(g.es))
+		for i, e := range g.es {
+			keys[i] = e.Key
+		}
+		opts := optionsColumn(keys)
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "dir\tdtype\td\tcausal\tfamily\tN\tcandidate\tdefault\tmedian\tTFLOP/s\tspeedup\tdate\t")
+		fmt.Fprintln(tw, "dir\tdtype\td\tcausal\t"+opts.head+"family\tN\tcandidate\tdefault\tmedian\tTFLOP/s\tspeedup\tdate\t")
 		for _, e := range g.es {
 			k := e.Key
 			sp := "-"
@@ -573,7 +608,7 @@ func (a *app) showTuneCache(ctx context.Context, path string) error {
 			if k.DV != k.D {
 				dd += "/" + fmt.Sprint(k.DV)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Dir, k.DType, dd, k.Causal, k.Family, e.N,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Dir, k.DType, dd, k.Causal, opts.cell(k), k.Family, e.N,
 				e.Candidate, e.Default, fmtMS(e.MedianMS), fmtTFLOPS(e.TFLOPS), sp, e.Date)
 		}
 		tw.Flush()

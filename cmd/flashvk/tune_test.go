@@ -40,6 +40,21 @@ func TestTuneShow(t *testing.T) {
 			t.Errorf("show lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "options") {
+		t.Errorf("show of plain entries has an options column:\n%s", out)
+	}
+	// An entry tuned with options: the column appears, "-" for the plain one.
+	c.Put(attention.TuneEntry{Device: attention.DeviceKey{Name: "GPU X", VendorID: 0x10de, Driver: "drv 1"},
+		Key: attention.TuneKey{Family: "flash", Dir: "fwd", DType: "f16", D: 128, DV: 128, Causal: true, Options: "window+softcap"},
+		N:   2048, Candidate: "wg64-br32-bc32", Default: "wg128-br64-bc16", MedianMS: 4, DefaultMS: 4})
+	if err := c.Save(good); err != nil {
+		t.Fatal(err)
+	}
+	out = mustRun(t, "tune", "--show", "--cache", good)
+	if !regexp.MustCompile(`options\s+family`).MatchString(out) || !regexp.MustCompile(`true\s+window\+softcap\s+flash`).MatchString(out) ||
+		!regexp.MustCompile(`true\s+-\s+flash`).MatchString(out) {
+		t.Errorf("show with an options entry:\n%s", out)
+	}
 }
 
 func TestTuneBadFlags(t *testing.T) {
@@ -147,6 +162,9 @@ func TestTuneOptionsEndToEnd(t *testing.T) {
 		if !strings.Contains(errs, want) {
 			t.Errorf("tune progress lacks %q:\n%s", want, errs)
 		}
+	}
+	if !regexp.MustCompile(`options\s+family`).MatchString(out) || !strings.Contains(out, opts) {
+		t.Errorf("tune table lacks the options column:\n%s", out)
 	}
 	c, err := attention.LoadTuneCache(path)
 	if err != nil || len(c.Entries) != 3 {

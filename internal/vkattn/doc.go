@@ -30,7 +30,7 @@
 //	          f16 and bf16, and f32 up to d 64 in three bf16 planes (above
 //	          d 128 bwd_cm_dkdv runs three times, dV then dK's two halves
 //	          of columns, K and V in registers — twice, dV then dK, with a
-//	          bias: split tiles)
+//	          bias or a D of one column block: split tiles)
 //	bwd       backward: bwd_pre, bwd_dkdv, bwd_dq
 //	decode    KV-cache calls (pass KV): kv_append, decode, decode_combine (kvcache.go)
 //
@@ -219,9 +219,9 @@
 // The search itself is package attention's (Engine.Tune); this package
 // gives it a TuneSession (tunesession.go), a private Backend on the same
 // device whose plans it can steer: per key — storage type, head dims,
-// causal or not, options, pass (TuneKey) — Stages lists the tunable stages the plan
-// runs (Tunables: flash, flash_cm, bwd_dkdv, bwd_dq, bwd_cm_dkdv,
-// bwd_cm_dq), Candidates every configuration of a stage legal within the
+// causal or not, options, pass (TuneKey) — Stages lists the tunable
+// stages the plan runs (Tunables: flash, flash_cm, bwd_dkdv, bwd_dq,
+// bwd_cm_dkdv, bwd_cm_dq), Candidates every configuration of a stage legal within the
 // device's limits, Force puts one in place; a Verifier checks it against
 // the float64 results of a Reference on a small awkward problem (a
 // candidate with wrong results is never chosen), a Timer times it with

@@ -64,7 +64,9 @@ keyed by the options' names, not values ("softcap", "window+dropout"), and
 apply to calls with the same options; a call with options and no entry of
 its own keeps the default tiles of the cooperative-matrix kernels, which
 have a variant of their own for options (flash_cm, bwd_cm_dkdv), and takes
-the entry without options for the others. Progress goes to stderr, the winners to stdout;
+the entry without options for the others.
+
+Progress goes to stderr, the winners to stdout;
 --json FILE writes every key's candidates and outcome (schema flashvk-tune/1,
 see docs/results-schema.md; "-": stdout, instead of the table).
 

@@ -601,10 +601,10 @@ void main() {
 
 #if CM_SPLIT > 1
 	// dK·scale, then dV, as fp32 → shared (sM) → global.
-	// (PART 3, 4 — which the host never asks of this build: the units of
-	// the part's column blocks, from KCH0)
+	// The units of the part's column blocks of dK, from KCH0 (all of DP
+	// but in PART 3 and 4, which the host never asks of this build).
 	const uint KCH0 = DK_J0 * (CM_N / CM_OUT_EL);
-	const uint KCH = PART >= 3u ? NDK * (CM_N / CM_OUT_EL) : DP / CM_OUT_EL; // units per dK row
+	const uint KCH = NDK * (CM_N / CM_OUT_EL); // units per dK row
 	const uint VCH = DVP / CM_OUT_EL;
 	if (WANT_DK) {
 		barrier();
@@ -656,9 +656,10 @@ void main() {
 	}
 	barrier();
 	if (WANT_DK) {
-		// (PART 3, 4: the units of the part's column blocks, from DKU0)
+		// The units of the part's column blocks, from DKU0 (DP8 of them
+		// but in PART 3 and 4).
 		const uint DKU0 = DK_J0 * (CM_N / 8u);
-		const uint DKU = PART >= 3u ? NDK * (CM_N / 8u) : DP8;
+		const uint DKU = NDK * (CM_N / 8u);
 		for (uint e = tid; e < KB * DKU; e += WG) {
 			uint r = e / DKU;
 			uint c4 = e - r * DKU;

@@ -24,7 +24,7 @@
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
 //   query rows per workgroup (each subgroup owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
-//   10–14, 19–21 as cm_common.glsl; 22 PREFETCH (below).
+//   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS (below).
 //
 // Q_i and dO_i are held as A operands in registers; per key tile that some
 // row of the workgroup sees (key_first(first row) … key_limit(last row)−1:
@@ -35,7 +35,13 @@
 // (dP − D) (with EXT times the softcap's derivative ext_dsoft(S)) rounded
 // (nearest even) to the storage type (fp32: split into planes), dQ_i +=
 // dS K_j (fp32); finally dQ ·=
-// scale. With a bias, key tiles it hides from every row are skipped
+// scale. With PAIRS (MODE 1, 16-bit storage) two subgroups share CM_M
+// rows (BR = NSG·CM_M/2): each computes S and dP for its half of the key
+// tile and dQ for its half of the columns, and the pair exchanges dS
+// through V_j's staging, which dP no longer needs (one more barrier per
+// tile) — one subgroup's Q_i, dO_i and half of dQ fit the registers where
+// a whole dQ beside Q_i and dO_i (d 256) does not.
+// With a bias, key tiles it hides from every row are skipped
 // (bias_next_key_tile), and with dBias each dS (before the softcap's derivative)
 // is stored (dbias_store). MODE 1 does the elementwise step in registers, MODE 0 through
 // shared memory.
@@ -44,7 +50,8 @@
 //   16·max(BR·LDK4, BR·LDV4, BR·LDQ4, CM_SPLIT·BC·(LDK4+LDV4), CM_M·CM_N/4)
 //   + 8·BR (LDQ4 = DP/CM_OUT_EL + 1: LDK4 for 16-bit storage)
 //   + MODE 0: NSG·CM_M·(8·(BC+4) + 2·(BC+8)), and with dropout the tile's
-//   keep bits (ext.glsl, shaders.DropSharedBytes).
+//   keep bits (ext.glsl, shaders.DropSharedBytes). PAIRS needs BR·(BC+8)
+//   ≤ BC·LDV4·8 (dS in V_j's place).
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 7
 #define BIAS_BINDING 8
@@ -89,6 +96,19 @@ CM_STORE(store_dq, dq, q_base, D)
 // as bwd_cm_dkdv's steps), 0 loads each tile between its barriers.
 layout(constant_id = 22) const uint PREFETCH = 0;
 
+// 24 PAIRS: 1 pairs the subgroups (above; the host asks for it with MODE 1,
+// 16-bit storage, BC/CM_N and DP/CM_N even, and dS fitting V_j's place),
+// 0 one subgroup per CM_M rows.
+// NSPL subgroups share a row block, each with NSTH S/dP accumulators (key
+// tiles TH0 …) and NDQH dQ accumulators (column blocks JH0 …).
+layout(constant_id = 24) const uint PAIRS = 0;
+#if CM_SPLIT > 1
+const uint PAIRED = 0u; // (the fp32 build has no pairs)
+#else
+const uint PAIRED = PAIRS;
+#endif
+const uint NSPL = PAIRED + 1u;
+
 // Prefetch registers: this invocation's share of one tile's K and V.
 const uint NPK = (BC * DP8 + WG - 1u) / WG;
 const uint NPV = (BC * DVP8 + WG - 1u) / WG;
@@ -114,23 +134,28 @@ const uint NQF = DP / CM_K;   // Q fragments (A)
 const uint NOF = DVP / CM_K;  // dO fragments (A)
 const uint NST = BC / CM_N;   // S/dP accumulators per subgroup
 const uint NKC = BC / CM_K;   // key chunks of dS·K
-const uint NDQ = DP / CM_N;   // dQ accumulators
+const uint NDQ = DP / CM_N;   // dQ column blocks
+const uint NSTH = NST / NSPL; // the subgroup's S/dP accumulators
+const uint NDQH = NDQ / NSPL; // the subgroup's dQ accumulators
 // DS_M1(CAREFUL, MASKED), DS_M0(CAREFUL): dS of the subgroup's rows against
 // the key tile, in registers (MODE 1, into dsA) or through shared memory
-// (MODE 0, into sdS); CAREFUL as in params.glsl. MODE 1 without MASKED takes
-// every element as visible: only for a tile every row of the workgroup sees
+// (MODE 0, into sdS); CAREFUL as in params.glsl. MODE 1 works on the
+// subgroup's NSTH key tiles (tile TH0 + t of the key tile is S[t]; dS is
+// left in dP, and without PAIRS also put in dsA). MODE 1 without MASKED
+// takes every element as visible: only for a tile every row of the workgroup sees
 // whole, no row careful, none past the sequence's. With EXT the score is
 // ext_score of the raw product S and dP − D is scaled by ext_dsoft(S) (dS is
 // w.r.t. the capped score; a masked element's dS stays 0); MODE 1 takes
 // them as ext_score_t and ext_dsoft_t of S after EXT_SOFTCAP_TILE. With dropout dS =
 // P ∘ (keep·s·dP − D), s the kept elements' scale.
 #define DS_M1(CAREFUL, MASKED) \
-	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
+	[[unroll]] for (uint t = 0u; t < NSTH; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
-			uint c = c0 + t * CM_N + colOf[i]; \
+			uint tc = (TH0 + t) * CM_N + colOf[i]; \
+			uint c = c0 + tc; \
 			bool vis = !(MASKED) || (lOf[i] != NEG_INF && c - fstOf[i] < widOf[i]); \
 			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + sgr + rowOf[i], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
-			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], t * CM_N + colOf[i]) * dscale) - dOf[i]; \
+			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], tc) * dscale) - dOf[i]; \
 			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
 			dbias_store(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)); \
 			if (EXT != 0u) { \
@@ -138,8 +163,10 @@ const uint NDQ = DP / CM_N;   // dQ accumulators
 			} \
 			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
-		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
-			CM_TO_A(dsA, NKC, t, j, dP[t][aperm(j)]) \
+		if (PAIRED == 0u) { \
+			[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
+				CM_TO_A(dsA, NKC, t, j, dP[t][aperm(j)]) \
+			} \
 		} \
 	}
 #define DS_M0(CAREFUL) \
@@ -180,9 +207,15 @@ shared uvec4 sKV[SKV_N];
 shared float sL[BR];  // LSE·log2e of the workgroup's rows (−inf past Nq)
 shared float sDr[BR]; // D of the rows
 
-// MODE 0 scratch, per subgroup: S and dP (fp32), dS (CM_T).
+// MODE 0 scratch, per subgroup: S and dP (fp32), dS (CM_T). PAIRS: the
+// pairs' dS rows in V_j's place in sKV, LDP8 16-byte units apart. (Not in
+// sdS: on an NVIDIA H200, driver 580, MODE 1's pairs read back from sdS
+// what they had not written there, at any size of it — it then follows
+// two one-element arrays, 8 bytes in, the likely cause; through sKV they
+// are right.)
 const uint LDS = BC + 4u;
 const uint LDP = BC + 8u;
+const uint LDP8 = LDP / 8u;
 const uint S0_N = M0_SCRATCH ? NSG * CM_M * LDS : 1u;
 const uint P0_N = M0_SCRATCH ? NSG * CM_M * LDP : 1u;
 shared float sS[S0_N];
@@ -198,7 +231,10 @@ void main() {
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
 	uint r0 = tile.x * BR;
-	uint sgr = sg * CM_M; // the subgroup's first row within the tile
+	uint half_ = sg % NSPL; // (PAIRS: which half of the keys and columns)
+	uint sgr = sg / NSPL * CM_M; // the subgroup's first row within the tile
+	uint TH0 = half_ * NSTH; // its first S/dP tile of a key tile
+	uint JH0 = half_ * NDQH; // its first dQ column block
 	float sl2 = pc.scale * LOG2E;
 	float dscale = drop_scale(); // (1 without dropout)
 	ext_begin(b);
@@ -258,8 +294,8 @@ void main() {
 		}
 	}
 
-	ACC dQ[NDQ];
-	[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
+	ACC dQ[NDQH];
+	[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
 		dQ[j] = ACC(0.0);
 	}
 
@@ -323,22 +359,23 @@ void main() {
 
 		// MODE 1 with a bias: the subgroup's bias values, loaded before the
 		// MMAs are issued (their latency overlaps them).
-		float bv[REGS ? BIAS_FRAG_N(NST) : 1u];
+		float bv[REGS ? BIAS_FRAG_N(NSTH) : 1u];
 		if (REGS) {
-			BIAS_FRAG(bv, NST, r0 + sgr + rowOf[i], c0 + t * CM_N + colOf[i])
+			BIAS_FRAG(bv, NSTH, r0 + sgr + rowOf[i], c0 + (TH0 + t) * CM_N + colOf[i])
 		}
 
 		// S = Q_i K_jᵀ, dP = dO_i V_jᵀ (fp32: over the plane pairs, CM_MMA).
-		ACC S[NST];
-		ACC dP[NST];
-		[[unroll]] for (uint t = 0u; t < NST; ++t) {
+		ACC S[NSTH];
+		ACC dP[NSTH];
+		[[unroll]] for (uint t = 0u; t < NSTH; ++t) {
+			uint tk = (TH0 + t) * CM_N; // the accumulator's first key in the tile
 			S[t] = ACC(0.0);
 			dP[t] = ACC(0.0);
 			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-				CM_MMA(S[t], qA, NQF, kk, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+				CM_MMA(S[t], qA, NQF, kk, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
 			}
 			[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
-				CM_MMA(dP[t], oA, NOF, kk, sKV, VOFF + (t * CM_N) * LDV4 + kk * (CM_K / 8u), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+				CM_MMA(dP[t], oA, NOF, kk, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
 			}
 		}
 
@@ -348,7 +385,7 @@ void main() {
 #else
 		if (MODE == 1u) {
 #endif
-			EXT_SOFTCAP_TILE(S, NST)
+			EXT_SOFTCAP_TILE(S, NSTH)
 			if (careful) {
 				DS_M1(true, true)
 			} else if (need_mask) {
@@ -356,6 +393,20 @@ void main() {
 			} else {
 				DS_M1(false, false)
 			}
+#if CM_SPLIT == 1
+			if (PAIRED != 0u) {
+				// The pair's dS, both halves of the keys, as A fragments,
+				// through V_j's place.
+				barrier(); // every subgroup is done with V_j
+				[[unroll]] for (uint t = 0u; t < NSTH; ++t) {
+					coopMatStore(CM_NARROW(dP[t]), sKV, VOFF + sgr * LDP8 + (TH0 + t) * (CM_N / 8u), LDP8, gl_CooperativeMatrixLayoutRowMajor);
+				}
+				barrier();
+				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+					coopMatLoad(dsA[t], sKV, VOFF + sgr * LDP8 + t * (CM_K / 8u), LDP8, gl_CooperativeMatrixLayoutRowMajor);
+				}
+			}
+#endif
 		}
 #if CM_SPLIT == 1
 		else {
@@ -381,7 +432,7 @@ void main() {
 		// dQ_i += dS K_j; fp32: each column block's tile summed from zero
 		// and added in fp32 (CM_ADD_TILE).
 #if CM_SPLIT > 1
-		[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
+		[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
 			ACC tile = ACC(0.0);
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 				CM_MMA(tile, dsA, NKC, t, sKV, KOFF + (t * CM_K) * LDK4 + j * (CM_N / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
@@ -390,8 +441,8 @@ void main() {
 		}
 #else
 		[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-			[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
-				CM_MMA(dQ[j], dsA, NKC, t, sKV, KOFF + (t * CM_K) * LDK4 + j * (CM_N / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+			[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
+				CM_MMA(dQ[j], dsA, NKC, t, sKV, KOFF + (t * CM_K) * LDK4 + (JH0 + j) * (CM_N / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 			}
 		}
 #endif
@@ -400,8 +451,8 @@ void main() {
 
 	// dQ·scale → storage type (fp32: as it is) → shared → global.
 	barrier();
-	[[unroll]] for (uint j = 0u; j < NDQ; ++j) {
-		CM_STORE_ACC(dQ[j] * pc.scale, sKV, sgr * LDQ4 + j * (CM_N / CM_OUT_EL), LDQ4)
+	[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
+		CM_STORE_ACC(dQ[j] * pc.scale, sKV, sgr * LDQ4 + (JH0 + j) * (CM_N / CM_OUT_EL), LDQ4)
 	}
 	barrier();
 	const uint QCH = DP / CM_OUT_EL; // units per dQ row

@@ -90,6 +90,7 @@ const (
 	SpecCMVec     uint32 = 21 // 16-byte loads (D, DV, strides multiples of 8)
 	SpecCMPrefet  uint32 = 22 // flash_cm: register prefetch of the next K/V tile (VEC only); bwd_cm_dkdv: of the next Q/dO step; bwd_cm_dq: of the next K/V tile
 	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
+	SpecCMPairs   uint32 = 24 // bwd_cm_dq: subgroups in pairs that split the key tile's S, dP and dQ's columns
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
 )
 
@@ -99,9 +100,11 @@ var (
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
 	probeSpecIDs = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	// bwdCMSpecIDs: the backward coopmat kernels declare flash_cm's IDs
-	// (cm_common.glsl's and PREFETCH); they read 10–14 and 19–22.
+	// (cm_common.glsl's and PREFETCH) and read 10–14 and 19–22;
+	// bwd_cm_dkdv adds KVREG and PART, bwd_cm_dq PAIRS.
 	bwdCMSpecIDs   = flashCMSpecIDs
 	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart)
+	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs)
 )
 
 // CMPlanes is the number of bf16 planes the coopmat kernels split each
@@ -182,7 +185,8 @@ const BiasStagePlaceholder = 16
 // 1), head dims D, DV, bwd_cm_dkdv's PART and KVREG (K_j and V_j in
 // registers: the 16-bit builds then stage Q_i and dO_i over them, and the
 // parts that write dK only stage V_j where K_j was), and the storage
-// type's CMPlanes (0 counts as 1).
+// type's CMPlanes (0 counts as 1). (bwd_cm_dq's subgroup pairs take BR =
+// NSG·M/2 and no shared memory of their own.)
 type BwdCMShape struct {
 	DKDV                              bool
 	M, N, K, NSG, BR, BC, Mode, D, DV int
@@ -233,7 +237,7 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 	if s.Mode == 0 && planes == 1 {
 		b += s.NSG * s.M * (8*(bc+4) + 2*(bc+8))
 	} else {
-		b += 4*2 + 2
+		b += 4*2 + 2 // (the pairs' dS goes through V's staging)
 	}
 	return b + DropPlaceholder
 }

@@ -167,11 +167,21 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 			// dK's column halves (V_j staged where K_j was).
 			{16, 32, 4, 16, 1, 256, 256, 3}, {16, 32, 4, 32, 1, 256, 256, 4}, {16, 32, 2, 16, 1, 200, 168, 4}, {8, 8, 2, 16, 0, 96, 40, 3},
 		}
-		for i, c := range append(cases, kvCases...) {
-			kv := i >= len(cases)
+		// bwd_cm_dq's subgroup pairs (BR = NSG·M/2; the f32 build has none).
+		pairCases := []bwdCase{{16, 32, 4, 32, 1, 256, 256, 0}, {16, 32, 8, 32, 1, 256, 256, 0}, {8, 8, 2, 16, 1, 80, 80, 0}, {16, 32, 2, 64, 1, 128, 96, 0}}
+		all := append(cases, kvCases...)
+		if !dkdv {
+			all = append(all, pairCases...)
+		}
+		for i, c := range all {
+			kv := i >= len(cases) && i < len(cases)+len(kvCases)
+			pairs := i >= len(cases)+len(kvCases)
 			br, bc := c.step, c.nsg*c.m // dkdv: BR query rows per step, BC keys
 			if !dkdv {
 				br, bc = c.nsg*c.m, c.step
+			}
+			if pairs {
+				br = c.nsg / 2 * c.m
 			}
 			spec := map[uint32]uint32{
 				SpecWorkgroupSize: uint32(c.sg * c.nsg), SpecD: uint32(c.d), SpecDV: uint32(c.dv), SpecBR: uint32(br),
@@ -186,6 +196,9 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 					spec[SpecCMKVReg], shape.KVReg = 1, true
 				}
 			}
+			if pairs {
+				spec[SpecCMPairs] = 1
+			}
 			for _, bias := range biasSpecs(dt) {
 				spec[SpecExt] = bias.ext
 				got, err := m.SharedBytes(spec)
@@ -195,7 +208,7 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 				want := BwdCMSharedBytes(shape) // (no bias stage: the backward loads its values per component)
 				// The Go mirror rounds MODE 1's one-element scratch arrays up.
 				if got > want || want-got > 8 {
-					t.Errorf("%s %+v kvreg %v ext %d: SPIR-V shared %d bytes, the mirror %d", k, c, kv, bias.ext, got, want)
+					t.Errorf("%s %+v kvreg %v pairs %v ext %d: SPIR-V shared %d bytes, the mirror %d", k, c, kv, pairs, bias.ext, got, want)
 				}
 			}
 		}

@@ -149,7 +149,7 @@ var (
 		KernelFlashCM:      flashCMSpecIDs,
 		KernelFlashCMProbe: probeSpecIDs,
 		KernelBwdCMDKDV:    bwdCMKVSpecIDs,
-		KernelBwdCMDQ:      bwdCMSpecIDs,
+		KernelBwdCMDQ:      bwdCMDQSpecIDs,
 	}
 )
 

@@ -281,6 +281,18 @@ func TestBF16CM(t *testing.T) {
 	if l.Mode1 {
 		modes = append(modes, 1)
 	}
+	// bf16Variants: each MODE (split dK/dV launches above d 128, as the
+	// default there), and MODE 1 again with the dQ kernel's subgroup pairs.
+	bf16Variants := func(modes []int, sp bool) []bwdCMVariant {
+		var vs []bwdCMVariant
+		for _, m := range modes {
+			vs = append(vs, bwdCMVariant{mode: m, sp: sp})
+		}
+		if l.Mode1 {
+			vs = append(vs, bwdCMVariant{mode: 1, sp: sp, dq: true})
+		}
+		return vs
+	}
 	const tol, gtol = 1.6e-2, 3.2e-2
 	toBF := func(x []float32) []bfloat16.BFloat16 { return bfloat16.Slice(x) }
 	cases := append(awkwardCases[:len(awkwardCases):len(awkwardCases)],
@@ -317,9 +329,9 @@ func TestBF16CM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, mode := range modes {
-			t.Run(fmt.Sprintf("bwd-mode%d/%s", mode, name), func(t *testing.T) {
-				forceBwdCM(t, b, l, p, spec.BFloat16, mode, false, false, max(p.D, p.Dv) > 128, false)
+		for _, vr := range bf16Variants(modes, max(p.D, p.Dv) > 128) {
+			t.Run(fmt.Sprintf("bwd-%s/%s", vr, name), func(t *testing.T) {
+				forceBwdCM(t, b, l, p, spec.BFloat16, vr)
 				defer b.tune.clearOverrides()
 				if kn := familyOf(ctx, b, p, spec.BFloat16, Bwd); kn != "bwd_cm" {
 					t.Fatalf("bf16 backward runs %q", kn)

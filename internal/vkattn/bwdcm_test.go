@@ -30,29 +30,45 @@ func fromF16(x []uint16) []float32 {
 	return out
 }
 
-// forceBwdCM makes b's coopmat backward of problems like p run in mode
-// (with the pf variant in both kernels, and kv, sp and dk — dK in two
-// halves, with sp — in the dK/dV kernel): the first default tile of that
-// mode that fits, forced as the tuner forces candidates.
-func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, mode int, kv, pf, sp, dk bool) {
+// bwdCMVariant is a coopmat backward's MODE and flags: pf in both
+// kernels; kv, sp and dk (dK in two halves, with sp) in the dK/dV kernel;
+// dq (subgroup pairs) in the dQ kernel.
+type bwdCMVariant struct {
+	mode               int
+	kv, pf, sp, dk, dq bool
+}
+
+func (v bwdCMVariant) String() string {
+	return fmt.Sprintf("mode%d-kv%v-pf%v-sp%v-dk%v-dq%v", v.mode, v.kv, v.pf, v.sp, v.dk, v.dq)
+}
+
+// forceBwdCM makes b's coopmat backward of problems like p run variant
+// v: the first default tile of its mode that fits with v's flags, forced
+// as the tuner forces candidates. Pairs that do not fit the problem (an
+// odd count of dQ's column blocks) fall back to tiles without them.
+func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, v bwdCMVariant) {
 	t.Helper()
 	for _, dkdv := range []bool{true, false} {
-		var cands []bwdCMTile
+		var cands, plain []bwdCMTile
 		for _, c := range bwdCMTiles(l, dkdv, p.D, p.Dv, p.Ext) {
-			if c.Mode == mode {
-				c.Prefetch = pf
+			if c.Mode == v.mode {
+				c.Prefetch = v.pf
 				if dkdv {
-					c.KVReg, c.Split, c.Halves = kv, sp, dk
+					c.KVReg, c.Split, c.Halves = v.kv, v.sp, v.dk
+				} else if v.dq {
+					plain = append(plain, c)
+					c.Pairs = true
 				}
 				cands = append(cands, c)
 			}
 		}
-		c, err := firstFit(cands, func(c bwdCMTile) error {
+		c, err := firstFit(append(cands, plain...), func(c bwdCMTile) error {
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, TileExtras{}, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 		})
 		if err != nil {
-			t.Fatalf("mode %d kv %v pf %v sp %v dk %v: %v", mode, kv, pf, sp, dk, err)
+			t.Fatalf("%s: %v", v, err)
 		}
+		t.Logf("%s: %s", map[bool]string{true: "dK/dV", false: "dQ"}[dkdv], c)
 		stage := shaders.KernelBwdCMDQ
 		if dkdv {
 			stage = shaders.KernelBwdCMDKDV
@@ -82,15 +98,14 @@ func TestBwdCM(t *testing.T) {
 	}
 	// sp: dK and dV in two launches (the large head dims' tile); dk: dK
 	// in two more, half its columns each (odd counts of column blocks at
-	// d 40 and 80).
-	type variant struct {
-		mode           int
-		kv, pf, sp, dk bool
-	}
-	vars := []variant{{0, false, false, false, false}, {0, true, true, false, false}, {0, false, false, true, false}, {0, true, false, true, true}}
+	// d 40 and 80); dq: the dQ kernel's subgroup pairs (MODE 1; d 40 and
+	// 80 have odd counts of dQ's column blocks on 16-column matrices and
+	// run without).
+	vars := []bwdCMVariant{{mode: 0}, {mode: 0, kv: true, pf: true}, {mode: 0, sp: true}, {mode: 0, kv: true, sp: true, dk: true}}
 	if l.Mode1 {
-		vars = append(vars, variant{1, false, false, false, false}, variant{1, true, false, false, false}, variant{1, false, true, false, false},
-			variant{1, false, false, true, false}, variant{1, true, true, true, false}, variant{1, true, false, true, true}, variant{1, false, true, true, true})
+		vars = append(vars, bwdCMVariant{mode: 1}, bwdCMVariant{mode: 1, kv: true}, bwdCMVariant{mode: 1, pf: true},
+			bwdCMVariant{mode: 1, sp: true}, bwdCMVariant{mode: 1, kv: true, pf: true, sp: true}, bwdCMVariant{mode: 1, kv: true, sp: true, dk: true},
+			bwdCMVariant{mode: 1, pf: true, sp: true, dk: true}, bwdCMVariant{mode: 1, dq: true}, bwdCMVariant{mode: 1, pf: true, kv: true, sp: true, dk: true, dq: true})
 	}
 	// The last case's key tiles past the first are seen by no query row:
 	// their workgroups take no step and store dK = dV = 0.
@@ -98,10 +113,10 @@ func TestBwdCM(t *testing.T) {
 		hostCase{1, 1, 1, 40, 200, 128, 128, spec.MaskCausalTopLeft})
 	for _, vr := range vars {
 		for i, c := range cases {
-			t.Run(fmt.Sprintf("mode%d-kv%v-pf%v-sp%v-dk%v/%s", vr.mode, vr.kv, vr.pf, vr.sp, vr.dk, c.name(i)), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s", vr, c.name(i)), func(t *testing.T) {
 				h := c.problem(uint64(100 + i))
 				p := h.p
-				forceBwdCM(t, b, l, p, spec.Float16, vr.mode, vr.kv, vr.pf, vr.sp, vr.dk)
+				forceBwdCM(t, b, l, p, spec.Float16, vr)
 				defer b.tune.clearOverrides()
 				if pl, err := b.Plan(ctx, p, spec.Float16, Bwd); err != nil || pl.Family != "bwd_cm" {
 					t.Fatalf("the coopmat backward does not take this problem (%+v, %v)", pl, err)

@@ -30,7 +30,8 @@
 //	          f16 and bf16, and f32 up to d 64 in three bf16 planes (above
 //	          d 128 bwd_cm_dkdv runs three times, dV then dK's two halves
 //	          of columns, K and V in registers — twice, dV then dK, with a
-//	          bias or a D of one column block: split tiles)
+//	          bias or a D of one column block: split tiles — and bwd_cm_dq
+//	          in subgroup pairs that split dQ's columns: pair tiles)
 //	bwd       backward: bwd_pre, bwd_dkdv, bwd_dq
 //	decode    KV-cache calls (pass KV): kv_append, decode, decode_combine (kvcache.go)
 //

@@ -322,10 +322,10 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 		ln.Workgroup, ln.BR, ln.BC = t.NSG*l.SG, br, bc
 		ln.SharedBytes = shaders.BwdCMSharedBytes(t.shape(l, dkdv, pl.part, p.D, p.Dv))
 		if dkdv {
-			ln.Grid = shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, t.NSG*m)
+			ln.Grid = shaders.BwdDKDVGrid(p.B, p.Hkv, p.Nk, bc)
 			ln.HeadGroup = headGroup(p, p.Hkv, bc)
 		} else {
-			ln.Grid = shaders.BwdDQGrid(p.B, p.Hq, p.Nq, t.NSG*m)
+			ln.Grid = shaders.BwdDQGrid(p.B, p.Hq, p.Nq, br)
 			ln.HeadGroup = headGroup(p, p.Hq, br)
 		}
 		lns = append(lns, ln)
@@ -465,6 +465,9 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 						if !dkdv {
 							for _, pf := range []bool{false, true} {
 								out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, Prefetch: pf})
+								if mode == 1 && nsg > 1 {
+									out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, Prefetch: pf, Pairs: true})
+								}
 							}
 							continue
 						}
@@ -483,7 +486,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 		},
 		func(c, def bwdCMTile) float64 {
 			d := log2Dist([]int{c.NSG, c.Step}, []int{def.NSG, def.Step}) + 2*math.Abs(float64(c.Mode-def.Mode))
-			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split)+b2u(c.Halves != def.Halves))
+			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split)+b2u(c.Halves != def.Halves)+b2u(c.Pairs != def.Pairs))
 		},
 		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
@@ -784,7 +787,8 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 // bwdCMTile is one configuration of one coopmat backward kernel.
 //
 //	bwd_cm_dkdv: NSG subgroups own NSG·M keys; Step query rows per step.
-//	bwd_cm_dq:   NSG subgroups own NSG·M query rows; Step keys per tile.
+//	bwd_cm_dq:   NSG subgroups own NSG·M query rows (NSG·M/2 with Pairs);
+//	             Step keys per tile.
 type bwdCMTile struct {
 	NSG, Step int
 	Mode      int  // 0 elementwise through shared memory, 1 in registers
@@ -795,6 +799,12 @@ type bwdCMTile struct {
 	// (PART 3 and 4), whose accumulators leave room for K_j and V_j in
 	// registers (KVReg) beside them.
 	Halves bool
+	// Pairs (bwd_cm_dq, MODE 1, 16-bit storage): two subgroups share M
+	// query rows, each computing S and dP for half of the key tile and
+	// dQ for half of its columns, and exchange dS through shared memory:
+	// Q_i, dO_i and half of dQ fit a subgroup's registers where the
+	// whole dQ beside them does not (d 256).
+	Pairs bool
 }
 
 func (c bwdCMTile) String() string {
@@ -810,6 +820,9 @@ func (c bwdCMTile) String() string {
 	}
 	if c.Halves {
 		s += "-dk2"
+	}
+	if c.Pairs {
+		s += "-dq2"
 	}
 	return s
 }
@@ -879,6 +892,9 @@ func (c bwdCMTile) shape(l *CMLayout, dkdv bool, part, d, dv int) shaders.BwdCMS
 func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
 	if dkdv {
 		return c.Step, c.NSG * m
+	}
+	if c.Pairs {
+		return c.NSG / 2 * m, c.Step
 	}
 	return c.NSG * m, c.Step
 }
@@ -973,10 +989,17 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 			}
 			ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode, Split: true}, bwdCMTile{NSG: 1, Step: 16, Mode: mode, Split: true})
 		default:
-			// dQ above d 128: the tuner's pick at d 256 (Q_i and dO_i
-			// spill 528 bytes, but four subgroups share each K/V tile:
-			// 9.9 ms, against 20.5 for one subgroup reading them from
+			// dQ above d 128: subgroup pairs, eight subgroups on tiles of
+			// 32 keys (H200, d 256, N 4096: the dQ kernel 9.5 → 6.0 ms,
+			// the backward 1.19×; the tuner's best of 28 tiles;
+			// bench/NOTES.md), where dQ's column blocks pair up; else
+			// four subgroups each holding Q_i, dO_i and all of dQ (528
+			// bytes spilled at d 256, but each K/V tile shared: 9.9 ms,
+			// against 20.5 for one subgroup reading Q_i and dO_i from
 			// shared memory).
+			if mode == 1 {
+				ts = append(ts, bwdCMTile{NSG: 8, Step: 32, Mode: mode, Pairs: true})
+			}
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		}
 		ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode}, bwdCMTile{NSG: 1, Step: 16, Mode: mode})
@@ -1040,6 +1063,9 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if (c.KVReg || c.Split) && !dkdv {
 		return fmt.Errorf("KVReg and Split apply to bwd_cm_dkdv only")
 	}
+	if c.Pairs && dkdv {
+		return fmt.Errorf("tile %s: subgroup pairs (dq2) apply to bwd_cm_dq only", c)
+	}
 	if c.Halves && !c.Split {
 		return fmt.Errorf("tile %s: dK's halves (dk2) are launches of a split tile (sp1)", c)
 	}
@@ -1049,8 +1075,8 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
 		return err
 	}
-	if l.planes() > 1 && (c.Mode != 1 || c.KVReg || c.Split || c.Halves) {
-		return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch (its dK/dV kernel always holds K and V in registers)", c)
+	if l.planes() > 1 && (c.Mode != 1 || c.KVReg || c.Split || c.Halves || c.Pairs) {
+		return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch, without pairs (its dK/dV kernel always holds K and V in registers)", c)
 	}
 	if c.NSG < 1 || c.Step < 1 {
 		return fmt.Errorf("%d subgroups, steps of %d rows (both must be positive)", c.NSG, c.Step)
@@ -1058,8 +1084,37 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if c.Step%N != 0 || c.Step%K != 0 {
 		return fmt.Errorf("step %d not a multiple of N %d and K %d", c.Step, N, K)
 	}
+	if err := c.checkPairs(l, d, dv); err != nil {
+		return err
+	}
 	_, err := c.launches(l, dkdv, d, dv, x, sharedMax, maxWG)
 	return err
+}
+
+// checkPairs says why a dQ tile c with Pairs cannot run at head dims d,
+// dv with layout l (nil without Pairs): the pair splits the subgroups, the
+// key tile's accumulators and dQ's column blocks in two, and exchanges dS
+// (its rows BC+8 elements apart) through V_j's staging.
+func (c bwdCMTile) checkPairs(l *CMLayout, d, dv int) error {
+	if !c.Pairs {
+		return nil
+	}
+	N := int(l.N)
+	pad := max(int(l.K), N, 8)
+	br, bc := c.brbc(false, int(l.M))
+	switch {
+	case c.Mode != 1:
+		return fmt.Errorf("tile %s: subgroup pairs (dq2) run MODE 1 only", c)
+	case c.NSG%2 != 0:
+		return fmt.Errorf("tile %s: subgroup pairs (dq2) need an even subgroup count", c)
+	case c.Step%(2*N) != 0:
+		return fmt.Errorf("tile %s: subgroup pairs (dq2) need a tile of an even number of %d-key blocks", c, N)
+	case (d+pad-1)/pad*pad/N%2 != 0:
+		return fmt.Errorf("tile %s: D=%d is an odd number of %d-column blocks: dQ has no halves", c, d, N)
+	case br*(bc+8) > bc*((dv+pad-1)/pad*pad+8):
+		return fmt.Errorf("tile %s: the pairs' dS (%d rows) does not fit V's staging at Dv=%d", c, br, dv)
+	}
+	return nil
 }
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits a
@@ -1103,7 +1158,7 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, part, d, dv int, vec bool) [
 	if dkdv {
 		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)})
 	}
-	return sp
+	return append(sp, device.Spec{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)})
 }
 
 func b2u(b bool) uint32 {
@@ -1115,13 +1170,14 @@ func b2u(b bool) uint32 {
 
 func parseBwdCMTile(s string) (bwdCMTile, error) {
 	var c bwdCMTile
-	base, dk := strings.CutSuffix(s, "-dk2")
+	base, dq := strings.CutSuffix(s, "-dq2")
+	base, dk := strings.CutSuffix(base, "-dk2")
 	base, sp := strings.CutSuffix(base, "-sp1")
 	base, pf := strings.CutSuffix(base, "-pf1")
 	base, kv := strings.CutSuffix(base, "-kv1")
-	c.KVReg, c.Prefetch, c.Split, c.Halves = kv, pf, sp, dk
-	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s || dk && !sp {
-		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]])", ErrInvalid, s)
+	c.KVReg, c.Prefetch, c.Split, c.Halves, c.Pairs = kv, pf, sp, dk, dq
+	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s || dk && !sp || dq && (kv || sp) {
+		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]] or nsgN-stepN-modeN[-pf1]-dq2)", ErrInvalid, s)
 	}
 	return c, nil
 }

@@ -272,7 +272,8 @@ func TestChooseCMTile(t *testing.T) {
 		d     int
 		want  string
 		parts string
-	}{{true, 256, "nsg4-step32-mode1-kv1-sp1-dk2", "1:nsg4 3:nsg4 4:nsg4"}, {false, 256, "nsg4-step32-mode1", "0:nsg4"},
+	}{{true, 256, "nsg4-step32-mode1-kv1-sp1-dk2", "1:nsg4 3:nsg4 4:nsg4"}, {false, 256, "nsg8-step32-mode1-dq2", "0:nsg8"},
+		{false, 144, "nsg4-step32-mode1", "0:nsg4"}, {false, 192, "nsg8-step32-mode1-dq2", "0:nsg8"},
 		{true, 192, "nsg4-step32-mode1-kv1-sp1-dk2", "1:nsg4 3:nsg4 4:nsg4"}, {true, 128, "nsg4-step64-mode1-kv1", "0:nsg4"},
 		{true, 96, "nsg4-step32-mode1-pf1", "0:nsg4"}, {false, 80, "nsg8-step64-mode1-pf1", "0:nsg8"}, {false, 128, "nsg4-step32-mode1-pf1", "0:nsg4"},
 		{false, 64, "nsg4-step64-mode1-pf1", "0:nsg4"}} {
@@ -330,6 +331,28 @@ func TestChooseCMTile(t *testing.T) {
 	}
 	if err := bwdCMCheckTile(l, true, halves, 40, 200, TileExtras{}, sh, wg); err != nil {
 		t.Errorf("%s at D 40 (three column blocks): %v", halves, err)
+	}
+	// The dQ kernel's subgroup pairs split an even count of subgroups, of
+	// the tile's key blocks and of dQ's column blocks, in MODE 1 only, and
+	// their dS must fit V's staging (D 256 with Dv 16 takes the tile
+	// without pairs).
+	pairs := bwdCMTile{NSG: 4, Step: 32, Mode: 1, Pairs: true}
+	if err := bwdCMCheckTile(l, false, pairs, 256, 256, TileExtras{}, sh, wg); err != nil {
+		t.Errorf("%s at d 256: %v", pairs, err)
+	}
+	if got, err := chooseBwdCMTile(l, false, 256, 16, nil, sh, wg); err != nil || got.Pairs {
+		t.Errorf("backward dq D 256 Dv 16: %v (%v), want a tile without pairs", got, err)
+	}
+	for _, c := range []struct {
+		dkdv bool
+		tile bwdCMTile
+		d    int
+	}{{false, pairs, 80}, {false, pairs, 40}, {true, bwdCMTile{NSG: 4, Step: 32, Mode: 1, Pairs: true}, 256},
+		{false, bwdCMTile{NSG: 4, Step: 32, Mode: 0, Pairs: true}, 256}, {false, bwdCMTile{NSG: 3, Step: 32, Mode: 1, Pairs: true}, 256},
+		{false, bwdCMTile{NSG: 4, Step: 16, Mode: 1, Pairs: true}, 256}} {
+		if err := bwdCMCheckTile(l, c.dkdv, c.tile, c.d, c.d, TileExtras{}, sh, wg); err == nil {
+			t.Errorf("%s (dkdv %v) at d %d: accepted", c.tile, c.dkdv, c.d)
+		}
 	}
 	// A split tile whose PART 1 does not fit is refused, and so is one
 	// whose PART 2 fits at no subgroup count.

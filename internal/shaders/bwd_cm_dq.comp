@@ -22,7 +22,8 @@
 //   for packed sequences, whose workgroups work on their own sequence's
 //   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
-//   query rows per workgroup (each subgroup owns CM_M rows); 4 BC keys per
+//   query rows per workgroup (each subgroup owns CM_M rows; with PAIRS
+//   NSG·CM_M/2, each pair owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
 //   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS (below).
 //
@@ -38,7 +39,7 @@
 // scale. With PAIRS (MODE 1, 16-bit storage) two subgroups share CM_M
 // rows (BR = NSG·CM_M/2): each computes S and dP for its half of the key
 // tile and dQ for its half of the columns, and the pair exchanges dS
-// through V_j's staging, which dP no longer needs (one more barrier per
+// through V_j's staging, which dP no longer needs (two more barriers per
 // tile) — one subgroup's Q_i, dO_i and half of dQ fit the registers where
 // a whole dQ beside Q_i and dO_i (d 256) does not.
 // With a bias, key tiles it hides from every row are skipped
@@ -105,7 +106,7 @@ layout(constant_id = 24) const uint PAIRS = 0;
 #if CM_SPLIT > 1
 const uint PAIRED = 0u; // (the fp32 build has no pairs)
 #else
-const uint PAIRED = PAIRS;
+const uint PAIRED = MODE == 1u ? PAIRS : 0u; // (nor has MODE 0)
 #endif
 const uint NSPL = PAIRED + 1u;
 

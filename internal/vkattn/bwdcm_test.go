@@ -44,9 +44,10 @@ func (v bwdCMVariant) String() string {
 
 // forceBwdCM makes b's coopmat backward of problems like p run variant
 // v: the first default tile of its mode that fits with v's flags, forced
-// as the tuner forces candidates. Pairs that do not fit the problem (an
-// odd count of dQ's column blocks) fall back to tiles without them.
-func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, v bwdCMVariant) {
+// as the tuner forces candidates, and returns the dQ tile. Pairs that do
+// not fit the problem (an odd count of dQ's column blocks) fall back to
+// tiles without them.
+func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, v bwdCMVariant) (dq bwdCMTile) {
 	t.Helper()
 	for _, dkdv := range []bool{true, false} {
 		var cands, plain []bwdCMTile
@@ -55,9 +56,10 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 				c.Prefetch = v.pf
 				if dkdv {
 					c.KVReg, c.Split, c.Halves = v.kv, v.sp, v.dk
-				} else if v.dq {
+				} else {
+					c.Pairs = false
 					plain = append(plain, c)
-					c.Pairs = true
+					c.Pairs = v.dq
 				}
 				cands = append(cands, c)
 			}
@@ -72,9 +74,12 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 		stage := shaders.KernelBwdCMDQ
 		if dkdv {
 			stage = shaders.KernelBwdCMDKDV
+		} else {
+			dq = c
 		}
 		force(b, stage, p, dt, c)
 	}
+	return dq
 }
 
 // TestBwdCM runs the cooperative-matrix backward in each MODE the device's
@@ -108,15 +113,19 @@ func TestBwdCM(t *testing.T) {
 			bwdCMVariant{mode: 1, pf: true, sp: true, dk: true}, bwdCMVariant{mode: 1, dq: true}, bwdCMVariant{mode: 1, pf: true, kv: true, sp: true, dk: true, dq: true})
 	}
 	// The last case's key tiles past the first are seen by no query row:
-	// their workgroups take no step and store dK = dV = 0.
+	// their workgroups take no step and store dK = dV = 0. D 256 with Dv
+	// 128 gives the dQ kernel's pairs the least room for dS in V's place.
 	cases := append(awkwardCases[:len(awkwardCases):len(awkwardCases)], hostCase{1, 3, 1, 33, 97, 96, 96, spec.MaskNone},
-		hostCase{1, 1, 1, 40, 200, 128, 128, spec.MaskCausalTopLeft})
+		hostCase{1, 2, 1, 70, 90, 256, 128, spec.MaskCausalBottomRight}, hostCase{1, 1, 1, 40, 200, 128, 128, spec.MaskCausalTopLeft})
 	for _, vr := range vars {
 		for i, c := range cases {
 			t.Run(fmt.Sprintf("%s/%s", vr, c.name(i)), func(t *testing.T) {
 				h := c.problem(uint64(100 + i))
 				p := h.p
-				forceBwdCM(t, b, l, p, spec.Float16, vr)
+				dqTile := forceBwdCM(t, b, l, p, spec.Float16, vr)
+				if vr.dq && !dqTile.Pairs && p.D == p.Dv && (p.D == 64 || p.D == 128 || p.D == 256) {
+					t.Fatalf("%s: the dQ kernel runs %s, without pairs", vr, dqTile)
+				}
 				defer b.tune.clearOverrides()
 				if pl, err := b.Plan(ctx, p, spec.Float16, Bwd); err != nil || pl.Family != "bwd_cm" {
 					t.Fatalf("the coopmat backward does not take this problem (%+v, %v)", pl, err)

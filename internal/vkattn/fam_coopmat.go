@@ -993,7 +993,7 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 			// 32 keys (H200, d 256, N 4096: the dQ kernel 9.5 → 6.0 ms,
 			// the backward 1.19×; the tuner's best of 28 tiles;
 			// bench/NOTES.md), where dQ's column blocks pair up; else
-			// four subgroups each holding Q_i, dO_i and all of dQ (528
+			// four subgroups each holding Q_i, dO_i and all of dQ (464
 			// bytes spilled at d 256, but each K/V tile shared: 9.9 ms,
 			// against 20.5 for one subgroup reading Q_i and dO_i from
 			// shared memory).
@@ -1110,7 +1110,7 @@ func (c bwdCMTile) checkPairs(l *CMLayout, d, dv int) error {
 	case c.Step%(2*N) != 0:
 		return fmt.Errorf("tile %s: subgroup pairs (dq2) need a tile of an even number of %d-key blocks", c, N)
 	case (d+pad-1)/pad*pad/N%2 != 0:
-		return fmt.Errorf("tile %s: D=%d is an odd number of %d-column blocks: dQ has no halves", c, d, N)
+		return fmt.Errorf("tile %s: D=%d is an odd number of %d-column blocks: dQ has no halves for the pairs", c, d, N)
 	case br*(bc+8) > bc*((dv+pad-1)/pad*pad+8):
 		return fmt.Errorf("tile %s: the pairs' dS (%d rows) does not fit V's staging at Dv=%d", c, br, dv)
 	}

@@ -350,9 +350,23 @@ func TestChooseCMTile(t *testing.T) {
 	}{{false, pairs, 80}, {false, pairs, 40}, {true, bwdCMTile{NSG: 4, Step: 32, Mode: 1, Pairs: true}, 256},
 		{false, bwdCMTile{NSG: 4, Step: 32, Mode: 0, Pairs: true}, 256}, {false, bwdCMTile{NSG: 3, Step: 32, Mode: 1, Pairs: true}, 256},
 		{false, bwdCMTile{NSG: 4, Step: 16, Mode: 1, Pairs: true}, 256}} {
-		if err := bwdCMCheckTile(l, c.dkdv, c.tile, c.d, c.d, TileExtras{}, sh, wg); err == nil {
-			t.Errorf("%s (dkdv %v) at d %d: accepted", c.tile, c.dkdv, c.d)
+		if err := bwdCMCheckTile(l, c.dkdv, c.tile, c.d, c.d, TileExtras{}, sh, wg); err == nil || !strings.Contains(err.Error(), "pairs") {
+			t.Errorf("%s (dkdv %v) at d %d: %v, want a refusal of the pairs", c.tile, c.dkdv, c.d, err)
 		}
+	}
+	// dS fits V's staging exactly at BR·(BC+8) = BC·(Dv+8): 32 rows of 40
+	// against 32 keys of Dv 32; Dv 16 does not hold it. The float32 build
+	// has no pairs.
+	if err := bwdCMCheckTile(l, false, pairs, 256, 32, TileExtras{}, sh, wg); err != nil {
+		t.Errorf("%s at D 256 Dv 32: %v", pairs, err)
+	}
+	if err := bwdCMCheckTile(l, false, pairs, 256, 16, TileExtras{}, sh, wg); err == nil || !strings.Contains(err.Error(), "pairs") {
+		t.Errorf("%s at D 256 Dv 16: %v, want a refusal of the pairs", pairs, err)
+	}
+	f32 := *l
+	f32.Storage = spec.Float32
+	if err := bwdCMCheckTile(&f32, false, bwdCMTile{NSG: 4, Step: 32, Mode: 1, Pairs: true}, 64, 64, TileExtras{}, sh, wg); err == nil || !strings.Contains(err.Error(), "pairs") {
+		t.Errorf("pairs in the float32 build: %v, want a refusal", err)
 	}
 	// A split tile whose PART 1 does not fit is refused, and so is one
 	// whose PART 2 fits at no subgroup count.

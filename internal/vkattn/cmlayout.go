@@ -232,6 +232,13 @@ type CMLayout struct {
 	Storage spec.DType
 }
 
+// paddedDim is head dim d as the coopmat backward kernels hold it: zero
+// features up to a multiple of max(K, N, 8) (cm_common.glsl's DP, DVP).
+func (l *CMLayout) paddedDim(d int) int {
+	pad := max(int(l.K), int(l.N), 8)
+	return (d + pad - 1) / pad * pad
+}
+
 // planes is the number of bf16 planes the coopmat kernels hold each
 // operand in (shaders.CMPlanes): 1 for f16 and bf16 storage (and a layout
 // without one); for f32 the layout is bf16's and the tiles hold every

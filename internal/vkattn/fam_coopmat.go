@@ -1069,7 +1069,7 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if c.Halves && !c.Split {
 		return fmt.Errorf("tile %s: dK's halves (dk2) are launches of a split tile (sp1)", c)
 	}
-	if pad := max(K, N, 8); c.Halves && (d+pad-1)/pad*pad/N < 2 {
+	if c.Halves && l.paddedDim(d)/N < 2 {
 		return fmt.Errorf("tile %s: D=%d is one column block of %d: dK has no halves", c, d, N)
 	}
 	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
@@ -1100,7 +1100,6 @@ func (c bwdCMTile) checkPairs(l *CMLayout, d, dv int) error {
 		return nil
 	}
 	N := int(l.N)
-	pad := max(int(l.K), N, 8)
 	br, bc := c.brbc(false, int(l.M))
 	switch {
 	case c.Mode != 1:
@@ -1109,9 +1108,9 @@ func (c bwdCMTile) checkPairs(l *CMLayout, d, dv int) error {
 		return fmt.Errorf("tile %s: subgroup pairs (dq2) need an even subgroup count", c)
 	case c.Step%(2*N) != 0:
 		return fmt.Errorf("tile %s: subgroup pairs (dq2) need a tile of an even number of %d-key blocks", c, N)
-	case (d+pad-1)/pad*pad/N%2 != 0:
+	case l.paddedDim(d)/N%2 != 0:
 		return fmt.Errorf("tile %s: D=%d is an odd number of %d-column blocks: dQ has no halves for the pairs", c, d, N)
-	case br*(bc+8) > bc*((dv+pad-1)/pad*pad+8):
+	case br*(bc+8) > bc*(l.paddedDim(dv)+8):
 		return fmt.Errorf("tile %s: the pairs' dS (%d rows) does not fit V's staging at Dv=%d", c, br, dv)
 	}
 	return nil

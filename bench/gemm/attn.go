@@ -284,8 +284,8 @@ func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*at
 	if err != nil {
 		return nil, err
 	}
-	sh := shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, s.D, s.DV, 1)
-	return &attnKernel{Name: "flash_cm", Cfg: c.String(), BR: c.NSG * int(l.M), WG: c.NSG * l.SG, Shared: sh, pipe: p}, nil
+	sh := shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, s.D, s.DV, 1, c.Pairs)
+	return &attnKernel{Name: "flash_cm", Cfg: c.String(), BR: c.Rows(l), WG: c.NSG * l.SG, Shared: sh, pipe: p}, nil
 }
 
 // cm2Cfg is a flash_cm2 configuration.

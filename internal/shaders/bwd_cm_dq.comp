@@ -400,7 +400,7 @@ void main() {
 				// through V_j's place.
 				barrier(); // every subgroup is done with V_j
 				[[unroll]] for (uint t = 0u; t < NSTH; ++t) {
-					coopMatStore(CM_NARROW(dP[t]), sKV, VOFF + sgr * LDP8 + (TH0 + t) * (CM_N / 8u), LDP8, gl_CooperativeMatrixLayoutRowMajor);
+					CM_STORE_ACC(dP[t], sKV, VOFF + sgr * LDP8 + (TH0 + t) * (CM_N / 8u), LDP8)
 				}
 				barrier();
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {

@@ -90,19 +90,20 @@ const (
 	SpecCMVec     uint32 = 21 // 16-byte loads (D, DV, strides multiples of 8)
 	SpecCMPrefet  uint32 = 22 // flash_cm: register prefetch of the next K/V tile (VEC only); bwd_cm_dkdv: of the next Q/dO step; bwd_cm_dq: of the next K/V tile
 	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
-	SpecCMPairs   uint32 = 24 // bwd_cm_dq: subgroups in pairs that split the key tile's S, dP and dQ's columns
+	SpecCMPairs   uint32 = 24 // flash_cm: subgroups in pairs that split the key tile's S and O's columns; bwd_cm_dq: S, dP and dQ's columns
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
 )
 
 var (
-	flashCMSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
+	// cmSpecIDs: every coopmat kernel's (cm_common.glsl's and PREFETCH);
+	// flash_cm and bwd_cm_dq add PAIRS, bwd_cm_dkdv KVREG and PART (the
+	// backward kernels read 10–14 and 19–22 of cm_common.glsl's).
+	cmSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
-	probeSpecIDs = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
-	// bwdCMSpecIDs: the backward coopmat kernels declare flash_cm's IDs
-	// (cm_common.glsl's and PREFETCH) and read 10–14 and 19–22;
-	// bwd_cm_dkdv adds KVREG and PART, bwd_cm_dq PAIRS.
-	bwdCMSpecIDs   = flashCMSpecIDs
+	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs)
+	probeSpecIDs   = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
+	bwdCMSpecIDs   = cmSpecIDs
 	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart)
 	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs)
 )
@@ -130,20 +131,27 @@ func CMHalfTanh(dtype string) bool { return dtype == DTypeBF16 }
 func FlashCMProbeFloats(sg int) int { return 8 + 128*sg }
 
 // FlashCMSharedBytes is flash_cm's shared memory (bytes) for coopmat shape
-// m×n×k, nsg subgroups, bc keys per tile, mode (0 or 1), head dims d, dv
-// and CMPlanes planes per operand; it mirrors the shared arrays of
+// m×n×k, nsg subgroups (in pairs sharing m rows where pairs: MODE 1,
+// 16-bit storage), bc keys per tile, mode (0 or 1), head dims d, dv and
+// CMPlanes planes per operand; it mirrors the shared arrays of
 // flash_cm.comp.
-func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int) int {
+func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int, pairs bool) int {
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
 	dp := ceilTo(d, max(k, 8))
 	dvp := ceilTo(dv, max(n, 8))
 	ldk4, ldv4 := dp/8+1, dvp/8+1
 	br := nsg * m
+	if pairs {
+		br /= 2
+	}
 	ldo4, orows := ldv4, br // O leaves as 16-bit (8 per unit) or, split, fp32 (4) …
 	if planes > 1 {
 		ldo4, orows = dvp/4+1, min(nsg, 4)*m // … then four subgroups' rows at a time
 	}
 	skv := max(br*ldk4, planes*bc*(ldk4+ldv4), orows*ldo4, m*n/4)
+	if pairs {
+		skv += br * (bc/4 + 1) // the pairs' S (fp32)
+	}
 	b := 16 * skv
 	if mode == 0 {
 		b += br*(bc+4)*4 + planes*br*(bc+8)*2

@@ -98,15 +98,30 @@ func testFlashCMSharedBytes(t *testing.T, dt string) {
 
 func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 	m := reflectKernel(t, k, dt)
-	for _, c := range []struct{ nsg, bc, mode, d, dv int }{
-		{8, 64, 1, 128, 128}, {8, 128, 1, 64, 64}, {4, 32, 0, 128, 128}, {4, 32, 0, 256, 256},
-		{4, 64, 1, 96, 40}, {2, 16, 0, 1, 1}, {8, 64, 0, 64, 80}, {8, 16, 1, 128, 128}, {8, 16, 1, 16, 128},
+	type tile struct {
+		nsg, bc, mode, d, dv int
+		pairs                bool
+	}
+	for _, c := range []tile{
+		{8, 64, 1, 128, 128, false}, {8, 128, 1, 64, 64, false}, {4, 32, 0, 128, 128, false}, {4, 32, 0, 256, 256, false},
+		{4, 64, 1, 96, 40, false}, {2, 16, 0, 1, 1, false}, {8, 64, 0, 64, 80, false}, {8, 16, 1, 128, 128, false}, {8, 16, 1, 16, 128, false},
+		// Subgroup pairs (the f32 build has none: the spec constant is
+		// ignored there, and so must the mirror's pairs be).
+		{8, 32, 1, 256, 256, true}, {4, 32, 1, 256, 256, true}, {2, 64, 1, 96, 32, true}, {8, 32, 0, 256, 256, true},
 	} {
+		pairs := c.pairs && c.mode == 1 && CMPlanes(dt) == 1
+		br := 16 * c.nsg
+		if pairs {
+			br /= 2
+		}
 		spec := map[uint32]uint32{
-			SpecWorkgroupSize: uint32(32 * c.nsg), SpecD: uint32(c.d), SpecDV: uint32(c.dv), SpecBR: uint32(16 * c.nsg),
+			SpecWorkgroupSize: uint32(32 * c.nsg), SpecD: uint32(c.d), SpecDV: uint32(c.dv), SpecBR: uint32(br),
 			SpecBC: uint32(c.bc), SpecSubgroup: 32, SpecCMM: 16, SpecCMN: 16, SpecCMK: 16, SpecCMMode: uint32(c.mode), SpecCMLen: 8,
 		}
-		base := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv, CMPlanes(dt))
+		if c.pairs {
+			spec[SpecCMPairs] = 1
+		}
+		base := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv, CMPlanes(dt), pairs)
 		for _, bias := range biasSpecs(dt) {
 			spec[SpecExt] = bias.ext
 			got, err := m.SharedBytes(spec)

@@ -33,10 +33,12 @@
 //   (with EXT a workgroup works on its sequence's seq_nq rows — packed
 //   sequences are shorter than Nq — and reads only its read_keys() keys).
 //
-// Spec constants (params.glsl ids 0–5, 8 EXT (ext.glsl), plus 10–22):
-//   0 WG = NSG·SUBGROUP (NSG subgroups, each owning CM_M query rows)
+// Spec constants (params.glsl ids 0–5, 8 EXT (ext.glsl), plus 10–22 and 24):
+//   0 WG = NSG·SUBGROUP (NSG subgroups, each owning CM_M query rows; two
+//     sharing them with PAIRS)
 //   1 D, 2 DV (any ≤ 256; padded with zeros to multiples of 16 inside)
-//   3 BR = NSG·CM_M query rows per workgroup, 4 BC key rows per tile
+//   3 BR = NSG·CM_M query rows per workgroup (NSG·CM_M/2 with PAIRS), 4 BC
+//     key rows per tile
 //     (a multiple of CM_N and CM_K)   5 SUBGROUP (the subgroup size; the
 //     pipeline must require it and full subgroups)
 //   10 CM_M, 11 CM_N, 12 CM_K: the coopmat shape, one the device reports
@@ -59,6 +61,7 @@
 //     (16-byte global loads and stores), else 0 (scalar, any stride)
 //   22 PREFETCH: 1 loads the next K/V tile into registers while the
 //     current one is computed (VEC only), 0 loads it between barriers.
+//   24 PAIRS: subgroup pairs (below, at its declaration).
 //
 // Why the layout: KHR cooperative matrices do not say which invocation holds
 // which element, but all matrices of one type share one mapping. The kernel
@@ -88,10 +91,11 @@
 // Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
 // 16·max(BR·LDK4, CM_SPLIT·BC·(LDK4+LDV4), OR·LDO4, CM_M·CM_N/4) for the
 // Q, K/V and O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per
-// row; LDO4 = LDV4 and OR = BR, fp32: DVP/4+1 and OR = OSG·CM_M) + 4·BR
-// (row buffer) + MODE 0: 4·BR·(BC+4) (S) + CM_SPLIT·2·BR·(BC+8) (P) +
-// fp32: 4·NSG (sQNonfinite). At d = 128, BR = 128, BC = 64, MODE 1:
-// ≈ 35.3 KB (fp32, BC = 16: ≈ 35.4 KB). Dropout adds the keep bits
+// row; LDO4 = LDV4 and OR = BR, fp32: DVP/4+1 and OR = OSG·CM_M) + PAIRS:
+// 16·BR·(BC/4+1) (the pairs' S) + 4·BR (row buffer) + MODE 0:
+// 4·BR·(BC+4) (S) + CM_SPLIT·2·BR·(BC+8) (P) + fp32: 4·NSG (sQNonfinite).
+// At d = 128, BR = 128, BC = 64, MODE 1: ≈ 35.3 KB (fp32, BC = 16: ≈ 35.4
+// KB); at d = 256, NSG = 8 in pairs (BR = 64), BC = 32: ≈ 43.3 KB. Dropout adds the keep bits
 // (shaders.DropSharedBytes), a bias in MODE 1 its stage (bias_stage.glsl,
 // shaders.BiasStageBytes: 10 KiB at d = 128, BC = 64).
 #extension GL_GOOGLE_include_directive : require
@@ -119,6 +123,23 @@ const uint DROP_RW = DROP_FW != 0u ? RL * DROP_WPR : 1u;
 
 layout(constant_id = 22) const uint PREFETCH = 0;
 
+// 24 PAIRS: 1 pairs the subgroups (MODE 1, 16-bit storage; the host asks
+// for it with NSG, BC/CM_N and DVP/CM_N even and no bias): two subgroups
+// share CM_M query rows (BR = NSG·CM_M/2). Each computes S for half of the
+// key tile (NSTH accumulators from key block TH0), the pair exchanges its
+// halves through shared memory (SOFF, fp32, one barrier), both run the
+// softmax on the whole tile, and each adds P·V to half of O's columns
+// (NOTH accumulators from column block JH0): half the MMAs and half of O's
+// registers per subgroup, the elementwise work twice. 0: one subgroup per
+// CM_M rows.
+layout(constant_id = 24) const uint PAIRS = 0;
+#if CM_SPLIT > 1
+const uint PAIRED = 0u; // (the fp32 build has no pairs)
+#else
+const uint PAIRED = MODE == 1u ? PAIRS : 0u; // (nor has MODE 0)
+#endif
+const uint NSPL = PAIRED + 1u;
+
 OPERAND_V(0, 0, QBuf, q, readonly)
 OPERAND_V(1, 1, KBuf, k, readonly)
 OPERAND_V(2, 2, VBuf, v, readonly)
@@ -143,16 +164,18 @@ CM_FETCH(fetch_v, v, v_base, DV, false)
 CM_STORE(store_o, o, o_base, DV)
 
 const uint NQF = DP / CM_K;                  // Q fragments (A) per subgroup
-const uint NOT = DVP / CM_N;                 // O accumulators per subgroup
+const uint NOT = DVP / CM_N;                 // O column blocks
 const uint NST = BC / CM_N;                  // S accumulators per subgroup
+const uint NOTH = NOT / NSPL;                // the subgroup's O accumulators
+const uint NSTH = NST / NSPL;                // the subgroup's S products
 const uint NKC = BC / CM_K;                  // key chunks of P·V
 // MODE 1's bias values through shared memory (bias_stage.glsl).
 #define BIAS_NT NST
 #define BIAS_REGS (MODE == 1u)
 #include "bias_stage.glsl"
 // SG_SKIPS: MODE 1's subgroups skip the tiles none of their rows sees
-// (not with dropout or a bias: main's loop says why).
-const uint SG_SKIPS = (MODE == 1u ? 1u : 0u) * ((EXT & EXT_ON_DROPOUT) == 0u ? 1u : 0u) * (1u - BIAS_ON);
+// (not with dropout, a bias or pairs: main's loop says why).
+const uint SG_SKIPS = (MODE == 1u ? 1u : 0u) * ((EXT & EXT_ON_DROPOUT) == 0u ? 1u : 0u) * (1u - BIAS_ON) * (1u - PAIRED);
 // K/V tiles: CM_SPLIT planes each (fp32 storage; one otherwise), K's
 // planes first. The Q tile is staged one plane at a time; O leaves through
 // LDO4 16-byte units per row (CM_OUT_EL features each).
@@ -172,12 +195,19 @@ const uint OSG = NSG > 4u ? 4u : NSG;
 #else
 const uint OSG = NSG;
 #endif
-const uint SKV_O = OSG * CM_M * LDO4;
+const uint OROWS = OSG * CM_M / NSPL;
+const uint SKV_O = OROWS * LDO4;
 const uint SKV_MAP = CM_M * CM_N / 4u;
 const uint SKV4a = SKV_Q > SKV_KV ? SKV_Q : SKV_KV;
 const uint SKV4b = SKV_O > SKV_MAP ? SKV_O : SKV_MAP;
 const uint SKV4 = SKV4a > SKV4b ? SKV4a : SKV4b;
-shared uvec4 sKV[SKV4];
+// Pairs: the pair's S (fp32, BR rows of BC keys, LDS4 16-byte units per
+// row) after the staging, which the partner may still read when it is
+// written.
+const uint LDS4 = BC / 4u + 1u;
+const uint SOFF = SKV4;
+const uint SKV_S = PAIRED != 0u ? BR * LDS4 : 0u;
+shared uvec4 sKV[SKV4 + SKV_S];
 
 // MODE 0 buffers (one element in MODE 1).
 const uint LDS = BC + 4u;
@@ -186,7 +216,7 @@ const uint SS_N = MODE == 0u ? NSG * CM_M * LDS : 1u;
 const uint SP_N = MODE == 0u ? NSG * CM_M * LDP : 1u; // per plane
 shared float sS[SS_N];
 shared CM_T sP[CM_SPLIT * SP_N];
-shared float sRow[NSG * CM_M];
+shared float sRow[BR]; // (MODE 0; BR = NSG·CM_M there)
 
 // Prefetch registers.
 const uint KCH = BC * DP8;
@@ -278,6 +308,10 @@ void main() {
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
 	uint r0 = tile.x * BR;
+	uint half_ = sg % NSPL;  // (PAIRS: which half of the keys and columns)
+	uint sgr = sg / NSPL * CM_M; // first row of the subgroup within the tile
+	uint TH0 = half_ * NSTH; // its first S product of a key tile
+	uint JH0 = half_ * NOTH; // its first O column block
 	float sl2 = pc.scale * LOG2E;
 	ext_begin(b);
 	ext_head(b, h);
@@ -305,7 +339,7 @@ void main() {
 		}
 #endif
 		barrier();
-		CM_LOAD_A(qA, pl * NQF, NQF, sKV, sg * CM_M, LDK4)
+		CM_LOAD_A(qA, pl * NQF, NQF, sKV, sgr, LDK4)
 		barrier();
 	}
 #if CM_SPLIT > 1
@@ -324,7 +358,6 @@ void main() {
 	// Keys visible to the tile and to the subgroup: row i sees key_first(i)
 	// … key_limit(i)−1, both non-decreasing in i. The workgroup walks key
 	// tiles kt0 … ntiles−1.
-	uint sgr = sg * CM_M; // first row of the subgroup within the tile
 	uint sg_rows = rows > sgr ? min(CM_M, rows - sgr) : 0u;
 	uint sg_lim_lo = sg_rows > 0u ? key_limit(r0 + sgr) : 0u;
 	uint sg_lim_hi = sg_rows > 0u ? key_limit(r0 + sgr + sg_rows - 1u) : 0u;
@@ -364,8 +397,8 @@ void main() {
 		l0[q] = 0.0;
 	}
 
-	ACC O[NOT];
-	[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+	ACC O[NOTH];
+	[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 		O[j] = ACC(0.0);
 	}
 
@@ -462,18 +495,39 @@ void main() {
 		}
 
 		// S = Σ Q_i·K_jᵀ over the plane pairs i + j < CM_SPLIT (CM_MMA; one
-		// product without a split).
+		// product without a split); with pairs the subgroup's NSTH products,
+		// then the pair's whole S through shared memory.
 		ACC S[NST];
-		[[unroll]] for (uint t = 0u; t < NST; ++t) {
-			S[t] = ACC(0.0);
-			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-				CM_MMA(S[t], qA, NQF, kk, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+		if (PAIRED != 0u) {
+			ACC SH[NSTH];
+			[[unroll]] for (uint t = 0u; t < NSTH; ++t) {
+				SH[t] = ACC(0.0);
+				[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+					CM_MMA(SH[t], qA, NQF, kk, sKV, KOFF + ((TH0 + t) * CM_N) * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+				}
 			}
+			// Dropout: each of the pair draws half of its rows' keep bits
+			// (read after the barrier below).
+			drop_fill_rows(r0, sgr + half_ * (CM_M / 2u), CM_M / 2u, c0, lane, SUBGROUP);
+			[[unroll]] for (uint t = 0u; t < NSTH; ++t) {
+				coopMatStore(SH[t], sKV, SOFF + sgr * LDS4 + (TH0 + t) * (CM_N / 4u), LDS4, gl_CooperativeMatrixLayoutRowMajor);
+			}
+			barrier(); // (uniform: no subgroup skips a tile with pairs)
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				coopMatLoad(S[t], sKV, SOFF + sgr * LDS4 + t * (CM_N / 4u), LDS4, gl_CooperativeMatrixLayoutRowMajor);
+			}
+		} else {
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				S[t] = ACC(0.0);
+				[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+					CM_MMA(S[t], qA, NQF, kk, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+				}
+			}
+			// Dropout: the subgroup draws its rows' keep bits while the MMAs
+			// run (independent work), read after the subgroup barrier below
+			// (MODE 1) or after S's store (MODE 0).
+			drop_fill_rows(r0, sgr, CM_M, c0, lane, SUBGROUP);
 		}
-		// Dropout: the subgroup draws its rows' keep bits while the MMAs
-		// run (independent work), read after the subgroup barrier below
-		// (MODE 1) or after S's store (MODE 0).
-		drop_fill_rows(r0, sgr, CM_M, c0, lane, SUBGROUP);
 
 		if (MODE == 1u) {
 			float mloc[RL];
@@ -540,7 +594,7 @@ void main() {
 				l1[k] = l1[k] * alpha[k] + lsum[k];
 			}
 #if CM_SPLIT > 1
-			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 				ACC pv = ACC(0.0);
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 					PV_PRODUCT(pv, pA, NKC, t, t, j)
@@ -550,13 +604,13 @@ void main() {
 #else
 			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 				float a = alpha[slotrow(i)];
-				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 					O[j][i] *= a;
 				}
 			}
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
-					PV_PRODUCT(O[j], pA, NKC, t, t, j)
+				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
+					PV_PRODUCT(O[j], pA, NKC, t, t, JH0 + j)
 				}
 			}
 #endif
@@ -605,7 +659,7 @@ void main() {
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
 #if CM_SPLIT > 1
-			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 				ACC pv = ACC(0.0);
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 					MATA pA[CM_SPLIT];
@@ -619,14 +673,14 @@ void main() {
 #else
 			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 				float a = sRow[sgr + rowOf[i]];
-				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 					O[j][i] *= a;
 				}
 			}
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 				MATA pA[1];
 				coopMatLoad(pA[0], sP, sgr * LDP + t * CM_K, LDP, gl_CooperativeMatrixLayoutRowMajor);
-				[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 					PV_PRODUCT(O[j], pA, 1u, 0u, t, j)
 				}
 			}
@@ -647,13 +701,13 @@ void main() {
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).
 			// (With dropout O = scale·Σ P·keep·V / l.)
 			inv[k] = lt == 0.0 ? 0.0 : drop_scale() / lt;
-			if ((lane & XORMASK) == 0u && lrow[k] < sg_rows) {
+			if ((lane & XORMASK) == 0u && lrow[k] < sg_rows && half_ == 0u) {
 				lse_buf[lse_index(b, h, r0 + sgr + lrow[k])] = lt == 0.0 ? NEG_INF : (m1[k] + log2(lt)) * LN2;
 			}
 		}
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 			float a = inv[slotrow(i)];
-			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 				O[j][i] *= a;
 			}
 		}
@@ -679,7 +733,7 @@ void main() {
 		subgroupBarrier();
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 			float a = sRow[sgr + rowOf[i]];
-			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
+			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 				O[j][i] *= a;
 			}
 		}
@@ -691,12 +745,12 @@ void main() {
 	const uint OCH = DVP / CM_OUT_EL; // units per O row
 	for (uint g = 0u; g < NSG; g += OSG) {
 		if (sg >= g && sg < g + OSG) {
-			[[unroll]] for (uint j = 0u; j < NOT; ++j) {
-				CM_STORE_ACC(O[j], sKV, (sg - g) * CM_M * LDO4 + j * (CM_N / CM_OUT_EL), LDO4)
+			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
+				CM_STORE_ACC(O[j], sKV, (sgr - g * CM_M) * LDO4 + (JH0 + j) * (CM_N / CM_OUT_EL), LDO4)
 			}
 		}
 		barrier();
-		for (uint e = tid; e < OSG * CM_M * OCH; e += WG) {
+		for (uint e = tid; e < OROWS * OCH; e += WG) {
 			uint r = e / OCH;
 			uint c4 = e - r * OCH;
 			if (g * CM_M + r < rows) {

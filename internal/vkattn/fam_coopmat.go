@@ -200,8 +200,8 @@ func planFlashCM(ctx context.Context, b *Backend, p *spec.Problem, dt spec.DType
 		return nil, err
 	}
 	ln.Tunable, ln.Config, ln.Source = shaders.KernelFlashCM, c.String(), src
-	ln.Grid = shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.NSG*int(l.M))
-	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, c.NSG*int(l.M), c.BC
+	ln.Grid = shaders.FlashFwdGrid(p.B, p.Hq, p.Nq, c.Rows(l))
+	ln.Workgroup, ln.BR, ln.BC = c.NSG*l.SG, c.Rows(l), c.BC
 	ln.SharedBytes = cmShared(l, c, p.D, p.Dv, ExtrasOf(l, p.Ext)) // (dropShared adds dropout's keep bits)
 	ln.HeadGroup = headGroup(p, p.Hq, ln.BR)
 	return &Plan{Launches: []Launch{ln}}, nil
@@ -420,6 +420,9 @@ var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseC
 				for _, mode := range []int{0, 1} {
 					for _, pf := range []bool{true, false} {
 						out = append(out, CMTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf})
+						if mode == 1 && l.planes() == 1 {
+							out = append(out, CMTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf, Pairs: true})
+						}
 					}
 				}
 			}
@@ -427,7 +430,9 @@ var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseC
 		return out
 	},
 	func(c, def CMTile) float64 {
-		vec := func(t CMTile) []int { return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch))} }
+		vec := func(t CMTile) []int {
+			return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch)), 1 + int(b2u(t.Pairs))}
+		}
 		return log2Dist(vec(c), vec(def))
 	},
 	func(l *CMLayout, c CMTile, p *spec.Problem, lim shaders.Limits) error {
@@ -496,9 +501,15 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 // CMTile is one flash_cm configuration (exported for the bench harness,
 // with CheckCMTile and CMSpec).
 type CMTile struct {
-	NSG, BC  int // subgroups per workgroup (BR = NSG·CM_M), keys per tile
+	NSG, BC  int // subgroups per workgroup (BR = NSG·CM_M, NSG·CM_M/2 with Pairs), keys per tile
 	Mode     int // 0 shared-memory softmax, 1 register softmax
 	Prefetch bool
+	// Pairs (MODE 1, 16-bit storage): two subgroups share CM_M query rows,
+	// each computing S for half of the key tile and P·V for half of O's
+	// columns (the pair's S exchanged through shared memory); half the
+	// MMAs and O registers per subgroup, the softmax's elementwise work
+	// done by both.
+	Pairs bool
 }
 
 func (c CMTile) String() string {
@@ -506,7 +517,47 @@ func (c CMTile) String() string {
 	if c.Prefetch {
 		pf = 1
 	}
-	return fmt.Sprintf("nsg%d-bc%d-mode%d-pf%d", c.NSG, c.BC, c.Mode, pf)
+	s := fmt.Sprintf("nsg%d-bc%d-mode%d-pf%d", c.NSG, c.BC, c.Mode, pf)
+	if c.Pairs {
+		s += "-p2"
+	}
+	return s
+}
+
+// Rows is the tile's query rows (BR) with layout l.
+func (c CMTile) Rows(l *CMLayout) int {
+	if c.Pairs {
+		return c.NSG / 2 * int(l.M)
+	}
+	return c.NSG * int(l.M)
+}
+
+// checkPairs says why tile c with Pairs cannot run at V's head dim dv
+// with layout l and options x (nil without Pairs): the pair splits the
+// subgroups, the key tile's S accumulators, O's column blocks and the rows'
+// keep-bit draws in two; its S goes through shared memory in fp32.
+func (c CMTile) checkPairs(l *CMLayout, dv int, x TileExtras) error {
+	if !c.Pairs {
+		return nil
+	}
+	M, N := int(l.M), int(l.N)
+	switch {
+	case c.Mode != 1:
+		return fmt.Errorf("tile %s: subgroup pairs run MODE 1 only", c)
+	case l.planes() > 1:
+		return fmt.Errorf("tile %s: subgroup pairs run 16-bit storage only (the float32 build has none)", c)
+	case c.NSG%2 != 0:
+		return fmt.Errorf("tile %s: subgroup pairs need an even subgroup count", c)
+	case M%2 != 0:
+		return fmt.Errorf("tile %s: subgroup pairs need an even M (%d)", c, M)
+	case c.BC%(2*N) != 0:
+		return fmt.Errorf("tile %s: subgroup pairs need a tile of an even number of %d-key blocks", c, N)
+	case (dv+N-1)/N%2 != 0:
+		return fmt.Errorf("tile %s: Dv=%d is an odd number of %d-column blocks: O has no halves for the pairs", c, dv, N)
+	case x.BiasElem != 0:
+		return fmt.Errorf("tile %s: subgroup pairs take no bias", c)
+	}
+	return nil
 }
 
 // cmLargeNq is the query length from which the large MODE 1 tiles are
@@ -519,9 +570,15 @@ const cmLargeNq = 2048
 // the probe allows register softmax (MODE 1): the H200 tuner's choices —
 // Nq ≥ cmLargeNq: nsg8-bc128 at d ≤ 64, nsg8-bc64 at d ≤ 128; below:
 // nsg4-bc32 at d ≤ 64, nsg8-bc32 at d ≤ 128 (all with prefetch); then MODE 0
-// nsg4-bc32-pf1 (any layout, the fallback). Above d 128: MODE 1
-// nsg4-bc32 without prefetch (the tuner's pick at d 256, N 4096: 157
-// TFLOP/s against MODE 0's 55; the prefetch registers spill there). The
+// nsg4-bc32-pf1 (any layout, the fallback). Above d 128 (2026-11-30 on an
+// NVIDIA H200, the tuner's picks): up to cmPrefetchMaxD nsg4-bc32 with
+// prefetch (d 192, N 4096: plain 7.5 → 3.0 ms, dropout 7.5 → 3.5, a window
+// with a softcap 4.9 → 2.5);
+// above it fp16's plain variant runs in subgroup pairs, nsg8-bc32-pf1-p2
+// (d 256: 1.00–1.24× the tile without pairs; bf16 gained nothing there,
+// and the softcap's and dropout's extended variants ran 16% and 4% slower
+// in pairs); the rest MODE 1 nsg4-bc32 without prefetch (157 TFLOP/s at d
+// 256, N 4096, against MODE 0's 55; the prefetch registers spill there). The
 // extended variant (ext non-nil: a window, softcap, ALiBi, key counts,
 // packed sequences, dropout or a bias) takes the smaller tiles at every
 // length, with two exceptions (extLargeTile, extLargeTile64): on
@@ -552,12 +609,22 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:
 			ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
+		case dm <= cmPrefetchMaxD:
+			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		default:
+			if dm > cmPrefetchMaxD && l.Storage != spec.BFloat16 && ext == nil {
+				ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true, Pairs: true})
+			}
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1})
 		}
 	}
 	return append(ts, CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true})
 }
+
+// cmPrefetchMaxD is the largest head dim at which flash_cm's plain MODE 1
+// tile takes the prefetch without pairs (timed at d 192 on an NVIDIA
+// H200; at d 256 its registers spill).
+const cmPrefetchMaxD = 192
 
 // cmSplitMaxD is the largest head dim flash_cm's f32 build runs: at d 128
 // it already holds 255 registers on an NVIDIA H200, at d 256 the K/V
@@ -610,7 +677,10 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, x TileExtras, sharedMax, maxW
 	if err := checkDropKeys(x.Dropout, c.BC); err != nil {
 		return err
 	}
-	shared := cmShared(l, c, d, dv, x) + dropExtra(x.Dropout, c.NSG*M, c.BC)
+	if err := c.checkPairs(l, dv, x); err != nil {
+		return err
+	}
+	shared := cmShared(l, c, d, dv, x) + dropExtra(x.Dropout, c.Rows(l), c.BC)
 	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
 }
 
@@ -640,7 +710,7 @@ func ExtrasOf(l *CMLayout, ext *spec.Ext) TileExtras {
 // and head dims d, dv, its bias stage included where x has a bias (not
 // dropout's keep bits: dropExtra).
 func cmShared(l *CMLayout, c CMTile, d, dv int, x TileExtras) int {
-	return shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, d, dv, l.planes()) +
+	return shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, d, dv, l.planes(), c.Pairs) +
 		x.biasExtra(c.Mode == 1, c.NSG, l, c.BC/int(l.N))
 }
 
@@ -773,7 +843,7 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 	}
 	return []device.Spec{
 		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
-		{ID: shaders.SpecDV, Value: uint32(dv)}, {ID: shaders.SpecBR, Value: uint32(c.NSG) * l.M},
+		{ID: shaders.SpecDV, Value: uint32(dv)}, {ID: shaders.SpecBR, Value: uint32(c.Rows(l))},
 		{ID: shaders.SpecBC, Value: uint32(c.BC)}, {ID: shaders.SpecSubgroup, Value: uint32(l.SG)},
 		{ID: shaders.SpecExt, Value: 0}, // (newLaunch sets the problem's)
 		{ID: shaders.SpecCMM, Value: l.M}, {ID: shaders.SpecCMN, Value: l.N}, {ID: shaders.SpecCMK, Value: l.K},
@@ -781,6 +851,7 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 		{ID: shaders.SpecCMRL, Value: rl}, {ID: shaders.SpecCMSlotLo, Value: sLo}, {ID: shaders.SpecCMSlotHi, Value: sHi},
 		{ID: shaders.SpecCMXorMask, Value: xm}, {ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
 		{ID: shaders.SpecCMVec, Value: b2u(vec)}, {ID: shaders.SpecCMPrefet, Value: b2u(vec && c.Prefetch)},
+		{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)},
 	}
 }
 
@@ -1184,12 +1255,13 @@ func parseBwdCMTile(s string) (bwdCMTile, error) {
 func parseCMTile(s string) (CMTile, error) {
 	var c CMTile
 	var pf int
-	if _, err := fmt.Sscanf(s, "nsg%d-bc%d-mode%d-pf%d", &c.NSG, &c.BC, &c.Mode, &pf); err != nil || pf < 0 || pf > 1 {
-		return CMTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
+	base, pairs := strings.CutSuffix(s, "-p2")
+	if _, err := fmt.Sscanf(base, "nsg%d-bc%d-mode%d-pf%d", &c.NSG, &c.BC, &c.Mode, &pf); err != nil || pf < 0 || pf > 1 {
+		return CMTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1[-p2])", ErrInvalid, s)
 	}
-	c.Prefetch = pf == 1
+	c.Prefetch, c.Pairs = pf == 1, pairs
 	if c.String() != s {
-		return CMTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1)", ErrInvalid, s)
+		return CMTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1[-p2])", ErrInvalid, s)
 	}
 	return c, nil
 }

@@ -189,8 +189,11 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 96, 96, 4096, sh, "nsg8-bc64-mode1-pf1"},
 		{l, 128, 128, 2047, sh, "nsg8-bc32-mode1-pf1"}, // short sequences: smaller MODE 1 tiles
 		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1"},
-		{l, 256, 256, 4096, sh, "nsg4-bc32-mode1-pf0"}, // above d 128: no prefetch registers
-		{l, 160, 192, 1024, sh, "nsg4-bc32-mode1-pf0"},
+		{l, 256, 256, 4096, sh, "nsg8-bc32-mode1-pf1-p2"}, // above d 192: subgroup pairs (fp16, no options)
+		{l, 160, 192, 1024, sh, "nsg4-bc32-mode1-pf1"},    // up to d 192 the prefetch fits without pairs
+		{l, 224, 224, 4096, sh, "nsg8-bc32-mode1-pf1-p2"},
+		{l, 256, 240, 4096, sh, "nsg4-bc32-mode1-pf0"}, // O has no halves: no prefetch registers
+		{l, 256, 256, 4096, 42 << 10, "nsg4-bc32-mode1-pf0"},
 		{l, 128, 128, 4096, 32 << 10, "nsg4-bc32-mode0-pf1"},
 		{&mode0, 128, 128, 4096, sh, "nsg4-bc32-mode0-pf1"},
 		{l, 256, 256, 4096, 32 << 10, ""}, // nothing fits: scalar flash
@@ -221,7 +224,7 @@ func TestChooseCMTile(t *testing.T) {
 		ext   *spec.Ext
 		want  string
 	}{
-		{128, 16384, win, "nsg8-bc32-mode1-pf1"}, {64, 16384, win, "nsg4-bc32-mode1-pf1"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"},
+		{128, 16384, win, "nsg8-bc32-mode1-pf1"}, {64, 16384, win, "nsg4-bc32-mode1-pf1"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"}, {192, 4096, win, "nsg4-bc32-mode1-pf1"},
 		{128, 16384, alibi, "nsg8-bc64-mode1-pf1"}, {128, 16384, bias, "nsg8-bc64-mode1-pf1"}, {128, 2047, bias, "nsg8-bc32-mode1-pf1"},
 		{64, 16384, alibi, "nsg4-bc32-mode1-pf1"}, {256, 4096, bias, "nsg4-bc32-mode1-pf0"},
 		{96, 2048, alibi, "nsg8-bc64-mode1-pf1"}, {96, 2048, bias, "nsg8-bc64-mode1-pf1"}, {96, 2047, alibi, "nsg8-bc32-mode1-pf1"},
@@ -242,6 +245,12 @@ func TestChooseCMTile(t *testing.T) {
 	half := *l
 	half.Storage = spec.BFloat16
 	causalCap := &spec.Ext{Left: -1, Right: 0, Softcap: 30}
+	// Above d 128 bf16 keeps the tile without pairs (measured: no gain).
+	for _, ext := range []*spec.Ext{nil, win} {
+		if got, err := chooseCMTile(&half, 256, 256, 4096, ext, sh, wg); err != nil || got.String() != "nsg4-bc32-mode1-pf0" {
+			t.Errorf("bf16 d 256 (window %v): %v (%v), want nsg4-bc32-mode1-pf0", ext != nil, got, err)
+		}
+	}
 	for _, c := range []struct {
 		d, nq int
 		ext   *spec.Ext
@@ -380,7 +389,7 @@ func TestChooseCMTile(t *testing.T) {
 	// bytes short of 48 KiB) still fits with them, and not when they would
 	// overflow.
 	d256 := CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}
-	need := shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 256, 256, 1) + dropExtra(true, 64, 32)
+	need := shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 256, 256, 1, false) + dropExtra(true, 64, 32)
 	if need > sh {
 		t.Errorf("dropout d256 %v needs %d bytes, more than %d", d256, need, sh)
 	}
@@ -392,6 +401,47 @@ func TestChooseCMTile(t *testing.T) {
 	}
 	if err := CheckCMTile(l, d256, 256, 256, TileExtras{}, need-1, wg); err != nil {
 		t.Errorf("d256 without dropout refused in %d bytes: %v", need-1, err)
+	}
+	// flash_cm's subgroup pairs split an even count of subgroups, of the
+	// tile's key blocks and of O's column blocks, in MODE 1 and 16-bit
+	// storage only, without a bias; their rows are half the subgroups'.
+	fp := CMTile{NSG: 8, BC: 32, Mode: 1, Pairs: true}
+	if err := CheckCMTile(l, fp, 256, 256, TileExtras{Dropout: true}, sh, wg); err != nil {
+		t.Errorf("%s at d 256 with dropout: %v", fp, err)
+	}
+	if got := fp.Rows(l); got != 64 {
+		t.Errorf("%s: %d rows, want 64", fp, got)
+	}
+	if err := CheckCMTile(l, fp, 256, 32, TileExtras{}, sh, wg); err != nil {
+		t.Errorf("%s at Dv 32 (two column blocks): %v", fp, err)
+	}
+	for _, c := range []struct {
+		tile   CMTile
+		dv     int
+		extras TileExtras
+	}{
+		{CMTile{NSG: 8, BC: 32, Mode: 0, Pairs: true}, 256, TileExtras{}},
+		{CMTile{NSG: 3, BC: 32, Mode: 1, Pairs: true}, 256, TileExtras{}},
+		{CMTile{NSG: 8, BC: 16, Mode: 1, Pairs: true}, 256, TileExtras{}},
+		{CMTile{NSG: 8, BC: 48, Mode: 1, Pairs: true}, 256, TileExtras{}},
+		{fp, 240, TileExtras{}}, // 15 column blocks
+		{fp, 16, TileExtras{}},
+		{fp, 256, TileExtras{BiasElem: 2}},
+	} {
+		if err := CheckCMTile(l, c.tile, 256, c.dv, c.extras, sh, wg); err == nil || !strings.Contains(err.Error(), "pairs") {
+			t.Errorf("%s at Dv %d with %+v: %v, want a refusal of the pairs", c.tile, c.dv, c.extras, err)
+		}
+	}
+	if err := CheckCMTile(&f32, CMTile{NSG: 8, BC: 32, Mode: 1, Pairs: true}, 64, 64, TileExtras{}, sh, wg); err == nil || !strings.Contains(err.Error(), "pairs") {
+		t.Errorf("flash_cm pairs in the float32 build: %v, want a refusal", err)
+	}
+	// The pairs' shared memory counts exactly (their S beside the staging).
+	fpNeed := shaders.FlashCMSharedBytes(16, 16, 16, 8, 32, 1, 256, 256, 1, true)
+	if err := CheckCMTile(l, fp, 256, 256, TileExtras{}, fpNeed, wg); err != nil {
+		t.Errorf("%s refused in the %d bytes it needs: %v", fp, fpNeed, err)
+	}
+	if err := CheckCMTile(l, fp, 256, 256, TileExtras{}, fpNeed-1, wg); err == nil {
+		t.Errorf("%s accepted in %d bytes, needs %d", fp, fpNeed-1, fpNeed)
 	}
 	// MODE is 0 or 1.
 	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, TileExtras{}, sh, wg); err == nil {
@@ -430,6 +480,15 @@ func TestCMSpec(t *testing.T) {
 		15: 2, 16: 0x11001100, 17: 0, 18: 3, 19: 0x76543210, 20: 0, 21: 1, 22: 1} {
 		if got := get(sp, id); got != want {
 			t.Errorf("MODE 1 spec %d = %#x, want %#x", id, got, want)
+		}
+	}
+	if got := get(sp, shaders.SpecCMPairs); got != 0 {
+		t.Errorf("spec PAIRS = %d without pairs", got)
+	}
+	sp = CMSpec(l, CMTile{NSG: 8, BC: 32, Mode: 1, Pairs: true}, 256, 256, true)
+	for id, want := range map[uint32]uint32{0: 256, 3: 64, 4: 32, 13: 1, 22: 0, shaders.SpecCMPairs: 1} {
+		if got := get(sp, id); got != want {
+			t.Errorf("pairs spec %d = %#x, want %#x", id, got, want)
 		}
 	}
 	sp = CMSpec(l, CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}, 64, 64, false)
@@ -490,7 +549,7 @@ func TestCMTileBiasStage(t *testing.T) {
 		t.Fatalf("ExtrasOf: fp16 bias %+v, fp32 bias %+v", x16, x32)
 	}
 	c := CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true}
-	plain := shaders.FlashCMSharedBytes(16, 16, 16, 8, 64, 1, 128, 128, 1)
+	plain := shaders.FlashCMSharedBytes(16, 16, 16, 8, 64, 1, 128, 128, 1, false)
 	for _, x := range []TileExtras{x16, x32} {
 		need := plain + shaders.BiasStageBytes(x.BiasElem, 8, 16, 16, 4) - shaders.BiasStagePlaceholder
 		if need <= plain {
@@ -506,7 +565,7 @@ func TestCMTileBiasStage(t *testing.T) {
 			t.Errorf("%s without a bias refused in %d bytes: %v", c, need-1, err)
 		}
 		m0 := CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}
-		if err := CheckCMTile(l, m0, 64, 64, x, shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 64, 64, 1), 1024); err != nil {
+		if err := CheckCMTile(l, m0, 64, 64, x, shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 64, 64, 1, false), 1024); err != nil {
 			t.Errorf("%s (MODE 0: no stage) with a bias: %v", m0, err)
 		}
 	}

@@ -82,7 +82,8 @@ func TestParseCandidates(t *testing.T) {
 			t.Errorf("%v: %v, %v", c, got, err)
 		}
 	}
-	for _, c := range []CMTile{{NSG: 8, BC: 128, Mode: 1, Prefetch: true}, {NSG: 2, BC: 32}} {
+	for _, c := range []CMTile{{NSG: 8, BC: 128, Mode: 1, Prefetch: true}, {NSG: 2, BC: 32}, {NSG: 8, BC: 32, Mode: 1, Pairs: true},
+		{NSG: 4, BC: 64, Mode: 1, Prefetch: true, Pairs: true}} {
 		got, err := parseCMTile(c.String())
 		if err != nil || got != c {
 			t.Errorf("%v: %v, %v", c, got, err)
@@ -106,6 +107,11 @@ func TestParseCandidates(t *testing.T) {
 		if _, err := ParseScalarTile(s); err == nil {
 			t.Errorf("ParseScalarTile(%q) accepted", s)
 		}
+		if _, err := parseCMTile(s); err == nil {
+			t.Errorf("parseCMTile(%q) accepted", s)
+		}
+	}
+	for _, s := range []string{"nsg8-bc32-mode1-p2", "nsg8-bc32-mode1-pf0-p2-p2", "nsg8-bc32-mode1-pf0-p3", "nsg8-bc32-mode1-p2-pf0", "nsg8-bc32-mode1-pf0-dq2"} {
 		if _, err := parseCMTile(s); err == nil {
 			t.Errorf("parseCMTile(%q) accepted", s)
 		}

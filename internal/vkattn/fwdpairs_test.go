@@ -1,0 +1,175 @@
+//go:build cgo
+
+package vkattn
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/flashvk/flashvk/bfloat16"
+	"github.com/flashvk/flashvk/internal/shaders"
+	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/reference"
+)
+
+// TestFlashCMPairs runs flash_cm's subgroup pairs (MODE 1, fp16 and bf16)
+// at every pair tile the problem takes, against the float64 reference and
+// bitwise against the tile without pairs of the same rows and keys: a pair
+// computes S in halves and passes it through shared memory exactly, so
+// nothing in the arithmetic changes. The options (window with softcap,
+// ALiBi, dropout, key counts) are checked against that tile, which the
+// conformance suite checks against the reference.
+func TestFlashCMPairs(t *testing.T) {
+	b := openBackend(t, "")
+	ctx := context.Background()
+	ran := 0
+	for _, dt := range []spec.DType{spec.Float16, spec.BFloat16} {
+		if b.cm[dt] == nil {
+			continue
+		}
+		l, err := b.cmLayout(ctx, dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Mode1 {
+			t.Logf("%s: no MODE 1 (%s): no pairs", dt, l.Why)
+			continue
+		}
+		tol := 4e-3
+		if dt == spec.BFloat16 {
+			tol = 1.6e-2
+		}
+		cases := append(awkwardCases[:len(awkwardCases):len(awkwardCases)],
+			hostCase{1, 2, 1, 300, 333, 256, 256, spec.MaskCausalBottomRight},
+			hostCase{1, 2, 1, 70, 90, 256, 128, spec.MaskCausalTopLeft},
+			hostCase{2, 2, 1, 33, 700, 192, 192, spec.MaskNone})
+		for i, c := range cases {
+			h := c.problem(uint64(900 + i))
+			for _, opt := range pairOptions(h.p) {
+				p := *h.p
+				p.Mask, p.Ext = opt.mask, opt.ext
+				if p.Ext != nil && p.Mask != spec.MaskNone {
+					p.Mask = spec.MaskNone // (the window says it)
+				}
+				tiles := pairTiles(t, b, l, &p)
+				if p.Ext != nil && len(tiles) > 1 {
+					tiles = tiles[:1] // (the options on the largest tile)
+				}
+				for _, tl := range tiles {
+					ran++
+					t.Run(fmt.Sprintf("%s/%s/%s/%s", dt, c.name(i), opt.name, tl), func(t *testing.T) {
+						defer b.tune.clearOverrides()
+						o, lse := runPairTile(t, b, &p, dt, h, tl)
+						plain := tl
+						plain.Pairs, plain.NSG = false, tl.NSG/2
+						o0, lse0 := runPairTile(t, b, &p, dt, h, plain)
+						if !slices.Equal(o, o0) || !slices.Equal(lse, lse0) {
+							t.Errorf("O or LSE differ bitwise from %s's", plain)
+						}
+						if p.Ext != nil {
+							return
+						}
+						ro, rlse, err := reference.Forward(h.ref(), to64(roundTo(dt, h.q)), to64(roundTo(dt, h.k)), to64(roundTo(dt, h.v)))
+						if err != nil {
+							t.Fatal(err)
+						}
+						checkClose(t, "o", o, ro, tol)
+						checkClose(t, "lse", lse, rlse, 1e-4)
+					})
+				}
+			}
+		}
+	}
+	if ran == 0 {
+		t.Skipf("%s: no flash_cm pair tile runs here", b.info.Name)
+	}
+}
+
+type pairOption struct {
+	name string
+	mask spec.Mask
+	ext  *spec.Ext
+}
+
+// pairOptions: the problem's own mask, then options a model uses with the
+// large head dims (Gemma 2's window and softcap), ALiBi, dropout and key
+// counts.
+func pairOptions(p *spec.Problem) []pairOption {
+	slopes := make([]float32, p.Hq)
+	for h := range slopes {
+		slopes[h] = 0.25 / float32(h+1)
+	}
+	used := make([]int32, p.B)
+	for i := range used {
+		used[i] = int32(max(1, p.Nk-13*(i+1)))
+	}
+	return []pairOption{
+		{"mask", p.Mask, nil},
+		{"window-softcap", spec.MaskNone, &spec.Ext{Left: 37, Right: 0, BottomRight: true, Softcap: 2}},
+		{"alibi", spec.MaskNone, &spec.Ext{Left: -1, Right: 0, Slopes: slopes}},
+		{"dropout", spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: &spec.Dropout{Threshold: 51, Seed: 11, Offset: 3}}},
+		{"seqused", spec.MaskNone, &spec.Ext{Left: -1, Right: -1, SeqUsedK: used}},
+	}
+}
+
+// pairTiles are the pair tiles p takes on b, the most subgroups first:
+// every MODE 1 tile of 32 or 64 keys with pairs, with and without the
+// prefetch, that fits.
+func pairTiles(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
+	t.Helper()
+	var out []CMTile
+	x := ExtrasOf(l, p.Ext)
+	for _, nsg := range []int{8, 4, 2} {
+		for _, bc := range []int{32, 64} {
+			for _, pf := range []bool{false, true} {
+				c := CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, Pairs: true}
+				if CheckCMTile(l, c, p.D, p.Dv, x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// runPairTile runs p's forward in dtype dt on tile c (forced) from h's
+// inputs rounded to dt, with poisoned outputs, and returns O (widened)
+// and the LSE.
+func runPairTile(t *testing.T, b *Backend, p *spec.Problem, dt spec.DType, h *hostProblem, c CMTile) ([]float32, []float32) {
+	t.Helper()
+	ctx := context.Background()
+	force(b, shaders.KernelFlashCM, p, dt, c)
+	ls, err := b.Launches(ctx, p, dt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Config != c.String() {
+		t.Fatalf("launches %+v; want flash_cm %s", ls, c)
+	}
+	lse := slices.Repeat([]float32{float32(math.NaN())}, len(h.lse))
+	switch dt {
+	case spec.BFloat16:
+		o := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(h.o)) // NaN: unwritten
+		if err := ForwardHost(ctx, b, p, bfloat16.Slice(h.q), bfloat16.Slice(h.k), bfloat16.Slice(h.v), o, lse, HostBias{}); err != nil {
+			t.Fatal(err)
+		}
+		return bfloat16.Float32s(o), lse
+	default:
+		o := slices.Repeat([]uint16{0x7e00}, len(h.o))
+		if err := ForwardHost(ctx, b, p, toF16(h.q), toF16(h.k), toF16(h.v), o, lse, HostBias{}); err != nil {
+			t.Fatal(err)
+		}
+		return fromF16(o), lse
+	}
+}
+
+// roundTo is x rounded to dt (16-bit) and widened again.
+func roundTo(dt spec.DType, x []float32) []float32 {
+	if dt == spec.BFloat16 {
+		return bfloat16.Float32s(bfloat16.Slice(x))
+	}
+	return fromF16(toF16(x))
+}

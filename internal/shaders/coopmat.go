@@ -140,6 +140,7 @@ func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int, pairs bool) i
 	dp := ceilTo(d, max(k, 8))
 	dvp := ceilTo(dv, max(n, 8))
 	ldk4, ldv4 := dp/8+1, dvp/8+1
+	pairs = pairs && mode == 1 && planes == 1 // (the shader ignores PAIRS elsewhere)
 	br := nsg * m
 	if pairs {
 		br /= 2

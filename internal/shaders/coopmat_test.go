@@ -105,13 +105,12 @@ func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 	for _, c := range []tile{
 		{8, 64, 1, 128, 128, false}, {8, 128, 1, 64, 64, false}, {4, 32, 0, 128, 128, false}, {4, 32, 0, 256, 256, false},
 		{4, 64, 1, 96, 40, false}, {2, 16, 0, 1, 1, false}, {8, 64, 0, 64, 80, false}, {8, 16, 1, 128, 128, false}, {8, 16, 1, 16, 128, false},
-		// Subgroup pairs (the f32 build has none: the spec constant is
-		// ignored there, and so must the mirror's pairs be).
+		// Subgroup pairs (MODE 0 and the f32 build have none: the spec
+		// constant is ignored there, and so are the mirror's pairs).
 		{8, 32, 1, 256, 256, true}, {4, 32, 1, 256, 256, true}, {2, 64, 1, 96, 32, true}, {8, 32, 0, 256, 256, true},
 	} {
-		pairs := c.pairs && c.mode == 1 && CMPlanes(dt) == 1
 		br := 16 * c.nsg
-		if pairs {
+		if c.pairs && c.mode == 1 && CMPlanes(dt) == 1 {
 			br /= 2
 		}
 		spec := map[uint32]uint32{
@@ -121,7 +120,7 @@ func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 		if c.pairs {
 			spec[SpecCMPairs] = 1
 		}
-		base := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv, CMPlanes(dt), pairs)
+		base := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv, CMPlanes(dt), c.pairs)
 		for _, bias := range biasSpecs(dt) {
 			spec[SpecExt] = bias.ext
 			got, err := m.SharedBytes(spec)

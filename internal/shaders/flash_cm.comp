@@ -76,14 +76,16 @@
 // rows sees (key_first; 0 unless EXT has a left window) to the last
 // (key_limit), so a sliding window costs only the tiles it covers. In
 // MODE 1 a subgroup skips the tiles none of its rows sees (not with
-// dropout or a bias, whose loops meet subgroup barriers); masking is
+// dropout or a bias, whose loops meet subgroup barriers, nor in pairs,
+// which meet a workgroup barrier in every tile); masking is
 // per element only on tiles that cross a row's visible range (causal
 // diagonal, window edge, key-count tail). With EXT the scores come from
 // ext_score (softcap, ALiBi, bias) instead of S·scale·log2 e; the tiles
 // a bias hides from every row of the workgroup are never visited
 // (bias_next_key_tile: neither loaded nor prefetched); MODE 1 stages the
 // bias values through shared memory (bias_stage.glsl). With dropout
-// each subgroup draws its own rows' keep bits of the tile right after
+// each subgroup (in pairs: each of the two, half of the pair's rows)
+// draws its own rows' keep bits of the tile right after
 // issuing S's MMAs (ext.glsl drop_fill_rows: integer work that overlaps
 // them; no subgroup skips a tile then), P·keep meets V and the final
 // normalisation applies the kept elements' scale.
@@ -481,7 +483,8 @@ void main() {
 		// key-count tail).
 		// With dropout or a bias no subgroup skips: each draws its own rows'
 		// keep bits or stages its bias values (below) between subgroup
-		// barriers.
+		// barriers; nor in pairs, which exchange S across a workgroup
+		// barrier in every tile.
 		if (SG_SKIPS != 0u && (c0 >= sg_lim_hi || (EXT != 0u && c0 + BC <= sg_fst_lo))) {
 			continue;
 		}

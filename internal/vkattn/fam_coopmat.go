@@ -575,7 +575,7 @@ const cmLargeNq = 2048
 // prefetch (d 192, N 4096: plain 7.5 → 3.0 ms, dropout 7.5 → 3.5, a window
 // with a softcap 4.9 → 2.5);
 // above it fp16's plain variant runs in subgroup pairs, nsg8-bc32-pf1-p2
-// (d 256: 1.00–1.24× the tile without pairs; bf16 gained nothing there,
+// (d 256: 1.00–1.24× the tile without pairs; bf16 mixed there, 0.90–1.08×,
 // and the softcap's and dropout's extended variants ran 16% and 4% slower
 // in pairs); the rest MODE 1 nsg4-bc32 without prefetch (157 TFLOP/s at d
 // 256, N 4096, against MODE 0's 55; the prefetch registers spill there). The
@@ -612,7 +612,7 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 		case dm <= cmPrefetchMaxD:
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		default:
-			if dm > cmPrefetchMaxD && l.Storage != spec.BFloat16 && ext == nil {
+			if l.Storage != spec.BFloat16 && ext == nil {
 				ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true, Pairs: true})
 			}
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1})

@@ -245,7 +245,7 @@ func TestChooseCMTile(t *testing.T) {
 	half := *l
 	half.Storage = spec.BFloat16
 	causalCap := &spec.Ext{Left: -1, Right: 0, Softcap: 30}
-	// Above d 128 bf16 keeps the tile without pairs (measured: no gain).
+	// Above d 192 bf16 keeps the tile without pairs (measured: mixed).
 	for _, ext := range []*spec.Ext{nil, win} {
 		if got, err := chooseCMTile(&half, 256, 256, 4096, ext, sh, wg); err != nil || got.String() != "nsg4-bc32-mode1-pf0" {
 			t.Errorf("bf16 d 256 (window %v): %v (%v), want nsg4-bc32-mode1-pf0", ext != nil, got, err)

@@ -17,11 +17,12 @@ import (
 
 // TestFlashCMPairs runs flash_cm's subgroup pairs (MODE 1, fp16 and bf16)
 // at every pair tile the problem takes, against the float64 reference and
-// bitwise against the tile without pairs of the same rows and keys: a pair
+// against the tile without pairs of the same rows and keys: a pair
 // computes S in halves and passes it through shared memory exactly, so
-// nothing in the arithmetic changes. The options (window with softcap,
-// ALiBi, dropout, key counts) are checked against that tile, which the
-// conformance suite checks against the reference.
+// nothing in the arithmetic changes — the results are bitwise equal where
+// the compiler contracts both kernels alike, and within rounding of each
+// other where it does not. Both tiles are checked against the reference,
+// with each option (a window with a softcap, ALiBi, dropout, key counts).
 func TestFlashCMPairs(t *testing.T) {
 	b := openBackend(t, "")
 	ctx := context.Background()
@@ -51,9 +52,6 @@ func TestFlashCMPairs(t *testing.T) {
 			for _, opt := range pairOptions(h.p) {
 				p := *h.p
 				p.Mask, p.Ext = opt.mask, opt.ext
-				if p.Ext != nil && p.Mask != spec.MaskNone {
-					p.Mask = spec.MaskNone // (the window says it)
-				}
 				tiles := pairTiles(t, b, l, &p)
 				if p.Ext != nil && len(tiles) > 1 {
 					tiles = tiles[:1] // (the options on the largest tile)
@@ -65,19 +63,25 @@ func TestFlashCMPairs(t *testing.T) {
 						o, lse := runPairTile(t, b, &p, dt, h, tl)
 						plain := tl
 						plain.Pairs, plain.NSG = false, tl.NSG/2
+						// The two tiles do the same arithmetic: bitwise equal where
+						// the compiler contracts both alike (every case on an
+						// NVIDIA H200), within rounding of each other everywhere.
 						o0, lse0 := runPairTile(t, b, &p, dt, h, plain)
 						if !slices.Equal(o, o0) || !slices.Equal(lse, lse0) {
-							t.Errorf("O or LSE differ bitwise from %s's", plain)
+							do, dl := reference.Compare(o, to64(o0)), reference.Compare(lse, to64(lse0))
+							t.Logf("O and LSE differ from %s's by rel_l2 %.3g and %.3g", plain, do.RelL2, dl.RelL2)
+							if do.NaN > 0 || dl.NaN > 0 || !(do.RelL2 <= tol/4) || !(dl.RelL2 <= 1e-6) {
+								t.Errorf("O or LSE differ from %s's by more than rounding: rel_l2 %.3g, %.3g (NaN %d, %d)", plain, do.RelL2, dl.RelL2, do.NaN, dl.NaN)
+							}
 						}
-						if p.Ext != nil {
-							return
-						}
-						ro, rlse, err := reference.Forward(h.ref(), to64(roundTo(dt, h.q)), to64(roundTo(dt, h.k)), to64(roundTo(dt, h.v)))
+						ro, rlse, err := reference.Forward(refParams(h, opt.ext), to64(roundTo(dt, h.q)), to64(roundTo(dt, h.k)), to64(roundTo(dt, h.v)))
 						if err != nil {
 							t.Fatal(err)
 						}
 						checkClose(t, "o", o, ro, tol)
 						checkClose(t, "lse", lse, rlse, 1e-4)
+						checkClose(t, "o without pairs", o0, ro, tol)
+						checkClose(t, "lse without pairs", lse0, rlse, 1e-4)
 					})
 				}
 			}
@@ -113,6 +117,27 @@ func pairOptions(p *spec.Problem) []pairOption {
 		{"dropout", spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: &spec.Dropout{Threshold: 51, Seed: 11, Offset: 3}}},
 		{"seqused", spec.MaskNone, &spec.Ext{Left: -1, Right: -1, SeqUsedK: used}},
 	}
+}
+
+// refParams is h's reference problem with options e (nil: h's mask).
+func refParams(h *hostProblem, e *spec.Ext) reference.Params {
+	rp := h.ref()
+	if e == nil {
+		return rp
+	}
+	rp.Causal, rp.BottomRight = false, e.BottomRight
+	rp.Window = &reference.Window{Left: e.Left, Right: e.Right}
+	rp.Softcap = float64(e.Softcap)
+	for _, s := range e.Slopes {
+		rp.ALiBi = append(rp.ALiBi, float64(s))
+	}
+	for _, n := range e.SeqUsedK {
+		rp.SeqUsedK = append(rp.SeqUsedK, int(n))
+	}
+	if d := e.Dropout; d != nil {
+		rp.Dropout = &reference.Dropout{P: float64(d.Threshold) / spec.DropLevels, Seed: d.Seed, Offset: d.Offset}
+	}
+	return rp
 }
 
 // pairTiles are the pair tiles p takes on b, the most subgroups first:

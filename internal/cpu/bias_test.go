@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/internal/spec/spectest"
 	"github.com/flashvk/flashvk/reference"
 )
 
@@ -213,7 +214,7 @@ func (s *bstate) got() [][]float64 {
 
 // refBias returns p's reference.Params with the bias of x.
 func refBias(p *spec.Problem, x biasBuf) reference.Params {
-	rp := refParams(p)
+	rp := spectest.Reference(p)
 	rp.Bias = &reference.Bias{B: x.nb, H: x.nh, S: x.ns, Values: x.values()}
 	return rp
 }
@@ -667,7 +668,7 @@ func checkBiasPacked(t *testing.T, c vcase, shape string, holes float64) {
 			continue
 		}
 		sp := sequence(p, b)
-		rp := refParams(sp)
+		rp := spectest.Reference(sp)
 		if rp.Dropout != nil {
 			rp.Dropout.Batch0 = sp.Ext.Dropout.Batch0
 		}

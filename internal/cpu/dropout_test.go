@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/internal/spec/spectest"
 	"github.com/flashvk/flashvk/reference"
 )
 
@@ -44,7 +45,7 @@ func testDropoutGroups(t *testing.T) {
 		d := &spec.Dropout{Threshold: thr, Seed: rng.Uint64(), Offset: rng.Uint32(), Batch0: rng.IntN(5)}
 		p := &spec.Problem{B: 7, Hq: 6, Hkv: 3, Nq: 5000, Nk: 5000, D: 8, Dv: 8,
 			Ext: &spec.Ext{Left: -1, Right: -1, Dropout: d}}
-		ref := refDropout(p)
+		ref := spectest.Dropout(p)
 		require.Equal(t, thr, ref.Threshold())
 		kept := 0
 		for range 400 {
@@ -148,28 +149,6 @@ func TestDropoutAgainstReferencePortable(t *testing.T) {
 	runCases(t, dropoutCases(), checkCase)
 }
 
-// refParams returns the reference.Params of a plain-batch problem (no
-// packed sequences, Batch0 0).
-func refParams(p *spec.Problem) reference.Params {
-	r := reference.Params{B: p.B, Hq: p.Hq, Hkv: p.Hkv, Nq: p.Nq, Nk: p.Nk, D: p.D, Dv: p.Dv, Scale: float64(p.Scale),
-		Causal: p.Causal(), BottomRight: p.Mask == spec.MaskCausalBottomRight}
-	e := p.Ext
-	if e == nil {
-		return r
-	}
-	r.Causal, r.BottomRight = false, e.BottomRight
-	r.Window = &reference.Window{Left: e.Left, Right: e.Right}
-	r.Softcap = float64(e.Softcap)
-	for _, s := range e.Slopes {
-		r.ALiBi = append(r.ALiBi, float64(s))
-	}
-	for _, n := range e.SeqUsedK {
-		r.SeqUsedK = append(r.SeqUsedK, int(n))
-	}
-	r.Dropout = refDropout(p)
-	return r
-}
-
 // bshd flattens a dense [B, H, N, W] array into a contiguous [B, N, H,
 // W] one, package reference's layout.
 func bshd(d dense) []float64 {
@@ -210,7 +189,7 @@ func refRun(t *testing.T, c tcase, edit func(q, k, v, do dense)) (got, want [][]
 	}
 	got = [][]float64{bshd(ops.o.get()), l, bshd(ops.dq.get()), bshd(ops.dk.get()), bshd(ops.dv.get())}
 
-	rp := refParams(p)
+	rp := spectest.Reference(p)
 	o, rl, err := reference.Forward(rp, bshd(q), bshd(k), bshd(v))
 	require.NoError(t, err)
 	dq, dk, dv, err := reference.Backward(rp, bshd(q), bshd(k), bshd(v), bshd(do))

@@ -4,7 +4,7 @@ import (
 	"math"
 
 	"github.com/flashvk/flashvk/internal/spec"
-	"github.com/flashvk/flashvk/reference"
+	"github.com/flashvk/flashvk/internal/spec/spectest"
 )
 
 // Naive float64 attention, independent of the tiled code: it materialises
@@ -54,21 +54,11 @@ func refForward(p *spec.Problem, q, k, v dense) (o dense, lse []float64) {
 	return o, lse
 }
 
-// refDropout is p's dropout as package reference's (P = Threshold/2⁸,
-// which it rounds back to Threshold), nil without one.
-func refDropout(p *spec.Problem) *reference.Dropout {
-	if p.Ext == nil || p.Ext.Dropout == nil {
-		return nil
-	}
-	d := p.Ext.Dropout
-	return &reference.Dropout{P: float64(d.Threshold) / spec.DropLevels, Seed: d.Seed, Offset: d.Offset}
-}
-
 // refDrop is the dropout factor Z of query row i and key j of sequence b
 // (Batch0 + b of the call), head h: 1 without dropout, else Scale where
 // package reference keeps the element and 0 where it drops it.
 func refDrop(p *spec.Problem, b, h, i, j int) float64 {
-	d := refDropout(p)
+	d := spectest.Dropout(p)
 	if d == nil {
 		return 1
 	}

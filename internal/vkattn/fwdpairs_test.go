@@ -12,6 +12,7 @@ import (
 	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/internal/spec/spectest"
 	"github.com/flashvk/flashvk/reference"
 )
 
@@ -74,7 +75,7 @@ func TestFlashCMPairs(t *testing.T) {
 								t.Errorf("O or LSE differ from %s's by more than rounding: rel_l2 %.3g, %.3g (NaN %d, %d)", plain, do.RelL2, dl.RelL2, do.NaN, dl.NaN)
 							}
 						}
-						ro, rlse, err := reference.Forward(refParams(h, opt.ext), to64(roundTo(dt, h.q)), to64(roundTo(dt, h.k)), to64(roundTo(dt, h.v)))
+						ro, rlse, err := reference.Forward(spectest.Reference(&p), to64(roundTo(dt, h.q)), to64(roundTo(dt, h.k)), to64(roundTo(dt, h.v)))
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -117,27 +118,6 @@ func pairOptions(p *spec.Problem) []pairOption {
 		{"dropout", spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: &spec.Dropout{Threshold: 51, Seed: 11, Offset: 3}}},
 		{"seqused", spec.MaskNone, &spec.Ext{Left: -1, Right: -1, SeqUsedK: used}},
 	}
-}
-
-// refParams is h's reference problem with options e (nil: h's mask).
-func refParams(h *hostProblem, e *spec.Ext) reference.Params {
-	rp := h.ref()
-	if e == nil {
-		return rp
-	}
-	rp.Causal, rp.BottomRight = false, e.BottomRight
-	rp.Window = &reference.Window{Left: e.Left, Right: e.Right}
-	rp.Softcap = float64(e.Softcap)
-	for _, s := range e.Slopes {
-		rp.ALiBi = append(rp.ALiBi, float64(s))
-	}
-	for _, n := range e.SeqUsedK {
-		rp.SeqUsedK = append(rp.SeqUsedK, int(n))
-	}
-	if d := e.Dropout; d != nil {
-		rp.Dropout = &reference.Dropout{P: float64(d.Threshold) / spec.DropLevels, Seed: d.Seed, Offset: d.Offset}
-	}
-	return rp
 }
 
 // pairTiles are the pair tiles p takes on b, the most subgroups first:

@@ -28,7 +28,7 @@ var presets = map[string]devicePreset{
 	// datasheet gives 4.8 TB/s HBM3e, 67 TFLOP/s FP32 and 989 TFLOP/s
 	// dense FP16 (and BF16) tensor-core peaks; 4300 GB/s and 790 TFLOP/s
 	// are lower, attainable rates. float32 keeps the FP32 peak: its
-	// forward up to d 128 and its backward up to d 64 run on the bf16
+	// forward and backward up to d 128 run on the bf16
 	// matrix units in three planes (six products a GEMM: 790/6 = 132
 	// TFLOP/s of attention), the rest on the scalar kernels.
 	"h200": {Name: "NVIDIA H200", BandwidthGBs: 4300,

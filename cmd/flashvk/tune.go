@@ -44,7 +44,7 @@ tunable kernel family the device runs there (flash: the scalar forward;
 flash_cm: the cooperative-matrix forward (fp16, bf16, fp32 in bf16
 planes); bwd_dkdv and bwd_dq: the scalar backward; bwd_cm_dkdv and
 bwd_cm_dq: the cooperative-matrix backward (fp16, bf16, fp32 in bf16
-planes up to d 64)), every configuration legal within the device's
+planes up to d 128)), every configuration legal within the device's
 shared-memory and workgroup limits is
   1. verified against the float64 reference on a small awkward problem
      (B=1, Hq=2, Hkv=1, Nq=150, Nk=203, causal bottom-right when causal):

@@ -30,7 +30,8 @@
 //   per step (a multiple of CM_N and CM_K); 4 BC = NSG·CM_M keys per
 //   workgroup (each subgroup owns CM_M keys); 5 SUBGROUP; 8 EXT
 //   (ext.glsl); 10–14, 19–21 as cm_common.glsl (MODE 1 needs CM_N == CM_K
-//   and the probe's aperm); 22 PREFETCH, 23 KVREG, 25 PART (below).
+//   and the probe's aperm); 22 PREFETCH, 23 KVREG, 25 PART, 26 FHALVES
+//   (below).
 //
 // Per key tile (K_j, V_j resident in shared memory, or in registers) and
 // query step i (the steps whose rows see a key of the tile:
@@ -56,7 +57,9 @@
 //   BC·LDV4) (V_j staged where K_j was);
 //   fp32: 16·(max(BC·LDK4, BC·LDV4, BC·LDK4O,
 //   BC·LDV4O, CM_M·CM_N/4) + CM_SPLIT·BR·(LDK4 + LDV4)) + 8·BR (LDK4O,
-//   LDV4O = DP/4 + 1, DVP/4 + 1: fp32 rows of dK and dV)
+//   LDV4O = DP/4 + 1, DVP/4 + 1: fp32 rows of dK and dV; with FHALVES
+//   the max includes NSG·2·(BR/CM_N)·CM_M·CM_N/4, the pairs' partial Sᵀ
+//   and dPᵀ)
 //   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8)), and with dropout the step's
 //   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
@@ -100,6 +103,21 @@ layout(constant_id = 22) const uint PREFETCH = 0;
 // (5 products per step instead of 4); with K_j and V_j in registers as
 // well, PART 1, 3 and 4 (7 products: Sᵀ and dPᵀ in both halves).
 layout(constant_id = 25) const uint PART = 0;
+// 26 FHALVES (the fp32 build, whose three planes of K_j and V_j would
+// fill the register file at d 128): 1 pairs the subgroups over the head
+// dim — the two of a pair own the same CM_M keys, each holding half of
+// K_j's and V_j's feature chunks (NKFH, NVFH from KF0, VF0); each computes
+// Sᵀ and dPᵀ over its half for the step, stores them, and after a barrier
+// adds its partner's (a + b = b + a: both hold the same sums), takes the
+// whole elementwise step and computes its half of dK's and dV's column
+// blocks (NDKS, NDVS from JK0, JV0). 0 one subgroup per CM_M keys. (The
+// 16-bit builds ignore it.)
+layout(constant_id = 26) const uint FHALVES = 0;
+#if CM_SPLIT > 1
+const uint FSPL = FHALVES + 1u;
+#else
+const uint FSPL = 1u;
+#endif
 const bool WANT_DV = PART <= 1u;
 const bool WANT_DK = PART != 1u;
 
@@ -209,7 +227,11 @@ const uint NPL = (BR + WG - 1u) / WG;
 		sdS[pi] = CM_TO(BWD_DS(CAREFUL, vis, p, g)); \
 	}
 
+#if CM_SPLIT > 1
+const uint KB = NSG / FSPL * CM_M;           // keys per workgroup (= BC)
+#else
 const uint KB = NSG * CM_M;                  // keys per workgroup (= BC)
+#endif
 const uint NST = BR / CM_N;                  // Sᵀ/dPᵀ accumulators per subgroup
 const uint NKC = BR / CM_K;                  // query chunks of the dV/dK products
 const uint NDK_ALL = DP / CM_N;              // dK's column blocks (PART 3, 4: at least 2)
@@ -218,6 +240,17 @@ const uint NDK = PART == 3u ? (NDK_ALL + 1u) / 2u : NDK_ALL - DK_J0; // dK accum
 const uint NDV = DVP / CM_N;                 // dV accumulators
 const uint NKF = DP / CM_K;                  // feature chunks of Sᵀ
 const uint NVF = DVP / CM_K;                 // feature chunks of dPᵀ
+#if CM_SPLIT > 1
+const uint NKFH = NKF / FSPL;                // the subgroup's (FHALVES)
+const uint NVFH = NVF / FSPL;
+const uint NDKS = NDK / FSPL;                // its dK and dV accumulators
+const uint NDVS = NDV / FSPL;
+#else
+const uint NKFH = NKF;
+const uint NVFH = NVF;
+const uint NDKS = NDK;
+const uint NDVS = NDV;
+#endif
 // Q_i and dO_i in CM_SPLIT planes (fp32 storage; one otherwise), plane i
 // at unit i·QPL (i·OPL).
 const uint QPL = BR * LDK4;
@@ -226,7 +259,8 @@ const uint MAP4 = CM_M * CM_N / 4u;
 // One shared array, sM: K_j's staging at unit 0 (SK_N units: the layout
 // map's scratch too, and where dK — PART 1: dV — leaves; fp32: K_j and
 // V_j pass through it one plane at a time into registers, and dK, then
-// dV, leave through it as fp32, LDK4O, LDV4O 16-byte units per row), V_j's
+// dV, leave from unit 0 as fp32, LDK4O, LDV4O 16-byte units per row, over
+// Q_i's and dO_i's planes as well, after the last step), V_j's
 // at SV0 (SV_N units; dV leaves there; none in PART 1 and fp32), then
 // Q_i's and dO_i's planes at SQ0 and SO0. With KVREG (16-bit) K_j and V_j
 // are read from shared memory only at the kernel's start and dK and dV
@@ -239,8 +273,11 @@ const uint LDK4O = DP / CM_OUT_EL + 1u;
 const uint LDV4O = DVP / CM_OUT_EL + 1u;
 const uint SK_IN = KB * LDK4 > KB * LDV4 ? KB * LDK4 : KB * LDV4;
 const uint SK_OUT = KB * LDK4O > KB * LDV4O ? KB * LDK4O : KB * LDV4O;
-const uint SK_IO = SK_IN > SK_OUT ? SK_IN : SK_OUT;
-const uint SK_N = SK_IO > MAP4 ? SK_IO : MAP4;
+const uint SK_INM = SK_IN > MAP4 ? SK_IN : MAP4;
+// FHALVES: every subgroup's partial Sᵀ and dPᵀ (MAP4 units per
+// accumulator) at unit 0, between the first step and the last.
+const uint SK_X = FSPL > 1u ? NSG * 2u * NST * MAP4 : 0u;
+const uint SK_N = SK_INM > SK_X ? SK_INM : SK_X;
 const uint SV_N = 0u;
 const bool KV_ALIAS = false;
 const bool KV_SEQ = false;
@@ -257,7 +294,12 @@ const uint SKV_N = SK_N + SV_N;
 const uint SQO_N = CM_SPLIT * (QPL + OPL);
 const uint SQ0 = KV_ALIAS ? 0u : SKV_N;
 const uint SO0 = SQ0 + CM_SPLIT * QPL;
+#if CM_SPLIT > 1
+const uint SM_KQ = SKV_N + SQO_N;
+const uint SM_N = SM_KQ > SK_OUT ? SM_KQ : SK_OUT;
+#else
 const uint SM_N = KV_ALIAS ? (SKV_N > SQO_N ? SKV_N : SQO_N) : SKV_N + SQO_N;
+#endif
 shared uvec4 sM[SM_N];
 shared float sL[BR];  // LSE·log2e of the step's rows (−inf past Nq)
 shared float sDr[BR]; // D of the step's rows
@@ -319,7 +361,16 @@ void main() {
 	uint kvh = tile.y;
 	uint b = gl_WorkGroupID.z;
 	uint c0 = tile.x * KB;
+#if CM_SPLIT > 1
+	uint half_ = sg % FSPL; // (FHALVES: which half of the features)
+	uint sgk = sg / FSPL * CM_M; // the subgroup's first key within the tile
+	uint KF0 = half_ * NKFH; // its first K_j and V_j chunks (per plane)
+	uint VF0 = half_ * NVFH;
+	uint JK0 = half_ * NDKS; // its first dK and dV column blocks
+	uint JV0 = half_ * NDVS;
+#else
 	uint sgk = sg * CM_M; // the subgroup's first key within the tile
+#endif
 	float sl2 = pc.scale * LOG2E;
 	float dscale = drop_scale(); // (1 without dropout)
 	ext_begin(b);
@@ -341,18 +392,18 @@ void main() {
 #if CM_SPLIT > 1
 	// fp32: K_j's and V_j's planes, one at a time through sM, into A
 	// fragments held for the whole kernel (kR[pl·NKF + kk], vR[pl·NVF + kk]).
-	MATA kR[CM_SPLIT * NKF];
-	MATA vR[WANT_DK ? CM_SPLIT * NVF : 1u];
+	MATA kR[CM_SPLIT * NKFH];
+	MATA vR[WANT_DK ? CM_SPLIT * NVFH : 1u];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
 		barrier(); // (sM is free: the layout map, the previous plane)
 		CM_STAGE(sM, 0u, LDK4, KB, DP8, r < kn ? CM_PLANE(fetch_k(b, c0 + r, kvh, c4), pl) : uvec4(0u))
 		barrier();
-		CM_LOAD_A(kR, pl * NKF, NKF, sM, sgk, LDK4)
+		CM_LOAD_A_AT(kR, pl * NKFH, NKFH, sM, sgk * LDK4 CM_AT_CHUNK(KF0), LDK4)
 		if (WANT_DK) {
 			barrier();
 			CM_STAGE(sM, 0u, LDV4, KB, DVP8, r < kn ? CM_PLANE(fetch_v(b, c0 + r, kvh, c4), pl) : uvec4(0u))
 			barrier();
-			CM_LOAD_A(vR, pl * NVF, NVF, sM, sgk, LDV4)
+			CM_LOAD_A_AT(vR, pl * NVFH, NVFH, sM, sgk * LDV4 CM_AT_CHUNK(VF0), LDV4)
 		}
 	}
 #else
@@ -384,12 +435,12 @@ void main() {
 	}
 #endif
 
-	ACC dK[WANT_DK ? NDK : 1u];
-	ACC dV[WANT_DV ? NDV : 1u];
-	[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 1u); ++j) {
+	ACC dK[WANT_DK ? NDKS : 1u];
+	ACC dV[WANT_DV ? NDVS : 1u];
+	[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDKS : 1u); ++j) {
 		dK[j] = ACC(0.0);
 	}
-	[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 1u); ++j) {
+	[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDVS : 1u); ++j) {
 		dV[j] = ACC(0.0);
 	}
 
@@ -516,20 +567,40 @@ void main() {
 			}
 			// Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ (fp32: over the plane pairs,
 			// CM_MMA; K_j's and V_j's planes held in registers).
-			[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
+			[[unroll]] for (uint kk = 0u; kk < NKFH; ++kk) {
 				MATA kA[CM_SPLIT];
-				A_PLANES(kA, kR, NKF, 0u, LDK4)
+				A_PLANES(kA, kR, NKFH, 0u, LDK4)
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					CM_MMA(S[t], kA, 1u, 0u, sM, SQ0 + (t * CM_N) * LDK4 + kk * (CM_K / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+					CM_MMA(S[t], kA, 1u, 0u, sM, SQ0 + (t * CM_N) * LDK4 + kk * (CM_K / 8u) CM_AT_CHUNK(KF0), QPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
 				}
 			}
-			[[unroll]] for (uint kk = 0u; kk < (WANT_DK ? NVF : 0u); ++kk) {
+			[[unroll]] for (uint kk = 0u; kk < (WANT_DK ? NVFH : 0u); ++kk) {
 				MATA vA[CM_SPLIT];
-				A_PLANES(vA, vR, NVF, SV0, LDV4)
+				A_PLANES(vA, vR, NVFH, SV0, LDV4)
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					CM_MMA(dP[t], vA, 1u, 0u, sM, SO0 + (t * CM_N) * LDV4 + kk * (CM_K / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+					CM_MMA(dP[t], vA, 1u, 0u, sM, SO0 + (t * CM_N) * LDV4 + kk * (CM_K / 8u) CM_AT_CHUNK(VF0), OPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
 				}
 			}
+#if CM_SPLIT > 1
+			if (FSPL > 1u) {
+				// The pair's partial Sᵀ and dPᵀ (each over its half of the
+				// features) summed: each stores its own and adds its
+				// partner's.
+				[[unroll]] for (uint t = 0u; t < NST; ++t) {
+					CM_STORE_ACC(S[t], sM, (2u * sg * NST + t) * MAP4, CM_N / 4u)
+					CM_STORE_ACC(dP[t], sM, ((2u * sg + 1u) * NST + t) * MAP4, CM_N / 4u)
+				}
+				barrier();
+				uint pg = sg ^ 1u; // the partner
+				[[unroll]] for (uint t = 0u; t < NST; ++t) {
+					ACC x;
+					coopMatLoad(x, sM, (2u * pg * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
+					CM_ADD_TILE(S[t], x)
+					coopMatLoad(x, sM, ((2u * pg + 1u) * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
+					CM_ADD_TILE(dP[t], x)
+				}
+			}
+#endif
 
 			MATA pA[CM_SPLIT * NKC];
 			MATA dsA[CM_SPLIT * NKC];
@@ -572,17 +643,17 @@ void main() {
 			// dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i; fp32: each column block's
 			// step summed from zero and added in fp32 (CM_ADD_TILE).
 #if CM_SPLIT > 1
-			[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 0u); ++j) {
+			[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDVS : 0u); ++j) {
 				ACC tile = ACC(0.0);
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-					CM_MMA(tile, pA, NKC, t, sM, SO0 + (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
+					CM_MMA(tile, pA, NKC, t, sM, SO0 + (t * CM_K) * LDV4 + (JV0 + j) * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 				CM_ADD_TILE(dV[j], tile)
 			}
-			[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
+			[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDKS : 0u); ++j) {
 				ACC tile = ACC(0.0);
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-					CM_MMA(tile, dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + (DK_J0 + j) * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+					CM_MMA(tile, dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + (DK_J0 + JK0 + j) * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 				CM_ADD_TILE(dK[j], tile)
 			}
@@ -608,8 +679,8 @@ void main() {
 	const uint VCH = DVP / CM_OUT_EL;
 	if (WANT_DK) {
 		barrier();
-		[[unroll]] for (uint j = 0u; j < NDK; ++j) {
-			coopMatStore(dK[j] * pc.scale, sM, sgk * LDK4O + j * (CM_N / CM_OUT_EL), LDK4O, gl_CooperativeMatrixLayoutRowMajor);
+		[[unroll]] for (uint j = 0u; j < NDKS; ++j) {
+			coopMatStore(dK[j] * pc.scale, sM, sgk * LDK4O + (JK0 + j) * (CM_N / CM_OUT_EL), LDK4O, gl_CooperativeMatrixLayoutRowMajor);
 		}
 		barrier();
 		for (uint e = tid; e < KB * KCH; e += WG) {
@@ -622,8 +693,8 @@ void main() {
 	}
 	if (WANT_DV) {
 		barrier();
-		[[unroll]] for (uint j = 0u; j < NDV; ++j) {
-			coopMatStore(dV[j] * dscale, sM, sgk * LDV4O + j * (CM_N / CM_OUT_EL), LDV4O, gl_CooperativeMatrixLayoutRowMajor);
+		[[unroll]] for (uint j = 0u; j < NDVS; ++j) {
+			coopMatStore(dV[j] * dscale, sM, sgk * LDV4O + (JV0 + j) * (CM_N / CM_OUT_EL), LDV4O, gl_CooperativeMatrixLayoutRowMajor);
 		}
 		barrier();
 		for (uint e = tid; e < KB * VCH; e += WG) {

@@ -25,7 +25,8 @@
 //   query rows per workgroup (each subgroup owns CM_M rows; with PAIRS
 //   NSG·CM_M/2, each pair owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
-//   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS (below).
+//   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS, 26 FHALVES
+//   (below).
 //
 // Q_i and dO_i are held as A operands in registers; per key tile that some
 // row of the workgroup sees (key_first(first row) … key_limit(last row)−1:
@@ -41,7 +42,10 @@
 // tile and dQ for its half of the columns, and the pair exchanges dS
 // through V_j's staging, which dP no longer needs (two more barriers per
 // tile) — one subgroup's Q_i, dO_i and half of dQ fit the registers where
-// a whole dQ beside Q_i and dO_i (d 256) does not.
+// a whole dQ beside Q_i and dO_i (d 256) does not. With FHALVES (fp32)
+// two subgroups share CM_M rows the other way: each holds half of Q_i's
+// and dO_i's features, the pair adds its partial S and dP through shared
+// memory, and each computes dQ for half of the columns.
 // With a bias, key tiles it hides from every row are skipped
 // (bias_next_key_tile), and with dBias each dS (before the softcap's derivative)
 // is stored (dbias_store). MODE 1 does the elementwise step in registers, MODE 0 through
@@ -52,7 +56,9 @@
 //   + 8·BR (LDQ4 = DP/CM_OUT_EL + 1: LDK4 for 16-bit storage)
 //   + MODE 0: NSG·CM_M·(8·(BC+4) + 2·(BC+8)), and with dropout the tile's
 //   keep bits (ext.glsl, shaders.DropSharedBytes). PAIRS needs BR·(BC+8)
-//   ≤ BC·LDV4·8 (dS in V_j's place).
+//   ≤ BC·LDV4·8 (dS in V_j's place). FHALVES: the K/V tiles' part of the
+//   max is 16·(CM_SPLIT·BC·(LDK4+LDV4) + NSG·2·(BC/CM_N)·CM_M·CM_N/4),
+//   the pairs' partial S and dP after the tiles.
 #extension GL_GOOGLE_include_directive : require
 #define EXT_BINDING 7
 #define BIAS_BINDING 8
@@ -101,14 +107,28 @@ layout(constant_id = 22) const uint PREFETCH = 0;
 // 16-bit storage, BC/CM_N and DP/CM_N even, and dS fitting V_j's place),
 // 0 one subgroup per CM_M rows.
 // NSPL subgroups share a row block, each with NSTH S/dP accumulators (key
-// tiles TH0 …) and NDQH dQ accumulators (column blocks JH0 …).
+// tiles TH0 …), NDQH dQ accumulators (column blocks JH0 …) and NQFH (NOFH)
+// of Q_i's (dO_i's) feature chunks (from QF0, OF0).
 layout(constant_id = 24) const uint PAIRS = 0;
+// 26 FHALVES (the fp32 build, whose three planes of Q_i and dO_i would
+// fill the register file at d 128): 1 pairs the subgroups over the head
+// dim — each holds half of Q_i's and dO_i's feature chunks (NQFH, NOFH
+// from QF0, OF0), computes S and dP over them for the whole key tile,
+// stores them, and after a barrier adds its partner's (a + b = b + a:
+// both hold the same sums); each then takes the whole elementwise step
+// (one of them stores dS for dBias) and dQ's half of the columns. 0 one
+// subgroup per CM_M rows. (The 16-bit builds ignore FHALVES, the fp32
+// build PAIRS.)
+layout(constant_id = 26) const uint FHALVES = 0;
 #if CM_SPLIT > 1
-const uint PAIRED = 0u; // (the fp32 build has no pairs)
+const uint PAIRED = 0u;
+const uint FSPL = FHALVES + 1u;
+const uint NSPL = FSPL;
 #else
-const uint PAIRED = MODE == 1u ? PAIRS : 0u; // (nor has MODE 0)
-#endif
+const uint PAIRED = MODE == 1u ? PAIRS : 0u; // (not in MODE 0)
+const uint FSPL = 1u;
 const uint NSPL = PAIRED + 1u;
+#endif
 
 // Prefetch registers: this invocation's share of one tile's K and V.
 const uint NPK = (BC * DP8 + WG - 1u) / WG;
@@ -136,8 +156,19 @@ const uint NOF = DVP / CM_K;  // dO fragments (A)
 const uint NST = BC / CM_N;   // S/dP accumulators per subgroup
 const uint NKC = BC / CM_K;   // key chunks of dS·K
 const uint NDQ = DP / CM_N;   // dQ column blocks
-const uint NSTH = NST / NSPL; // the subgroup's S/dP accumulators
+#if CM_SPLIT > 1
+const uint NSTH = NST;        // the subgroup's S/dP accumulators
+#else
+const uint NSTH = NST / NSPL;
+#endif
 const uint NDQH = NDQ / NSPL; // the subgroup's dQ accumulators
+#if CM_SPLIT > 1
+const uint NQFH = NQF / FSPL; // its Q_i fragments (per plane)
+const uint NOFH = NOF / FSPL; // its dO_i fragments
+#else
+const uint NQFH = NQF;
+const uint NOFH = NOF;
+#endif
 // DS_M1(CAREFUL, MASKED), DS_M0(CAREFUL): dS of the subgroup's rows against
 // the key tile, in registers (MODE 1, into dsA) or through shared memory
 // (MODE 0, into sdS); CAREFUL as in params.glsl. MODE 1 works on the
@@ -158,7 +189,7 @@ const uint NDQH = NDQ / NSPL; // the subgroup's dQ accumulators
 			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + sgr + rowOf[i], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], tc) * dscale) - dOf[i]; \
 			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
-			dbias_store(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)); \
+			DBIAS_STORE(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)) \
 			if (EXT != 0u) { \
 				g *= ext_dsoft_t(S[t][i]); \
 			} \
@@ -170,6 +201,14 @@ const uint NDQH = NDQ / NSPL; // the subgroup's dQ accumulators
 			} \
 		} \
 	}
+#if CM_SPLIT > 1
+#define DBIAS_STORE(r, c, x) \
+	if (half_ == 0u) { \
+		dbias_store(r, c, x); /* (FHALVES: both halves hold the same dS) */ \
+	}
+#else
+#define DBIAS_STORE(r, c, x) dbias_store(r, c, x);
+#endif
 #define DS_M0(CAREFUL) \
 	for (uint e = lane; e < CM_M * BC; e += SUBGROUP) { \
 		uint rr = e / BC; \
@@ -202,7 +241,15 @@ const uint SKV_Q = BR * LDK4 > BR * LDV4 ? BR * LDK4 : BR * LDV4;
 const uint SKV_A = SKV_Q > BR * LDQ4 ? SKV_Q : BR * LDQ4;
 const uint SKV_B = CM_SPLIT * (KPL + VPL);
 const uint SKV_C = CM_M * CM_N / 4u;
-const uint SKV_AB = SKV_A > SKV_B ? SKV_A : SKV_B;
+// FHALVES: every subgroup's partial S and dP, SKV_C units per accumulator,
+// after the K/V tiles.
+const uint XOFF = SKV_B;
+#if CM_SPLIT > 1
+const uint SKV_X = SKV_B + (FSPL > 1u ? NSG * 2u * NST * SKV_C : 0u);
+#else
+const uint SKV_X = SKV_B;
+#endif
+const uint SKV_AB = SKV_A > SKV_X ? SKV_A : SKV_X;
 const uint SKV_N = SKV_AB > SKV_C ? SKV_AB : SKV_C;
 shared uvec4 sKV[SKV_N];
 shared float sL[BR];  // LSE·log2e of the workgroup's rows (−inf past Nq)
@@ -234,8 +281,16 @@ void main() {
 	uint r0 = tile.x * BR;
 	uint half_ = sg % NSPL; // (PAIRS: which half of the keys and columns)
 	uint sgr = sg / NSPL * CM_M; // the subgroup's first row within the tile
+#if CM_SPLIT > 1
+	const uint TH0 = 0u; // (no key pairs)
+#else
 	uint TH0 = half_ * NSTH; // its first S/dP tile of a key tile
+#endif
 	uint JH0 = half_ * NDQH; // its first dQ column block
+#if CM_SPLIT > 1
+	uint QF0 = half_ * NQFH; // (FHALVES: its first Q_i and dO_i chunks)
+	uint OF0 = half_ * NOFH;
+#endif
 	float sl2 = pc.scale * LOG2E;
 	float dscale = drop_scale(); // (1 without dropout)
 	ext_begin(b);
@@ -259,19 +314,19 @@ void main() {
 		sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
 		sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
 	}
-	MATA qA[CM_SPLIT * NQF];
-	MATA oA[CM_SPLIT * NOF];
+	MATA qA[CM_SPLIT * NQFH];
+	MATA oA[CM_SPLIT * NOFH];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
 		if (pl > 0u) {
 			barrier(); // every subgroup has loaded the previous plane
 		}
 		CM_STAGE(sKV, 0u, LDK4, BR, DP8, r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u))
 		barrier();
-		CM_LOAD_A(qA, pl * NQF, NQF, sKV, sgr, LDK4)
+		CM_LOAD_A_AT(qA, pl * NQFH, NQFH, sKV, sgr * LDK4 CM_AT_CHUNK(QF0), LDK4)
 		barrier();
 		CM_STAGE(sKV, 0u, LDV4, BR, DVP8, r < rows ? CM_PLANE(fetch_do(b, r0 + r, h, c4), pl) : uvec4(0u))
 		barrier();
-		CM_LOAD_A(oA, pl * NOF, NOF, sKV, sgr, LDV4)
+		CM_LOAD_A_AT(oA, pl * NOFH, NOFH, sKV, sgr * LDV4 CM_AT_CHUNK(OF0), LDV4)
 	}
 
 	// A workgroup with a careful row (dead, or a huge LSE; params.glsl)
@@ -372,13 +427,32 @@ void main() {
 			uint tk = (TH0 + t) * CM_N; // the accumulator's first key in the tile
 			S[t] = ACC(0.0);
 			dP[t] = ACC(0.0);
-			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-				CM_MMA(S[t], qA, NQF, kk, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+			[[unroll]] for (uint kk = 0u; kk < NQFH; ++kk) {
+				CM_MMA(S[t], qA, NQFH, kk, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u) CM_AT_CHUNK(QF0), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
 			}
-			[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
-				CM_MMA(dP[t], oA, NOF, kk, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+			[[unroll]] for (uint kk = 0u; kk < NOFH; ++kk) {
+				CM_MMA(dP[t], oA, NOFH, kk, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u) CM_AT_CHUNK(OF0), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
 			}
 		}
+#if CM_SPLIT > 1
+		if (FSPL > 1u) {
+			// The pair's partial S and dP (each over its half of the
+			// features) summed: each stores its own and adds its partner's.
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				CM_STORE_ACC(S[t], sKV, XOFF + (2u * sg * NST + t) * SKV_C, CM_N / 4u)
+				CM_STORE_ACC(dP[t], sKV, XOFF + ((2u * sg + 1u) * NST + t) * SKV_C, CM_N / 4u)
+			}
+			barrier();
+			uint pg = sg ^ 1u; // the partner
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				ACC x;
+				coopMatLoad(x, sKV, XOFF + (2u * pg * NST + t) * SKV_C, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
+				CM_ADD_TILE(S[t], x)
+				coopMatLoad(x, sKV, XOFF + ((2u * pg + 1u) * NST + t) * SKV_C, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
+				CM_ADD_TILE(dP[t], x)
+			}
+		}
+#endif
 
 		MATA dsA[CM_SPLIT * NKC];
 #if CM_SPLIT > 1
@@ -436,7 +510,7 @@ void main() {
 		[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
 			ACC tile = ACC(0.0);
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-				CM_MMA(tile, dsA, NKC, t, sKV, KOFF + (t * CM_K) * LDK4 + j * (CM_N / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+				CM_MMA(tile, dsA, NKC, t, sKV, KOFF + (t * CM_K) * LDK4 + (JH0 + j) * (CM_N / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 			}
 			CM_ADD_TILE(dQ[j], tile)
 		}

@@ -338,11 +338,22 @@ uvec4 pack8(CM_RAWT x[8]) {
 
 // CM_LOAD_A(A, A0, NF, buf, R0, LD4): the A fragments A[A0 + kk], kk < NF,
 // of rows R0 … R0+CM_M−1 of the shared tile buf (row stride LD4 units),
-// features kk·CM_K … .
-#define CM_LOAD_A(A, A0, NF, buf, R0, LD4) \
+// features kk·CM_K … ; CM_LOAD_A_AT the same from unit U0 of buf (the
+// first row's first feature: a half of the features from its middle).
+#define CM_LOAD_A_AT(A, A0, NF, buf, U0, LD4) \
 	[[unroll]] for (uint kk = 0u; kk < (NF); ++kk) { \
-		coopMatLoad(A[(A0) + kk], buf, (R0) * (LD4) + kk * (CM_K / 8u), LD4, gl_CooperativeMatrixLayoutRowMajor); \
+		coopMatLoad(A[(A0) + kk], buf, (U0) + kk * (CM_K / 8u), LD4, gl_CooperativeMatrixLayoutRowMajor); \
 	}
+#define CM_LOAD_A(A, A0, NF, buf, R0, LD4) CM_LOAD_A_AT(A, A0, NF, buf, (R0) * (LD4), LD4)
+
+// CM_AT_CHUNK(F0): "+ F0·CM_K features" in shared-tile units, for the
+// fp32 backward's halves of the features (bwd_cm_dq, bwd_cm_dkdv:
+// FHALVES); nothing in the 16-bit builds, which have none.
+#if CM_SPLIT > 1
+#define CM_AT_CHUNK(F0) + (F0) * (CM_K / 8u)
+#else
+#define CM_AT_CHUNK(F0)
+#endif
 
 // cm_layout_map fills rowOf/colOf: component i of this invocation holds
 // row rowOf[i], column colOf[i] of every CM_M×CM_N accumulator. It loads a

@@ -92,20 +92,22 @@ const (
 	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
 	SpecCMPairs   uint32 = 24 // flash_cm: subgroups in pairs that split the key tile's S and O's columns; bwd_cm_dq: S, dP and dQ's columns
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
+	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv, bwd_cm_dq (f32 build): subgroups in pairs that split the head dim's features, the products' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
 )
 
 var (
 	// cmSpecIDs: every coopmat kernel's (cm_common.glsl's and PREFETCH);
-	// flash_cm and bwd_cm_dq add PAIRS, bwd_cm_dkdv KVREG and PART (the
-	// backward kernels read 10–14 and 19–22 of cm_common.glsl's).
+	// flash_cm and bwd_cm_dq add PAIRS, bwd_cm_dkdv KVREG and PART, both
+	// backward kernels FHALVES (the backward kernels read 10–14 and 19–22
+	// of cm_common.glsl's).
 	cmSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
 	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs)
 	probeSpecIDs   = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	bwdCMSpecIDs   = cmSpecIDs
-	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart)
-	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs)
+	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves)
+	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves)
 )
 
 // CMPlanes is the number of bf16 planes the coopmat kernels split each
@@ -195,13 +197,17 @@ const BiasStagePlaceholder = 16
 // registers: the 16-bit builds then stage Q_i and dO_i over them, and the
 // parts that write dK only stage V_j where K_j was), and the storage
 // type's CMPlanes (0 counts as 1). (bwd_cm_dq's subgroup pairs take BR =
-// NSG·M/2 and no shared memory of their own.)
+// NSG·M/2 and no shared memory of their own.) FHalves (the split build's
+// pairs over the features: BR = NSG·M/2 in bwd_cm_dq, BC = NSG·M/2 in
+// bwd_cm_dkdv) adds the subgroups' partial products: after the K/V tiles
+// (bwd_cm_dq) or in K's staging (bwd_cm_dkdv).
 type BwdCMShape struct {
 	DKDV                              bool
 	M, N, K, NSG, BR, BC, Mode, D, DV int
 	Part                              int
 	KVReg                             bool
 	Planes                            int
+	FHalves                           bool
 }
 
 // BwdCMSharedBytes is the shared memory (bytes) of a backward coopmat
@@ -218,21 +224,32 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 	ldk4o, ldv4o := dp/outEl+1, dvp/outEl+1
 	br, bc := s.BR, s.BC
 	mp := s.M * s.N / 4
+	xch := 0 // (FHalves: every subgroup's partial S and dP, in units)
+	if s.FHalves && planes > 1 {
+		if s.DKDV {
+			xch = s.NSG * 2 * (br / s.N) * mp
+		} else {
+			xch = s.NSG * 2 * (bc / s.N) * mp
+		}
+	}
 	var b int
 	if s.DKDV {
 		sk, sv := max(bc*ldk4, mp), bc*ldv4
 		switch {
-		case planes > 1: // K and V pass through K's staging into registers, dK and dV leave through it
-			sk, sv = max(bc*ldk4, bc*ldv4, bc*ldk4o, bc*ldv4o, mp), 0
+		case planes > 1: // K and V pass through K's staging into registers (dK and dV leave from unit 0, over Q's and dO's planes too)
+			sk, sv = max(bc*ldk4, bc*ldv4, mp, xch), 0
 		case s.Part == 1: // dV only: no V; dV staged in K's place
 			sk, sv = max(sk, bc*ldv4), 0
 		case s.Part >= 2 && s.KVReg: // dK only, K and V into registers: V staged in K's place after K
 			sk, sv = max(sk, bc*ldv4), 0
 		}
 		qo := planes * br * (ldk4 + ldv4)
-		if s.KVReg && planes == 1 { // Q_i and dO_i over K_j and V_j
+		switch {
+		case planes > 1:
+			b = 16*max(sk+qo, bc*ldk4o, bc*ldv4o) + 8*br
+		case s.KVReg: // Q_i and dO_i over K_j and V_j
 			b = 16*max(sk+sv, qo) + 8*br
-		} else {
+		default:
 			b = 16*(sk+sv+qo) + 8*br
 		}
 		if s.Mode == 0 && planes == 1 { // (the split build has no MODE 0)
@@ -242,7 +259,7 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 		}
 		return b + DropPlaceholder
 	}
-	b = 16*max(br*ldk4, br*ldv4, br*ldk4o, planes*bc*(ldk4+ldv4), mp) + 8*br
+	b = 16*max(br*ldk4, br*ldv4, br*ldk4o, planes*bc*(ldk4+ldv4)+xch, mp) + 8*br
 	if s.Mode == 0 && planes == 1 {
 		b += s.NSG * s.M * (8*(bc+4) + 2*(bc+8))
 	} else {

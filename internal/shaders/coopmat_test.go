@@ -183,18 +183,31 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 		}
 		// bwd_cm_dq's subgroup pairs (BR = NSG·M/2; the f32 build has none).
 		pairCases := []bwdCase{{16, 32, 4, 32, 1, 256, 256, 0}, {16, 32, 8, 32, 1, 256, 256, 0}, {8, 8, 2, 16, 1, 80, 80, 0}, {16, 32, 2, 64, 1, 128, 96, 0}}
+		// Both kernels' pairs over the features (FHALVES, the f32 build's:
+		// BC = NSG·M/2 in bwd_cm_dkdv, BR = NSG·M/2 in bwd_cm_dq).
+		fhCases := []bwdCase{{16, 32, 4, 16, 1, 128, 128, 0}, {16, 32, 8, 16, 1, 128, 128, 0}, {16, 32, 2, 16, 1, 96, 64, 0}, {8, 8, 2, 16, 1, 64, 64, 0}}
 		all := append(cases, kvCases...)
 		if !dkdv {
 			all = append(all, pairCases...)
 		}
+		nfh := len(all)
+		if CMPlanes(dt) > 1 {
+			all = append(all, fhCases...)
+		}
 		for i, c := range all {
 			kv := i >= len(cases) && i < len(cases)+len(kvCases)
-			pairs := i >= len(cases)+len(kvCases)
+			pairs := i >= len(cases)+len(kvCases) && i < nfh
+			fh := i >= nfh
 			br, bc := c.step, c.nsg*c.m // dkdv: BR query rows per step, BC keys
 			if !dkdv {
 				br, bc = c.nsg*c.m, c.step
 			}
 			if pairs {
+				br = c.nsg / 2 * c.m
+			}
+			if fh && dkdv {
+				bc = c.nsg / 2 * c.m
+			} else if fh {
 				br = c.nsg / 2 * c.m
 			}
 			spec := map[uint32]uint32{
@@ -213,6 +226,9 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 			if pairs {
 				spec[SpecCMPairs] = 1
 			}
+			if fh {
+				spec[SpecCMFHalves], shape.FHalves = 1, true
+			}
 			for _, bias := range biasSpecs(dt) {
 				spec[SpecExt] = bias.ext
 				got, err := m.SharedBytes(spec)
@@ -222,7 +238,7 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 				want := BwdCMSharedBytes(shape) // (no bias stage: the backward loads its values per component)
 				// The Go mirror rounds MODE 1's one-element scratch arrays up.
 				if got > want || want-got > 8 {
-					t.Errorf("%s %+v kvreg %v pairs %v ext %d: SPIR-V shared %d bytes, the mirror %d", k, c, kv, pairs, bias.ext, got, want)
+					t.Errorf("%s %+v kvreg %v pairs %v fhalves %v ext %d: SPIR-V shared %d bytes, the mirror %d", k, c, kv, pairs, fh, bias.ext, got, want)
 				}
 			}
 		}

@@ -179,8 +179,18 @@ func TestBF16CMSelection(t *testing.T) {
 		} else if want, _ := shaders.SPIRV(shaders.KernelFlashCM, "f32"); !bytes.Equal(ls[0].key.SPIRV, want) {
 			t.Errorf("kernel %q: f32 forward is not the f32 module", kernel)
 		}
-		if k := familyOf(ctx, b, p, spec.Float32, Bwd); k != "bwd" {
-			t.Errorf("f32 backward of d 128 runs %q", k)
+		// At d 128 the f32 backward's subgroups pair over the features.
+		ls, err = b.Launches(ctx, p, spec.Float32, true)
+		if err != nil || len(ls) != 3 || ls[1].Kernel != shaders.KernelBwdCMDKDV || ls[1].Config != "nsg8-step16-mode1-fh2" ||
+			ls[2].Kernel != shaders.KernelBwdCMDQ || ls[2].Config != "nsg8-step16-mode1-fh2" {
+			t.Errorf("kernel %q: f32 d 128 backward launches %+v, %v", kernel, ls, err)
+		}
+		// d 80 has five feature chunks, no halves: the scalar kernels.
+		p80 := *p
+		p80.D, p80.Dv = 80, 80
+		p80.Q, p80.K, p80.V, p80.O = spec.BSHD(4096, 2, 80), spec.BSHD(4096, 1, 80), spec.BSHD(4096, 1, 80), spec.BSHD(4096, 2, 80)
+		if k := familyOf(ctx, b, &p80, spec.Float32, Bwd); k != "bwd" {
+			t.Errorf("f32 backward of d 80 runs %q", k)
 		}
 		// Up to d 64 the coopmat backward's f32 modules (bf16 planes) run it.
 		p64 := *p

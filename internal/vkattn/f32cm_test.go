@@ -106,7 +106,9 @@ func TestF32CM(t *testing.T) {
 // whose gradients sum thousands of products (dQ over 4096 keys, dK and dV
 // over 4096 query rows), against the float64 reference at the fp32 bound
 // (rel_l2 ≤ 1e-5 on dQ, dK, dV), with poisoned outputs and bitwise
-// repeatability; above d 64 (bwdCMSplitMaxD) the backward is the scalar
+// repeatability; from d 64 (bwdCMSplitWholeMaxD) to 128 (bwdCMSplitMaxD)
+// in subgroup pairs over the features, which need even numbers of feature
+// chunks (d 80 has five): where no tile runs, the backward is the scalar
 // kernels'.
 func TestF32BwdCM(t *testing.T) {
 	b, l := openF32CM(t)
@@ -119,7 +121,14 @@ func TestF32BwdCM(t *testing.T) {
 		// Head dims not multiples of 8: element loads, partial fp32 stores.
 		hostCase{1, 2, 1, 70, 90, 36, 20, spec.MaskCausalBottomRight},
 		hostCase{1, 2, 1, 64, 4096, 64, 64, spec.MaskNone},
-		hostCase{1, 1, 1, 4096, 40, 64, 64, spec.MaskNone})
+		hostCase{1, 1, 1, 4096, 40, 64, 64, spec.MaskNone},
+		// Pairs over the features: d 96 and 128, D ≠ Dv, GQA, thousands of
+		// keys and of query rows.
+		hostCase{1, 2, 1, 300, 333, 128, 128, spec.MaskCausalBottomRight},
+		hostCase{2, 2, 2, 33, 97, 96, 64, spec.MaskNone},
+		hostCase{1, 4, 2, 17, 50, 128, 32, spec.MaskCausalTopLeft},
+		hostCase{1, 2, 1, 64, 4096, 128, 128, spec.MaskNone},
+		hostCase{1, 1, 1, 4096, 40, 128, 128, spec.MaskNone})
 	for i, c := range cases {
 		h := c.problem(uint64(700 + i))
 		p := h.p
@@ -134,8 +143,20 @@ func TestF32BwdCM(t *testing.T) {
 			t.Fatal(err)
 		}
 		o32, lse32 := to32(o), to32(lse)
-		if max(p.D, p.Dv) > bwdCMSplitMaxD || !l.Mode1 {
+		fits := func(dkdv bool) []bwdCMTile {
+			var fit []bwdCMTile
+			for _, tl := range bwdCMSplitTiles(l, dkdv, p.D, p.Dv) {
+				if bwdCMCheckTile(l, dkdv, tl, p.D, p.Dv, TileExtras{}, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+					fit = append(fit, tl)
+				}
+			}
+			return fit
+		}
+		if len(fits(true)) == 0 || len(fits(false)) == 0 {
 			t.Run(c.name(i)+"/scalar", func(t *testing.T) {
+				if max(p.D, p.Dv) <= bwdCMSplitWholeMaxD && l.Mode1 {
+					t.Fatalf("no f32 tile runs d %d, %d", p.D, p.Dv)
+				}
 				if kn := familyOf(ctx, b, p, spec.Float32, Bwd); kn != "bwd" {
 					t.Fatalf("the f32 backward of d %d, %d runs %q, want the scalar bwd", p.D, p.Dv, kn)
 				}
@@ -147,10 +168,7 @@ func TestF32BwdCM(t *testing.T) {
 			if dkdv {
 				stage = shaders.KernelBwdCMDKDV
 			}
-			for _, tl := range bwdCMSplitTiles(l, dkdv) {
-				if bwdCMCheckTile(l, dkdv, tl, p.D, p.Dv, TileExtras{}, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) != nil {
-					continue
-				}
+			for _, tl := range fits(dkdv) {
 				t.Run(fmt.Sprintf("%s/%s/%s", c.name(i), stage, tl), func(t *testing.T) {
 					force(b, stage, p, spec.Float32, tl)
 					defer b.tune.clearOverrides()
@@ -186,31 +204,57 @@ func TestF32BwdCM(t *testing.T) {
 
 // TestBwdCMSplitRules: the backward's f32 tile rules on the NVIDIA layout
 // with three planes, without a device: the defaults fit an H200's limits
-// at d 64, MODE 0, KVReg and split tiles are refused, head dims above
-// bwdCMSplitMaxD are refused once, and a layout without MODE 1 has no f32
-// tile.
+// at d 64, and the pairs over the features at d 96 and 128 (D ≠ Dv too);
+// MODE 0, KVReg and split tiles are refused, whole operands above d 64,
+// pairs over an odd subgroup count or an odd number of feature chunks, and
+// on a 16-bit layout; head dims above bwdCMSplitMaxD are refused once;
+// and a layout without MODE 1 has no f32 tile.
 func TestBwdCMSplitRules(t *testing.T) {
 	l := *nvidiaLayout(t)
 	l.Storage = spec.Float32
 	const sharedMax, maxWG = 48 << 10, 1024
 	for _, dkdv := range []bool{true, false} {
-		ts := bwdCMSplitTiles(&l, dkdv)
-		if len(ts) == 0 {
-			t.Fatalf("dkdv %v: no f32 tiles", dkdv)
-		}
-		for _, c := range ts {
-			if err := bwdCMCheckTile(&l, dkdv, c, 64, 64, TileExtras{}, sharedMax, maxWG); err != nil {
-				t.Errorf("dkdv %v: default %s at d 64: %v", dkdv, c, err)
+		for _, d := range [][2]int{{64, 64}, {128, 128}, {96, 64}, {32, 128}} {
+			ts := bwdCMSplitTiles(&l, dkdv, d[0], d[1])
+			if len(ts) == 0 {
+				t.Fatalf("dkdv %v: no f32 tiles at d %v", dkdv, d)
+			}
+			for _, c := range ts {
+				if err := bwdCMCheckTile(&l, dkdv, c, d[0], d[1], TileExtras{}, sharedMax, maxWG); err != nil {
+					t.Errorf("dkdv %v: default %s at d %v: %v", dkdv, c, d, err)
+				}
+				if c.FHalves != (max(d[0], d[1]) > 64) {
+					t.Errorf("dkdv %v: default %s at d %v", dkdv, c, d)
+				}
 			}
 		}
-		for _, bad := range []bwdCMTile{{NSG: 4, Step: 16, Mode: 0}, {NSG: 4, Step: 16, Mode: 1, KVReg: dkdv, Split: !dkdv}} {
-			if bwdCMCheckTile(&l, dkdv, bad, 64, 64, TileExtras{}, sharedMax, maxWG) == nil {
-				t.Errorf("dkdv %v: f32 tile %s accepted", dkdv, bad)
+		for _, bad := range []struct {
+			c     bwdCMTile
+			d, dv int
+		}{
+			{bwdCMTile{NSG: 4, Step: 16, Mode: 0}, 64, 64},
+			{bwdCMTile{NSG: 4, Step: 16, Mode: 1, KVReg: dkdv, Split: !dkdv}, 64, 64},
+			{bwdCMTile{NSG: 4, Step: 16, Mode: 1}, 128, 128},
+			{bwdCMTile{NSG: 4, Step: 16, Mode: 1}, 64, 80},
+			{bwdCMTile{NSG: 3, Step: 16, Mode: 1, FHalves: true}, 128, 128},
+			{bwdCMTile{NSG: 4, Step: 16, Mode: 0, FHalves: true}, 128, 128},
+			{bwdCMTile{NSG: 4, Step: 16, Mode: 1, FHalves: true}, 80, 80},
+			{bwdCMTile{NSG: 4, Step: 16, Mode: 1, FHalves: true}, 128, 48},
+		} {
+			if bwdCMCheckTile(&l, dkdv, bad.c, bad.d, bad.dv, TileExtras{}, sharedMax, maxWG) == nil {
+				t.Errorf("dkdv %v: f32 tile %s accepted at d %d, %d", dkdv, bad.c, bad.d, bad.dv)
 			}
 		}
-		_, err := chooseBwdCMTile(&l, dkdv, 128, 64, nil, sharedMax, maxWG)
-		if err == nil || strings.Count(err.Error(), "takes 1 … 64") != 1 {
-			t.Errorf("dkdv %v: f32 d 128: %v", dkdv, err)
+		l16 := *nvidiaLayout(t)
+		if err := bwdCMCheckTile(&l16, dkdv, bwdCMTile{NSG: 4, Step: 16, Mode: 1, FHalves: true}, 128, 128, TileExtras{}, sharedMax, maxWG); err == nil || !strings.Contains(err.Error(), "float32 build's") {
+			t.Errorf("dkdv %v: fh2 on a 16-bit layout: %v", dkdv, err)
+		}
+		_, err := chooseBwdCMTile(&l, dkdv, 192, 64, nil, sharedMax, maxWG)
+		if err == nil || strings.Count(err.Error(), "takes 1 … 128") != 1 {
+			t.Errorf("dkdv %v: f32 d 192: %v", dkdv, err)
+		}
+		if _, err := chooseBwdCMTile(&l, dkdv, 80, 80, nil, sharedMax, maxWG); err == nil {
+			t.Errorf("dkdv %v: f32 d 80 (five feature chunks) has a tile", dkdv)
 		}
 		m0 := l
 		m0.Mode1, m0.Why = false, "synthetic"

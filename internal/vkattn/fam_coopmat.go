@@ -454,11 +454,14 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 		},
 		func(l *CMLayout) []bwdCMTile {
 			var out []bwdCMTile
-			if l.planes() > 1 { // f32: MODE 1, one launch
+			if l.planes() > 1 { // f32: MODE 1, one launch, pairs over the features
 				for _, nsg := range []int{1, 2, 4, 8} {
 					for _, step := range []int{16, 32, 64} {
 						for _, pf := range []bool{false, true} {
 							out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: 1, Prefetch: pf})
+							if nsg > 1 {
+								out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: 1, Prefetch: pf, FHalves: true})
+							}
 						}
 					}
 				}
@@ -491,7 +494,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 		},
 		func(c, def bwdCMTile) float64 {
 			d := log2Dist([]int{c.NSG, c.Step}, []int{def.NSG, def.Step}) + 2*math.Abs(float64(c.Mode-def.Mode))
-			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split)+b2u(c.Halves != def.Halves)+b2u(c.Pairs != def.Pairs))
+			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split)+b2u(c.Halves != def.Halves)+b2u(c.Pairs != def.Pairs)+b2u(c.FHalves != def.FHalves))
 		},
 		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
@@ -876,6 +879,13 @@ type bwdCMTile struct {
 	// Q_i, dO_i and half of dQ fit a subgroup's registers where the
 	// whole dQ beside them does not (d 256).
 	Pairs bool
+	// FHalves (both kernels, MODE 1, float32 storage): two subgroups share
+	// M rows (bwd_cm_dq) or M keys (bwd_cm_dkdv), each holding half of the
+	// head dim's features of the operands it holds in registers (three
+	// bf16 planes each: at d 128 the whole of both would fill the register
+	// file) and computing half of its gradient's columns; the pair adds
+	// its partial S and dP (Sᵀ and dPᵀ) through shared memory.
+	FHalves bool
 }
 
 func (c bwdCMTile) String() string {
@@ -894,6 +904,9 @@ func (c bwdCMTile) String() string {
 	}
 	if c.Pairs {
 		s += "-dq2"
+	}
+	if c.FHalves {
+		s += "-fh2"
 	}
 	return s
 }
@@ -956,26 +969,35 @@ func (c bwdCMTile) launches(l *CMLayout, dkdv bool, d, dv int, x TileExtras, sha
 func (c bwdCMTile) shape(l *CMLayout, dkdv bool, part, d, dv int) shaders.BwdCMShape {
 	br, bc := c.brbc(dkdv, int(l.M))
 	return shaders.BwdCMShape{DKDV: dkdv, M: int(l.M), N: int(l.N), K: int(l.K), NSG: c.NSG, BR: br, BC: bc,
-		Mode: c.Mode, D: d, DV: dv, Part: part, KVReg: dkdv && c.KVReg, Planes: l.planes()}
+		Mode: c.Mode, D: d, DV: dv, Part: part, KVReg: dkdv && c.KVReg, Planes: l.planes(), FHalves: c.FHalves}
 }
 
 // brbc are the kernel's spec constants BR and BC for tile c.
 func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
+	if dkdv && c.FHalves {
+		return c.Step, c.NSG / 2 * m
+	}
 	if dkdv {
 		return c.Step, c.NSG * m
 	}
-	if c.Pairs {
+	if c.Pairs || c.FHalves {
 		return c.NSG / 2 * m, c.Step
 	}
 	return c.NSG * m, c.Step
 }
 
-// bwdCMSplitMaxD is the largest head dim the backward's f32 build runs:
-// both kernels hold three planes of two operands as A fragments (the dQ
-// kernel Q_i's and dO_i's, the dK/dV kernel K_j's and V_j's: 96 registers
-// at d 64, twice that at d 128, where they alone would fill the register
-// file); above it the scalar kernels run the fp32 backward.
-const bwdCMSplitMaxD = 64
+// bwdCMSplitWholeMaxD is the largest head dim the backward's f32 build
+// runs with whole operands per subgroup: both kernels hold three planes
+// of two operands as A fragments (the dQ kernel Q_i's and dO_i's, the
+// dK/dV kernel K_j's and V_j's: 96 registers at d 64, twice that at d
+// 128, where they alone would fill the register file). Up to
+// bwdCMSplitMaxD the subgroups pair over the features (FHalves), each
+// holding half of them; above it the scalar kernels run the fp32
+// backward.
+const (
+	bwdCMSplitWholeMaxD = 64
+	bwdCMSplitMaxD      = 128
+)
 
 // checkBwdCMSplitDims refuses head dims the backward's f32 build does not
 // run (nil for the 16-bit layouts).
@@ -987,15 +1009,26 @@ func checkBwdCMSplitDims(l *CMLayout, d, dv int) error {
 }
 
 // bwdCMSplitTiles are bwdCMTiles for f32 storage (three bf16 planes per
-// operand): MODE 1 only (the elementwise step splits P and dS in
-// registers), one launch; first the H200 tuner's picks at d 64, N 4096
-// (bench/NOTES.md: the dK/dV kernel four subgroups on steps of 32 query
-// rows, the whole backward 43.6 ms against 47.4 at steps of 16 with
-// prefetch; the dQ kernel eight subgroups on tiles of 32 keys, 74.7
-// against 76.7 ms at four on 16), then smaller tiles.
-func bwdCMSplitTiles(l *CMLayout, dkdv bool) []bwdCMTile {
+// operand) at head dims d, dv: MODE 1 only (the elementwise step splits P
+// and dS in registers), one launch. Up to d 64 first the H200 tuner's
+// picks at d 64, N 4096 (bench/NOTES.md: the dK/dV kernel four subgroups
+// on steps of 32 query rows, the whole backward 43.6 ms against 47.4 at
+// steps of 16 with prefetch; the dQ kernel eight subgroups on tiles of
+// 32 keys, 74.7 against 76.7 ms at four on 16), then smaller tiles;
+// above, pairs over the features (FHalves) on steps (tiles) of 16, whose
+// Q_i and dO_i (K_j and V_j) planes take 26 KB of shared memory at d 128:
+// eight subgroups first (the H200 at d 128: the dK/dV kernel's 64 keys
+// per workgroup 5–8% faster than four's 32; the tuner found the dQ
+// kernel's defaults within 3% of its best).
+func bwdCMSplitTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 	if !l.Mode1 {
 		return nil
+	}
+	if max(d, dv) > bwdCMSplitWholeMaxD {
+		if dkdv {
+			return []bwdCMTile{{NSG: 8, Step: 16, Mode: 1, FHalves: true}, {NSG: 4, Step: 16, Mode: 1, FHalves: true}, {NSG: 2, Step: 16, Mode: 1, FHalves: true}}
+		}
+		return []bwdCMTile{{NSG: 8, Step: 16, Mode: 1, FHalves: true}, {NSG: 4, Step: 16, Mode: 1, FHalves: true}, {NSG: 2, Step: 16, Mode: 1, FHalves: true}}
 	}
 	first := bwdCMTile{NSG: 8, Step: 32, Mode: 1}
 	if dkdv {
@@ -1012,7 +1045,7 @@ func bwdCMSplitTiles(l *CMLayout, dkdv bool) []bwdCMTile {
 // what the H200 gave.
 func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 	if l.planes() > 1 {
-		return bwdCMSplitTiles(l, dkdv)
+		return bwdCMSplitTiles(l, dkdv, d, dv)
 	}
 	dm := max(d, dv)
 	var ts []bwdCMTile
@@ -1147,7 +1180,10 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 		return err
 	}
 	if l.planes() > 1 && (c.Mode != 1 || c.KVReg || c.Split || c.Halves || c.Pairs) {
-		return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch, without pairs (its dK/dV kernel always holds K and V in registers)", c)
+		return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch, without key pairs (its dK/dV kernel always holds K and V in registers)", c)
+	}
+	if err := c.checkFHalves(l, d, dv); err != nil {
+		return err
 	}
 	if c.NSG < 1 || c.Step < 1 {
 		return fmt.Errorf("%d subgroups, steps of %d rows (both must be positive)", c.NSG, c.Step)
@@ -1160,6 +1196,36 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	}
 	_, err := c.launches(l, dkdv, d, dv, x, sharedMax, maxWG)
 	return err
+}
+
+// checkFHalves says why tile c cannot run at head dims d, dv with layout
+// l for its pairs over the features, or without them (nil if it can):
+// FHalves is the float32 build's (MODE 1), pairs an even subgroup count,
+// and halves the feature chunks (K) and column blocks (N) of D and Dv;
+// without it the f32 build holds whole operands up to
+// bwdCMSplitWholeMaxD.
+func (c bwdCMTile) checkFHalves(l *CMLayout, d, dv int) error {
+	if !c.FHalves {
+		if l.planes() > 1 && max(d, dv) > bwdCMSplitWholeMaxD {
+			return fmt.Errorf("tile %s: above D, Dv = %d the float32 build's subgroups pair over the features (fh2)", c, bwdCMSplitWholeMaxD)
+		}
+		return nil
+	}
+	N, K := int(l.N), int(l.K)
+	dp, dvp := l.paddedDim(d), l.paddedDim(dv)
+	switch {
+	case l.planes() == 1:
+		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) are the float32 build's", c)
+	case c.Mode != 1:
+		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) run MODE 1 only", c)
+	case c.NSG%2 != 0:
+		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) need an even subgroup count", c)
+	case dp/K%2 != 0 || dp/N%2 != 0:
+		return fmt.Errorf("tile %s: D=%d is an odd number of %d-feature chunks or %d-column blocks: no halves for the pairs", c, d, K, N)
+	case dvp/K%2 != 0 || dvp/N%2 != 0:
+		return fmt.Errorf("tile %s: Dv=%d is an odd number of %d-feature chunks or %d-column blocks: no halves for the pairs", c, dv, K, N)
+	}
+	return nil
 }
 
 // checkPairs says why a dQ tile c with Pairs cannot run at head dims d,
@@ -1226,8 +1292,10 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, part, d, dv int, vec bool) [
 	}
 	sp = append(sp, device.Spec{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)})
 	if dkdv {
-		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)})
+		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)},
+			device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)})
 	}
+	sp = append(sp, device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)})
 	return append(sp, device.Spec{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)})
 }
 
@@ -1240,14 +1308,15 @@ func b2u(b bool) uint32 {
 
 func parseBwdCMTile(s string) (bwdCMTile, error) {
 	var c bwdCMTile
-	base, dq := strings.CutSuffix(s, "-dq2")
+	base, fh := strings.CutSuffix(s, "-fh2")
+	base, dq := strings.CutSuffix(base, "-dq2")
 	base, dk := strings.CutSuffix(base, "-dk2")
 	base, sp := strings.CutSuffix(base, "-sp1")
 	base, pf := strings.CutSuffix(base, "-pf1")
 	base, kv := strings.CutSuffix(base, "-kv1")
-	c.KVReg, c.Prefetch, c.Split, c.Halves, c.Pairs = kv, pf, sp, dk, dq
-	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s || dk && !sp || dq && (kv || sp) {
-		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]] or nsgN-stepN-modeN[-pf1]-dq2)", ErrInvalid, s)
+	c.KVReg, c.Prefetch, c.Split, c.Halves, c.Pairs, c.FHalves = kv, pf, sp, dk, dq, fh
+	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s || dk && !sp || dq && (kv || sp) || fh && (kv || sp || dq) {
+		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]], nsgN-stepN-modeN[-pf1]-dq2 or nsgN-stepN-modeN[-pf1]-fh2)", ErrInvalid, s)
 	}
 	return c, nil
 }

@@ -73,6 +73,14 @@
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
+#if !defined(STORAGE_F16) && !defined(STORAGE_BF16)
+// The fp32 build's FHALVES (below) is declared here: with it D and DV pad
+// to twice cm_common.glsl's quantum, so that each half of the features is
+// whole chunks (d 80: 96).
+layout(constant_id = 26) const uint FHALVES = 0;
+#define CM_PAD_D (PAD * (FHALVES + 1u))
+#define CM_PAD_DV (PAD * (FHALVES + 1u))
+#endif
 #include "cm_common.glsl"
 
 // REGS: the elementwise step runs in registers (MODE 1), and M0_SCRATCH:
@@ -111,8 +119,10 @@ layout(constant_id = 25) const uint PART = 0;
 // adds its partner's (a + b = b + a: both hold the same sums), takes the
 // whole elementwise step and computes its half of dK's and dV's column
 // blocks (NDKS, NDVS from JK0, JV0). 0 one subgroup per CM_M keys. (The
-// 16-bit builds ignore it.)
+// 16-bit builds ignore it; the fp32 build declares it above.)
+#if CM_SPLIT == 1
 layout(constant_id = 26) const uint FHALVES = 0;
+#endif
 #if CM_SPLIT > 1
 const uint FSPL = FHALVES + 1u;
 #else

@@ -71,6 +71,14 @@
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
+#if !defined(STORAGE_F16) && !defined(STORAGE_BF16)
+// The fp32 build's FHALVES (below) is declared here: with it D and DV pad
+// to twice cm_common.glsl's quantum, so that each half of the features is
+// whole chunks (d 80: 96).
+layout(constant_id = 26) const uint FHALVES = 0;
+#define CM_PAD_D (PAD * (FHALVES + 1u))
+#define CM_PAD_DV (PAD * (FHALVES + 1u))
+#endif
 #include "cm_common.glsl"
 
 // REGS: the elementwise step runs in registers (MODE 1), and M0_SCRATCH:
@@ -118,8 +126,10 @@ layout(constant_id = 24) const uint PAIRS = 0;
 // both hold the same sums); each then takes the whole elementwise step
 // (one of them stores dS for dBias) and dQ's half of the columns. 0 one
 // subgroup per CM_M rows. (The 16-bit builds ignore FHALVES, the fp32
-// build PAIRS.)
+// build PAIRS; its FHALVES is declared above.)
+#if CM_SPLIT == 1
 layout(constant_id = 26) const uint FHALVES = 0;
+#endif
 #if CM_SPLIT > 1
 const uint PAIRED = 0u;
 const uint FSPL = FHALVES + 1u;

@@ -199,8 +199,9 @@ const BiasStagePlaceholder = 16
 // type's CMPlanes (0 counts as 1). (bwd_cm_dq's subgroup pairs take BR =
 // NSG·M/2 and no shared memory of their own.) FHalves (the split build's
 // pairs over the features: BR = NSG·M/2 in bwd_cm_dq, BC = NSG·M/2 in
-// bwd_cm_dkdv) adds the subgroups' partial products: after the K/V tiles
-// (bwd_cm_dq) or in K's staging (bwd_cm_dkdv).
+// bwd_cm_dkdv) pads D and DV to twice the chunk and adds the subgroups'
+// partial products: after the K/V tiles (bwd_cm_dq) or in K's staging
+// (bwd_cm_dkdv).
 type BwdCMShape struct {
 	DKDV                              bool
 	M, N, K, NSG, BR, BC, Mode, D, DV int
@@ -214,6 +215,9 @@ type BwdCMShape struct {
 // kernel; it mirrors the shared arrays of the two kernels.
 func BwdCMSharedBytes(s BwdCMShape) int {
 	pad := max(s.K, s.N, 8)
+	if s.FHalves && s.Planes > 1 {
+		pad *= 2 // (the halves are whole chunks)
+	}
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
 	dp, dvp := ceilTo(s.D, pad), ceilTo(s.DV, pad)
 	ldk4, ldv4 := dp/8+1, dvp/8+1

@@ -185,7 +185,7 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 		pairCases := []bwdCase{{16, 32, 4, 32, 1, 256, 256, 0}, {16, 32, 8, 32, 1, 256, 256, 0}, {8, 8, 2, 16, 1, 80, 80, 0}, {16, 32, 2, 64, 1, 128, 96, 0}}
 		// Both kernels' pairs over the features (FHALVES, the f32 build's:
 		// BC = NSG·M/2 in bwd_cm_dkdv, BR = NSG·M/2 in bwd_cm_dq).
-		fhCases := []bwdCase{{16, 32, 4, 16, 1, 128, 128, 0}, {16, 32, 8, 16, 1, 128, 128, 0}, {16, 32, 2, 16, 1, 96, 64, 0}, {8, 8, 2, 16, 1, 64, 64, 0}}
+		fhCases := []bwdCase{{16, 32, 4, 16, 1, 128, 128, 0}, {16, 32, 8, 16, 1, 128, 128, 0}, {16, 32, 2, 16, 1, 96, 64, 0}, {8, 8, 2, 16, 1, 64, 64, 0}, {16, 32, 8, 16, 1, 80, 72, 0}, {16, 32, 4, 16, 1, 40, 100, 0}}
 		all := append(cases, kvCases...)
 		if !dkdv {
 			all = append(all, pairCases...)

@@ -185,12 +185,12 @@ func TestBF16CMSelection(t *testing.T) {
 			ls[2].Kernel != shaders.KernelBwdCMDQ || ls[2].Config != "nsg8-step16-mode1-fh2" {
 			t.Errorf("kernel %q: f32 d 128 backward launches %+v, %v", kernel, ls, err)
 		}
-		// d 80 has five feature chunks, no halves: the scalar kernels.
-		p80 := *p
-		p80.D, p80.Dv = 80, 80
-		p80.Q, p80.K, p80.V, p80.O = spec.BSHD(4096, 2, 80), spec.BSHD(4096, 1, 80), spec.BSHD(4096, 1, 80), spec.BSHD(4096, 2, 80)
-		if k := familyOf(ctx, b, &p80, spec.Float32, Bwd); k != "bwd" {
-			t.Errorf("f32 backward of d 80 runs %q", k)
+		// Above d 128 the scalar kernels.
+		p192 := *p
+		p192.D, p192.Dv = 192, 192
+		p192.Q, p192.K, p192.V, p192.O = spec.BSHD(4096, 2, 192), spec.BSHD(4096, 1, 192), spec.BSHD(4096, 1, 192), spec.BSHD(4096, 2, 192)
+		if k := familyOf(ctx, b, &p192, spec.Float32, Bwd); k != "bwd" {
+			t.Errorf("f32 backward of d 192 runs %q", k)
 		}
 		// Up to d 64 the coopmat backward's f32 modules (bf16 planes) run it.
 		p64 := *p

@@ -107,9 +107,9 @@ func TestF32CM(t *testing.T) {
 // over 4096 query rows), against the float64 reference at the fp32 bound
 // (rel_l2 ≤ 1e-5 on dQ, dK, dV), with poisoned outputs and bitwise
 // repeatability; from d 64 (bwdCMSplitWholeMaxD) to 128 (bwdCMSplitMaxD)
-// in subgroup pairs over the features, which need even numbers of feature
-// chunks (d 80 has five): where no tile runs, the backward is the scalar
-// kernels'.
+// in subgroup pairs over the features (D and Dv padded to whole pairs of
+// chunks: d 72 and 80 to 96); where no tile runs, the backward is the
+// scalar kernels'.
 func TestF32BwdCM(t *testing.T) {
 	b, l := openF32CM(t)
 	ctx := context.Background()
@@ -127,6 +127,7 @@ func TestF32BwdCM(t *testing.T) {
 		hostCase{1, 2, 1, 300, 333, 128, 128, spec.MaskCausalBottomRight},
 		hostCase{2, 2, 2, 33, 97, 96, 64, spec.MaskNone},
 		hostCase{1, 4, 2, 17, 50, 128, 32, spec.MaskCausalTopLeft},
+		hostCase{1, 2, 1, 90, 110, 72, 72, spec.MaskCausalBottomRight},
 		hostCase{1, 2, 1, 64, 4096, 128, 128, spec.MaskNone},
 		hostCase{1, 1, 1, 4096, 40, 128, 128, spec.MaskNone})
 	for i, c := range cases {
@@ -204,17 +205,17 @@ func TestF32BwdCM(t *testing.T) {
 
 // TestBwdCMSplitRules: the backward's f32 tile rules on the NVIDIA layout
 // with three planes, without a device: the defaults fit an H200's limits
-// at d 64, and the pairs over the features at d 96 and 128 (D ≠ Dv too);
-// MODE 0, KVReg and split tiles are refused, whole operands above d 64,
-// pairs over an odd subgroup count or an odd number of feature chunks, and
-// on a 16-bit layout; head dims above bwdCMSplitMaxD are refused once;
-// and a layout without MODE 1 has no f32 tile.
+// at d 64, and the pairs over the features at d 80, 96 and 128 (D ≠ Dv
+// too); MODE 0, KVReg and split tiles are refused, whole operands above d
+// 64, pairs over an odd subgroup count, and on a 16-bit layout; head dims
+// above bwdCMSplitMaxD are refused once; and a layout without MODE 1 has
+// no f32 tile.
 func TestBwdCMSplitRules(t *testing.T) {
 	l := *nvidiaLayout(t)
 	l.Storage = spec.Float32
 	const sharedMax, maxWG = 48 << 10, 1024
 	for _, dkdv := range []bool{true, false} {
-		for _, d := range [][2]int{{64, 64}, {128, 128}, {96, 64}, {32, 128}} {
+		for _, d := range [][2]int{{64, 64}, {128, 128}, {96, 64}, {32, 128}, {80, 80}, {72, 40}} {
 			ts := bwdCMSplitTiles(&l, dkdv, d[0], d[1])
 			if len(ts) == 0 {
 				t.Fatalf("dkdv %v: no f32 tiles at d %v", dkdv, d)
@@ -238,8 +239,6 @@ func TestBwdCMSplitRules(t *testing.T) {
 			{bwdCMTile{NSG: 4, Step: 16, Mode: 1}, 64, 80},
 			{bwdCMTile{NSG: 3, Step: 16, Mode: 1, FHalves: true}, 128, 128},
 			{bwdCMTile{NSG: 4, Step: 16, Mode: 0, FHalves: true}, 128, 128},
-			{bwdCMTile{NSG: 4, Step: 16, Mode: 1, FHalves: true}, 80, 80},
-			{bwdCMTile{NSG: 4, Step: 16, Mode: 1, FHalves: true}, 128, 48},
 		} {
 			if bwdCMCheckTile(&l, dkdv, bad.c, bad.d, bad.dv, TileExtras{}, sharedMax, maxWG) == nil {
 				t.Errorf("dkdv %v: f32 tile %s accepted at d %d, %d", dkdv, bad.c, bad.d, bad.dv)
@@ -252,9 +251,6 @@ func TestBwdCMSplitRules(t *testing.T) {
 		_, err := chooseBwdCMTile(&l, dkdv, 192, 64, nil, sharedMax, maxWG)
 		if err == nil || strings.Count(err.Error(), "takes 1 … 128") != 1 {
 			t.Errorf("dkdv %v: f32 d 192: %v", dkdv, err)
-		}
-		if _, err := chooseBwdCMTile(&l, dkdv, 80, 80, nil, sharedMax, maxWG); err == nil {
-			t.Errorf("dkdv %v: f32 d 80 (five feature chunks) has a tile", dkdv)
 		}
 		m0 := l
 		m0.Mode1, m0.Why = false, "synthetic"

@@ -1200,30 +1200,21 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 
 // checkFHalves says why tile c cannot run at head dims d, dv with layout
 // l for its pairs over the features, or without them (nil if it can):
-// FHalves is the float32 build's (MODE 1), pairs an even subgroup count,
-// and halves the feature chunks (K) and column blocks (N) of D and Dv;
-// without it the f32 build holds whole operands up to
-// bwdCMSplitWholeMaxD.
+// FHalves is the float32 build's (MODE 1) and pairs an even subgroup
+// count (the kernels pad D and Dv to whole pairs of chunks); without it
+// the f32 build holds whole operands up to bwdCMSplitWholeMaxD.
 func (c bwdCMTile) checkFHalves(l *CMLayout, d, dv int) error {
-	if !c.FHalves {
-		if l.planes() > 1 && max(d, dv) > bwdCMSplitWholeMaxD {
-			return fmt.Errorf("tile %s: above D, Dv = %d the float32 build's subgroups pair over the features (fh2)", c, bwdCMSplitWholeMaxD)
-		}
-		return nil
-	}
-	N, K := int(l.N), int(l.K)
-	dp, dvp := l.paddedDim(d), l.paddedDim(dv)
 	switch {
+	case !c.FHalves && l.planes() > 1 && max(d, dv) > bwdCMSplitWholeMaxD:
+		return fmt.Errorf("tile %s: above D, Dv = %d the float32 build's subgroups pair over the features (fh2)", c, bwdCMSplitWholeMaxD)
+	case !c.FHalves:
+		return nil
 	case l.planes() == 1:
 		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) are the float32 build's", c)
 	case c.Mode != 1:
 		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) run MODE 1 only", c)
 	case c.NSG%2 != 0:
 		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) need an even subgroup count", c)
-	case dp/K%2 != 0 || dp/N%2 != 0:
-		return fmt.Errorf("tile %s: D=%d is an odd number of %d-feature chunks or %d-column blocks: no halves for the pairs", c, d, K, N)
-	case dvp/K%2 != 0 || dvp/N%2 != 0:
-		return fmt.Errorf("tile %s: Dv=%d is an odd number of %d-feature chunks or %d-column blocks: no halves for the pairs", c, dv, K, N)
 	}
 	return nil
 }

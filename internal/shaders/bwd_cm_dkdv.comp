@@ -53,13 +53,15 @@
 //   16·(KV + BR·LDK4 + BR·LDV4) + 8·BR, KV = max(BC·LDK4, CM_M·CM_N/4,
 //   PART 1: BC·LDV4) + BC·LDV4 (not PART 1) — with KVREG 16·max(KV,
 //   BR·LDK4 + BR·LDV4) + 8·BR (Q_i and dO_i over K_j and V_j: sM below),
-//   where the dK-only parts (PART ≥ 2) have KV = max(BC·LDK4, CM_M·CM_N/4,
-//   BC·LDV4) (V_j staged where K_j was);
-//   fp32: 16·(max(BC·LDK4, BC·LDV4, BC·LDK4O,
-//   BC·LDV4O, CM_M·CM_N/4) + CM_SPLIT·BR·(LDK4 + LDV4)) + 8·BR (LDK4O,
-//   LDV4O = DP/4 + 1, DVP/4 + 1: fp32 rows of dK and dV; with FHALVES
-//   the max includes NSG·2·(BR/CM_N)·CM_M·CM_N/4, the pairs' partial Sᵀ
-//   and dPᵀ)
+//   where the dK-only parts (PART ≥ 2) and FHALVES have KV =
+//   max(BC·LDK4, CM_M·CM_N/4, BC·LDV4) (V_j staged where K_j was), and
+//   FHALVES adds X = NSG·2·(BR/CM_N)·CM_M·CM_N/4 (the pairs' partial Sᵀ
+//   and dPᵀ) to the Q_i, dO_i term;
+//   fp32: 16·max(max(BC·LDK4, BC·LDV4, CM_M·CM_N/4, FHALVES: X) +
+//   CM_SPLIT·BR·(LDK4 + LDV4), BC·LDK4O, BC·LDV4O) + 8·BR (LDK4O, LDV4O
+//   = DP/4 + 1, DVP/4 + 1: fp32 rows of dK and dV, staged over the whole
+//   array after the last step). With FHALVES DP and DVP are multiples of
+//   twice the chunk.
 //   + MODE 0: NSG·CM_M·(8·(BR+4) + 4·(BR+8)), and with dropout the step's
 //   keep bits (ext.glsl, shaders.DropSharedBytes).
 #extension GL_GOOGLE_include_directive : require
@@ -73,14 +75,12 @@
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"
-#if !defined(STORAGE_F16) && !defined(STORAGE_BF16)
-// The fp32 build's FHALVES (below) is declared here: with it D and DV pad
-// to twice cm_common.glsl's quantum, so that each half of the features is
-// whole chunks (d 80: 96).
+// FHALVES (below) is declared here: with it D and DV pad to twice
+// cm_common.glsl's quantum, so that each half of the features is whole
+// chunks (d 80: 96).
 layout(constant_id = 26) const uint FHALVES = 0;
 #define CM_PAD_D (PAD * (FHALVES + 1u))
 #define CM_PAD_DV (PAD * (FHALVES + 1u))
-#endif
 #include "cm_common.glsl"
 
 // REGS: the elementwise step runs in registers (MODE 1), and M0_SCRATCH:
@@ -111,23 +111,18 @@ layout(constant_id = 22) const uint PREFETCH = 0;
 // (5 products per step instead of 4); with K_j and V_j in registers as
 // well, PART 1, 3 and 4 (7 products: Sᵀ and dPᵀ in both halves).
 layout(constant_id = 25) const uint PART = 0;
-// 26 FHALVES (the fp32 build, whose three planes of K_j and V_j would
-// fill the register file at d 128): 1 pairs the subgroups over the head
-// dim — the two of a pair own the same CM_M keys, each holding half of
-// K_j's and V_j's feature chunks (NKFH, NVFH from KF0, VF0); each computes
-// Sᵀ and dPᵀ over its half for the step, stores them, and after a barrier
-// adds its partner's (a + b = b + a: both hold the same sums), takes the
-// whole elementwise step and computes its half of dK's and dV's column
-// blocks (NDKS, NDVS from JK0, JV0). 0 one subgroup per CM_M keys. (The
-// 16-bit builds ignore it; the fp32 build declares it above.)
-#if CM_SPLIT == 1
-layout(constant_id = 26) const uint FHALVES = 0;
-#endif
-#if CM_SPLIT > 1
+// 26 FHALVES (declared above; MODE 1, and KVREG in the 16-bit builds): 1
+// pairs the subgroups over the head dim — the two of a pair own the same
+// CM_M keys, each holding half of K_j's and V_j's feature chunks in
+// registers (NKFH, NVFH from KF0, VF0: the fp32 build's three planes of
+// both would fill the register file at d 128, the 16-bit builds' beside
+// whole dK and dV at d 256); each computes Sᵀ and dPᵀ over its half for
+// the step, stores them, and after a barrier adds its partner's (a + b =
+// b + a: both hold the same sums), takes the whole elementwise step and
+// computes its half of dK's and dV's column blocks (NDKS, NDVS from JK0,
+// JV0): one launch where the 16-bit builds otherwise take three above
+// d 128 (PART). 0 one subgroup per CM_M keys.
 const uint FSPL = FHALVES + 1u;
-#else
-const uint FSPL = 1u;
-#endif
 const bool WANT_DV = PART <= 1u;
 const bool WANT_DK = PART != 1u;
 
@@ -237,11 +232,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 		sdS[pi] = CM_TO(BWD_DS(CAREFUL, vis, p, g)); \
 	}
 
-#if CM_SPLIT > 1
 const uint KB = NSG / FSPL * CM_M;           // keys per workgroup (= BC)
-#else
-const uint KB = NSG * CM_M;                  // keys per workgroup (= BC)
-#endif
 const uint NST = BR / CM_N;                  // Sᵀ/dPᵀ accumulators per subgroup
 const uint NKC = BR / CM_K;                  // query chunks of the dV/dK products
 const uint NDK_ALL = DP / CM_N;              // dK's column blocks (PART 3, 4: at least 2)
@@ -250,17 +241,10 @@ const uint NDK = PART == 3u ? (NDK_ALL + 1u) / 2u : NDK_ALL - DK_J0; // dK accum
 const uint NDV = DVP / CM_N;                 // dV accumulators
 const uint NKF = DP / CM_K;                  // feature chunks of Sᵀ
 const uint NVF = DVP / CM_K;                 // feature chunks of dPᵀ
-#if CM_SPLIT > 1
 const uint NKFH = NKF / FSPL;                // the subgroup's (FHALVES)
 const uint NVFH = NVF / FSPL;
 const uint NDKS = NDK / FSPL;                // its dK and dV accumulators
 const uint NDVS = NDV / FSPL;
-#else
-const uint NKFH = NKF;
-const uint NVFH = NVF;
-const uint NDKS = NDK;
-const uint NDVS = NDV;
-#endif
 // Q_i and dO_i in CM_SPLIT planes (fp32 storage; one otherwise), plane i
 // at unit i·QPL (i·OPL).
 const uint QPL = BR * LDK4;
@@ -276,8 +260,11 @@ const uint MAP4 = CM_M * CM_N / 4u;
 // are read from shared memory only at the kernel's start and dK and dV
 // staged there only at its end, after the last step: Q_i and dO_i lie
 // over them (SQ0 = 0), so that a step of more query rows fits; the parts
-// that write dK only stage V_j in K_j's place once K_j is in registers
-// (KV_SEQ: SV0 = 0, SV_N = 0).
+// that write dK only, and the pairs over the features, stage V_j in K_j's
+// place once K_j is in registers (KV_SEQ: SV0 = 0, SV_N = 0; the pairs
+// then let dK, then dV, leave through unit 0). The pairs' partial Sᵀ and
+// dPᵀ lie at XOFF: in K_j's staging (fp32), after Q_i's and dO_i's planes
+// (16-bit).
 #if CM_SPLIT > 1
 const uint LDK4O = DP / CM_OUT_EL + 1u;
 const uint LDV4O = DVP / CM_OUT_EL + 1u;
@@ -294,7 +281,8 @@ const bool KV_SEQ = false;
 #else
 const uint SK_A = KB * LDK4 > MAP4 ? KB * LDK4 : MAP4;
 const uint SK_B = SK_A > KB * LDV4 ? SK_A : KB * LDV4;
-const bool KV_SEQ = KVREG != 0u && !WANT_DV;
+const uint KV_SEQ_N = (KVREG != 0u ? 1u : 0u) * ((WANT_DV ? 0u : 1u) + FHALVES); // (no && or || here: glslang 15 then emits a use before its definition)
+const bool KV_SEQ = KV_SEQ_N != 0u;
 const uint SK_N = PART == 1u || KV_SEQ ? SK_B : SK_A; // (PART 1 stages dV in K_j's place)
 const uint SV_N = WANT_DK && !KV_SEQ ? KB * LDV4 : 0u;
 const bool KV_ALIAS = KVREG != 0u;
@@ -305,10 +293,13 @@ const uint SQO_N = CM_SPLIT * (QPL + OPL);
 const uint SQ0 = KV_ALIAS ? 0u : SKV_N;
 const uint SO0 = SQ0 + CM_SPLIT * QPL;
 #if CM_SPLIT > 1
+const uint XOFF = 0u;
 const uint SM_KQ = SKV_N + SQO_N;
 const uint SM_N = SM_KQ > SK_OUT ? SM_KQ : SK_OUT;
 #else
-const uint SM_N = KV_ALIAS ? (SKV_N > SQO_N ? SKV_N : SQO_N) : SKV_N + SQO_N;
+const uint XOFF = SQ0 + SQO_N;
+const uint SM_QX = SQO_N + (FSPL > 1u ? NSG * 2u * NST * MAP4 : 0u);
+const uint SM_N = KV_ALIAS ? (SKV_N > SM_QX ? SKV_N : SM_QX) : SKV_N + SM_QX;
 #endif
 shared uvec4 sM[SM_N];
 shared float sL[BR];  // LSE·log2e of the step's rows (−inf past Nq)
@@ -371,16 +362,12 @@ void main() {
 	uint kvh = tile.y;
 	uint b = gl_WorkGroupID.z;
 	uint c0 = tile.x * KB;
-#if CM_SPLIT > 1
 	uint half_ = sg % FSPL; // (FHALVES: which half of the features)
 	uint sgk = sg / FSPL * CM_M; // the subgroup's first key within the tile
 	uint KF0 = half_ * NKFH; // its first K_j and V_j chunks (per plane)
 	uint VF0 = half_ * NVFH;
 	uint JK0 = half_ * NDKS; // its first dK and dV column blocks
 	uint JV0 = half_ * NDVS;
-#else
-	uint sgk = sg * CM_M; // the subgroup's first key within the tile
-#endif
 	float sl2 = pc.scale * LOG2E;
 	float dscale = drop_scale(); // (1 without dropout)
 	ext_begin(b);
@@ -425,12 +412,12 @@ void main() {
 		CM_STAGE(sM, SV0, LDV4, KB, DVP8, r < kn ? fetch_v(b, c0 + r, kvh, c4) : uvec4(0u))
 	}
 
-	MATA kR[KVREG != 0u ? NKF : 1u];
-	MATA vR[KVREG != 0u && WANT_DK ? NVF : 1u];
+	MATA kR[KVREG != 0u ? NKFH : 1u];
+	MATA vR[KVREG != 0u && WANT_DK ? NVFH : 1u];
 	if (KVREG != 0u) {
 		barrier();
-		[[unroll]] for (uint kk = 0u; kk < NKF; ++kk) {
-			coopMatLoad(kR[kk], sM, sgk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+		[[unroll]] for (uint kk = 0u; kk < NKFH; ++kk) {
+			coopMatLoad(kR[kk], sM, sgk * LDK4 + (KF0 + kk) * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
 		}
 		if (KV_SEQ) { // V_j in K_j's place, once every subgroup holds K_j
 			barrier();
@@ -438,8 +425,8 @@ void main() {
 			barrier();
 		}
 		if (WANT_DK) {
-			[[unroll]] for (uint kk = 0u; kk < NVF; ++kk) {
-				coopMatLoad(vR[kk], sM, SV0 + sgk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+			[[unroll]] for (uint kk = 0u; kk < NVFH; ++kk) {
+				coopMatLoad(vR[kk], sM, SV0 + sgk * LDV4 + (VF0 + kk) * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
 			}
 		}
 	}
@@ -581,36 +568,34 @@ void main() {
 				MATA kA[CM_SPLIT];
 				A_PLANES(kA, kR, NKFH, 0u, LDK4)
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					CM_MMA(S[t], kA, 1u, 0u, sM, SQ0 + (t * CM_N) * LDK4 + kk * (CM_K / 8u) CM_AT_CHUNK(KF0), QPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+					CM_MMA(S[t], kA, 1u, 0u, sM, SQ0 + (t * CM_N) * LDK4 + (KF0 + kk) * (CM_K / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
 				}
 			}
 			[[unroll]] for (uint kk = 0u; kk < (WANT_DK ? NVFH : 0u); ++kk) {
 				MATA vA[CM_SPLIT];
 				A_PLANES(vA, vR, NVFH, SV0, LDV4)
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					CM_MMA(dP[t], vA, 1u, 0u, sM, SO0 + (t * CM_N) * LDV4 + kk * (CM_K / 8u) CM_AT_CHUNK(VF0), OPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+					CM_MMA(dP[t], vA, 1u, 0u, sM, SO0 + (t * CM_N) * LDV4 + (VF0 + kk) * (CM_K / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
 				}
 			}
-#if CM_SPLIT > 1
 			if (FSPL > 1u) {
 				// The pair's partial Sᵀ and dPᵀ (each over its half of the
 				// features) summed: each stores its own and adds its
-				// partner's.
+				// partner's (fp32, as they are).
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					CM_STORE_ACC(S[t], sM, (2u * sg * NST + t) * MAP4, CM_N / 4u)
-					CM_STORE_ACC(dP[t], sM, ((2u * sg + 1u) * NST + t) * MAP4, CM_N / 4u)
+					coopMatStore(S[t], sM, XOFF + (2u * sg * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
+					coopMatStore(dP[t], sM, XOFF + ((2u * sg + 1u) * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
 				}
 				barrier();
 				uint pg = sg ^ 1u; // the partner
 				[[unroll]] for (uint t = 0u; t < NST; ++t) {
 					ACC x;
-					coopMatLoad(x, sM, (2u * pg * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
+					coopMatLoad(x, sM, XOFF + (2u * pg * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
 					CM_ADD_TILE(S[t], x)
-					coopMatLoad(x, sM, ((2u * pg + 1u) * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
+					coopMatLoad(x, sM, XOFF + ((2u * pg + 1u) * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
 					CM_ADD_TILE(dP[t], x)
 				}
 			}
-#endif
 
 			MATA pA[CM_SPLIT * NKC];
 			MATA dsA[CM_SPLIT * NKC];
@@ -669,11 +654,11 @@ void main() {
 			}
 #else
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
-				[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDV : 0u); ++j) {
-					CM_MMA(dV[j], pA, NKC, t, sM, SO0 + (t * CM_K) * LDV4 + j * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
+				[[unroll]] for (uint j = 0u; j < (WANT_DV ? NDVS : 0u); ++j) {
+					CM_MMA(dV[j], pA, NKC, t, sM, SO0 + (t * CM_K) * LDV4 + (JV0 + j) * (CM_N / 8u), OPL, LDV4, gl_CooperativeMatrixLayoutRowMajor)
 				}
-				[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDK : 0u); ++j) {
-					CM_MMA(dK[j], dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + (DK_J0 + j) * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+				[[unroll]] for (uint j = 0u; j < (WANT_DK ? NDKS : 0u); ++j) {
+					CM_MMA(dK[j], dsA, NKC, t, sM, SQ0 + (t * CM_K) * LDK4 + (DK_J0 + JK0 + j) * (CM_N / 8u), QPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
 				}
 			}
 #endif
@@ -716,6 +701,44 @@ void main() {
 		}
 	}
 #else
+	if (FSPL > 1u) {
+		// The pairs over the features (V_j had no place of its own:
+		// KV_SEQ): dK·scale, then dV, → storage type → shared at unit 0,
+		// each subgroup its half of the columns → global.
+		const uint DKU0 = DK_J0 * (CM_N / 8u);
+		const uint DKU = NDK * (CM_N / 8u);
+		if (WANT_DK) {
+			barrier();
+			[[unroll]] for (uint j = 0u; j < NDKS; ++j) {
+				ACC16 o16 = CM_NARROW(dK[j] * pc.scale);
+				coopMatStore(o16, sM, sgk * LDK4 + (JK0 + j) * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+			}
+			barrier();
+			for (uint e = tid; e < KB * DKU; e += WG) {
+				uint r = e / DKU;
+				uint c4 = e - r * DKU;
+				if (r < cols) {
+					store_dk(b, c0 + r, kvh, DKU0 + c4, sM[r * LDK4 + c4]);
+				}
+			}
+		}
+		if (WANT_DV) {
+			barrier();
+			[[unroll]] for (uint j = 0u; j < NDVS; ++j) {
+				ACC16 o16 = CM_NARROW(dV[j] * dscale);
+				coopMatStore(o16, sM, sgk * LDV4 + (JV0 + j) * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+			}
+			barrier();
+			for (uint e = tid; e < KB * DVP8; e += WG) {
+				uint r = e / DVP8;
+				uint c4 = e - r * DVP8;
+				if (r < cols) {
+					store_dv(b, c0 + r, kvh, c4, sM[r * LDV4 + c4]);
+				}
+			}
+		}
+		return;
+	}
 	// dK·scale, dV → storage type → shared (over K_j, V_j — with KVREG
 	// where the last step's Q_i, dO_i were; PART 1: dV over K_j) → global.
 	barrier();

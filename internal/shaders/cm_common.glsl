@@ -221,14 +221,6 @@ uvec3 cm_split_p(float x) {
 #define CM_STORE_ACC(a, buf, u, LD) \
 	coopMatStore(a, buf, u, LD, gl_CooperativeMatrixLayoutRowMajor);
 
-// CM_ADD_TILE(acc, tile): acc += tile in fp32 arithmetic, component by
-// component: a step's products are summed from zero on the matrix units
-// and added here (the units' own accumulation over a long chain of
-// products is less accurate than fp32 adds: flash_cm's O_ADD_TILE).
-#define CM_ADD_TILE(acc, tile) \
-	[[unroll]] for (uint i_ = 0u; i_ < CM_LEN; ++i_) { \
-		acc[i_] += tile[i_]; \
-	}
 
 // CM_STORE(name, op, BASE, DIM) defines void name(b, s, h, c4, w): writes
 // the 4 fp32 features of unit c4 held in w to row (b, s, h) of operand op
@@ -324,6 +316,17 @@ uvec4 pack8(CM_RAWT x[8]) {
 		coopMatStore(o16_, buf, u, LD, gl_CooperativeMatrixLayoutRowMajor); \
 	}
 #endif
+
+// CM_ADD_TILE(acc, tile): acc += tile in fp32 arithmetic, component by
+// component: the split build's steps sum their products from zero on the
+// matrix units and add them here (the units' own accumulation over a long
+// chain of products is less accurate than fp32 adds: flash_cm's
+// O_ADD_TILE); the backward's pairs over the features add their partner's
+// partial S and dP so.
+#define CM_ADD_TILE(acc, tile) \
+	[[unroll]] for (uint i_ = 0u; i_ < CM_LEN; ++i_) { \
+		acc[i_] += tile[i_]; \
+	}
 
 // CM_STAGE(buf, U0, LD4, N, C8, W): unit c4 < C8 of rows r < N of the
 // shared tile at unit U0 of buf (row stride LD4 units) set to W, an

@@ -92,7 +92,7 @@ const (
 	SpecCMKVReg   uint32 = 23 // bwd_cm_dkdv: K_j, V_j A fragments kept in registers
 	SpecCMPairs   uint32 = 24 // flash_cm: subgroups in pairs that split the key tile's S and O's columns; bwd_cm_dq: S, dP and dQ's columns
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
-	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv, bwd_cm_dq (f32 build): subgroups in pairs that split the head dim's features, the products' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
+	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv (every build), bwd_cm_dq (the f32 build): subgroups in pairs that split the head dim's features and the gradients' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
 )
 
 var (
@@ -197,11 +197,12 @@ const BiasStagePlaceholder = 16
 // registers: the 16-bit builds then stage Q_i and dO_i over them, and the
 // parts that write dK only stage V_j where K_j was), and the storage
 // type's CMPlanes (0 counts as 1). (bwd_cm_dq's subgroup pairs take BR =
-// NSG·M/2 and no shared memory of their own.) FHalves (the split build's
-// pairs over the features: BR = NSG·M/2 in bwd_cm_dq, BC = NSG·M/2 in
-// bwd_cm_dkdv) pads D and DV to twice the chunk and adds the subgroups'
-// partial products: after the K/V tiles (bwd_cm_dq) or in K's staging
-// (bwd_cm_dkdv).
+// NSG·M/2 and no shared memory of their own.) FHalves (pairs over the
+// features: bwd_cm_dkdv's, BC = NSG·M/2, and the split build's bwd_cm_dq,
+// BR = NSG·M/2) pads D and DV to twice the chunk and adds the subgroups'
+// partial products: after the K/V tiles (split bwd_cm_dq), in K's staging
+// (split bwd_cm_dkdv) or after Q's and dO's (16-bit bwd_cm_dkdv, whose V
+// is staged in K's place).
 type BwdCMShape struct {
 	DKDV                              bool
 	M, N, K, NSG, BR, BC, Mode, D, DV int
@@ -215,7 +216,7 @@ type BwdCMShape struct {
 // kernel; it mirrors the shared arrays of the two kernels.
 func BwdCMSharedBytes(s BwdCMShape) int {
 	pad := max(s.K, s.N, 8)
-	if s.FHalves && s.Planes > 1 {
+	if s.FHalves && (s.DKDV || s.Planes > 1) {
 		pad *= 2 // (the halves are whole chunks)
 	}
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
@@ -229,7 +230,7 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 	br, bc := s.BR, s.BC
 	mp := s.M * s.N / 4
 	xch := 0 // (FHalves: every subgroup's partial S and dP, in units)
-	if s.FHalves && planes > 1 {
+	if s.FHalves && (s.DKDV || planes > 1) {
 		if s.DKDV {
 			xch = s.NSG * 2 * (br / s.N) * mp
 		} else {
@@ -244,17 +245,17 @@ func BwdCMSharedBytes(s BwdCMShape) int {
 			sk, sv = max(bc*ldk4, bc*ldv4, mp, xch), 0
 		case s.Part == 1: // dV only: no V; dV staged in K's place
 			sk, sv = max(sk, bc*ldv4), 0
-		case s.Part >= 2 && s.KVReg: // dK only, K and V into registers: V staged in K's place after K
+		case (s.Part >= 2 || s.FHalves) && s.KVReg: // dK only or pairs over the features, K and V into registers: V staged in K's place after K
 			sk, sv = max(sk, bc*ldv4), 0
 		}
 		qo := planes * br * (ldk4 + ldv4)
 		switch {
 		case planes > 1:
 			b = 16*max(sk+qo, bc*ldk4o, bc*ldv4o) + 8*br
-		case s.KVReg: // Q_i and dO_i over K_j and V_j
-			b = 16*max(sk+sv, qo) + 8*br
+		case s.KVReg: // Q_i and dO_i (and the pairs' partial products) over K_j and V_j
+			b = 16*max(sk+sv, qo+xch) + 8*br
 		default:
-			b = 16*(sk+sv+qo) + 8*br
+			b = 16*(sk+sv+qo+xch) + 8*br
 		}
 		if s.Mode == 0 && planes == 1 { // (the split build has no MODE 0)
 			b += s.NSG * s.M * (8*(br+4) + 4*(br+8))

@@ -183,15 +183,16 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 		}
 		// bwd_cm_dq's subgroup pairs (BR = NSG·M/2; the f32 build has none).
 		pairCases := []bwdCase{{16, 32, 4, 32, 1, 256, 256, 0}, {16, 32, 8, 32, 1, 256, 256, 0}, {8, 8, 2, 16, 1, 80, 80, 0}, {16, 32, 2, 64, 1, 128, 96, 0}}
-		// Both kernels' pairs over the features (FHALVES, the f32 build's:
-		// BC = NSG·M/2 in bwd_cm_dkdv, BR = NSG·M/2 in bwd_cm_dq).
-		fhCases := []bwdCase{{16, 32, 4, 16, 1, 128, 128, 0}, {16, 32, 8, 16, 1, 128, 128, 0}, {16, 32, 2, 16, 1, 96, 64, 0}, {8, 8, 2, 16, 1, 64, 64, 0}, {16, 32, 8, 16, 1, 80, 72, 0}, {16, 32, 4, 16, 1, 40, 100, 0}}
+		// Pairs over the features (FHALVES: BC = NSG·M/2 in bwd_cm_dkdv,
+		// every build, BR = NSG·M/2 in bwd_cm_dq, the f32 build's).
+		fhCases := []bwdCase{{16, 32, 4, 16, 1, 128, 128, 0}, {16, 32, 8, 16, 1, 128, 128, 0}, {16, 32, 2, 16, 1, 96, 64, 0}, {8, 8, 2, 16, 1, 64, 64, 0}, {16, 32, 8, 16, 1, 80, 72, 0}, {16, 32, 4, 16, 1, 40, 100, 0},
+			{16, 32, 8, 16, 1, 256, 256, 0}, {16, 32, 4, 32, 1, 256, 192, 0}}
 		all := append(cases, kvCases...)
 		if !dkdv {
 			all = append(all, pairCases...)
 		}
 		nfh := len(all)
-		if CMPlanes(dt) > 1 {
+		if CMPlanes(dt) > 1 || dkdv {
 			all = append(all, fhCases...)
 		}
 		for i, c := range all {
@@ -228,6 +229,9 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 			}
 			if fh {
 				spec[SpecCMFHalves], shape.FHalves = 1, true
+				if CMPlanes(dt) == 1 { // (the 16-bit builds' pairs hold K_j and V_j in registers)
+					spec[SpecCMKVReg], shape.KVReg = 1, true
+				}
 			}
 			for _, bias := range biasSpecs(dt) {
 				spec[SpecExt] = bias.ext

@@ -31,15 +31,20 @@ func fromF16(x []uint16) []float32 {
 }
 
 // bwdCMVariant is a coopmat backward's MODE and flags: pf in both
-// kernels; kv, sp and dk (dK in two halves, with sp) in the dK/dV kernel;
-// dq (subgroup pairs) in the dQ kernel.
+// kernels; kv, sp, dk (dK in two halves, with sp) and fh (subgroup pairs
+// over the features, with kv) in the dK/dV kernel; dq (subgroup pairs
+// over the keys) in the dQ kernel.
 type bwdCMVariant struct {
-	mode               int
-	kv, pf, sp, dk, dq bool
+	mode                   int
+	kv, pf, sp, dk, dq, fh bool
 }
 
 func (v bwdCMVariant) String() string {
-	return fmt.Sprintf("mode%d-kv%v-pf%v-sp%v-dk%v-dq%v", v.mode, v.kv, v.pf, v.sp, v.dk, v.dq)
+	s := fmt.Sprintf("mode%d-kv%v-pf%v-sp%v-dk%v-dq%v", v.mode, v.kv, v.pf, v.sp, v.dk, v.dq)
+	if v.fh {
+		s += "-fh"
+	}
+	return s
 }
 
 // forceBwdCM makes b's coopmat backward of problems like p run variant
@@ -55,7 +60,10 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 			if c.Mode == v.mode {
 				c.Prefetch = v.pf
 				if dkdv {
-					c.KVReg, c.Split, c.Halves = v.kv, v.sp, v.dk
+					c.KVReg, c.Split, c.Halves, c.FHalves = v.kv, v.sp, v.dk, v.fh
+					if v.fh && c.NSG < 2 {
+						continue
+					}
 				} else {
 					c.Pairs = false
 					plain = append(plain, c)
@@ -69,6 +77,9 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", v, err)
+		}
+		if dkdv && c.FHalves != v.fh {
+			t.Fatalf("%s: the dK/dV kernel runs %s", v, c)
 		}
 		t.Logf("%s: %s", map[bool]string{true: "dK/dV", false: "dQ"}[dkdv], c)
 		stage := shaders.KernelBwdCMDQ
@@ -105,12 +116,15 @@ func TestBwdCM(t *testing.T) {
 	// in two more, half its columns each (odd counts of column blocks at
 	// d 40 and 80); dq: the dQ kernel's subgroup pairs (MODE 1; d 40 and
 	// 80 have odd counts of dQ's column blocks on 16-column matrices and
-	// run without).
+	// run without); fh: the dK/dV kernel's pairs over the features (MODE
+	// 1, K and V in registers, one launch; D and Dv padded to whole pairs
+	// of chunks).
 	vars := []bwdCMVariant{{mode: 0}, {mode: 0, kv: true, pf: true}, {mode: 0, sp: true}, {mode: 0, kv: true, sp: true, dk: true}}
 	if l.Mode1 {
 		vars = append(vars, bwdCMVariant{mode: 1}, bwdCMVariant{mode: 1, kv: true}, bwdCMVariant{mode: 1, pf: true},
 			bwdCMVariant{mode: 1, sp: true}, bwdCMVariant{mode: 1, kv: true, pf: true, sp: true}, bwdCMVariant{mode: 1, kv: true, sp: true, dk: true},
-			bwdCMVariant{mode: 1, pf: true, sp: true, dk: true}, bwdCMVariant{mode: 1, dq: true}, bwdCMVariant{mode: 1, pf: true, kv: true, sp: true, dk: true, dq: true})
+			bwdCMVariant{mode: 1, pf: true, sp: true, dk: true}, bwdCMVariant{mode: 1, dq: true}, bwdCMVariant{mode: 1, pf: true, kv: true, sp: true, dk: true, dq: true},
+			bwdCMVariant{mode: 1, kv: true, fh: true}, bwdCMVariant{mode: 1, kv: true, pf: true, fh: true, dq: true})
 	}
 	// The last case's key tiles past the first are seen by no query row:
 	// their workgroups take no step and store dK = dV = 0. D 256 with Dv

@@ -244,9 +244,18 @@ func TestBwdCMSplitRules(t *testing.T) {
 				t.Errorf("dkdv %v: f32 tile %s accepted at d %d, %d", dkdv, bad.c, bad.d, bad.dv)
 			}
 		}
+		// The 16-bit builds pair over the features in the dK/dV kernel
+		// only, with K and V in registers.
 		l16 := *nvidiaLayout(t)
-		if err := bwdCMCheckTile(&l16, dkdv, bwdCMTile{NSG: 4, Step: 16, Mode: 1, FHalves: true}, 128, 128, TileExtras{}, sharedMax, maxWG); err == nil || !strings.Contains(err.Error(), "float32 build's") {
-			t.Errorf("dkdv %v: fh2 on a 16-bit layout: %v", dkdv, err)
+		err16 := bwdCMCheckTile(&l16, dkdv, bwdCMTile{NSG: 4, Step: 16, Mode: 1, FHalves: true}, 128, 128, TileExtras{}, sharedMax, maxWG)
+		if want := map[bool]string{true: "(kv1)", false: "(dq2)"}[dkdv]; err16 == nil || !strings.Contains(err16.Error(), want) {
+			t.Errorf("dkdv %v: fh2 on a 16-bit layout: %v", dkdv, err16)
+		}
+		if err := bwdCMCheckTile(&l16, true, bwdCMTile{NSG: 8, Step: 16, Mode: 1, KVReg: true, FHalves: true}, 256, 256, TileExtras{}, sharedMax, maxWG); err != nil {
+			t.Errorf("16-bit nsg8-step16-mode1-kv1-fh2 at d 256: %v", err)
+		}
+		if err := bwdCMCheckTile(&l16, true, bwdCMTile{NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, FHalves: true}, 256, 256, TileExtras{}, sharedMax, maxWG); err == nil {
+			t.Error("16-bit fh2 with split launches accepted")
 		}
 		_, err := chooseBwdCMTile(&l, dkdv, 192, 64, nil, sharedMax, maxWG)
 		if err == nil || strings.Count(err.Error(), "takes 1 … 128") != 1 {

@@ -482,6 +482,9 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 						for _, kv := range []bool{false, true} {
 							for _, pf := range []bool{false, true} {
 								out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf})
+								if kv && mode == 1 && nsg > 1 {
+									out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf, FHalves: true})
+								}
 								for _, halves := range []bool{false, true} {
 									out = append(out, bwdCMTile{NSG: nsg, Step: step, Mode: mode, KVReg: kv, Prefetch: pf, Split: true, Halves: halves})
 								}
@@ -879,12 +882,14 @@ type bwdCMTile struct {
 	// Q_i, dO_i and half of dQ fit a subgroup's registers where the
 	// whole dQ beside them does not (d 256).
 	Pairs bool
-	// FHalves (both kernels, MODE 1, float32 storage): two subgroups share
-	// M rows (bwd_cm_dq) or M keys (bwd_cm_dkdv), each holding half of the
+	// FHalves (MODE 1, one launch; bwd_cm_dkdv, with KVReg in the 16-bit
+	// builds, and the float32 build's bwd_cm_dq): two subgroups share M
+	// rows (bwd_cm_dq) or M keys (bwd_cm_dkdv), each holding half of the
 	// head dim's features of the operands it holds in registers (three
-	// bf16 planes each: at d 128 the whole of both would fill the register
-	// file) and computing half of its gradient's columns; the pair adds
-	// its partial S and dP (Sᵀ and dPᵀ) through shared memory.
+	// bf16 planes each at fp32: at d 128 the whole of both would fill the
+	// register file; at 16 bits beside whole dK and dV above d 128) and
+	// computing half of its gradient's columns; the pair adds its partial
+	// S and dP (Sᵀ and dPᵀ) through shared memory.
 	FHalves bool
 }
 
@@ -1088,6 +1093,19 @@ func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 			// columns, four subgroups, steps of 32 rows: d 256, N 4096,
 			// the dK/dV launches 31.1 → 13.1 ms (not causal), the
 			// backward 1.79× (causal 1.64×).
+			//
+			// Before those, for fp16's plain problems in MODE 1: one launch
+			// in subgroup pairs over the features (each holding half of K_j
+			// and V_j and computing half of dK's and dV's columns), steps of
+			// 32 rows up to d 192 and 16 above (H200, N 4096: the dK/dV
+			// kernel 13.1 → 9.6 ms at d 256, 23.8 → 13.9 at d 192; bf16
+			// and the options untimed there).
+			if mode == 1 && l.Storage != spec.BFloat16 && ext == nil {
+				if dm <= 192 {
+					ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode, KVReg: true, FHalves: true})
+				}
+				ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode, KVReg: true, FHalves: true})
+			}
 			if ext == nil || ext.Bias == nil {
 				ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode, KVReg: true, Split: true, Halves: true})
 			}
@@ -1182,7 +1200,7 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if l.planes() > 1 && (c.Mode != 1 || c.KVReg || c.Split || c.Halves || c.Pairs) {
 		return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch, without key pairs (its dK/dV kernel always holds K and V in registers)", c)
 	}
-	if err := c.checkFHalves(l, d, dv); err != nil {
+	if err := c.checkFHalves(l, dkdv, d, dv); err != nil {
 		return err
 	}
 	if c.NSG < 1 || c.Step < 1 {
@@ -1198,19 +1216,25 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	return err
 }
 
-// checkFHalves says why tile c cannot run at head dims d, dv with layout
-// l for its pairs over the features, or without them (nil if it can):
-// FHalves is the float32 build's (MODE 1) and pairs an even subgroup
-// count (the kernels pad D and Dv to whole pairs of chunks); without it
-// the f32 build holds whole operands up to bwdCMSplitWholeMaxD.
-func (c bwdCMTile) checkFHalves(l *CMLayout, d, dv int) error {
+// checkFHalves says why tile c of the dK/dV (dkdv) or dQ kernel cannot
+// run at head dims d, dv with layout l for its pairs over the features,
+// or without them (nil if it can): FHalves runs MODE 1 in one launch and
+// pairs an even subgroup count (the kernels pad D and Dv to whole pairs
+// of chunks); the 16-bit builds have it in the dK/dV kernel only, with K
+// and V in registers (their dQ kernel pairs over the keys: dq2); without
+// it the f32 build holds whole operands up to bwdCMSplitWholeMaxD.
+func (c bwdCMTile) checkFHalves(l *CMLayout, dkdv bool, d, dv int) error {
 	switch {
 	case !c.FHalves && l.planes() > 1 && max(d, dv) > bwdCMSplitWholeMaxD:
 		return fmt.Errorf("tile %s: above D, Dv = %d the float32 build's subgroups pair over the features (fh2)", c, bwdCMSplitWholeMaxD)
 	case !c.FHalves:
 		return nil
-	case l.planes() == 1:
-		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) are the float32 build's", c)
+	case l.planes() == 1 && !dkdv:
+		return fmt.Errorf("tile %s: the 16-bit dQ kernel's subgroups pair over the keys (dq2); over the features (fh2) the float32 build's", c)
+	case l.planes() == 1 && !c.KVReg:
+		return fmt.Errorf("tile %s: the 16-bit builds' pairs over the features (fh2) hold K and V in registers (kv1)", c)
+	case c.Split:
+		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) run in one launch", c)
 	case c.Mode != 1:
 		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) run MODE 1 only", c)
 	case c.NSG%2 != 0:
@@ -1306,8 +1330,8 @@ func parseBwdCMTile(s string) (bwdCMTile, error) {
 	base, pf := strings.CutSuffix(base, "-pf1")
 	base, kv := strings.CutSuffix(base, "-kv1")
 	c.KVReg, c.Prefetch, c.Split, c.Halves, c.Pairs, c.FHalves = kv, pf, sp, dk, dq, fh
-	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s || dk && !sp || dq && (kv || sp) || fh && (kv || sp || dq) {
-		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]], nsgN-stepN-modeN[-pf1]-dq2 or nsgN-stepN-modeN[-pf1]-fh2)", ErrInvalid, s)
+	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s || dk && !sp || dq && (kv || sp) || fh && (sp || dq) {
+		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]], nsgN-stepN-modeN[-pf1]-dq2 or nsgN-stepN-modeN[-kv1][-pf1]-fh2)", ErrInvalid, s)
 	}
 	return c, nil
 }

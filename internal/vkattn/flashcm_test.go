@@ -272,18 +272,21 @@ func TestChooseCMTile(t *testing.T) {
 				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.ext.SeqUsedK != nil, c.ext.CuQ != nil, c.d, c.nq, got, err, c.want)
 		}
 	}
-	// Above d 128 the backward splits dK/dV into three launches, dV and
-	// dK's two halves of columns, with K_j and V_j in registers; the split
-	// into two (with a bias), whose PART 2 also stages V, halves its
-	// subgroups until 48 KiB holds it: at d 256 one subgroup, at d 192 two.
+	// Above d 128 the backward's dK/dV kernel runs (fp16, plain) in one
+	// launch of subgroup pairs over the features, steps of 32 rows up to d
+	// 192 and 16 above (bf16 and calls with options: three launches, dV
+	// and dK's two halves of columns, with K_j and V_j in registers; the
+	// split into two, with a bias, whose PART 2 also stages V, halves its
+	// subgroups until 48 KiB holds it: at d 256 one subgroup, at d 192
+	// two).
 	for _, c := range []struct {
 		dkdv  bool
 		d     int
 		want  string
 		parts string
-	}{{true, 256, "nsg4-step32-mode1-kv1-sp1-dk2", "1:nsg4 3:nsg4 4:nsg4"}, {false, 256, "nsg8-step32-mode1-dq2", "0:nsg8"},
+	}{{true, 256, "nsg4-step16-mode1-kv1-fh2", "0:nsg4"}, {false, 256, "nsg8-step32-mode1-dq2", "0:nsg8"},
 		{false, 144, "nsg4-step32-mode1", "0:nsg4"}, {false, 192, "nsg8-step32-mode1-dq2", "0:nsg8"},
-		{true, 192, "nsg4-step32-mode1-kv1-sp1-dk2", "1:nsg4 3:nsg4 4:nsg4"}, {true, 128, "nsg4-step64-mode1-kv1", "0:nsg4"},
+		{true, 192, "nsg4-step32-mode1-kv1-fh2", "0:nsg4"}, {true, 128, "nsg4-step64-mode1-kv1", "0:nsg4"},
 		{true, 96, "nsg4-step32-mode1-pf1", "0:nsg4"}, {false, 80, "nsg8-step64-mode1-pf1", "0:nsg8"}, {false, 128, "nsg4-step32-mode1-pf1", "0:nsg4"},
 		{false, 64, "nsg4-step64-mode1-pf1", "0:nsg4"}} {
 		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, nil, sh, wg)
@@ -326,13 +329,21 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("backward dkdv d 128 %v, options %+v, %d bytes: %v (%v), want %s", c.l.Storage, c.ext, c.sh, got, err, c.want)
 		}
 	}
-	// Above d 128 a bias keeps the split into two launches, and so does a
-	// D of one column block (dK has no halves: D 16, Dv 256).
+	// Above d 128 a bias keeps the split into two launches, and so does,
+	// where the pairs over the features do not run (bf16), a D of one
+	// column block (dK has no halves: D 16, Dv 256); fp16 pairs over the
+	// features there too (D padded to two chunks).
 	if got, err := chooseBwdCMTile(l, true, 256, 256, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, wg); err != nil || got.String() != "nsg2-step16-mode1-sp1" {
 		t.Errorf("backward dkdv d 256 with a bias: %v (%v), want nsg2-step16-mode1-sp1", got, err)
 	}
-	if got, err := chooseBwdCMTile(l, true, 16, 256, nil, sh, wg); err != nil || got.Halves || !got.Split {
-		t.Errorf("backward dkdv D 16 Dv 256: %v (%v), want a split tile without halves", got, err)
+	if got, err := chooseBwdCMTile(&bf, true, 16, 256, nil, sh, wg); err != nil || got.Halves || !got.Split {
+		t.Errorf("backward dkdv bf16 D 16 Dv 256: %v (%v), want a split tile without halves", got, err)
+	}
+	if got, err := chooseBwdCMTile(&f16, true, 16, 256, nil, sh, wg); err != nil || !got.FHalves {
+		t.Errorf("backward dkdv fp16 D 16 Dv 256: %v (%v), want pairs over the features", got, err)
+	}
+	if got, err := chooseBwdCMTile(&f16, true, 256, 256, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, wg); err != nil || got.FHalves || !got.Split {
+		t.Errorf("backward dkdv fp16 d 256 with dropout: %v (%v), want the split launches", got, err)
 	}
 	halves := bwdCMTile{NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, Halves: true}
 	if err := bwdCMCheckTile(l, true, halves, 8, 200, TileExtras{}, sh, wg); err == nil {

@@ -91,7 +91,8 @@ func TestParseCandidates(t *testing.T) {
 	}
 	for _, c := range []bwdCMTile{{NSG: 4, Step: 32, Mode: 1}, {NSG: 1, Step: 16, Mode: 1, KVReg: true, Prefetch: true, Split: true},
 		{NSG: 2, Step: 16, Split: true}, {NSG: 4, Step: 16, Mode: 1, KVReg: true, Split: true, Halves: true}, {NSG: 4, Step: 32, Mode: 1, Pairs: true},
-		{NSG: 8, Step: 32, Mode: 1, Prefetch: true, Pairs: true}, {NSG: 4, Step: 16, Mode: 1, FHalves: true}, {NSG: 8, Step: 16, Mode: 1, Prefetch: true, FHalves: true}} {
+		{NSG: 8, Step: 32, Mode: 1, Prefetch: true, Pairs: true}, {NSG: 4, Step: 16, Mode: 1, FHalves: true}, {NSG: 8, Step: 16, Mode: 1, Prefetch: true, FHalves: true},
+		{NSG: 8, Step: 16, Mode: 1, KVReg: true, FHalves: true}} {
 		got, err := parseBwdCMTile(c.String())
 		if err != nil || got != c {
 			t.Errorf("%v: %v, %v", c, got, err)
@@ -99,7 +100,7 @@ func TestParseCandidates(t *testing.T) {
 	}
 	for _, s := range []string{"nsg1-step16-mode1-qs1", "nsg1-step16-mode1-sp1-kv1", "nsg1-step16-mode1-sp2", "nsg1-step16-mode1-dk2-sp1", "nsg1-step16-mode1-dk2",
 		"nsg4-step32-mode1-dq2-pf1", "nsg4-step32-mode1-kv1-dq2", "nsg4-step32-mode1-sp1-dq2", "nsg4-step32-mode1-dq2-dq2",
-		"nsg4-step16-mode1-fh2-pf1", "nsg4-step16-mode1-kv1-fh2", "nsg4-step16-mode1-sp1-fh2", "nsg4-step16-mode1-dq2-fh2", "nsg4-step16-mode1-fh2-fh2"} {
+		"nsg4-step16-mode1-fh2-pf1", "nsg4-step16-mode1-fh2-kv1", "nsg4-step16-mode1-sp1-fh2", "nsg4-step16-mode1-dq2-fh2", "nsg4-step16-mode1-fh2-fh2"} {
 		if _, err := parseBwdCMTile(s); err == nil {
 			t.Errorf("parseBwdCMTile(%q) accepted", s)
 		}

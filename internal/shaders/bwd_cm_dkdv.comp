@@ -28,7 +28,8 @@
 //   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR query rows
 //   per step (a multiple of CM_N and CM_K); 4 BC = NSG·CM_M keys per
-//   workgroup (each subgroup owns CM_M keys); 5 SUBGROUP; 8 EXT
+//   workgroup (each subgroup owns CM_M keys; with FHALVES NSG·CM_M/2, each
+//   pair owns CM_M keys); 5 SUBGROUP; 8 EXT
 //   (ext.glsl); 10–14, 19–21 as cm_common.glsl (MODE 1 needs CM_N == CM_K
 //   and the probe's aperm); 22 PREFETCH, 23 KVREG, 25 PART, 26 FHALVES
 //   (below).
@@ -121,7 +122,9 @@ layout(constant_id = 25) const uint PART = 0;
 // b + a: both hold the same sums), takes the whole elementwise step and
 // computes its half of dK's and dV's column blocks (NDKS, NDVS from JK0,
 // JV0): one launch where the 16-bit builds otherwise take three above
-// d 128 (PART). 0 one subgroup per CM_M keys.
+// d 128 (PART). 0 one subgroup per CM_M keys. The host asks for it with
+// an even NSG, MODE 1, PART 0 and, in the 16-bit builds, KVREG (A_PLANES'
+// shared-memory loads and MODE 0's scratch take whole keys).
 const uint FSPL = FHALVES + 1u;
 const bool WANT_DV = PART <= 1u;
 const bool WANT_DK = PART != 1u;
@@ -388,7 +391,8 @@ void main() {
 
 #if CM_SPLIT > 1
 	// fp32: K_j's and V_j's planes, one at a time through sM, into A
-	// fragments held for the whole kernel (kR[pl·NKF + kk], vR[pl·NVF + kk]).
+	// fragments held for the whole kernel (kR[pl·NKFH + kk], vR[pl·NVFH +
+	// kk]: with FHALVES the subgroup's half of the features).
 	MATA kR[CM_SPLIT * NKFH];
 	MATA vR[WANT_DK ? CM_SPLIT * NVFH : 1u];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {

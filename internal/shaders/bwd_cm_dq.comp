@@ -22,8 +22,8 @@
 //   for packed sequences, whose workgroups work on their own sequence's
 //   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
-//   query rows per workgroup (each subgroup owns CM_M rows; with PAIRS
-//   NSG·CM_M/2, each pair owns CM_M rows); 4 BC keys per
+//   query rows per workgroup (each subgroup owns CM_M rows; with PAIRS or
+//   FHALVES NSG·CM_M/2, each pair owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
 //   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS, 26 FHALVES
 //   (below).
@@ -289,7 +289,7 @@ void main() {
 	uint b = gl_WorkGroupID.z;
 	uint kvh = kv_head(h);
 	uint r0 = tile.x * BR;
-	uint half_ = sg % NSPL; // (PAIRS: which half of the keys and columns)
+	uint half_ = sg % NSPL; // (PAIRS: which half of the keys and columns; FHALVES: of the features and columns)
 	uint sgr = sg / NSPL * CM_M; // the subgroup's first row within the tile
 #if CM_SPLIT > 1
 	const uint TH0 = 0u; // (no key pairs)
@@ -318,7 +318,8 @@ void main() {
 	}
 
 	// Q_i, then dO_i: → shared (zero past Nq) → A fragments, one plane at
-	// a time (qA[pl·NQF + kk], oA[pl·NOF + kk]).
+	// a time (qA[pl·NQFH + kk], oA[pl·NOFH + kk]: with FHALVES the
+	// subgroup's half of the features).
 	for (uint r = tid; r < BR; r += WG) {
 		float l = r < rows ? lse_in(lse_buf[lse_index(b, h, r0 + r)]) : NEG_INF;
 		sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;

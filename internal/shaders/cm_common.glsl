@@ -30,8 +30,9 @@ const uint NSG = WG / SUBGROUP;
 // different banks (the padded GEMM ran 2.4× faster than the unpadded one on
 // the H200, bench/NOTES.md). The backward contracts over D and DV and
 // produces both, so both pad to multiples of CM_K and CM_N; a kernel that
-// needs less defines CM_PAD_D and CM_PAD_DV (the quanta of D and DV)
-// before including this file.
+// needs another quantum defines CM_PAD_D and CM_PAD_DV (flash_cm less,
+// the backward's pairs over the features twice) before including this
+// file.
 const uint PADK = CM_K > CM_N ? CM_K : CM_N;
 const uint PAD = PADK > 8u ? PADK : 8u;
 #ifndef CM_PAD_D
@@ -350,8 +351,9 @@ uvec4 pack8(CM_RAWT x[8]) {
 #define CM_LOAD_A(A, A0, NF, buf, R0, LD4) CM_LOAD_A_AT(A, A0, NF, buf, (R0) * (LD4), LD4)
 
 // CM_AT_CHUNK(F0): "+ F0·CM_K features" in shared-tile units, for the
-// fp32 backward's halves of the features (bwd_cm_dq, bwd_cm_dkdv:
-// FHALVES); nothing in the 16-bit builds, which have none.
+// split build's halves of the features (bwd_cm_dq, bwd_cm_dkdv: FHALVES);
+// nothing in the 16-bit builds, whose bwd_cm_dq has no such halves (their
+// bwd_cm_dkdv writes its offsets out: do not use this macro there).
 #if CM_SPLIT > 1
 #define CM_AT_CHUNK(F0) + (F0) * (CM_K / 8u)
 #else

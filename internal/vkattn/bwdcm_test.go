@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
+	"github.com/flashvk/flashvk/internal/spec/spectest"
 	"github.com/flashvk/flashvk/reference"
 	"github.com/x448/float16"
 )
@@ -103,15 +104,8 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 // where the device has no cooperative matrices (CI's lavapipe); run it on
 // the GPU or on Mesa 26's lavapipe (bench/gemm/lavapipe26.sh).
 func TestBwdCM(t *testing.T) {
-	b := openBackend(t, "")
-	if b.cm[spec.Float16] == nil {
-		t.Skipf("%s: no cooperative-matrix backward (no suitable KHR coopmat shape)", b.info.Name)
-	}
+	b, l := openBwdCM16(t)
 	ctx := context.Background()
-	l, err := b.cmLayout(ctx, spec.Float16)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// sp: dK and dV in two launches (the large head dims' tile); dk: dK
 	// in two more, half its columns each (odd counts of column blocks at
 	// d 40 and 80); dq: the dQ kernel's subgroup pairs (MODE 1; d 40 and
@@ -144,37 +138,96 @@ func TestBwdCM(t *testing.T) {
 				if pl, err := b.Plan(ctx, p, spec.Float16, Bwd); err != nil || pl.Family != "bwd_cm" {
 					t.Fatalf("the coopmat backward does not take this problem (%+v, %v)", pl, err)
 				}
-				q, k, v, dO := toF16(h.q), toF16(h.k), toF16(h.v), toF16(h.dO)
-				rp := h.ref()
-				q64, k64, v64, do64 := to64(fromF16(q)), to64(fromF16(k)), to64(fromF16(v)), to64(fromF16(dO))
-				o, lse, err := reference.Forward(rp, q64, k64, v64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				lse32 := to32(lse)
-				o16 := toF16(to32(o))
-				run := func() (dq, dk, dv []uint16) {
-					dq = slices.Repeat([]uint16{0x7e00}, len(q)) // NaN: unwritten
-					dk = slices.Repeat([]uint16{0x7e00}, len(k))
-					dv = slices.Repeat([]uint16{0x7e00}, len(v))
-					if err := BackwardHost(ctx, b, p, q, k, v, o16, lse32, dO, dq, dk, dv, HostBias{}); err != nil {
-						t.Fatal(err)
-					}
-					return dq, dk, dv
-				}
-				dq, dk, dv := run()
-				rdq, rdk, rdv, err := reference.Backward(rp, q64, k64, v64, do64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkClose(t, "dq", fromF16(dq), rdq, 4e-3)
-				checkClose(t, "dk", fromF16(dk), rdk, 4e-3)
-				checkClose(t, "dv", fromF16(dv), rdv, 4e-3)
-				dq2, dk2, dv2 := run()
+				dq, dk, dv := checkBwdF16(t, b, p, h, h.ref())
+				dq2, dk2, dv2 := checkBwdF16(t, b, p, h, h.ref())
 				if !slices.Equal(dq, dq2) || !slices.Equal(dk, dk2) || !slices.Equal(dv, dv2) {
 					t.Error("gradients differ bitwise between two runs")
 				}
 			})
 		}
 	}
+}
+
+// TestBwdCMFHalvesOptions runs the 16-bit dK/dV kernel's pairs over the
+// features (fh2, forced; the rule takes them for plain fp16 problems
+// above d 128, a tuned choice may take them for every call) with each
+// option a model uses at the large head dims — Gemma 2's window and
+// softcap, ALiBi, dropout, key counts — against the float64 reference on
+// the fp16-rounded inputs (rel_l2 ≤ 4e-3, as TestBwdCM), and checks the
+// refusal of a bias.
+func TestBwdCMFHalvesOptions(t *testing.T) {
+	b, l := openBwdCM16(t)
+	ctx := context.Background()
+	if !l.Mode1 {
+		t.Skipf("%s: no MODE 1 (%s): no pairs over the features", b.info.Name, l.Why)
+	}
+	fh := bwdCMTile{NSG: 4, Step: 16, Mode: 1, KVReg: true, FHalves: true}
+	if err := bwdCMCheckTile(l, true, fh, 256, 256, ExtrasOf(l, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}), b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+		t.Errorf("%s with a bias: accepted", fh)
+	}
+	cases := []hostCase{{1, 2, 1, 150, 170, 256, 256, spec.MaskCausalBottomRight}, {2, 2, 2, 33, 97, 192, 128, spec.MaskNone}}
+	for i, c := range cases {
+		h := c.problem(uint64(1300 + i))
+		for _, opt := range pairOptions(h.p)[1:] {
+			p := *h.p
+			p.Mask, p.Ext = opt.mask, opt.ext
+			t.Run(fmt.Sprintf("%s/%s", c.name(i), opt.name), func(t *testing.T) {
+				x := ExtrasOf(l, p.Ext)
+				if err := bwdCMCheckTile(l, true, fh, p.D, p.Dv, x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
+					t.Skipf("%s does not fit here: %v", fh, err)
+				}
+				force(b, shaders.KernelBwdCMDKDV, &p, spec.Float16, fh)
+				defer b.tune.clearOverrides()
+				ls, err := b.Launches(ctx, &p, spec.Float16, true)
+				if err != nil || !slices.ContainsFunc(ls, func(ln Launch) bool { return ln.Kernel == shaders.KernelBwdCMDKDV && ln.Config == fh.String() }) {
+					t.Fatalf("launches %+v, %v; want %s %s", ls, err, shaders.KernelBwdCMDKDV, fh)
+				}
+				checkBwdF16(t, b, &p, h, spectest.Reference(&p))
+			})
+		}
+	}
+}
+
+// openBwdCM16 opens the default device and its fp16 coopmat layout,
+// skipping the test where the device has no cooperative-matrix backward
+// (CI's lavapipe).
+func openBwdCM16(t *testing.T) (*Backend, *CMLayout) {
+	t.Helper()
+	b := openBackend(t, "")
+	if b.cm[spec.Float16] == nil {
+		t.Skipf("%s: no cooperative-matrix backward (no suitable KHR coopmat shape)", b.info.Name)
+	}
+	l, err := b.cmLayout(context.Background(), spec.Float16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, l
+}
+
+// checkBwdF16 runs p's backward in fp16 on b from h's inputs rounded to
+// fp16 (O and the LSE from the float64 reference rp of the same inputs),
+// with poisoned gradients, checks dQ, dK and dV against rp's (rel_l2 ≤
+// 4e-3) and returns them.
+func checkBwdF16(t *testing.T, b *Backend, p *spec.Problem, h *hostProblem, rp reference.Params) (dq, dk, dv []uint16) {
+	t.Helper()
+	q, k, v, dO := toF16(h.q), toF16(h.k), toF16(h.v), toF16(h.dO)
+	q64, k64, v64, do64 := to64(fromF16(q)), to64(fromF16(k)), to64(fromF16(v)), to64(fromF16(dO))
+	o, lse, err := reference.Forward(rp, q64, k64, v64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dq = slices.Repeat([]uint16{0x7e00}, len(q)) // NaN: unwritten
+	dk = slices.Repeat([]uint16{0x7e00}, len(k))
+	dv = slices.Repeat([]uint16{0x7e00}, len(v))
+	if err := BackwardHost(context.Background(), b, p, q, k, v, toF16(to32(o)), to32(lse), dO, dq, dk, dv, HostBias{}); err != nil {
+		t.Fatal(err)
+	}
+	rdq, rdk, rdv, err := reference.Backward(rp, q64, k64, v64, do64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClose(t, "dq", fromF16(dq), rdq, 4e-3)
+	checkClose(t, "dk", fromF16(dk), rdk, 4e-3)
+	checkClose(t, "dv", fromF16(dv), rdv, 4e-3)
+	return dq, dk, dv
 }

@@ -233,7 +233,8 @@ type CMLayout struct {
 }
 
 // paddedDim is head dim d as the coopmat backward kernels hold it: zero
-// features up to a multiple of max(K, N, 8) (cm_common.glsl's DP, DVP).
+// features up to a multiple of max(K, N, 8) (cm_common.glsl's DP, DVP;
+// tiles with FHalves pad to twice that, and are not asked this).
 func (l *CMLayout) paddedDim(d int) int {
 	pad := max(int(l.K), int(l.N), 8)
 	return (d + pad - 1) / pad * pad

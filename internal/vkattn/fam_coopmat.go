@@ -863,9 +863,10 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 
 // bwdCMTile is one configuration of one coopmat backward kernel.
 //
-//	bwd_cm_dkdv: NSG subgroups own NSG·M keys; Step query rows per step.
-//	bwd_cm_dq:   NSG subgroups own NSG·M query rows (NSG·M/2 with Pairs);
-//	             Step keys per tile.
+//	bwd_cm_dkdv: NSG subgroups own NSG·M keys (NSG·M/2 with FHalves);
+//	             Step query rows per step.
+//	bwd_cm_dq:   NSG subgroups own NSG·M query rows (NSG·M/2 with Pairs
+//	             or FHalves); Step keys per tile.
 type bwdCMTile struct {
 	NSG, Step int
 	Mode      int  // 0 elementwise through shared memory, 1 in registers
@@ -980,7 +981,7 @@ func (c bwdCMTile) shape(l *CMLayout, dkdv bool, part, d, dv int) shaders.BwdCMS
 // brbc are the kernel's spec constants BR and BC for tile c.
 func (c bwdCMTile) brbc(dkdv bool, m int) (br, bc int) {
 	if dkdv && c.FHalves {
-		return c.Step, c.NSG / 2 * m
+		return c.Step, c.NSG / 2 * m // (a pair owns M keys)
 	}
 	if dkdv {
 		return c.Step, c.NSG * m
@@ -1029,10 +1030,7 @@ func bwdCMSplitTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 	if !l.Mode1 {
 		return nil
 	}
-	if max(d, dv) > bwdCMSplitWholeMaxD {
-		if dkdv {
-			return []bwdCMTile{{NSG: 8, Step: 16, Mode: 1, FHalves: true}, {NSG: 4, Step: 16, Mode: 1, FHalves: true}, {NSG: 2, Step: 16, Mode: 1, FHalves: true}}
-		}
+	if max(d, dv) > bwdCMSplitWholeMaxD { // (both kernels)
 		return []bwdCMTile{{NSG: 8, Step: 16, Mode: 1, FHalves: true}, {NSG: 4, Step: 16, Mode: 1, FHalves: true}, {NSG: 2, Step: 16, Mode: 1, FHalves: true}}
 	}
 	first := bwdCMTile{NSG: 8, Step: 32, Mode: 1}
@@ -1200,7 +1198,7 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if l.planes() > 1 && (c.Mode != 1 || c.KVReg || c.Split || c.Halves || c.Pairs) {
 		return fmt.Errorf("tile %s: the float32 build runs MODE 1 in one launch, without key pairs (its dK/dV kernel always holds K and V in registers)", c)
 	}
-	if err := c.checkFHalves(l, dkdv, d, dv); err != nil {
+	if err := c.checkFHalves(l, dkdv, d, dv, x); err != nil {
 		return err
 	}
 	if c.NSG < 1 || c.Step < 1 {
@@ -1221,9 +1219,11 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 // or without them (nil if it can): FHalves runs MODE 1 in one launch and
 // pairs an even subgroup count (the kernels pad D and Dv to whole pairs
 // of chunks); the 16-bit builds have it in the dK/dV kernel only, with K
-// and V in registers (their dQ kernel pairs over the keys: dq2); without
-// it the f32 build holds whole operands up to bwdCMSplitWholeMaxD.
-func (c bwdCMTile) checkFHalves(l *CMLayout, dkdv bool, d, dv int) error {
+// and V in registers (their dQ kernel pairs over the keys: dq2), and not
+// with a bias (x: its values take registers per step, unmeasured there);
+// without it the f32 build holds whole operands up to
+// bwdCMSplitWholeMaxD.
+func (c bwdCMTile) checkFHalves(l *CMLayout, dkdv bool, d, dv int, x TileExtras) error {
 	switch {
 	case !c.FHalves && l.planes() > 1 && max(d, dv) > bwdCMSplitWholeMaxD:
 		return fmt.Errorf("tile %s: above D, Dv = %d the float32 build's subgroups pair over the features (fh2)", c, bwdCMSplitWholeMaxD)
@@ -1233,6 +1233,8 @@ func (c bwdCMTile) checkFHalves(l *CMLayout, dkdv bool, d, dv int) error {
 		return fmt.Errorf("tile %s: the 16-bit dQ kernel's subgroups pair over the keys (dq2); over the features (fh2) the float32 build's", c)
 	case l.planes() == 1 && !c.KVReg:
 		return fmt.Errorf("tile %s: the 16-bit builds' pairs over the features (fh2) hold K and V in registers (kv1)", c)
+	case l.planes() == 1 && x.BiasElem > 0:
+		return fmt.Errorf("tile %s: the 16-bit builds' pairs over the features (fh2) take no bias", c)
 	case c.Split:
 		return fmt.Errorf("tile %s: subgroup pairs over the features (fh2) run in one launch", c)
 	case c.Mode != 1:

@@ -584,21 +584,8 @@ void main() {
 			}
 			if (FSPL > 1u) {
 				// The pair's partial Sᵀ and dPᵀ (each over its half of the
-				// features) summed: each stores its own and adds its
-				// partner's (fp32, as they are).
-				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					coopMatStore(S[t], sM, XOFF + (2u * sg * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
-					coopMatStore(dP[t], sM, XOFF + ((2u * sg + 1u) * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
-				}
-				barrier();
-				uint pg = sg ^ 1u; // the partner
-				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					ACC x;
-					coopMatLoad(x, sM, XOFF + (2u * pg * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
-					CM_ADD_TILE(S[t], x)
-					coopMatLoad(x, sM, XOFF + ((2u * pg + 1u) * NST + t) * MAP4, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
-					CM_ADD_TILE(dP[t], x)
-				}
+				// features) summed.
+				CM_PAIR_SUM(S, dP, NST, sM, XOFF, sg)
 			}
 
 			MATA pA[CM_SPLIT * NKC];

@@ -448,20 +448,8 @@ void main() {
 #if CM_SPLIT > 1
 		if (FSPL > 1u) {
 			// The pair's partial S and dP (each over its half of the
-			// features) summed: each stores its own and adds its partner's.
-			[[unroll]] for (uint t = 0u; t < NST; ++t) {
-				CM_STORE_ACC(S[t], sKV, XOFF + (2u * sg * NST + t) * SKV_C, CM_N / 4u)
-				CM_STORE_ACC(dP[t], sKV, XOFF + ((2u * sg + 1u) * NST + t) * SKV_C, CM_N / 4u)
-			}
-			barrier();
-			uint pg = sg ^ 1u; // the partner
-			[[unroll]] for (uint t = 0u; t < NST; ++t) {
-				ACC x;
-				coopMatLoad(x, sKV, XOFF + (2u * pg * NST + t) * SKV_C, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
-				CM_ADD_TILE(S[t], x)
-				coopMatLoad(x, sKV, XOFF + ((2u * pg + 1u) * NST + t) * SKV_C, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
-				CM_ADD_TILE(dP[t], x)
-			}
+			// features) summed.
+			CM_PAIR_SUM(S, dP, NST, sKV, XOFF, sg)
 		}
 #endif
 

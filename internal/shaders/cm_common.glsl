@@ -329,6 +329,32 @@ uvec4 pack8(CM_RAWT x[8]) {
 		acc[i_] += tile[i_]; \
 	}
 
+// CM_PAIR_SUM(S, P, NT, buf, X0, sg): subgroup sg of a pair over the
+// features (sg and sg ^ 1; the backward kernels' FHALVES) adds its
+// partner's partial S and P (NT fp32 accumulators each, over the other
+// half of the features) to its own: it stores its own at unit X0 of the
+// shared array buf (CM_M·CM_N/4 units per accumulator, two per subgroup
+// and t), and after a barrier loads and adds the partner's — a + b = b + a,
+// so both hold the same sums bit for bit. Uniform control flow; the
+// region must not be read again before the next barrier of the caller.
+#define CM_PAIR_SUM(S, P, NT, buf, X0, sg) \
+	{ \
+		const uint u_ = CM_M * CM_N / 4u; \
+		[[unroll]] for (uint t_ = 0u; t_ < (NT); ++t_) { \
+			coopMatStore(S[t_], buf, (X0) + (2u * (sg) * (NT) + t_) * u_, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor); \
+			coopMatStore(P[t_], buf, (X0) + ((2u * (sg) + 1u) * (NT) + t_) * u_, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor); \
+		} \
+		barrier(); \
+		uint pg_ = (sg) ^ 1u; \
+		[[unroll]] for (uint t_ = 0u; t_ < (NT); ++t_) { \
+			ACC x_; \
+			coopMatLoad(x_, buf, (X0) + (2u * pg_ * (NT) + t_) * u_, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor); \
+			CM_ADD_TILE(S[t_], x_) \
+			coopMatLoad(x_, buf, (X0) + ((2u * pg_ + 1u) * (NT) + t_) * u_, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor); \
+			CM_ADD_TILE(P[t_], x_) \
+		} \
+	}
+
 // CM_STAGE(buf, U0, LD4, N, C8, W): unit c4 < C8 of rows r < N of the
 // shared tile at unit U0 of buf (row stride LD4 units) set to W, an
 // expression of r and c4; the whole workgroup runs it (tid in scope),

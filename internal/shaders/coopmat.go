@@ -215,27 +215,29 @@ type BwdCMShape struct {
 // BwdCMSharedBytes is the shared memory (bytes) of a backward coopmat
 // kernel; it mirrors the shared arrays of the two kernels.
 func BwdCMSharedBytes(s BwdCMShape) int {
+	planes := max(s.Planes, 1)
+	fh := s.FHalves && (s.DKDV || planes > 1) // (the 16-bit bwd_cm_dq has none)
 	pad := max(s.K, s.N, 8)
-	if s.FHalves && (s.DKDV || s.Planes > 1) {
+	if fh {
 		pad *= 2 // (the halves are whole chunks)
 	}
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
 	dp, dvp := ceilTo(s.D, pad), ceilTo(s.DV, pad)
 	ldk4, ldv4 := dp/8+1, dvp/8+1
-	planes, outEl := max(s.Planes, 1), 8 // results leave as 16-bit (8 per unit) …
+	outEl := 8 // results leave as 16-bit (8 per unit) …
 	if planes > 1 {
 		outEl = 4 // … or, split, as fp32
 	}
 	ldk4o, ldv4o := dp/outEl+1, dvp/outEl+1
 	br, bc := s.BR, s.BC
 	mp := s.M * s.N / 4
-	xch := 0 // (FHalves: every subgroup's partial S and dP, in units)
-	if s.FHalves && (s.DKDV || planes > 1) {
+	xch := 0 // (fh: every subgroup's partial S and dP over the step's rows or the tile's keys, in units)
+	if fh {
+		n := bc
 		if s.DKDV {
-			xch = s.NSG * 2 * (br / s.N) * mp
-		} else {
-			xch = s.NSG * 2 * (bc / s.N) * mp
+			n = br
 		}
+		xch = s.NSG * 2 * (n / s.N) * mp
 	}
 	var b int
 	if s.DKDV {

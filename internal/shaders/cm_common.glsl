@@ -299,12 +299,12 @@ uvec4 pack8(CM_RAWT x[8]) {
 #define CM_OUT_EL 8u
 
 // CM_PUT, CM_TO_A, CM_TO_A_P, CM_PUT_P, CM_MMA as in the split build,
-// for one plane (P rounded as any value); CM_STORE_ACC rounds to CM_T
-// (CM_NARROW) first.
+// for one plane (a probability P through CM_TO_P); CM_STORE_ACC rounds
+// to CM_T (CM_NARROW) first.
 #define CM_PUT(buf, u, PL, w) buf[u] = (w);
 #define CM_TO_A(A, PS, T, j, x) A[T][j] = CM_TO(x);
-#define CM_TO_A_P(A, PS, T, j, p) A[T][j] = CM_TO(p);
-#define CM_PUT_P(buf, u, PL, p) buf[u] = CM_TO(p);
+#define CM_TO_A_P(A, PS, T, j, p) A[T][j] = CM_TO_P(p);
+#define CM_PUT_P(buf, u, PL, p) buf[u] = CM_TO_P(p);
 #define CM_MMA(acc, A, PS, T, buf, u, PL, LD, LAYOUT) \
 	{ \
 		MATB b_; \

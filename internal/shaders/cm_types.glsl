@@ -10,6 +10,9 @@
 //   CM_TO(x)      fp32 → CM_T, rounded to nearest even (for bf16 computed
 //                 in integer arithmetic first, so that the conversion itself
 //                 is exact whatever rounding the driver's OpFConvert uses)
+//   CM_TO_P(p)    the same for a probability p (0 ≤ p ≤ 1, or NaN): for
+//                 bf16 in three fp32 operations (bf16_rn_p) instead of
+//                 the integer rounding
 //   CM_RAWT       type of one raw 16-bit element in a function-local array
 //                 (fp16: float16_t; bf16: its bits in a uint, since a
 //                 function-local uint16_t would need the Int16 capability)
@@ -28,6 +31,7 @@
 #if defined(STORAGE_F16)
 #define CM_T float16_t
 #define CM_TO(x) float16_t(x)
+#define CM_TO_P(x) float16_t(x)
 #define CM_RAWT float16_t
 #define CM_RAW(v) (v)
 #define CM_RAW0 float16_t(0.0)
@@ -44,6 +48,24 @@
 // a float32 (exactly representable in bfloat16).
 float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
 #define CM_TO(x) bfloat16_t(bf16_rne(x))
+// bf16_rn_p: a probability x (0 ≤ x ≤ 1, or NaN) rounded to the nearest
+// bfloat16 as a float32, by Veltkamp's split at 8 significant bits: c =
+// x·(2^16 + 1), hi = c − (c − x), three fp32 operations in round to
+// nearest even (precise: neither fused nor reassociated) where
+// bf16_rne takes six integer ones, at half the fp32 rate on NVIDIA GPUs.
+// For every normal x up to 1 hi is bf16_rne(x) bit for bit, ties to even
+// included (every float32 from 2^-126 to 1 compared on the host, and
+// TestBF16ProbabilityRounding); a subnormal x (below 2^-126, 2^-126 of
+// the row's largest probability) keeps bits that the conversion then
+// drops — within 2^-133 of x. NaN stays NaN; x above 2^111 would
+// overflow c (a probability never is).
+float bf16_rn_p(float x) {
+	precise float c = x * 65537.0;
+	precise float t = c - x;
+	precise float hi = c - t;
+	return hi;
+}
+#define CM_TO_P(x) bfloat16_t(bf16_rn_p(x))
 #define CM_RAWT uint
 #define CM_RAW(v) uint(v)
 #define CM_RAW0 0u

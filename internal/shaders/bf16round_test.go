@@ -1,0 +1,59 @@
+package shaders
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flashvk/flashvk/bfloat16"
+)
+
+// bf16RoundProbability is cm_types.glsl's bf16_rn_p in float32 arithmetic
+// (each operation rounded on its own: the conversions keep Go from fusing
+// them, as precise keeps the shader's compiler from it).
+func bf16RoundProbability(x float32) float32 {
+	c := float32(x * 65537)
+	t := float32(c - x)
+	return float32(c - t)
+}
+
+// TestBF16ProbabilityRounding checks the claim the bf16 cooperative-matrix
+// forward rests on when it rounds P in fp32 arithmetic: for every normal
+// float32 from 2^-126 to 1 the split gives the nearest bfloat16, ties to
+// even, as the integer rounding does (bfloat16.FromFloat32, the kernels'
+// bf16_round); NaN stays NaN and ±0 stays itself. Under -short it takes
+// every 61st value and every tie.
+func TestBF16ProbabilityRounding(t *testing.T) {
+	step := uint32(1)
+	if testing.Short() {
+		step = 61
+	}
+	check := func(u uint32) bool {
+		x := math.Float32frombits(u)
+		got := math.Float32bits(bf16RoundProbability(x))
+		want := uint32(bfloat16.FromFloat32(x).Bits()) << 16
+		if got != want {
+			t.Errorf("x = %#08x (%g): split %#08x, nearest even %#08x", u, x, got, want)
+			return false
+		}
+		return true
+	}
+	lo, hi := math.Float32bits(0x1p-126), math.Float32bits(1)
+	for u := lo; u <= hi; u += step {
+		if !check(u) {
+			return
+		}
+	}
+	for u := lo&^0xffff | 0x8000; u <= hi; u += 0x10000 { // every tie
+		if !check(u) {
+			return
+		}
+	}
+	for _, x := range []float32{0, float32(math.Copysign(0, -1))} {
+		if got := bf16RoundProbability(x); math.Float32bits(got) != math.Float32bits(x) {
+			t.Errorf("%g: got %g", x, got)
+		}
+	}
+	if got := bf16RoundProbability(float32(math.NaN())); !math.IsNaN(float64(got)) {
+		t.Errorf("NaN: got %g", got)
+	}
+}

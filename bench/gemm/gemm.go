@@ -128,6 +128,9 @@ func compilerStats(p *device.Pipeline) string {
 func newGemmPipeline(d *device.Device, v gemmVariant, sh device.CoopMatShape) (*device.Pipeline, int, error) {
 	info := d.Info()
 	if v.Kernel == "gemm_khr" {
+		if ok := (v.Stages == 1 && v.PF <= 1) || (v.Stages == 2 && (v.PF == 1 || v.PF == 2)); !ok {
+			return nil, 0, fmt.Errorf("no gemm_khr pipeline for STAGES %d with PF %d", v.Stages, v.PF)
+		}
 		lda4, ldb4 := v.BK/8+v.Pad, v.BN/8+v.Pad
 		shared := 16 * v.Stages * (v.BM*lda4 + v.BK*ldb4)
 		if shared > int(info.MaxSharedMemory) {

@@ -270,12 +270,6 @@ func printTables(rep *report, logf func(string, ...any)) {
 	mm := readTorch(*flagTorchMM)
 	if len(rep.Gemm) > 0 {
 		logf("\n== GEMM fp16 (fp32 accumulate), TFLOP/s, median of %d ==", *flagIters)
-		best := map[int]float64{}
-		for _, g := range rep.Gemm {
-			if g.Variant.Probe == 0 {
-				best[g.Size] = max(best[g.Size], g.TFLOPS)
-			}
-		}
 		for _, g := range rep.Gemm {
 			line := fmt.Sprintf("%5d %-26s ", g.Size, g.Variant.Name)
 			if g.Err != "" {

@@ -50,15 +50,19 @@ float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
 #define CM_TO(x) bfloat16_t(bf16_rne(x))
 // bf16_rn_p: a probability x (0 ≤ x ≤ 1, or NaN) rounded to the nearest
 // bfloat16 as a float32, by Veltkamp's split at 8 significant bits: c =
-// x·(2^16 + 1), hi = c − (c − x), three fp32 operations in round to
-// nearest even (precise: neither fused nor reassociated) where
-// bf16_rne takes six integer ones, at half the fp32 rate on NVIDIA GPUs.
-// For every normal x up to 1 hi is bf16_rne(x) bit for bit, ties to even
-// included (every float32 from 2^-126 to 1 compared on the host, and
-// TestBF16ProbabilityRounding); a subnormal x (below 2^-126, 2^-126 of
-// the row's largest probability) keeps bits that the conversion then
-// drops — within 2^-133 of x. NaN stays NaN; x above 2^111 would
-// overflow c (a probability never is).
+// x·(2^16 + 1), hi = c − (c − x), three fp32 operations (precise: neither
+// fused nor reassociated) where bf16_rne takes six integer ones, at half
+// the fp32 rate on NVIDIA GPUs. With fp32 additions and multiplications
+// that round to nearest even, hi is bf16_rne(x) bit for bit for every
+// normal x up to 1, ties included (every float32 from 2^-126 to 1
+// compared on the host: TestBF16ProbabilityRounding, the same arithmetic
+// in Go). That rounding is an assumption: Vulkan lets an implementation
+// round these operations toward zero instead (no flashvk device does; the
+// split would then round P toward zero, within one bf16 unit). A
+// subnormal x (below 2^-126 of the row's largest probability) keeps bits
+// that the conversion then drops: within 2^-133 of x where subnormals are
+// kept. NaN stays NaN; x from about 2^112 up would overflow c (a
+// probability never is).
 float bf16_rn_p(float x) {
 	precise float c = x * 65537.0;
 	precise float t = c - x;

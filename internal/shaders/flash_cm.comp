@@ -269,20 +269,6 @@ const uint CPL = BC / LPR;
 		SCORE_TILE(false) \
 	}
 
-// P_CHUNK(t) (MODE 1): the probabilities of S's accumulator t — 2^(score
-// − the row's maximum), times the keep bit with dropout — their row sums
-// added to lsum, and their A fragment(s) pA (CM_TO_A_P).
-#define P_CHUNK(t) \
-	[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
-		float p = exp2(S[t][i] - muse[slotrow(i)]); \
-		lsum[slotrow(i)] += p; \
-		uint kc = (t) * CM_N + colOf[i]; \
-		S[t][i] = p * (DROP_FW != 0u ? drop_bit(dw[slotrow(i) * DROP_WPR + ((t) * CM_N) / 32u], kc) : drop_keep(sgr + lrow[slotrow(i)], kc)); \
-	} \
-	[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
-		CM_TO_A_P(pA, NKC, t, j, S[t][aperm(j)]) \
-	}
-
 uint slotrow(uint i) { return i < 8u ? (SLOTROW_LO >> (4u * i)) & 15u : (SLOTROW_HI >> (4u * (i - 8u))) & 15u; }
 
 // put_k, put_v: a chunk of K (V) into unit u of every plane of the tile.
@@ -596,10 +582,21 @@ void main() {
 				}
 			}
 			MATA pA[CM_SPLIT * NKC];
-#if CM_SPLIT > 1
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
-				P_CHUNK(t)
+				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+					float p = exp2(S[t][i] - muse[slotrow(i)]);
+					lsum[slotrow(i)] += p;
+					uint kc = t * CM_N + colOf[i];
+					S[t][i] = p * (DROP_FW != 0u ? drop_bit(dw[slotrow(i) * DROP_WPR + (t * CM_N) / 32u], kc) : drop_keep(sgr + lrow[slotrow(i)], kc));
+				}
+				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+					CM_TO_A_P(pA, NKC, t, j, S[t][aperm(j)])
+				}
 			}
+			[[unroll]] for (uint k = 0u; k < RL; ++k) {
+				l1[k] = l1[k] * alpha[k] + lsum[k];
+			}
+#if CM_SPLIT > 1
 			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 				ACC pv = ACC(0.0);
 				[[unroll]] for (uint t = 0u; t < NKC; ++t) {
@@ -608,39 +605,18 @@ void main() {
 				O_ADD_TILE(O[j], pv, alpha[slotrow(i)])
 			}
 #else
-			// O's rescale first, then each key chunk's probabilities and
-			// at once its P·V products: a chunk's MMAs are independent of
-			// the next chunk's exponentials, so that the two can overlap
-			// (O's sums are the same operations in the same order; NST =
-			// NKC, since CM_N = CM_K in MODE 1). With dropout all the
-			// probabilities come first: its keep words read beside the
-			// MMAs crashed Mesa 26 lavapipe's shader compiler.
 			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
 				float a = alpha[slotrow(i)];
 				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
 					O[j][i] *= a;
 				}
 			}
-			const bool CHUNKED = (EXT & EXT_ON_DROPOUT) == 0u;
-			[[unroll]] for (uint t = 0u; t < NST; ++t) {
-				P_CHUNK(t)
-				if (CHUNKED) {
-					[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
-						PV_PRODUCT(O[j], pA, NKC, t, t, JH0 + j)
-					}
-				}
-			}
-			if (!CHUNKED) {
-				[[unroll]] for (uint t = 0u; t < NST; ++t) {
-					[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
-						PV_PRODUCT(O[j], pA, NKC, t, t, JH0 + j)
-					}
+			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
+				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
+					PV_PRODUCT(O[j], pA, NKC, t, t, JH0 + j)
 				}
 			}
 #endif
-			[[unroll]] for (uint k = 0u; k < RL; ++k) {
-				l1[k] = l1[k] * alpha[k] + lsum[k];
-			}
 		} else {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				coopMatStore(S[t], sS, sgr * LDS + t * CM_N, LDS, gl_CooperativeMatrixLayoutRowMajor);

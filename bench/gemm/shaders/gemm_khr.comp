@@ -78,11 +78,12 @@ const uint TN = BN / WN / CM_N;
 #define MATA coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
 #define MATB coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
 
-// Register sets 0 and 1 of the tiles in flight (set 1 with PF 2 only).
+// Register sets 0 and 1 of the tiles in flight (set 1 used with PF 2
+// only; unused, the compiler drops it).
 uvec4 ra0[NRA];
 uvec4 rb0[NRB];
-uvec4 ra1[PF > 1u ? NRA : 1u];
-uvec4 rb1[PF > 1u ? NRB : 1u];
+uvec4 ra1[NRA];
+uvec4 rb1[NRB];
 uint m0, n0, tid;
 
 // fetch loads the A and B tiles of step k0/BK into register set `set`

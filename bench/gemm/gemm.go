@@ -37,14 +37,9 @@ func gemmVariants(info device.Info, sh device.CoopMatShape) []gemmVariant {
 		v.PF, v.Raster = pf, raster
 		return v
 	}
-	// probe: a timing probe on one shared buffer (no register prefetch).
-	probe := func(name string, bm, bn, bk, wm, wn, kind int, note string) gemmVariant {
-		v := khr(name, bm, bn, bk, wm, wn, 1, 1, note)
-		v.Probe = kind
-		return v
-	}
-	probeS2 := func(name string, bm, bn, bk, wm, wn, kind int, note string) gemmVariant {
-		v := khr(name, bm, bn, bk, wm, wn, 2, 1, note)
+	// probe: a timing probe of PROBE kind on STAGES stages (gemm_khr.comp).
+	probe := func(name string, bm, bn, bk, wm, wn, stages, kind int, note string) gemmVariant {
+		v := khr(name, bm, bn, bk, wm, wn, stages, 1, note)
 		v.Probe = kind
 		return v
 	}
@@ -74,14 +69,14 @@ func gemmVariants(info device.Info, sh device.CoopMatShape) []gemmVariant {
 		khrp("khr-128x192x32-s2", 128, 192, 32, 2, 3, 2, 1, 0, "6 subgroups of 64x64, 45 KiB"),
 		khrp("khr-192x128x32-s2pf2", 192, 128, 32, 3, 2, 2, 2, 0, "192x128, loads two steps ahead"),
 		khrp("khr-64x64x32-s2pf2-r2", 64, 64, 32, 2, 2, 2, 2, 2, "small: fits a CPU driver's 32 KiB"),
-		probe("probe-mma-128x128x32", 128, 128, 32, 2, 2, 1, "MMAs only, fragments loaded once"),
-		probe("probe-shared-128x128x32", 128, 128, 32, 2, 2, 2, "fragment loads and MMAs, no barrier"),
-		probe("probe-barrier-128x128x32", 128, 128, 32, 2, 2, 3, "fragment loads, MMAs, a barrier a step"),
-		probe("probe-mma-128x128x32-8sg", 128, 128, 32, 4, 2, 1, "MMAs only, 8 subgroups of 32x64"),
-		probe("probe-shared-128x128x32-8sg", 128, 128, 32, 4, 2, 2, "fragment loads and MMAs, 8 subgroups of 32x64"),
-		probe("probe-mma-64x64x32-4sg", 64, 64, 32, 2, 2, 1, "MMAs only, 4 subgroups of 32x32"),
-		probeS2("probe-l1-128x128x32-s2", 128, 128, 32, 2, 2, 4, "s2 with every step's loads from tile 0 (L1 hits)"),
-		probeS2("probe-l1-256x128x16-s2", 256, 128, 16, 4, 2, 4, "the same, 8 subgroups, BK 16"),
+		probe("probe-mma-128x128x32", 128, 128, 32, 2, 2, 1, 1, "MMAs only, fragments loaded once"),
+		probe("probe-shared-128x128x32", 128, 128, 32, 2, 2, 1, 2, "fragment loads and MMAs, no barrier"),
+		probe("probe-barrier-128x128x32", 128, 128, 32, 2, 2, 1, 3, "fragment loads, MMAs, a barrier a step"),
+		probe("probe-mma-128x128x32-8sg", 128, 128, 32, 4, 2, 1, 1, "MMAs only, 8 subgroups of 32x64"),
+		probe("probe-shared-128x128x32-8sg", 128, 128, 32, 4, 2, 1, 2, "fragment loads and MMAs, 8 subgroups of 32x64"),
+		probe("probe-mma-64x64x32-4sg", 64, 64, 32, 2, 2, 1, 1, "MMAs only, 4 subgroups of 32x32"),
+		probe("probe-l1-128x128x32-s2", 128, 128, 32, 2, 2, 2, 4, "s2 with every step's loads from tile 0 (L1 hits)"),
+		probe("probe-l1-256x128x16-s2", 256, 128, 16, 4, 2, 2, 4, "the same, 8 subgroups, BK 16"),
 		cm2("cm2-128x128x32", 128, 128, 32, 128, 0, "anchor's naive configuration"),
 		cm2("cm2-128x128x32-pipe", 128, 128, 32, 128, 1, "next loads issued before the multiply"),
 		cm2("cm2-128x256x32", 128, 256, 32, 256, 0, ""),

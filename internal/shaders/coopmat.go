@@ -93,17 +93,18 @@ const (
 	SpecCMPairs   uint32 = 24 // flash_cm: subgroups in pairs that split the key tile's S and O's columns; bwd_cm_dq: S, dP and dQ's columns
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
 	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv (every build), bwd_cm_dq (the f32 build): subgroups in pairs that split the head dim's features and the gradients' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
+	SpecCMRowBlk  uint32 = 27 // flash_cm: row blocks of CM_M query rows per subgroup (MODE 1, 16-bit storage, no pairs, no bias)
 )
 
 var (
 	// cmSpecIDs: every coopmat kernel's (cm_common.glsl's and PREFETCH);
-	// flash_cm and bwd_cm_dq add PAIRS, bwd_cm_dkdv KVREG and PART, both
+	// flash_cm and bwd_cm_dq add PAIRS (flash_cm ROWBLK too), bwd_cm_dkdv KVREG and PART, both
 	// backward kernels FHALVES (the backward kernels read 10–14 and 19–22
 	// of cm_common.glsl's).
 	cmSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
-	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs)
+	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs, SpecCMRowBlk)
 	probeSpecIDs   = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	bwdCMSpecIDs   = cmSpecIDs
 	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves)
@@ -132,24 +133,34 @@ func CMHalfTanh(dtype string) bool { return dtype == DTypeBF16 }
 // for the accumulator and 64 per lane for the A type.
 func FlashCMProbeFloats(sg int) int { return 8 + 128*sg }
 
-// FlashCMSharedBytes is flash_cm's shared memory (bytes) for coopmat shape
-// m×n×k, nsg subgroups (in pairs sharing m rows where pairs: MODE 1,
-// 16-bit storage), bc keys per tile, mode (0 or 1), head dims d, dv and
-// CMPlanes planes per operand; it mirrors the shared arrays of
-// flash_cm.comp.
-func FlashCMSharedBytes(m, n, k, nsg, bc, mode, d, dv, planes int, pairs bool) int {
+// FlashCMShape is what flash_cm's shared memory depends on: coopmat shape
+// M×N×K, NSG subgroups (in Pairs sharing M rows: MODE 1, 16-bit storage;
+// or each owning RowBlocks blocks of M rows, 0 counting as 1), BC keys per
+// tile, Mode (0 or 1), head dims D, DV and CMPlanes Planes per operand (0
+// counts as 1).
+type FlashCMShape struct {
+	M, N, K, NSG, BC, Mode, D, DV, Planes int
+	Pairs                                 bool
+	RowBlocks                             int
+}
+
+// FlashCMSharedBytes is flash_cm's shared memory (bytes) for shape s; it
+// mirrors the shared arrays of flash_cm.comp.
+func FlashCMSharedBytes(s FlashCMShape) int {
+	m, n, k, nsg, bc, mode, d, dv := s.M, s.N, s.K, s.NSG, s.BC, s.Mode, s.D, s.DV
+	planes := max(s.Planes, 1)
 	ceilTo := func(x, q int) int { return (x + q - 1) / q * q }
 	dp := ceilTo(d, max(k, 8))
 	dvp := ceilTo(dv, max(n, 8))
 	ldk4, ldv4 := dp/8+1, dvp/8+1
-	pairs = pairs && mode == 1 && planes == 1 // (the shader ignores PAIRS elsewhere)
-	br := nsg * m
+	pairs := s.Pairs && mode == 1 && planes == 1 // (the shader ignores PAIRS elsewhere)
+	br := nsg * m * max(s.RowBlocks, 1)
 	if pairs {
 		br /= 2
 	}
 	ldo4, orows := ldv4, br // O leaves as 16-bit (8 per unit) or, split, fp32 (4) …
 	if planes > 1 {
-		ldo4, orows = dvp/4+1, min(nsg, 4)*m // … then four subgroups' rows at a time
+		ldo4, orows = dvp/4+1, min(nsg, 4)*m*max(s.RowBlocks, 1) // … then four subgroups' rows at a time
 	}
 	skv := max(br*ldk4, planes*bc*(ldk4+ldv4), orows*ldo4, m*n/4)
 	if pairs {

@@ -101,15 +101,18 @@ func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 	type tile struct {
 		nsg, bc, mode, d, dv int
 		pairs                bool
+		rb                   int
 	}
 	for _, c := range []tile{
-		{8, 64, 1, 128, 128, false}, {8, 128, 1, 64, 64, false}, {4, 32, 0, 128, 128, false}, {4, 32, 0, 256, 256, false},
-		{4, 64, 1, 96, 40, false}, {2, 16, 0, 1, 1, false}, {8, 64, 0, 64, 80, false}, {8, 16, 1, 128, 128, false}, {8, 16, 1, 16, 128, false},
+		{8, 64, 1, 128, 128, false, 0}, {8, 128, 1, 64, 64, false, 0}, {4, 32, 0, 128, 128, false, 0}, {4, 32, 0, 256, 256, false, 0},
+		{4, 64, 1, 96, 40, false, 0}, {2, 16, 0, 1, 1, false, 0}, {8, 64, 0, 64, 80, false, 0}, {8, 16, 1, 128, 128, false, 0}, {8, 16, 1, 16, 128, false, 0},
 		// Subgroup pairs (MODE 0 and the f32 build have none: the spec
 		// constant is ignored there, and so are the mirror's pairs).
-		{8, 32, 1, 256, 256, true}, {4, 32, 1, 256, 256, true}, {2, 64, 1, 96, 32, true}, {8, 32, 0, 256, 256, true},
+		{8, 32, 1, 256, 256, true, 0}, {4, 32, 1, 256, 256, true, 0}, {2, 64, 1, 96, 32, true, 0}, {8, 32, 0, 256, 256, true, 0},
+		// Row blocks (the host asks for them in MODE 1 only, without pairs).
+		{4, 64, 1, 64, 64, false, 2}, {8, 64, 1, 64, 64, false, 2}, {4, 32, 1, 128, 128, false, 2}, {2, 128, 1, 80, 48, false, 2},
 	} {
-		br := 16 * c.nsg
+		br := 16 * c.nsg * max(c.rb, 1)
 		if c.pairs && c.mode == 1 && CMPlanes(dt) == 1 {
 			br /= 2
 		}
@@ -120,7 +123,10 @@ func testFlashCMSharedBytesOf(t *testing.T, k, dt string) {
 		if c.pairs {
 			spec[SpecCMPairs] = 1
 		}
-		base := FlashCMSharedBytes(16, 16, 16, c.nsg, c.bc, c.mode, c.d, c.dv, CMPlanes(dt), c.pairs)
+		if c.rb > 0 {
+			spec[SpecCMRowBlk] = uint32(c.rb)
+		}
+		base := FlashCMSharedBytes(FlashCMShape{M: 16, N: 16, K: 16, NSG: c.nsg, BC: c.bc, Mode: c.mode, D: c.d, DV: c.dv, Planes: CMPlanes(dt), Pairs: c.pairs, RowBlocks: c.rb})
 		for _, bias := range biasSpecs(dt) {
 			spec[SpecExt] = bias.ext
 			got, err := m.SharedBytes(spec)

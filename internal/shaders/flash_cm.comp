@@ -33,11 +33,13 @@
 //   (with EXT a workgroup works on its sequence's seq_nq rows — packed
 //   sequences are shorter than Nq — and reads only its read_keys() keys).
 //
-// Spec constants (params.glsl ids 0–5, 8 EXT (ext.glsl), plus 10–22 and 24):
+// Spec constants (params.glsl ids 0–5, 8 EXT (ext.glsl), plus 10–22, 24
+// and 27):
 //   0 WG = NSG·SUBGROUP (NSG subgroups, each owning CM_M query rows; two
-//     sharing them with PAIRS)
+//     sharing them with PAIRS; ROWBLK blocks of them each with ROWBLK)
 //   1 D, 2 DV (any ≤ 256; padded with zeros to multiples of 16 inside)
-//   3 BR = NSG·CM_M query rows per workgroup (NSG·CM_M/2 with PAIRS), 4 BC
+//   3 BR = NSG·CM_M·ROWBLK query rows per workgroup (NSG·CM_M/2 with
+//     PAIRS), 4 BC
 //     key rows per tile
 //     (a multiple of CM_N and CM_K)   5 SUBGROUP (the subgroup size; the
 //     pipeline must require it and full subgroups)
@@ -62,6 +64,7 @@
 //   22 PREFETCH: 1 loads the next K/V tile into registers while the
 //     current one is computed (VEC only), 0 loads it between barriers.
 //   24 PAIRS: subgroup pairs (below, at its declaration).
+//   27 ROWBLK: row blocks per subgroup (below, at its declaration).
 //
 // Why the layout: KHR cooperative matrices do not say which invocation holds
 // which element, but all matrices of one type share one mapping. The kernel
@@ -93,7 +96,7 @@
 // Shared memory (bytes; shaders.FlashCMSharedBytes mirrors it):
 // 16·max(BR·LDK4, CM_SPLIT·BC·(LDK4+LDV4), OR·LDO4, CM_M·CM_N/4) for the
 // Q, K/V and O staging (LDK4 = DP/8+1, LDV4 = DVP/8+1 16-byte units per
-// row; LDO4 = LDV4 and OR = BR, fp32: DVP/4+1 and OR = OSG·CM_M) + PAIRS:
+// row; LDO4 = LDV4 and OR = BR, fp32: DVP/4+1 and OR = OSG·CM_M·ROWBLK) + PAIRS:
 // 16·BR·(BC/4+1) (the pairs' S) + 4·BR (row buffer) + MODE 0:
 // 4·BR·(BC+4) (S) + CM_SPLIT·2·BR·(BC+8) (P) + fp32: 4·NSG (sQNonfinite).
 // At d = 128, BR = 128, BC = 64, MODE 1: ≈ 35.3 KB (fp32, BC = 16: ≈ 35.4
@@ -141,6 +144,15 @@ const uint PAIRED = 0u; // (the fp32 build has no pairs)
 const uint PAIRED = MODE == 1u ? PAIRS : 0u; // (nor has MODE 0)
 #endif
 const uint NSPL = PAIRED + 1u;
+
+// 27 ROWBLK: row blocks per subgroup (MODE 1, 16-bit storage, no pairs and
+// no bias; the host refuses other tiles with ROWBLK > 1): a subgroup owns
+// ROWBLK·CM_M query rows (BR = NSG·CM_M·ROWBLK), holds ROWBLK blocks of Q
+// fragments, S and O, and feeds each K and V fragment it loads from
+// shared memory to ROWBLK MMAs — fewer fragment loads, barriers and K/V
+// staging per MMA, for the registers of the extra blocks.
+layout(constant_id = 27) const uint ROWBLK = 1;
+const uint RB = ROWBLK;
 
 OPERAND_V(0, 0, QBuf, q, readonly)
 OPERAND_V(1, 1, KBuf, k, readonly)
@@ -197,7 +209,7 @@ const uint OSG = NSG > 4u ? 4u : NSG;
 #else
 const uint OSG = NSG;
 #endif
-const uint OROWS = OSG * CM_M / NSPL;
+const uint OROWS = OSG * CM_M * RB / NSPL;
 const uint SKV_O = OROWS * LDO4;
 const uint SKV_MAP = CM_M * CM_N / 4u;
 const uint SKV4a = SKV_Q > SKV_KV ? SKV_Q : SKV_KV;
@@ -239,19 +251,22 @@ const uint CPL = BC / LPR;
 // for both ends). A staged bias's values pass through the subgroup's area
 // a stage at a time (BIAS_PUT of bu, bias_at).
 #define SCORE_TILE(MASKED) \
-	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
-		if (BIAS_ON != 0u && t % BIAS_G == 0u) { \
-			BIAS_PUT(bu, t / BIAS_G) \
-		} \
-		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
-			uint k_ = slotrow(i); \
-			uint c = c0 + t * CM_N + colOf[i]; \
-			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + sgr + lrow[k_], c, bias_at(lrow[k_], (t % BIAS_G) * CM_N + colOf[i])) : S[t][i] * sl2; \
-			if (MASKED && c - fstOf[k_] >= widOf[k_]) { \
-				x = NEG_INF; \
+	[[unroll]] for (uint blk = 0u; blk < RB; ++blk) { \
+		[[unroll]] for (uint t = 0u; t < NST; ++t) { \
+			if (BIAS_ON != 0u && t % BIAS_G == 0u) { \
+				BIAS_PUT(bu, t / BIAS_G) \
 			} \
-			S[t][i] = x; \
-			mloc[k_] = max(mloc[k_], x); \
+			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+				uint k_ = slotrow(i); \
+				uint q_ = blk * RL + k_; \
+				uint c = c0 + t * CM_N + colOf[i]; \
+				float x = EXT != 0u ? ext_score_t(S[blk * NST + t][i], r0 + sgr + blk * CM_M + lrow[k_], c, bias_at(lrow[k_], (t % BIAS_G) * CM_N + colOf[i])) : S[blk * NST + t][i] * sl2; \
+				if (MASKED && c - fstOf[q_] >= widOf[q_]) { \
+					x = NEG_INF; \
+				} \
+				S[blk * NST + t][i] = x; \
+				mloc[q_] = max(mloc[q_], x); \
+			} \
 		} \
 	}
 
@@ -311,7 +326,7 @@ void main() {
 	uint kvh = kv_head(h);
 	uint r0 = tile.x * BR;
 	uint half_ = sg % NSPL;  // (PAIRS: which half of the keys and columns)
-	uint sgr = sg / NSPL * CM_M; // first row of the subgroup within the tile
+	uint sgr = sg / NSPL * CM_M * RB; // first row of the subgroup within the tile
 	uint TH0 = half_ * NSTH; // its first S product of a key tile
 	uint JH0 = half_ * NOTH; // its first O column block
 	float sl2 = pc.scale * LOG2E;
@@ -324,8 +339,9 @@ void main() {
 	uint nkeys = read_keys(); // no key past a key count is read (ext.glsl)
 
 	// Q tile → shared (rows past Nq are zero), then into A fragments, one
-	// plane at a time (qA[pl·NQF + kk]).
-	MATA qA[CM_SPLIT * NQF];
+	// plane at a time (qA[pl·NQF + kk]; row block blk's at (blk·CM_SPLIT +
+	// pl)·NQF).
+	MATA qA[CM_SPLIT * NQF * RB];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
 		bool nonfinite = false; // (fp32: for k_fill)
 		for (uint e = tid; e < BR * DP8; e += WG) {
@@ -341,7 +357,9 @@ void main() {
 		}
 #endif
 		barrier();
-		CM_LOAD_A(qA, pl * NQF, NQF, sKV, sgr, LDK4)
+		[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+			CM_LOAD_A(qA, (blk * CM_SPLIT + pl) * NQF, NQF, sKV, sgr + blk * CM_M, LDK4)
+		}
 		barrier();
 	}
 #if CM_SPLIT > 1
@@ -360,7 +378,7 @@ void main() {
 	// Keys visible to the tile and to the subgroup: row i sees key_first(i)
 	// … key_limit(i)−1, both non-decreasing in i. The workgroup walks key
 	// tiles kt0 … ntiles−1.
-	uint sg_rows = rows > sgr ? min(CM_M, rows - sgr) : 0u;
+	uint sg_rows = rows > sgr ? min(CM_M * RB, rows - sgr) : 0u;
 	uint sg_lim_lo = sg_rows > 0u ? key_limit(r0 + sgr) : 0u;
 	uint sg_lim_hi = sg_rows > 0u ? key_limit(r0 + sgr + sg_rows - 1u) : 0u;
 	uint sg_fst_lo = sg_rows > 0u ? key_first(r0 + sgr) : 0u;
@@ -369,14 +387,12 @@ void main() {
 	uint ntiles = (lim_hi + BC - 1u) / BC;
 	uint kt0 = EXT != 0u ? key_first(r0) / BC : 0u;
 
-	// MODE 1 per-local-row state: local row k of the invocation is tile
-	// row lrow[k] (so component i's row is lrow[slotrow(i)]), which sees
-	// keys fstOf[k] … fstOf[k]+widOf[k]−1.
+	// MODE 1 per-local-row state: local row k of the invocation is row
+	// lrow[k] of each of its row blocks (so component i's row is
+	// lrow[slotrow(i)]); in block blk it is subgroup row blk·CM_M + lrow[k],
+	// whose state is at q = blk·RL + k: it sees keys fstOf[q] …
+	// fstOf[q]+widOf[q]−1.
 	uint lrow[RL];
-	uint fstOf[RL];
-	uint widOf[RL];
-	float m1[RL];
-	float l1[RL];
 	[[unroll]] for (uint k = 0u; k < RL; ++k) {
 		lrow[k] = 0u;
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
@@ -384,10 +400,17 @@ void main() {
 				lrow[k] = rowOf[i];
 			}
 		}
-		fstOf[k] = lrow[k] < sg_rows ? key_first(r0 + sgr + lrow[k]) : 0u;
-		widOf[k] = lrow[k] < sg_rows ? key_limit(r0 + sgr + lrow[k]) - fstOf[k] : 0u;
-		m1[k] = NEG_INF;
-		l1[k] = 0.0;
+	}
+	uint fstOf[RB * RL];
+	uint widOf[RB * RL];
+	float m1[RB * RL];
+	float l1[RB * RL];
+	[[unroll]] for (uint q = 0u; q < RB * RL; ++q) {
+		uint sr = q / RL * CM_M + lrow[q % RL];
+		fstOf[q] = sr < sg_rows ? key_first(r0 + sgr + sr) : 0u;
+		widOf[q] = sr < sg_rows ? key_limit(r0 + sgr + sr) - fstOf[q] : 0u;
+		m1[q] = NEG_INF;
+		l1[q] = 0.0;
 	}
 	// MODE 0 per-lane row state.
 	uint lr = lane % LPR;
@@ -399,8 +422,8 @@ void main() {
 		l0[q] = 0.0;
 	}
 
-	ACC O[NOTH];
-	[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
+	ACC O[RB * NOTH]; // (row block blk's at blk·NOTH)
+	[[unroll]] for (uint j = 0u; j < RB * NOTH; ++j) {
 		O[j] = ACC(0.0);
 	}
 
@@ -500,7 +523,7 @@ void main() {
 		// S = Σ Q_i·K_jᵀ over the plane pairs i + j < CM_SPLIT (CM_MMA; one
 		// product without a split); with pairs the subgroup's NSTH products,
 		// then the pair's whole S through shared memory.
-		ACC S[NST];
+		ACC S[RB * NST]; // (row block blk's at blk·NST)
 		if (PAIRED != 0u) {
 			ACC SH[NSTH];
 			[[unroll]] for (uint t = 0u; t < NSTH; ++t) {
@@ -519,7 +542,7 @@ void main() {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				coopMatLoad(S[t], sKV, SOFF + sgr * LDS4 + t * (CM_N / 4u), LDS4, gl_CooperativeMatrixLayoutRowMajor);
 			}
-		} else {
+		} else if (RB == 1u) {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				S[t] = ACC(0.0);
 				[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
@@ -530,21 +553,36 @@ void main() {
 			// run (independent work), read after the subgroup barrier below
 			// (MODE 1) or after S's store (MODE 0).
 			drop_fill_rows(r0, sgr, CM_M, c0, lane, SUBGROUP);
+		} else {
+			// Row blocks (16-bit): each K fragment feeds every block's MMA.
+			[[unroll]] for (uint t = 0u; t < NST; ++t) {
+				[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+					S[blk * NST + t] = ACC(0.0);
+				}
+				[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+					MATB kB;
+					coopMatLoad(kB, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
+					[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+						S[blk * NST + t] = coopMatMulAdd(qA[blk * NQF + kk], kB, S[blk * NST + t]);
+					}
+				}
+			}
+			drop_fill_rows(r0, sgr, CM_M * RB, c0, lane, SUBGROUP);
 		}
 
 		if (MODE == 1u) {
-			float mloc[RL];
-			[[unroll]] for (uint k = 0u; k < RL; ++k) {
-				mloc[k] = NEG_INF;
+			float mloc[RB * RL];
+			[[unroll]] for (uint q = 0u; q < RB * RL; ++q) {
+				mloc[q] = NEG_INF;
 			}
 			// The scores, and the row maxima of the tile (SCORE_TILES);
 			// with a softcap, a tile whose products all lie within
 			// tanh_poly's range takes it (ext.glsl: EXT_SOFTCAP_POLY), in a
 			// copy of the loops of its own.
-			EXT_SOFTCAP_TILE(S, NST)
+			EXT_SOFTCAP_TILE(S, RB * NST)
 			bool poly = false;
 			if (SOFTCAP_POLY) {
-				SOFTCAP_SMALL(S, NST, poly)
+				SOFTCAP_SMALL(S, RB * NST, poly)
 			}
 			if (poly) {
 				ext_poly = true;
@@ -553,48 +591,53 @@ void main() {
 				ext_poly = false;
 				SCORE_TILES
 			}
-			float muse[RL];
-			float alpha[RL];
-			float lsum[RL];
-			[[unroll]] for (uint k = 0u; k < RL; ++k) {
+			float muse[RB * RL];
+			float alpha[RB * RL];
+			float lsum[RB * RL];
+			[[unroll]] for (uint q = 0u; q < RB * RL; ++q) {
 				[[unroll]] for (uint bit = 0u; bit < 8u; ++bit) {
 					if (((XORMASK >> bit) & 1u) != 0u) {
-						mloc[k] = max(mloc[k], subgroupShuffleXor(mloc[k], 1u << bit));
+						mloc[q] = max(mloc[q], subgroupShuffleXor(mloc[q], 1u << bit));
 					}
 				}
-				float mnew = max(m1[k], mloc[k]);
+				float mnew = max(m1[q], mloc[q]);
 				// A row that has seen no key yet keeps m = −inf; exponentiate
 				// against 0 then, so that exp2(−inf − 0) = 0 and never NaN.
-				muse[k] = mnew == NEG_INF ? 0.0 : mnew;
-				alpha[k] = exp2(m1[k] - muse[k]);
-				m1[k] = mnew;
-				lsum[k] = 0.0;
+				muse[q] = mnew == NEG_INF ? 0.0 : mnew;
+				alpha[q] = exp2(m1[q] - muse[q]);
+				m1[q] = mnew;
+				lsum[q] = 0.0;
 			}
-			uint dw[DROP_RW]; // (DROP_FW: the rows' keep words)
+			uint dw[RB * DROP_RW]; // (DROP_FW: the rows' keep words, block blk's at blk·DROP_RW)
 			dw[0] = 0u;
 			if ((EXT & EXT_ON_DROPOUT) != 0u) {
 				subgroupMemoryBarrierShared();
 				subgroupBarrier(); // (the keep bits are drawn)
 				if (DROP_FW != 0u) {
-					[[unroll]] for (uint k = 0u; k < DROP_RW; ++k) {
-						dw[k] = sDrop[(sgr + lrow[k / DROP_WPR]) * DROP_WPR + k % DROP_WPR];
+					[[unroll]] for (uint k = 0u; k < RB * DROP_RW; ++k) {
+						uint kb = k % DROP_RW;
+						dw[k] = sDrop[(sgr + k / DROP_RW * CM_M + lrow[kb / DROP_WPR]) * DROP_WPR + kb % DROP_WPR];
 					}
 				}
 			}
-			MATA pA[CM_SPLIT * NKC];
-			[[unroll]] for (uint t = 0u; t < NST; ++t) {
-				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-					float p = exp2(S[t][i] - muse[slotrow(i)]);
-					lsum[slotrow(i)] += p;
-					uint kc = t * CM_N + colOf[i];
-					S[t][i] = p * (DROP_FW != 0u ? drop_bit(dw[slotrow(i) * DROP_WPR + (t * CM_N) / 32u], kc) : drop_keep(sgr + lrow[slotrow(i)], kc));
-				}
-				[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
-					CM_TO_A_P(pA, NKC, t, j, S[t][aperm(j)])
+			MATA pA[CM_SPLIT * NKC * RB]; // (row block blk's at blk·NKC)
+			[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+				[[unroll]] for (uint t = 0u; t < NST; ++t) {
+					uint st = blk * NST + t;
+					[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+						uint q = blk * RL + slotrow(i);
+						float p = exp2(S[st][i] - muse[q]);
+						lsum[q] += p;
+						uint kc = t * CM_N + colOf[i];
+						S[st][i] = p * (DROP_FW != 0u ? drop_bit(dw[blk * DROP_RW + slotrow(i) * DROP_WPR + (t * CM_N) / 32u], kc) : drop_keep(sgr + blk * CM_M + lrow[slotrow(i)], kc));
+					}
+					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
+						CM_TO_A_P(pA, NKC, blk * NKC + t, j, S[st][aperm(j)])
+					}
 				}
 			}
-			[[unroll]] for (uint k = 0u; k < RL; ++k) {
-				l1[k] = l1[k] * alpha[k] + lsum[k];
+			[[unroll]] for (uint q = 0u; q < RB * RL; ++q) {
+				l1[q] = l1[q] * alpha[q] + lsum[q];
 			}
 #if CM_SPLIT > 1
 			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
@@ -605,15 +648,26 @@ void main() {
 				O_ADD_TILE(O[j], pv, alpha[slotrow(i)])
 			}
 #else
-			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-				float a = alpha[slotrow(i)];
-				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
-					O[j][i] *= a;
+			[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+				[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+					float a = alpha[blk * RL + slotrow(i)];
+					[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
+						O[blk * NOTH + j][i] *= a;
+					}
 				}
 			}
 			[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
-					PV_PRODUCT(O[j], pA, NKC, t, t, JH0 + j)
+					if (RB == 1u) {
+						PV_PRODUCT(O[j], pA, NKC, t, t, JH0 + j)
+					} else {
+						// Row blocks: each V fragment feeds every block's MMA.
+						MATB vB;
+						coopMatLoad(vB, sKV, VOFF + (t * CM_K) * LDV4 + (JH0 + j) * (CM_N / 8u), LDV4, gl_CooperativeMatrixLayoutRowMajor);
+						[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+							O[blk * NOTH + j] = coopMatMulAdd(pA[blk * NKC + t], vB, O[blk * NOTH + j]);
+						}
+					}
 				}
 			}
 #endif
@@ -693,9 +747,9 @@ void main() {
 
 	// Final normalisation O /= l and LSE = ln2·(m + log2 l).
 	if (MODE == 1u) {
-		float inv[RL];
-		[[unroll]] for (uint k = 0u; k < RL; ++k) {
-			float lt = l1[k];
+		float inv[RB * RL];
+		[[unroll]] for (uint q = 0u; q < RB * RL; ++q) {
+			float lt = l1[q];
 			[[unroll]] for (uint bit = 0u; bit < 8u; ++bit) {
 				if (((XORMASK >> bit) & 1u) != 0u) {
 					lt += subgroupShuffleXor(lt, 1u << bit);
@@ -703,15 +757,18 @@ void main() {
 			}
 			// l ≥ 1 whenever the row saw a key (its max contributes 1).
 			// (With dropout O = scale·Σ P·keep·V / l.)
-			inv[k] = lt == 0.0 ? 0.0 : drop_scale() / lt;
-			if ((lane & XORMASK) == 0u && lrow[k] < sg_rows && half_ == 0u) {
-				lse_buf[lse_index(b, h, r0 + sgr + lrow[k])] = lt == 0.0 ? NEG_INF : (m1[k] + log2(lt)) * LN2;
+			inv[q] = lt == 0.0 ? 0.0 : drop_scale() / lt;
+			uint sr = q / RL * CM_M + lrow[q % RL];
+			if ((lane & XORMASK) == 0u && sr < sg_rows && half_ == 0u) {
+				lse_buf[lse_index(b, h, r0 + sgr + sr)] = lt == 0.0 ? NEG_INF : (m1[q] + log2(lt)) * LN2;
 			}
 		}
-		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-			float a = inv[slotrow(i)];
-			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
-				O[j][i] *= a;
+		[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+				float a = inv[blk * RL + slotrow(i)];
+				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
+					O[blk * NOTH + j][i] *= a;
+				}
 			}
 		}
 	} else {
@@ -747,17 +804,20 @@ void main() {
 	barrier(); // all subgroups are done with the K/V tiles
 	const uint OCH = DVP / CM_OUT_EL; // units per O row
 	for (uint g = 0u; g < NSG; g += OSG) {
+		uint gr = g / NSPL * CM_M * RB; // (the first row of subgroup g)
 		if (sg >= g && sg < g + OSG) {
-			[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
-				CM_STORE_ACC(O[j], sKV, (sgr - g * CM_M) * LDO4 + (JH0 + j) * (CM_N / CM_OUT_EL), LDO4)
+			[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+				[[unroll]] for (uint j = 0u; j < NOTH; ++j) {
+					CM_STORE_ACC(O[blk * NOTH + j], sKV, (sgr + blk * CM_M - gr) * LDO4 + (JH0 + j) * (CM_N / CM_OUT_EL), LDO4)
+				}
 			}
 		}
 		barrier();
 		for (uint e = tid; e < OROWS * OCH; e += WG) {
 			uint r = e / OCH;
 			uint c4 = e - r * OCH;
-			if (g * CM_M + r < rows) {
-				store_o(b, r0 + g * CM_M + r, h, c4, sKV[r * LDO4 + c4]);
+			if (gr + r < rows) {
+				store_o(b, r0 + gr + r, h, c4, sKV[r * LDO4 + c4]);
 			}
 		}
 		if (g + OSG < NSG) {

@@ -24,7 +24,8 @@
 //	flash_cm  forward on KHR cooperative matrices, f16 and bf16, and f32 up to
 //	          d 128 in three bf16 planes per operand (fam_coopmat.go; above
 //	          d 192 fp16's plain calls run in subgroup pairs that split O's
-//	          columns: pair tiles)
+//	          columns: pair tiles; at d ≤ 64 the 16-bit builds' subgroups
+//	          own two blocks of query rows each: row-block tiles)
 //	flash     FlashAttention-2 forward, every storage type (fam_scalar.go)
 //	minimal   FA1-style forward, educational
 //	naive     three passes through a float32 score matrix, educational

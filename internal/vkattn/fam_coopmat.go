@@ -421,7 +421,8 @@ var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseC
 					for _, pf := range []bool{true, false} {
 						out = append(out, CMTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf})
 						if mode == 1 && l.planes() == 1 {
-							out = append(out, CMTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf, Pairs: true})
+							out = append(out, CMTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf, Pairs: true},
+								CMTile{NSG: nsg, BC: bc, Mode: mode, Prefetch: pf, RowBlocks: 2})
 						}
 					}
 				}
@@ -431,7 +432,7 @@ var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseC
 	},
 	func(c, def CMTile) float64 {
 		vec := func(t CMTile) []int {
-			return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch)), 1 + int(b2u(t.Pairs))}
+			return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch)), 1 + int(b2u(t.Pairs)), t.rowBlocks()}
 		}
 		return log2Dist(vec(c), vec(def))
 	},
@@ -516,7 +517,16 @@ type CMTile struct {
 	// MMAs and O registers per subgroup, the softmax's elementwise work
 	// done by both.
 	Pairs bool
+	// RowBlocks (MODE 1, 16-bit storage, no pairs, no bias; 0 counts as
+	// 1): each subgroup owns RowBlocks blocks of CM_M query rows and feeds
+	// every K and V fragment it loads to one MMA per block — fewer
+	// fragment loads, barriers and K/V staging per MMA, for the registers
+	// of the extra blocks' Q, S and O.
+	RowBlocks int
 }
+
+// rowBlocks is c's row blocks per subgroup (at least 1).
+func (c CMTile) rowBlocks() int { return max(c.RowBlocks, 1) }
 
 func (c CMTile) String() string {
 	pf := 0
@@ -527,6 +537,9 @@ func (c CMTile) String() string {
 	if c.Pairs {
 		s += "-p2"
 	}
+	if c.RowBlocks > 1 {
+		s += fmt.Sprintf("-rb%d", c.RowBlocks)
+	}
 	return s
 }
 
@@ -535,7 +548,32 @@ func (c CMTile) Rows(l *CMLayout) int {
 	if c.Pairs {
 		return c.NSG / 2 * int(l.M)
 	}
-	return c.NSG * int(l.M)
+	return c.NSG * int(l.M) * c.rowBlocks()
+}
+
+// cmMaxRowBlocks is the most row blocks a flash_cm subgroup takes (each
+// block adds its Q fragments, S and O accumulators to the registers).
+const cmMaxRowBlocks = 2
+
+// checkRowBlocks says why tile c with row blocks cannot run with layout l
+// and options x (nil with one block): the blocks run in MODE 1 on the
+// 16-bit builds, without pairs or a staged bias.
+func (c CMTile) checkRowBlocks(l *CMLayout, x TileExtras) error {
+	switch rb := c.RowBlocks; {
+	case rb <= 1:
+		return nil
+	case rb > cmMaxRowBlocks:
+		return fmt.Errorf("tile %s: %d row blocks per subgroup (1 … %d)", c, rb, cmMaxRowBlocks)
+	case c.Mode != 1:
+		return fmt.Errorf("tile %s: row blocks run MODE 1 only", c)
+	case l.planes() > 1:
+		return fmt.Errorf("tile %s: row blocks run 16-bit storage only", c)
+	case c.Pairs:
+		return fmt.Errorf("tile %s: row blocks and subgroup pairs do not combine", c)
+	case x.BiasElem != 0:
+		return fmt.Errorf("tile %s: row blocks take no bias", c)
+	}
+	return nil
 }
 
 // checkPairs says why tile c with Pairs cannot run at V's head dim dv
@@ -574,8 +612,13 @@ const cmLargeNq = 2048
 
 // cmTiles lists the configurations to try for a problem, best first, when
 // the probe allows register softmax (MODE 1): the H200 tuner's choices —
-// Nq ≥ cmLargeNq: nsg8-bc128 at d ≤ 64, nsg8-bc64 at d ≤ 128; below:
-// nsg4-bc32 at d ≤ 64, nsg8-bc32 at d ≤ 128 (all with prefetch); then MODE 0
+// at d ≤ 64 and every length nsg4-bc32 in two row blocks per subgroup
+// (nsg4-bc32-pf1-rb2: 2026-11-30 on an NVIDIA H200, against the tile that
+// follows it in the list: from Nq = cmLargeNq on nsg8-bc128, fp16 +5–9%,
+// bf16 +4–6%; below nsg4-bc32, fp16 +6% and +10% at N 512 and 1024, causal
+// −2% and +2%); Nq ≥ cmLargeNq: nsg8-bc64 at d ≤ 128 (two row blocks ran
+// it 25–45% slower, and d 96 1–7%); below: nsg8-bc32 at d ≤ 128 (all with
+// prefetch); then MODE 0
 // nsg4-bc32-pf1 (any layout, the fallback). Above d 128 (2026-11-30 on an
 // NVIDIA H200, the tuner's picks): up to cmPrefetchMaxD nsg4-bc32 with
 // prefetch (d 192, N 4096: plain 7.5 → 3.0 ms, dropout 7.5 → 3.5, a window
@@ -607,8 +650,15 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 		long := nq >= cmLargeNq
 		large := long && ext == nil
 		switch dm := max(d, dv); {
-		case dm <= 64 && (large || long && extLargeTile64(l, ext)):
+		case dm <= 64 && long && extLargeTile64(l, ext):
 			ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
+		case dm <= 64 && (ext == nil || long && extRowBlocks(ext)):
+			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true, RowBlocks: 2})
+			if long {
+				ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
+			} else {
+				ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
+			}
 		case dm <= 64:
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		case dm <= 128 && (large || long && extLargeTile(ext)):
@@ -686,6 +736,9 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, x TileExtras, sharedMax, maxW
 	if err := c.checkPairs(l, dv, x); err != nil {
 		return err
 	}
+	if err := c.checkRowBlocks(l, x); err != nil {
+		return err
+	}
 	shared := cmShared(l, c, d, dv, x) + dropExtra(x.Dropout, c.Rows(l), c.BC)
 	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
 }
@@ -716,7 +769,7 @@ func ExtrasOf(l *CMLayout, ext *spec.Ext) TileExtras {
 // and head dims d, dv, its bias stage included where x has a bias (not
 // dropout's keep bits: dropExtra).
 func cmShared(l *CMLayout, c CMTile, d, dv int, x TileExtras) int {
-	return shaders.FlashCMSharedBytes(int(l.M), int(l.N), int(l.K), c.NSG, c.BC, c.Mode, d, dv, l.planes(), c.Pairs) +
+	return shaders.FlashCMSharedBytes(shaders.FlashCMShape{M: int(l.M), N: int(l.N), K: int(l.K), NSG: c.NSG, BC: c.BC, Mode: c.Mode, D: d, DV: dv, Planes: l.planes(), Pairs: c.Pairs, RowBlocks: c.RowBlocks}) +
 		x.biasExtra(c.Mode == 1, c.NSG, l, c.BC/int(l.N))
 }
 
@@ -779,6 +832,20 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 // more registers at the large tile).
 func extLargeTile(ext *spec.Ext) bool {
 	return ext != nil && (ext.Bias != nil || ext.Slopes != nil || ext.Softcap != 0) && ext.Dropout == nil
+}
+
+// extRowBlocks reports whether the extended variant takes plain's row-block
+// tile at d ≤ 64 (nsg4-bc32-pf1-rb2): with a softcap, ALiBi or dropout and
+// no bias (which the row blocks do not take), window (a causal mask
+// allowed), key counts or packed sequences. Measured on an NVIDIA H200
+// (fp16, d 64, N 16384, causal, forward; bench/NOTES.md) against the
+// extended variant's nsg4-bc32-pf1: a softcap 170.8 → 177.0 TFLOP/s,
+// ALiBi 200.1 → 212.7, dropout 161.6 → 172.8; the window, key counts and
+// packed sequences were not timed (a larger query tile crosses more of
+// their edges).
+func extRowBlocks(ext *spec.Ext) bool {
+	return ext != nil && (ext.Softcap != 0 || ext.Slopes != nil || ext.Dropout != nil) && ext.Bias == nil &&
+		ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
 }
 
 // extLargeTile64 reports whether the extended variant takes plain's large
@@ -857,7 +924,7 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 		{ID: shaders.SpecCMRL, Value: rl}, {ID: shaders.SpecCMSlotLo, Value: sLo}, {ID: shaders.SpecCMSlotHi, Value: sHi},
 		{ID: shaders.SpecCMXorMask, Value: xm}, {ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
 		{ID: shaders.SpecCMVec, Value: b2u(vec)}, {ID: shaders.SpecCMPrefet, Value: b2u(vec && c.Prefetch)},
-		{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)},
+		{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, {ID: shaders.SpecCMRowBlk, Value: uint32(c.rowBlocks())},
 	}
 }
 
@@ -1341,13 +1408,21 @@ func parseBwdCMTile(s string) (bwdCMTile, error) {
 func parseCMTile(s string) (CMTile, error) {
 	var c CMTile
 	var pf int
-	base, pairs := strings.CutSuffix(s, "-p2")
+	bad := fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1[-p2][-rbN])", ErrInvalid, s)
+	base := s
+	if i := strings.LastIndex(base, "-rb"); i >= 0 {
+		if _, err := fmt.Sscanf(base[i:], "-rb%d", &c.RowBlocks); err != nil {
+			return CMTile{}, bad
+		}
+		base = base[:i]
+	}
+	base, pairs := strings.CutSuffix(base, "-p2")
 	if _, err := fmt.Sscanf(base, "nsg%d-bc%d-mode%d-pf%d", &c.NSG, &c.BC, &c.Mode, &pf); err != nil || pf < 0 || pf > 1 {
-		return CMTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1[-p2])", ErrInvalid, s)
+		return CMTile{}, bad
 	}
 	c.Prefetch, c.Pairs = pf == 1, pairs
 	if c.String() != s {
-		return CMTile{}, fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1[-p2])", ErrInvalid, s)
+		return CMTile{}, bad
 	}
 	return c, nil
 }

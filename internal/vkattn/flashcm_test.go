@@ -184,11 +184,12 @@ func TestChooseCMTile(t *testing.T) {
 	}{
 		{l, 128, 128, 4096, sh, "nsg8-bc64-mode1-pf1"},
 		{l, 128, 128, 2048, sh, "nsg8-bc64-mode1-pf1"},
-		{l, 64, 64, 16384, sh, "nsg8-bc128-mode1-pf1"},
-		{l, 40, 64, 8192, sh, "nsg8-bc128-mode1-pf1"},
+		{l, 64, 64, 16384, sh, "nsg4-bc32-mode1-pf1-rb2"}, // d ≤ 64: two row blocks per subgroup
+		{l, 40, 64, 8192, sh, "nsg4-bc32-mode1-pf1-rb2"},
 		{l, 96, 96, 4096, sh, "nsg8-bc64-mode1-pf1"},
 		{l, 128, 128, 2047, sh, "nsg8-bc32-mode1-pf1"}, // short sequences: smaller MODE 1 tiles
-		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1"},
+		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1-rb2"},
+		{l, 64, 64, 512, 18 << 10, "nsg4-bc32-mode1-pf1"}, // (the row blocks' 18980 bytes do not fit)
 		{l, 256, 256, 4096, sh, "nsg8-bc32-mode1-pf1-p2"}, // above d 192: subgroup pairs (fp16, no options)
 		{l, 160, 192, 1024, sh, "nsg4-bc32-mode1-pf1"},    // up to d 192 the prefetch fits without pairs
 		{l, 224, 224, 4096, sh, "nsg8-bc32-mode1-pf1-p2"},
@@ -211,7 +212,8 @@ func TestChooseCMTile(t *testing.T) {
 		}
 	}
 	// The extended variant takes the small tiles at every length, except
-	// at 64 < d ≤ 128 with ALiBi, a bias or a softcap and no dropout from
+	// at 64 < d ≤ 128 with ALiBi, a bias or a softcap and no dropout, and at
+	// d ≤ 64 with a softcap, ALiBi or dropout alone (the row blocks), from
 	// plain's large-tile length on (this layout's softcap takes fp32's
 	// tanh: fp16 storage).
 	win := &spec.Ext{Left: 100, Right: 0}
@@ -226,12 +228,14 @@ func TestChooseCMTile(t *testing.T) {
 	}{
 		{128, 16384, win, "nsg8-bc32-mode1-pf1"}, {64, 16384, win, "nsg4-bc32-mode1-pf1"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"}, {192, 4096, win, "nsg4-bc32-mode1-pf1"},
 		{128, 16384, alibi, "nsg8-bc64-mode1-pf1"}, {128, 16384, bias, "nsg8-bc64-mode1-pf1"}, {128, 2047, bias, "nsg8-bc32-mode1-pf1"},
-		{64, 16384, alibi, "nsg4-bc32-mode1-pf1"}, {256, 4096, bias, "nsg4-bc32-mode1-pf0"},
+		{64, 16384, alibi, "nsg4-bc32-mode1-pf1-rb2"}, {256, 4096, bias, "nsg4-bc32-mode1-pf0"},
+		{64, 16384, bias, "nsg4-bc32-mode1-pf1"}, {64, 2047, alibi, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: -1, Right: 0, Dropout: drop}, "nsg4-bc32-mode1-pf1-rb2"},
 		{96, 2048, alibi, "nsg8-bc64-mode1-pf1"}, {96, 2048, bias, "nsg8-bc64-mode1-pf1"}, {96, 2047, alibi, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: 4095, Right: 0, Slopes: []float32{0.5}}, "nsg8-bc64-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg8-bc64-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}, Softcap: 30}, "nsg8-bc64-mode1-pf1"},
-		{128, 16384, softcap, "nsg8-bc64-mode1-pf1"}, {64, 16384, softcap, "nsg4-bc32-mode1-pf1"}, {128, 2047, softcap, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, softcap, "nsg8-bc64-mode1-pf1"}, {64, 16384, softcap, "nsg4-bc32-mode1-pf1-rb2"}, {128, 2047, softcap, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 	} {
@@ -260,12 +264,12 @@ func TestChooseCMTile(t *testing.T) {
 		{64, 2047, softcap, "nsg4-bc32-mode1-pf1"}, {128, 16384, causalCap, "nsg8-bc64-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: 100, Right: 0, Softcap: 30}, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: -1, Right: 2, Softcap: 30}, "nsg4-bc32-mode1-pf1"},
-		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Slopes: []float32{0.5}}, "nsg4-bc32-mode1-pf1"},
-		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Slopes: []float32{0.5}}, "nsg4-bc32-mode1-pf1-rb2"},
+		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg4-bc32-mode1-pf1-rb2"},
 		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, SeqUsedK: []int32{9000}}, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Bias: &spec.Bias{}}, "nsg4-bc32-mode1-pf1"},
-		{64, 16384, alibi, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, alibi, "nsg4-bc32-mode1-pf1-rb2"},
 	} {
 		if got, err := chooseCMTile(&half, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("fp16 tanh, extended (window %d,%d softcap %g ALiBi %v bias %v dropout %v keys %v packed %v) d %d nq %d: %v (%v), want %s",
@@ -400,7 +404,7 @@ func TestChooseCMTile(t *testing.T) {
 	// bytes short of 48 KiB) still fits with them, and not when they would
 	// overflow.
 	d256 := CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}
-	need := shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 256, 256, 1, false) + dropExtra(true, 64, 32)
+	need := shaders.FlashCMSharedBytes(shaders.FlashCMShape{M: 16, N: 16, K: 16, NSG: 4, BC: 32, Mode: 0, D: 256, DV: 256, Planes: 1}) + dropExtra(true, 64, 32)
 	if need > sh {
 		t.Errorf("dropout d256 %v needs %d bytes, more than %d", d256, need, sh)
 	}
@@ -447,12 +451,44 @@ func TestChooseCMTile(t *testing.T) {
 		t.Errorf("flash_cm pairs in the float32 build: %v, want a refusal", err)
 	}
 	// The pairs' shared memory counts exactly (their S beside the staging).
-	fpNeed := shaders.FlashCMSharedBytes(16, 16, 16, 8, 32, 1, 256, 256, 1, true)
+	fpNeed := shaders.FlashCMSharedBytes(shaders.FlashCMShape{M: 16, N: 16, K: 16, NSG: 8, BC: 32, Mode: 1, D: 256, DV: 256, Planes: 1, Pairs: true})
 	if err := CheckCMTile(l, fp, 256, 256, TileExtras{}, fpNeed, wg); err != nil {
 		t.Errorf("%s refused in the %d bytes it needs: %v", fp, fpNeed, err)
 	}
 	if err := CheckCMTile(l, fp, 256, 256, TileExtras{}, fpNeed-1, wg); err == nil {
 		t.Errorf("%s accepted in %d bytes, needs %d", fp, fpNeed-1, fpNeed)
+	}
+	// flash_cm's row blocks run MODE 1 on the 16-bit builds, at most two a
+	// subgroup, without pairs or a bias (dropout's keep bits and the other
+	// options allowed); their rows are twice the subgroups'.
+	rb := CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true, RowBlocks: 2}
+	if err := CheckCMTile(l, rb, 64, 64, TileExtras{Dropout: true}, sh, wg); err != nil {
+		t.Errorf("%s with dropout: %v", rb, err)
+	}
+	if got := rb.Rows(l); got != 128 {
+		t.Errorf("%s: %d rows, want 128", rb, got)
+	}
+	for _, c := range []struct {
+		l      *CMLayout
+		tile   CMTile
+		extras TileExtras
+	}{
+		{l, CMTile{NSG: 4, BC: 32, Mode: 0, RowBlocks: 2}, TileExtras{}},
+		{l, CMTile{NSG: 4, BC: 32, Mode: 1, RowBlocks: 3}, TileExtras{}},
+		{l, CMTile{NSG: 4, BC: 32, Mode: 1, Pairs: true, RowBlocks: 2}, TileExtras{}},
+		{l, rb, TileExtras{BiasElem: 2}},
+		{&f32, CMTile{NSG: 4, BC: 32, Mode: 1, RowBlocks: 2}, TileExtras{}},
+	} {
+		if err := CheckCMTile(c.l, c.tile, 64, 64, c.extras, sh, wg); err == nil || !strings.Contains(err.Error(), "row blocks") {
+			t.Errorf("%s with %+v (planes %d): %v, want a refusal of the row blocks", c.tile, c.extras, c.l.planes(), err)
+		}
+	}
+	rbNeed := shaders.FlashCMSharedBytes(shaders.FlashCMShape{M: 16, N: 16, K: 16, NSG: 4, BC: 32, Mode: 1, D: 64, DV: 64, Planes: 1, RowBlocks: 2})
+	if err := CheckCMTile(l, rb, 64, 64, TileExtras{}, rbNeed, wg); err != nil {
+		t.Errorf("%s refused in the %d bytes it needs: %v", rb, rbNeed, err)
+	}
+	if err := CheckCMTile(l, rb, 64, 64, TileExtras{}, rbNeed-1, wg); err == nil {
+		t.Errorf("%s accepted in %d bytes, needs %d", rb, rbNeed-1, rbNeed)
 	}
 	// MODE is 0 or 1.
 	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 32, Mode: 2}, 64, 64, TileExtras{}, sh, wg); err == nil {
@@ -495,6 +531,15 @@ func TestCMSpec(t *testing.T) {
 	}
 	if got := get(sp, shaders.SpecCMPairs); got != 0 {
 		t.Errorf("spec PAIRS = %d without pairs", got)
+	}
+	if got := get(sp, shaders.SpecCMRowBlk); got != 1 {
+		t.Errorf("spec ROWBLK = %d without row blocks, want 1", got)
+	}
+	sp = CMSpec(l, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true, RowBlocks: 2}, 64, 64, true)
+	for id, want := range map[uint32]uint32{0: 128, 3: 128, 4: 32, 13: 1, 22: 1, shaders.SpecCMPairs: 0, shaders.SpecCMRowBlk: 2} {
+		if got := get(sp, id); got != want {
+			t.Errorf("row-block spec %d = %#x, want %#x", id, got, want)
+		}
 	}
 	sp = CMSpec(l, CMTile{NSG: 8, BC: 32, Mode: 1, Pairs: true}, 256, 256, true)
 	for id, want := range map[uint32]uint32{0: 256, 3: 64, 4: 32, 13: 1, 22: 0, shaders.SpecCMPairs: 1} {
@@ -560,7 +605,7 @@ func TestCMTileBiasStage(t *testing.T) {
 		t.Fatalf("ExtrasOf: fp16 bias %+v, fp32 bias %+v", x16, x32)
 	}
 	c := CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true}
-	plain := shaders.FlashCMSharedBytes(16, 16, 16, 8, 64, 1, 128, 128, 1, false)
+	plain := shaders.FlashCMSharedBytes(shaders.FlashCMShape{M: 16, N: 16, K: 16, NSG: 8, BC: 64, Mode: 1, D: 128, DV: 128, Planes: 1})
 	for _, x := range []TileExtras{x16, x32} {
 		need := plain + shaders.BiasStageBytes(x.BiasElem, 8, 16, 16, 4) - shaders.BiasStagePlaceholder
 		if need <= plain {
@@ -576,7 +621,7 @@ func TestCMTileBiasStage(t *testing.T) {
 			t.Errorf("%s without a bias refused in %d bytes: %v", c, need-1, err)
 		}
 		m0 := CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}
-		if err := CheckCMTile(l, m0, 64, 64, x, shaders.FlashCMSharedBytes(16, 16, 16, 4, 32, 0, 64, 64, 1, false), 1024); err != nil {
+		if err := CheckCMTile(l, m0, 64, 64, x, shaders.FlashCMSharedBytes(shaders.FlashCMShape{M: 16, N: 16, K: 16, NSG: 4, BC: 32, Mode: 0, D: 64, DV: 64, Planes: 1}), 1024); err != nil {
 			t.Errorf("%s (MODE 0: no stage) with a bias: %v", m0, err)
 		}
 	}

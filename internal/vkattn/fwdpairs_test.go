@@ -25,6 +25,28 @@ import (
 // other where it does not. Both tiles are checked against the reference,
 // with each option (a window with a softcap, ALiBi, dropout, key counts).
 func TestFlashCMPairs(t *testing.T) {
+	testFlashCMTwins(t, "pair", pairTiles, func(c CMTile) CMTile {
+		c.Pairs, c.NSG = false, c.NSG/2
+		return c
+	})
+}
+
+// TestFlashCMRowBlocks runs flash_cm's row blocks (MODE 1, fp16 and bf16:
+// each subgroup owning two blocks of CM_M rows) as TestFlashCMPairs runs
+// the pairs: against the reference and against the tile of one block per
+// subgroup and twice the subgroups (the same rows and keys), whose
+// arithmetic per row is the same.
+func TestFlashCMRowBlocks(t *testing.T) {
+	testFlashCMTwins(t, "row-block", rowBlockTiles, func(c CMTile) CMTile {
+		c.RowBlocks, c.NSG = 0, c.NSG*c.RowBlocks
+		return c
+	})
+}
+
+// testFlashCMTwins runs each tile that tiles lists for a problem (kind: a
+// name for the log) against the reference and against its twin, the tile
+// of the same rows and keys without the tile's feature.
+func testFlashCMTwins(t *testing.T, kind string, tiles func(*testing.T, *Backend, *CMLayout, *spec.Problem) []CMTile, twin func(CMTile) CMTile) {
 	b := openBackend(t, "")
 	ctx := context.Background()
 	ran := 0
@@ -37,7 +59,7 @@ func TestFlashCMPairs(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !l.Mode1 {
-			t.Logf("%s: no MODE 1 (%s): no pairs", dt, l.Why)
+			t.Logf("%s: no MODE 1 (%s): no %s tiles", dt, l.Why, kind)
 			continue
 		}
 		tol := 4e-3
@@ -53,19 +75,18 @@ func TestFlashCMPairs(t *testing.T) {
 			for _, opt := range pairOptions(h.p) {
 				p := *h.p
 				p.Mask, p.Ext = opt.mask, opt.ext
-				tiles := pairTiles(t, b, l, &p)
-				if p.Ext != nil && len(tiles) > 1 {
-					tiles = tiles[:1] // (the options on the largest tile)
+				ts := tiles(t, b, l, &p)
+				if p.Ext != nil && len(ts) > 1 {
+					ts = ts[:1] // (the options on the largest tile)
 				}
-				for _, tl := range tiles {
+				for _, tl := range ts {
 					ran++
 					t.Run(fmt.Sprintf("%s/%s/%s/%s", dt, c.name(i), opt.name, tl), func(t *testing.T) {
 						defer b.tune.clearOverrides()
 						o, lse := runPairTile(t, b, &p, dt, h, tl)
-						plain := tl
-						plain.Pairs, plain.NSG = false, tl.NSG/2
+						plain := twin(tl)
 						// The two tiles do the same arithmetic: bitwise equal where
-						// the compiler contracts both alike (every case on an
+						// the compiler contracts both alike (every pair case on an
 						// NVIDIA H200), within rounding of each other everywhere.
 						o0, lse0 := runPairTile(t, b, &p, dt, h, plain)
 						if !slices.Equal(o, o0) || !slices.Equal(lse, lse0) {
@@ -81,15 +102,15 @@ func TestFlashCMPairs(t *testing.T) {
 						}
 						checkClose(t, "o", o, ro, tol)
 						checkClose(t, "lse", lse, rlse, 1e-4)
-						checkClose(t, "o without pairs", o0, ro, tol)
-						checkClose(t, "lse without pairs", lse0, rlse, 1e-4)
+						checkClose(t, "o of "+plain.String(), o0, ro, tol)
+						checkClose(t, "lse of "+plain.String(), lse0, rlse, 1e-4)
 					})
 				}
 			}
 		}
 	}
 	if ran == 0 {
-		t.Skipf("%s: no flash_cm pair tile runs here", b.info.Name)
+		t.Skipf("%s: no flash_cm %s tile runs here", b.info.Name, kind)
 	}
 }
 
@@ -131,6 +152,26 @@ func pairTiles(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem) []CMTile 
 		for _, bc := range []int{32, 64} {
 			for _, pf := range []bool{false, true} {
 				c := CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, Pairs: true}
+				if CheckCMTile(l, c, p.D, p.Dv, x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// rowBlockTiles are the row-block tiles p takes on b, the most subgroups
+// first: every MODE 1 tile of two blocks and 32 or 64 keys, with and
+// without the prefetch, that fits.
+func rowBlockTiles(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
+	t.Helper()
+	var out []CMTile
+	x := ExtrasOf(l, p.Ext)
+	for _, nsg := range []int{4, 2, 1} {
+		for _, bc := range []int{32, 64} {
+			for _, pf := range []bool{false, true} {
+				c := CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, RowBlocks: 2}
 				if CheckCMTile(l, c, p.D, p.Dv, x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
 					out = append(out, c)
 				}

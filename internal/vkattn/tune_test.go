@@ -83,7 +83,7 @@ func TestParseCandidates(t *testing.T) {
 		}
 	}
 	for _, c := range []CMTile{{NSG: 8, BC: 128, Mode: 1, Prefetch: true}, {NSG: 2, BC: 32}, {NSG: 8, BC: 32, Mode: 1, Pairs: true},
-		{NSG: 4, BC: 64, Mode: 1, Prefetch: true, Pairs: true}} {
+		{NSG: 4, BC: 64, Mode: 1, Prefetch: true, Pairs: true}, {NSG: 4, BC: 32, Mode: 1, Prefetch: true, RowBlocks: 2}, {NSG: 2, BC: 64, Mode: 1, RowBlocks: 3}} {
 		got, err := parseCMTile(c.String())
 		if err != nil || got != c {
 			t.Errorf("%v: %v, %v", c, got, err)
@@ -113,7 +113,8 @@ func TestParseCandidates(t *testing.T) {
 			t.Errorf("parseCMTile(%q) accepted", s)
 		}
 	}
-	for _, s := range []string{"nsg8-bc32-mode1-p2", "nsg8-bc32-mode1-pf0-p2-p2", "nsg8-bc32-mode1-pf0-p3", "nsg8-bc32-mode1-p2-pf0", "nsg8-bc32-mode1-pf0-dq2"} {
+	for _, s := range []string{"nsg8-bc32-mode1-p2", "nsg8-bc32-mode1-pf0-p2-p2", "nsg8-bc32-mode1-pf0-p3", "nsg8-bc32-mode1-p2-pf0", "nsg8-bc32-mode1-pf0-dq2",
+		"nsg4-bc32-mode1-pf1-rb1", "nsg4-bc32-mode1-pf1-rb0", "nsg4-bc32-mode1-pf1-rb-2", "nsg4-bc32-mode1-pf1-rb", "nsg4-bc32-mode1-pf1-rb2x", "nsg4-bc32-mode1-pf1-rb2-p2", "nsg4-bc32-mode1-pf1-rb2-rb2"} {
 		if _, err := parseCMTile(s); err == nil {
 			t.Errorf("parseCMTile(%q) accepted", s)
 		}
@@ -269,7 +270,7 @@ func TestFlashCMFamily(t *testing.T) {
 		t.Error("flash: want planned for f32 only")
 	}
 	def, err := f.Default(ctx, b, p, spec.Float16)
-	if err != nil || def.String() != "nsg8-bc128-mode1-pf1" {
+	if err != nil || def.String() != "nsg4-bc32-mode1-pf1-rb2" {
 		t.Fatalf("Default = %v, %v", def, err)
 	}
 	cs, err := f.Candidates(ctx, b, p, spec.Float16)

@@ -284,7 +284,7 @@ func newFlashCM(d *device.Device, l *vkattn.CMLayout, c cmCfg, s attnShape) (*at
 	if err != nil {
 		return nil, err
 	}
-	sh := shaders.FlashCMSharedBytes(shaders.FlashCMShape{M: int(l.M), N: int(l.N), K: int(l.K), NSG: c.NSG, BC: c.BC, Mode: c.Mode, D: s.D, DV: s.DV, Planes: 1, Pairs: c.Pairs})
+	sh := shaders.FlashCMSharedBytes(shaders.FlashCMShape{M: int(l.M), N: int(l.N), K: int(l.K), NSG: c.NSG, BC: c.BC, Mode: c.Mode, D: s.D, DV: s.DV, Planes: 1, Pairs: c.Pairs, RowBlocks: c.RowBlocks})
 	return &attnKernel{Name: "flash_cm", Cfg: c.String(), BR: c.Rows(l), WG: c.NSG * l.SG, Shared: sh, pipe: p}, nil
 }
 

@@ -168,7 +168,7 @@ func FlashCMSharedBytes(s FlashCMShape) int {
 	}
 	b := 16 * skv
 	if mode == 0 {
-		b += br*(bc+4)*4 + planes*br*(bc+8)*2
+		b += nsg*m*(bc+4)*4 + planes*nsg*m*(bc+8)*2 // (MODE 0 has neither pairs nor row blocks)
 	} else {
 		b += 4 + ceilTo(2*planes, 4) // MODE 1: the one-element S and P arrays (P per plane)
 	}

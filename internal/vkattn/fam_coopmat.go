@@ -508,7 +508,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 // CMTile is one flash_cm configuration (exported for the bench harness,
 // with CheckCMTile and CMSpec).
 type CMTile struct {
-	NSG, BC  int // subgroups per workgroup (BR = NSG·CM_M, NSG·CM_M/2 with Pairs), keys per tile
+	NSG, BC  int // subgroups per workgroup (BR = NSG·CM_M·RowBlocks, NSG·CM_M/2 with Pairs), keys per tile
 	Mode     int // 0 shared-memory softmax, 1 register softmax
 	Prefetch bool
 	// Pairs (MODE 1, 16-bit storage): two subgroups share CM_M query rows,
@@ -560,6 +560,8 @@ const cmMaxRowBlocks = 2
 // 16-bit builds, without pairs or a staged bias.
 func (c CMTile) checkRowBlocks(l *CMLayout, x TileExtras) error {
 	switch rb := c.RowBlocks; {
+	case rb < 0:
+		return fmt.Errorf("tile %s: %d row blocks per subgroup (0 or 1 … %d)", c, rb, cmMaxRowBlocks)
 	case rb <= 1:
 		return nil
 	case rb > cmMaxRowBlocks:
@@ -612,11 +614,11 @@ const cmLargeNq = 2048
 
 // cmTiles lists the configurations to try for a problem, best first, when
 // the probe allows register softmax (MODE 1): the H200 tuner's choices —
-// at d ≤ 64 and every length nsg4-bc32 in two row blocks per subgroup
-// (nsg4-bc32-pf1-rb2: 2026-11-30 on an NVIDIA H200, against the tile that
-// follows it in the list: from Nq = cmLargeNq on nsg8-bc128, fp16 +5–9%,
-// bf16 +4–6%; below nsg4-bc32, fp16 +6% and +10% at N 512 and 1024, causal
-// −2% and +2%); Nq ≥ cmLargeNq: nsg8-bc64 at d ≤ 128 (two row blocks ran
+// plain calls at d ≤ 64 and every length take nsg4-bc32 in two row blocks
+// per subgroup (nsg4-bc32-pf1-rb2: 2026-11-30 on an NVIDIA H200, against
+// the tile that follows it in the list: from Nq = cmLargeNq on nsg8-bc128,
+// fp16 +5–9%, bf16 +4–6%; below nsg4-bc32, fp16 +5–10% at N 512 and 1024,
+// causal −3…+4%); Nq ≥ cmLargeNq: nsg8-bc64 at d ≤ 128 (two row blocks ran
 // it 25–45% slower, and d 96 1–7%); below: nsg8-bc32 at d ≤ 128 (all with
 // prefetch); then MODE 0
 // nsg4-bc32-pf1 (any layout, the fallback). Above d 128 (2026-11-30 on an
@@ -630,7 +632,8 @@ const cmLargeNq = 2048
 // 256, N 4096, against MODE 0's 55; the prefetch registers spill there). The
 // extended variant (ext non-nil: a window, softcap, ALiBi, key counts,
 // packed sequences, dropout or a bias) takes the smaller tiles at every
-// length, with two exceptions (extLargeTile, extLargeTile64): on
+// length, with three exceptions (extLargeTile, extLargeTile64,
+// extRowBlocks): on
 // 2026-11-25 its extra per-row state pushed the large tile past the 255
 // registers an NVIDIA H200 invocation has (spilled to local memory, 96
 // bytes; 144 with dropout), and the small tile ran it 1.3× faster there
@@ -639,8 +642,10 @@ const cmLargeNq = 2048
 // tiles that need none (2026-11-28), ALiBi's and a bias's score terms run
 // faster on plain's d 128 tile, and so does the softcap's since its tanh
 // lost its selects; dropout, the window and packed sequences alone still run
-// slower there. At d ≤ 64 only a softcap taken in fp16 (bf16 storage)
-// gains from plain's tile. The tune cache overrides these per device.
+// slower there. At d ≤ 64 a softcap taken in fp16 (bf16 storage) gains
+// from plain's former tile, nsg8-bc128, and fp16's softcap, ALiBi or
+// dropout and bf16's dropout from plain's row blocks. The tune cache
+// overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 	if l.planes() > 1 {
 		return cmSplitTiles(l, d, dv)
@@ -652,13 +657,12 @@ func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 		switch dm := max(d, dv); {
 		case dm <= 64 && long && extLargeTile64(l, ext):
 			ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
-		case dm <= 64 && (ext == nil || long && extRowBlocks(ext)):
+		case dm <= 64 && (ext == nil || long && extRowBlocks(l, ext)):
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true, RowBlocks: 2})
-			if long {
+			if large {
 				ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
-			} else {
-				ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 			}
+			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		case dm <= 64:
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		case dm <= 128 && (large || long && extLargeTile(ext)):
@@ -835,17 +839,24 @@ func extLargeTile(ext *spec.Ext) bool {
 }
 
 // extRowBlocks reports whether the extended variant takes plain's row-block
-// tile at d ≤ 64 (nsg4-bc32-pf1-rb2): with a softcap, ALiBi or dropout and
-// no bias (which the row blocks do not take), window (a causal mask
-// allowed), key counts or packed sequences. Measured on an NVIDIA H200
-// (fp16, d 64, N 16384, causal, forward; bench/NOTES.md) against the
-// extended variant's nsg4-bc32-pf1: a softcap 170.8 → 177.0 TFLOP/s,
-// ALiBi 200.1 → 212.7, dropout 161.6 → 172.8; the window, key counts and
-// packed sequences were not timed (a larger query tile crosses more of
-// their edges).
-func extRowBlocks(ext *spec.Ext) bool {
-	return ext != nil && (ext.Softcap != 0 || ext.Slopes != nil || ext.Dropout != nil) && ext.Bias == nil &&
-		ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
+// tile at d ≤ 64 (nsg4-bc32-pf1-rb2) with layout l: with fp16 storage for a
+// softcap, ALiBi or dropout, with bf16 for dropout, and never with a bias
+// (which the row blocks do not take), a window (a causal mask allowed), key
+// counts or packed sequences. Measured on an NVIDIA H200 (d 64, N 16384,
+// causal, forward; bench/NOTES.md) against the extended variant's
+// nsg4-bc32-pf1: fp16 softcap 170.8 → 177.0 TFLOP/s, ALiBi 200.1 → 212.7,
+// dropout 161.6 → 172.8; bf16 dropout 147.1 → 152.1, but ALiBi 180.3 →
+// 173.3 (and its softcap, on nsg8-bc128 by extLargeTile64, 191.6 → 175.9).
+// The window, key counts and packed sequences were not timed (a larger
+// query tile crosses more of their edges).
+func extRowBlocks(l *CMLayout, ext *spec.Ext) bool {
+	if ext == nil || ext.Bias != nil || ext.Left >= 0 || ext.Right > 0 || ext.SeqUsedK != nil || ext.CuQ != nil {
+		return false
+	}
+	if l.Storage == spec.BFloat16 {
+		return ext.Dropout != nil
+	}
+	return ext.Softcap != 0 || ext.Slopes != nil || ext.Dropout != nil
 }
 
 // extLargeTile64 reports whether the extended variant takes plain's large

@@ -189,9 +189,10 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 96, 96, 4096, sh, "nsg8-bc64-mode1-pf1"},
 		{l, 128, 128, 2047, sh, "nsg8-bc32-mode1-pf1"}, // short sequences: smaller MODE 1 tiles
 		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1-rb2"},
-		{l, 64, 64, 512, 18 << 10, "nsg4-bc32-mode1-pf1"}, // (the row blocks' 18980 bytes do not fit)
-		{l, 256, 256, 4096, sh, "nsg8-bc32-mode1-pf1-p2"}, // above d 192: subgroup pairs (fp16, no options)
-		{l, 160, 192, 1024, sh, "nsg4-bc32-mode1-pf1"},    // up to d 192 the prefetch fits without pairs
+		{l, 64, 64, 512, 18 << 10, "nsg4-bc32-mode1-pf1"},   // (the row blocks' 18972 bytes do not fit)
+		{l, 64, 64, 16384, 18 << 10, "nsg4-bc32-mode1-pf1"}, // (nor do nsg8-bc128's 37404)
+		{l, 256, 256, 4096, sh, "nsg8-bc32-mode1-pf1-p2"},   // above d 192: subgroup pairs (fp16, no options)
+		{l, 160, 192, 1024, sh, "nsg4-bc32-mode1-pf1"},      // up to d 192 the prefetch fits without pairs
 		{l, 224, 224, 4096, sh, "nsg8-bc32-mode1-pf1-p2"},
 		{l, 256, 240, 4096, sh, "nsg4-bc32-mode1-pf0"}, // O has no halves: no prefetch registers
 		{l, 256, 256, 4096, 42 << 10, "nsg4-bc32-mode1-pf0"},
@@ -244,6 +245,11 @@ func TestChooseCMTile(t *testing.T) {
 				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.d, c.nq, got, err, c.want)
 		}
 	}
+	// Where the row blocks do not fit, an option at d ≤ 64 takes its own
+	// small tile (not plain's nsg8-bc128, larger still).
+	if got, err := chooseCMTile(l, 64, 64, 16384, alibi, 18<<10, wg); err != nil || got.String() != "nsg4-bc32-mode1-pf1" {
+		t.Errorf("ALiBi d 64 nq 16384 in 18 KiB: %v (%v), want nsg4-bc32-mode1-pf1", got, err)
+	}
 	// With the softcap's tanh in fp16 (bf16 storage) a softcap alone, causal
 	// or not, takes plain's large tile at d ≤ 64 too.
 	half := *l
@@ -264,12 +270,14 @@ func TestChooseCMTile(t *testing.T) {
 		{64, 2047, softcap, "nsg4-bc32-mode1-pf1"}, {128, 16384, causalCap, "nsg8-bc64-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: 100, Right: 0, Softcap: 30}, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: -1, Right: 2, Softcap: 30}, "nsg4-bc32-mode1-pf1"},
-		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Slopes: []float32{0.5}}, "nsg4-bc32-mode1-pf1-rb2"},
+		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Slopes: []float32{0.5}}, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg4-bc32-mode1-pf1-rb2"},
 		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, SeqUsedK: []int32{9000}}, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Bias: &spec.Bias{}}, "nsg4-bc32-mode1-pf1"},
-		{64, 16384, alibi, "nsg4-bc32-mode1-pf1-rb2"},
+		{64, 16384, alibi, "nsg4-bc32-mode1-pf1"}, // (bf16's ALiBi ran slower on the row blocks)
+		{64, 16384, &spec.Ext{Left: -1, Right: 0, Dropout: drop}, "nsg4-bc32-mode1-pf1-rb2"},
+		{64, 2047, &spec.Ext{Left: -1, Right: 0, Dropout: drop}, "nsg4-bc32-mode1-pf1"},
 	} {
 		if got, err := chooseCMTile(&half, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("fp16 tanh, extended (window %d,%d softcap %g ALiBi %v bias %v dropout %v keys %v packed %v) d %d nq %d: %v (%v), want %s",
@@ -475,6 +483,7 @@ func TestChooseCMTile(t *testing.T) {
 	}{
 		{l, CMTile{NSG: 4, BC: 32, Mode: 0, RowBlocks: 2}, TileExtras{}},
 		{l, CMTile{NSG: 4, BC: 32, Mode: 1, RowBlocks: 3}, TileExtras{}},
+		{l, CMTile{NSG: 4, BC: 32, Mode: 1, RowBlocks: -1}, TileExtras{}},
 		{l, CMTile{NSG: 4, BC: 32, Mode: 1, Pairs: true, RowBlocks: 2}, TileExtras{}},
 		{l, rb, TileExtras{BiasElem: 2}},
 		{&f32, CMTile{NSG: 4, BC: 32, Mode: 1, RowBlocks: 2}, TileExtras{}},

@@ -1,12 +1,25 @@
-import json, sys
-# mkcache.py OUT dtype d cand: forces flash_cm fwd tile cand for (dtype, d, causal both)
-out, dt, d, cand = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-opts = sys.argv[5] if len(sys.argv) > 5 else ""
+"""mkcache.py DEVICE_CACHE OUT DTYPE D TILE [OPTIONS]
+
+Writes a tune cache OUT that forces flash_cm's forward tile TILE (e.g.
+nsg4-bc32-mode1-pf1-rb2) for storage type DTYPE (float16, bfloat16) at
+head dim D, causal and not, for calls with OPTIONS (spec.Problem.Features:
+"softcap", "alibi", "dropout", ...; none: plain calls). The device block
+is the first entry's of DEVICE_CACHE, any tune cache `flashvk tune` wrote
+on that device. Run `flashvk bench` with FLASHVK_TUNE_CACHE=OUT; its JSON
+says which tile ran (launch.tile, launch.source "tuned").
+"""
+import json
+import sys
+
+dev_cache, out, dt, d, tile = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+opts = sys.argv[6] if len(sys.argv) > 6 else ""
 dt = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}.get(dt, dt)
-dev = json.load(open('.gpu/caches/base2.json'))['entries'][0]['device']
-ents = []
+dev = json.load(open(dev_cache))["entries"][0]["device"]
+entries = []
 for causal in (False, True):
-    ents.append({"device": dev, "key": {"family": "flash_cm", "dir": "fwd", "dtype": dt, "d": d, "dv": d, "causal": causal, **({"options": opts} if opts else {})},
-                 "n": 8192, "b": 2, "h": 2048 // d, "candidate": cand, "default": "", "median_ms": 1, "default_ms": 1, "tflops": 1,
-                 "date": "2026-11-30T12:00:00Z"})
-json.dump({"version": 1, "tool": "x", "entries": ents}, open(out, 'w'), indent=1)
+    key = {"family": "flash_cm", "dir": "fwd", "dtype": dt, "d": d, "dv": d, "causal": causal}
+    if opts:
+        key["options"] = opts
+    entries.append({"device": dev, "key": key, "n": 8192, "b": 2, "h": max(2048 // d, 1), "candidate": tile,
+                    "default": "", "median_ms": 1, "default_ms": 1, "tflops": 1, "date": "2026-11-30T12:00:00Z"})
+json.dump({"version": 1, "tool": "mkcache.py", "entries": entries}, open(out, "w"), indent=1)

@@ -46,7 +46,7 @@ func TestFlashCMRowBlocks(t *testing.T) {
 // testFlashCMTwins runs each tile that tiles lists for a problem (kind: a
 // name for the log) against the reference and against its twin, the tile
 // of the same rows and keys without the tile's feature.
-func testFlashCMTwins(t *testing.T, kind string, tiles func(*testing.T, *Backend, *CMLayout, *spec.Problem) []CMTile, twin func(CMTile) CMTile) {
+func testFlashCMTwins(t *testing.T, kind string, tiles func(*Backend, *CMLayout, *spec.Problem) []CMTile, twin func(CMTile) CMTile) {
 	b := openBackend(t, "")
 	ctx := context.Background()
 	ran := 0
@@ -75,7 +75,7 @@ func testFlashCMTwins(t *testing.T, kind string, tiles func(*testing.T, *Backend
 			for _, opt := range pairOptions(h.p) {
 				p := *h.p
 				p.Mask, p.Ext = opt.mask, opt.ext
-				ts := tiles(t, b, l, &p)
+				ts := tiles(b, l, &p)
 				if p.Ext != nil && len(ts) > 1 {
 					ts = ts[:1] // (the options on the largest tile)
 				}
@@ -144,35 +144,32 @@ func pairOptions(p *spec.Problem) []pairOption {
 // pairTiles are the pair tiles p takes on b, the most subgroups first:
 // every MODE 1 tile of 32 or 64 keys with pairs, with and without the
 // prefetch, that fits.
-func pairTiles(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
-	t.Helper()
-	var out []CMTile
-	x := ExtrasOf(l, p.Ext)
-	for _, nsg := range []int{8, 4, 2} {
-		for _, bc := range []int{32, 64} {
-			for _, pf := range []bool{false, true} {
-				c := CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, Pairs: true}
-				if CheckCMTile(l, c, p.D, p.Dv, x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
-					out = append(out, c)
-				}
-			}
-		}
-	}
-	return out
+func pairTiles(b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
+	return fittingTiles(b, l, p, []int{8, 4, 2}, []bool{false, true}, func(nsg, bc int, pf bool) CMTile {
+		return CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, Pairs: true}
+	})
 }
 
 // rowBlockTiles are the row-block tiles p takes on b, the most subgroups
 // first: every MODE 1 tile of two blocks and 32 or 64 keys, with and
 // without the prefetch, that fits (the default's nsg4-bc32 with the
 // prefetch first: calls with options run it alone).
-func rowBlockTiles(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
-	t.Helper()
+func rowBlockTiles(b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
+	return fittingTiles(b, l, p, []int{4, 2, 1}, []bool{true, false}, func(nsg, bc int, pf bool) CMTile {
+		return CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, RowBlocks: 2}
+	})
+}
+
+// fittingTiles are the tiles mk makes of nsg subgroups (nsgs, in order),
+// 32 or 64 keys and the prefetch on or off (pfs, in order) that CheckCMTile
+// accepts for p on b.
+func fittingTiles(b *Backend, l *CMLayout, p *spec.Problem, nsgs []int, pfs []bool, mk func(nsg, bc int, pf bool) CMTile) []CMTile {
 	var out []CMTile
 	x := ExtrasOf(l, p.Ext)
-	for _, nsg := range []int{4, 2, 1} {
+	for _, nsg := range nsgs {
 		for _, bc := range []int{32, 64} {
-			for _, pf := range []bool{true, false} {
-				c := CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, RowBlocks: 2}
+			for _, pf := range pfs {
+				c := mk(nsg, bc, pf)
 				if CheckCMTile(l, c, p.D, p.Dv, x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize) == nil {
 					out = append(out, c)
 				}

@@ -103,17 +103,19 @@ func (h *harness) kernel(c kcfg, s attnShape) (*attnKernel, error) {
 func (h *harness) candidates() []kcfg {
 	var out []kcfg
 	if h.lay != nil {
-		// (NSG, BC, prefetch): the MODE 1 sweep, and MODE 0's fallback tiles.
-		lists := map[int][][3]int{
-			1: {{4, 32, 1}, {4, 64, 1}, {4, 64, 0}, {4, 128, 1}, {8, 32, 1}, {8, 64, 1}, {8, 64, 0}, {8, 128, 1}},
-			0: {{4, 32, 1}, {4, 64, 1}},
+		// (NSG, BC, prefetch, row blocks): the MODE 1 sweep (with d ≤ 64's
+		// default of two row blocks), and MODE 0's fallback tiles.
+		lists := map[int][][4]int{
+			1: {{4, 32, 1, 0}, {4, 64, 1, 0}, {4, 64, 0, 0}, {4, 128, 1, 0}, {8, 32, 1, 0}, {8, 64, 1, 0}, {8, 64, 0, 0}, {8, 128, 1, 0},
+				{4, 32, 1, 2}, {8, 32, 1, 2}},
+			0: {{4, 32, 1, 0}, {4, 64, 1, 0}},
 		}
 		for _, mode := range []int{1, 0} {
 			if mode == 1 && !h.lay.Mode1 {
 				continue
 			}
 			for _, x := range lists[mode] {
-				c := cmCfg{NSG: x[0], BC: x[1], Mode: mode, Prefetch: x[2] == 1}
+				c := cmCfg{NSG: x[0], BC: x[1], Mode: mode, Prefetch: x[2] == 1, RowBlocks: x[3]}
 				out = append(out, kcfg{cm: &c})
 			}
 		}

@@ -24,7 +24,49 @@ func RunEdges(t *testing.T, e *attention.Engine) {
 		if dt == attention.BFloat16 {
 			t.Run("bfloat16/range", func(t *testing.T) { bf16Range(t, e) })
 		}
+		if dt == attention.Float32 {
+			t.Run("float32/d-cancels", func(t *testing.T) { dCancels(t, e) })
+		}
 	}
+}
+
+// dCancels: the backward's D = rowsum(dO∘O) whose terms cancel in fp32.
+// One query (Q = 0: equal scores, P = ½, ½) sees two keys; V's rows are
+// (1, 0, 0, −1, 0, …) and (0, 2⁻²⁹, 0, …), so O = (½, 2⁻³⁰, 0, −½, 0, …),
+// and dO is 1 on features 0, 1 and 3: dP = (0, 2⁻²⁹), each exact in any
+// order of addition, but D = ½ + 2⁻³⁰ − ½ = 2⁻³⁰ loses its 2⁻³⁰ in a plain
+// fp32 sum whichever pair it adds first (½ + 2⁻³⁰ and 2⁻³⁰ − ½ round it
+// away, ½ − ½ does not, and features 0 and 3 never meet first in a sum
+// split over lanes by feature index: 0 and 1, or 0 and 3 after 1 and 3).
+// Then dS = (−2⁻³¹, 2⁻³¹) and dQ = scale·2⁻³¹·(k₂ − k₁); a D of 0 would
+// give dS = (0, 2⁻³⁰), a dQ that is not even parallel to it. dK = 0 (Q =
+// 0) and dV = ½·dO.
+func dCancels(t *testing.T, e *attention.Engine) {
+	c := Case{B: 1, Hq: 1, Hkv: 1, Nq: 1, Nk: 2, D: 16, Dv: 16}
+	seed := Seed(t)
+	in := NewInputs(c, attention.Float32, seed)
+	for d := range c.D {
+		in.setQ(0, 0, 0, d, 0)
+	}
+	for j := range c.Nk {
+		for d := range c.Dv {
+			in.setV(0, j, 0, d, 0)
+		}
+	}
+	for d := range c.Dv {
+		in.setDO(0, 0, 0, d, 0)
+	}
+	in.setV(0, 0, 0, 0, 1)
+	in.setV(0, 0, 0, 3, -1)
+	in.setV(0, 1, 0, 1, 0x1p-29)
+	for _, d := range []int{0, 1, 3} {
+		in.setDO(0, 0, 0, d, 1)
+	}
+	ref := in.Reference(t)
+	g := in.backward(t, e, ref)
+	Check(t, "dq", g[0], ref.DQ, Float32Tol, seed)
+	Check(t, "dk", g[1], ref.DK, Float32Tol, seed)
+	Check(t, "dv", g[2], ref.DV, Float32Tol, seed)
 }
 
 // scaleInputs multiplies the stored values of t by f (re-rounding to t's

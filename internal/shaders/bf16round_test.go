@@ -57,3 +57,62 @@ func TestBF16ProbabilityRounding(t *testing.T) {
 		t.Errorf("NaN: got %g", got)
 	}
 }
+
+// bf16RoundSplit is cm_types.glsl's bf16_rn: the split with its range
+// guard (from 2^111 in magnitude, and for ±Inf, x itself).
+func bf16RoundSplit(x float32) float32 {
+	if hi := bf16RoundProbability(x); !(math.Abs(float64(x)) >= 0x1p111) {
+		return hi
+	}
+	return x
+}
+
+// TestBF16SplitRounding checks the claim the bf16 cooperative-matrix
+// backward rests on when it rounds P and dS in fp32 arithmetic: for normal
+// float32 of either sign below 2^111 in magnitude the guarded split gives
+// the nearest bfloat16, ties to even (every tie, and a stride through the
+// rest: every 7th value, every 613th under -short); NaN stays NaN; from
+// 2^111 on, ±Inf included, the value passes unchanged.
+func TestBF16SplitRounding(t *testing.T) {
+	step := uint32(7)
+	if testing.Short() {
+		step = 613
+	}
+	check := func(u uint32) bool {
+		x := math.Float32frombits(u)
+		got := math.Float32bits(bf16RoundSplit(x))
+		want := uint32(bfloat16.FromFloat32(x).Bits()) << 16
+		if got != want {
+			t.Errorf("x = %#08x (%g): split %#08x, nearest even %#08x", u, x, got, want)
+			return false
+		}
+		return true
+	}
+	lo, hi := math.Float32bits(0x1p-126), math.Float32bits(0x1p111)
+	for _, sign := range []uint32{0, 1 << 31} {
+		for u := lo; u < hi; u += step {
+			if !check(sign | u) {
+				return
+			}
+		}
+		for u := lo&^0xffff | 0x8000; u < hi; u += 0x10000 { // every tie
+			if !check(sign | u) {
+				return
+			}
+		}
+	}
+	for _, x := range []float32{0x1p111, -0x1p111, math.MaxFloat32, -0x1.fffffep120,
+		float32(math.Inf(1)), float32(math.Inf(-1))} {
+		if got := bf16RoundSplit(x); math.Float32bits(got) != math.Float32bits(x) {
+			t.Errorf("%g: got %g, want it unchanged", x, got)
+		}
+	}
+	for _, x := range []float32{0, float32(math.Copysign(0, -1))} {
+		if got := bf16RoundSplit(x); math.Float32bits(got) != math.Float32bits(x) {
+			t.Errorf("%g: got %g", x, got)
+		}
+	}
+	if got := bf16RoundSplit(float32(math.NaN())); !math.IsNaN(float64(got)) {
+		t.Errorf("NaN: got %g", got)
+	}
+}

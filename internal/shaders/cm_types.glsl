@@ -8,11 +8,12 @@
 //   CM_T          element type of the A/B operands and of the 16-bit
 //                 accumulators used to store results (float16_t, bfloat16_t)
 //   CM_TO(x)      fp32 → CM_T, rounded to nearest even (for bf16 computed
-//                 in integer arithmetic first, so that the conversion itself
-//                 is exact whatever rounding the driver's OpFConvert uses)
+//                 in fp32 arithmetic first, bf16_rn, so that the conversion
+//                 itself is exact whatever rounding the driver's OpFConvert
+//                 uses)
 //   CM_TO_P(p)    the same for a probability p (0 ≤ p ≤ 1, or NaN): for
-//                 bf16 in three fp32 operations (bf16_rn_p) instead of
-//                 the integer rounding
+//                 bf16 in three fp32 operations (bf16_rn_p), without
+//                 bf16_rn's range guard
 //   CM_RAWT       type of one raw 16-bit element in a function-local array
 //                 (fp16: float16_t; bf16: its bits in a uint, since a
 //                 function-local uint16_t would need the Int16 capability)
@@ -47,7 +48,6 @@
 // bf16_rne: x rounded to the nearest bfloat16 (ties to even, NaN kept), as
 // a float32 (exactly representable in bfloat16).
 float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
-#define CM_TO(x) bfloat16_t(bf16_rne(x))
 // bf16_rn_p: a probability x (0 ≤ x ≤ 1, or NaN) rounded to the nearest
 // bfloat16 as a float32, by Veltkamp's split at 8 significant bits: c =
 // x·(2^16 + 1), hi = c − (c − x), three fp32 operations (precise: neither
@@ -70,6 +70,20 @@ float bf16_rn_p(float x) {
 	return hi;
 }
 #define CM_TO_P(x) bfloat16_t(bf16_rn_p(x))
+// bf16_rn: the same split for any x (the backward's P and dS, whose
+// magnitudes a caller's LSE or dO can make large): below 2^111 in
+// magnitude it is bf16_rne(x) bit for bit for every normal x, ties
+// included (TestBF16SplitRounding); NaN comes out a NaN of the split's
+// arithmetic, quiet, which every conversion keeps a NaN. From 2^111 on,
+// where c would overflow, and for ±Inf, x passes unchanged and the
+// conversion rounds it by the device's own rule (±Inf exact; a finite
+// value there within one bfloat16 unit). Five fp32 operations where
+// bf16_rne takes six integer ones.
+float bf16_rn(float x) {
+	float hi = bf16_rn_p(x);
+	return abs(x) >= 2596148429267413814265248164610048.0 ? x : hi; // (2^111)
+}
+#define CM_TO(x) bfloat16_t(bf16_rn(x))
 #define CM_RAWT uint
 #define CM_RAW(v) uint(v)
 #define CM_RAW0 0u

@@ -50,7 +50,7 @@ ADDR_CM_SPV := $(foreach k,$(ADDR_CM_KERNELS),$(SPVDIR)/$(k).addr.f16.spv)
 ADDR_CM_BF16_SPV := $(foreach k,$(ADDR_CM_KERNELS),$(SPVDIR)/$(k).addr.bf16.spv)
 ADDR_CM_F32_SPV := $(foreach k,$(CM_F32_KERNELS),$(SPVDIR)/$(k).addr.f32.spv)
 ADDR_SPV := $(ADDR_F32_SPV) $(ADDR_F16_SPV) $(ADDR_BF16_SPV) $(ADDR_CM_SPV) $(ADDR_CM_BF16_SPV) $(ADDR_CM_F32_SPV)
-SHADER_DEPS := internal/shaders/params.glsl internal/shaders/attn_params.glsl internal/shaders/kv_params.glsl internal/shaders/ext.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl internal/shaders/bias_stage.glsl scripts/glslang.lock scripts/compile-shader.sh
+SHADER_DEPS := internal/shaders/params.glsl internal/shaders/bf16.glsl internal/shaders/attn_params.glsl internal/shaders/kv_params.glsl internal/shaders/ext.glsl internal/shaders/bwd_common.glsl internal/shaders/cm_common.glsl internal/shaders/cm_types.glsl internal/shaders/bias_stage.glsl scripts/glslang.lock scripts/compile-shader.sh
 
 .PHONY: shaders shaders-check bench-shaders bench-shaders-check
 

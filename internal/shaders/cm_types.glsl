@@ -8,12 +8,13 @@
 //   CM_T          element type of the A/B operands and of the 16-bit
 //                 accumulators used to store results (float16_t, bfloat16_t)
 //   CM_TO(x)      fp32 → CM_T, rounded to nearest even (for bf16 computed
-//                 in fp32 arithmetic first, bf16_rn, so that the conversion
-//                 itself is exact whatever rounding the driver's OpFConvert
-//                 uses)
+//                 in fp32 arithmetic first, bf16.glsl's split with its
+//                 range guard or, without CM_RNE, its integer rounding, so
+//                 that the conversion itself is exact whatever rounding the
+//                 driver's OpFConvert uses)
 //   CM_TO_P(p)    the same for a probability p (0 ≤ p ≤ 1, or NaN): for
-//                 bf16 in three fp32 operations (bf16_rn_p), without
-//                 bf16_rn's range guard
+//                 bf16 the split without the range guard (three fp32
+//                 operations)
 //   CM_RAWT       type of one raw 16-bit element in a function-local array
 //                 (fp16: float16_t; bf16: its bits in a uint, since a
 //                 function-local uint16_t would need the Int16 capability)
@@ -29,6 +30,13 @@
 //                 types define none (cm_common.glsl makes it 1)
 // bf16 and fp32 modules need GL_EXT_bfloat16 (glslang ≥ 16; SPV_KHR_bfloat16,
 // capabilities BFloat16TypeKHR and BFloat16CooperativeMatrixKHR).
+
+// 28 CM_RNE: 1 where flash_cm_probe found the device's fp32 additions and
+// multiplications rounding to nearest even (ties included), which the
+// split rests on; 0 rounds to bf16 in integer arithmetic instead. Every
+// coopmat module declares it; the bf16 builds read it.
+layout(constant_id = 28) const uint CM_RNE = 1;
+
 #if defined(STORAGE_F16)
 #define CM_T float16_t
 #define CM_TO(x) float16_t(x)
@@ -45,45 +53,12 @@
 #elif defined(STORAGE_BF16)
 #extension GL_EXT_bfloat16 : require
 #define CM_T bfloat16_t
-// bf16_rne: x rounded to the nearest bfloat16 (ties to even, NaN kept), as
-// a float32 (exactly representable in bfloat16).
-float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
-// bf16_rn_p: a probability x (0 ≤ x ≤ 1, or NaN) rounded to the nearest
-// bfloat16 as a float32, by Veltkamp's split at 8 significant bits: c =
-// x·(2^16 + 1), hi = c − (c − x), three fp32 operations (precise: neither
-// fused nor reassociated) where bf16_rne takes six integer ones, at half
-// the fp32 rate on NVIDIA GPUs. With fp32 additions and multiplications
-// that round to nearest even, hi is bf16_rne(x) bit for bit for every
-// normal x up to 1, ties included (every float32 from 2^-126 to 1
-// compared on the host: TestBF16ProbabilityRounding, the same arithmetic
-// in Go). That rounding is an assumption: Vulkan lets an implementation
-// round these operations toward zero instead (no flashvk device does; the
-// split would then round P toward zero, within one bf16 unit). A
-// subnormal x (below 2^-126 of the row's largest probability) keeps bits
-// that the conversion then drops: within 2^-133 of x where subnormals are
-// kept. NaN stays NaN; x from about 2^112 up would overflow c (a
-// probability never is).
-float bf16_rn_p(float x) {
-	precise float c = x * 65537.0;
-	precise float t = c - x;
-	precise float hi = c - t;
-	return hi;
-}
-#define CM_TO_P(x) bfloat16_t(bf16_rn_p(x))
-// bf16_rn: the same split for any x (the backward's P and dS, whose
-// magnitudes a caller's LSE or dO can make large): below 2^111 in
-// magnitude it is bf16_rne(x) bit for bit for every normal x, ties
-// included (TestBF16SplitRounding); NaN comes out a NaN of the split's
-// arithmetic, quiet, which every conversion keeps a NaN. From 2^111 on,
-// where c would overflow, and for ±Inf, x passes unchanged and the
-// conversion rounds it by the device's own rule (±Inf exact; a finite
-// value there within one bfloat16 unit). Five fp32 operations where
-// bf16_rne takes six integer ones.
-float bf16_rn(float x) {
-	float hi = bf16_rn_p(x);
-	return abs(x) >= 2596148429267413814265248164610048.0 ? x : hi; // (2^111)
-}
-#define CM_TO(x) bfloat16_t(bf16_rn(x))
+// Rounding to bf16 (bf16.glsl): by the split where the device's fp32
+// arithmetic rounds to nearest even (CM_RNE, below), else in integer
+// arithmetic. P (0 ≤ P ≤ 1 in the forward) takes the split without its
+// range guard.
+#define CM_TO_P(x) bfloat16_t(CM_RNE != 0u ? bf16_split(x) : bf16_rne(x))
+#define CM_TO(x) bfloat16_t(CM_RNE != 0u ? bf16_split_guarded(x) : bf16_rne(x))
 #define CM_RAWT uint
 #define CM_RAW(v) uint(v)
 #define CM_RAW0 0u

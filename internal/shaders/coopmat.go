@@ -94,21 +94,22 @@ const (
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
 	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv (every build), bwd_cm_dq (the f32 build): subgroups in pairs that split the head dim's features and the gradients' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
 	SpecCMRowBlk  uint32 = 27 // flash_cm: row blocks of CM_M query rows per subgroup (MODE 1, 16-bit storage, no pairs, no bias)
+	SpecCMRNE     uint32 = 28 // every coopmat kernel (read by the bf16 builds): 1 rounds to bf16 by the fp32 split, where flash_cm_probe found fp32 rounding to nearest even; 0 in integer arithmetic
 )
 
 var (
 	// cmSpecIDs: every coopmat kernel's (cm_common.glsl's and PREFETCH);
 	// flash_cm and bwd_cm_dq add PAIRS (flash_cm ROWBLK too), bwd_cm_dkdv KVREG and PART, both
 	// backward kernels FHALVES (the backward kernels read 10–14 and 19–22
-	// of cm_common.glsl's).
+	// of cm_common.glsl's), and each CM_RNE last (cm_types.glsl's).
 	cmSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
-	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs, SpecCMRowBlk)
+	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs, SpecCMRowBlk, SpecCMRNE)
 	probeSpecIDs   = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	bwdCMSpecIDs   = cmSpecIDs
-	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves)
-	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves)
+	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves, SpecCMRNE)
+	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves, SpecCMRNE)
 )
 
 // CMPlanes is the number of bf16 planes the coopmat kernels split each
@@ -128,10 +129,20 @@ func CMPlanes(dtype string) int {
 // tanh2).
 func CMHalfTanh(dtype string) bool { return dtype == DTypeBF16 }
 
-// FlashCMProbeFloats is the length of flash_cm_probe's output buffer
-// (float32) for subgroup size sg: 8 header words, then 64 words per lane
-// for the accumulator and 64 per lane for the A type.
-func FlashCMProbeFloats(sg int) int { return 8 + 128*sg }
+// FlashCMProbeFloats is the length of flash_cm_probe's buffer (float32)
+// for subgroup size sg: 8 header words, then 64 words per lane for the
+// accumulator and 64 per lane for the A type, then the rounding check's
+// FlashCMProbeRounds inputs (from FlashCMProbeRoundOffset, written by the
+// host), their bf16_split and their bf16_split_guarded (bf16.glsl).
+func FlashCMProbeFloats(sg int) int { return FlashCMProbeRoundOffset(sg) + 3*FlashCMProbeRounds }
+
+// FlashCMProbeRoundOffset is where the rounding check's inputs start in
+// flash_cm_probe's buffer for subgroup size sg.
+func FlashCMProbeRoundOffset(sg int) int { return 8 + 128*sg }
+
+// FlashCMProbeRounds is the number of values flash_cm_probe rounds
+// (flash_cm_probe.comp's ROUNDS).
+const FlashCMProbeRounds = 32
 
 // FlashCMShape is what flash_cm's shared memory depends on: coopmat shape
 // M×N×K, NSG subgroups (in Pairs sharing M rows: MODE 1, 16-bit storage;

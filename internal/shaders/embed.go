@@ -2,7 +2,7 @@
 // the includes they share: params.glsl for every kernel, attn_params.glsl
 // (Params) for the attention kernels and kv_params.glsl (KVParams) for the
 // KV-cache ones, bwd_common.glsl for the scalar backward, cm_common.glsl and cm_types.glsl for the
-// cooperative-matrix kernels), their SPIR-V (embedded, rebuilt by
+// cooperative-matrix kernels, bf16.glsl for rounding to bfloat16), their SPIR-V (embedded, rebuilt by
 // `make shaders` with the pinned toolchain of scripts/), and the Go side of
 // their interface: push constants (Params), specialization constants,
 // descriptor bindings, dispatch grids, thread layouts and shared-memory

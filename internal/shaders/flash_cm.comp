@@ -546,7 +546,23 @@ void main() {
 			[[unroll]] for (uint t = 0u; t < NST; ++t) {
 				S[t] = ACC(0.0);
 				[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+#if CM_SPLIT > 1
+					// fp32 planes: each chunk of CM_K features summed from
+					// zero on the matrix units and added to S in fp32 (as
+					// O_ADD_TILE): chained through one accumulator, the
+					// small planes' products met the running sum of the
+					// chunks before, whose alignment in the units'
+					// accumulation dropped their low bits every MMA.
+					ACC sc = ACC(0.0);
+					CM_MMA(sc, qA, NQF, kk, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+					if (kk == 0u) {
+						S[t] = sc;
+					} else {
+						CM_ADD_TILE(S[t], sc)
+					}
+#else
 					CM_MMA(S[t], qA, NQF, kk, sKV, KOFF + (t * CM_N) * LDK4 + kk * (CM_K / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+#endif
 				}
 			}
 			// Dropout: the subgroup draws its rows' keep bits while the MMAs

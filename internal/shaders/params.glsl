@@ -60,19 +60,7 @@
 #endif
 
 #ifdef STORAGE_BF16
-// bf16_round returns the bits (in the low 16) of the bfloat16 nearest to x,
-// ties to even: overflow carries into the exponent and gives ±Inf, NaN
-// stays NaN (made quiet, sign kept) — bfloat16.FromFloat32 on the host does
-// the same. It returns a uint, not a uint16_t: a 16-bit return value would
-// need the Int16 capability.
-uint bf16_round(float x) {
-	uint u = floatBitsToUint(x);
-	if ((u & 0x7fffffffu) > 0x7f800000u) {
-		return (u >> 16) | 0x40u;
-	}
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return u >> 16;
-}
+#include "bf16.glsl" // (bf16_round)
 #endif
 
 

@@ -157,7 +157,12 @@
 // The cooperative-matrix kernels read the element layout of the device's
 // coopmat types once per Backend and storage type, by running
 // flash_cm_probe (cmlayout.go); the wait is bounded by the caller's
-// context, and a cancelled probe is run again by the next caller.
+// context, and a cancelled probe is run again by the next caller. The same
+// probe rounds a set of float32 values (ties among them) to bfloat16 by an
+// fp32 split and reports whether every result was the nearest, ties to
+// even (CMLayout.FP32RNE): where it was, the bf16 coopmat kernels round P
+// and dS so (three to five fp32 operations); elsewhere in integer
+// arithmetic (six integer operations), with the same results.
 //
 // # Cancellation: chunked submissions
 //

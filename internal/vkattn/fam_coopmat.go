@@ -936,6 +936,7 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 		{ID: shaders.SpecCMXorMask, Value: xm}, {ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
 		{ID: shaders.SpecCMVec, Value: b2u(vec)}, {ID: shaders.SpecCMPrefet, Value: b2u(vec && c.Prefetch)},
 		{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, {ID: shaders.SpecCMRowBlk, Value: uint32(c.rowBlocks())},
+		{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)},
 	}
 }
 
@@ -1386,12 +1387,13 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, part, d, dv int, vec bool) [
 		{ID: shaders.SpecCMVec, Value: vecV},
 	}
 	sp = append(sp, device.Spec{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)})
+	rne := device.Spec{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)}
 	if dkdv {
 		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)},
-			device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)})
+			device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)}, rne)
 	}
 	sp = append(sp, device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)})
-	return append(sp, device.Spec{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)})
+	return append(sp, device.Spec{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, rne)
 }
 
 func b2u(b bool) uint32 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -100,7 +101,42 @@ func nvidiaProbe(sg int) []float32 {
 			out[8+(sg+lane)*64+i] = float32(32*x[0] + x[1])
 		}
 	}
+	fillProbeRounding(out, sg, func(v float64) float32 { return float32(v) })
 	return out
+}
+
+// fillProbeRounding writes flash_cm_probe's rounding check as a device
+// whose fp32 operations round by rnd (the exact result in, the float32
+// out) gives it: the inputs, their split and their guarded split.
+func fillProbeRounding(out []float32, sg int, rnd func(float64) float32) {
+	off, n := shaders.FlashCMProbeRoundOffset(sg), shaders.FlashCMProbeRounds
+	for i, x := range probeRoundInputs() {
+		c := rnd(float64(x) * 65537)
+		hi := rnd(float64(c) - float64(rnd(float64(c)-float64(x))))
+		out[off+i], out[off+n+i], out[off+2*n+i] = x, hi, hi
+		if math.Abs(float64(x)) >= 0x1p111 {
+			out[off+2*n+i] = x
+		}
+	}
+}
+
+// specValue is the value of spec constant id in sp (0 if absent).
+func specValue(sp []device.Spec, id uint32) uint32 {
+	for _, s := range sp {
+		if s.ID == id {
+			return s.Value
+		}
+	}
+	return 0
+}
+
+// towardZero32 rounds v to float32 toward zero.
+func towardZero32(v float64) float32 {
+	f := float32(v)
+	if math.Abs(float64(f)) > math.Abs(v) {
+		f = math.Nextafter32(f, 0)
+	}
+	return f
 }
 
 var shape16 = device.CoopMatShape{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"}
@@ -122,6 +158,42 @@ func TestParseCMProbe(t *testing.T) {
 	sLo, sHi, pLo, pHi := l.Packed()
 	if sLo != 0x11001100 || sHi != 0 || pLo != 0x76543210 || pHi != 0 {
 		t.Errorf("packed %#x %#x %#x %#x", sLo, sHi, pLo, pHi)
+	}
+	if !l.FP32RNE || l.RNEWhy != "" {
+		t.Errorf("fp32 rounding to nearest even not seen: %q", l.RNEWhy)
+	}
+
+	// fp32 arithmetic that rounds toward zero, a split that wrote nothing,
+	// and a guard that let 2^111 through the split: the kernels round to
+	// bf16 in integer arithmetic, and the layout says why.
+	for name, mod := range map[string]func([]float32){
+		"toward zero": func(o []float32) { fillProbeRounding(o, 32, towardZero32) },
+		"unwritten": func(o []float32) {
+			o[shaders.FlashCMProbeRoundOffset(32)+shaders.FlashCMProbeRounds+1] = float32(math.NaN())
+		},
+		"no guard": func(o []float32) {
+			i := slices.Index(probeRoundInputBits, 0x77000000)
+			o[shaders.FlashCMProbeRoundOffset(32)+2*shaders.FlashCMProbeRounds+i] = float32(math.NaN())
+		},
+	} {
+		out := nvidiaProbe(32)
+		mod(out)
+		l, err := ParseCMProbe(out, shape16, 32)
+		if err != nil || l.FP32RNE || l.RNEWhy == "" || !l.Mode1 {
+			t.Errorf("%s: %+v, %v", name, l, err)
+		} else {
+			t.Logf("%s: %s", name, l.RNEWhy)
+		}
+	}
+	if spec := CMSpec(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true); specValue(spec, shaders.SpecCMRNE) != 1 {
+		t.Errorf("CM_RNE %d in %v, want 1", specValue(spec, shaders.SpecCMRNE), spec)
+	}
+	l.FP32RNE = false
+	if spec := CMSpec(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true); specValue(spec, shaders.SpecCMRNE) != 0 {
+		t.Errorf("CM_RNE %d in %v, want 0", specValue(spec, shaders.SpecCMRNE), spec)
+	}
+	if spec := bwdCMSpec(l, true, bwdCMTile{NSG: 4, Step: 64, Mode: 1}, 0, 64, 64, true); specValue(spec, shaders.SpecCMRNE) != 0 {
+		t.Errorf("bwd_cm_dkdv CM_RNE %d in %v, want 0", specValue(spec, shaders.SpecCMRNE), spec)
 	}
 
 	// A's components in another order than the accumulator's: MODE 1 with
@@ -723,7 +795,7 @@ func TestFlashCMSelection(t *testing.T) {
 		t.Errorf("f16 forward runs %q (probe: %v)", k, b.cm[spec.Float16].err)
 	}
 	if l := b.cm[spec.Float16].layout; l != nil {
-		t.Logf("flash_cm layout: RL %d slotrow %v xormask %#x aperm %v mode1 %v %s", l.RL, l.SlotRow, l.XorMask, l.APerm, l.Mode1, l.Why)
+		t.Logf("flash_cm layout: %v", l)
 	}
 	if b2 := openBackend(t, shaders.KernelFlash); b2.Kernel() != shaders.KernelFlash {
 		t.Errorf("explicit flash: Kernel %q", b2.Kernel())

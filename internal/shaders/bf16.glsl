@@ -1,0 +1,57 @@
+// bf16.glsl: rounding fp32 to bfloat16, ties to even, the ways the kernels
+// do it. Included by params.glsl (bf16 builds) and flash_cm_probe (which
+// checks on the device the arithmetic the split rests on). Defines
+// functions only: a module that calls none of them is unchanged by them.
+//
+//   bf16_round(x)  the bits (in the low 16) of the bfloat16 nearest to x,
+//                  in integer arithmetic (six operations): overflow carries
+//                  into the exponent and gives ±Inf, NaN stays NaN (made
+//                  quiet, sign kept) — bfloat16.FromFloat32 on the host does
+//                  the same. It returns a uint, not a uint16_t: a 16-bit
+//                  return value would need the Int16 capability.
+//   bf16_rne(x)    the same value as a float32 (exactly a bfloat16).
+//   bf16_split(x)  Veltkamp's split at 8 significant bits: c = x·(2^16 +
+//                  1), hi = c − (c − x), three fp32 operations (precise:
+//                  neither fused nor reassociated), at the fp32 rate where
+//                  bf16_round's integer operations run at half of it on
+//                  NVIDIA GPUs. With fp32 additions and multiplications that
+//                  round to nearest even, hi is bf16_rne(x) bit for bit for
+//                  every normal x with |x| < 2^111 of either sign, ties
+//                  included (TestBF16ProbabilityRounding: every float32
+//                  from 2^-126 to 1; TestBF16SplitRounding: every tie and a
+//                  stride through the rest up to 2^111, both signs). Vulkan
+//                  lets an implementation round those operations toward
+//                  zero instead: flash_cm_probe checks the device, and the
+//                  coopmat kernels take the split only where it passed
+//                  (cm_types.glsl, CM_RNE). A subnormal x keeps bits that
+//                  the conversion then drops (within 2^-133 of x where
+//                  subnormals are kept); NaN stays NaN; from about 2^112 c
+//                  overflows and hi is NaN.
+//   bf16_split_guarded(x)  bf16_split for |x| < 2^111; from there on, and
+//                  for ±Inf, x unchanged, for the conversion to round by
+//                  the device's own rule (±Inf exact; a finite value within
+//                  one bfloat16 unit). NaN comes out a NaN of the split's
+//                  arithmetic, which every conversion keeps a NaN. Five fp32
+//                  operations.
+uint bf16_round(float x) {
+	uint u = floatBitsToUint(x);
+	if ((u & 0x7fffffffu) > 0x7f800000u) {
+		return (u >> 16) | 0x40u;
+	}
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return u >> 16;
+}
+
+float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
+
+float bf16_split(float x) {
+	precise float c = x * 65537.0;
+	precise float t = c - x;
+	precise float hi = c - t;
+	return hi;
+}
+
+float bf16_split_guarded(float x) {
+	float hi = bf16_split(x);
+	return abs(x) >= 2596148429267413814265248164610048.0 ? x : hi; // (2^111)
+}

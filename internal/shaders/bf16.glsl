@@ -33,6 +33,8 @@
 //                  one bfloat16 unit). NaN comes out a NaN of the split's
 //                  arithmetic, which every conversion keeps a NaN. Five fp32
 //                  operations.
+#ifndef FLASHVK_BF16_GLSL
+#define FLASHVK_BF16_GLSL
 uint bf16_round(float x) {
 	uint u = floatBitsToUint(x);
 	if ((u & 0x7fffffffu) > 0x7f800000u) {
@@ -55,3 +57,4 @@ float bf16_split_guarded(float x) {
 	float hi = bf16_split(x);
 	return abs(x) >= 2596148429267413814265248164610048.0 ? x : hi; // (2^111)
 }
+#endif

@@ -2,12 +2,15 @@ package shaders
 
 import (
 	"math"
+	"os"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/flashvk/flashvk/bfloat16"
 )
 
-// bf16RoundProbability is cm_types.glsl's bf16_rn_p in float32 arithmetic
+// bf16RoundProbability is bf16.glsl's bf16_split in float32 arithmetic
 // (each operation rounded on its own: the conversions keep Go from fusing
 // them, as precise keeps the shader's compiler from it).
 func bf16RoundProbability(x float32) float32 {
@@ -58,8 +61,8 @@ func TestBF16ProbabilityRounding(t *testing.T) {
 	}
 }
 
-// bf16RoundSplit is cm_types.glsl's bf16_rn: the split with its range
-// guard (from 2^111 in magnitude, and for ±Inf, x itself).
+// bf16RoundSplit is bf16.glsl's bf16_split_guarded: the split with its
+// range guard (from 2^111 in magnitude, and for ±Inf, x itself).
 func bf16RoundSplit(x float32) float32 {
 	if hi := bf16RoundProbability(x); !(math.Abs(float64(x)) >= 0x1p111) {
 		return hi
@@ -114,5 +117,21 @@ func TestBF16SplitRounding(t *testing.T) {
 	}
 	if got := bf16RoundSplit(float32(math.NaN())); !math.IsNaN(float64(got)) {
 		t.Errorf("NaN: got %g", got)
+	}
+}
+
+// TestFlashCMProbeRounds: flash_cm_probe.comp's ROUNDS is
+// FlashCMProbeRounds, the length the host writes and reads.
+func TestFlashCMProbeRounds(t *testing.T) {
+	src, err := os.ReadFile("flash_cm_probe.comp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`const uint ROUNDS = (\d+)u;`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("flash_cm_probe.comp declares no ROUNDS")
+	}
+	if n, _ := strconv.Atoi(string(m[1])); n != FlashCMProbeRounds {
+		t.Errorf("flash_cm_probe.comp's ROUNDS is %d, FlashCMProbeRounds %d", n, FlashCMProbeRounds)
 	}
 }

@@ -32,7 +32,7 @@
 //   pair owns CM_M keys); 5 SUBGROUP; 8 EXT
 //   (ext.glsl); 10–14, 19–21 as cm_common.glsl (MODE 1 needs CM_N == CM_K
 //   and the probe's aperm); 22 PREFETCH, 23 KVREG, 25 PART, 26 FHALVES
-//   (below).
+//   (below); 28 CM_RNE (cm_types.glsl: bf16's rounding of P and dS).
 //
 // Per key tile (K_j, V_j resident in shared memory, or in registers) and
 // query step i (the steps whose rows see a key of the tile:

@@ -26,7 +26,7 @@
 //   FHALVES NSG·CM_M/2, each pair owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
 //   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS, 26 FHALVES
-//   (below).
+//   (below); 28 CM_RNE (cm_types.glsl: bf16's rounding of dS).
 //
 // Q_i and dO_i are held as A operands in registers; per key tile that some
 // row of the workgroup sees (key_first(first row) … key_limit(last row)−1:

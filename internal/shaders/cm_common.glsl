@@ -322,8 +322,8 @@ uvec4 pack8(CM_RAWT x[8]) {
 // component: the split build's steps sum their products from zero on the
 // matrix units and add them here (the units' own accumulation over a long
 // chain of products is less accurate than fp32 adds: flash_cm's
-// O_ADD_TILE); the backward's pairs over the features add their partner's
-// partial S and dP so.
+// O_ADD_TILE, and its S chunk by chunk of features); the backward's pairs
+// over the features add their partner's partial S and dP so.
 #define CM_ADD_TILE(acc, tile) \
 	[[unroll]] for (uint i_ = 0u; i_ < CM_LEN; ++i_) { \
 		acc[i_] += tile[i_]; \

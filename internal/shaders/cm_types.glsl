@@ -2,8 +2,8 @@
 // cooperative-matrix kernels (flash_cm, bwd_cm_dkdv, bwd_cm_dq), so that one
 // source serves fp16 and bf16 (and fp32 storage, split into bf16
 // planes). Include after params.glsl (STYPE, LOAD/STORE,
-// bf16_round). Nothing here emits code for fp16: the f16 modules are what
-// they were before the bf16 variant existed.
+// bf16_round). For fp16 nothing here emits code but the declaration of
+// spec constant 28 (CM_RNE), which every coopmat module carries.
 //
 //   CM_T          element type of the A/B operands and of the 16-bit
 //                 accumulators used to store results (float16_t, bfloat16_t)
@@ -11,7 +11,10 @@
 //                 in fp32 arithmetic first, bf16.glsl's split with its
 //                 range guard or, without CM_RNE, its integer rounding, so
 //                 that the conversion itself is exact whatever rounding the
-//                 driver's OpFConvert uses)
+//                 driver's OpFConvert uses; but the split passes |x| ≥
+//                 2^111 to the conversion unrounded, where a truncating
+//                 conversion keeps the largest finite bf16 that nearest
+//                 even would take to Inf)
 //   CM_TO_P(p)    the same for a probability p (0 ≤ p ≤ 1, or NaN): for
 //                 bf16 the split without the range guard (three fp32
 //                 operations)
@@ -33,9 +36,10 @@
 
 // 28 CM_RNE: 1 where flash_cm_probe found the device's fp32 additions and
 // multiplications rounding to nearest even (ties included), which the
-// split rests on; 0 rounds to bf16 in integer arithmetic instead. Every
-// coopmat module declares it; the bf16 builds read it.
-layout(constant_id = 28) const uint CM_RNE = 1;
+// split rests on; 0 (also a pipeline that does not set it) rounds to bf16
+// in integer arithmetic instead. Every coopmat module declares it; the
+// bf16 builds read it.
+layout(constant_id = 28) const uint CM_RNE = 0;
 
 #if defined(STORAGE_F16)
 #define CM_T float16_t
@@ -57,8 +61,10 @@ layout(constant_id = 28) const uint CM_RNE = 1;
 // arithmetic rounds to nearest even (CM_RNE, below), else in integer
 // arithmetic. P (0 ≤ P ≤ 1 in the forward) takes the split without its
 // range guard.
-#define CM_TO_P(x) bfloat16_t(CM_RNE != 0u ? bf16_split(x) : bf16_rne(x))
-#define CM_TO(x) bfloat16_t(CM_RNE != 0u ? bf16_split_guarded(x) : bf16_rne(x))
+float cm_round_p(float x) { return CM_RNE != 0u ? bf16_split(x) : bf16_rne(x); }
+float cm_round(float x) { return CM_RNE != 0u ? bf16_split_guarded(x) : bf16_rne(x); }
+#define CM_TO_P(x) bfloat16_t(cm_round_p(x))
+#define CM_TO(x) bfloat16_t(cm_round(x))
 #define CM_RAWT uint
 #define CM_RAW(v) uint(v)
 #define CM_RAW0 0u

@@ -14,9 +14,10 @@ import "slices"
 // `make shaders`; one source serves both (cm_types.glsl). In both, the
 // accumulators, the softmax and every elementwise step are fp32 (but the
 // bf16 builds' softcap tanh, fp16: CMHalfTanh, ext.glsl); P and dS
-// are rounded to the storage type (nearest even; bf16 in integer
-// arithmetic, never through fp16) for the MMAs, and results are rounded to
-// it on store. flash_cm, bwd_cm_dkdv and bwd_cm_dq are also built for f32
+// are rounded to the storage type (nearest even; bf16 by an fp32 split
+// where flash_cm_probe found fp32 arithmetic rounding to nearest even,
+// spec constant CM_RNE, in integer arithmetic elsewhere: bf16.glsl; never
+// through fp16) for the MMAs, and results are rounded to it on store. flash_cm, bwd_cm_dkdv and bwd_cm_dq are also built for f32
 // storage (NAME.f32.spv, glslang 16): every operand, P and dS split into
 // CMPlanes bf16 planes, each product the six plane products with fp32
 // accumulation, results stored as fp32 (the backward's in MODE 1 only).

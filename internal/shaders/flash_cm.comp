@@ -11,9 +11,9 @@
 // fp32 storage (no STORAGE_* define; bf16 operands, glslang ≥ 16): Q, K,
 // V and P are each split into CM_SPLIT = 3 bf16 planes (cm_types.glsl,
 // cm_split), S and each tile's P·V are the six plane products i + j < 3
-// (grouped by K/V plane, the smaller planes first), and a tile's P·V is
-// summed from zero and added to O in fp32 (O_ADD_TILE); O is stored as
-// fp32. The Q tile is staged plane by plane; the K/V tiles hold all three
+// (grouped by K/V plane, the smaller planes first); each chunk of CM_K
+// features of S and a tile's P·V are summed from zero and added to S and
+// O in fp32 (CM_ADD_TILE, O_ADD_TILE); O is stored as fp32. The Q tile is staged plane by plane; the K/V tiles hold all three
 // planes. Inf·0 inside a plane product would be NaN where fp32 gives ±Inf,
 // so an operand that can meet an infinite one has its zero lower planes
 // filled (cm_fill): Q always (staged once), K only in a workgroup whose Q
@@ -33,8 +33,8 @@
 //   (with EXT a workgroup works on its sequence's seq_nq rows — packed
 //   sequences are shorter than Nq — and reads only its read_keys() keys).
 //
-// Spec constants (params.glsl ids 0–5, 8 EXT (ext.glsl), plus 10–22, 24
-// and 27):
+// Spec constants (params.glsl ids 0–5, 8 EXT (ext.glsl), plus 10–22, 24,
+// 27 and 28):
 //   0 WG = NSG·SUBGROUP (NSG subgroups, each owning CM_M query rows; two
 //     sharing them with PAIRS; ROWBLK blocks of them each with ROWBLK)
 //   1 D, 2 DV (any ≤ 256; padded with zeros to multiples of 16 inside)
@@ -65,6 +65,7 @@
 //     current one is computed (VEC only), 0 loads it between barriers.
 //   24 PAIRS: subgroup pairs (below, at its declaration).
 //   27 ROWBLK: row blocks per subgroup (below, at its declaration).
+//   28 CM_RNE: bf16's rounding by the fp32 split (cm_types.glsl).
 //
 // Why the layout: KHR cooperative matrices do not say which invocation holds
 // which element, but all matrices of one type share one mapping. The kernel

@@ -15,7 +15,8 @@
 //   out[2] = gl_SubgroupSize; for lane l and component i:
 //   out[8 + l·64 + i]            = 256·row + col of ACC's component i,
 //   out[8 + (SG + l)·64 + i]     = 32·row + col of A's component i,
-//   with SG the subgroup size (the buffer needs 8 + 128·SG floats).
+//   with SG the subgroup size (the buffer needs 8 + 128·SG + 3·ROUNDS
+//   floats: shaders.FlashCMProbeFloats).
 // Then, from word 8 + 128·SG: ROUNDS float32 inputs (written by the host;
 //   read here, so that no compiler can fold the arithmetic), their
 //   bf16_split and their bf16_split_guarded (bf16.glsl), ROUNDS words

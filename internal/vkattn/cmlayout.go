@@ -306,7 +306,9 @@ func (l *CMLayout) String() string {
 // ParseCMProbe decodes flash_cm_probe's output: out[0] accumulator
 // components per lane, out[1] A components per lane, out[2] subgroup size;
 // from out[8] 64 words per lane for the accumulator (256·row + col) then 64
-// per lane for A (32·row + col); NaN where not written.
+// per lane for A (32·row + col); NaN where not written; then the rounding
+// check (from shaders.FlashCMProbeRoundOffset: the inputs the host wrote,
+// their split, their guarded split), which sets FP32RNE (checkRounding).
 func ParseCMProbe(out []float32, shape device.CoopMatShape, sg int) (*CMLayout, error) {
 	if len(out) < shaders.FlashCMProbeFloats(sg) {
 		return nil, fmt.Errorf("probe: %d words, want %d", len(out), shaders.FlashCMProbeFloats(sg))
@@ -372,13 +374,20 @@ func probeRoundInputs() []float32 {
 	return in
 }
 
-// checkRounding reads the probe's rounding of its inputs (FP32RNE): below
-// 2^111 in magnitude both splits must give the nearest bfloat16, ties to
-// even (bfloat16.FromFloat32); from there on the guarded split must give
-// the input itself.
+// checkRounding reads the probe's rounding of its inputs (FP32RNE): the
+// inputs must be the host's (probeRoundInputs); below 2^111 in magnitude
+// both splits must give the nearest bfloat16, ties to even
+// (bfloat16.FromFloat32); from there on the guarded split must give the
+// input itself.
 func (l *CMLayout) checkRounding(out []float32) {
 	off, n := shaders.FlashCMProbeRoundOffset(l.SG), shaders.FlashCMProbeRounds
 	l.FP32RNE, l.RNEWhy = false, ""
+	for i, in := range probeRoundInputs() {
+		if math.Float32bits(out[off+i]) != math.Float32bits(in) {
+			l.RNEWhy = fmt.Sprintf("the rounding check's input %d reads %#08x, the host wrote %#08x", i, math.Float32bits(out[off+i]), math.Float32bits(in))
+			return
+		}
+	}
 	for i := range n {
 		x := out[off+i]
 		split, guarded := math.Float32bits(out[off+n+i]), math.Float32bits(out[off+2*n+i])

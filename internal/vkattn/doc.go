@@ -162,7 +162,8 @@
 // fp32 split and reports whether every result was the nearest, ties to
 // even (CMLayout.FP32RNE): where it was, the bf16 coopmat kernels round P
 // and dS so (three to five fp32 operations); elsewhere in integer
-// arithmetic (six integer operations), with the same results.
+// arithmetic (six integer operations), with the same results for every
+// normal value below 2^111 in magnitude (bf16.glsl).
 //
 // # Cancellation: chunked submissions
 //

@@ -171,6 +171,11 @@ func TestParseCMProbe(t *testing.T) {
 		"unwritten": func(o []float32) {
 			o[shaders.FlashCMProbeRoundOffset(32)+shaders.FlashCMProbeRounds+1] = float32(math.NaN())
 		},
+		"inputs not written": func(o []float32) {
+			for i := range 3 * shaders.FlashCMProbeRounds {
+				o[shaders.FlashCMProbeRoundOffset(32)+i] = float32(math.NaN())
+			}
+		},
 		"no guard": func(o []float32) {
 			i := slices.Index(probeRoundInputBits, 0x77000000)
 			o[shaders.FlashCMProbeRoundOffset(32)+2*shaders.FlashCMProbeRounds+i] = float32(math.NaN())

@@ -19,6 +19,22 @@ func bf16RoundProbability(x float32) float32 {
 	return float32(c - t)
 }
 
+// nearestEvenCheck returns a check of round on the float32 with bits u:
+// the nearest bfloat16, ties to even (bfloat16.FromFloat32), or an error
+// and false.
+func nearestEvenCheck(t *testing.T, round func(float32) float32) func(u uint32) bool {
+	return func(u uint32) bool {
+		x := math.Float32frombits(u)
+		got := math.Float32bits(round(x))
+		want := uint32(bfloat16.FromFloat32(x).Bits()) << 16
+		if got != want {
+			t.Errorf("x = %#08x (%g): split %#08x, nearest even %#08x", u, x, got, want)
+			return false
+		}
+		return true
+	}
+}
+
 // TestBF16ProbabilityRounding checks the claim the bf16 cooperative-matrix
 // forward rests on when it rounds P in fp32 arithmetic: for every normal
 // float32 from 2^-126 to 1 the split gives the nearest bfloat16, ties to
@@ -30,16 +46,7 @@ func TestBF16ProbabilityRounding(t *testing.T) {
 	if testing.Short() {
 		step = 61
 	}
-	check := func(u uint32) bool {
-		x := math.Float32frombits(u)
-		got := math.Float32bits(bf16RoundProbability(x))
-		want := uint32(bfloat16.FromFloat32(x).Bits()) << 16
-		if got != want {
-			t.Errorf("x = %#08x (%g): split %#08x, nearest even %#08x", u, x, got, want)
-			return false
-		}
-		return true
-	}
+	check := nearestEvenCheck(t, bf16RoundProbability)
 	lo, hi := math.Float32bits(0x1p-126), math.Float32bits(1)
 	for u := lo; u <= hi; u += step {
 		if !check(u) {
@@ -81,16 +88,7 @@ func TestBF16SplitRounding(t *testing.T) {
 	if testing.Short() {
 		step = 613
 	}
-	check := func(u uint32) bool {
-		x := math.Float32frombits(u)
-		got := math.Float32bits(bf16RoundSplit(x))
-		want := uint32(bfloat16.FromFloat32(x).Bits()) << 16
-		if got != want {
-			t.Errorf("x = %#08x (%g): split %#08x, nearest even %#08x", u, x, got, want)
-			return false
-		}
-		return true
-	}
+	check := nearestEvenCheck(t, bf16RoundSplit)
 	lo, hi := math.Float32bits(0x1p-126), math.Float32bits(0x1p111)
 	for _, sign := range []uint32{0, 1 << 31} {
 		for u := lo; u < hi; u += step {

@@ -262,6 +262,24 @@ func TestBF16CMSelection(t *testing.T) {
 	}
 }
 
+// openBF16CM opens a Backend on the test device and its bf16 coopmat
+// layout, or skips t where the device has no bf16 cooperative-matrix
+// kernels.
+func openBF16CM(t *testing.T) (*Backend, *CMLayout) {
+	t.Helper()
+	b := openBackend(t, "")
+	if b.cm[spec.BFloat16] == nil {
+		_, err := cmSupportFor(b.info, spec.BFloat16)
+		t.Skipf("%s: no bf16 cooperative-matrix kernels: %v", b.info.Name, err)
+	}
+	l, err := b.cmLayout(context.Background(), spec.BFloat16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bf16 layout: %v", l)
+	return b, l
+}
+
 // TestBF16CM runs the bf16 cooperative-matrix forward and backward on the
 // test device where it has them (an NVIDIA H200: run it there; lavapipe has
 // no bf16 cooperative matrices and skips) on awkward problems against the
@@ -272,17 +290,8 @@ func TestBF16CMSelection(t *testing.T) {
 // fp16's); the FlashAttention-2 criterion itself is the conformance
 // suite's (attention.TestConformanceVulkanCoopmat runs bf16 there).
 func TestBF16CM(t *testing.T) {
-	b := openBackend(t, "")
-	if b.cm[spec.BFloat16] == nil {
-		_, err := cmSupportFor(b.info, spec.BFloat16)
-		t.Skipf("%s: no bf16 cooperative-matrix kernels: %v", b.info.Name, err)
-	}
+	b, l := openBF16CM(t)
 	ctx := context.Background()
-	l, err := b.cmLayout(ctx, spec.BFloat16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("bf16 layout: %v", l)
 	if lf, err := b.cmLayout(ctx, spec.Float16); err == nil {
 		if !slices.Equal(lf.APerm, l.APerm) || lf.Mode1 != l.Mode1 {
 			t.Logf("bf16 A layout differs from f16's: f16 %v", lf)
@@ -378,17 +387,8 @@ func TestBF16CM(t *testing.T) {
 // the same bits — O, LSE, dQ, dK, dV — on inputs whose P and dS are
 // normal and below 2^111, where the two agree (bf16.glsl).
 func TestBF16RoundingPaths(t *testing.T) {
-	b := openBackend(t, "")
-	if b.cm[spec.BFloat16] == nil {
-		_, err := cmSupportFor(b.info, spec.BFloat16)
-		t.Skipf("%s: no bf16 cooperative-matrix kernels: %v", b.info.Name, err)
-	}
+	b, l := openBF16CM(t)
 	ctx := context.Background()
-	l, err := b.cmLayout(ctx, spec.BFloat16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("bf16 layout: %v", l)
 	if !l.FP32RNE {
 		t.Skipf("%s rounds bf16 in integer arithmetic only: %s", b.info.Name, l.RNEWhy)
 	}

@@ -262,20 +262,27 @@ func TestBF16CMSelection(t *testing.T) {
 	}
 }
 
-// openBF16CM opens a Backend on the test device and its bf16 coopmat
-// layout, or skips t where the device has no bf16 cooperative-matrix
-// kernels.
-func openBF16CM(t *testing.T) (*Backend, *CMLayout) {
+// openCMLayout opens a Backend on the test device and its coopmat layout
+// for storage dt (f32's is bf16's, with its planes), or skips t where the
+// device has no bf16 cooperative-matrix kernels for it (CI's lavapipe).
+func openCMLayout(t *testing.T, dt spec.DType) (*Backend, *CMLayout) {
 	t.Helper()
 	b := openBackend(t, "")
-	if b.cm[spec.BFloat16] == nil {
+	if b.cm[dt] == nil {
 		_, err := cmSupportFor(b.info, spec.BFloat16)
-		t.Skipf("%s: no bf16 cooperative-matrix kernels: %v", b.info.Name, err)
+		t.Skipf("%s: no bf16 cooperative-matrix kernels for %v: %v", b.info.Name, dt, err)
 	}
-	l, err := b.cmLayout(context.Background(), spec.BFloat16)
+	l, err := b.cmLayout(context.Background(), dt)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, l
+}
+
+// openBF16CM is openCMLayout for bf16, its layout logged.
+func openBF16CM(t *testing.T) (*Backend, *CMLayout) {
+	t.Helper()
+	b, l := openCMLayout(t, spec.BFloat16)
 	t.Logf("bf16 layout: %v", l)
 	return b, l
 }

@@ -20,15 +20,7 @@ import (
 // cooperative matrices for the planes (CI's lavapipe).
 func openF32CM(t *testing.T) (*Backend, *CMLayout) {
 	t.Helper()
-	b := openBackend(t, "")
-	if b.cm[spec.Float32] == nil {
-		_, err := cmSupportFor(b.info, spec.BFloat16)
-		t.Skipf("%s: no bf16 cooperative-matrix kernels for the f32 planes: %v", b.info.Name, err)
-	}
-	l, err := b.cmLayout(context.Background(), spec.Float32)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, l := openCMLayout(t, spec.Float32)
 	if l.planes() != shaders.CMPlanes(shaders.DTypeF32) {
 		t.Fatalf("f32 layout has %d planes", l.planes())
 	}

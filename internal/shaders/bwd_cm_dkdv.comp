@@ -32,7 +32,9 @@
 //   pair owns CM_M keys); 5 SUBGROUP; 8 EXT
 //   (ext.glsl); 10–14, 19–21 as cm_common.glsl (MODE 1 needs CM_N == CM_K
 //   and the probe's aperm); 22 PREFETCH, 23 KVREG, 25 PART, 26 FHALVES
-//   (below); 28 CM_RNE (cm_types.glsl: bf16's rounding of P and dS).
+//   (below); 28 CM_RNE (cm_types.glsl: bf16's rounding of P and dS); 29
+//   STAGGER (cm_common.glsl: each workgroup's steps from a place of its
+//   own).
 //
 // Per key tile (K_j, V_j resident in shared memory, or in registers) and
 // query step i (the steps whose rows see a key of the tile:
@@ -156,7 +158,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 	{ \
 		uint pg = (s) / nqs; \
 		uint ph = kvh * pc.group + pg; \
-		uint pr0 = (qt0 + (s) - pg * nqs) * BR; \
+		uint pr0 = (qt0 + walk_at((s) - pg * nqs, nqs, tile.x)) * BR; \
 		uint prows = min(BR, seq_nq - pr0); \
 		[[unroll]] for (uint i = 0u; i < NPQ; ++i) { \
 			uint e = tid + i * WG; \
@@ -456,7 +458,8 @@ void main() {
 	}
 
 	// Steps: query heads of the group in order, query tiles qt0 … nqt−1 in
-	// order within each (a fixed order: the sums are deterministic).
+	// order within each, or with STAGGER from a place of the workgroup's
+	// own (walk_at; a fixed order either way: the sums are deterministic).
 	uint nqs = nqt > qt0 ? nqt - qt0 : 0u;
 	uint nsteps = pc.group * nqs;
 	CM_CHUNK pq[NPQ];
@@ -473,7 +476,7 @@ void main() {
 	for (uint st = stn; st < nsteps; st = stn) {
 		uint g = st / nqs;
 		uint h = kvh * pc.group + g;
-		uint r0 = (qt0 + st - g * nqs) * BR;
+		uint r0 = (qt0 + walk_at(st - g * nqs, nqs, tile.x)) * BR;
 		uint rows = min(BR, seq_nq - r0);
 		ext_head(b, h);
 		stn = next_step(st + 1u, b, kvh, qt0, nqs, nsteps, c0, clast);

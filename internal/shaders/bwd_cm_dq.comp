@@ -26,7 +26,8 @@
 //   FHALVES NSG·CM_M/2, each pair owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
 //   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS, 26 FHALVES
-//   (below); 28 CM_RNE (cm_types.glsl: bf16's rounding of dS).
+//   (below); 28 CM_RNE (cm_types.glsl: bf16's rounding of dS); 29 STAGGER
+//   (cm_common.glsl: each workgroup's key tiles from a place of its own).
 //
 // Q_i and dO_i are held as A operands in registers; per key tile that some
 // row of the workgroup sees (key_first(first row) … key_limit(last row)−1:
@@ -148,7 +149,7 @@ const uint NPV = (BC * DVP8 + WG - 1u) / WG;
 // (zero past the keys read).
 #define PREFETCH_TILE(kt) \
 	{ \
-		uint pc0 = (kt) * BC; \
+		uint pc0 = KTILE(kt) * BC; \
 		[[unroll]] for (uint i = 0u; i < NPK; ++i) { \
 			uint e = tid + i * WG; \
 			uint r = e / DP8; \
@@ -377,12 +378,17 @@ void main() {
 	CM_CHUNK pk[NPK];
 	CM_CHUNK pv[NPV];
 	uint kt = bias_next_key_tile(r0, rlast, key_first(r0) / BC, ntiles, BC);
+	// The tiles' places in the walk (STAGGER: cm_common.glsl; a bias walks
+	// in order).
+	uint kt0 = key_first(r0) / BC;
+	uint nwalk = ntiles > kt0 ? ntiles - kt0 : 1u;
+#define KTILE(k) (kt0 + walk_at((k) - kt0, nwalk, tile.x))
 	if (PREFETCH != 0u && kt < ntiles) {
 		PREFETCH_TILE(kt)
 	}
 	while (kt < ntiles) {
 		uint ktn = bias_next_key_tile(r0, rlast, kt + 1u, ntiles, BC);
-		uint c0 = kt * BC;
+		uint c0 = KTILE(kt) * BC;
 		barrier(); // every subgroup is done with the previous tile (and with dO_i)
 		if (PREFETCH != 0u) {
 			[[unroll]] for (uint i = 0u; i < NPK; ++i) {

@@ -1,5 +1,6 @@
 // cm_common.glsl: what the cooperative-matrix kernels (flash_cm,
-// bwd_cm_dkdv, bwd_cm_dq) share: the coopmat spec constants (ids 10–21,
+// bwd_cm_dkdv, bwd_cm_dq) share: the coopmat spec constants (ids 10–21
+// and 29,
 // described in flash_cm.comp's header), the padded tile geometry, the
 // matrix types, the element-layout decoders and the 16-byte global fetch
 // and store, and the plane-pair products. Include after params.glsl; fp16
@@ -22,6 +23,16 @@ layout(constant_id = 18) const uint XORMASK = 0;   // (flash_cm only)
 layout(constant_id = 19) const uint APERM_LO = 0;  // A component j = accumulator component aperm(j)
 layout(constant_id = 20) const uint APERM_HI = 0;
 layout(constant_id = 21) const uint VEC = 1;       // 16-byte global access (D, DV, strides multiples of 8)
+// 29 STAGGER: 1 starts each workgroup's walk over its key tiles (flash_cm,
+// bwd_cm_dq) or query steps (bwd_cm_dkdv) at a place of its own, the
+// walk's order rotated by 37 places per workgroup tile index. In order,
+// every workgroup of a head reads the same K/V tile (Q/dO step) at the
+// same moment: on an NVIDIA H200 a kernel whose loads wait between its
+// barriers (no prefetch) lost 7–16% to that at N 16384 (bench/NOTES.md).
+// The sums stay in a fixed order per workgroup: deterministic. Not with a
+// bias, whose walk skips the tiles it hides in order (the host refuses
+// the pair).
+layout(constant_id = 29) const uint STAGGER = 0;
 
 const uint NSG = WG / SUBGROUP;
 // Head dims padded with zero features to the coopmat K and N and to
@@ -53,6 +64,11 @@ const uint LDV4 = DVP8 + 1u;
 #define MATA coopmat<CM_T, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
 #define MATB coopmat<CM_T, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
 CM_TYPE_FUNCS
+
+// walk_at(i, n, x): the place of the i-th (0 ≤ i < n) of the n tiles
+// (steps) that workgroup tile x walks — i itself, or with STAGGER the
+// rotated order.
+uint walk_at(uint i, uint n, uint x) { return STAGGER != 0u ? (i + x * 37u) % n : i; }
 
 uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }
 

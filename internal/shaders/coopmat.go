@@ -96,21 +96,23 @@ const (
 	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv (every build), bwd_cm_dq (the f32 build): subgroups in pairs that split the head dim's features and the gradients' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
 	SpecCMRowBlk  uint32 = 27 // flash_cm: row blocks of CM_M query rows per subgroup (MODE 1, 16-bit storage, no pairs, no bias)
 	SpecCMRNE     uint32 = 28 // every coopmat kernel (read by the bf16 builds): 1 rounds to bf16 by the fp32 split, where flash_cm_probe found fp32 rounding to nearest even; 0 in integer arithmetic
+	SpecCMStagger uint32 = 29 // flash_cm, bwd_cm_dq: each workgroup walks its key tiles, bwd_cm_dkdv its query steps, from a place of its own (not with a bias)
 )
 
 var (
 	// cmSpecIDs: every coopmat kernel's (cm_common.glsl's and PREFETCH);
 	// flash_cm and bwd_cm_dq add PAIRS (flash_cm ROWBLK too), bwd_cm_dkdv KVREG and PART, both
-	// backward kernels FHALVES (the backward kernels read 10–14 and 19–22
-	// of cm_common.glsl's), and each CM_RNE last (cm_types.glsl's).
+	// backward kernels FHALVES (the backward kernels read 10–14, 19–22
+	// and 29 of cm_common.glsl's), and each CM_RNE (cm_types.glsl's) and
+	// STAGGER (cm_common.glsl's) last.
 	cmSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
-	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs, SpecCMRowBlk, SpecCMRNE)
+	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs, SpecCMRowBlk, SpecCMRNE, SpecCMStagger)
 	probeSpecIDs   = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	bwdCMSpecIDs   = cmSpecIDs
-	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves, SpecCMRNE)
-	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves, SpecCMRNE)
+	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves, SpecCMRNE, SpecCMStagger)
+	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves, SpecCMRNE, SpecCMStagger)
 )
 
 // CMPlanes is the number of bf16 planes the coopmat kernels split each

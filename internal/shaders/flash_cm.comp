@@ -34,7 +34,7 @@
 //   sequences are shorter than Nq — and reads only its read_keys() keys).
 //
 // Spec constants (params.glsl ids 0–5, 8 EXT (ext.glsl), plus 10–22, 24,
-// 27 and 28):
+// 27, 28 and 29):
 //   0 WG = NSG·SUBGROUP (NSG subgroups, each owning CM_M query rows; two
 //     sharing them with PAIRS; ROWBLK blocks of them each with ROWBLK)
 //   1 D, 2 DV (any ≤ 256; padded with zeros to multiples of 16 inside)
@@ -66,6 +66,8 @@
 //   24 PAIRS: subgroup pairs (below, at its declaration).
 //   27 ROWBLK: row blocks per subgroup (below, at its declaration).
 //   28 CM_RNE: bf16's rounding by the fp32 split (cm_types.glsl).
+//   29 STAGGER: each workgroup walks its key tiles from a place of its own
+//     (cm_common.glsl).
 //
 // Why the layout: KHR cooperative matrices do not say which invocation holds
 // which element, but all matrices of one type share one mapping. The kernel
@@ -78,7 +80,8 @@
 //
 // Key tiles: the workgroup walks the tiles from the first key any of its
 // rows sees (key_first; 0 unless EXT has a left window) to the last
-// (key_limit), so a sliding window costs only the tiles it covers. In
+// (key_limit), so a sliding window costs only the tiles it covers (with
+// STAGGER in a rotated order: cm_common.glsl). In
 // MODE 1 a subgroup skips the tiles none of its rows sees (not with
 // dropout or a bias, whose loops meet subgroup barriers, nor in pairs,
 // which meet a workgroup barrier in every tile); masking is
@@ -433,6 +436,10 @@ void main() {
 	uint rlast = r0 + rows - 1u;
 	uint ktn = bias_next_key_tile(r0, rlast, kt0, ntiles, BC);
 	kt0 = ktn;
+	// The tiles' places in the walk (STAGGER: cm_common.glsl; a bias walks
+	// in order).
+	uint nwalk = ntiles > kt0 ? ntiles - kt0 : 1u;
+#define KTILE(k) (kt0 + walk_at((k) - kt0, nwalk, tile.x))
 
 	CM_CHUNK pk[NPK];
 	CM_CHUNK pv[NPV];
@@ -440,19 +447,19 @@ void main() {
 		[[unroll]] for (uint i = 0u; i < NPK; ++i) {
 			uint e = tid + i * WG;
 			uint r = e / DP8;
-			uint s = kt0 * BC + r;
+			uint s = KTILE(kt0) * BC + r;
 			pk[i] = (e < KCH && s < nkeys) ? fetch_k(b, s, kvh, e - r * DP8) : CM_CHUNK0;
 		}
 		[[unroll]] for (uint i = 0u; i < NPV; ++i) {
 			uint e = tid + i * WG;
 			uint r = e / DVP8;
-			uint s = kt0 * BC + r;
+			uint s = KTILE(kt0) * BC + r;
 			pv[i] = (e < VCH && s < nkeys) ? fetch_v(b, s, kvh, e - r * DVP8) : CM_CHUNK0;
 		}
 	}
 
 	for (uint kt = kt0; kt < ntiles; kt = ktn) {
-		uint c0 = kt * BC;
+		uint c0 = KTILE(kt) * BC;
 		ktn = bias_next_key_tile(r0, rlast, kt + 1u, ntiles, BC);
 		barrier(); // every subgroup is done with the previous K/V tile
 		if (PREFETCH != 0u) {
@@ -484,7 +491,7 @@ void main() {
 		}
 		barrier();
 		if (PREFETCH != 0u && ktn < ntiles) {
-			uint n0 = ktn * BC;
+			uint n0 = KTILE(ktn) * BC;
 			[[unroll]] for (uint i = 0u; i < NPK; ++i) {
 				uint e = tid + i * WG;
 				uint r = e / DP8;

@@ -175,15 +175,15 @@ func TestBF16CMSelection(t *testing.T) {
 			}
 		}
 		ls, err := b.Launches(ctx, p, spec.Float32, false)
-		if err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Config != "nsg8-bc16-mode1-pf0" || ls[0].DType != spec.Float32 {
+		if err != nil || len(ls) != 1 || ls[0].Kernel != shaders.KernelFlashCM || ls[0].Config != "nsg8-bc16-mode1-pf0-sw1" || ls[0].DType != spec.Float32 {
 			t.Errorf("kernel %q: f32 forward launches %+v, %v", kernel, ls, err)
 		} else if want, _ := shaders.SPIRV(shaders.KernelFlashCM, "f32"); !bytes.Equal(ls[0].key.SPIRV, want) {
 			t.Errorf("kernel %q: f32 forward is not the f32 module", kernel)
 		}
 		// At d 128 the f32 backward's subgroups pair over the features.
 		ls, err = b.Launches(ctx, p, spec.Float32, true)
-		if err != nil || len(ls) != 3 || ls[1].Kernel != shaders.KernelBwdCMDKDV || ls[1].Config != "nsg8-step16-mode1-fh2" ||
-			ls[2].Kernel != shaders.KernelBwdCMDQ || ls[2].Config != "nsg8-step16-mode1-fh2" {
+		if err != nil || len(ls) != 3 || ls[1].Kernel != shaders.KernelBwdCMDKDV || ls[1].Config != "nsg8-step16-mode1-fh2-sw1" ||
+			ls[2].Kernel != shaders.KernelBwdCMDQ || ls[2].Config != "nsg8-step16-mode1-fh2-sw1" {
 			t.Errorf("kernel %q: f32 d 128 backward launches %+v, %v", kernel, ls, err)
 		}
 		// Above d 128 the scalar kernels.
@@ -198,8 +198,8 @@ func TestBF16CMSelection(t *testing.T) {
 		p64.D, p64.Dv = 64, 64
 		p64.Q, p64.K, p64.V, p64.O = spec.BSHD(4096, 2, 64), spec.BSHD(4096, 1, 64), spec.BSHD(4096, 1, 64), spec.BSHD(4096, 2, 64)
 		ls, err = b.Launches(ctx, &p64, spec.Float32, true)
-		if err != nil || len(ls) != 3 || ls[1].Kernel != shaders.KernelBwdCMDKDV || ls[1].Config != "nsg4-step32-mode1" ||
-			ls[2].Kernel != shaders.KernelBwdCMDQ || ls[2].Config != "nsg8-step32-mode1" {
+		if err != nil || len(ls) != 3 || ls[1].Kernel != shaders.KernelBwdCMDKDV || ls[1].Config != "nsg4-step32-mode1-sw1" ||
+			ls[2].Kernel != shaders.KernelBwdCMDQ || ls[2].Config != "nsg8-step32-mode1-sw1" {
 			t.Errorf("kernel %q: f32 d 64 backward launches %+v, %v", kernel, ls, err)
 		} else {
 			for _, l := range ls[1:] {

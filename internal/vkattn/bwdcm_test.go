@@ -31,19 +31,22 @@ func fromF16(x []uint16) []float32 {
 	return out
 }
 
-// bwdCMVariant is a coopmat backward's MODE and flags: pf in both
-// kernels; kv, sp, dk (dK in two halves, with sp) and fh (subgroup pairs
-// over the features, with kv) in the dK/dV kernel; dq (subgroup pairs
-// over the keys) in the dQ kernel.
+// bwdCMVariant is a coopmat backward's MODE and flags: pf and sw (the
+// staggered walk) in both kernels; kv, sp, dk (dK in two halves, with sp)
+// and fh (subgroup pairs over the features, with kv) in the dK/dV kernel;
+// dq (subgroup pairs over the keys) in the dQ kernel.
 type bwdCMVariant struct {
-	mode                   int
-	kv, pf, sp, dk, dq, fh bool
+	mode                       int
+	kv, pf, sp, dk, dq, fh, sw bool
 }
 
 func (v bwdCMVariant) String() string {
 	s := fmt.Sprintf("mode%d-kv%v-pf%v-sp%v-dk%v-dq%v", v.mode, v.kv, v.pf, v.sp, v.dk, v.dq)
 	if v.fh {
 		s += "-fh"
+	}
+	if v.sw {
+		s += "-sw"
 	}
 	return s
 }
@@ -57,9 +60,9 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 	t.Helper()
 	for _, dkdv := range []bool{true, false} {
 		var cands, plain []bwdCMTile
-		for _, c := range bwdCMTiles(l, dkdv, p.D, p.Dv, p.Ext) {
+		for _, c := range bwdCMTiles(l, dkdv, p.D, p.Dv, p.Mask, p.Ext) {
 			if c.Mode == v.mode {
-				c.Prefetch = v.pf
+				c.Prefetch, c.Stagger = v.pf, v.sw
 				if dkdv {
 					c.KVReg, c.Split, c.Halves, c.FHalves = v.kv, v.sp, v.dk, v.fh
 					if v.fh && c.NSG < 2 {
@@ -112,9 +115,11 @@ func TestBwdCM(t *testing.T) {
 	// 80 have odd counts of dQ's column blocks on 16-column matrices and
 	// run without); fh: the dK/dV kernel's pairs over the features (MODE
 	// 1, K and V in registers, one launch; D and Dv padded to whole pairs
-	// of chunks).
-	vars := []bwdCMVariant{{mode: 0}, {mode: 0, kv: true, pf: true}, {mode: 0, sp: true}, {mode: 0, kv: true, sp: true, dk: true}}
+	// of chunks); sw: both kernels' staggered walks.
+	vars := []bwdCMVariant{{mode: 0}, {mode: 0, kv: true, pf: true}, {mode: 0, sp: true}, {mode: 0, kv: true, sp: true, dk: true}, {mode: 0, pf: true, sw: true}}
 	if l.Mode1 {
+		vars = append(vars, bwdCMVariant{mode: 1, kv: true, sw: true}, bwdCMVariant{mode: 1, pf: true, sp: true, dk: true, sw: true},
+			bwdCMVariant{mode: 1, kv: true, fh: true, dq: true, sw: true})
 		vars = append(vars, bwdCMVariant{mode: 1}, bwdCMVariant{mode: 1, kv: true}, bwdCMVariant{mode: 1, pf: true},
 			bwdCMVariant{mode: 1, sp: true}, bwdCMVariant{mode: 1, kv: true, pf: true, sp: true}, bwdCMVariant{mode: 1, kv: true, sp: true, dk: true},
 			bwdCMVariant{mode: 1, pf: true, sp: true, dk: true}, bwdCMVariant{mode: 1, dq: true}, bwdCMVariant{mode: 1, pf: true, kv: true, sp: true, dk: true, dq: true},

@@ -42,6 +42,12 @@
 //	bwd       backward: bwd_pre, bwd_dkdv, bwd_dq
 //	decode    KV-cache calls (pass KV): kv_append, decode, decode_combine (kvcache.go)
 //
+// The coopmat kernels' tiles that do not prefetch the next K/V tile (Q/dO
+// step) into registers walk their tiles (steps) staggered — each
+// workgroup from a place of its own, so that a head's workgroups do not
+// all load the same tile at once — unless the call has a bias: sw1 tiles
+// (STAGGER, cm_common.glsl).
+//
 // A family owns its device and dtype requirements (init, and its plan's
 // refusals), its SPIR-V modules, bindings, specialization, default tile
 // rule, grids, shared memory and scratch, and its tunable stages. Options.Kernel

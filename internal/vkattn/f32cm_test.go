@@ -249,13 +249,13 @@ func TestBwdCMSplitRules(t *testing.T) {
 		if err := bwdCMCheckTile(&l16, true, bwdCMTile{NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, FHalves: true}, 256, 256, TileExtras{}, sharedMax, maxWG); err == nil {
 			t.Error("16-bit fh2 with split launches accepted")
 		}
-		_, err := chooseBwdCMTile(&l, dkdv, 192, 64, nil, sharedMax, maxWG)
+		_, err := chooseBwdCMTile(&l, dkdv, 192, 64, spec.MaskNone, nil, sharedMax, maxWG)
 		if err == nil || strings.Count(err.Error(), "takes 1 … 128") != 1 {
 			t.Errorf("dkdv %v: f32 d 192: %v", dkdv, err)
 		}
 		m0 := l
 		m0.Mode1, m0.Why = false, "synthetic"
-		if _, err := chooseBwdCMTile(&m0, dkdv, 64, 64, nil, sharedMax, maxWG); err == nil || !strings.Contains(err.Error(), "synthetic") {
+		if _, err := chooseBwdCMTile(&m0, dkdv, 64, 64, spec.MaskNone, nil, sharedMax, maxWG); err == nil || !strings.Contains(err.Error(), "synthetic") {
 			t.Errorf("dkdv %v: f32 without MODE 1: %v", dkdv, err)
 		}
 	}

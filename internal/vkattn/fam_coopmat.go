@@ -246,7 +246,7 @@ func (b *Backend) cmTileFor(ctx context.Context, l *CMLayout, p *spec.Problem, d
 			return t, SourceTuned, nil
 		}
 	}
-	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Mask, p.Ext, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
 	if err != nil {
 		return CMTile{}, "", fmt.Errorf("%w: flash_cm D=%d Dv=%d on %s: %w", ErrUnsupported, p.D, p.Dv, b.info.Name, err)
 	}
@@ -295,7 +295,7 @@ func (b *Backend) bwdCMLaunches(ctx context.Context, l *CMLayout, kernel string,
 		c, src = t.(bwdCMTile), SourceTuned
 	} else {
 		var err error
-		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, p.Ext, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
+		if c, err = chooseBwdCMTile(l, dkdv, p.D, p.Dv, p.Mask, p.Ext, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
 			return nil, fmt.Errorf("%w: %s %v D=%d Dv=%d on %s: %w", ErrUnsupported, kernel, dt, p.D, p.Dv, b.info.Name, err)
 		}
 	}
@@ -390,6 +390,17 @@ func coopmatTunable[T interface {
 	}
 }
 
+// bothWalks is the tuner's candidates ts, each also with a staggered
+// walk (stagger sets it).
+func bothWalks[T any](ts []T, stagger func(*T)) []T {
+	out := slices.Clone(ts)
+	for _, c := range ts {
+		stagger(&c)
+		out = append(out, c)
+	}
+	return out
+}
+
 // log2Dist is the distance of two tile vectors in log2 space.
 func log2Dist(a, b []int) float64 {
 	d := 0.0
@@ -407,7 +418,7 @@ func log2Dist(a, b []int) float64 {
 // options (TuneKey.Options).
 var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseCMTile,
 	func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (CMTile, error) {
-		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
+		return chooseCMTile(l, p.D, p.Dv, p.Nq, p.Mask, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
 	},
 	func(l *CMLayout) []CMTile {
 		var out []CMTile
@@ -428,11 +439,11 @@ var flashCMTunable = plainOnly(coopmatTunable(shaders.KernelFlashCM, Fwd, parseC
 				}
 			}
 		}
-		return out
+		return bothWalks(out, func(c *CMTile) { c.Stagger = true })
 	},
 	func(c, def CMTile) float64 {
 		vec := func(t CMTile) []int {
-			return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch)), 1 + int(b2u(t.Pairs)), t.rowBlocks()}
+			return []int{t.NSG, t.BC, 1 << t.Mode, 1 + int(b2u(t.Prefetch)), 1 + int(b2u(t.Pairs)), t.rowBlocks(), 1 + int(b2u(t.Stagger))}
 		}
 		return log2Dist(vec(c), vec(def))
 	},
@@ -451,7 +462,7 @@ func plainOnly(t *Tunable) *Tunable {
 func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 	return coopmatTunable(kernel, Bwd, parseBwdCMTile,
 		func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (bwdCMTile, error) {
-			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
+			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, p.Mask, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
 		},
 		func(l *CMLayout) []bwdCMTile {
 			var out []bwdCMTile
@@ -466,7 +477,7 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 						}
 					}
 				}
-				return out
+				return bothWalks(out, func(c *bwdCMTile) { c.Stagger = true })
 			}
 			for _, nsg := range []int{1, 2, 4, 8} {
 				for _, step := range []int{16, 32, 64, 128} {
@@ -494,11 +505,11 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 					}
 				}
 			}
-			return out
+			return bothWalks(out, func(c *bwdCMTile) { c.Stagger = true })
 		},
 		func(c, def bwdCMTile) float64 {
 			d := log2Dist([]int{c.NSG, c.Step}, []int{def.NSG, def.Step}) + 2*math.Abs(float64(c.Mode-def.Mode))
-			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split)+b2u(c.Halves != def.Halves)+b2u(c.Pairs != def.Pairs)+b2u(c.FHalves != def.FHalves))
+			return d + float64(b2u(c.KVReg != def.KVReg)+b2u(c.Prefetch != def.Prefetch)+b2u(c.Split != def.Split)+b2u(c.Halves != def.Halves)+b2u(c.Pairs != def.Pairs)+b2u(c.FHalves != def.FHalves)+b2u(c.Stagger != def.Stagger))
 		},
 		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
@@ -523,6 +534,9 @@ type CMTile struct {
 	// fragment loads, barriers and K/V staging per MMA, for the registers
 	// of the extra blocks' Q, S and O.
 	RowBlocks int
+	// Stagger (not with a bias): each workgroup walks its key tiles from
+	// a place of its own (STAGGER, cm_common.glsl).
+	Stagger bool
 }
 
 // rowBlocks is c's row blocks per subgroup (at least 1).
@@ -539,6 +553,9 @@ func (c CMTile) String() string {
 	}
 	if c.RowBlocks > 1 {
 		s += fmt.Sprintf("-rb%d", c.RowBlocks)
+	}
+	if c.Stagger {
+		s += "-sw1"
 	}
 	return s
 }
@@ -646,7 +663,12 @@ const cmLargeNq = 2048
 // from plain's former tile, nsg8-bc128, and fp16's softcap, ALiBi or
 // dropout and bf16's dropout from plain's row blocks. The tune cache
 // overrides these per device.
-func cmTiles(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
+func cmTiles(l *CMLayout, d, dv, nq int, mask spec.Mask, ext *spec.Ext) []CMTile {
+	return staggerWhereItGains(cmTileRule(l, d, dv, nq, ext), mask, ext, func(c *CMTile) (bool, *bool) { return c.Prefetch, &c.Stagger })
+}
+
+// cmTileRule is cmTiles before the staggered walk.
+func cmTileRule(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 	if l.planes() > 1 {
 		return cmSplitTiles(l, d, dv)
 	}
@@ -743,8 +765,41 @@ func CheckCMTile(l *CMLayout, c CMTile, d, dv int, x TileExtras, sharedMax, maxW
 	if err := c.checkRowBlocks(l, x); err != nil {
 		return err
 	}
+	if err := checkStagger(c.Stagger, c, x); err != nil {
+		return err
+	}
 	shared := cmShared(l, c, d, dv, x) + dropExtra(x.Dropout, c.Rows(l), c.BC)
 	return checkCMResources(l, c.Mode, c.NSG, shared, sharedMax, maxWG)
+}
+
+// checkStagger says why tile c cannot take a staggered walk (stagger) for
+// a call whose options add x: a bias's walk skips the tiles it hides, in
+// order.
+func checkStagger(stagger bool, c fmt.Stringer, x TileExtras) error {
+	if stagger && x.BiasElem > 0 {
+		return fmt.Errorf("tile %s: a staggered walk (sw1) does not take a bias", c)
+	}
+	return nil
+}
+
+// staggerWhereItGains gives every tile of ts that does not prefetch a
+// staggered walk where every workgroup of a head walks the same tiles (no
+// mask, no window) and no bias hides some. On an NVIDIA H200
+// (bench/NOTES.md, 2026-11-30), without a mask, the kernels whose loads
+// wait between their barriers ran up to 16% faster with it at N 16384 —
+// bwd_cm_dkdv's d 128 tiles (10%), the float32 builds' (14–16%) — and
+// those that prefetch 3–10% slower (the 16-bit forward, d 64's backward,
+// bf16's dQ at d 128); under a causal mask, whose workgroups walk
+// different spans anyway, it cost 0.5–2.5%.
+func staggerWhereItGains[T any](ts []T, mask spec.Mask, ext *spec.Ext, pf func(*T) (prefetch bool, stagger *bool)) []T {
+	if mask != spec.MaskNone || ext != nil && (ext.Bias != nil || ext.Left >= 0 || ext.Right >= 0) {
+		return ts
+	}
+	for i := range ts {
+		prefetch, st := pf(&ts[i])
+		*st = !prefetch
+	}
+	return ts
 }
 
 // TileExtras is what a call's options add to a coopmat tile's shared
@@ -877,9 +932,9 @@ func extLargeTile64(l *CMLayout, ext *spec.Ext) bool {
 // chooseCMTile returns the first tile of cmTiles that fits (ext: the
 // problem's options, nil for the plain variant; with dropout the tile
 // also holds the keep bits, with a bias in MODE 1 its stage: ExtrasOf).
-func chooseCMTile(l *CMLayout, d, dv, nq int, ext *spec.Ext, sharedMax, maxWG int) (CMTile, error) {
+func chooseCMTile(l *CMLayout, d, dv, nq int, mask spec.Mask, ext *spec.Ext, sharedMax, maxWG int) (CMTile, error) {
 	x := ExtrasOf(l, ext)
-	c, err := firstFit(cmTiles(l, d, dv, nq, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, x, sharedMax, maxWG) })
+	c, err := firstFit(cmTiles(l, d, dv, nq, mask, ext), func(c CMTile) error { return CheckCMTile(l, c, d, dv, x, sharedMax, maxWG) })
 	if err != nil {
 		return CMTile{}, fmt.Errorf("no flash_cm tile fits: %w", err)
 	}
@@ -936,7 +991,7 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 		{ID: shaders.SpecCMXorMask, Value: xm}, {ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
 		{ID: shaders.SpecCMVec, Value: b2u(vec)}, {ID: shaders.SpecCMPrefet, Value: b2u(vec && c.Prefetch)},
 		{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, {ID: shaders.SpecCMRowBlk, Value: uint32(c.rowBlocks())},
-		{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)},
+		{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)}, {ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)},
 	}
 }
 
@@ -971,6 +1026,10 @@ type bwdCMTile struct {
 	// computing half of its gradient's columns; the pair adds its partial
 	// S and dP (Sᵀ and dPᵀ) through shared memory.
 	FHalves bool
+	// Stagger (not with a bias): each workgroup walks its query steps
+	// (bwd_cm_dkdv) or key tiles (bwd_cm_dq) from a place of its own
+	// (STAGGER, cm_common.glsl).
+	Stagger bool
 }
 
 func (c bwdCMTile) String() string {
@@ -992,6 +1051,9 @@ func (c bwdCMTile) String() string {
 	}
 	if c.FHalves {
 		s += "-fh2"
+	}
+	if c.Stagger {
+		s += "-sw1"
 	}
 	return s
 }
@@ -1125,7 +1187,12 @@ func bwdCMSplitTiles(l *CMLayout, dkdv bool, d, dv int) []bwdCMTile {
 // MODE 0 fallbacks that fit 32 KiB of shared memory (f32:
 // bwdCMSplitTiles). Candidates, not measurements: see bench/NOTES.md for
 // what the H200 gave.
-func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
+func bwdCMTiles(l *CMLayout, dkdv bool, d, dv int, mask spec.Mask, ext *spec.Ext) []bwdCMTile {
+	return staggerWhereItGains(bwdCMTileRule(l, dkdv, d, dv, ext), mask, ext, func(c *bwdCMTile) (bool, *bool) { return c.Prefetch, &c.Stagger })
+}
+
+// bwdCMTileRule is bwdCMTiles before the staggered walk.
+func bwdCMTileRule(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile {
 	if l.planes() > 1 {
 		return bwdCMSplitTiles(l, dkdv, d, dv)
 	}
@@ -1289,6 +1356,9 @@ func bwdCMCheckTile(l *CMLayout, dkdv bool, c bwdCMTile, d, dv int, x TileExtras
 	if err := c.checkPairs(l, d, dv); err != nil {
 		return err
 	}
+	if err := checkStagger(c.Stagger, c, x); err != nil {
+		return err
+	}
 	_, err := c.launches(l, dkdv, d, dv, x, sharedMax, maxWG)
 	return err
 }
@@ -1351,12 +1421,12 @@ func (c bwdCMTile) checkPairs(l *CMLayout, d, dv int) error {
 
 // chooseBwdCMTile returns the first tile of bwdCMTiles that fits a
 // problem with options ext (nil: plain).
-func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext, sharedMax, maxWG int) (bwdCMTile, error) {
+func chooseBwdCMTile(l *CMLayout, dkdv bool, d, dv int, mask spec.Mask, ext *spec.Ext, sharedMax, maxWG int) (bwdCMTile, error) {
 	if err := checkBwdCMSplitDims(l, d, dv); err != nil {
 		return bwdCMTile{}, err // (once, not per tile)
 	}
 	x := ExtrasOf(l, ext)
-	cands := bwdCMTiles(l, dkdv, d, dv, ext)
+	cands := bwdCMTiles(l, dkdv, d, dv, mask, ext)
 	if len(cands) == 0 {
 		return bwdCMTile{}, fmt.Errorf("no tile: the float32 build runs in MODE 1, which this device's coopmat layout does not allow (%s)", l.Why)
 	}
@@ -1388,12 +1458,13 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, part, d, dv int, vec bool) [
 	}
 	sp = append(sp, device.Spec{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)})
 	rne := device.Spec{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)}
+	stagger := device.Spec{ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)}
 	if dkdv {
 		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)},
-			device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)}, rne)
+			device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)}, rne, stagger)
 	}
 	sp = append(sp, device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)})
-	return append(sp, device.Spec{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, rne)
+	return append(sp, device.Spec{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, rne, stagger)
 }
 
 func b2u(b bool) uint32 {
@@ -1405,15 +1476,16 @@ func b2u(b bool) uint32 {
 
 func parseBwdCMTile(s string) (bwdCMTile, error) {
 	var c bwdCMTile
-	base, fh := strings.CutSuffix(s, "-fh2")
+	base, sw := strings.CutSuffix(s, "-sw1")
+	base, fh := strings.CutSuffix(base, "-fh2")
 	base, dq := strings.CutSuffix(base, "-dq2")
 	base, dk := strings.CutSuffix(base, "-dk2")
 	base, sp := strings.CutSuffix(base, "-sp1")
 	base, pf := strings.CutSuffix(base, "-pf1")
 	base, kv := strings.CutSuffix(base, "-kv1")
-	c.KVReg, c.Prefetch, c.Split, c.Halves, c.Pairs, c.FHalves = kv, pf, sp, dk, dq, fh
+	c.KVReg, c.Prefetch, c.Split, c.Halves, c.Pairs, c.FHalves, c.Stagger = kv, pf, sp, dk, dq, fh, sw
 	if _, err := fmt.Sscanf(base, "nsg%d-step%d-mode%d", &c.NSG, &c.Step, &c.Mode); err != nil || c.String() != s || dk && !sp || dq && (kv || sp) || fh && (sp || dq) {
-		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]], nsgN-stepN-modeN[-pf1]-dq2 or nsgN-stepN-modeN[-kv1][-pf1]-fh2)", ErrInvalid, s)
+		return bwdCMTile{}, fmt.Errorf("%w: coopmat backward tile %q (want nsgN-stepN-modeN[-kv1][-pf1][-sp1[-dk2]], nsgN-stepN-modeN[-pf1]-dq2 or nsgN-stepN-modeN[-kv1][-pf1]-fh2, each with an optional -sw1)", ErrInvalid, s)
 	}
 	return c, nil
 }
@@ -1421,8 +1493,9 @@ func parseBwdCMTile(s string) (bwdCMTile, error) {
 func parseCMTile(s string) (CMTile, error) {
 	var c CMTile
 	var pf int
-	bad := fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1[-p2][-rbN])", ErrInvalid, s)
-	base := s
+	bad := fmt.Errorf("%w: flash_cm tile %q (want nsgN-bcN-modeN-pf0|1[-p2][-rbN][-sw1])", ErrInvalid, s)
+	base, stagger := strings.CutSuffix(s, "-sw1")
+	c.Stagger = stagger
 	if i := strings.LastIndex(base, "-rb"); i >= 0 {
 		if _, err := fmt.Sscanf(base[i:], "-rb%d", &c.RowBlocks); err != nil {
 			return CMTile{}, bad

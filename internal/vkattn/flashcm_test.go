@@ -271,14 +271,14 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 256, 256, 4096, sh, "nsg8-bc32-mode1-pf1-p2"},   // above d 192: subgroup pairs (fp16, no options)
 		{l, 160, 192, 1024, sh, "nsg4-bc32-mode1-pf1"},      // up to d 192 the prefetch fits without pairs
 		{l, 224, 224, 4096, sh, "nsg8-bc32-mode1-pf1-p2"},
-		{l, 256, 240, 4096, sh, "nsg4-bc32-mode1-pf0"}, // O has no halves: no prefetch registers
-		{l, 256, 256, 4096, 42 << 10, "nsg4-bc32-mode1-pf0"},
+		{l, 256, 240, 4096, sh, "nsg4-bc32-mode1-pf0-sw1"}, // O has no halves: no prefetch registers (a staggered walk instead)
+		{l, 256, 256, 4096, 42 << 10, "nsg4-bc32-mode1-pf0-sw1"},
 		{l, 128, 128, 4096, 32 << 10, "nsg4-bc32-mode0-pf1"},
 		{&mode0, 128, 128, 4096, sh, "nsg4-bc32-mode0-pf1"},
 		{l, 256, 256, 4096, 32 << 10, ""}, // nothing fits: scalar flash
 		{l, 300, 64, 4096, sh, ""},
 	} {
-		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, nil, c.sh, wg)
+		got, err := chooseCMTile(c.l, c.d, c.dv, c.nq, spec.MaskNone, nil, c.sh, wg)
 		if c.want == "" {
 			if err == nil {
 				t.Errorf("d %d dv %d nq %d shared %d: chose %v, want none", c.d, c.dv, c.nq, c.sh, got)
@@ -317,14 +317,35 @@ func TestChooseCMTile(t *testing.T) {
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 	} {
-		if got, err := chooseCMTile(l, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
+		if got, err := chooseCMTile(l, c.d, c.d, c.nq, spec.MaskNone, c.ext, sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("extended (window %d,%d softcap %g ALiBi %v bias %v dropout %v) d %d nq %d: %v (%v), want %s",
 				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.d, c.nq, got, err, c.want)
 		}
 	}
+	// A staggered walk does not take a bias (its walk skips the tiles the
+	// bias hides, in order): the rule gives it none, the check refuses it.
+	biasX := ExtrasOf(l, bias)
+	if err := CheckCMTile(l, CMTile{NSG: 4, BC: 32, Mode: 1, Stagger: true}, 256, 256, biasX, sh, wg); err == nil || !strings.Contains(err.Error(), "bias") {
+		t.Errorf("flash_cm's staggered walk with a bias: %v, want refused", err)
+	}
+	if err := bwdCMCheckTile(l, true, bwdCMTile{NSG: 4, Step: 16, Mode: 1, Stagger: true}, 128, 128, biasX, sh, wg); err == nil || !strings.Contains(err.Error(), "bias") {
+		t.Errorf("bwd_cm_dkdv's staggered walk with a bias: %v, want refused", err)
+	}
+	if err := bwdCMCheckTile(l, false, bwdCMTile{NSG: 4, Step: 32, Mode: 1, Stagger: true}, 128, 128, biasX, sh, wg); err == nil || !strings.Contains(err.Error(), "bias") {
+		t.Errorf("bwd_cm_dq's staggered walk with a bias: %v, want refused", err)
+	}
+	if got, err := chooseBwdCMTile(l, false, 256, 256, spec.MaskNone, bias, sh, wg); err != nil || got.Stagger {
+		t.Errorf("backward dQ d 256 with a bias: %v (%v), want a tile walking in order", got, err)
+	}
+	for _, mask := range []spec.Mask{spec.MaskCausalTopLeft, spec.MaskCausalBottomRight} {
+		if got, err := chooseBwdCMTile(l, true, 128, 128, mask, nil, sh, wg); err != nil || got.String() != "nsg4-step64-mode1-kv1" {
+			t.Errorf("backward dK/dV d 128 under mask %v: %v (%v), want nsg4-step64-mode1-kv1", mask, got, err)
+		}
+	}
+
 	// Where the row blocks do not fit, an option at d ≤ 64 takes its own
 	// small tile (not plain's nsg8-bc128, larger still).
-	if got, err := chooseCMTile(l, 64, 64, 16384, alibi, 18<<10, wg); err != nil || got.String() != "nsg4-bc32-mode1-pf1" {
+	if got, err := chooseCMTile(l, 64, 64, 16384, spec.MaskNone, alibi, 18<<10, wg); err != nil || got.String() != "nsg4-bc32-mode1-pf1" {
 		t.Errorf("ALiBi d 64 nq 16384 in 18 KiB: %v (%v), want nsg4-bc32-mode1-pf1", got, err)
 	}
 	// With the softcap's tanh in fp16 (bf16 storage) a softcap alone, causal
@@ -332,10 +353,19 @@ func TestChooseCMTile(t *testing.T) {
 	half := *l
 	half.Storage = spec.BFloat16
 	causalCap := &spec.Ext{Left: -1, Right: 0, Softcap: 30}
-	// Above d 192 bf16 keeps the tile without pairs (measured: mixed).
-	for _, ext := range []*spec.Ext{nil, win} {
-		if got, err := chooseCMTile(&half, 256, 256, 4096, ext, sh, wg); err != nil || got.String() != "nsg4-bc32-mode1-pf0" {
-			t.Errorf("bf16 d 256 (window %v): %v (%v), want nsg4-bc32-mode1-pf0", ext != nil, got, err)
+	// Above d 192 bf16 keeps the tile without pairs (measured: mixed);
+	// without the prefetch it walks its key tiles staggered where every
+	// workgroup walks the same ones: not under a causal mask, a window or a
+	// bias.
+	for _, c := range []struct {
+		mask spec.Mask
+		ext  *spec.Ext
+		want string
+	}{{spec.MaskNone, nil, "nsg4-bc32-mode1-pf0-sw1"}, {spec.MaskCausalTopLeft, nil, "nsg4-bc32-mode1-pf0"},
+		{spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Softcap: 30}, "nsg4-bc32-mode1-pf0-sw1"},
+		{spec.MaskNone, win, "nsg4-bc32-mode1-pf0"}, {spec.MaskNone, bias, "nsg4-bc32-mode1-pf0"}} {
+		if got, err := chooseCMTile(&half, 256, 256, 4096, c.mask, c.ext, sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("bf16 d 256 (mask %v, options %+v): %v (%v), want %s", c.mask, c.ext, got, err, c.want)
 		}
 	}
 	for _, c := range []struct {
@@ -356,7 +386,7 @@ func TestChooseCMTile(t *testing.T) {
 		{64, 16384, &spec.Ext{Left: -1, Right: 0, Dropout: drop}, "nsg4-bc32-mode1-pf1-rb2"},
 		{64, 2047, &spec.Ext{Left: -1, Right: 0, Dropout: drop}, "nsg4-bc32-mode1-pf1"},
 	} {
-		if got, err := chooseCMTile(&half, c.d, c.d, c.nq, c.ext, sh, wg); err != nil || got.String() != c.want {
+		if got, err := chooseCMTile(&half, c.d, c.d, c.nq, spec.MaskNone, c.ext, sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("fp16 tanh, extended (window %d,%d softcap %g ALiBi %v bias %v dropout %v keys %v packed %v) d %d nq %d: %v (%v), want %s",
 				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.ext.SeqUsedK != nil, c.ext.CuQ != nil, c.d, c.nq, got, err, c.want)
 		}
@@ -373,12 +403,12 @@ func TestChooseCMTile(t *testing.T) {
 		d     int
 		want  string
 		parts string
-	}{{true, 256, "nsg4-step16-mode1-kv1-fh2", "0:nsg4"}, {false, 256, "nsg8-step32-mode1-dq2", "0:nsg8"},
-		{false, 144, "nsg4-step32-mode1", "0:nsg4"}, {false, 192, "nsg8-step32-mode1-dq2", "0:nsg8"},
-		{true, 192, "nsg4-step32-mode1-kv1-fh2", "0:nsg4"}, {true, 128, "nsg4-step64-mode1-kv1", "0:nsg4"},
+	}{{true, 256, "nsg4-step16-mode1-kv1-fh2-sw1", "0:nsg4"}, {false, 256, "nsg8-step32-mode1-dq2-sw1", "0:nsg8"},
+		{false, 144, "nsg4-step32-mode1-sw1", "0:nsg4"}, {false, 192, "nsg8-step32-mode1-dq2-sw1", "0:nsg8"},
+		{true, 192, "nsg4-step32-mode1-kv1-fh2-sw1", "0:nsg4"}, {true, 128, "nsg4-step64-mode1-kv1-sw1", "0:nsg4"},
 		{true, 96, "nsg4-step32-mode1-pf1", "0:nsg4"}, {false, 80, "nsg8-step64-mode1-pf1", "0:nsg8"}, {false, 128, "nsg4-step32-mode1-pf1", "0:nsg4"},
 		{false, 64, "nsg4-step64-mode1-pf1", "0:nsg4"}} {
-		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, nil, sh, wg)
+		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, spec.MaskNone, nil, sh, wg)
 		if err != nil || got.String() != c.want {
 			t.Errorf("backward dkdv %v d %d: %v (%v), want %s", c.dkdv, c.d, got, err, c.want)
 			continue
@@ -396,7 +426,9 @@ func TestChooseCMTile(t *testing.T) {
 	// (plain fp16, dropout, ALiBi, a window) or 32 (bf16, the softcap,
 	// alone or with dropout); a bias keeps the 16-row steps with K_j, V_j
 	// in shared memory, whatever else it comes with; 32 KiB of shared
-	// memory takes the prefetching two-subgroup fallback.
+	// memory takes the prefetching two-subgroup fallback. The tiles without
+	// the prefetch walk their steps staggered (not with a window or a
+	// bias, nor under a causal mask: below).
 	bf, f16 := *l, *l
 	bf.Storage, f16.Storage = spec.BFloat16, spec.Float16
 	for _, c := range []struct {
@@ -404,17 +436,17 @@ func TestChooseCMTile(t *testing.T) {
 		ext  *spec.Ext
 		sh   int
 		want string
-	}{{&f16, nil, sh, "nsg4-step64-mode1-kv1"}, {&bf, nil, sh, "nsg4-step32-mode1-kv1"},
-		{&f16, &spec.Ext{Left: -1, Right: -1, Softcap: 30}, sh, "nsg4-step32-mode1-kv1"},
-		{&f16, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, sh, "nsg4-step32-mode1-kv1"},
-		{&f16, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step64-mode1-kv1"},
-		{&bf, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step32-mode1-kv1"},
-		{&f16, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}, sh, "nsg4-step64-mode1-kv1"},
+	}{{&f16, nil, sh, "nsg4-step64-mode1-kv1-sw1"}, {&bf, nil, sh, "nsg4-step32-mode1-kv1-sw1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Softcap: 30}, sh, "nsg4-step32-mode1-kv1-sw1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, sh, "nsg4-step32-mode1-kv1-sw1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step64-mode1-kv1-sw1"},
+		{&bf, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step32-mode1-kv1-sw1"},
+		{&f16, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}, sh, "nsg4-step64-mode1-kv1-sw1"},
 		{&f16, &spec.Ext{Left: 100, Right: 0}, sh, "nsg4-step64-mode1-kv1"},
 		{&f16, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, "nsg4-step16-mode1-pf1"},
 		{&bf, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Softcap: 30}, sh, "nsg4-step16-mode1-pf1"},
 		{&f16, nil, 32 << 10, "nsg2-step16-mode1-pf1"}, {&bf, nil, 32 << 10, "nsg2-step16-mode1-pf1"}} {
-		if got, err := chooseBwdCMTile(c.l, true, 128, 128, c.ext, c.sh, wg); err != nil || got.String() != c.want {
+		if got, err := chooseBwdCMTile(c.l, true, 128, 128, spec.MaskNone, c.ext, c.sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("backward dkdv d 128 %v, options %+v, %d bytes: %v (%v), want %s", c.l.Storage, c.ext, c.sh, got, err, c.want)
 		}
 	}
@@ -422,16 +454,16 @@ func TestChooseCMTile(t *testing.T) {
 	// where the pairs over the features do not run (bf16), a D of one
 	// column block (dK has no halves: D 16, Dv 256); fp16 pairs over the
 	// features there too (D padded to two chunks).
-	if got, err := chooseBwdCMTile(l, true, 256, 256, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, wg); err != nil || got.String() != "nsg2-step16-mode1-sp1" {
+	if got, err := chooseBwdCMTile(l, true, 256, 256, spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, wg); err != nil || got.String() != "nsg2-step16-mode1-sp1" {
 		t.Errorf("backward dkdv d 256 with a bias: %v (%v), want nsg2-step16-mode1-sp1", got, err)
 	}
-	if got, err := chooseBwdCMTile(&bf, true, 16, 256, nil, sh, wg); err != nil || got.Halves || !got.Split {
+	if got, err := chooseBwdCMTile(&bf, true, 16, 256, spec.MaskNone, nil, sh, wg); err != nil || got.Halves || !got.Split {
 		t.Errorf("backward dkdv bf16 D 16 Dv 256: %v (%v), want a split tile without halves", got, err)
 	}
-	if got, err := chooseBwdCMTile(&f16, true, 16, 256, nil, sh, wg); err != nil || !got.FHalves {
+	if got, err := chooseBwdCMTile(&f16, true, 16, 256, spec.MaskNone, nil, sh, wg); err != nil || !got.FHalves {
 		t.Errorf("backward dkdv fp16 D 16 Dv 256: %v (%v), want pairs over the features", got, err)
 	}
-	if got, err := chooseBwdCMTile(&f16, true, 256, 256, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, wg); err != nil || got.FHalves || !got.Split {
+	if got, err := chooseBwdCMTile(&f16, true, 256, 256, spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, wg); err != nil || got.FHalves || !got.Split {
 		t.Errorf("backward dkdv fp16 d 256 with dropout: %v (%v), want the split launches", got, err)
 	}
 	halves := bwdCMTile{NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, Halves: true}
@@ -449,7 +481,7 @@ func TestChooseCMTile(t *testing.T) {
 	if err := bwdCMCheckTile(l, false, pairs, 256, 256, TileExtras{}, sh, wg); err != nil {
 		t.Errorf("%s at d 256: %v", pairs, err)
 	}
-	if got, err := chooseBwdCMTile(l, false, 256, 16, nil, sh, wg); err != nil || got.Pairs {
+	if got, err := chooseBwdCMTile(l, false, 256, 16, spec.MaskNone, nil, sh, wg); err != nil || got.Pairs {
 		t.Errorf("backward dq D 256 Dv 16: %v (%v), want a tile without pairs", got, err)
 	}
 	for _, c := range []struct {
@@ -493,7 +525,7 @@ func TestChooseCMTile(t *testing.T) {
 	if need > sh {
 		t.Errorf("dropout d256 %v needs %d bytes, more than %d", d256, need, sh)
 	}
-	if got, err := chooseCMTile(&mode0, 256, 256, 4096, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, wg); err != nil || got != d256 {
+	if got, err := chooseCMTile(&mode0, 256, 256, 4096, spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, wg); err != nil || got != d256 {
 		t.Errorf("dropout d256 (MODE 0 layout): %v (%v), want %v", got, err, d256)
 	}
 	if err := CheckCMTile(l, d256, 256, 256, TileExtras{Dropout: true}, need-1, wg); err == nil {

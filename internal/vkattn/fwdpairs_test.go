@@ -43,6 +43,25 @@ func TestFlashCMRowBlocks(t *testing.T) {
 	})
 }
 
+// TestFlashCMStagger runs flash_cm's staggered walk (sw1: each
+// workgroup's key tiles from a place of its own) on each problem's default
+// tile, fp16 and bf16, with each option, against the reference and
+// against the same tile walking its key tiles in order, whose sums differ
+// from it only in their order (within rounding).
+func TestFlashCMStagger(t *testing.T) {
+	testFlashCMTwins(t, "staggered", func(b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
+		c, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Mask, p.Ext, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+		if err != nil {
+			return nil
+		}
+		c.Stagger = true
+		return []CMTile{c}
+	}, func(c CMTile) CMTile {
+		c.Stagger = false
+		return c
+	})
+}
+
 // testFlashCMTwins runs each tile that tiles lists for a problem (kind: a
 // name for the log) against the reference and against its twin, the tile
 // of the same rows and keys without the tile's feature.

@@ -83,7 +83,8 @@ func TestParseCandidates(t *testing.T) {
 		}
 	}
 	for _, c := range []CMTile{{NSG: 8, BC: 128, Mode: 1, Prefetch: true}, {NSG: 2, BC: 32}, {NSG: 8, BC: 32, Mode: 1, Pairs: true},
-		{NSG: 4, BC: 64, Mode: 1, Prefetch: true, Pairs: true}, {NSG: 4, BC: 32, Mode: 1, Prefetch: true, RowBlocks: 2}, {NSG: 2, BC: 64, Mode: 1, RowBlocks: 3}} {
+		{NSG: 4, BC: 64, Mode: 1, Prefetch: true, Pairs: true}, {NSG: 4, BC: 32, Mode: 1, Prefetch: true, RowBlocks: 2}, {NSG: 2, BC: 64, Mode: 1, RowBlocks: 3},
+		{NSG: 8, BC: 16, Mode: 1, Stagger: true}, {NSG: 4, BC: 32, Mode: 1, Prefetch: true, RowBlocks: 2, Stagger: true}, {NSG: 8, BC: 32, Mode: 1, Pairs: true, Stagger: true}} {
 		got, err := parseCMTile(c.String())
 		if err != nil || got != c {
 			t.Errorf("%v: %v, %v", c, got, err)
@@ -92,7 +93,8 @@ func TestParseCandidates(t *testing.T) {
 	for _, c := range []bwdCMTile{{NSG: 4, Step: 32, Mode: 1}, {NSG: 1, Step: 16, Mode: 1, KVReg: true, Prefetch: true, Split: true},
 		{NSG: 2, Step: 16, Split: true}, {NSG: 4, Step: 16, Mode: 1, KVReg: true, Split: true, Halves: true}, {NSG: 4, Step: 32, Mode: 1, Pairs: true},
 		{NSG: 8, Step: 32, Mode: 1, Prefetch: true, Pairs: true}, {NSG: 4, Step: 16, Mode: 1, FHalves: true}, {NSG: 8, Step: 16, Mode: 1, Prefetch: true, FHalves: true},
-		{NSG: 8, Step: 16, Mode: 1, KVReg: true, FHalves: true}} {
+		{NSG: 8, Step: 16, Mode: 1, KVReg: true, FHalves: true}, {NSG: 4, Step: 64, Mode: 1, KVReg: true, Stagger: true},
+		{NSG: 8, Step: 16, Mode: 1, FHalves: true, Stagger: true}, {NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, Halves: true, Stagger: true}} {
 		got, err := parseBwdCMTile(c.String())
 		if err != nil || got != c {
 			t.Errorf("%v: %v, %v", c, got, err)
@@ -100,7 +102,8 @@ func TestParseCandidates(t *testing.T) {
 	}
 	for _, s := range []string{"nsg1-step16-mode1-qs1", "nsg1-step16-mode1-sp1-kv1", "nsg1-step16-mode1-sp2", "nsg1-step16-mode1-dk2-sp1", "nsg1-step16-mode1-dk2",
 		"nsg4-step32-mode1-dq2-pf1", "nsg4-step32-mode1-kv1-dq2", "nsg4-step32-mode1-sp1-dq2", "nsg4-step32-mode1-dq2-dq2",
-		"nsg4-step16-mode1-fh2-pf1", "nsg4-step16-mode1-fh2-kv1", "nsg4-step16-mode1-sp1-fh2", "nsg4-step16-mode1-dq2-fh2", "nsg4-step16-mode1-fh2-fh2"} {
+		"nsg4-step16-mode1-fh2-pf1", "nsg4-step16-mode1-fh2-kv1", "nsg4-step16-mode1-sp1-fh2", "nsg4-step16-mode1-dq2-fh2", "nsg4-step16-mode1-fh2-fh2",
+		"nsg4-step64-mode1-sw1-kv1", "nsg4-step64-mode1-kv1-sw1-sw1", "nsg4-step64-mode1-kv1-sw2", "nsg4-step16-mode1-sw1-fh2"} {
 		if _, err := parseBwdCMTile(s); err == nil {
 			t.Errorf("parseBwdCMTile(%q) accepted", s)
 		}
@@ -114,7 +117,8 @@ func TestParseCandidates(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"nsg8-bc32-mode1-p2", "nsg8-bc32-mode1-pf0-p2-p2", "nsg8-bc32-mode1-pf0-p3", "nsg8-bc32-mode1-p2-pf0", "nsg8-bc32-mode1-pf0-dq2",
-		"nsg4-bc32-mode1-pf1-rb1", "nsg4-bc32-mode1-pf1-rb0", "nsg4-bc32-mode1-pf1-rb-2", "nsg4-bc32-mode1-pf1-rb", "nsg4-bc32-mode1-pf1-rb2x", "nsg4-bc32-mode1-pf1-rb2-p2", "nsg4-bc32-mode1-pf1-rb2-rb2"} {
+		"nsg4-bc32-mode1-pf1-rb1", "nsg4-bc32-mode1-pf1-rb0", "nsg4-bc32-mode1-pf1-rb-2", "nsg4-bc32-mode1-pf1-rb", "nsg4-bc32-mode1-pf1-rb2x", "nsg4-bc32-mode1-pf1-rb2-p2", "nsg4-bc32-mode1-pf1-rb2-rb2",
+		"nsg4-bc32-mode1-pf1-sw1-rb2", "nsg4-bc32-mode1-pf1-sw1-sw1", "nsg4-bc32-mode1-pf1-sw0", "nsg4-bc32-mode1-sw1", "nsg8-bc32-mode1-pf0-sw1-p2"} {
 		if _, err := parseCMTile(s); err == nil {
 			t.Errorf("parseCMTile(%q) accepted", s)
 		}

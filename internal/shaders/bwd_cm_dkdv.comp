@@ -11,7 +11,8 @@
 // dead row's −Inf in Q is zeroed with its row, and the backward's contract
 // has no other infinite operand), Vulkan 1.3. Deterministic like bwd_dkdv: every dK/dV
 // row is written by one workgroup, no atomics, a fixed loop order (query
-// heads of the group in order, then query tiles in order).
+// heads of the group in order, then query tiles in order — with STAGGER
+// rotated per workgroup).
 //
 // Bindings (set 0), as bwd_dkdv:
 //   0 Q [B,Nq,Hq,D] f16|bf16|f32   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]

@@ -6,7 +6,8 @@
 // bf16 planes, each product the plane pairs i + j < CM_SPLIT (CM_MMA), a
 // tile's dS·K_j summed from zero and added to dQ in fp32, dQ stored as
 // fp32; MODE 1 only), Vulkan 1.3. Deterministic like bwd_dq: every dQ row
-// is written by one workgroup, no atomics, key tiles in order.
+// is written by one workgroup, no atomics, key tiles in a fixed order (with
+// STAGGER rotated per workgroup).
 //
 // Bindings (set 0), as bwd_dq:
 //   0 Q [B,Nq,Hq,D] f16|bf16|f32   1 K [B,Nk,Hkv,D]   2 V [B,Nk,Hkv,DV]

@@ -67,7 +67,8 @@ CM_TYPE_FUNCS
 
 // walk_at(i, n, x): the place of the i-th (0 ≤ i < n) of the n tiles
 // (steps) that workgroup tile x walks — i itself, or with STAGGER the
-// rotated order.
+// rotated order (where 37 divides n the rotations are fewer: n = 37 has
+// one, the order itself; x·37 stays far below 2^32 for any tile index).
 uint walk_at(uint i, uint n, uint x) { return STAGGER != 0u ? (i + x * 37u) % n : i; }
 
 uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }

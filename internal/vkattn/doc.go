@@ -45,8 +45,8 @@
 // The coopmat kernels' tiles that do not prefetch the next K/V tile (Q/dO
 // step) into registers walk their tiles (steps) staggered — each
 // workgroup from a place of its own, so that a head's workgroups do not
-// all load the same tile at once — unless the call has a bias: sw1 tiles
-// (STAGGER, cm_common.glsl).
+// all load the same tile at once — where no causal mask, window or bias
+// is set: sw1 tiles (STAGGER, cm_common.glsl; a bias refuses them).
 //
 // A family owns its device and dtype requirements (init, and its plan's
 // refusals), its SPIR-V modules, bindings, specialization, default tile

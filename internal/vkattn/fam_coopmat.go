@@ -459,7 +459,23 @@ func plainOnly(t *Tunable) *Tunable {
 }
 
 // bwdCMTunable is the tile of one coopmat backward kernel as a tune stage.
+// A tile tuned without options that a call with a bias takes (the dQ
+// kernel's, not PlainOnly) walks in order: a bias does not take the
+// staggered walk.
 func bwdCMTunable(kernel string, dkdv bool) *Tunable {
+	t := bwdCMTuneStage(kernel, dkdv)
+	t.FromPlain = func(c Candidate, p *spec.Problem) Candidate {
+		if bc, ok := c.(bwdCMTile); ok && p.Ext != nil && p.Ext.Bias != nil {
+			bc.Stagger = false
+			return bc
+		}
+		return c
+	}
+	return t
+}
+
+// bwdCMTuneStage is bwdCMTunable before FromPlain.
+func bwdCMTuneStage(kernel string, dkdv bool) *Tunable {
 	return coopmatTunable(kernel, Bwd, parseBwdCMTile,
 		func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (bwdCMTile, error) {
 			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, p.Mask, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
@@ -787,10 +803,11 @@ func checkStagger(stagger bool, c fmt.Stringer, x TileExtras) error {
 // mask, no window) and no bias hides some. On an NVIDIA H200
 // (bench/NOTES.md, 2026-11-30), without a mask, the kernels whose loads
 // wait between their barriers ran up to 16% faster with it at N 16384 —
-// bwd_cm_dkdv's d 128 tiles (10%), the float32 builds' (14–16%) — and
-// those that prefetch 3–10% slower (the 16-bit forward, d 64's backward,
-// bf16's dQ at d 128); under a causal mask, whose workgroups walk
-// different spans anyway, it cost 0.5–2.5%.
+// bwd_cm_dkdv's d 128 tile (its time 23.5 → 19.8 ms, the backward
+// 1.10×), the float32 builds' (the backward and forward 1.14–1.16×) — and
+// most of those that prefetch 3–10% slower (the 16-bit forward, d 64's
+// backward, bf16's dQ at d 128); under a causal mask, whose workgroups
+// walk different spans anyway, it was mixed (0.975–1.022×).
 func staggerWhereItGains[T any](ts []T, mask spec.Mask, ext *spec.Ext, pf func(*T) (prefetch bool, stagger *bool)) []T {
 	if mask != spec.MaskNone || ext != nil && (ext.Bias != nil || ext.Left >= 0 || ext.Right >= 0) {
 		return ts

@@ -838,3 +838,28 @@ func TestFlashCMSelection(t *testing.T) {
 		t.Errorf("explicit flash: Kernel %q", b2.Kernel())
 	}
 }
+
+// TestStaggerSpec: a tile's staggered walk reaches its kernel as spec
+// constant 29 STAGGER (flash_cm, bwd_cm_dkdv, bwd_cm_dq), and a tile
+// walking in order sets it 0.
+func TestStaggerSpec(t *testing.T) {
+	l := &CMLayout{M: 16, N: 16, K: 16, SG: 32, AccLen: 8, Mode1: true}
+	for _, sw := range []bool{false, true} {
+		specs := map[string][]device.Spec{
+			"flash_cm":    CMSpec(l, CMTile{NSG: 8, BC: 16, Mode: 1, Stagger: sw}, 128, 128, true),
+			"bwd_cm_dkdv": bwdCMSpec(l, true, bwdCMTile{NSG: 4, Step: 64, Mode: 1, KVReg: true, Stagger: sw}, 0, 128, 128, true),
+			"bwd_cm_dq":   bwdCMSpec(l, false, bwdCMTile{NSG: 4, Step: 32, Mode: 1, Stagger: sw}, 0, 128, 128, true),
+		}
+		for name, spec := range specs {
+			n := 0
+			for _, s := range spec {
+				if s.ID == shaders.SpecCMStagger {
+					n++
+				}
+			}
+			if n != 1 || specValue(spec, shaders.SpecCMStagger) != b2u(sw) {
+				t.Errorf("%s, stagger %v: STAGGER set %d times, value %d", name, sw, n, specValue(spec, shaders.SpecCMStagger))
+			}
+		}
+	}
+}

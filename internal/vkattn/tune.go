@@ -51,6 +51,10 @@ type Tunable struct {
 	// replaces the extended variant's default, while the others fall back
 	// to the plain entry.
 	PlainOnly bool
+	// FromPlain (optional) fits a choice tuned without options to p when
+	// p, which has options, takes it as the fallback above (a coopmat dQ
+	// tile's staggered walk, which a bias does not take, walks in order).
+	FromPlain func(c Candidate, p *spec.Problem) Candidate
 }
 
 // Tunables lists the tunable stages of every family, in registry order
@@ -197,9 +201,11 @@ func (b *Backend) tuned(ctx context.Context, stage string, p *spec.Problem, dt s
 	}
 	k := tuneKeyOf(f, p, dt)
 	en, ok := b.tune.lookup(k, p.Nq)
+	fromPlain := false
 	if !ok && k.Options != "" && !f.PlainOnly {
 		k.Options = ""
 		en, ok = b.tune.lookup(k, p.Nq)
+		fromPlain = ok
 	}
 	if !ok {
 		return nil, false
@@ -211,6 +217,9 @@ func (b *Backend) tuned(ctx context.Context, stage string, p *spec.Problem, dt s
 	}
 	s := en.Candidate
 	c, err := f.Parse(s)
+	if err == nil && fromPlain && f.FromPlain != nil {
+		c = f.FromPlain(c, p)
+	}
 	if err == nil {
 		err = f.Check(ctx, b, p, dt, c)
 	}

@@ -531,4 +531,19 @@ func TestTunedPlainOnly(t *testing.T) {
 	if c, ok := b.tuned(ctx, "bwd_cm_dkdv", p, spec.Float16); ok {
 		t.Errorf("bwd_cm_dkdv with a bias: tuned %v, want the default rule's tile", c)
 	}
+	// The dQ kernel's plain choice applies to a call with a bias, walking
+	// in order (a bias does not take the staggered walk); to a call
+	// without one as tuned.
+	dq := Tuned{Key: TuneKey{Stage: "bwd_cm_dq", Dir: Bwd, DType: spec.Float16, D: 128, DV: 128, Causal: true}, N: 1024, Candidate: "nsg4-step32-mode1-sw1"}
+	b.tune.entries = append(b.tune.entries, dq)
+	if c, ok := b.tuned(ctx, "bwd_cm_dq", p, spec.Float16); !ok || c.String() != "nsg4-step32-mode1" {
+		t.Errorf("bwd_cm_dq with a bias: %v, %v; want the plain entry's tile walking in order, nsg4-step32-mode1 (%v)", c, ok, b.TuneWarnings())
+	}
+	p.Ext = &spec.Ext{Left: -1, Right: 0, BottomRight: true, Softcap: 30}
+	if c, ok := b.tuned(ctx, "bwd_cm_dq", p, spec.Float16); !ok || c.String() != dq.Candidate {
+		t.Errorf("bwd_cm_dq with a softcap: %v, %v; want the plain entry's %s (%v)", c, ok, dq.Candidate, b.TuneWarnings())
+	}
+	if w := b.TuneWarnings(); len(w) > 0 {
+		t.Errorf("warnings %v", w)
+	}
 }

@@ -463,20 +463,7 @@ func plainOnly(t *Tunable) *Tunable {
 // kernel's, not PlainOnly) walks in order: a bias does not take the
 // staggered walk.
 func bwdCMTunable(kernel string, dkdv bool) *Tunable {
-	t := bwdCMTuneStage(kernel, dkdv)
-	t.FromPlain = func(c Candidate, p *spec.Problem) Candidate {
-		if bc, ok := c.(bwdCMTile); ok && p.Ext != nil && p.Ext.Bias != nil {
-			bc.Stagger = false
-			return bc
-		}
-		return c
-	}
-	return t
-}
-
-// bwdCMTuneStage is bwdCMTunable before FromPlain.
-func bwdCMTuneStage(kernel string, dkdv bool) *Tunable {
-	return coopmatTunable(kernel, Bwd, parseBwdCMTile,
+	t := coopmatTunable(kernel, Bwd, parseBwdCMTile,
 		func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (bwdCMTile, error) {
 			return chooseBwdCMTile(l, dkdv, p.D, p.Dv, p.Mask, p.Ext, lim.SharedBytes, lim.MaxWorkgroupSize)
 		},
@@ -530,6 +517,14 @@ func bwdCMTuneStage(kernel string, dkdv bool) *Tunable {
 		func(l *CMLayout, c bwdCMTile, p *spec.Problem, lim shaders.Limits) error {
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
 		})
+	t.FromPlain = func(c Candidate, p *spec.Problem) Candidate {
+		if bc, ok := c.(bwdCMTile); ok && p.Ext != nil && p.Ext.Bias != nil {
+			bc.Stagger = false
+			return bc
+		}
+		return c
+	}
+	return t
 }
 
 // CMTile is one flash_cm configuration (exported for the bench harness,

@@ -646,9 +646,10 @@ const cmLargeNq = 2048
 // per subgroup (nsg4-bc32-pf1-rb2: 2026-11-30 on an NVIDIA H200, against
 // the tile that follows it in the list: from Nq = cmLargeNq on nsg8-bc128,
 // fp16 +5–9%, bf16 +4–6%; below nsg4-bc32, fp16 +5–10% at N 512 and 1024,
-// causal −3…+4%); Nq ≥ cmLargeNq: nsg8-bc64 at d ≤ 128 (two row blocks ran
-// it 25–45% slower, and d 96 1–7%); below: nsg8-bc32 at d ≤ 128 (all with
-// prefetch); then MODE 0
+// causal −3…+4%); at 64 < d ≤ 128 nsg8-bc64 at every length (two row
+// blocks ran it 25–45% slower, and d 96 1–7%; below cmLargeNq, against the
+// nsg8-bc32 it had there, 2026-11-30 at N 512 and 1024: d 128 fp16 and
+// bf16 +3–5%, d 80 and 96 +19–31%; all with prefetch); then MODE 0
 // nsg4-bc32-pf1 (any layout, the fallback). Above d 128 (2026-11-30 on an
 // NVIDIA H200, the tuner's picks): up to cmPrefetchMaxD nsg4-bc32 with
 // prefetch (d 192, N 4096: plain 7.5 → 3.0 ms, dropout 7.5 → 3.5, a window
@@ -698,7 +699,7 @@ func cmTileRule(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		case dm <= 64:
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
-		case dm <= 128 && (large || long && extLargeTile(ext)):
+		case dm <= 128 && (ext == nil || long && extLargeTile(ext)):
 			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:
 			ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})

@@ -264,7 +264,8 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 64, 64, 16384, sh, "nsg4-bc32-mode1-pf1-rb2"}, // d ≤ 64: two row blocks per subgroup
 		{l, 40, 64, 8192, sh, "nsg4-bc32-mode1-pf1-rb2"},
 		{l, 96, 96, 4096, sh, "nsg8-bc64-mode1-pf1"},
-		{l, 128, 128, 2047, sh, "nsg8-bc32-mode1-pf1"}, // short sequences: smaller MODE 1 tiles
+		{l, 128, 128, 2047, sh, "nsg8-bc64-mode1-pf1"}, // 64 < d ≤ 128: the same tile at every length
+		{l, 80, 80, 512, sh, "nsg8-bc64-mode1-pf1"},
 		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1-rb2"},
 		{l, 64, 64, 512, 18 << 10, "nsg4-bc32-mode1-pf1"},   // (the row blocks' 18972 bytes do not fit)
 		{l, 64, 64, 16384, 18 << 10, "nsg4-bc32-mode1-pf1"}, // (nor do nsg8-bc128's 37404)

@@ -634,10 +634,12 @@ func (c CMTile) checkPairs(l *CMLayout, dv int, x TileExtras) error {
 	return nil
 }
 
-// cmLargeNq is the query length from which the large MODE 1 tiles are
-// chosen: with steady timings the tuner (bench/results/h200-2026-11-22-tuned)
-// found MODE 1 1.25–1.51× faster than MODE 0 at N = 1024 on an NVIDIA H200
-// with smaller tiles (more workgroups for the short sequences).
+// cmLargeNq is the query length from which d ≤ 64's second plain tile
+// (nsg8-bc128) and the extended variant's large tiles are chosen: with
+// steady timings the tuner (bench/results/h200-2026-11-22-tuned) found
+// MODE 1 1.25–1.51× faster than MODE 0 at N = 1024 on an NVIDIA H200 with
+// smaller tiles (more workgroups for the short sequences). Plain calls at
+// 64 < d ≤ 128 take their large tile at every length (cmTiles).
 const cmLargeNq = 2048
 
 // cmTiles lists the configurations to try for a problem, best first, when
@@ -649,7 +651,7 @@ const cmLargeNq = 2048
 // causal −3…+4%); at 64 < d ≤ 128 nsg8-bc64 at every length (two row
 // blocks ran it 25–45% slower, and d 96 1–7%; below cmLargeNq, against the
 // nsg8-bc32 it had there, 2026-11-30 at N 512 and 1024: d 128 fp16 and
-// bf16 +3–5%, d 80 and 96 +19–31%; all with prefetch); then MODE 0
+// bf16 +3–6%, d 80 and 96 +18–31%; all with prefetch); then MODE 0
 // nsg4-bc32-pf1 (any layout, the fallback). Above d 128 (2026-11-30 on an
 // NVIDIA H200, the tuner's picks): up to cmPrefetchMaxD nsg4-bc32 with
 // prefetch (d 192, N 4096: plain 7.5 → 3.0 ms, dropout 7.5 → 3.5, a window

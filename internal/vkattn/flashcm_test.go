@@ -293,7 +293,7 @@ func TestChooseCMTile(t *testing.T) {
 	// The extended variant takes the small tiles at every length, except
 	// at 64 < d ≤ 128 with ALiBi, a bias or a softcap and no dropout, and at
 	// d ≤ 64 with a softcap, ALiBi or dropout alone (the row blocks), from
-	// plain's large-tile length on (this layout's softcap takes fp32's
+	// cmLargeNq (2048 query rows) on (this layout's softcap takes fp32's
 	// tanh: fp16 storage).
 	win := &spec.Ext{Left: 100, Right: 0}
 	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}

@@ -91,6 +91,11 @@ float ext_tk = 0.0;      // softcap: scale·2·log2e/c (tanh2's argument per uni
 float ext_tn = 0.0;      // softcap: scale/c (tanh's argument per unit of s)
 float ext_tc = 0.0;      // softcap: c·log2e
 float ext_poly_lim = 0.0; // softcap: TANH_POLY_MAX·c/scale, the |s| of tanh_poly's range
+#ifdef EXT_SCORE_ONLY
+vec4 ext_cpl = vec4(0.0); // softcap (SOFTCAP_POLY's tiles): ext_capped's coefficients 0 … 3
+vec3 ext_cph = vec3(0.0); // and 4 … 6
+void ext_capped_begin(); // (below, with the softcap)
+#endif
 bool ext_poly = false;    // softcap: take tanh_poly (EXT_SOFTCAP_POLY, below)
 float ext_slope = 0.0;   // ALiBi slope·log2e of the current head (0: none)
 uint ext_bh = 0u;        // dropout: (first sequence + b)·Hq + h
@@ -127,6 +132,9 @@ void ext_begin(uint b) {
 	ext_tn = cap > 0.0 ? pc.scale / cap : 0.0;
 	ext_tc = cap * LOG2E;
 	ext_poly_lim = cap > 0.0 ? TANH_POLY_MAX * cap / pc.scale : 0.0;
+#ifdef EXT_SCORE_ONLY
+	ext_capped_begin();
+#endif
 	ext_slope = 0.0;
 	if ((EXT & EXT_ON_DROPOUT) != 0u) {
 		ext_seed = uvec2(ext_buf[8], ext_buf[9]);
@@ -466,6 +474,47 @@ vec2 ext_softcap2(vec2 s) {
 #endif
 }
 
+// ext_capped(s) is the softcapped score c·log2e·tanh(scale·s/c) of raw
+// product s with the constants folded — tanh2c, or on the tiles
+// SOFTCAP_SMALL admits tanh_poly's polynomial in s itself (coefficient k,
+// in ext_cpl and ext_cph, c·log2e·(scale/c)^(2k+1)·TANH_Pk: s² and seven
+// FMA-unit operations where tanh_poly and the products around it take
+// ten) — in the kernels
+// that define EXT_SCORE_ONLY (a forward: no softcap derivative, which the
+// backward's loops read from the same tanh as the score) and have
+// SOFTCAP_POLY. Measured on an NVIDIA H200 (flash_cm, fp16, N 16384,
+// causal; bench/NOTES.md): d 128 2.5–3% faster on the polynomial's tiles,
+// 1–3% on tanh2c's; at d 64 (no SOFTCAP_POLY) tanh2c alone ran 1.3%
+// slower than ext_tc·tanh2, which those kernels keep.
+#ifdef EXT_SCORE_ONLY
+void ext_capped_begin() {
+	if (SOFTCAP_POLY) {
+		float tn2 = ext_tn * ext_tn;
+		float w[7]; // c·log2e·(scale/c)^(2k+1)
+		w[0] = ext_tc * ext_tn;
+		[[unroll]] for (uint k = 1u; k < 7u; ++k) {
+			w[k] = w[k - 1u] * tn2;
+		}
+		ext_cpl = vec4(w[0], w[1], w[2], w[3]) * vec4(TANH_P0, TANH_P1, TANH_P2, TANH_P3);
+		ext_cph = vec3(w[4], w[5], w[6]) * vec3(TANH_P4, TANH_P5, TANH_P6);
+	}
+}
+
+float ext_capped(float s) {
+	if (SOFTCAP_POLY && ext_poly) {
+		float s2 = s * s;
+		float p = fma(s2, ext_cph.z, ext_cph.y);
+		p = fma(s2, p, ext_cph.x);
+		p = fma(s2, p, ext_cpl.w);
+		p = fma(s2, p, ext_cpl.z);
+		p = fma(s2, p, ext_cpl.y);
+		p = fma(s2, p, ext_cpl.x);
+		return s * p;
+	}
+	return tanh2c(s * ext_tk, ext_tc);
+}
+#endif
+
 float ext_tile_tanh(float v) {
 #ifdef EXT_TILE_PASS
 	return v;
@@ -491,7 +540,11 @@ float ext_tile_tanh(float v) {
 float ext_score_t(float v, uint i, uint j, float x) {
 	float z;
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
+#if defined(EXT_SCORE_ONLY) && !defined(EXT_TILE_PASS)
+		z = SOFTCAP_POLY ? ext_capped(v) : ext_tc * ext_tile_tanh(v);
+#else
 		z = ext_tc * ext_tile_tanh(v);
+#endif
 	} else {
 		z = v * (pc.scale * LOG2E);
 	}

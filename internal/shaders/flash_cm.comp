@@ -115,6 +115,7 @@
 #define DROP_LANES // (thread_index() in full subgroups: ext.glsl drop_fill)
 #define EXT_HALF_TANH 1 // (ext.glsl: the softcap's tanh in fp16 with bf16 storage)
 #define EXT_SOFTCAP_POLY 1 // (ext.glsl: tiles within tanh_poly's range take it)
+#define EXT_SCORE_ONLY 1 // (ext.glsl: a forward; the softcap's constants folded into its score)
 #include "params.glsl"
 #include "attn_params.glsl"
 #include "ext.glsl"

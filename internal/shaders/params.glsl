@@ -143,19 +143,36 @@ float tanh2(float u) {
 	return uintBitsToFloat(floatBitsToUint(t) | (floatBitsToUint(u) & 0x80000000u)); // (u's sign)
 }
 
+// tanh2c is c·tanh2(u) for c > 0 with c folded in: u's sign on
+// c − 2c/(2^|u| + 1), one FMA where tanh2 then c· take a subtraction and a
+// product (≥ +0 before the sign up to the reciprocal's rounding; ±Inf
+// gives ±c, NaN stays NaN). ext.glsl's ext_capped takes it.
+float tanh2c(float u, float c) {
+	float z = fma(-2.0 * c, 1.0 / (exp2(abs(u)) + 1.0), c);
+	return uintBitsToFloat(floatBitsToUint(z) | (floatBitsToUint(u) & 0x80000000u)); // (u's sign)
+}
+
 // tanh_poly is tanh(u) for |u| ≤ TANH_POLY_MAX: its Taylor polynomial to
 // degree 13 in eight FMA-unit operations, no exp2 and no division; within
 // 7e-8 of tanh over that range in fp32 (tanh2: 1.1e-7), and not for
 // larger |u| (1.1e-6 at 0.625, 1.6e-5 at 0.75). NaN stays NaN.
+// TANH_Pk is the coefficient of u^(2k+1).
 const float TANH_POLY_MAX = 0.5;
+#define TANH_P0 1.0
+#define TANH_P1 (-1.0 / 3.0)
+#define TANH_P2 (2.0 / 15.0)
+#define TANH_P3 (-17.0 / 315.0)
+#define TANH_P4 (62.0 / 2835.0)
+#define TANH_P5 (-1382.0 / 155925.0)
+#define TANH_P6 (21844.0 / 6081075.0)
 float tanh_poly(float u) {
 	float u2 = u * u;
-	float p = fma(u2, 21844.0 / 6081075.0, -1382.0 / 155925.0);
-	p = fma(u2, p, 62.0 / 2835.0);
-	p = fma(u2, p, -17.0 / 315.0);
-	p = fma(u2, p, 2.0 / 15.0);
-	p = fma(u2, p, -1.0 / 3.0);
-	p = fma(u2, p, 1.0);
+	float p = fma(u2, TANH_P6, TANH_P5);
+	p = fma(u2, p, TANH_P4);
+	p = fma(u2, p, TANH_P3);
+	p = fma(u2, p, TANH_P2);
+	p = fma(u2, p, TANH_P1);
+	p = fma(u2, p, TANH_P0);
 	return u * p;
 }
 

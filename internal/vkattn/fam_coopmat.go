@@ -648,11 +648,17 @@ const cmLargeNq = 2048
 // per subgroup (nsg4-bc32-pf1-rb2: 2026-11-30 on an NVIDIA H200, against
 // the tile that follows it in the list: from Nq = cmLargeNq on nsg8-bc128,
 // fp16 +5–9%, bf16 +4–6%; below nsg4-bc32, fp16 +5–10% at N 512 and 1024,
-// causal −3…+4%); at 64 < d ≤ 128 nsg8-bc64 at every length (two row
-// blocks ran it 25–45% slower, and d 96 1–7%; below cmLargeNq, against the
-// nsg8-bc32 it had there, 2026-11-30 at N 512 and 1024: d 128 fp16 and
-// bf16 +3–6%, d 80 and 96 +18–31%; all with prefetch); then MODE 0
-// nsg4-bc32-pf1 (any layout, the fallback). Above d 128 (2026-11-30 on an
+// causal −3…+4%); at 64 < d ≤ 80 two row blocks of 64-key tiles, from
+// Nq = cmLargeNq on eight subgroups (nsg8-bc64-pf1-rb2, 256 query rows),
+// below on four (nsg4-bc64-pf1-rb2, where eight left short causal rows too
+// much masked work) — 2026-12-01 on an NVIDIA H200 against nsg8-bc64, d 72
+// and 80: bf16 +7–15% from N 4096, +10–18% at N 512 and 1024, fp16
+// +5–13% — then nsg8-bc64 where those do not fit; at 80 < d ≤ 128
+// nsg8-bc64 at every length (two row blocks ran it 25–45% slower at d
+// 128, and d 96 1–7%; below cmLargeNq, against the nsg8-bc32 it had
+// there, 2026-11-30 at N 512 and 1024: d 128 fp16 and bf16 +3–6%, d 96
+// and d 80 (before its row blocks) +18–31%; all with prefetch); then
+// MODE 0 nsg4-bc32-pf1 (any layout, the fallback). Above d 128 (2026-11-30 on an
 // NVIDIA H200, the tuner's picks): up to cmPrefetchMaxD nsg4-bc32 with
 // prefetch (d 192, N 4096: plain 7.5 → 3.0 ms, dropout 7.5 → 3.5, a window
 // with a softcap 4.9 → 2.5);
@@ -701,6 +707,13 @@ func cmTileRule(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		case dm <= 64:
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
+		case dm <= 80 && ext == nil:
+			if long {
+				ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
+			} else {
+				ts = append(ts, CMTile{NSG: 4, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
+			}
+			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128 && (ext == nil || long && extLargeTile(ext)):
 			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:

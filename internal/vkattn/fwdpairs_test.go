@@ -88,7 +88,8 @@ func testFlashCMTwins(t *testing.T, kind string, tiles func(*Backend, *CMLayout,
 		cases := append(awkwardCases[:len(awkwardCases):len(awkwardCases)],
 			hostCase{1, 2, 1, 300, 333, 256, 256, spec.MaskCausalBottomRight},
 			hostCase{1, 2, 1, 70, 90, 256, 128, spec.MaskCausalTopLeft},
-			hostCase{2, 2, 1, 33, 700, 192, 192, spec.MaskNone})
+			hostCase{2, 2, 1, 33, 700, 192, 192, spec.MaskNone},
+			hostCase{1, 2, 1, 600, 650, 72, 72, spec.MaskCausalBottomRight}) // (256-row workgroups, the last partial)
 		for i, c := range cases {
 			h := c.problem(uint64(900 + i))
 			for _, opt := range pairOptions(h.p) {
@@ -174,7 +175,7 @@ func pairTiles(b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
 // without the prefetch, that fits (the default's nsg4-bc32 with the
 // prefetch first: calls with options run it alone).
 func rowBlockTiles(b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
-	return fittingTiles(b, l, p, []int{4, 2, 1}, []bool{true, false}, func(nsg, bc int, pf bool) CMTile {
+	return fittingTiles(b, l, p, []int{8, 4, 2, 1}, []bool{true, false}, func(nsg, bc int, pf bool) CMTile {
 		return CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, RowBlocks: 2}
 	})
 }

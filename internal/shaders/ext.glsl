@@ -427,7 +427,9 @@ uint query_limit(uint j) {
 // (SOFTCAP_SMALL) it sets ext_poly for that tile's scores, and
 // ext_softcap takes tanh_poly instead of tanh2 — FMAs instead of an exp2
 // and a division per element, as accurate; other tiles (and NaN or ±Inf
-// beyond the range) take tanh2. SOFTCAP_POLY is whether the kernel has
+// beyond the range) take tanh2 (in flash_cm's fp16 and fp32 builds
+// ext_capped, below, takes both with the constants folded into the
+// score). SOFTCAP_POLY is whether the kernel has
 // it: at 64 < D ≤ 128, without a bias (whose staging loop would run in
 // two copies, with subgroup barriers in each). Measured on an NVIDIA H200 (flash_cm, fp16, N
 // 16384, causal; bench/NOTES.md): d 128 5.66–5.76 → 5.49 ms, but d 64
@@ -483,9 +485,9 @@ vec2 ext_softcap2(vec2 s) {
 // that define EXT_SCORE_ONLY (a forward: no softcap derivative, which the
 // backward's loops read from the same tanh as the score) and have
 // SOFTCAP_POLY. Measured on an NVIDIA H200 (flash_cm, fp16, N 16384,
-// causal; bench/NOTES.md): d 128 2.5–3% faster on the polynomial's tiles,
-// 1–3% on tanh2c's; at d 64 (no SOFTCAP_POLY) tanh2c alone ran 1.3%
-// slower than ext_tc·tanh2, which those kernels keep.
+// causal; bench/NOTES.md): d 128 2.5–3% less time on the polynomial's
+// tiles, 1–3% on tanh2c's; at d 64 (no SOFTCAP_POLY) tanh2c alone took
+// 1–1.5% more than ext_tc·tanh2, which those kernels keep.
 #ifdef EXT_SCORE_ONLY
 void ext_capped_begin() {
 	if (SOFTCAP_POLY) {
@@ -497,6 +499,16 @@ void ext_capped_begin() {
 		}
 		ext_cpl = vec4(w[0], w[1], w[2], w[3]) * vec4(TANH_P0, TANH_P1, TANH_P2, TANH_P3);
 		ext_cph = vec3(w[4], w[5], w[6]) * vec3(TANH_P4, TANH_P5, TANH_P6);
+		// The last coefficient carries (scale/c)^13: a cap far above the
+		// scale (at d 128 from c ≈ 68) takes it below fp32's normal range,
+		// where it loses its precision or flushes to 0, and one far below
+		// it (c below about scale/1000) past fp32's range, where a product
+		// of 0 would meet Inf. Then no tile takes the polynomial (tanh2c
+		// everywhere); 2^-126 is the smallest normal fp32.
+		float top = abs(ext_cph.z);
+		if (!(top >= uintBitsToFloat(0x00800000u)) || isinf(top)) {
+			ext_poly_lim = -1.0;
+		}
 	}
 }
 

@@ -639,7 +639,8 @@ func (c CMTile) checkPairs(l *CMLayout, dv int, x TileExtras) error {
 // steady timings the tuner (bench/results/h200-2026-11-22-tuned) found
 // MODE 1 1.25–1.51× faster than MODE 0 at N = 1024 on an NVIDIA H200 with
 // smaller tiles (more workgroups for the short sequences). Plain calls at
-// 64 < d ≤ 128 take their large tile at every length (cmTiles).
+// 64 < d ≤ 80 go from four subgroups in two row blocks to eight at it;
+// at 80 < d ≤ 128 they take their large tile at every length (cmTiles).
 const cmLargeNq = 2048
 
 // cmTiles lists the configurations to try for a problem, best first, when
@@ -652,8 +653,10 @@ const cmLargeNq = 2048
 // Nq = cmLargeNq on eight subgroups (nsg8-bc64-pf1-rb2, 256 query rows),
 // below on four (nsg4-bc64-pf1-rb2, where eight left short causal rows too
 // much masked work) — 2026-12-01 on an NVIDIA H200 against nsg8-bc64, d 72
-// and 80: bf16 +7–15% from N 4096, +10–18% at N 512 and 1024, fp16
-// +5–13% — then nsg8-bc64 where those do not fit; at 80 < d ≤ 128
+// and 80: bf16 +7–16% from N 4096, +10–18% at N 512 and 1024, fp16
+// +5–13% — then four subgroups in two blocks (nsg4-bc64-pf1-rb2: half
+// the shared memory of eight) and nsg8-bc64 where those do not fit; at
+// 80 < d ≤ 128
 // nsg8-bc64 at every length (two row blocks ran it 25–45% slower at d
 // 128, and d 96 1–7%; below cmLargeNq, against the nsg8-bc32 it had
 // there, 2026-11-30 at N 512 and 1024: d 128 fp16 and bf16 +3–6%, d 96
@@ -710,10 +713,8 @@ func cmTileRule(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 		case dm <= 80 && ext == nil:
 			if long {
 				ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
-			} else {
-				ts = append(ts, CMTile{NSG: 4, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
 			}
-			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
+			ts = append(ts, CMTile{NSG: 4, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2}, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128 && (ext == nil || long && extLargeTile(ext)):
 			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:

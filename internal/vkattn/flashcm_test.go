@@ -264,11 +264,11 @@ func TestChooseCMTile(t *testing.T) {
 		{l, 64, 64, 16384, sh, "nsg4-bc32-mode1-pf1-rb2"}, // d ≤ 64: two row blocks per subgroup
 		{l, 40, 64, 8192, sh, "nsg4-bc32-mode1-pf1-rb2"},
 		{l, 96, 96, 4096, sh, "nsg8-bc64-mode1-pf1"},
-		{l, 128, 128, 2047, sh, "nsg8-bc64-mode1-pf1"},   // 64 < d ≤ 128: the same tile at every length
+		{l, 128, 128, 2047, sh, "nsg8-bc64-mode1-pf1"},   // 80 < d ≤ 128: the same tile at every length
 		{l, 80, 80, 512, sh, "nsg4-bc64-mode1-pf1-rb2"},  // 64 < d ≤ 80: two row blocks, four subgroups below cmLargeNq
 		{l, 80, 80, 4096, sh, "nsg8-bc64-mode1-pf1-rb2"}, // eight from it on
 		{l, 72, 80, 2048, sh, "nsg8-bc64-mode1-pf1-rb2"},
-		{l, 80, 80, 4096, 40 << 10, "nsg8-bc64-mode1-pf1"}, // (the 256 rows' Q staging, 45056 bytes, does not fit)
+		{l, 80, 80, 4096, 40 << 10, "nsg4-bc64-mode1-pf1-rb2"}, // (the 256 rows' 46108 bytes do not fit; 128 rows' 23068 do)
 		{l, 96, 96, 512, sh, "nsg8-bc64-mode1-pf1"},
 		{l, 64, 64, 512, sh, "nsg4-bc32-mode1-pf1-rb2"},
 		{l, 64, 64, 512, 18 << 10, "nsg4-bc32-mode1-pf1"},   // (the row blocks' 18972 bytes do not fit)

@@ -170,12 +170,13 @@ func pairTiles(b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
 	})
 }
 
-// rowBlockTiles are the row-block tiles p takes on b, the most subgroups
-// first: every MODE 1 tile of two blocks and 32 or 64 keys, with and
-// without the prefetch, that fits (the default's nsg4-bc32 with the
-// prefetch first: calls with options run it alone).
+// rowBlockTiles are the row-block tiles p takes on b: every MODE 1 tile
+// of two blocks, four, eight, two or one subgroups (in that order) and 32
+// or 64 keys, with and without the prefetch, that fits — the options'
+// tile at d ≤ 64, nsg4-bc32 with the prefetch, first: calls with options
+// run it alone.
 func rowBlockTiles(b *Backend, l *CMLayout, p *spec.Problem) []CMTile {
-	return fittingTiles(b, l, p, []int{8, 4, 2, 1}, []bool{true, false}, func(nsg, bc int, pf bool) CMTile {
+	return fittingTiles(b, l, p, []int{4, 8, 2, 1}, []bool{true, false}, func(nsg, bc int, pf bool) CMTile {
 		return CMTile{NSG: nsg, BC: bc, Mode: 1, Prefetch: pf, RowBlocks: 2}
 	})
 }
@@ -236,4 +237,44 @@ func roundTo(dt spec.DType, x []float32) []float32 {
 		return bfloat16.Float32s(bfloat16.Slice(x))
 	}
 	return fromF16(toF16(x))
+}
+
+// TestFlashCMSoftcapRange runs flash_cm's fp16 softcap forward with a cap
+// far below the scale (c = 1e-4, scale 1), whose folded polynomial
+// coefficients (ext.glsl ext_capped) overflow fp32 — (scale/c)^13 — on
+// products small enough (|s| ≤ 4e-5, within 0.5·c/scale) for every tile to
+// be admitted to the polynomial: the kernel must take tanh2c there (an
+// infinite coefficient gives NaN), against the float64 reference.
+func TestFlashCMSoftcapRange(t *testing.T) {
+	b := openBackend(t, "")
+	ctx := context.Background()
+	if b.cm[spec.Float16] == nil {
+		t.Skipf("%s: no fp16 flash_cm", b.info.Name)
+	}
+	l, err := b.cmLayout(ctx, spec.Float16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Mode1 {
+		t.Skipf("no MODE 1 (%s): no polynomial", l.Why)
+	}
+	h := newHostProblem(77, 1, 2, 1, 40, 70, 128, 128, spec.MaskNone)
+	p := *h.p
+	p.Scale = 1
+	p.Ext = &spec.Ext{Left: -1, Right: -1, Softcap: 1e-4}
+	for i := range h.q {
+		h.q[i] *= 1e-6
+	}
+	tl, err := chooseCMTile(l, p.D, p.Dv, p.Nq, p.Mask, p.Ext, b.lim.SharedBytes, b.lim.MaxWorkgroupSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.tune.clearOverrides()
+	o, lse := runPairTile(t, b, &p, spec.Float16, h, tl)
+	ro, rlse, err := reference.Forward(spectest.Reference(&p), to64(roundTo(spec.Float16, h.q)), to64(roundTo(spec.Float16, h.k)), to64(roundTo(spec.Float16, h.v)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClose(t, "o", o, ro, 4e-3)
+	checkClose(t, "lse", lse, rlse, 1e-4)
 }

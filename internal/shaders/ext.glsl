@@ -481,10 +481,9 @@ vec2 ext_softcap2(vec2 s) {
 // SOFTCAP_SMALL admits tanh_poly's polynomial in s itself (coefficient k,
 // in ext_cpl and ext_cph, c·log2e·(scale/c)^(2k+1)·TANH_Pk: s² and seven
 // FMA-unit operations where tanh_poly and the products around it take
-// ten) — in the kernels
-// that define EXT_SCORE_ONLY (a forward: no softcap derivative, which the
-// backward's loops read from the same tanh as the score) and have
-// SOFTCAP_POLY. Measured on an NVIDIA H200 (flash_cm, fp16, N 16384,
+// ten) — in the kernels that define EXT_SCORE_ONLY (a forward: no softcap
+// derivative, which the backward's loops read from the same tanh as the
+// score) and have SOFTCAP_POLY. Measured on an NVIDIA H200 (flash_cm, fp16, N 16384,
 // causal; bench/NOTES.md): d 128 2.5–3% less time on the polynomial's
 // tiles, 1–3% on tanh2c's; at d 64 (no SOFTCAP_POLY) tanh2c alone took
 // 1–1.5% more than ext_tc·tanh2, which those kernels keep.

@@ -656,13 +656,12 @@ const cmLargeNq = 2048
 // and 80: bf16 +7–16% from N 4096, +10–18% at N 512 and 1024, fp16
 // +5–13% — then four subgroups in two blocks (nsg4-bc64-pf1-rb2: half
 // the shared memory of eight) and nsg8-bc64 where those do not fit; at
-// 80 < d ≤ 128
-// nsg8-bc64 at every length (two row blocks ran it 25–45% slower at d
-// 128, and d 96 1–7%; below cmLargeNq, against the nsg8-bc32 it had
-// there, 2026-11-30 at N 512 and 1024: d 128 fp16 and bf16 +3–6%, d 96
-// and d 80 (before its row blocks) +18–31%; all with prefetch); then
-// MODE 0 nsg4-bc32-pf1 (any layout, the fallback). Above d 128 (2026-11-30 on an
-// NVIDIA H200, the tuner's picks): up to cmPrefetchMaxD nsg4-bc32 with
+// 80 < d ≤ 128 nsg8-bc64 at every length (two row blocks ran it 25–45%
+// slower at d 128, and d 96 1–7%; below cmLargeNq, against the nsg8-bc32
+// it had there, 2026-11-30 at N 512 and 1024: d 128 fp16 and bf16 +3–6%,
+// d 96 and d 80 (before its row blocks) +18–31%; all with prefetch); then
+// MODE 0 nsg4-bc32-pf1 (any layout, the fallback). Above d 128
+// (2026-11-30 on an NVIDIA H200, the tuner's picks): up to cmPrefetchMaxD nsg4-bc32 with
 // prefetch (d 192, N 4096: plain 7.5 → 3.0 ms, dropout 7.5 → 3.5, a window
 // with a softcap 4.9 → 2.5);
 // above it fp16's plain variant runs in subgroup pairs, nsg8-bc32-pf1-p2

@@ -654,8 +654,9 @@ const cmLargeNq = 2048
 // below on four (nsg4-bc64-pf1-rb2, where eight left short causal rows too
 // much masked work) — 2026-12-01 on an NVIDIA H200 against nsg8-bc64, d 72
 // and 80: bf16 +7–16% from N 4096, +10–18% at N 512 and 1024, fp16
-// +5–13% — then four subgroups in two blocks (nsg4-bc64-pf1-rb2: half
-// the shared memory of eight) and nsg8-bc64 where those do not fit; at
+// +5–13% — then four subgroups in two blocks where eight do not fit
+// (nsg4-bc64-pf1-rb2: half their shared memory, and as much as the
+// nsg8-bc64 these dims took before, so that tile is not listed); at
 // 80 < d ≤ 128 nsg8-bc64 at every length (two row blocks ran it 25–45%
 // slower at d 128, and d 96 1–7%; below cmLargeNq, against the nsg8-bc32
 // it had there, 2026-11-30 at N 512 and 1024: d 128 fp16 and bf16 +3–6%,
@@ -713,7 +714,7 @@ func cmTileRule(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 			if long {
 				ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
 			}
-			ts = append(ts, CMTile{NSG: 4, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2}, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
+			ts = append(ts, CMTile{NSG: 4, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
 		case dm <= 128 && (ext == nil || long && extLargeTile(ext)):
 			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:

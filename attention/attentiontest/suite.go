@@ -267,6 +267,10 @@ func FeatureCases() []Case {
 		{Name: "dropout", B: 2, Hq: 4, Hkv: 2, Nq: 127, Nk: 129, D: 64, Dv: 64, Dropout: drop(0.1, 1)},
 		{Name: "dropout", B: 1, Hq: 2, Hkv: 2, Nq: 100, Nk: 300, D: 80, Dv: 80, Causal: true, Align: br, Dropout: drop(0.5, 2)},
 		{Name: "dropout", B: 1, Hq: 2, Hkv: 1, Nq: 129, Nk: 127, D: 128, Dv: 128, Causal: true, Align: tl, Dropout: drop(0.9, 4)},
+		// 64 < d ≤ 96 with a score term: a GPU's forward takes longer key
+		// tiles with dropout there (128 keys to d 80, 64 above).
+		{Name: "dropout", B: 1, Hq: 2, Hkv: 2, Nq: 129, Nk: 257, D: 72, Dv: 72, Softcap: 5, Causal: true, Align: tl, Dropout: drop(0.1, 9)},
+		{Name: "dropout", B: 1, Hq: 2, Hkv: 1, Nq: 150, Nk: 200, D: 96, Dv: 96, ALiBi: 1, Dropout: drop(0.2, 10)},
 		{Name: "dropout-gemma", B: 2, Hq: 4, Hkv: 2, Nq: 257, Nk: 257, D: 128, Dv: 128, Scale: 0.25, Softcap: 20, Causal: true, Align: br, Window: win(100, 0), Dropout: drop(0.2, 5)},
 		{Name: "dropout", B: 3, Hq: 2, Hkv: 2, Nq: 40, Nk: 100, D: 32, Dv: 32, SeqUsedK: []int32{1, 100, 63}, ALiBi: 2, Dropout: drop(0.3, 6)},
 		{Name: "dropout", B: 1, Hq: 1, Hkv: 1, Nq: 129, Nk: 129, D: 256, Dv: 256, Causal: true, Dropout: drop(0.25, 7)},

@@ -672,8 +672,8 @@ const cmLargeNq = 2048
 // 256, N 4096, against MODE 0's 55; the prefetch registers spill there). The
 // extended variant (ext non-nil: a window, softcap, ALiBi, key counts,
 // packed sequences, dropout or a bias) takes the smaller tiles at every
-// length, with three exceptions (extLargeTile, extLargeTile64,
-// extRowBlocks): on
+// length, with four exceptions (extLargeTile, extLargeTile64,
+// extRowBlocks, extDropTile): on
 // 2026-11-25 its extra per-row state pushed the large tile past the 255
 // registers an NVIDIA H200 invocation has (spilled to local memory, 96
 // bytes; 144 with dropout), and the small tile ran it 1.3× faster there
@@ -684,8 +684,9 @@ const cmLargeNq = 2048
 // lost its selects; dropout, the window and packed sequences alone still run
 // slower there. At d ≤ 64 a softcap taken in fp16 (bf16 storage) gains
 // from plain's former tile, nsg8-bc128, and fp16's softcap, ALiBi or
-// dropout and bf16's dropout from plain's row blocks. The tune cache
-// overrides these per device.
+// dropout and bf16's dropout from plain's row blocks; at 64 < d ≤ 96
+// dropout gains from longer key tiles than the smaller ones
+// (extDropTile). The tune cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, mask spec.Mask, ext *spec.Ext) []CMTile {
 	return staggerWhereItGains(cmTileRule(l, d, dv, nq, ext), mask, ext, func(c *CMTile) (bool, *bool) { return c.Prefetch, &c.Stagger })
 }
@@ -710,6 +711,11 @@ func cmTileRule(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
 		case dm <= 64:
 			ts = append(ts, CMTile{NSG: 4, BC: 32, Mode: 1, Prefetch: true})
+		case dm <= 96 && extDropTile(ext):
+			if dm <= 80 {
+				ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
+			}
+			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 80 && ext == nil:
 			if long {
 				ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
@@ -904,6 +910,22 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 		return fmt.Errorf("needs %d bytes of shared memory, device has %d", shared, sharedMax)
 	}
 	return nil
+}
+
+// extDropTile reports whether the extended variant takes longer key tiles
+// for dropout at 64 < d ≤ 96, at every length: nsg8-bc128 up to d 80 and
+// nsg8-bc64 above, where 128 keys do not fit 48 KiB of shared memory —
+// with dropout, with or without a softcap or ALiBi, and no bias, window (a
+// causal mask allowed), key counts or packed sequences (those untimed).
+// Measured on an NVIDIA H200 (N 512–16384, causal and not; bench/NOTES.md)
+// against the nsg8-bc32 these calls took before: dropout d 80 1.25–1.35×
+// faster (fp16 and bf16), d 96 1.17–1.22×; with a softcap 1.20–1.25× and
+// 1.12–1.16×, with ALiBi 1.23–1.30× and 1.21–1.23× (fp16, N 4096 and
+// 16384). At d 128 nsg8-bc64 ran dropout 14–16% slower than nsg8-bc32.
+// (nsg8-bc32 is not listed after them: it needs 512 bytes of shared memory
+// less than nsg8-bc64.)
+func extDropTile(ext *spec.Ext) bool {
+	return ext != nil && ext.Dropout != nil && ext.Bias == nil && ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
 }
 
 // extLargeTile reports whether the extended variant takes plain's large

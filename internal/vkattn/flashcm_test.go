@@ -298,7 +298,8 @@ func TestChooseCMTile(t *testing.T) {
 	// at 64 < d ≤ 128 with ALiBi, a bias or a softcap and no dropout, and at
 	// d ≤ 64 with a softcap, ALiBi or dropout alone (the row blocks), from
 	// cmLargeNq (2048 query rows) on (this layout's softcap takes fp32's
-	// tanh: fp16 storage).
+	// tanh: fp16 storage), and at 64 < d ≤ 96 with dropout (longer key
+	// tiles, every length).
 	win := &spec.Ext{Left: 100, Right: 0}
 	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}
 	bias := &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}
@@ -321,11 +322,26 @@ func TestChooseCMTile(t *testing.T) {
 		{128, 16384, softcap, "nsg8-bc64-mode1-pf1"}, {64, 16384, softcap, "nsg4-bc32-mode1-pf1-rb2"}, {128, 2047, softcap, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
+		// Dropout at 64 < d ≤ 96 (with a softcap or ALiBi too), every length:
+		// 128-key tiles to d 80, 64 above; not with a bias or a window.
+		{80, 16384, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg8-bc128-mode1-pf1"},
+		{72, 512, &spec.Ext{Left: -1, Right: 0, Dropout: drop}, "nsg8-bc128-mode1-pf1"},
+		{96, 1024, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg8-bc64-mode1-pf1"},
+		{80, 4096, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg8-bc128-mode1-pf1"},
+		{96, 4096, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}, Dropout: drop}, "nsg8-bc64-mode1-pf1"},
+		{80, 4096, &spec.Ext{Left: 100, Right: 0, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
+		{80, 4096, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
 	} {
 		if got, err := chooseCMTile(l, c.d, c.d, c.nq, spec.MaskNone, c.ext, sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("extended (window %d,%d softcap %g ALiBi %v bias %v dropout %v) d %d nq %d: %v (%v), want %s",
 				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.d, c.nq, got, err, c.want)
 		}
+	}
+	// Where dropout's 128-key tile does not fit (47640 bytes at d 80), the
+	// 64-key one follows.
+	if got, err := chooseCMTile(l, 80, 80, 4096, spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, 40<<10, wg); err != nil || got.String() != "nsg8-bc64-mode1-pf1" {
+		t.Errorf("dropout d 80 in 40 KiB: %v (%v), want nsg8-bc64-mode1-pf1", got, err)
 	}
 	// A staggered walk does not take a bias (its walk skips the tiles the
 	// bias hides, in order): the rule gives it none, the check refuses it.

@@ -672,7 +672,7 @@ const cmLargeNq = 2048
 // 256, N 4096, against MODE 0's 55; the prefetch registers spill there). The
 // extended variant (ext non-nil: a window, softcap, ALiBi, key counts,
 // packed sequences, dropout or a bias) takes the smaller tiles at every
-// length, with four exceptions (extLargeTile, extLargeTile64,
+// length, with four exceptions (extLargeTileAt, extLargeTile64,
 // extRowBlocks, extDropTile): on
 // 2026-11-25 its extra per-row state pushed the large tile past the 255
 // registers an NVIDIA H200 invocation has (spilled to local memory, 96
@@ -715,13 +715,13 @@ func cmTileRule(l *CMLayout, d, dv, nq int, ext *spec.Ext) []CMTile {
 			if dm <= 80 {
 				ts = append(ts, CMTile{NSG: 8, BC: 128, Mode: 1, Prefetch: true})
 			}
-			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
+			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true}, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
 		case dm <= 80 && ext == nil:
 			if long {
 				ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
 			}
 			ts = append(ts, CMTile{NSG: 4, BC: 64, Mode: 1, Prefetch: true, RowBlocks: 2})
-		case dm <= 128 && (ext == nil || long && extLargeTile(ext)):
+		case dm <= 128 && (ext == nil || extLargeTileAt(ext, dm, long)):
 			ts = append(ts, CMTile{NSG: 8, BC: 64, Mode: 1, Prefetch: true})
 		case dm <= 128:
 			ts = append(ts, CMTile{NSG: 8, BC: 32, Mode: 1, Prefetch: true})
@@ -917,13 +917,12 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 // nsg8-bc64 above, where 128 keys do not fit 48 KiB of shared memory —
 // with dropout, with or without a softcap or ALiBi, and no bias, window (a
 // causal mask allowed), key counts or packed sequences (those untimed).
-// Measured on an NVIDIA H200 (N 512–16384, causal and not; bench/NOTES.md)
-// against the nsg8-bc32 these calls took before: dropout d 80 1.25–1.35×
-// faster (fp16 and bf16), d 96 1.17–1.22×; with a softcap 1.20–1.25× and
-// 1.12–1.16×, with ALiBi 1.23–1.30× and 1.21–1.23× (fp16, N 4096 and
-// 16384). At d 128 nsg8-bc64 ran dropout 14–16% slower than nsg8-bc32.
-// (nsg8-bc32 is not listed after them: it needs 512 bytes of shared memory
-// less than nsg8-bc64.)
+// Measured on an NVIDIA H200 (causal and not; bench/NOTES.md) against the
+// nsg8-bc32 these calls took before, which follows them where they do not
+// fit: dropout d 80 1.25–1.35× faster (fp16 at N 512–16384, bf16 at 4096
+// and 16384), d 96 1.17–1.22×; with a softcap 1.20–1.25× and 1.12–1.16×,
+// with ALiBi 1.23–1.30× and 1.21–1.23× (fp16, N 4096 and 16384; bf16
+// untimed). At d 128 nsg8-bc64 ran dropout 14–16% slower than nsg8-bc32.
 func extDropTile(ext *spec.Ext) bool {
 	return ext != nil && ext.Dropout != nil && ext.Bias == nil && ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
 }
@@ -937,11 +936,24 @@ func extDropTile(ext *spec.Ext) bool {
 // the selects before, 5.93 → 6.10); dropout 5.41 → 6.09, the window 2.02
 // → 2.04 and packed sequences 0.620 → 0.633 went the other way.
 // Combinations of these with a window, key counts or packed sequences
-// take it too, untimed: the score terms' gains are the larger ones. d 80
-// and 96 were not timed either (fewer accumulators than d 128's, so no
-// more registers at the large tile).
+// take it too, untimed: the score terms' gains are the larger ones. At d
+// 80 (fp16, N 4096, causal, a softcap) the tuner found none of 68 tiles
+// more than 2.3% faster than nsg8-bc64.
 func extLargeTile(ext *spec.Ext) bool {
 	return ext != nil && (ext.Bias != nil || ext.Slopes != nil || ext.Softcap != 0) && ext.Dropout == nil
+}
+
+// extLargeTileAt reports whether a call with options ext at head dim dm
+// (64 < dm ≤ 128) takes plain's large tile, nsg8-bc64, given whether its
+// query rows reach cmLargeNq (long): extLargeTile's calls from cmLargeNq
+// on, and below it up to d 96 those without a bias. Measured on an NVIDIA
+// H200 (fp16, N 512 and 1024, causal and not; bench/NOTES.md) against the
+// nsg8-bc32 they took there before: a softcap d 80 1.20–1.27× faster, d 96
+// 1.18–1.22×, ALiBi 1.22–1.30× and 1.19–1.24×; at d 128 a softcap
+// 1.005–1.035× and ALiBi 0.96–0.98×, so d 128 keeps nsg8-bc32 below
+// cmLargeNq. A bias was not timed there.
+func extLargeTileAt(ext *spec.Ext, dm int, long bool) bool {
+	return extLargeTile(ext) && (long || dm <= 96 && ext.Bias == nil)
 }
 
 // extRowBlocks reports whether the extended variant takes plain's row-block
@@ -1259,7 +1271,13 @@ func bwdCMTileRule(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode}, bwdCMTile{NSG: 4, Step: 32, Mode: mode})
 		case dkdv && dm <= 96:
 			// d 80 and 96 (H200 tuner, N 4096): longer steps than d 128's,
-			// 1.15× the whole backward at both.
+			// 1.15× the whole backward at both. With dropout up to d 80
+			// steps of 64 rows first (H200, fp16, N 4096 and 16384,
+			// causal and not: the dK/dV kernel 1.17–1.22× faster, the
+			// backward 1.10–1.13×; at d 96 they do not fit 48 KiB).
+			if dm <= 80 && ext != nil && ext.Dropout != nil {
+				ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode})
+			}
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})
 		case dkdv && dm <= 128:
 			// K_j and V_j in registers and Q_i, dO_i staged over them, in

@@ -298,8 +298,8 @@ func TestChooseCMTile(t *testing.T) {
 	// at 64 < d ≤ 128 with ALiBi, a bias or a softcap and no dropout, and at
 	// d ≤ 64 with a softcap, ALiBi or dropout alone (the row blocks), from
 	// cmLargeNq (2048 query rows) on (this layout's softcap takes fp32's
-	// tanh: fp16 storage), and at 64 < d ≤ 96 with dropout (longer key
-	// tiles, every length).
+	// tanh: fp16 storage) — up to d 96 ALiBi and a softcap at every length —
+	// and at 64 < d ≤ 96 with dropout (longer key tiles, every length).
 	win := &spec.Ext{Left: 100, Right: 0}
 	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}
 	bias := &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}
@@ -315,7 +315,9 @@ func TestChooseCMTile(t *testing.T) {
 		{64, 16384, alibi, "nsg4-bc32-mode1-pf1-rb2"}, {256, 4096, bias, "nsg4-bc32-mode1-pf0"},
 		{64, 16384, bias, "nsg4-bc32-mode1-pf1"}, {64, 2047, alibi, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: -1, Right: 0, Dropout: drop}, "nsg4-bc32-mode1-pf1-rb2"},
-		{96, 2048, alibi, "nsg8-bc64-mode1-pf1"}, {96, 2048, bias, "nsg8-bc64-mode1-pf1"}, {96, 2047, alibi, "nsg8-bc32-mode1-pf1"},
+		{96, 2048, alibi, "nsg8-bc64-mode1-pf1"}, {96, 2048, bias, "nsg8-bc64-mode1-pf1"}, {96, 2047, alibi, "nsg8-bc64-mode1-pf1"},
+		// Below cmLargeNq up to d 96 the large tile too, without a bias.
+		{80, 512, softcap, "nsg8-bc64-mode1-pf1"}, {96, 1024, bias, "nsg8-bc32-mode1-pf1"}, {128, 1024, alibi, "nsg8-bc32-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: 4095, Right: 0, Slopes: []float32{0.5}}, "nsg8-bc64-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg8-bc64-mode1-pf1"},
 		{128, 16384, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}, Softcap: 30}, "nsg8-bc64-mode1-pf1"},
@@ -469,6 +471,18 @@ func TestChooseCMTile(t *testing.T) {
 		{&f16, nil, 32 << 10, "nsg2-step16-mode1-pf1"}, {&bf, nil, 32 << 10, "nsg2-step16-mode1-pf1"}} {
 		if got, err := chooseBwdCMTile(c.l, true, 128, 128, spec.MaskNone, c.ext, c.sh, wg); err != nil || got.String() != c.want {
 			t.Errorf("backward dkdv d 128 %v, options %+v, %d bytes: %v (%v), want %s", c.l.Storage, c.ext, c.sh, got, err, c.want)
+		}
+	}
+	// At 64 < d ≤ 80 dropout takes the dK/dV kernel's 64-row steps; plain
+	// calls and d 96 the 32-row steps.
+	for _, c := range []struct {
+		d    int
+		ext  *spec.Ext
+		want string
+	}{{80, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg4-step64-mode1-pf1"}, {72, &spec.Ext{Left: -1, Right: 0, Softcap: 5, Dropout: drop}, "nsg4-step64-mode1-pf1"},
+		{80, nil, "nsg4-step32-mode1-pf1"}, {96, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg4-step32-mode1-pf1"}} {
+		if got, err := chooseBwdCMTile(&f16, true, c.d, c.d, spec.MaskCausalTopLeft, c.ext, sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("backward dkdv d %d, options %+v: %v (%v), want %s", c.d, c.ext, got, err, c.want)
 		}
 	}
 	// Above d 128 a bias keeps the split into two launches, and so does,

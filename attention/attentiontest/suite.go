@@ -255,8 +255,9 @@ func FeatureCases() []Case {
 		{Name: "alibi", B: 2, Hq: 2, Hkv: 1, Nq: 130, Nk: 200, D: 128, Dv: 128, Causal: true, Align: br, ALiBi: 1, SeqUsedK: []int32{200, 77}},
 		{Name: "window", B: 1, Hq: 2, Hkv: 2, Nq: 200, Nk: 200, D: 128, Dv: 128, Window: win(50, 20)},
 		// Enough query rows for the large 64 < d ≤ 128 tile that a GPU's
-		// forward takes with ALiBi (and a bias: BiasCases) from 2048 rows
-		// on; d 96 so that it fits Mesa's lavapipe too.
+		// forward takes with a bias (BiasCases) from 2048 rows on (with
+		// ALiBi at d 128 from there too, at d 96 at every length); d 96
+		// so that it fits Mesa's lavapipe too.
 		{Name: "alibi-long", B: 1, Hq: 1, Hkv: 1, Nq: 2048, Nk: 300, D: 96, Dv: 96, Causal: true, Align: tl, ALiBi: 1},
 		{Name: "seqused", B: 3, Hq: 2, Hkv: 1, Nq: 64, Nk: 129, D: 64, Dv: 64, Causal: true, Align: br, SeqUsedK: []int32{129, 0, 17}},
 		{Name: "seqused", B: 3, Hq: 2, Hkv: 2, Nq: 40, Nk: 100, D: 32, Dv: 32, SeqUsedK: []int32{1, 100, 63}, Window: win(20, 10), ALiBi: 2},

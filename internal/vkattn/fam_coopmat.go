@@ -635,7 +635,9 @@ func (c CMTile) checkPairs(l *CMLayout, dv int, x TileExtras) error {
 }
 
 // cmLargeNq is the query length from which d ≤ 64's second plain tile
-// (nsg8-bc128) and the extended variant's large tiles are chosen: with
+// (nsg8-bc128) and the extended variant's large tiles are chosen (but at
+// 64 < d ≤ 96 a softcap's, ALiBi's and dropout's at every length:
+// extLargeTileAt, extDropTile): with
 // steady timings the tuner (bench/results/h200-2026-11-22-tuned) found
 // MODE 1 1.25–1.51× faster than MODE 0 at N = 1024 on an NVIDIA H200 with
 // smaller tiles (more workgroups for the short sequences). Plain calls at
@@ -944,14 +946,16 @@ func extLargeTile(ext *spec.Ext) bool {
 }
 
 // extLargeTileAt reports whether a call with options ext at head dim dm
-// (64 < dm ≤ 128) takes plain's large tile, nsg8-bc64, given whether its
-// query rows reach cmLargeNq (long): extLargeTile's calls from cmLargeNq
-// on, and below it up to d 96 those without a bias. Measured on an NVIDIA
-// H200 (fp16, N 512 and 1024, causal and not; bench/NOTES.md) against the
-// nsg8-bc32 they took there before: a softcap d 80 1.20–1.27× faster, d 96
-// 1.18–1.22×, ALiBi 1.22–1.30× and 1.19–1.24×; at d 128 a softcap
-// 1.005–1.035× and ALiBi 0.96–0.98×, so d 128 keeps nsg8-bc32 below
-// cmLargeNq. A bias was not timed there.
+// (64 < dm ≤ 128) takes nsg8-bc64 (plain calls' tile at 80 < d ≤ 128),
+// given whether its query rows reach cmLargeNq (long): extLargeTile's
+// calls from cmLargeNq on, and below it up to d 96 those without a bias.
+// Measured on an NVIDIA H200 (fp16, a softcap or ALiBi alone, N 512 and
+// 1024, causal and not; bench/NOTES.md) against the nsg8-bc32 they took
+// there before: a softcap d 80 1.20–1.27× faster, d 96 1.18–1.22×, ALiBi
+// 1.22–1.30× and 1.19–1.24×; at d 128 a softcap 1.005–1.035× and ALiBi
+// 0.96–0.98×, so d 128 keeps nsg8-bc32 below cmLargeNq. A bias, bf16 and
+// combinations with a window, key counts or packed sequences were not
+// timed there.
 func extLargeTileAt(ext *spec.Ext, dm int, long bool) bool {
 	return extLargeTile(ext) && (long || dm <= 96 && ext.Bias == nil)
 }
@@ -1274,8 +1278,12 @@ func bwdCMTileRule(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile
 			// 1.15× the whole backward at both. With dropout up to d 80
 			// steps of 64 rows first (H200, fp16, N 4096 and 16384,
 			// causal and not: the dK/dV kernel 1.17–1.22× faster, the
-			// backward 1.10–1.13×; at d 96 they do not fit 48 KiB).
-			if dm <= 80 && ext != nil && ext.Dropout != nil {
+			// backward 1.10–1.13×; at d 96 they do not fit 48 KiB): in
+			// MODE 1, fp16, for the calls extDropTile names (dropout
+			// alone timed; with a softcap or ALiBi beside it untimed, as
+			// the rest are: a bias, a window, key counts, packed
+			// sequences, bf16 and MODE 0 keep the 32-row steps).
+			if dm <= 80 && mode == 1 && l.Storage != spec.BFloat16 && extDropTile(ext) {
 				ts = append(ts, bwdCMTile{NSG: 4, Step: 64, Mode: mode})
 			}
 			ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode}, bwdCMTile{NSG: 2, Step: 32, Mode: mode})

@@ -105,6 +105,25 @@ func nvidiaProbe(sg int) []float32 {
 	return out
 }
 
+// columnProbe is flash_cm_probe's output for 8×8 matrices on sg lanes
+// whose lane l holds column l, rows 0 … 7, of the accumulator and of A (the
+// layout of Mesa's lavapipe with cooperative matrices).
+func columnProbe(sg int) []float32 {
+	out := make([]float32, shaders.FlashCMProbeFloats(sg))
+	for i := range out {
+		out[i] = float32(math.NaN())
+	}
+	out[0], out[1], out[2] = 8, 8, float32(sg)
+	for lane := range sg {
+		for r := range 8 {
+			out[8+lane*64+r] = float32(256*r + lane)
+			out[8+(sg+lane)*64+r] = float32(32*r + lane)
+		}
+	}
+	fillProbeRounding(out, sg, func(v float64) float32 { return float32(v) })
+	return out
+}
+
 // fillProbeRounding writes flash_cm_probe's rounding check as a device
 // whose fp32 operations round by rnd (the exact result in, the float32
 // out) gives it: the inputs, their split and their guarded split.
@@ -341,9 +360,17 @@ func TestChooseCMTile(t *testing.T) {
 		}
 	}
 	// Where dropout's 128-key tile does not fit (47640 bytes at d 80), the
-	// 64-key one follows.
+	// 64-key one follows, and with 8-row matrices (nsg8-bc64 23320 bytes,
+	// nsg8-bc32 11800) the 32-key one after it.
 	if got, err := chooseCMTile(l, 80, 80, 4096, spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, 40<<10, wg); err != nil || got.String() != "nsg8-bc64-mode1-pf1" {
 		t.Errorf("dropout d 80 in 40 KiB: %v (%v), want nsg8-bc64-mode1-pf1", got, err)
+	}
+	l8, err := ParseCMProbe(columnProbe(8), device.CoopMatShape{M: 8, N: 8, K: 8, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"}, 8)
+	if err != nil || !l8.Mode1 {
+		t.Fatalf("the 8×8 column layout: %v (%v)", l8, err)
+	}
+	if got, err := chooseCMTile(l8, 80, 80, 4096, spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, 16<<10, wg); err != nil || got.String() != "nsg8-bc32-mode1-pf1" {
+		t.Errorf("dropout d 80, 8×8 matrices, 16 KiB: %v (%v), want nsg8-bc32-mode1-pf1", got, err)
 	}
 	// A staggered walk does not take a bias (its walk skips the tiles the
 	// bias hides, in order): the rule gives it none, the check refuses it.
@@ -473,16 +500,26 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("backward dkdv d 128 %v, options %+v, %d bytes: %v (%v), want %s", c.l.Storage, c.ext, c.sh, got, err, c.want)
 		}
 	}
-	// At 64 < d ≤ 80 dropout takes the dK/dV kernel's 64-row steps; plain
-	// calls and d 96 the 32-row steps.
+	// At 64 < d ≤ 80 fp16's dropout (without a bias, window, key counts or
+	// packed sequences) takes the dK/dV kernel's 64-row steps; plain calls,
+	// other options, bf16 and d 96 the 32-row steps, and so does 32 KiB of
+	// shared memory (the 64-row steps need 46092 bytes at d 80).
 	for _, c := range []struct {
+		l    *CMLayout
 		d    int
 		ext  *spec.Ext
+		sh   int
 		want string
-	}{{80, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg4-step64-mode1-pf1"}, {72, &spec.Ext{Left: -1, Right: 0, Softcap: 5, Dropout: drop}, "nsg4-step64-mode1-pf1"},
-		{80, nil, "nsg4-step32-mode1-pf1"}, {96, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg4-step32-mode1-pf1"}} {
-		if got, err := chooseBwdCMTile(&f16, true, c.d, c.d, spec.MaskCausalTopLeft, c.ext, sh, wg); err != nil || got.String() != c.want {
-			t.Errorf("backward dkdv d %d, options %+v: %v (%v), want %s", c.d, c.ext, got, err, c.want)
+	}{{&f16, 80, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step64-mode1-pf1"},
+		{&f16, 72, &spec.Ext{Left: -1, Right: 0, Softcap: 5, Dropout: drop}, sh, "nsg4-step64-mode1-pf1"},
+		{&f16, 80, nil, sh, "nsg4-step32-mode1-pf1"}, {&f16, 96, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step32-mode1-pf1"},
+		{&f16, 80, &spec.Ext{Left: -1, Right: -1, Softcap: 5}, sh, "nsg4-step32-mode1-pf1"},
+		{&f16, 80, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}, Dropout: drop}, sh, "nsg4-step32-mode1-pf1"},
+		{&f16, 80, &spec.Ext{Left: 64, Right: 0, Dropout: drop}, sh, "nsg4-step32-mode1-pf1"},
+		{&bf, 80, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step32-mode1-pf1"},
+		{&f16, 80, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, 32 << 10, "nsg2-step32-mode1-pf1"}} {
+		if got, err := chooseBwdCMTile(c.l, true, c.d, c.d, spec.MaskCausalTopLeft, c.ext, c.sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("backward dkdv d %d %v, options %+v, %d bytes: %v (%v), want %s", c.d, c.l.Storage, c.ext, c.sh, got, err, c.want)
 		}
 	}
 	// Above d 128 a bias keeps the split into two launches, and so does,

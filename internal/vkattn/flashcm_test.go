@@ -83,11 +83,7 @@ func TestCMSupport(t *testing.T) {
 // lane l holds rows g = l/4 and g+8, columns 2t, 2t+1 (t = l%4) of both
 // 8-column halves, in the same order for both types.
 func nvidiaProbe(sg int) []float32 {
-	out := make([]float32, shaders.FlashCMProbeFloats(sg))
-	for i := range out {
-		out[i] = float32(math.NaN())
-	}
-	out[0], out[1], out[2] = 8, 8, float32(sg)
+	out := emptyProbe(sg)
 	for lane := range sg {
 		g, tt := lane/4, lane%4
 		var rc [][2]int
@@ -105,15 +101,22 @@ func nvidiaProbe(sg int) []float32 {
 	return out
 }
 
-// columnProbe is flash_cm_probe's output for 8×8 matrices on sg lanes
-// whose lane l holds column l, rows 0 … 7, of the accumulator and of A (the
-// layout of Mesa's lavapipe with cooperative matrices).
-func columnProbe(sg int) []float32 {
+// emptyProbe is flash_cm_probe's output buffer for sg lanes with its
+// header (8 accumulator and 8 A components a lane) and NaN elsewhere.
+func emptyProbe(sg int) []float32 {
 	out := make([]float32, shaders.FlashCMProbeFloats(sg))
 	for i := range out {
 		out[i] = float32(math.NaN())
 	}
 	out[0], out[1], out[2] = 8, 8, float32(sg)
+	return out
+}
+
+// columnProbe is flash_cm_probe's output for 8×8 matrices on sg lanes
+// whose lane l holds column l, rows 0 … 7, of the accumulator and of A (the
+// layout of Mesa's lavapipe with cooperative matrices).
+func columnProbe(sg int) []float32 {
+	out := emptyProbe(sg)
 	for lane := range sg {
 		for r := range 8 {
 			out[8+lane*64+r] = float32(256*r + lane)

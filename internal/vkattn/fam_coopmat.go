@@ -926,7 +926,15 @@ func checkCMResources(l *CMLayout, mode, nsg, shared, sharedMax, maxWG int) erro
 // with ALiBi 1.23–1.30× and 1.21–1.23× (fp16, N 4096 and 16384; bf16
 // untimed). At d 128 nsg8-bc64 ran dropout 14–16% slower than nsg8-bc32.
 func extDropTile(ext *spec.Ext) bool {
-	return ext != nil && ext.Dropout != nil && ext.Bias == nil && ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
+	return ext != nil && ext.Dropout != nil && extTermsOnly(ext)
+}
+
+// extTermsOnly reports whether options ext (non-nil) leave each row's keys
+// as the causal mask or none leaves them and add no bias: no window, key
+// counts, packed sequences or bias: at most a softcap, ALiBi and dropout
+// (the options the tile rules' measurements timed).
+func extTermsOnly(ext *spec.Ext) bool {
+	return ext.Bias == nil && ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
 }
 
 // extLargeTile reports whether the extended variant takes plain's large
@@ -972,7 +980,7 @@ func extLargeTileAt(ext *spec.Ext, dm int, long bool) bool {
 // The window, key counts and packed sequences were not timed (a larger
 // query tile crosses more of their edges).
 func extRowBlocks(l *CMLayout, ext *spec.Ext) bool {
-	if ext == nil || ext.Bias != nil || ext.Left >= 0 || ext.Right > 0 || ext.SeqUsedK != nil || ext.CuQ != nil {
+	if ext == nil || !extTermsOnly(ext) {
 		return false
 	}
 	if l.Storage == spec.BFloat16 {
@@ -992,8 +1000,7 @@ func extRowBlocks(l *CMLayout, ext *spec.Ext) bool {
 // softcap was timed on the large tile only (6.43 ms, 0.92× of plain's
 // forward, against 7.48 on the small tile with fp32's tanh).
 func extLargeTile64(l *CMLayout, ext *spec.Ext) bool {
-	return ext != nil && l.halfTanh() && ext.Softcap != 0 && ext.Slopes == nil && ext.Bias == nil && ext.Dropout == nil &&
-		ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
+	return ext != nil && l.halfTanh() && ext.Softcap != 0 && ext.Slopes == nil && ext.Dropout == nil && extTermsOnly(ext)
 }
 
 // chooseCMTile returns the first tile of cmTiles that fits (ext: the

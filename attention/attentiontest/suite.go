@@ -250,6 +250,10 @@ func FeatureCases() []Case {
 		{Name: "alibi", B: 2, Hq: 4, Hkv: 4, Nq: 129, Nk: 129, D: 64, Dv: 64, Causal: true, ALiBi: 1},
 		{Name: "alibi", B: 2, Hq: 4, Hkv: 2, Nq: 50, Nk: 70, D: 64, Dv: 64, Align: br, ALiBi: 2},
 		{Name: "alibi", B: 1, Hq: 8, Hkv: 1, Nq: 65, Nk: 33, D: 32, Dv: 32, ALiBi: 1, Softcap: 3},
+		// Score terms under the causal mask alone, bottom-right with more
+		// queries than keys: the forwards take the plain kernel's bounds
+		// (shaders.PlainBounds), where the first 60 rows see no key.
+		{Name: "alibi-empty-rows", B: 1, Hq: 2, Hkv: 1, Nq: 150, Nk: 90, D: 64, Dv: 64, Causal: true, Align: br, ALiBi: 1, Softcap: 8},
 		// d 128 with a score term and with a mask alone: a GPU's backward
 		// takes the tile with K and V in registers and 64-row steps.
 		{Name: "alibi", B: 2, Hq: 2, Hkv: 1, Nq: 130, Nk: 200, D: 128, Dv: 128, Causal: true, Align: br, ALiBi: 1, SeqUsedK: []int32{200, 77}},

@@ -43,15 +43,20 @@ const (
 // ExtSpecFor is ExtSpec(p) for kernel: without the bias bits for the
 // kernels that do not score (bwd_pre) and without the dBias bits for those
 // that do not store dS (all but bwd_dq and bwd_cm_dq), so that a kernel's
-// pipeline does not depend on bits it ignores.
+// pipeline does not depend on bits it ignores; for the forward kernels
+// (flash, flash_cm) with ExtSpecPlainBounds where PlainBounds(p).
 func ExtSpecFor(kernel string, p *spec.Problem) uint32 {
 	v := ExtSpec(p)
-	switch BaseKernel(kernel) {
+	k := BaseKernel(kernel)
+	switch k {
 	case KernelBwdPre:
 		v &^= extSpecBiasBits
 	case KernelBwdDQ, KernelBwdCMDQ, KernelBiasReduce:
 	default:
 		v &^= extSpecDBiasBits
+	}
+	if (k == KernelFlash || k == KernelFlashCM) && PlainBounds(p) {
+		v |= ExtSpecPlainBounds
 	}
 	return v
 }

@@ -187,7 +187,8 @@ const uint NPL = (BR + WG - 1u) / WG;
 // the sequence's. With EXT the score is ext_score of the raw product Sᵀ and
 // dPᵀ − D is scaled by ext_dsoft(Sᵀ) (dSᵀ is w.r.t. the capped score; a
 // masked element's dSᵀ stays 0), both taken before MODE 1's P overwrites Sᵀ
-// (MODE 1: ext_score_t and ext_dsoft_t of Sᵀ after EXT_SOFTCAP_TILE).
+// (MODE 1: ext_score_d, ALiBi's distance by ext_alibi_dist, and
+// ext_dsoft_t of Sᵀ after EXT_SOFTCAP_TILE).
 // With dropout Pᵀ·keep is dV's operand and dSᵀ = Pᵀ ∘ (keep·s·dPᵀ − D), s
 // the kept elements' scale (dV's store applies it). MODE 1 writes only the A
 // operands its PART uses (an unused one, written and dropped, crashed Mesa
@@ -199,7 +200,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 			uint kj = c0 + sgk + rowOf[i]; \
 			float l2 = sL[col]; \
 			bool vis = !(MASKED) || (l2 != NEG_INF && !(kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
-			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + col, kj, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
+			float x = EXT != 0u ? ext_score_d(S[t][i], ext_alibi_dist(int(kj) - int(r0) - ext_off, col), BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float keep = drop_keep(col, sgk + rowOf[i]); \
 			float g = dP[t][i] * (keep * dscale) - sDr[col]; \
 			if (EXT != 0u) { \

@@ -190,7 +190,8 @@ const uint NOFH = NOF;
 // whole, no row careful, none past the sequence's. With EXT the score is
 // ext_score of the raw product S and dP − D is scaled by ext_dsoft(S) (dS is
 // w.r.t. the capped score; a masked element's dS stays 0); MODE 1 takes
-// them as ext_score_t and ext_dsoft_t of S after EXT_SOFTCAP_TILE. With dropout dS =
+// them as ext_score_d (ALiBi's distance by ext_alibi_dist) and ext_dsoft_t
+// of S after EXT_SOFTCAP_TILE. With dropout dS =
 // P ∘ (keep·s·dP − D), s the kept elements' scale.
 #define DS_M1(CAREFUL, MASKED) \
 	[[unroll]] for (uint t = 0u; t < NSTH; ++t) { \
@@ -198,7 +199,7 @@ const uint NOFH = NOF;
 			uint tc = (TH0 + t) * CM_N + colOf[i]; \
 			uint c = c0 + tc; \
 			bool vis = !(MASKED) || (lOf[i] != NEG_INF && c - fstOf[i] < widOf[i]); \
-			float x = EXT != 0u ? ext_score_t(S[t][i], r0 + sgr + rowOf[i], c, BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
+			float x = EXT != 0u ? ext_score_d(S[t][i], ext_alibi_dist(int(r0 + sgr + rowOf[i]) + ext_off - int(c0), tc), BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
 			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], tc) * dscale) - dOf[i]; \
 			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
 			DBIAS_STORE(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)) \

@@ -18,11 +18,15 @@
 // (EXT_ON_BIAS_F32) set when it is stored as float32 (else as STYPE),
 // and bit 6 (EXT_ON_DBIAS) the dQ kernels' dS stores with bit 7
 // (EXT_ON_DBIAS_F32) set when their target is float32 — a kernel without
-// them carries none of their code (shaders.ExtSpec). The Ext
-// buffer holds per-call values that do not fit the push-constant block
-// (it already fills the 128 bytes every Vulkan device offers in the
-// addressed build), written by the call before its first dispatch: per-call values that do not fit the push-constant block
-// (shaders.ExtWords mirrors the layout):
+// them carries none of their code (shaders.ExtSpec); bit 8
+// (EXT_ON_PLAIN_BOUNDS, the forward kernels' only: shaders.ExtSpecFor)
+// says the call's rows see the keys pc.mask gives them, as in the plain
+// kernel: no window but the causal one, no key counts, no packed
+// sequences (EXT_BOUNDS below). The Ext buffer holds the per-call values
+// that do not fit the push-constant block (it already fills the 128
+// bytes every Vulkan device offers in the addressed build), written by
+// the call before its first dispatch (shaders.ExtWords mirrors the
+// layout):
 //   word 0 left, 1 right   window (int32; −1 unbounded; causal: right 0)
 //   word 2 flags           EXT_* below
 //   word 3 softcap c       (float32; used with EXT_SOFTCAP)
@@ -73,7 +77,22 @@ layout(constant_id = 8) const uint EXT = 0u;
 #define EXT_ON_BIAS_F32 32u
 #define EXT_ON_DBIAS 64u
 #define EXT_ON_DBIAS_F32 128u
+#define EXT_ON_PLAIN_BOUNDS 256u
 layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; };
+
+// EXT_BOUNDS: the extended kernel's own bounds — the window, key counts
+// and packed sequences read from the Ext buffer. Without them (a plain
+// kernel, or EXT_ON_PLAIN_BOUNDS) every sequence has pc.Nq queries and
+// pc.Nk keys and pc.mask says which each row sees: the bounds below are
+// the plain kernel's, from push constants, and the loops keep no
+// per-invocation copy of them. Measured on an NVIDIA H200 (fp16, N
+// 16384, causal; bench/NOTES.md): flash_cm's own bounds alone (key
+// counts on plain's tile) cost it 3–7%, and at d 128 its softcap and
+// ALiBi variants spilled registers; with EXT_ON_PLAIN_BOUNDS a softcap
+// runs 5.5% faster there and ALiBi 3.5% (d 64) to 5.5% (d 128), but the
+// backward kernels ran 0–4.5% slower with it, so they keep their own.
+const uint EXT_BOUNDS_ON = (EXT != 0u ? 1u : 0u) * ((EXT & EXT_ON_PLAIN_BOUNDS) == 0u ? 1u : 0u); // (a product: see SOFTCAP_POLY_ON)
+const bool EXT_BOUNDS = EXT_BOUNDS_ON != 0u;
 
 #define EXT_BOTTOM_RIGHT 1u
 #define EXT_SOFTCAP 2u
@@ -113,7 +132,7 @@ void ext_begin(uint b) {
 		return;
 	}
 	uint flags = ext_buf[2];
-	if ((flags & EXT_VARLEN) != 0u) {
+	if (EXT_BOUNDS && (flags & EXT_VARLEN) != 0u) {
 		uint cq = ext_buf[6] + b;    // CuQ[b]
 		uint ck = cq + pc.B + 1u;    // CuK[b]
 		seq_q0 = ext_buf[cq];
@@ -123,10 +142,10 @@ void ext_begin(uint b) {
 		seq_lse0 = seq_q0;
 		seq_lse_h = ext_buf[7];
 	}
-	ext_nk = (flags & EXT_SEQUSED) != 0u ? int(ext_buf[ext_buf[4] + b]) : int(seq_nk);
+	ext_nk = EXT_BOUNDS && (flags & EXT_SEQUSED) != 0u ? int(ext_buf[ext_buf[4] + b]) : int(seq_nk);
 	ext_off = (flags & EXT_BOTTOM_RIGHT) != 0u ? ext_nk - int(seq_nq) : 0;
-	ext_left = int(ext_buf[0]);
-	ext_right = int(ext_buf[1]);
+	ext_left = EXT_BOUNDS ? int(ext_buf[0]) : -1;
+	ext_right = EXT_BOUNDS ? int(ext_buf[1]) : -1;
 	float cap = (flags & EXT_SOFTCAP) != 0u ? uintBitsToFloat(ext_buf[3]) : 0.0;
 	ext_tk = cap > 0.0 ? pc.scale * (2.0 * LOG2E) / cap : 0.0;
 	ext_tn = cap > 0.0 ? pc.scale / cap : 0.0;
@@ -191,10 +210,10 @@ uvec2 grid_tile(uint w, uint nx) {
 }
 
 // read_keys is how many of the sequence's leading key rows a kernel may
-// read: seq_nk, or with EXT its key count (SeqUsedK), so that padding past
+// read: seq_nk, or with EXT_BOUNDS its key count (SeqUsedK), so that padding past
 // it — which may hold anything, NaN included — is never loaded (a masked
 // key's probability is 0, but 0·NaN is NaN).
-uint read_keys() { return EXT != 0u ? uint(ext_nk) : seq_nk; }
+uint read_keys() { return EXT_BOUNDS ? uint(ext_nk) : seq_nk; }
 
 // The bias (EXT_ON_BIAS; spec.Bias): element (i, j) of the current
 // (b, h) is bias_f32 or bias_st at ext_bias0 + i·row stride + j (two
@@ -362,14 +381,14 @@ void dbias_store(uint i, uint j, float v) {
 // spec.Problem.KeyRange); both are non-decreasing in i, and key_first(i)
 // ≤ key_limit(i).
 uint key_first(uint i) {
-	if (EXT == 0u || ext_left < 0) {
+	if (!EXT_BOUNDS || ext_left < 0) {
 		return 0u;
 	}
 	return uint(clamp(int(i) + ext_off - ext_left, 0, ext_nk));
 }
 
 uint key_limit(uint i) {
-	if (EXT != 0u) {
+	if (EXT_BOUNDS) {
 		int hi = ext_right < 0 ? ext_nk : min(int(i) + ext_off + ext_right + 1, ext_nk);
 		return uint(max(hi, int(key_first(i))));
 	}
@@ -379,7 +398,7 @@ uint key_limit(uint i) {
 // query_first … query_limit(j)−1 are the query rows that see key j
 // (query_first(j) ≥ query_limit(j) when none; both may exceed seq_nq).
 uint query_first(uint j) {
-	if (EXT != 0u) {
+	if (EXT_BOUNDS) {
 		if (int(j) >= ext_nk) {
 			return seq_nq;
 		}
@@ -389,7 +408,7 @@ uint query_first(uint j) {
 }
 
 uint query_limit(uint j) {
-	if (EXT == 0u || ext_left < 0) {
+	if (!EXT_BOUNDS || ext_left < 0) {
 		return seq_nq;
 	}
 	return uint(clamp(int(j) + ext_left - ext_off + 1, 0, int(seq_nq)));
@@ -416,7 +435,7 @@ uint query_limit(uint j) {
 // products ahead of the score loop — with EXT_TANH16, and in kernels that
 // define EXT_SOFTCAP_PASS (the backward's: their loops read the tanh
 // twice, for the score and for its derivative). A kernel that defines
-// EXT_HALF_TANH or EXT_SOFTCAP_PASS must pass every tile its ext_score_t
+// EXT_HALF_TANH or EXT_SOFTCAP_PASS must pass every tile its ext_score_d
 // and ext_dsoft_t read through EXT_SOFTCAP_TILE: they take its values as
 // tanh.
 #if defined(EXT_TANH16) || defined(EXT_SOFTCAP_PASS)
@@ -534,10 +553,23 @@ float ext_tile_tanh(float v) {
 #endif
 }
 
-// ext_score_t is the score for query row i and key j in log2 units from v,
-// the product s as EXT_SOFTCAP_TILE leaves it (below: its softcap's tanh t
-// = ext_softcap(s) with EXT_TILE_PASS, else s itself): z = scale·s, or c·t
-// with a softcap, times log2e, minus slope·log2e·|i + off − j| (ALiBi),
+// ext_alibi_dist is ALiBi's distance |i + off − j| = |a − cc|, split by
+// the caller so that its element loop converts no integer per element
+// (NVIDIA GPUs issue an int-to-float conversion at the special functions'
+// rate, 16 a clock per SM against fp32 arithmetic's 128): a is the part
+// the loop keeps per row (per key in the dK/dV kernel, which takes −(i +
+// off − j)), whose float(a) + 2^23 the compiler converts once per row, and
+// cc (0 … 2^23−1) the part that varies along the loop's tile, whose 2^23 +
+// cc is the bits of 2^23 with cc as the mantissa. Exact while |a| < 2^23;
+// beyond, within an fp32 ulp or two (CheckProblem keeps Nq + Nk below 2^30),
+// as float(i + off − j) itself rounds from 2^24 on.
+float ext_alibi_dist(int a, uint cc) { return abs((float(a) + 8388608.0) - uintBitsToFloat(cc | 0x4B000000u)); }
+
+// ext_score_d is the score in log2 units from v, the product s as
+// EXT_SOFTCAP_TILE leaves it (below: its softcap's tanh t = ext_softcap(s)
+// with EXT_TILE_PASS, else s itself), and dist, ALiBi's |i + off − j| for
+// query row i and key j (ext_alibi_dist; read only with ALiBi): z =
+// scale·s, or c·t with a softcap, times log2e, minus slope·log2e·dist,
 // plus bias·log2e (−Inf where the bias x of (i, j) is −Inf, whatever z:
 // the key is hidden), each term compiled in only when EXT asks for it. The plain kernel's is
 // scale·log2e·s (kernels keep that product as sl2). x is the bias value,
@@ -545,10 +577,10 @@ float ext_tile_tanh(float v) {
 // components' values before issuing the products, so that the loads'
 // latency overlaps the MMAs (the backward kernels: BIAS_FRAG; flash_cm
 // stages them through shared memory: bias_stage.glsl), pass their tiles
-// through EXT_SOFTCAP_TILE and then call ext_score_t and ext_dsoft_t.
-// ext_score takes the raw
-// product and loads x itself (ext_score_b: the raw product and x).
-float ext_score_t(float v, uint i, uint j, float x) {
+// through EXT_SOFTCAP_TILE and then call ext_score_d and ext_dsoft_t.
+// ext_score_t takes row i and key j instead of dist; ext_score takes the
+// raw product and loads x itself (ext_score_b: the raw product and x).
+float ext_score_d(float v, float dist, float x) {
 	float z;
 	if ((EXT & EXT_ON_SOFTCAP) != 0u) {
 #if defined(EXT_SCORE_ONLY) && !defined(EXT_TILE_PASS)
@@ -560,12 +592,20 @@ float ext_score_t(float v, uint i, uint j, float x) {
 		z = v * (pc.scale * LOG2E);
 	}
 	if ((EXT & EXT_ON_ALIBI) != 0u) {
-		z -= ext_slope * abs(float(int(i) + ext_off - int(j)));
+		z = fma(-ext_slope, dist, z);
 	}
 	if ((EXT & EXT_ON_BIAS) != 0u) {
 		z = x == NEG_INF ? NEG_INF : fma(x, LOG2E, z);
 	}
 	return z;
+}
+
+float ext_score_t(float v, uint i, uint j, float x) {
+	float dist = 0.0;
+	if ((EXT & EXT_ON_ALIBI) != 0u) {
+		dist = abs(float(int(i) + ext_off - int(j)));
+	}
+	return ext_score_d(v, dist, x);
 }
 
 // ext_tile_v is v for ext_score_t and ext_dsoft_t from raw product s (as
@@ -591,7 +631,7 @@ float ext_score(float s, uint i, uint j) {
 
 // EXT_SOFTCAP_TILE(S, NT): with a softcap and EXT_TILE_PASS, replaces
 // every component of accumulators S[0] … S[NT−1] — raw products — by its
-// tanh, two at a time (ext_softcap2), for ext_score_t and ext_dsoft_t;
+// tanh, two at a time (ext_softcap2), for ext_score_d and ext_dsoft_t;
 // nothing otherwise (they take the raw products and tanh2 each: with
 // fp32's tanh the pass ran flash_cm's fp16 forward up to 3% slower on an
 // NVIDIA H200, and the backward 2–3% faster at d 64).
@@ -636,7 +676,7 @@ float ext_score(float s, uint i, uint j) {
 #endif
 
 // ext_dsoft_t is the softcap's derivative d(c·tanh(z/c)) / dz = 1 − t²
-// at z = scale·s, from v as ext_score_t takes it (1 without a softcap);
+// at z = scale·s, from v as ext_score_d takes it (1 without a softcap);
 // ext_dsoft takes the raw product s. The backward multiplies dS by it
 // before dS meets K or Q.
 float ext_dsoft_t(float v) {

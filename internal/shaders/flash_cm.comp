@@ -265,7 +265,7 @@ const uint CPL = BC / LPR;
 				uint k_ = slotrow(i); \
 				uint q_ = blk * RL + k_; \
 				uint c = c0 + t * CM_N + colOf[i]; \
-				float x = EXT != 0u ? ext_score_t(S[blk * NST + t][i], r0 + sgr + blk * CM_M + lrow[k_], c, bias_at(lrow[k_], (t % BIAS_G) * CM_N + colOf[i])) : S[blk * NST + t][i] * sl2; \
+				float x = EXT != 0u ? ext_score_d(S[blk * NST + t][i], ext_alibi_dist(int(r0 + sgr + blk * CM_M + lrow[k_]) + ext_off - int(c0), t * CM_N + colOf[i]), bias_at(lrow[k_], (t % BIAS_G) * CM_N + colOf[i])) : S[blk * NST + t][i] * sl2; \
 				if (MASKED && c - fstOf[q_] >= widOf[q_]) { \
 					x = NEG_INF; \
 				} \

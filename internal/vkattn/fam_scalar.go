@@ -94,7 +94,7 @@ func (b *Backend) scalarLaunch(ctx context.Context, kernel string, p *spec.Probl
 	if err != nil {
 		return Launch{}, err
 	}
-	ents, err := shaders.SpecEntries(kernel, c, p.D, p.Dv, b.lim.Subgroup, pass, shaders.ExtSpec(p))
+	ents, err := shaders.SpecEntries(kernel, c, p.D, p.Dv, b.lim.Subgroup, pass, shaders.ExtSpecFor(kernel, p))
 	if err != nil {
 		return Launch{}, fmt.Errorf("vkattn: %w", err)
 	}

@@ -88,9 +88,9 @@ layout(std430, binding = EXT_BINDING) readonly buffer ExtBuf { uint ext_buf[]; }
 // per-invocation copy of them. Measured on an NVIDIA H200 (fp16, N
 // 16384, causal; bench/NOTES.md): flash_cm's own bounds alone (key
 // counts on plain's tile) cost it 3–7%, and at d 128 its softcap and
-// ALiBi variants spilled registers; with EXT_ON_PLAIN_BOUNDS a softcap
-// runs 5.5% faster there and ALiBi 3.5% (d 64) to 5.5% (d 128), but the
-// backward kernels ran 0–4.5% slower with it, so they keep their own.
+// ALiBi variants spilled registers; with EXT_ON_PLAIN_BOUNDS both run
+// 5–6% faster there and ALiBi 3.5% faster at d 64, but the backward
+// kernels ran 0–4.5% slower with it, so they keep their own.
 const uint EXT_BOUNDS_ON = (EXT != 0u ? 1u : 0u) * ((EXT & EXT_ON_PLAIN_BOUNDS) == 0u ? 1u : 0u); // (a product: see SOFTCAP_POLY_ON)
 const bool EXT_BOUNDS = EXT_BOUNDS_ON != 0u;
 
@@ -210,9 +210,9 @@ uvec2 grid_tile(uint w, uint nx) {
 }
 
 // read_keys is how many of the sequence's leading key rows a kernel may
-// read: seq_nk, or with EXT_BOUNDS its key count (SeqUsedK), so that padding past
-// it — which may hold anything, NaN included — is never loaded (a masked
-// key's probability is 0, but 0·NaN is NaN).
+// read: seq_nk, or with EXT_BOUNDS its key count (SeqUsedK), so that
+// padding past it — which may hold anything, NaN included — is never
+// loaded (a masked key's probability is 0, but 0·NaN is NaN).
 uint read_keys() { return EXT_BOUNDS ? uint(ext_nk) : seq_nk; }
 
 // The bias (EXT_ON_BIAS; spec.Bias): element (i, j) of the current

@@ -41,7 +41,7 @@ func TestPlainBounds(t *testing.T) {
 		if c.p.Ext == nil {
 			continue
 		}
-		for _, k := range []string{KernelFlash, KernelFlashCM, KernelBwdPre, KernelBwdDKDV, KernelBwdDQ, KernelBwdCMDKDV, KernelBwdCMDQ} {
+		for _, k := range ExtKernels {
 			want := c.want && (k == KernelFlash || k == KernelFlashCM) // (the forwards only)
 			if got := ExtSpecFor(k, c.p)&ExtSpecPlainBounds != 0; got != want {
 				t.Errorf("%s: ExtSpecFor(%s) %#x: plain-bounds bit %v, want %v", c.name, k, ExtSpecFor(k, c.p), got, want)

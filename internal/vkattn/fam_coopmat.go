@@ -685,8 +685,8 @@ const cmLargeNq = 2048
 // faster on plain's d 128 tile, and so does the softcap's since its tanh
 // lost its selects; dropout, the window and packed sequences alone still run
 // slower there. At d ≤ 64 a softcap taken in fp16 (bf16 storage) gains
-// from plain's former tile, nsg8-bc128, and fp16's softcap, ALiBi or
-// dropout and bf16's dropout from plain's row blocks; at 64 < d ≤ 96
+// from plain's former tile, nsg8-bc128, and fp16's window, softcap, ALiBi
+// or dropout and bf16's dropout from plain's row blocks; at 64 < d ≤ 96
 // dropout gains from longer key tiles than the smaller ones
 // (extDropTile). The tune cache overrides these per device.
 func cmTiles(l *CMLayout, d, dv, nq int, mask spec.Mask, ext *spec.Ext) []CMTile {
@@ -970,23 +970,25 @@ func extLargeTileAt(ext *spec.Ext, dm int, long bool) bool {
 
 // extRowBlocks reports whether the extended variant takes plain's row-block
 // tile at d ≤ 64 (nsg4-bc32-pf1-rb2) with layout l: with fp16 storage for a
-// softcap, ALiBi or dropout, with bf16 for dropout, and never with a bias
-// (which the row blocks do not take), a window (a causal mask allowed), key
-// counts or packed sequences. Measured on an NVIDIA H200 (d 64, N 16384,
-// causal, forward; bench/NOTES.md) against the extended variant's
-// nsg4-bc32-pf1: fp16 softcap 170.8 → 177.0 TFLOP/s, ALiBi 200.1 → 212.7,
-// dropout 161.6 → 172.8; bf16 dropout 147.1 → 152.1, but ALiBi 180.3 →
-// 173.3 (and its softcap, on nsg8-bc128 by extLargeTile64, 191.6 → 175.9).
-// The window, key counts and packed sequences were not timed (a larger
-// query tile crosses more of their edges).
+// window, softcap, ALiBi or dropout, with bf16 for dropout, and never with
+// a bias (which the row blocks do not take), key counts or packed
+// sequences. Measured on an NVIDIA H200 (d 64, N 16384, causal, forward;
+// bench/NOTES.md) against the extended variant's nsg4-bc32-pf1: fp16
+// softcap 170.8 → 177.0 TFLOP/s, ALiBi 200.1 → 212.7, dropout 161.6 →
+// 172.8, a window of 4095 keys (2026-12-01, every tile verified and
+// timed by the tuner) 2.213 → 1.977 ms; bf16 dropout 147.1 → 152.1, but
+// ALiBi 180.3 → 173.3 (and its softcap, on nsg8-bc128 by extLargeTile64,
+// 191.6 → 175.9). fp16's window beside a softcap, ALiBi or dropout takes
+// it too, untimed (each gains alone); bf16's window, key counts and
+// packed sequences were not timed.
 func extRowBlocks(l *CMLayout, ext *spec.Ext) bool {
-	if ext == nil || !extTermsOnly(ext) {
+	if ext == nil || ext.Bias != nil || ext.SeqUsedK != nil || ext.CuQ != nil {
 		return false
 	}
 	if l.Storage == spec.BFloat16 {
-		return ext.Dropout != nil
+		return ext.Dropout != nil && extTermsOnly(ext)
 	}
-	return ext.Softcap != 0 || ext.Slopes != nil || ext.Dropout != nil
+	return true // (a window, softcap, ALiBi or dropout; or a window wide enough to reach every key)
 }
 
 // extLargeTile64 reports whether the extended variant takes plain's large

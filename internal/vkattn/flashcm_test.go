@@ -318,9 +318,10 @@ func TestChooseCMTile(t *testing.T) {
 	}
 	// The extended variant takes the small tiles at every length, except
 	// at 64 < d ≤ 128 with ALiBi, a bias or a softcap and no dropout, and at
-	// d ≤ 64 with a softcap, ALiBi or dropout alone (the row blocks), from
-	// cmLargeNq (2048 query rows) on (this layout's softcap takes fp32's
-	// tanh: fp16 storage) — up to d 96 ALiBi and a softcap at every length —
+	// d ≤ 64 with a window, softcap, ALiBi or dropout and no bias, key
+	// counts or packed sequences (the row blocks), from cmLargeNq (2048
+	// query rows) on (this layout's softcap takes fp32's tanh: fp16
+	// storage) — up to d 96 ALiBi and a softcap at every length —
 	// and at 64 < d ≤ 96 with dropout (longer key tiles, every length).
 	win := &spec.Ext{Left: 100, Right: 0}
 	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}
@@ -332,7 +333,10 @@ func TestChooseCMTile(t *testing.T) {
 		ext   *spec.Ext
 		want  string
 	}{
-		{128, 16384, win, "nsg8-bc32-mode1-pf1"}, {64, 16384, win, "nsg4-bc32-mode1-pf1"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"}, {192, 4096, win, "nsg4-bc32-mode1-pf1"},
+		{128, 16384, win, "nsg8-bc32-mode1-pf1"}, {64, 16384, win, "nsg4-bc32-mode1-pf1-rb2"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"}, {192, 4096, win, "nsg4-bc32-mode1-pf1"},
+		{64, 2047, win, "nsg4-bc32-mode1-pf1"}, {64, 16384, &spec.Ext{Left: 100, Right: 0, Softcap: 30}, "nsg4-bc32-mode1-pf1-rb2"},
+		{64, 16384, &spec.Ext{Left: 100, Right: 0, SeqUsedK: []int32{9000}}, "nsg4-bc32-mode1-pf1"},
+		{64, 16384, &spec.Ext{Left: 100, Right: 0, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg4-bc32-mode1-pf1"},
 		{128, 16384, alibi, "nsg8-bc64-mode1-pf1"}, {128, 16384, bias, "nsg8-bc64-mode1-pf1"}, {128, 2047, bias, "nsg8-bc32-mode1-pf1"},
 		{64, 16384, alibi, "nsg4-bc32-mode1-pf1-rb2"}, {256, 4096, bias, "nsg4-bc32-mode1-pf0"},
 		{64, 16384, bias, "nsg4-bc32-mode1-pf1"}, {64, 2047, alibi, "nsg4-bc32-mode1-pf1"},

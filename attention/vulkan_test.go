@@ -198,6 +198,9 @@ func TestConformanceVulkanCoopmat(t *testing.T) {
 		{Name: "long-alibi", B: 2, Hq: 2, Hkv: 2, Nq: 1100, Nk: 2060, D: 64, Dv: 64, ALiBi: 2, SeqUsedK: []int32{2060, 999}},
 		{Name: "long-bias", B: 1, Hq: 2, Hkv: 1, Nq: 1100, Nk: 1100, D: 128, Dv: 128, Causal: true, Align: attention.BottomRight,
 			Bias: &attentiontest.BiasCase{B: 1, S: 1100, H: 1, Docs: 300, Holes: 0.01, Grad: true}},
+		// A window open on both sides at d 64 from 2048 query rows: fp16's
+		// forward takes the two row blocks there.
+		{Name: "long-window-rows", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 64, Dv: 64, Window: &attention.Window{Left: 100, Right: 30}},
 	}
 	t.Run("features-long", func(t *testing.T) {
 		attentiontest.RunForwardCases(t, e, longExt)

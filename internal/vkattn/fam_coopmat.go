@@ -969,18 +969,19 @@ func extLargeTileAt(ext *spec.Ext, dm int, long bool) bool {
 }
 
 // extRowBlocks reports whether the extended variant takes plain's row-block
-// tile at d ≤ 64 (nsg4-bc32-pf1-rb2) with layout l: with fp16 storage for a
-// window, softcap, ALiBi or dropout, with bf16 for dropout, and never with
-// a bias (which the row blocks do not take), key counts or packed
-// sequences. Measured on an NVIDIA H200 (d 64, N 16384, causal, forward;
-// bench/NOTES.md) against the extended variant's nsg4-bc32-pf1: fp16
-// softcap 170.8 → 177.0 TFLOP/s, ALiBi 200.1 → 212.7, dropout 161.6 →
-// 172.8, a window of 4095 keys (2026-12-01, every tile verified and
-// timed by the tuner) 2.213 → 1.977 ms; bf16 dropout 147.1 → 152.1, but
-// ALiBi 180.3 → 173.3 (and its softcap, on nsg8-bc128 by extLargeTile64,
-// 191.6 → 175.9). fp16's window beside a softcap, ALiBi or dropout takes
-// it too, untimed (each gains alone); bf16's window, key counts and
-// packed sequences were not timed.
+// tile at d ≤ 64 (nsg4-bc32-pf1-rb2) with layout l: with fp16 storage for
+// any options but a bias (which the row blocks do not take), key counts or
+// packed sequences — a window, softcap, ALiBi or dropout, alone or
+// together, or a window wide enough to reach every key; with bf16 for
+// dropout without those or a window. Measured on an NVIDIA H200 (d 64, N
+// 16384, causal, forward; bench/NOTES.md) against the extended variant's
+// nsg4-bc32-pf1: fp16 softcap 170.8 → 177.0 TFLOP/s, ALiBi 200.1 → 212.7,
+// dropout 161.6 → 172.8, window 4095,0 (2026-12-01, every tile verified
+// and timed by the tuner) 2.213 → 1.977 ms and with a softcap 50 2.79 →
+// 2.72–2.74; bf16 dropout 147.1 → 152.1, but ALiBi 180.3 → 173.3 (and its
+// softcap, on nsg8-bc128 by extLargeTile64, 191.6 → 175.9). Not timed:
+// windows open on the right (Right > 0), fp16's other combinations, and
+// bf16's window, key counts and packed sequences.
 func extRowBlocks(l *CMLayout, ext *spec.Ext) bool {
 	if ext == nil || ext.Bias != nil || ext.SeqUsedK != nil || ext.CuQ != nil {
 		return false
@@ -988,7 +989,7 @@ func extRowBlocks(l *CMLayout, ext *spec.Ext) bool {
 	if l.Storage == spec.BFloat16 {
 		return ext.Dropout != nil && extTermsOnly(ext)
 	}
-	return true // (a window, softcap, ALiBi or dropout; or a window wide enough to reach every key)
+	return true
 }
 
 // extLargeTile64 reports whether the extended variant takes plain's large

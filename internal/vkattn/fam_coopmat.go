@@ -934,7 +934,14 @@ func extDropTile(ext *spec.Ext) bool {
 // counts, packed sequences or bias: at most a softcap, ALiBi and dropout
 // (the options the tile rules' measurements timed).
 func extTermsOnly(ext *spec.Ext) bool {
-	return ext.Bias == nil && ext.Left < 0 && ext.Right <= 0 && ext.SeqUsedK == nil && ext.CuQ == nil
+	return extNoBiasKeysOrPacked(ext) && ext.Left < 0 && ext.Right <= 0
+}
+
+// extNoBiasKeysOrPacked reports whether options ext (non-nil) hold no
+// bias, key counts or packed sequences, the options most of the tile
+// rules' measurements leave out.
+func extNoBiasKeysOrPacked(ext *spec.Ext) bool {
+	return ext.Bias == nil && ext.SeqUsedK == nil && ext.CuQ == nil
 }
 
 // extLargeTile reports whether the extended variant takes plain's large
@@ -983,7 +990,7 @@ func extLargeTileAt(ext *spec.Ext, dm int, long bool) bool {
 // windows open on the right (Right > 0), fp16's other combinations, and
 // bf16's window, key counts and packed sequences.
 func extRowBlocks(l *CMLayout, ext *spec.Ext) bool {
-	if ext == nil || ext.Bias != nil || ext.SeqUsedK != nil || ext.CuQ != nil {
+	if ext == nil || !extNoBiasKeysOrPacked(ext) {
 		return false
 	}
 	if l.Storage == spec.BFloat16 {

@@ -201,6 +201,10 @@ func TestConformanceVulkanCoopmat(t *testing.T) {
 		// A window open on both sides at d 64 from 2048 query rows: fp16's
 		// forward takes the two row blocks there.
 		{Name: "long-window-rows", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 64, Dv: 64, Window: &attention.Window{Left: 100, Right: 30}},
+		// A window alone at d 128 from 2048 query rows: the forward takes
+		// plain's nsg8-bc64 there where 48 KiB of shared memory hold it.
+		{Name: "long-window-large", B: 1, Hq: 2, Hkv: 1, Nq: 2048, Nk: 2048, D: 128, Dv: 128, Causal: true, Align: attention.TopLeft,
+			Window: &attention.Window{Left: 333, Right: 0}},
 	}
 	t.Run("features-long", func(t *testing.T) {
 		attentiontest.RunForwardCases(t, e, longExt)

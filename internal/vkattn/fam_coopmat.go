@@ -683,8 +683,8 @@ const cmLargeNq = 2048
 // N 16384; bench/NOTES.md). Since the score loop lost its mask on the
 // tiles that need none (2026-11-28), ALiBi's and a bias's score terms run
 // faster on plain's d 128 tile, and so does the softcap's since its tanh
-// lost its selects; dropout, the window and packed sequences alone still run
-// slower there. At d ≤ 64 a softcap taken in fp16 (bf16 storage) gains
+// lost its selects, and a long window's (extWindowTile); dropout and
+// packed sequences alone still run slower there. At d ≤ 64 a softcap taken in fp16 (bf16 storage) gains
 // from plain's former tile, nsg8-bc128, and fp16's window, softcap, ALiBi
 // or dropout and bf16's dropout from plain's row blocks; at 64 < d ≤ 96
 // dropout gains from longer key tiles than the smaller ones
@@ -951,7 +951,8 @@ func extNoBiasKeysOrPacked(ext *spec.Ext) bool {
 // 11.28 ms, a document mask 3.45 → 3.23, ALiBi 5.11 → 5.01, softcap
 // 5.80 → 5.49 (since its tanh takes the sign by a bit operation; with
 // the selects before, 5.93 → 6.10); dropout 5.41 → 6.09, the window 2.02
-// → 2.04 and packed sequences 0.620 → 0.633 went the other way.
+// → 2.04 (faster there since: extWindowTile) and packed sequences 0.620
+// → 0.633 went the other way.
 // Combinations of these with a window, key counts or packed sequences
 // take it too, untimed: the score terms' gains are the larger ones. At d
 // 80 (fp16, N 4096, causal, a softcap) the tuner found none of 68 tiles
@@ -963,7 +964,9 @@ func extLargeTile(ext *spec.Ext) bool {
 // extLargeTileAt reports whether a call with options ext at head dim dm
 // (64 < dm ≤ 128) takes nsg8-bc64 (plain calls' tile at 80 < d ≤ 128),
 // given whether its query rows reach cmLargeNq (long): extLargeTile's
-// calls from cmLargeNq on, and below it up to d 96 those without a bias.
+// calls from cmLargeNq on, and below it up to d 96 those without a bias;
+// and from cmLargeNq on above d 96 a window without dropout, a bias, key
+// counts or packed sequences (extWindowTile).
 // Measured on an NVIDIA H200 (fp16, a softcap or ALiBi alone, N 512 and
 // 1024, causal and not; bench/NOTES.md) against the nsg8-bc32 they took
 // there before: a softcap d 80 1.20–1.27× faster, d 96 1.18–1.22×, ALiBi
@@ -972,7 +975,23 @@ func extLargeTile(ext *spec.Ext) bool {
 // combinations with a window, key counts or packed sequences were not
 // timed there.
 func extLargeTileAt(ext *spec.Ext, dm int, long bool) bool {
-	return extLargeTile(ext) && (long || dm <= 96 && ext.Bias == nil)
+	return extLargeTile(ext) && (long || dm <= 96 && ext.Bias == nil) || long && dm > 96 && extWindowTile(ext)
+}
+
+// extWindowTile reports whether options ext (non-nil) are a window —
+// beside a softcap or ALiBi or alone — with no dropout, bias, key counts
+// or packed sequences: from cmLargeNq on above d 96 they take nsg8-bc64
+// (extLargeTileAt). Measured on an NVIDIA H200 (d 128, N 16384, causal,
+// window 4095,0, forward; bench/NOTES.md, 2026-12-01) against
+// nsg8-bc32-pf1: fp16 2.020–2.052 → 1.992–1.997 ms over three alternating
+// rounds, 1.16–1.17× → 1.14× of its visible-pair share of the full
+// forward (the tuner the night before: 2.020–2.031 → 1.994–2.011); the
+// window with a softcap took nsg8-bc64 already (extLargeTile). On
+// 2026-11-28, before the score loop's unmasked tiles and the large tile at
+// every length, the window had run 2.02 → 2.04 ms there. Not timed: d 97–127,
+// windows open on the right.
+func extWindowTile(ext *spec.Ext) bool {
+	return ext.Dropout == nil && extNoBiasKeysOrPacked(ext) && (ext.Left >= 0 || ext.Right >= 0)
 }
 
 // extRowBlocks reports whether the extended variant takes plain's row-block

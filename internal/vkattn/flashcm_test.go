@@ -322,7 +322,9 @@ func TestChooseCMTile(t *testing.T) {
 	// counts or packed sequences (the row blocks), from cmLargeNq (2048
 	// query rows) on (this layout's softcap takes fp32's tanh: fp16
 	// storage) — up to d 96 ALiBi and a softcap at every length —
-	// and at 64 < d ≤ 96 with dropout (longer key tiles, every length).
+	// at 64 < d ≤ 96 with dropout (longer key tiles, every length), and
+	// above d 96 a window without dropout, a bias, key counts or packed
+	// sequences from cmLargeNq on.
 	win := &spec.Ext{Left: 100, Right: 0}
 	alibi := &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}
 	bias := &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}
@@ -333,7 +335,12 @@ func TestChooseCMTile(t *testing.T) {
 		ext   *spec.Ext
 		want  string
 	}{
-		{128, 16384, win, "nsg8-bc32-mode1-pf1"}, {64, 16384, win, "nsg4-bc32-mode1-pf1-rb2"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"}, {192, 4096, win, "nsg4-bc32-mode1-pf1"},
+		{128, 16384, win, "nsg8-bc64-mode1-pf1"}, {128, 2048, &spec.Ext{Left: 30, Right: 30}, "nsg8-bc64-mode1-pf1"},
+		{128, 2047, win, "nsg8-bc32-mode1-pf1"}, {96, 16384, win, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: 100, Right: 0, Dropout: drop}, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: 100, Right: 0, SeqUsedK: []int32{9000}}, "nsg8-bc32-mode1-pf1"},
+		{128, 16384, &spec.Ext{Left: 100, Right: 0, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg8-bc32-mode1-pf1"},
+		{64, 16384, win, "nsg4-bc32-mode1-pf1-rb2"}, {256, 4096, win, "nsg4-bc32-mode1-pf0"}, {192, 4096, win, "nsg4-bc32-mode1-pf1"},
 		{64, 2047, win, "nsg4-bc32-mode1-pf1"}, {64, 16384, &spec.Ext{Left: 100, Right: 0, Softcap: 30}, "nsg4-bc32-mode1-pf1-rb2"},
 		{64, 16384, &spec.Ext{Left: 100, Right: 0, SeqUsedK: []int32{9000}}, "nsg4-bc32-mode1-pf1"},
 		{64, 16384, &spec.Ext{Left: 100, Right: 0, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg4-bc32-mode1-pf1"},

@@ -193,6 +193,12 @@ const uint NPL = (BR + WG - 1u) / WG;
 // the kept elements' scale (dV's store applies it). MODE 1 writes only the A
 // operands its PART uses (an unused one, written and dropped, crashed Mesa
 // 26 lavapipe's shader compiler).
+// DROP_KW (dropout in MODE 1, 32 mod CM_M = 0): a subgroup's CM_M keys
+// (from sgk, a multiple of CM_M) lie in one keep word of each query row,
+// at bits (sgk mod 32) + row: an element tests its bit of that word, which
+// the components of one column share (with CM_COLS the compiler sees
+// them: cm_common.glsl), where drop_keep reads a word per element and
+// converts its bit.
 #define SOFTMAX_M1(CAREFUL, MASKED) \
 	[[unroll]] for (uint t = 0u; t < NST; ++t) { \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
@@ -201,13 +207,14 @@ const uint NPL = (BR + WG - 1u) / WG;
 			float l2 = sL[col]; \
 			bool vis = !(MASKED) || (l2 != NEG_INF && !(kj >= key_limit(r0 + col) || kj < key_first(r0 + col))); \
 			float x = EXT != 0u ? ext_score_d(S[t][i], ext_alibi_dist(int(kj) - int(r0) - ext_off, col), BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
-			float keep = drop_keep(col, sgk + rowOf[i]); \
-			float g = dP[t][i] * (keep * dscale) - sDr[col]; \
+			float keep = DROP_KW != 0u ? 1.0 : drop_keep(col, sgk + rowOf[i]); \
+			bool kept = DROP_KW == 0u || (sDrop[col * DROP_WPR + (sgk >> 5u)] & (1u << ((sgk & 31u) + rowOf[i]))) != 0u; \
+			float g = (kept ? dP[t][i] * (keep * dscale) : 0.0) - sDr[col]; \
 			if (EXT != 0u) { \
 				g *= ext_dsoft_t(S[t][i]); \
 			} \
 			float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
-			S[t][i] = p * keep; \
+			S[t][i] = kept ? p * keep : 0.0; \
 			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
@@ -241,6 +248,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 
 const uint KB = NSG / FSPL * CM_M;           // keys per workgroup (= BC)
 const uint NST = BR / CM_N;                  // Sᵀ/dPᵀ accumulators per subgroup
+const uint DROP_KW = ((EXT & EXT_ON_DROPOUT) != 0u ? 1u : 0u) * (REGS ? 1u : 0u) * (32u % CM_M == 0u ? 1u : 0u); // (SOFTMAX_M1)
 const uint NKC = BR / CM_K;                  // query chunks of the dV/dK products
 const uint NDK_ALL = DP / CM_N;              // dK's column blocks (PART 3, 4: at least 2)
 const uint DK_J0 = PART == 4u ? (NDK_ALL + 1u) / 2u : 0u; // the first one this PART computes
@@ -389,8 +397,10 @@ void main() {
 
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
+	uint colmin = 0u; // (the layout map's, for CM_COLS_FORM)
 	if (REGS) {
-		CM_LAYOUT_MAP(sM, rowOf, colOf)
+		CM_LAYOUT_MAP(sM, rowOf, colOf, colmin)
+		CM_COLS_FORM(colOf, colmin)
 	}
 
 #if CM_SPLIT > 1

@@ -174,6 +174,19 @@ const uint NSTH = NST;        // the subgroup's S/dP accumulators
 const uint NSTH = NST / NSPL;
 #endif
 const uint NDQH = NDQ / NSPL; // the subgroup's dQ accumulators
+// DROP_COLS (dropout, MODE 1, CM_COLS; 32 mod CM_N = 0 so that no
+// accumulator's keys straddle a keep word, and with PAIRS NSTH·CM_N a
+// multiple of 32 so that each half of the key tile starts a word): each
+// invocation reads its RL rows' keep words of its NSTH accumulators once
+// per tile (DROP_NW per row, shifted right by colmin) and tests each
+// element's bit at a position known when the pipeline is built
+// (cm_common.glsl), instead of reading a word per element.
+const uint DROP_COLS = ((EXT & EXT_ON_DROPOUT) != 0u ? 1u : 0u) * (REGS ? 1u : 0u) * CM_COLS * (32u % CM_N == 0u ? 1u : 0u) * (NSPL == 1u ? 1u : ((NSTH * CM_N) % 32u == 0u ? 1u : 0u));
+const uint DROP_NW = DROP_COLS != 0u ? (NSTH * CM_N + 31u) / 32u : 1u;
+// COLS_FORM: the columns in the form the compiler sees (CM_COLS_FORM)
+// with dropout and above d 64; plain's d 64 kernel ran 2.8% slower with
+// it and d 128's 4.2% faster (NVIDIA H200, bench/NOTES.md).
+const bool COLS_FORM = DROP_COLS != 0u || D > 64u;
 #if CM_SPLIT > 1
 const uint NQFH = NQF / FSPL; // its Q_i fragments (per plane)
 const uint NOFH = NOF / FSPL; // its dO_i fragments
@@ -200,7 +213,7 @@ const uint NOFH = NOF;
 			uint c = c0 + tc; \
 			bool vis = !(MASKED) || (lOf[i] != NEG_INF && c - fstOf[i] < widOf[i]); \
 			float x = EXT != 0u ? ext_score_d(S[t][i], ext_alibi_dist(int(r0 + sgr + rowOf[i]) + ext_off - int(c0), tc), BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
-			float g = dP[t][i] * (drop_keep(sgr + rowOf[i], tc) * dscale) - dOf[i]; \
+			float g = (DROP_COLS != 0u ? drop_select(dw[slotrow(i) * DROP_NW + (t * CM_N) / 32u], (t * CM_N) % 32u + coldelta(i), dP[t][i] * dscale) : dP[t][i] * (drop_keep(sgr + rowOf[i], tc) * dscale)) - dOf[i]; \
 			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
 			DBIAS_STORE(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)) \
 			if (EXT != 0u) { \
@@ -316,9 +329,15 @@ void main() {
 
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
+	uint colmin = 0u; // (DROP_COLS)
 	if (REGS) {
-		CM_LAYOUT_MAP(sKV, rowOf, colOf)
+		CM_LAYOUT_MAP(sKV, rowOf, colOf, colmin)
+		if (COLS_FORM) {
+			CM_COLS_FORM(colOf, colmin)
+		}
 	}
+	uint lrow[RL]; // (DROP_COLS: the local rows, cm_common.glsl)
+	CM_LOCAL_ROWS(rowOf, lrow)
 
 	// Q_i, then dO_i: → shared (zero past Nq) → A fragments, one plane at
 	// a time (qA[pl·NQFH + kk], oA[pl·NOFH + kk]: with FHALVES the
@@ -468,6 +487,13 @@ void main() {
 		if (MODE == 1u) {
 #endif
 			EXT_SOFTCAP_TILE(S, NSTH)
+			uint dw[RL * DROP_NW]; // (DROP_COLS: local row k's words at k·DROP_NW)
+			dw[0] = 0u;
+			if (DROP_COLS != 0u) {
+				[[unroll]] for (uint k = 0u; k < RL * DROP_NW; ++k) {
+					dw[k] = sDrop[(sgr + lrow[k / DROP_NW]) * DROP_WPR + (TH0 * CM_N) / 32u + k % DROP_NW] >> colmin;
+				}
+			}
 			if (careful) {
 				DS_M1(true, true)
 			} else if (need_mask) {

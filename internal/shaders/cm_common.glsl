@@ -1,6 +1,6 @@
 // cm_common.glsl: what the cooperative-matrix kernels (flash_cm,
-// bwd_cm_dkdv, bwd_cm_dq) share: the coopmat spec constants (ids 10–21
-// and 29,
+// bwd_cm_dkdv, bwd_cm_dq) share: the coopmat spec constants (ids 10–21,
+// 29 and 30–32,
 // described in flash_cm.comp's header), the padded tile geometry, the
 // matrix types, the element-layout decoders and the 16-byte global fetch
 // and store, and the plane-pair products. Include after params.glsl; fp16
@@ -16,9 +16,9 @@ layout(constant_id = 11) const uint CM_N = 16;
 layout(constant_id = 12) const uint CM_K = 16;
 layout(constant_id = 13) const uint MODE = 0;      // 0 elementwise through shared memory, 1 in registers
 layout(constant_id = 14) const uint CM_LEN = 8;    // accumulator components per invocation
-layout(constant_id = 15) const uint RL = 1;        // (flash_cm only)
-layout(constant_id = 16) const uint SLOTROW_LO = 0; // (flash_cm only)
-layout(constant_id = 17) const uint SLOTROW_HI = 0; // (flash_cm only)
+layout(constant_id = 15) const uint RL = 1;        // (flash_cm; bwd_cm_dq's dropout)
+layout(constant_id = 16) const uint SLOTROW_LO = 0; // (flash_cm; bwd_cm_dq's dropout)
+layout(constant_id = 17) const uint SLOTROW_HI = 0; // (flash_cm; bwd_cm_dq's dropout)
 layout(constant_id = 18) const uint XORMASK = 0;   // (flash_cm only)
 layout(constant_id = 19) const uint APERM_LO = 0;  // A component j = accumulator component aperm(j)
 layout(constant_id = 20) const uint APERM_HI = 0;
@@ -33,6 +33,19 @@ layout(constant_id = 21) const uint VEC = 1;       // 16-byte global access (D, 
 // bias, whose walk skips the tiles it hides in order (the host refuses
 // the pair).
 layout(constant_id = 29) const uint STAGGER = 0;
+// 30 CM_COLS, 31 CM_COLD_LO, 32 CM_COLD_HI (MODE 1): CM_COLS is 1 when
+// component i of every invocation lies coldelta(i) columns right of the
+// smallest column the invocation holds, colmin (CM_LAYOUT_MAP; 4 bits
+// each, LO = components 0–7, HI = 8–15; from flash_cm_probe, the host's
+// CMLayout.ColDeltas). The backward kernels may write their columns in
+// that form (CM_COLS_FORM). Dropout in flash_cm and bwd_cm_dq then shifts
+// each keep word it reads right by colmin once per tile and finds
+// component i's bit of accumulator t at (t·CM_N mod 32) + coldelta(i): a
+// position known when the pipeline is built, one bit test and a select per
+// element (ext.glsl drop_select).
+layout(constant_id = 30) const uint CM_COLS = 0;
+layout(constant_id = 31) const uint CM_COLD_LO = 0;
+layout(constant_id = 32) const uint CM_COLD_HI = 0;
 
 const uint NSG = WG / SUBGROUP;
 // Head dims padded with zero features to the coopmat K and N and to
@@ -72,6 +85,8 @@ CM_TYPE_FUNCS
 uint walk_at(uint i, uint n, uint x) { return STAGGER != 0u ? (i + x * 37u) % n : i; }
 
 uint aperm(uint j) { return j < 8u ? (APERM_LO >> (4u * j)) & 15u : (APERM_HI >> (4u * (j - 8u))) & 15u; }
+uint slotrow(uint i) { return i < 8u ? (SLOTROW_LO >> (4u * i)) & 15u : (SLOTROW_HI >> (4u * (i - 8u))) & 15u; }
+uint coldelta(uint i) { return i < 8u ? (CM_COLD_LO >> (4u * i)) & 15u : (CM_COLD_HI >> (4u * (i - 8u))) & 15u; }
 
 #ifdef CM_SPLIT
 // fp32 storage: a chunk of 8 features is CM_SPLIT uvec4, plane i holding
@@ -403,12 +418,13 @@ uvec4 pack8(CM_RAWT x[8]) {
 #define CM_AT_CHUNK(F0)
 #endif
 
-// cm_layout_map fills rowOf/colOf: component i of this invocation holds
-// row rowOf[i], column colOf[i] of every CM_M×CM_N accumulator. It loads a
-// matrix whose elements encode their own coordinates from scratch (≥
-// CM_M·CM_N/4 uvec4), which it overwrites; call in uniform control flow
-// between barriers.
-#define CM_LAYOUT_MAP(scratch, rowOf, colOf) \
+// CM_LAYOUT_MAP(scratch, rowOf, colOf, colmin) fills rowOf/colOf:
+// component i of this invocation holds row rowOf[i], column colOf[i] of
+// every CM_M×CM_N accumulator; colmin is the smallest of its columns. It
+// loads a matrix whose elements encode their own coordinates from scratch
+// (≥ CM_M·CM_N/4 uvec4), which it overwrites; call in uniform control
+// flow between barriers.
+#define CM_LAYOUT_MAP(scratch, rowOf, colOf, colmin) \
 	{ \
 		for (uint e = tid; e < CM_M * CM_N / 4u; e += WG) { \
 			uvec4 w; \
@@ -426,7 +442,36 @@ uvec4 pack8(CM_RAWT x[8]) {
 			rowOf[i] = v >> 8u; \
 			colOf[i] = v & 255u; \
 		} \
+		colmin = colOf[0]; \
+		[[unroll]] for (uint i = 1u; i < CM_LEN; ++i) { \
+			colmin = min(colmin, colOf[i]); \
+		} \
 		barrier(); \
+	}
+
+// CM_COLS_FORM(colOf, colmin) (CM_COLS) rewrites colOf[i] as colmin +
+// coldelta(i): the same values in a form the compiler sees, so components
+// of one column share their loads and address arithmetic. bwd_cm_dkdv
+// takes it, bwd_cm_dq with dropout or above d 64 (its COLS_FORM), and
+// flash_cm not at all: where they do not, it measured slower
+// (bench/NOTES.md).
+#define CM_COLS_FORM(colOf, colmin) \
+	if (CM_COLS != 0u) { \
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+			colOf[i] = colmin + coldelta(i); \
+		} \
+	}
+
+// CM_LOCAL_ROWS(rowOf, lrow) (MODE 1): lrow[k] is the row of the
+// invocation's local row k (component i's row is lrow[slotrow(i)]).
+#define CM_LOCAL_ROWS(rowOf, lrow) \
+	[[unroll]] for (uint k = 0u; k < RL; ++k) { \
+		lrow[k] = 0u; \
+		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
+			if (slotrow(i) == k) { \
+				lrow[k] = rowOf[i]; \
+			} \
+		} \
 	}
 
 // CAREFUL_ROWS(res, sL, n): res = whether any of rows 0 … n−1, whose

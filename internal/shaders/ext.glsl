@@ -828,4 +828,9 @@ float drop_keep(uint r, uint c) {
 // select; drop_keep keeps its conversion (with the select the backward
 // kernels measured up to 3% slower on an NVIDIA H200: bench/NOTES.md).
 float drop_bit(uint w, uint c) { return ((w >> (c & 31u)) & 1u) != 0u ? 1.0 : 0.0; }
+
+// drop_select is p when bit b of keep word w is set (the element is kept),
+// else 0: one bit test and a select where b is known when the pipeline is
+// built (flash_cm's DROP_COLS).
+float drop_select(uint w, uint b, float p) { return (w & (1u << b)) != 0u ? p : 0.0; }
 #endif

@@ -68,6 +68,8 @@
 //   28 CM_RNE: bf16's rounding by the fp32 split (cm_types.glsl).
 //   29 STAGGER: each workgroup walks its key tiles from a place of its own
 //     (cm_common.glsl).
+//   30 CM_COLS, 31 CM_COLD_LO, 32 CM_COLD_HI: the accumulator's columns
+//     (MODE 1; cm_common.glsl).
 //
 // Why the layout: KHR cooperative matrices do not say which invocation holds
 // which element, but all matrices of one type share one mapping. The kernel
@@ -158,6 +160,10 @@ const uint NSPL = PAIRED + 1u;
 // staging per MMA, for the registers of the extra blocks.
 layout(constant_id = 27) const uint ROWBLK = 1;
 const uint RB = ROWBLK;
+
+// Dropout's keep bits at positions known when the pipeline is built
+// (cm_common.glsl: CM_COLS).
+const uint DROP_COLS = DROP_FW * CM_COLS; // (CM_COLS is 0 or 1)
 
 OPERAND_V(0, 0, QBuf, q, readonly)
 OPERAND_V(1, 1, KBuf, k, readonly)
@@ -289,7 +295,6 @@ const uint CPL = BC / LPR;
 		SCORE_TILE(false) \
 	}
 
-uint slotrow(uint i) { return i < 8u ? (SLOTROW_LO >> (4u * i)) & 15u : (SLOTROW_HI >> (4u * (i - 8u))) & 15u; }
 
 // put_k, put_v: a chunk of K (V) into unit u of every plane of the tile.
 void put_k(uint u, CM_CHUNK w) {
@@ -378,7 +383,8 @@ void main() {
 	// accumulator.
 	uint rowOf[CM_LEN];
 	uint colOf[CM_LEN];
-	CM_LAYOUT_MAP(sKV, rowOf, colOf)
+	uint colmin; // (DROP_COLS)
+	CM_LAYOUT_MAP(sKV, rowOf, colOf, colmin)
 
 	// Keys visible to the tile and to the subgroup: row i sees key_first(i)
 	// … key_limit(i)−1, both non-decreasing in i. The workgroup walks key
@@ -398,14 +404,7 @@ void main() {
 	// whose state is at q = blk·RL + k: it sees keys fstOf[q] …
 	// fstOf[q]+widOf[q]−1.
 	uint lrow[RL];
-	[[unroll]] for (uint k = 0u; k < RL; ++k) {
-		lrow[k] = 0u;
-		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-			if (slotrow(i) == k) {
-				lrow[k] = rowOf[i];
-			}
-		}
-	}
+	CM_LOCAL_ROWS(rowOf, lrow)
 	uint fstOf[RB * RL];
 	uint widOf[RB * RL];
 	float m1[RB * RL];
@@ -642,6 +641,9 @@ void main() {
 					[[unroll]] for (uint k = 0u; k < RB * DROP_RW; ++k) {
 						uint kb = k % DROP_RW;
 						dw[k] = sDrop[(sgr + k / DROP_RW * CM_M + lrow[kb / DROP_WPR]) * DROP_WPR + kb % DROP_WPR];
+						if (DROP_COLS != 0u) {
+							dw[k] >>= colmin;
+						}
 					}
 				}
 			}
@@ -654,7 +656,12 @@ void main() {
 						float p = exp2(S[st][i] - muse[q]);
 						lsum[q] += p;
 						uint kc = t * CM_N + colOf[i];
-						S[st][i] = p * (DROP_FW != 0u ? drop_bit(dw[blk * DROP_RW + slotrow(i) * DROP_WPR + (t * CM_N) / 32u], kc) : drop_keep(sgr + blk * CM_M + lrow[slotrow(i)], kc));
+						uint kw = blk * DROP_RW + slotrow(i) * DROP_WPR + (t * CM_N) / 32u; // (DROP_FW: kc's keep word in dw)
+						if (DROP_COLS != 0u) {
+							S[st][i] = drop_select(dw[kw], (t * CM_N) % 32u + coldelta(i), p);
+						} else {
+							S[st][i] = p * (DROP_FW != 0u ? drop_bit(dw[kw], kc) : drop_keep(sgr + blk * CM_M + lrow[slotrow(i)], kc));
+						}
 					}
 					[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) {
 						CM_TO_A_P(pA, NKC, blk * NKC + t, j, S[st][aperm(j)])

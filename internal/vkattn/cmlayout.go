@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -288,6 +289,45 @@ func (l *CMLayout) Packed() (slotLo, slotHi, permLo, permHi uint32) {
 		}
 	}
 	return
+}
+
+// ColDeltas packs, four bits per accumulator component (lo: components
+// 0–7, hi: 8–15), the component's column minus the smallest column its
+// invocation holds — flash_cm's CM_COLD_LO/HI — and reports whether they
+// are the same for every lane and each below 16 (CM_COLS): then a kernel
+// that shifts a lane's keep word right by its smallest column finds each
+// component's bit at a position known when the pipeline is built.
+func (l *CMLayout) ColDeltas() (lo, hi uint32, ok bool) {
+	if l.AccLen > 16 || len(l.AccRC) == 0 {
+		return 0, 0, false
+	}
+	var ref []int
+	for lane, comps := range l.AccRC {
+		c0 := comps[0][1]
+		for _, rc := range comps {
+			c0 = min(c0, rc[1])
+		}
+		deltas := make([]int, len(comps))
+		for i, rc := range comps {
+			deltas[i] = rc[1] - c0
+			if deltas[i] > 15 {
+				return 0, 0, false
+			}
+		}
+		if lane == 0 {
+			ref = deltas
+		} else if !slices.Equal(deltas, ref) {
+			return 0, 0, false
+		}
+	}
+	for i, d := range ref {
+		if i < 8 {
+			lo |= uint32(d) << (4 * i)
+		} else {
+			hi |= uint32(d) << (4 * (i - 8))
+		}
+	}
+	return lo, hi, true
 }
 
 func (l *CMLayout) String() string {

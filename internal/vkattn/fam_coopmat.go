@@ -1078,10 +1078,12 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 		}
 		return 0
 	}
-	var rl, sLo, sHi, xm, pLo, pHi uint32 = 1, 0, 0, 0, 0, 0
+	var rl, sLo, sHi, xm, pLo, pHi, cLo, cHi uint32 = 1, 0, 0, 0, 0, 0, 0, 0
+	cols := false
 	if c.Mode == 1 {
 		sLo, sHi, pLo, pHi = l.Packed()
 		rl, xm = uint32(max(l.RL, 1)), l.XorMask
+		cLo, cHi, cols = l.ColDeltas()
 	}
 	return []device.Spec{
 		{ID: shaders.SpecWorkgroupSize, Value: uint32(c.NSG * l.SG)}, {ID: shaders.SpecD, Value: uint32(d)},
@@ -1095,6 +1097,7 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 		{ID: shaders.SpecCMVec, Value: b2u(vec)}, {ID: shaders.SpecCMPrefet, Value: b2u(vec && c.Prefetch)},
 		{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, {ID: shaders.SpecCMRowBlk, Value: uint32(c.rowBlocks())},
 		{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)}, {ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)},
+		{ID: shaders.SpecCMCols, Value: b2u(cols)}, {ID: shaders.SpecCMColDLo, Value: cLo}, {ID: shaders.SpecCMColDHi, Value: cHi},
 	}
 }
 
@@ -1570,14 +1573,26 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, part, d, dv int, vec bool) [
 		{ID: shaders.SpecCMVec, Value: vecV},
 	}
 	sp = append(sp, device.Spec{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)})
-	rne := device.Spec{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)}
-	stagger := device.Spec{ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)}
+	sp = append(sp, device.Spec{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)}, device.Spec{ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)})
 	if dkdv {
-		return append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)},
-			device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)}, rne, stagger)
+		sp = append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)})
+	} else {
+		sp = append(sp, device.Spec{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)})
 	}
 	sp = append(sp, device.Spec{ID: shaders.SpecCMFHalves, Value: b2u(c.FHalves)})
-	return append(sp, device.Spec{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, rne, stagger)
+	if c.Mode == 1 {
+		// The columns (both kernels: cm_common.glsl's CM_COLS) and, for
+		// bwd_cm_dq's dropout (DROP_COLS), the local rows.
+		cLo, cHi, cols := l.ColDeltas()
+		sp = append(sp, device.Spec{ID: shaders.SpecCMCols, Value: b2u(cols)}, device.Spec{ID: shaders.SpecCMColDLo, Value: cLo},
+			device.Spec{ID: shaders.SpecCMColDHi, Value: cHi})
+		if !dkdv {
+			sLo, sHi, _, _ := l.Packed()
+			sp = append(sp, device.Spec{ID: shaders.SpecCMRL, Value: uint32(max(l.RL, 1))}, device.Spec{ID: shaders.SpecCMSlotLo, Value: sLo},
+				device.Spec{ID: shaders.SpecCMSlotHi, Value: sHi})
+		}
+	}
+	return sp
 }
 
 func b2u(b bool) uint32 {

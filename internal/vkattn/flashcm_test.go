@@ -184,6 +184,29 @@ func TestParseCMProbe(t *testing.T) {
 	if !l.FP32RNE || l.RNEWhy != "" {
 		t.Errorf("fp32 rounding to nearest even not seen: %q", l.RNEWhy)
 	}
+	// Columns c, c+1, c, c+1, c+8, c+9, c+8, c+9 in every lane (c = 2·(lane
+	// mod 4)): the same offsets from the smallest.
+	if lo, hi, ok := l.ColDeltas(); !ok || lo != 0x98981010 || hi != 0 {
+		t.Errorf("column deltas %#x %#x %v, want 0x98981010 0 true", lo, hi, ok)
+	}
+	if l8, err := ParseCMProbe(columnProbe(8), device.CoopMatShape{M: 8, N: 8, K: 8}, 8); err != nil {
+		t.Errorf("one column per lane: %v", err)
+	} else if lo, hi, ok := l8.ColDeltas(); !ok || lo != 0 || hi != 0 {
+		t.Errorf("one column per lane: deltas %#x %#x %v, want 0 0 true", lo, hi, ok)
+	}
+	// Offsets that differ by lane, or that four bits cannot hold: none.
+	out := nvidiaProbe(32)
+	acc := out[8+7*64:]
+	acc[4], acc[5] = acc[5], acc[4]
+	if l, err := ParseCMProbe(out, shape16, 32); err != nil {
+		t.Errorf("swapped columns in lane 7: %v", err)
+	} else if lo, hi, ok := l.ColDeltas(); ok {
+		t.Errorf("swapped columns in lane 7: deltas %#x %#x accepted", lo, hi)
+	}
+	wide := &CMLayout{AccLen: 2, AccRC: [][][2]int{{{0, 0}, {0, 16}}, {{1, 0}, {1, 16}}}}
+	if lo, hi, ok := wide.ColDeltas(); ok {
+		t.Errorf("columns 16 apart: deltas %#x %#x accepted", lo, hi)
+	}
 
 	// fp32 arithmetic that rounds toward zero, a split that wrote nothing,
 	// and a guard that let 2^111 through the split: the kernels round to
@@ -225,7 +248,7 @@ func TestParseCMProbe(t *testing.T) {
 
 	// A's components in another order than the accumulator's: MODE 1 with
 	// a permutation.
-	out := nvidiaProbe(32)
+	out = nvidiaProbe(32)
 	for lane := range 32 {
 		a := out[8+(32+lane)*64:]
 		a[0], a[1], a[4], a[5] = a[4], a[5], a[0], a[1]
@@ -236,7 +259,7 @@ func TestParseCMProbe(t *testing.T) {
 
 	// The local row of a component depends on the lane: no register softmax.
 	out = nvidiaProbe(32)
-	acc := out[8+5*64:]
+	acc = out[8+5*64:]
 	acc[0], acc[2] = acc[2], acc[0]
 	acc[1], acc[3] = acc[3], acc[1]
 	if l, err := ParseCMProbe(out, shape16, 32); err != nil || l.Mode1 || l.Why == "" {
@@ -728,7 +751,7 @@ func TestCMSpec(t *testing.T) {
 		}
 	}
 	for id, want := range map[uint32]uint32{0: 256, 1: 128, 2: 96, 3: 128, 4: 64, 5: 32, 10: 16, 11: 16, 12: 16, 13: 1, 14: 8,
-		15: 2, 16: 0x11001100, 17: 0, 18: 3, 19: 0x76543210, 20: 0, 21: 1, 22: 1} {
+		15: 2, 16: 0x11001100, 17: 0, 18: 3, 19: 0x76543210, 20: 0, 21: 1, 22: 1, 30: 1, 31: 0x98981010, 32: 0} {
 		if got := get(sp, id); got != want {
 			t.Errorf("MODE 1 spec %d = %#x, want %#x", id, got, want)
 		}
@@ -752,7 +775,7 @@ func TestCMSpec(t *testing.T) {
 		}
 	}
 	sp = CMSpec(l, CMTile{NSG: 4, BC: 32, Mode: 0, Prefetch: true}, 64, 64, false)
-	for id, want := range map[uint32]uint32{0: 128, 3: 64, 13: 0, 15: 1, 16: 0, 18: 0, 19: 0, 21: 0, 22: 0} {
+	for id, want := range map[uint32]uint32{0: 128, 3: 64, 13: 0, 15: 1, 16: 0, 18: 0, 19: 0, 21: 0, 22: 0, 30: 0, 31: 0} {
 		if got := get(sp, id); got != want {
 			t.Errorf("MODE 0 spec %d = %#x, want %#x", id, got, want)
 		}
@@ -945,6 +968,48 @@ func TestStaggerSpec(t *testing.T) {
 			}
 			if n != 1 || specValue(spec, shaders.SpecCMStagger) != b2u(sw) {
 				t.Errorf("%s, stagger %v: STAGGER set %d times, value %d", name, sw, n, specValue(spec, shaders.SpecCMStagger))
+			}
+		}
+	}
+}
+
+// TestBwdCMSpecLayout: the backward's MODE 1 tiles pass the probed
+// columns (CM_COLS, CM_COLD_LO/HI) to both kernels and the local rows (RL,
+// SLOTROW) to bwd_cm_dq, which reads them for dropout's keep words; MODE
+// 0 passes neither, and every constant is one the kernel declares, once.
+func TestBwdCMSpecLayout(t *testing.T) {
+	l, err := ParseCMProbe(nvidiaProbe(32), shape16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dkdv bool
+		mode int
+		want map[uint32]uint32 // (absent: not set)
+	}{
+		{false, 1, map[uint32]uint32{shaders.SpecCMCols: 1, shaders.SpecCMColDLo: 0x98981010, shaders.SpecCMColDHi: 0,
+			shaders.SpecCMRL: 2, shaders.SpecCMSlotLo: 0x11001100, shaders.SpecCMSlotHi: 0}},
+		{true, 1, map[uint32]uint32{shaders.SpecCMCols: 1, shaders.SpecCMColDLo: 0x98981010, shaders.SpecCMColDHi: 0}},
+		{false, 0, nil},
+		{true, 0, nil},
+	} {
+		kernel := shaders.KernelBwdCMDQ
+		if c.dkdv {
+			kernel = shaders.KernelBwdCMDKDV
+		}
+		sp := bwdCMSpec(l, c.dkdv, bwdCMTile{NSG: 4, Step: 32, Mode: c.mode}, 0, 64, 64, true)
+		ids, _ := shaders.SpecIDs(kernel)
+		seen := map[uint32]bool{}
+		for _, s := range sp {
+			if !slices.Contains(ids, s.ID) || seen[s.ID] {
+				t.Errorf("%s MODE %d: spec %d set twice or not declared (%v)", kernel, c.mode, s.ID, ids)
+			}
+			seen[s.ID] = true
+		}
+		for _, id := range []uint32{shaders.SpecCMCols, shaders.SpecCMColDLo, shaders.SpecCMColDHi, shaders.SpecCMRL, shaders.SpecCMSlotLo, shaders.SpecCMSlotHi} {
+			want, ok := c.want[id]
+			if seen[id] != ok || specValue(sp, id) != want {
+				t.Errorf("%s MODE %d: spec %d set %v value %#x, want set %v value %#x", kernel, c.mode, id, seen[id], specValue(sp, id), ok, want)
 			}
 		}
 	}

@@ -97,8 +97,8 @@ const (
 	SpecCMRowBlk  uint32 = 27 // flash_cm: row blocks of CM_M query rows per subgroup (MODE 1, 16-bit storage, no pairs, no bias)
 	SpecCMRNE     uint32 = 28 // every coopmat kernel (read by the bf16 builds): 1 rounds to bf16 by the fp32 split, where flash_cm_probe found fp32 rounding to nearest even; 0 in integer arithmetic
 	SpecCMStagger uint32 = 29 // flash_cm, bwd_cm_dq: each workgroup walks its key tiles, bwd_cm_dkdv its query steps, from a place of its own (not with a bias)
-	SpecCMCols    uint32 = 30 // flash_cm, bwd_cm_dq (MODE 1): 1 when every invocation's accumulator columns lie at the same offsets from its smallest (CM_COLD_LO/HI)
-	SpecCMColDLo  uint32 = 31 // flash_cm, bwd_cm_dq: column of components 0–7 minus the invocation's smallest (4 bits each)
+	SpecCMCols    uint32 = 30 // every coopmat kernel (MODE 1): 1 when every invocation's accumulator columns lie at the same offsets from its smallest (CM_COLD_LO/HI)
+	SpecCMColDLo  uint32 = 31 // every coopmat kernel: column of components 0–7 minus the invocation's smallest (4 bits each)
 	SpecCMColDHi  uint32 = 32 // … of components 8–15
 )
 
@@ -108,8 +108,7 @@ var (
 	// backward kernels FHALVES (the backward kernels read 10–14, 19–22
 	// and 29 of cm_common.glsl's), and each CM_RNE (cm_types.glsl's) and
 	// STAGGER (cm_common.glsl's) after them, and each ends with the
-	// column offsets (cm_common.glsl's CM_COLS, CM_COLD_LO/HI; read by
-	// flash_cm and bwd_cm_dq).
+	// column offsets (cm_common.glsl's CM_COLS, CM_COLD_LO/HI).
 	cmSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)

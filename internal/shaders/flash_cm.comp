@@ -295,7 +295,6 @@ const uint CPL = BC / LPR;
 		SCORE_TILE(false) \
 	}
 
-
 // put_k, put_v: a chunk of K (V) into unit u of every plane of the tile.
 void put_k(uint u, CM_CHUNK w) {
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {

@@ -293,7 +293,7 @@ func (l *CMLayout) Packed() (slotLo, slotHi, permLo, permHi uint32) {
 
 // ColDeltas packs, four bits per accumulator component (lo: components
 // 0–7, hi: 8–15), the component's column minus the smallest column its
-// invocation holds — flash_cm's CM_COLD_LO/HI — and reports whether they
+// invocation holds — the coopmat kernels' CM_COLD_LO/HI — and reports whether they
 // are the same for every lane and each below 16 (CM_COLS): then a kernel
 // that shifts a lane's keep word right by its smallest column finds each
 // component's bit at a position known when the pipeline is built.

@@ -274,21 +274,22 @@ func (l *CMLayout) halfTanh() bool {
 // Packed packs SlotRow and APerm four bits per entry into the
 // CM_SLOT_LO/HI and CM_PERM_LO/HI spec constants.
 func (l *CMLayout) Packed() (slotLo, slotHi, permLo, permHi uint32) {
-	for i, v := range l.SlotRow {
-		if i < 8 {
-			slotLo |= uint32(v) << (4 * i)
-		} else {
-			slotHi |= uint32(v) << (4 * (i - 8))
-		}
-	}
-	for j, v := range l.APerm {
-		if j < 8 {
-			permLo |= uint32(v) << (4 * j)
-		} else {
-			permHi |= uint32(v) << (4 * (j - 8))
-		}
-	}
+	slotLo, slotHi = packNibbles(l.SlotRow)
+	permLo, permHi = packNibbles(l.APerm)
 	return
+}
+
+// packNibbles packs v (entries below 16, at most 16 of them) four bits
+// per entry: entries 0–7 into lo, 8–15 into hi, entry 0 lowest.
+func packNibbles(v []int) (lo, hi uint32) {
+	for i, x := range v {
+		if i < 8 {
+			lo |= uint32(x) << (4 * i)
+		} else {
+			hi |= uint32(x) << (4 * (i - 8))
+		}
+	}
+	return lo, hi
 }
 
 // ColDeltas packs, four bits per accumulator component (lo: components
@@ -320,13 +321,7 @@ func (l *CMLayout) ColDeltas() (lo, hi uint32, ok bool) {
 			return 0, 0, false
 		}
 	}
-	for i, d := range ref {
-		if i < 8 {
-			lo |= uint32(d) << (4 * i)
-		} else {
-			hi |= uint32(d) << (4 * (i - 8))
-		}
-	}
+	lo, hi = packNibbles(ref)
 	return lo, hi, true
 }
 

@@ -51,7 +51,7 @@ func RunConcurrent(t *testing.T, e *attention.Engine) {
 // several goroutines on distinct inputs.
 func run(t testing.TB, e *attention.Engine, in *Inputs, ref *Ref) [4][]float32 {
 	f := in.forward(t, e)
-	g := in.backward(t, e, ref)
+	g := in.backward(t, e, ref, refLSE(ref))
 	return [4][]float32{f.o, g[0], g[1], g[2]}
 }
 

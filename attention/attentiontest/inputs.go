@@ -207,8 +207,8 @@ func (in *Inputs) forward(t testing.TB, e *attention.Engine) fwdOut {
 }
 
 // backward runs the backward with the reference's O (in the case's dtype)
-// and LSE and returns dense dQ, dK, dV.
-func (in *Inputs) backward(t testing.TB, e *attention.Engine, ref *Ref) [3][]float32 {
+// and the given LSE and returns dense dQ, dK, dV.
+func (in *Inputs) backward(t testing.TB, e *attention.Engine, ref *Ref, lse []float32) [3][]float32 {
 	t.Helper()
 	o := in.output(attention.Shape{B: in.Case.B, S: in.Case.Nq, H: in.Case.Hq, D: in.Case.Dv})
 	poison(o)
@@ -218,10 +218,6 @@ func (in *Inputs) backward(t testing.TB, e *attention.Engine, ref *Ref) [3][]flo
 			set(o.Data, off+d, float32(ref.O[dense.Offset(b, s, h)+d]))
 		}
 	})
-	lse := make([]float32, len(ref.LSE))
-	for i, x := range ref.LSE {
-		lse[i] = float32(x)
-	}
 	for _, g := range []attention.Tensor{in.dq, in.dk, in.dv, in.dbias} {
 		if g.Data != nil {
 			poison(g)
@@ -231,6 +227,16 @@ func (in *Inputs) backward(t testing.TB, e *attention.Engine, ref *Ref) [3][]flo
 		t.Fatalf("backward: %v", err)
 	}
 	return [3][]float32{in.dq.Float32s(), in.dk.Float32s(), in.dv.Float32s()}
+}
+
+// refLSE is the reference's LSE rounded to fp32, for a backward judged
+// apart from the engine's forward.
+func refLSE(ref *Ref) []float32 {
+	lse := make([]float32, len(ref.LSE))
+	for i, x := range ref.LSE {
+		lse[i] = float32(x)
+	}
+	return lse
 }
 
 func forEachRow(t attention.Tensor, f func(b, s, h, off int)) {

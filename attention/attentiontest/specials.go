@@ -156,7 +156,7 @@ func specialValues(t *testing.T, e *attention.Engine, dt attention.DType, c Case
 	if !backward {
 		return
 	}
-	g := in.backward(t, e, ref)
+	g := in.backward(t, e, ref, refLSE(ref))
 	CheckSpecial(t, "dq", g[0], ref.DQ, tol.DQ, seed)
 	CheckSpecial(t, "dk", g[1], ref.DK, tol.DK, seed)
 	CheckSpecial(t, "dv", g[2], ref.DV, tol.DV, seed)
@@ -216,7 +216,7 @@ func nanBand(t *testing.T, e *attention.Engine, dt attention.DType, backward boo
 	out := in.forward(t, e)
 	var g [3][]float32
 	if backward {
-		g = in.backward(t, e, ref)
+		g = in.backward(t, e, ref, refLSE(ref))
 	}
 	// Rows of O and dQ: NaN where the reference is, clean before the band.
 	for _, o := range []struct {
@@ -303,7 +303,7 @@ func hugeScale(t *testing.T, e *attention.Engine, dt attention.DType, backward b
 	if !backward {
 		return
 	}
-	g := in.backward(t, e, ref)
+	g := in.backward(t, e, ref, refLSE(ref))
 	CheckSpecial(t, "dv", g[2], ref.DV, rel, seed)
 	mq, mk := in.dsRoundingBounds()
 	for i, m := range [][]float64{mq, mk} {
@@ -412,7 +412,7 @@ func lseOutOfRange(t *testing.T, e *attention.Engine, dt attention.DType) {
 		mod := *ref
 		mod.LSE = slices.Clone(ref.LSE)
 		mod.LSE[row] = x
-		g := in.backward(t, e, &mod)
+		g := in.backward(t, e, &mod, refLSE(&mod))
 		got = append(got, [3][]float32{slices.Clone(g[0]), slices.Clone(g[1]), slices.Clone(g[2])})
 	}
 	for d := range c.Dv {

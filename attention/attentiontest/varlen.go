@@ -116,8 +116,9 @@ func RunVarlen(t *testing.T, e *attention.Engine) {
 		t.Run(dt.String()+"/deterministic", func(t *testing.T) {
 			c := VarlenCases()[0]
 			v := newVarlenInputs(c, dt, Seed(t))
-			first := v.backward(t, e)
-			if again := v.backward(t, e); !slices.Equal(bitsOf(first), bitsOf(again)) {
+			lse := v.refLSE(t)
+			first := v.backward(t, e, lse)
+			if again := v.backward(t, e, lse); !slices.Equal(bitsOf(first), bitsOf(again)) {
 				t.Fatal("packed backward differs bitwise between two runs")
 			}
 		})
@@ -240,7 +241,7 @@ func runVarlen(t *testing.T, e *attention.Engine, c VarlenCase, dt attention.DTy
 		Check(t, fmt.Sprintf("sequence %d: o", b), gotO, ref.O, tol.O, seed)
 		CheckLSE(t, seqLSE, ref.LSE, tol.LSE, seed)
 	}
-	g := v.backward(t, e)
+	g := v.backward(t, e, lse) // (the forward's own LSE: RunBackward says why)
 	tk := int(v.cuK[len(c.LensK)])
 	dq, dk, dv := g[:tq*c.Hq*c.D], g[tq*c.Hq*c.D:tq*c.Hq*c.D+tk*c.Hkv*c.D], g[tq*c.Hq*c.D+tk*c.Hkv*c.D:]
 	for b := range c.LensQ {
@@ -262,28 +263,17 @@ func runVarlen(t *testing.T, e *attention.Engine, c VarlenCase, dt attention.DTy
 	v.checkDBias(t, seed)
 }
 
-// backward runs the packed backward on each sequence's reference O and
-// LSE (O = 0 and LSE = −Inf for a sequence without keys) and returns dQ,
-// dK and dV, dense BSHD, one after the other.
-func (v *varlenInputs) backward(t *testing.T, e *attention.Engine) []float32 {
+// backward runs the packed backward on each sequence's reference O (O = 0
+// for a sequence without keys) and the packed LSE [Hq, Tq] given, and
+// returns dQ, dK and dV, dense BSHD, one after the other.
+func (v *varlenInputs) backward(t *testing.T, e *attention.Engine, lse []float32) []float32 {
 	t.Helper()
 	c := v.c
 	tq := int(v.cuQ[len(c.LensQ)])
-	lse := make([]float32, c.Hq*tq)
-	for i := range lse {
-		lse[i] = float32(math.Inf(-1))
-	}
 	oRef := make([]float64, tq*c.Hq*c.Dv)
 	for b := range c.LensQ {
-		if v.seqs[b] == nil {
-			continue
-		}
-		ref, nq, q0 := v.ref(t, b), c.LensQ[b], int(v.cuQ[b])
-		copy(oRef[q0*c.Hq*c.Dv:], ref.O)
-		for h := range c.Hq {
-			for i := range nq {
-				lse[h*tq+q0+i] = float32(ref.LSE[h*nq+i])
-			}
+		if v.seqs[b] != nil {
+			copy(oRef[int(v.cuQ[b])*c.Hq*c.Dv:], v.ref(t, b).O)
 		}
 	}
 	pack(v.o, oRef, 0, tq, c.Hq, c.Dv)
@@ -297,6 +287,29 @@ func (v *varlenInputs) backward(t *testing.T, e *attention.Engine) []float32 {
 		t.Fatalf("backward: %v", err)
 	}
 	return slices.Concat(dq.Float32s(), dk.Float32s(), dv.Float32s())
+}
+
+// refLSE is the packed LSE [Hq, Tq] of each sequence's reference, −Inf
+// for a sequence without keys.
+func (v *varlenInputs) refLSE(t *testing.T) []float32 {
+	c := v.c
+	tq := int(v.cuQ[len(c.LensQ)])
+	lse := make([]float32, c.Hq*tq)
+	for i := range lse {
+		lse[i] = float32(math.Inf(-1))
+	}
+	for b := range c.LensQ {
+		if v.seqs[b] == nil {
+			continue
+		}
+		ref, nq, q0 := v.ref(t, b), c.LensQ[b], int(v.cuQ[b])
+		for h := range c.Hq {
+			for i := range nq {
+				lse[h*tq+q0+i] = float32(ref.LSE[h*nq+i])
+			}
+		}
+	}
+	return lse
 }
 
 // zerosLike allocates a tensor of t's shape, dtype and strides.

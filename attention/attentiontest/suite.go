@@ -27,8 +27,9 @@
 // keeps bounds from collapsing where the baseline happens to be exact.
 // Inputs are drawn as values representable in the storage type. The
 // backward is handed the reference's O rounded to the storage type and the
-// LSE of the engine's own forward (RunBackward says why); tests of special
-// inputs and determinism hand it the reference's LSE.
+// LSE of the engine's own forward (RunBackward says why); the tests of
+// special inputs, edges, determinism, concurrency and hidden tiles hand it
+// the reference's LSE.
 //
 // Seeds: every run draws a new seed and logs it; FLASHVK_SEED=n replays one.
 //

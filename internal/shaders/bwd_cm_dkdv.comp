@@ -85,6 +85,7 @@
 layout(constant_id = 26) const uint FHALVES = 0;
 #define CM_PAD_D (PAD * (FHALVES + 1u))
 #define CM_PAD_DV (PAD * (FHALVES + 1u))
+#define CM_TAKES_RNE // (cm_types.glsl: spec constant 28, bf16's rounding of P and dS)
 #include "cm_common.glsl"
 
 // REGS: the elementwise step runs in registers (MODE 1), and M0_SCRATCH:

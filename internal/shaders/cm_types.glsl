@@ -3,11 +3,14 @@
 // source serves fp16 and bf16 (and fp32 storage, split into bf16
 // planes). Include after params.glsl (STYPE, LOAD/STORE,
 // bf16_round). For fp16 nothing here emits code but the declaration of
-// spec constant 28 (CM_RNE), which every coopmat module carries.
+// spec constant 28 (CM_RNE), which the backward kernels carry: they
+// define CM_TAKES_RNE before including cm_common.glsl; flash_cm does not,
+// and its bf16 build has no CM_TO.
 //
 //   CM_T          element type of the A/B operands and of the 16-bit
 //                 accumulators used to store results (float16_t, bfloat16_t)
-//   CM_TO(x)      fp32 → CM_T, rounded to nearest even (for bf16 computed
+//   CM_TO(x)      fp32 → CM_T, rounded to nearest even (bf16: only where
+//                 CM_TAKES_RNE is defined, the backward kernels; computed
 //                 in fp32 arithmetic first, bf16.glsl's split with its
 //                 range guard or, without CM_RNE, its integer rounding, so
 //                 that the conversion itself is exact whatever rounding the
@@ -15,9 +18,14 @@
 //                 2^111 to the conversion unrounded, where a truncating
 //                 conversion keeps the largest finite bf16 that nearest
 //                 even would take to Inf)
-//   CM_TO_P(p)    the same for a probability p (0 ≤ p ≤ 1, or NaN): for
-//                 bf16 the split without the range guard (three fp32
-//                 operations)
+//   CM_TO_P(p)    fp32 → CM_T for the forward's probability p (0 ≤ p ≤ 1,
+//                 or NaN) before P·V: for bf16 to nearest, ties away from
+//                 zero, in two integer operations (bf16.glsl's
+//                 bf16_nearest_away; the split's three fp32 operations cost
+//                 bf16's forward 7–11% more time at d 64 on an H200, see
+//                 bench/NOTES.md). A NaN p may enter P·V as a zero; flash_cm
+//                 sums its row's l from the unrounded p, so the row still
+//                 comes out NaN
 //   CM_RAWT       type of one raw 16-bit element in a function-local array
 //                 (fp16: float16_t; bf16: its bits in a uint, since a
 //                 function-local uint16_t would need the Int16 capability)
@@ -34,12 +42,14 @@
 // bf16 and fp32 modules need GL_EXT_bfloat16 (glslang ≥ 16; SPV_KHR_bfloat16,
 // capabilities BFloat16TypeKHR and BFloat16CooperativeMatrixKHR).
 
-// 28 CM_RNE: 1 where flash_cm_probe found the device's fp32 additions and
-// multiplications rounding to nearest even (ties included), which the
-// split rests on; 0 (also a pipeline that does not set it) rounds to bf16
-// in integer arithmetic instead. Every coopmat module declares it; the
-// bf16 builds read it.
+// 28 CM_RNE (where CM_TAKES_RNE is defined): 1 where flash_cm_probe found
+// the device's fp32 additions and multiplications rounding to nearest even
+// (ties included), which the split rests on; 0 (also a pipeline that does
+// not set it) rounds to bf16 in integer arithmetic instead. The bf16
+// builds read it.
+#if defined(CM_TAKES_RNE)
 layout(constant_id = 28) const uint CM_RNE = 0;
+#endif
 
 #if defined(STORAGE_F16)
 #define CM_T float16_t
@@ -57,14 +67,14 @@ layout(constant_id = 28) const uint CM_RNE = 0;
 #elif defined(STORAGE_BF16)
 #extension GL_EXT_bfloat16 : require
 #define CM_T bfloat16_t
-// Rounding to bf16 (bf16.glsl): by the split where the device's fp32
-// arithmetic rounds to nearest even (CM_RNE, below), else in integer
-// arithmetic. P (0 ≤ P ≤ 1 in the forward) takes the split without its
-// range guard.
-float cm_round_p(float x) { return CM_RNE != 0u ? bf16_split(x) : bf16_rne(x); }
+// Rounding to bf16 (bf16.glsl): by the guarded split where the device's
+// fp32 arithmetic rounds to nearest even (CM_RNE, above), else in integer
+// arithmetic; the forward's P in integer arithmetic, ties away from zero.
+#if defined(CM_TAKES_RNE)
 float cm_round(float x) { return CM_RNE != 0u ? bf16_split_guarded(x) : bf16_rne(x); }
-#define CM_TO_P(x) bfloat16_t(cm_round_p(x))
 #define CM_TO(x) bfloat16_t(cm_round(x))
+#endif
+#define CM_TO_P(x) bfloat16_t(bf16_nearest_away(x))
 #define CM_RAWT uint
 #define CM_RAW(v) uint(v)
 #define CM_RAW0 0u

@@ -95,7 +95,7 @@ const (
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
 	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv (every build), bwd_cm_dq (the f32 build): subgroups in pairs that split the head dim's features and the gradients' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
 	SpecCMRowBlk  uint32 = 27 // flash_cm: row blocks of CM_M query rows per subgroup (MODE 1, 16-bit storage, no pairs, no bias)
-	SpecCMRNE     uint32 = 28 // every coopmat kernel (read by the bf16 builds): 1 rounds to bf16 by the fp32 split, where flash_cm_probe found fp32 rounding to nearest even; 0 in integer arithmetic
+	SpecCMRNE     uint32 = 28 // bwd_cm_dkdv, bwd_cm_dq (read by the bf16 builds): 1 rounds P and dS to bf16 by the fp32 split, where flash_cm_probe found fp32 rounding to nearest even; 0 in integer arithmetic (flash_cm rounds its P in integer arithmetic on every device)
 	SpecCMStagger uint32 = 29 // flash_cm, bwd_cm_dq: each workgroup walks its key tiles, bwd_cm_dkdv its query steps, from a place of its own (not with a bias)
 	SpecCMCols    uint32 = 30 // every coopmat kernel (MODE 1): 1 when every invocation's accumulator columns lie at the same offsets from its smallest (CM_COLD_LO/HI)
 	SpecCMColDLo  uint32 = 31 // every coopmat kernel: column of components 0–7 minus the invocation's smallest (4 bits each)
@@ -112,7 +112,7 @@ var (
 	cmSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
-	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs, SpecCMRowBlk, SpecCMRNE, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
+	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs, SpecCMRowBlk, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
 	probeSpecIDs   = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	bwdCMSpecIDs   = cmSpecIDs
 	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves, SpecCMRNE, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)

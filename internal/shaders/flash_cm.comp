@@ -65,7 +65,6 @@
 //     current one is computed (VEC only), 0 loads it between barriers.
 //   24 PAIRS: subgroup pairs (below, at its declaration).
 //   27 ROWBLK: row blocks per subgroup (below, at its declaration).
-//   28 CM_RNE: bf16's rounding by the fp32 split (cm_types.glsl).
 //   29 STAGGER: each workgroup walks its key tiles from a place of its own
 //     (cm_common.glsl).
 //   30 CM_COLS, 31 CM_COLD_LO, 32 CM_COLD_HI: the accumulator's columns

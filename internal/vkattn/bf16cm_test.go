@@ -388,11 +388,14 @@ func TestBF16CM(t *testing.T) {
 }
 
 // TestBF16RoundingPaths: where flash_cm_probe found the device's fp32
-// arithmetic rounding to nearest even, the bf16 coopmat kernels round P
-// and dS to bf16 by the fp32 split (CM_RNE 1). Forced to the integer
-// rounding (CM_RNE 0, as on a device that failed the probe) they must give
-// the same bits — O, LSE, dQ, dK, dV — on inputs whose P and dS are
-// normal and below 2^111, where the two agree (bf16.glsl).
+// arithmetic rounding to nearest even, the bf16 coopmat backward kernels
+// round P and dS to bf16 by the fp32 split (CM_RNE 1). Forced to the
+// integer rounding (CM_RNE 0, as on a device that failed the probe) they
+// must give the same bits — dQ, dK, dV — on inputs whose P and dS are
+// normal and below 2^111, where the two agree (bf16.glsl). The forward
+// (flash_cm, which rounds its P in integer arithmetic on every device and
+// takes no CM_RNE) runs with each, and its O and LSE must not change
+// either.
 func TestBF16RoundingPaths(t *testing.T) {
 	b, l := openBF16CM(t)
 	ctx := context.Background()
@@ -426,7 +429,14 @@ func TestBF16RoundingPaths(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, ln := range ls {
-					if !slices.Contains(shaders.CoopMatKernels, shaders.BaseKernel(ln.Kernel)) {
+					k := shaders.BaseKernel(ln.Kernel)
+					if !slices.Contains(shaders.CoopMatKernels, k) {
+						continue
+					}
+					if k == shaders.KernelFlashCM {
+						if slices.ContainsFunc(ln.key.Spec, func(s device.Spec) bool { return s.ID == shaders.SpecCMRNE }) {
+							t.Fatalf("%s sets CM_RNE", ln.Kernel)
+						}
 						continue
 					}
 					coopmat++
@@ -436,7 +446,7 @@ func TestBF16RoundingPaths(t *testing.T) {
 				}
 			}
 			if coopmat == 0 {
-				t.Fatalf("%s: no cooperative-matrix launch to compare", c.name(i))
+				t.Fatalf("%s: no cooperative-matrix backward launch to compare", c.name(i))
 			}
 			o := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(h.o))
 			lse := make([]float32, len(h.lse))

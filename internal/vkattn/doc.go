@@ -166,10 +166,13 @@
 // context, and a cancelled probe is run again by the next caller. The same
 // probe rounds a set of float32 values (ties among them) to bfloat16 by an
 // fp32 split and reports whether every result was the nearest, ties to
-// even (CMLayout.FP32RNE): where it was, the bf16 coopmat kernels round P
-// and dS so (three to five fp32 operations); elsewhere in integer
-// arithmetic (six integer operations), with the same results for every
-// normal value below 2^111 in magnitude (bf16.glsl).
+// even (CMLayout.FP32RNE): where it was, the bf16 coopmat backward kernels
+// round P and dS so (five fp32 operations, spec constant CM_RNE);
+// elsewhere in integer arithmetic (six integer operations), with the same
+// results for every normal value below 2^111 in magnitude (bf16.glsl). The
+// forward rounds its P in integer arithmetic on every device, to nearest
+// with ties away from zero (two operations; bf16.glsl's
+// bf16_nearest_away).
 //
 // # Cancellation: chunked submissions
 //

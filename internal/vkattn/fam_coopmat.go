@@ -1096,7 +1096,7 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 		{ID: shaders.SpecCMXorMask, Value: xm}, {ID: shaders.SpecCMPermLo, Value: pLo}, {ID: shaders.SpecCMPermHi, Value: pHi},
 		{ID: shaders.SpecCMVec, Value: b2u(vec)}, {ID: shaders.SpecCMPrefet, Value: b2u(vec && c.Prefetch)},
 		{ID: shaders.SpecCMPairs, Value: b2u(c.Pairs)}, {ID: shaders.SpecCMRowBlk, Value: uint32(c.rowBlocks())},
-		{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)}, {ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)},
+		{ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)},
 		{ID: shaders.SpecCMCols, Value: b2u(cols)}, {ID: shaders.SpecCMColDLo, Value: cLo}, {ID: shaders.SpecCMColDHi, Value: cHi},
 	}
 }

@@ -235,15 +235,21 @@ func TestParseCMProbe(t *testing.T) {
 			t.Logf("%s: %s", name, l.RNEWhy)
 		}
 	}
-	if spec := CMSpec(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true); specValue(spec, shaders.SpecCMRNE) != 1 {
-		t.Errorf("CM_RNE %d in %v, want 1", specValue(spec, shaders.SpecCMRNE), spec)
-	}
-	l.FP32RNE = false
-	if spec := CMSpec(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true); specValue(spec, shaders.SpecCMRNE) != 0 {
-		t.Errorf("CM_RNE %d in %v, want 0", specValue(spec, shaders.SpecCMRNE), spec)
-	}
-	if spec := bwdCMSpec(l, true, bwdCMTile{NSG: 4, Step: 64, Mode: 1}, 0, 64, 64, true); specValue(spec, shaders.SpecCMRNE) != 0 {
-		t.Errorf("bwd_cm_dkdv CM_RNE %d in %v, want 0", specValue(spec, shaders.SpecCMRNE), spec)
+	// The backward's rounding follows the probe; the forward's P rounds in
+	// integer arithmetic on every device, so flash_cm takes no CM_RNE.
+	for _, rne := range []bool{true, false} {
+		l.FP32RNE = rne
+		if spec := CMSpec(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true); slices.ContainsFunc(spec, func(s device.Spec) bool { return s.ID == shaders.SpecCMRNE }) {
+			t.Errorf("flash_cm's spec %v sets CM_RNE", spec)
+		}
+		for _, sp := range [][]device.Spec{
+			bwdCMSpec(l, true, bwdCMTile{NSG: 4, Step: 64, Mode: 1}, 0, 64, 64, true),
+			bwdCMSpec(l, false, bwdCMTile{NSG: 4, Step: 64, Mode: 1}, 0, 64, 64, true),
+		} {
+			if specValue(sp, shaders.SpecCMRNE) != b2u(rne) {
+				t.Errorf("FP32RNE %v: CM_RNE %d in %v", rne, specValue(sp, shaders.SpecCMRNE), sp)
+			}
+		}
 	}
 
 	// A's components in another order than the accumulator's: MODE 1 with

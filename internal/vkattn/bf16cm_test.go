@@ -434,7 +434,7 @@ func TestBF16RoundingPaths(t *testing.T) {
 						continue
 					}
 					if k == shaders.KernelFlashCM {
-						if slices.ContainsFunc(ln.key.Spec, func(s device.Spec) bool { return s.ID == shaders.SpecCMRNE }) {
+						if hasSpec(ln.key.Spec, shaders.SpecCMRNE) {
 							t.Fatalf("%s sets CM_RNE", ln.Kernel)
 						}
 						continue

@@ -142,6 +142,11 @@ func fillProbeRounding(out []float32, sg int, rnd func(float64) float32) {
 	}
 }
 
+// hasSpec reports whether sp sets spec constant id.
+func hasSpec(sp []device.Spec, id uint32) bool {
+	return slices.ContainsFunc(sp, func(s device.Spec) bool { return s.ID == id })
+}
+
 // specValue is the value of spec constant id in sp (0 if absent).
 func specValue(sp []device.Spec, id uint32) uint32 {
 	for _, s := range sp {
@@ -239,7 +244,7 @@ func TestParseCMProbe(t *testing.T) {
 	// integer arithmetic on every device, so flash_cm takes no CM_RNE.
 	for _, rne := range []bool{true, false} {
 		l.FP32RNE = rne
-		if spec := CMSpec(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true); slices.ContainsFunc(spec, func(s device.Spec) bool { return s.ID == shaders.SpecCMRNE }) {
+		if spec := CMSpec(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true); hasSpec(spec, shaders.SpecCMRNE) {
 			t.Errorf("flash_cm's spec %v sets CM_RNE", spec)
 		}
 		for _, sp := range [][]device.Spec{

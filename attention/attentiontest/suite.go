@@ -405,13 +405,14 @@ func runDeterminism(t *testing.T, e *attention.Engine, c Case, n int) {
 		t.Run(dt.String(), func(t *testing.T) {
 			in := NewInputs(c, dt, Seed(t))
 			ref := in.Reference(t)
-			first := in.backward(t, e, ref, refLSE(ref))
+			lse := refLSE(ref)
+			first := in.backward(t, e, ref, lse)
 			var db []float32
 			if ref.DB != nil {
 				db = in.dbiasFloats()
 			}
 			for i := 1; i < n; i++ {
-				again := in.backward(t, e, ref, refLSE(ref))
+				again := in.backward(t, e, ref, lse)
 				for j, name := range []string{"dq", "dk", "dv"} {
 					if !slices.Equal(bitsOf(first[j]), bitsOf(again[j])) {
 						t.Fatalf("run %d: %s differs bitwise from run 0", i, name)

@@ -33,9 +33,8 @@
 //   pair owns CM_M keys); 5 SUBGROUP; 8 EXT
 //   (ext.glsl); 10–14, 19–21 as cm_common.glsl (MODE 1 needs CM_N == CM_K
 //   and the probe's aperm); 22 PREFETCH, 23 KVREG, 25 PART, 26 FHALVES
-//   (below); 28 CM_RNE (cm_types.glsl: bf16's rounding of P and dS); 29
-//   STAGGER (cm_common.glsl: each workgroup's steps from a place of its
-//   own).
+//   (below); 29 STAGGER (cm_common.glsl: each workgroup's steps from a
+//   place of its own).
 //
 // Per key tile (K_j, V_j resident in shared memory, or in registers) and
 // query step i (the steps whose rows see a key of the tile:
@@ -85,7 +84,6 @@
 layout(constant_id = 26) const uint FHALVES = 0;
 #define CM_PAD_D (PAD * (FHALVES + 1u))
 #define CM_PAD_DV (PAD * (FHALVES + 1u))
-#define CM_TAKES_RNE // (cm_types.glsl: spec constant 28, bf16's rounding of P and dS)
 #include "cm_common.glsl"
 
 // REGS: the elementwise step runs in registers (MODE 1), and M0_SCRATCH:

@@ -27,8 +27,8 @@
 //   FHALVES NSG·CM_M/2, each pair owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
 //   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS, 26 FHALVES
-//   (below); 28 CM_RNE (cm_types.glsl: bf16's rounding of dS); 29 STAGGER
-//   (cm_common.glsl: each workgroup's key tiles from a place of its own).
+//   (below); 29 STAGGER (cm_common.glsl: each workgroup's key tiles from a
+//   place of its own).
 //
 // Q_i and dO_i are held as A operands in registers; per key tile that some
 // row of the workgroup sees (key_first(first row) … key_limit(last row)−1:
@@ -81,7 +81,6 @@ layout(constant_id = 26) const uint FHALVES = 0;
 #define CM_PAD_D (PAD * (FHALVES + 1u))
 #define CM_PAD_DV (PAD * (FHALVES + 1u))
 #endif
-#define CM_TAKES_RNE // (cm_types.glsl: spec constant 28, bf16's rounding of P and dS)
 #include "cm_common.glsl"
 
 // REGS: the elementwise step runs in registers (MODE 1), and M0_SCRATCH:

@@ -2,30 +2,27 @@
 // cooperative-matrix kernels (flash_cm, bwd_cm_dkdv, bwd_cm_dq), so that one
 // source serves fp16 and bf16 (and fp32 storage, split into bf16
 // planes). Include after params.glsl (STYPE, LOAD/STORE,
-// bf16_round). For fp16 nothing here emits code but the declaration of
-// spec constant 28 (CM_RNE), which the backward kernels carry: they
-// define CM_TAKES_RNE before including cm_common.glsl; flash_cm does not,
-// and its bf16 build has no CM_TO.
+// bf16.glsl's roundings). For fp16 nothing here emits code.
 //
 //   CM_T          element type of the A/B operands and of the 16-bit
 //                 accumulators used to store results (float16_t, bfloat16_t)
-//   CM_TO(x)      fp32 → CM_T, rounded to nearest even (bf16: only where
-//                 CM_TAKES_RNE is defined, the backward kernels; computed
-//                 in fp32 arithmetic first, bf16.glsl's split with its
-//                 range guard or, without CM_RNE, its integer rounding, so
-//                 that the conversion itself is exact whatever rounding the
-//                 driver's OpFConvert uses; but the split passes |x| ≥
-//                 2^111 to the conversion unrounded, where a truncating
-//                 conversion keeps the largest finite bf16 that nearest
-//                 even would take to Inf)
+//   CM_TO(x)      fp32 → CM_T, rounded to nearest: fp16 by the conversion
+//                 (ties to even); bf16 in integer arithmetic first, ties
+//                 away from zero, NaN kept (bf16.glsl's
+//                 bf16_nearest_away_kept), so that the conversion itself
+//                 is exact whatever rounding the driver's OpFConvert uses
+//                 (an H200's truncates). The backward's P and dS; the
+//                 fp32 split to nearest even it replaced cost bf16's
+//                 backward 2.6–4.2% at d 64, N 16384 on an H200
+//                 (bench/NOTES.md)
 //   CM_TO_P(p)    fp32 → CM_T for the forward's probability p (0 ≤ p ≤ 1,
 //                 or NaN) before P·V: for bf16 to nearest, ties away from
 //                 zero, in two integer operations (bf16.glsl's
-//                 bf16_nearest_away; the split's three fp32 operations cost
-//                 bf16's forward 7–11% more time at d 64 on an H200, see
-//                 bench/NOTES.md). A NaN p may enter P·V as a zero; flash_cm
-//                 sums its row's l from the unrounded p, so the row still
-//                 comes out NaN
+//                 bf16_nearest_away; an fp32 split's three fp32 operations
+//                 cost bf16's forward 7–11% more time at d 64 on an H200,
+//                 see bench/NOTES.md). A NaN p may enter P·V as a zero;
+//                 flash_cm sums its row's l from the unrounded p, so the
+//                 row still comes out NaN
 //   CM_RAWT       type of one raw 16-bit element in a function-local array
 //                 (fp16: float16_t; bf16: its bits in a uint, since a
 //                 function-local uint16_t would need the Int16 capability)
@@ -41,15 +38,6 @@
 //                 types define none (cm_common.glsl makes it 1)
 // bf16 and fp32 modules need GL_EXT_bfloat16 (glslang ≥ 16; SPV_KHR_bfloat16,
 // capabilities BFloat16TypeKHR and BFloat16CooperativeMatrixKHR).
-
-// 28 CM_RNE (where CM_TAKES_RNE is defined): 1 where flash_cm_probe found
-// the device's fp32 additions and multiplications rounding to nearest even
-// (ties included), which the split rests on; 0 (also a pipeline that does
-// not set it) rounds to bf16 in integer arithmetic instead. The bf16
-// builds read it.
-#if defined(CM_TAKES_RNE)
-layout(constant_id = 28) const uint CM_RNE = 0;
-#endif
 
 #if defined(STORAGE_F16)
 #define CM_T float16_t
@@ -67,13 +55,7 @@ layout(constant_id = 28) const uint CM_RNE = 0;
 #elif defined(STORAGE_BF16)
 #extension GL_EXT_bfloat16 : require
 #define CM_T bfloat16_t
-// Rounding to bf16 (bf16.glsl): by the guarded split where the device's
-// fp32 arithmetic rounds to nearest even (CM_RNE, above), else in integer
-// arithmetic; the forward's P in integer arithmetic, ties away from zero.
-#if defined(CM_TAKES_RNE)
-float cm_round(float x) { return CM_RNE != 0u ? bf16_split_guarded(x) : bf16_rne(x); }
-#define CM_TO(x) bfloat16_t(cm_round(x))
-#endif
+#define CM_TO(x) bfloat16_t(bf16_nearest_away_kept(x))
 #define CM_TO_P(x) bfloat16_t(bf16_nearest_away(x))
 #define CM_RAWT uint
 #define CM_RAW(v) uint(v)

@@ -14,10 +14,10 @@ import "slices"
 // `make shaders`; one source serves both (cm_types.glsl). In both, the
 // accumulators, the softmax and every elementwise step are fp32 (but the
 // bf16 builds' softcap tanh, fp16: CMHalfTanh, ext.glsl); P and dS
-// are rounded to the storage type (nearest even; bf16 by an fp32 split
-// where flash_cm_probe found fp32 arithmetic rounding to nearest even,
-// spec constant CM_RNE, in integer arithmetic elsewhere: bf16.glsl; never
-// through fp16) for the MMAs, and results are rounded to it on store. flash_cm, bwd_cm_dkdv and bwd_cm_dq are also built for f32
+// are rounded to the storage type for the MMAs (to nearest: fp16 ties to
+// even, bf16 ties away from zero in integer arithmetic, bf16.glsl; never
+// through fp16), and results are rounded to it on store (to nearest
+// even). flash_cm, bwd_cm_dkdv and bwd_cm_dq are also built for f32
 // storage (NAME.f32.spv, glslang 16): every operand, P and dS split into
 // CMPlanes bf16 planes, each product the six plane products with fp32
 // accumulation, results stored as fp32 (the backward's in MODE 1 only).
@@ -95,7 +95,6 @@ const (
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
 	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv (every build), bwd_cm_dq (the f32 build): subgroups in pairs that split the head dim's features and the gradients' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
 	SpecCMRowBlk  uint32 = 27 // flash_cm: row blocks of CM_M query rows per subgroup (MODE 1, 16-bit storage, no pairs, no bias)
-	SpecCMRNE     uint32 = 28 // bwd_cm_dkdv, bwd_cm_dq (read by the bf16 builds): 1 rounds P and dS to bf16 by the fp32 split, where flash_cm_probe found fp32 rounding to nearest even; 0 in integer arithmetic (flash_cm rounds its P in integer arithmetic on every device)
 	SpecCMStagger uint32 = 29 // flash_cm, bwd_cm_dq: each workgroup walks its key tiles, bwd_cm_dkdv its query steps, from a place of its own (not with a bias)
 	SpecCMCols    uint32 = 30 // every coopmat kernel (MODE 1): 1 when every invocation's accumulator columns lie at the same offsets from its smallest (CM_COLD_LO/HI)
 	SpecCMColDLo  uint32 = 31 // every coopmat kernel: column of components 0–7 minus the invocation's smallest (4 bits each)
@@ -106,17 +105,17 @@ var (
 	// cmSpecIDs: every coopmat kernel's (cm_common.glsl's and PREFETCH);
 	// flash_cm and bwd_cm_dq add PAIRS (flash_cm ROWBLK too), bwd_cm_dkdv KVREG and PART, both
 	// backward kernels FHALVES (the backward kernels read 10–14, 19–22
-	// and 29 of cm_common.glsl's), and each CM_RNE (cm_types.glsl's) and
-	// STAGGER (cm_common.glsl's) after them, and each ends with the
-	// column offsets (cm_common.glsl's CM_COLS, CM_COLD_LO/HI).
+	// and 29 of cm_common.glsl's), and each STAGGER (cm_common.glsl's)
+	// after them, and each ends with the column offsets (cm_common.glsl's
+	// CM_COLS, CM_COLD_LO/HI).
 	cmSpecIDs = append(append([]uint32(nil), sharedSpecIDs...), SpecExt,
 		SpecCMM, SpecCMN, SpecCMK, SpecCMMode, SpecCMLen, SpecCMRL, SpecCMSlotLo, SpecCMSlotHi,
 		SpecCMXorMask, SpecCMPermLo, SpecCMPermHi, SpecCMVec, SpecCMPrefet)
 	flashCMSpecIDs = append(append([]uint32(nil), cmSpecIDs...), SpecCMPairs, SpecCMRowBlk, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
 	probeSpecIDs   = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	bwdCMSpecIDs   = cmSpecIDs
-	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves, SpecCMRNE, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
-	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves, SpecCMRNE, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
+	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
+	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
 )
 
 // CMPlanes is the number of bf16 planes the coopmat kernels split each
@@ -138,18 +137,8 @@ func CMHalfTanh(dtype string) bool { return dtype == DTypeBF16 }
 
 // FlashCMProbeFloats is the length of flash_cm_probe's buffer (float32)
 // for subgroup size sg: 8 header words, then 64 words per lane for the
-// accumulator and 64 per lane for the A type, then the rounding check's
-// FlashCMProbeRounds inputs (from FlashCMProbeRoundOffset, written by the
-// host), their bf16_split and their bf16_split_guarded (bf16.glsl).
-func FlashCMProbeFloats(sg int) int { return FlashCMProbeRoundOffset(sg) + 3*FlashCMProbeRounds }
-
-// FlashCMProbeRoundOffset is where the rounding check's inputs start in
-// flash_cm_probe's buffer for subgroup size sg.
-func FlashCMProbeRoundOffset(sg int) int { return 8 + 128*sg }
-
-// FlashCMProbeRounds is the number of values flash_cm_probe rounds
-// (flash_cm_probe.comp's ROUNDS).
-const FlashCMProbeRounds = 32
+// accumulator and 64 per lane for the A type.
+func FlashCMProbeFloats(sg int) int { return 8 + 128*sg }
 
 // FlashCMShape is what flash_cm's shared memory depends on: coopmat shape
 // M×N×K, NSG subgroups (in Pairs sharing M rows: MODE 1, 16-bit storage;

@@ -15,14 +15,8 @@
 //   out[2] = gl_SubgroupSize; for lane l and component i:
 //   out[8 + l·64 + i]            = 256·row + col of ACC's component i,
 //   out[8 + (SG + l)·64 + i]     = 32·row + col of A's component i,
-//   with SG the subgroup size (the buffer needs 8 + 128·SG + 3·ROUNDS
-//   floats: shaders.FlashCMProbeFloats).
-// Then, from word 8 + 128·SG: ROUNDS float32 inputs (written by the host;
-//   read here, so that no compiler can fold the arithmetic), their
-//   bf16_split and their bf16_split_guarded (bf16.glsl), ROUNDS words
-//   each: the host compares them with the nearest bfloat16, ties to even,
-//   to learn whether the device's fp32 additions and multiplications round
-//   to nearest even (the split rests on it; the coopmat kernels' CM_RNE).
+//   with SG the subgroup size (the buffer needs 8 + 128·SG floats:
+//   shaders.FlashCMProbeFloats).
 // Spec constants: 0 workgroup size (= the subgroup size), 10–12 the shape.
 // Needs VK_KHR_cooperative_matrix (SPIR-V 1.6 / Vulkan 1.3 target).
 // bf16 cannot hold 32·row + col exactly past 256, so the bf16 probe loads
@@ -34,7 +28,6 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_GOOGLE_include_directive : require
-#include "bf16.glsl"
 #if defined(STORAGE_BF16)
 #extension GL_EXT_bfloat16 : require
 #define AT bfloat16_t
@@ -52,8 +45,6 @@ layout(constant_id = 11) const uint CM_N = 16;
 layout(constant_id = 12) const uint CM_K = 16;
 
 layout(std430, binding = 0) buffer Out { float outv[]; };
-
-const uint ROUNDS = 32u; // (shaders.FlashCMProbeRounds)
 
 shared float sAcc[CM_M * CM_N];
 shared AT sA[CM_M * CM_K];
@@ -85,11 +76,5 @@ void main() {
 	}
 	for (uint i = 0u; i < uint(a.length()) && i < 64u; ++i) {
 		outv[8u + (sg + lane) * 64u + i] = A_DEC(a[i]);
-	}
-	uint r0 = 8u + 128u * sg;
-	for (uint i = lane; i < ROUNDS; i += wg) {
-		float x = outv[r0 + i];
-		outv[r0 + ROUNDS + i] = bf16_split(x);
-		outv[r0 + 2u * ROUNDS + i] = bf16_split_guarded(x);
 	}
 }

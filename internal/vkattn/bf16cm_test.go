@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -385,110 +384,4 @@ func TestBF16CM(t *testing.T) {
 			})
 		}
 	}
-}
-
-// TestBF16RoundingPaths: where flash_cm_probe found the device's fp32
-// arithmetic rounding to nearest even, the bf16 coopmat backward kernels
-// round P and dS to bf16 by the fp32 split (CM_RNE 1). Forced to the
-// integer rounding (CM_RNE 0, as on a device that failed the probe) they
-// must give the same bits — dQ, dK, dV — on inputs whose P and dS are
-// normal and below 2^111, where the two agree (bf16.glsl). The forward
-// (flash_cm, which rounds its P in integer arithmetic on every device and
-// takes no CM_RNE) runs with each, and its O and LSE must not change
-// either.
-func TestBF16RoundingPaths(t *testing.T) {
-	b, l := openBF16CM(t)
-	ctx := context.Background()
-	if !l.FP32RNE {
-		t.Skipf("%s rounds bf16 in integer arithmetic only: %s", b.info.Name, l.RNEWhy)
-	}
-	setRNE := func(v bool) { // (a new layout: plans read the one they get without the lock)
-		cm := b.cm[spec.BFloat16]
-		cm.mu.Lock()
-		lc := *cm.layout
-		lc.FP32RNE = v
-		cm.layout = &lc
-		cm.mu.Unlock()
-	}
-	t.Cleanup(func() { setRNE(true) })
-	toBF := func(x []float32) []bfloat16.BFloat16 { return bfloat16.Slice(x) }
-	for i, c := range []hostCase{
-		{1, 2, 1, 300, 257, 64, 64, spec.MaskCausalBottomRight},
-		{2, 2, 2, 200, 200, 128, 128, spec.MaskNone},
-		{1, 1, 1, 129, 100, 96, 96, spec.MaskCausalTopLeft},
-	} {
-		h := c.problem(uint64(700 + i))
-		p := h.p
-		q, k, v, dO := toBF(h.q), toBF(h.k), toBF(h.v), toBF(h.dO)
-		run := func(rne bool) [][]uint16 {
-			setRNE(rne)
-			coopmat := 0
-			for _, bwd := range []bool{false, true} {
-				ls, err := b.Launches(ctx, p, spec.BFloat16, bwd)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, ln := range ls {
-					k := shaders.BaseKernel(ln.Kernel)
-					if !slices.Contains(shaders.CoopMatKernels, k) {
-						continue
-					}
-					if k == shaders.KernelFlashCM {
-						if hasSpec(ln.key.Spec, shaders.SpecCMRNE) {
-							t.Fatalf("%s sets CM_RNE", ln.Kernel)
-						}
-						continue
-					}
-					coopmat++
-					if specValue(ln.key.Spec, shaders.SpecCMRNE) != b2u(rne) {
-						t.Fatalf("%s: CM_RNE %d, want %v", ln.Kernel, specValue(ln.key.Spec, shaders.SpecCMRNE), rne)
-					}
-				}
-			}
-			if coopmat == 0 {
-				t.Fatalf("%s: no cooperative-matrix backward launch to compare", c.name(i))
-			}
-			o := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(h.o))
-			lse := make([]float32, len(h.lse))
-			if err := ForwardHost(ctx, b, p, q, k, v, o, lse, HostBias{}); err != nil {
-				t.Fatal(err)
-			}
-			dq := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(q))
-			dk := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(k))
-			dv := slices.Repeat([]bfloat16.BFloat16{0x7fc0}, len(v))
-			if err := BackwardHost(ctx, b, p, q, k, v, o, lse, dO, dq, dk, dv, HostBias{}); err != nil {
-				t.Fatal(err)
-			}
-			lseBits := make([]uint16, 0, 2*len(lse))
-			for _, x := range lse {
-				u := math.Float32bits(x)
-				lseBits = append(lseBits, uint16(u), uint16(u>>16))
-			}
-			return [][]uint16{bf16Bits(o), lseBits, bf16Bits(dq), bf16Bits(dk), bf16Bits(dv)}
-		}
-		split, integer := run(true), run(false)
-		for j, name := range []string{"o", "lse", "dq", "dk", "dv"} {
-			if n := countDiff(split[j], integer[j]); n != 0 {
-				t.Errorf("%s: %s differs in %d of %d words between the split and the integer rounding", c.name(i), name, n, len(split[j]))
-			}
-		}
-	}
-}
-
-func bf16Bits(x []bfloat16.BFloat16) []uint16 {
-	out := make([]uint16, len(x))
-	for i, v := range x {
-		out[i] = v.Bits()
-	}
-	return out
-}
-
-func countDiff(a, b []uint16) int {
-	n := 0
-	for i := range a {
-		if a[i] != b[i] {
-			n++
-		}
-	}
-	return n
 }

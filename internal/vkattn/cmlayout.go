@@ -6,9 +6,7 @@ package vkattn
 // they use, and the element layout of its matrix types: flash_cm_probe
 // reports which invocation holds which element, and CMLayout derives from
 // it whether the softmax and P can stay in registers (MODE 1) and the spec
-// constants that say how (see flash_cm.comp's header). The probe also
-// rounds a set of values to bfloat16 by bf16.glsl's fp32 split, which tells
-// whether the device's fp32 arithmetic rounds to nearest even (FP32RNE).
+// constants that say how (see flash_cm.comp's header).
 
 import (
 	"context"
@@ -18,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flashvk/flashvk/bfloat16"
 	"github.com/flashvk/flashvk/internal/device"
 	"github.com/flashvk/flashvk/internal/shaders"
 	"github.com/flashvk/flashvk/internal/spec"
@@ -191,9 +188,6 @@ func runProbe(ctx context.Context, d *device.Device, probeSPV []byte, shape devi
 	if err := d.Fill(ctx, buf, 0x7FC00000); err != nil { // NaN: unwritten
 		return nil, err
 	}
-	if err := device.Upload(ctx, buf, int64(4*shaders.FlashCMProbeRoundOffset(sg)), probeRoundInputs()); err != nil {
-		return nil, err
-	}
 	p, err := d.NewPipeline(device.PipelineDesc{Name: shaders.KernelFlashCMProbe, SPIRV: probeSPV,
 		Spec: []device.Spec{
 			{ID: shaders.SpecWorkgroupSize, Value: uint32(sg)},
@@ -232,13 +226,6 @@ type CMLayout struct {
 	SlotRow      []int
 	XorMask      uint32
 	APerm        []int
-	// FP32RNE: the probe's fp32 split rounded every value it was given to
-	// the nearest bfloat16, ties to even (fp32 additions and
-	// multiplications round to nearest even), so the bf16 kernels round
-	// by it (CM_RNE); RNEWhy says what differed where it did not, and the
-	// kernels then round in integer arithmetic.
-	FP32RNE bool
-	RNEWhy  string
 	// Storage is the storage type the layout serves (0: not yet given
 	// one, as a probe's): the number of planes and the softcap's tanh
 	// follow from it, and the tile rules differ by it where the H200's
@@ -327,11 +314,6 @@ func (l *CMLayout) ColDeltas() (lo, hi uint32, ok bool) {
 
 func (l *CMLayout) String() string {
 	s := fmt.Sprintf("coopmat %dx%dx%d subgroup %d: acc %d comps/lane, A %d comps/lane; ", l.M, l.N, l.K, l.SG, l.AccLen, l.ALen)
-	if l.FP32RNE {
-		s += "fp32 rounds to nearest even (bf16 rounding by the split); "
-	} else {
-		s += "bf16 rounding in integer arithmetic: " + l.RNEWhy + "; "
-	}
 	if l.Mode1 {
 		return s + fmt.Sprintf("register softmax and P OK (MODE 1): RL=%d slotrow=%v xormask=%#x aperm=%v", l.RL, l.SlotRow, l.XorMask, l.APerm)
 	}
@@ -341,9 +323,7 @@ func (l *CMLayout) String() string {
 // ParseCMProbe decodes flash_cm_probe's output: out[0] accumulator
 // components per lane, out[1] A components per lane, out[2] subgroup size;
 // from out[8] 64 words per lane for the accumulator (256·row + col) then 64
-// per lane for A (32·row + col); NaN where not written; then the rounding
-// check (from shaders.FlashCMProbeRoundOffset: the inputs the host wrote,
-// their split, their guarded split), which sets FP32RNE (checkRounding).
+// per lane for A (32·row + col); NaN where not written.
 func ParseCMProbe(out []float32, shape device.CoopMatShape, sg int) (*CMLayout, error) {
 	if len(out) < shaders.FlashCMProbeFloats(sg) {
 		return nil, fmt.Errorf("probe: %d words, want %d", len(out), shaders.FlashCMProbeFloats(sg))
@@ -383,63 +363,7 @@ func ParseCMProbe(out []float32, shape device.CoopMatShape, sg int) (*CMLayout, 
 		return nil, fmt.Errorf("probe: accumulator covers %d of %d elements, A %d of %d (replicated layouts are not supported)", len(seenAcc), l.M*l.N, len(seenA), l.M*l.K)
 	}
 	l.analyze()
-	l.checkRounding(out)
 	return l, nil
-}
-
-// probeRoundInputBits are the float32 values (bits) flash_cm_probe rounds
-// to bfloat16 by the fp32 split: ties that round down and up to even and
-// their neighbours, at 1, below it, at the smallest normals and just below
-// 2^111, of both signs; then values the guarded split passes unchanged
-// (2^111 and up, ±Inf). The rest of the probe's FlashCMProbeRounds inputs
-// are 0.
-var probeRoundInputBits = []uint32{
-	0x3f800000, 0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff, 0x3f7f8000, 0x3f7fffff, 0x3f7e8000,
-	0x3e2a8000, 0x3e2b8000, 0x3c23c000, 0x3b9f7fff, 0x00808000, 0x00818000, 0x00ff8000, 0x76ff8000,
-	0x76fe8000, 0xbf808000, 0xbf818000, 0xbf808001, 0xbe2b8000, 0x80818000, 0xf6ff8000,
-	0x77000000, 0xf7000000, 0x7f7fffff, 0x7f800000, 0xff800000,
-}
-
-// probeRoundInputs is the probe's rounding inputs as float32.
-func probeRoundInputs() []float32 {
-	in := make([]float32, shaders.FlashCMProbeRounds)
-	for i, u := range probeRoundInputBits {
-		in[i] = math.Float32frombits(u)
-	}
-	return in
-}
-
-// checkRounding reads the probe's rounding of its inputs (FP32RNE): the
-// inputs must be the host's (probeRoundInputs); below 2^111 in magnitude
-// both splits must give the nearest bfloat16, ties to even
-// (bfloat16.FromFloat32); from there on the guarded split must give the
-// input itself.
-func (l *CMLayout) checkRounding(out []float32) {
-	off, n := shaders.FlashCMProbeRoundOffset(l.SG), shaders.FlashCMProbeRounds
-	l.FP32RNE, l.RNEWhy = false, ""
-	for i, in := range probeRoundInputs() {
-		if math.Float32bits(out[off+i]) != math.Float32bits(in) {
-			l.RNEWhy = fmt.Sprintf("the rounding check's input %d reads %#08x, the host wrote %#08x", i, math.Float32bits(out[off+i]), math.Float32bits(in))
-			return
-		}
-	}
-	for i := range n {
-		x := out[off+i]
-		split, guarded := math.Float32bits(out[off+n+i]), math.Float32bits(out[off+2*n+i])
-		if math.Abs(float64(x)) >= 0x1p111 {
-			if guarded != math.Float32bits(x) {
-				l.RNEWhy = fmt.Sprintf("the guarded fp32 split of %#08x gave %#08x, not the value itself", math.Float32bits(x), guarded)
-				return
-			}
-			continue
-		}
-		want := uint32(bfloat16.FromFloat32(x).Bits()) << 16
-		if split != want || guarded != want {
-			l.RNEWhy = fmt.Sprintf("the fp32 split of %#08x gave %#08x (guarded %#08x), the nearest bfloat16 is %#08x", math.Float32bits(x), split, guarded, want)
-			return
-		}
-	}
-	l.FP32RNE = true
 }
 
 // analyze decides whether the register softmax (MODE 1) applies and derives

@@ -163,16 +163,11 @@
 // The cooperative-matrix kernels read the element layout of the device's
 // coopmat types once per Backend and storage type, by running
 // flash_cm_probe (cmlayout.go); the wait is bounded by the caller's
-// context, and a cancelled probe is run again by the next caller. The same
-// probe rounds a set of float32 values (ties among them) to bfloat16 by an
-// fp32 split and reports whether every result was the nearest, ties to
-// even (CMLayout.FP32RNE): where it was, the bf16 coopmat backward kernels
-// round P and dS so (five fp32 operations, spec constant CM_RNE);
-// elsewhere in integer arithmetic (six integer operations), with the same
-// results for every normal value below 2^111 in magnitude (bf16.glsl). The
-// forward rounds its P in integer arithmetic on every device, to nearest
-// with ties away from zero (two operations; bf16.glsl's
-// bf16_nearest_away).
+// context, and a cancelled probe is run again by the next caller. The bf16
+// coopmat kernels round P and dS to bf16 in integer arithmetic before the
+// conversion, on every device, to nearest with ties away from zero
+// (bf16.glsl): the forward's P in two operations (bf16_nearest_away), the
+// backward's P and dS in five, every NaN kept (bf16_nearest_away_kept).
 //
 // # Cancellation: chunked submissions
 //

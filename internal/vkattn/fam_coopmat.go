@@ -1414,19 +1414,21 @@ func bwdCMTileRule(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile
 // 4096 and 16384 (bench/NOTES.md):
 //   - plain fp16: steps of 64, 1.08–1.16× against 16 (with the prefetch
 //     the registers ran out and it was slower);
-//   - bf16 and the softcap: steps of 32. At 64 the driver spills 112–128
-//     bytes (bf16's conversions, the softcap's tanh), at 32 none: bf16
-//     1.03–1.07× against 64, the softcap 1.06–1.09× against 16, where 64
-//     lost 5% at N 16384;
+//   - the softcap: steps of 32. At 64 the driver spills (its tanh), at 32
+//     not: 1.06–1.09× against 16, where 64 lost 5% at N 16384;
 //   - dropout and ALiBi: steps of 64, 1.06–1.11× and 1.04–1.10× against
 //     16;
+//   - bf16 as fp16. With P and dS rounded in integer arithmetic, 64
+//     against 32 at N 16384: plain 1.04–1.05×, ALiBi 1.03–1.04×,
+//     dropout 1.00–1.02×, a window 0.99× (32 had been 1.03–1.07× faster
+//     with the fp32 split that rounding replaced);
 //   - a bias: steps of 16, with no spill (its values spill 288 bytes at
 //     64 and 32 at 32; 64 lost 1–6%, 32 10–13%).
 func kvRegStep128(l *CMLayout, ext *spec.Ext) int {
 	switch {
 	case ext != nil && ext.Bias != nil:
 		return 0
-	case l.Storage == spec.BFloat16 || (ext != nil && ext.Softcap != 0):
+	case ext != nil && ext.Softcap != 0:
 		return 32
 	default:
 		return 64
@@ -1573,7 +1575,7 @@ func bwdCMSpec(l *CMLayout, dkdv bool, c bwdCMTile, part, d, dv int, vec bool) [
 		{ID: shaders.SpecCMVec, Value: vecV},
 	}
 	sp = append(sp, device.Spec{ID: shaders.SpecCMPrefet, Value: b2u(c.Prefetch)})
-	sp = append(sp, device.Spec{ID: shaders.SpecCMRNE, Value: b2u(l.FP32RNE)}, device.Spec{ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)})
+	sp = append(sp, device.Spec{ID: shaders.SpecCMStagger, Value: b2u(c.Stagger)})
 	if dkdv {
 		sp = append(sp, device.Spec{ID: shaders.SpecCMKVReg, Value: b2u(c.KVReg)}, device.Spec{ID: shaders.SpecCMPart, Value: uint32(part)})
 	} else {

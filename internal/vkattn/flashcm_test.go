@@ -97,7 +97,6 @@ func nvidiaProbe(sg int) []float32 {
 			out[8+(sg+lane)*64+i] = float32(32*x[0] + x[1])
 		}
 	}
-	fillProbeRounding(out, sg, func(v float64) float32 { return float32(v) })
 	return out
 }
 
@@ -123,28 +122,7 @@ func columnProbe(sg int) []float32 {
 			out[8+(sg+lane)*64+r] = float32(32*r + lane)
 		}
 	}
-	fillProbeRounding(out, sg, func(v float64) float32 { return float32(v) })
 	return out
-}
-
-// fillProbeRounding writes flash_cm_probe's rounding check as a device
-// whose fp32 operations round by rnd (the exact result in, the float32
-// out) gives it: the inputs, their split and their guarded split.
-func fillProbeRounding(out []float32, sg int, rnd func(float64) float32) {
-	off, n := shaders.FlashCMProbeRoundOffset(sg), shaders.FlashCMProbeRounds
-	for i, x := range probeRoundInputs() {
-		c := rnd(float64(x) * 65537)
-		hi := rnd(float64(c) - float64(rnd(float64(c)-float64(x))))
-		out[off+i], out[off+n+i], out[off+2*n+i] = x, hi, hi
-		if math.Abs(float64(x)) >= 0x1p111 {
-			out[off+2*n+i] = x
-		}
-	}
-}
-
-// hasSpec reports whether sp sets spec constant id.
-func hasSpec(sp []device.Spec, id uint32) bool {
-	return slices.ContainsFunc(sp, func(s device.Spec) bool { return s.ID == id })
 }
 
 // specValue is the value of spec constant id in sp (0 if absent).
@@ -155,15 +133,6 @@ func specValue(sp []device.Spec, id uint32) uint32 {
 		}
 	}
 	return 0
-}
-
-// towardZero32 rounds v to float32 toward zero.
-func towardZero32(v float64) float32 {
-	f := float32(v)
-	if math.Abs(float64(f)) > math.Abs(v) {
-		f = math.Nextafter32(f, 0)
-	}
-	return f
 }
 
 var shape16 = device.CoopMatShape{M: 16, N: 16, K: 16, A: "f16", B: "f16", C: "f32", Result: "f32", Scope: "subgroup"}
@@ -185,9 +154,6 @@ func TestParseCMProbe(t *testing.T) {
 	sLo, sHi, pLo, pHi := l.Packed()
 	if sLo != 0x11001100 || sHi != 0 || pLo != 0x76543210 || pHi != 0 {
 		t.Errorf("packed %#x %#x %#x %#x", sLo, sHi, pLo, pHi)
-	}
-	if !l.FP32RNE || l.RNEWhy != "" {
-		t.Errorf("fp32 rounding to nearest even not seen: %q", l.RNEWhy)
 	}
 	// Columns c, c+1, c, c+1, c+8, c+9, c+8, c+9 in every lane (c = 2·(lane
 	// mod 4)): the same offsets from the smallest.
@@ -211,50 +177,6 @@ func TestParseCMProbe(t *testing.T) {
 	wide := &CMLayout{AccLen: 2, AccRC: [][][2]int{{{0, 0}, {0, 16}}, {{1, 0}, {1, 16}}}}
 	if lo, hi, ok := wide.ColDeltas(); ok {
 		t.Errorf("columns 16 apart: deltas %#x %#x accepted", lo, hi)
-	}
-
-	// fp32 arithmetic that rounds toward zero, a split that wrote nothing,
-	// and a guard that let 2^111 through the split: the kernels round to
-	// bf16 in integer arithmetic, and the layout says why.
-	for name, mod := range map[string]func([]float32){
-		"toward zero": func(o []float32) { fillProbeRounding(o, 32, towardZero32) },
-		"unwritten": func(o []float32) {
-			o[shaders.FlashCMProbeRoundOffset(32)+shaders.FlashCMProbeRounds+1] = float32(math.NaN())
-		},
-		"inputs not written": func(o []float32) {
-			for i := range 3 * shaders.FlashCMProbeRounds {
-				o[shaders.FlashCMProbeRoundOffset(32)+i] = float32(math.NaN())
-			}
-		},
-		"no guard": func(o []float32) {
-			i := slices.Index(probeRoundInputBits, 0x77000000)
-			o[shaders.FlashCMProbeRoundOffset(32)+2*shaders.FlashCMProbeRounds+i] = float32(math.NaN())
-		},
-	} {
-		out := nvidiaProbe(32)
-		mod(out)
-		l, err := ParseCMProbe(out, shape16, 32)
-		if err != nil || l.FP32RNE || l.RNEWhy == "" || !l.Mode1 {
-			t.Errorf("%s: %+v, %v", name, l, err)
-		} else {
-			t.Logf("%s: %s", name, l.RNEWhy)
-		}
-	}
-	// The backward's rounding follows the probe; the forward's P rounds in
-	// integer arithmetic on every device, so flash_cm takes no CM_RNE.
-	for _, rne := range []bool{true, false} {
-		l.FP32RNE = rne
-		if spec := CMSpec(l, CMTile{NSG: 4, BC: 64, Mode: 1}, 64, 64, true); hasSpec(spec, shaders.SpecCMRNE) {
-			t.Errorf("flash_cm's spec %v sets CM_RNE", spec)
-		}
-		for _, sp := range [][]device.Spec{
-			bwdCMSpec(l, true, bwdCMTile{NSG: 4, Step: 64, Mode: 1}, 0, 64, 64, true),
-			bwdCMSpec(l, false, bwdCMTile{NSG: 4, Step: 64, Mode: 1}, 0, 64, 64, true),
-		} {
-			if specValue(sp, shaders.SpecCMRNE) != b2u(rne) {
-				t.Errorf("FP32RNE %v: CM_RNE %d in %v", rne, specValue(sp, shaders.SpecCMRNE), sp)
-			}
-		}
 	}
 
 	// A's components in another order than the accumulator's: MODE 1 with
@@ -521,7 +443,7 @@ func TestChooseCMTile(t *testing.T) {
 		}
 	}
 	// The d 128 dK/dV tile: K_j and V_j in registers, steps of 64 rows
-	// (plain fp16, dropout, ALiBi, a window) or 32 (bf16, the softcap,
+	// (plain, dropout, ALiBi, a window; fp16 and bf16) or 32 (the softcap,
 	// alone or with dropout); a bias keeps the 16-row steps with K_j, V_j
 	// in shared memory, whatever else it comes with; 32 KiB of shared
 	// memory takes the prefetching two-subgroup fallback. The tiles without
@@ -534,11 +456,12 @@ func TestChooseCMTile(t *testing.T) {
 		ext  *spec.Ext
 		sh   int
 		want string
-	}{{&f16, nil, sh, "nsg4-step64-mode1-kv1-sw1"}, {&bf, nil, sh, "nsg4-step32-mode1-kv1-sw1"},
+	}{{&f16, nil, sh, "nsg4-step64-mode1-kv1-sw1"}, {&bf, nil, sh, "nsg4-step64-mode1-kv1-sw1"},
 		{&f16, &spec.Ext{Left: -1, Right: -1, Softcap: 30}, sh, "nsg4-step32-mode1-kv1-sw1"},
 		{&f16, &spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, sh, "nsg4-step32-mode1-kv1-sw1"},
 		{&f16, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step64-mode1-kv1-sw1"},
-		{&bf, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step32-mode1-kv1-sw1"},
+		{&bf, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, "nsg4-step64-mode1-kv1-sw1"},
+		{&bf, &spec.Ext{Left: -1, Right: -1, Softcap: 30}, sh, "nsg4-step32-mode1-kv1-sw1"},
 		{&f16, &spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}, sh, "nsg4-step64-mode1-kv1-sw1"},
 		{&f16, &spec.Ext{Left: 100, Right: 0}, sh, "nsg4-step64-mode1-kv1"},
 		{&f16, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, "nsg4-step16-mode1-pf1"},

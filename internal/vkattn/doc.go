@@ -32,13 +32,13 @@
 //	bwd_cm    backward on cooperative matrices: bwd_pre, bwd_cm_dkdv, bwd_cm_dq,
 //	          f16 and bf16, and f32 up to d 128 in three bf16 planes (f32
 //	          above d 64 in subgroup pairs that split the head dim's
-//	          features, and fp16's plain calls' bwd_cm_dkdv above d 128
-//	          so in one launch: fh2 tiles; otherwise above d 128
-//	          bwd_cm_dkdv runs three times, dV then dK's two halves of
-//	          columns, K and V in registers — twice, dV then dK, with a
-//	          bias or a D of one column block: split tiles — and
-//	          16-bit bwd_cm_dq in subgroup pairs that split dQ's columns:
-//	          pair tiles)
+//	          features, and the 16-bit bwd_cm_dkdv above d 128 so in one
+//	          launch where the register softmax runs and no bias is set:
+//	          fh2 tiles; otherwise above d 128 bwd_cm_dkdv runs three
+//	          times, dV then dK's two halves of columns, K and V in
+//	          registers — twice, dV then dK, with a bias: split tiles —
+//	          and 16-bit bwd_cm_dq in subgroup pairs that split dQ's
+//	          columns: pair tiles)
 //	bwd       backward: bwd_pre, bwd_dkdv, bwd_dq
 //	decode    KV-cache calls (pass KV): kv_append, decode, decode_combine (kvcache.go)
 //

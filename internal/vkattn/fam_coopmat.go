@@ -1354,13 +1354,16 @@ func bwdCMTileRule(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile
 			// the dK/dV launches 31.1 → 13.1 ms (not causal), the
 			// backward 1.79× (causal 1.64×).
 			//
-			// Before those, for fp16's plain problems in MODE 1: one launch
-			// in subgroup pairs over the features (each holding half of K_j
+			// Before those, in MODE 1 without a bias: one launch in
+			// subgroup pairs over the features (each holding half of K_j
 			// and V_j and computing half of dK's and dV's columns), steps of
-			// 32 rows up to d 192 and 16 above (H200, N 4096: the dK/dV
-			// kernel 13.1 → 9.6 ms at d 256, 23.8 → 13.9 at d 192; bf16
-			// and the options untimed there).
-			if mode == 1 && l.Storage != spec.BFloat16 && ext == nil {
+			// 32 rows up to d 192 and 16 above (H200, N 4096: fp16's dK/dV
+			// kernel 13.1 → 9.6 ms at d 256, 23.8 → 13.9 at d 192; the
+			// whole backward against the three launches, causal and not:
+			// bf16 1.06× at d 256 and 1.23× at d 192, Gemma 2's window
+			// with a softcap 1.13–1.14× (fp16) and 1.12× (bf16), ALiBi
+			// 1.05–1.06×, dropout 1.04–1.05× (fp16) and 1.02–1.04× (bf16)).
+			if mode == 1 && (ext == nil || ext.Bias == nil) {
 				if dm <= 192 {
 					ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode, KVReg: true, FHalves: true})
 				}

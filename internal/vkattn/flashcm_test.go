@@ -411,13 +411,11 @@ func TestChooseCMTile(t *testing.T) {
 				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, c.ext.SeqUsedK != nil, c.ext.CuQ != nil, c.d, c.nq, got, err, c.want)
 		}
 	}
-	// Above d 128 the backward's dK/dV kernel runs (fp16, plain) in one
-	// launch of subgroup pairs over the features, steps of 32 rows up to d
-	// 192 and 16 above (bf16 and calls with options: three launches, dV
-	// and dK's two halves of columns, with K_j and V_j in registers; the
-	// split into two, with a bias, whose PART 2 also stages V, halves its
-	// subgroups until 48 KiB holds it: at d 256 one subgroup, at d 192
-	// two).
+	// Above d 128 the backward's dK/dV kernel runs (fp16 and bf16, with
+	// options but a bias) in one launch of subgroup pairs over the
+	// features, steps of 32 rows up to d 192 and 16 above (with a bias the
+	// split into two, whose PART 2 also stages V, halves its subgroups
+	// until 48 KiB holds it: at d 256 one subgroup, at d 192 two).
 	for _, c := range []struct {
 		dkdv  bool
 		d     int
@@ -493,21 +491,26 @@ func TestChooseCMTile(t *testing.T) {
 			t.Errorf("backward dkdv d %d %v, options %+v, %d bytes: %v (%v), want %s", c.d, c.l.Storage, c.ext, c.sh, got, err, c.want)
 		}
 	}
-	// Above d 128 a bias keeps the split into two launches, and so does,
-	// where the pairs over the features do not run (bf16), a D of one
-	// column block (dK has no halves: D 16, Dv 256); fp16 pairs over the
-	// features there too (D padded to two chunks).
+	// Above d 128 a bias keeps the split into two launches; a D of one
+	// column block (D 16, Dv 256) pairs over the features (D padded to two
+	// chunks), in both storage types, and so do the other options.
 	if got, err := chooseBwdCMTile(l, true, 256, 256, spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, sh, wg); err != nil || got.String() != "nsg2-step16-mode1-sp1" {
 		t.Errorf("backward dkdv d 256 with a bias: %v (%v), want nsg2-step16-mode1-sp1", got, err)
 	}
-	if got, err := chooseBwdCMTile(&bf, true, 16, 256, spec.MaskNone, nil, sh, wg); err != nil || got.Halves || !got.Split {
-		t.Errorf("backward dkdv bf16 D 16 Dv 256: %v (%v), want a split tile without halves", got, err)
-	}
-	if got, err := chooseBwdCMTile(&f16, true, 16, 256, spec.MaskNone, nil, sh, wg); err != nil || !got.FHalves {
-		t.Errorf("backward dkdv fp16 D 16 Dv 256: %v (%v), want pairs over the features", got, err)
-	}
-	if got, err := chooseBwdCMTile(&f16, true, 256, 256, spec.MaskNone, &spec.Ext{Left: -1, Right: -1, Dropout: drop}, sh, wg); err != nil || got.FHalves || !got.Split {
-		t.Errorf("backward dkdv fp16 d 256 with dropout: %v (%v), want the split launches", got, err)
+	for _, ll := range []*CMLayout{&f16, &bf} {
+		if got, err := chooseBwdCMTile(ll, true, 16, 256, spec.MaskNone, nil, sh, wg); err != nil || !got.FHalves {
+			t.Errorf("backward dkdv %v D 16 Dv 256: %v (%v), want pairs over the features", ll.Storage, got, err)
+		}
+		for _, c := range []struct {
+			ext  *spec.Ext
+			want string
+		}{{&spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg4-step16-mode1-kv1-fh2-sw1"},
+			{&spec.Ext{Left: -1, Right: -1, Slopes: []float32{0.5}}, "nsg4-step16-mode1-kv1-fh2-sw1"},
+			{&spec.Ext{Left: 1023, Right: 0, Softcap: 50}, "nsg4-step16-mode1-kv1-fh2"}} { // (a window: not staggered)
+			if got, err := chooseBwdCMTile(ll, true, 256, 256, spec.MaskNone, c.ext, sh, wg); err != nil || got.String() != c.want {
+				t.Errorf("backward dkdv %v d 256 with options %+v: %v (%v), want %s", ll.Storage, c.ext, got, err, c.want)
+			}
+		}
 	}
 	halves := bwdCMTile{NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, Halves: true}
 	if err := bwdCMCheckTile(l, true, halves, 8, 200, TileExtras{}, sh, wg); err == nil {

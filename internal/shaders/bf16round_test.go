@@ -142,7 +142,7 @@ func TestBF16NearestAwayKept(t *testing.T) {
 				return
 			}
 		}
-		for u := uint32(0x7fc00000); u <= 0x7fffffff && u >= 0x7fc00000; u += step {
+		for u := uint32(0x7fc00000); u <= 0x7fffffff; u += step {
 			if got := bf16NearestAwayKept(math.Float32frombits(sign | u)); !math.IsNaN(float64(got)) {
 				t.Errorf("NaN %#08x: got %#08x, want a NaN", sign|u, math.Float32bits(got))
 				return

@@ -1363,13 +1363,13 @@ func bwdCMTileRule(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile
 			// bf16 1.06× at d 256 and 1.23× at d 192, Gemma 2's window
 			// with a softcap 1.13–1.14× (fp16) and 1.12× (bf16), ALiBi
 			// 1.05–1.06×, dropout 1.04–1.05× (fp16) and 1.02–1.04× (bf16)).
-			if mode == 1 && (ext == nil || ext.Bias == nil) {
-				if dm <= 192 {
-					ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode, KVReg: true, FHalves: true})
-				}
-				ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode, KVReg: true, FHalves: true})
-			}
 			if ext == nil || ext.Bias == nil {
+				if mode == 1 {
+					if dm <= 192 {
+						ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode, KVReg: true, FHalves: true})
+					}
+					ts = append(ts, bwdCMTile{NSG: 4, Step: 16, Mode: mode, KVReg: true, FHalves: true})
+				}
 				ts = append(ts, bwdCMTile{NSG: 4, Step: 32, Mode: mode, KVReg: true, Split: true, Halves: true})
 			}
 			ts = append(ts, bwdCMTile{NSG: 2, Step: 16, Mode: mode, Split: true}, bwdCMTile{NSG: 1, Step: 16, Mode: mode, Split: true})

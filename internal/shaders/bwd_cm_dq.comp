@@ -23,11 +23,12 @@
 //   for packed sequences, whose workgroups work on their own sequence's
 //   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
 // Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
-//   query rows per workgroup (each subgroup owns CM_M rows; with PAIRS or
-//   FHALVES NSG·CM_M/2, each pair owns CM_M rows); 4 BC keys per
+//   query rows per workgroup (each subgroup owns CM_M rows, ROWBLK
+//   blocks of them: NSG·CM_M·ROWBLK; with PAIRS or FHALVES NSG·CM_M/2,
+//   each pair owns CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
-//   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS, 26 FHALVES
-//   (below); 29 STAGGER (cm_common.glsl: each workgroup's key tiles from a
+//   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS, 26 FHALVES,
+//   27 ROWBLK (below); 29 STAGGER (cm_common.glsl: each workgroup's key tiles from a
 //   place of its own).
 //
 // Q_i and dO_i are held as A operands in registers; per key tile that some
@@ -120,6 +121,19 @@ layout(constant_id = 22) const uint PREFETCH = 0;
 // tiles TH0 …), NDQH dQ accumulators (column blocks JH0 …) and NQFH (NOFH)
 // of Q_i's (dO_i's) feature chunks (from QF0, OF0).
 layout(constant_id = 24) const uint PAIRS = 0;
+// 27 ROWBLK: row blocks of CM_M query rows per subgroup (BR =
+// NSG·CM_M·ROWBLK; the host asks for more than one with MODE 1, 16-bit
+// storage and no pairs). Each K fragment a subgroup loads from shared
+// memory (Kᵀ for S, K for dQ) and each V fragment (Vᵀ for dP) then feeds
+// one MMA per block — half the fragment loads per MMA with two blocks,
+// as flash_cm's row blocks — for the registers of the extra blocks' Q_i,
+// dO_i, S, dP and dQ.
+layout(constant_id = 27) const uint ROWBLK = 1;
+#if CM_SPLIT > 1
+const uint RB = 1u;
+#else
+const uint RB = ROWBLK > 1u ? ROWBLK : 1u;
+#endif
 // 26 FHALVES (the fp32 build, whose three planes of Q_i and dO_i would
 // fill the register file at d 128): 1 pairs the subgroups over the head
 // dim — each holds half of Q_i's and dO_i's feature chunks (NQFH, NOFH
@@ -194,11 +208,12 @@ const uint NOFH = NOF / FSPL; // its dO_i fragments
 const uint NQFH = NQF;
 const uint NOFH = NOF;
 #endif
-// DS_M1(CAREFUL, MASKED), DS_M0(CAREFUL): dS of the subgroup's rows against
-// the key tile, in registers (MODE 1, into dsA) or through shared memory
-// (MODE 0, into sdS); CAREFUL as in params.glsl. MODE 1 works on the
-// subgroup's NSTH key tiles (tile TH0 + t of the key tile is S[t]; dS is
-// left in dP, and without PAIRS also put in dsA). MODE 1 without MASKED
+// DS_M1(BK, CAREFUL, MASKED), DS_M0(CAREFUL): dS of the subgroup's rows
+// (MODE 1: of its row block BK) against the key tile, in registers (MODE
+// 1, into dsA) or through shared memory (MODE 0, into sdS); CAREFUL as in
+// params.glsl. MODE 1 works on the block's NSTH key tiles (tile TH0 + t of
+// the key tile is S[BK·NSTH + t]; dS is left in dP, and without PAIRS
+// also put in dsA[BK·NKC + t]). MODE 1 without MASKED
 // takes every element as visible: only for a tile every row of the workgroup sees
 // whole, no row careful, none past the sequence's. With EXT the score is
 // ext_score of the raw product S and dP − D is scaled by ext_dsoft(S) (dS is
@@ -206,24 +221,27 @@ const uint NOFH = NOF;
 // them as ext_score_d (ALiBi's distance by ext_alibi_dist) and ext_dsoft_t
 // of S after EXT_SOFTCAP_TILE. With dropout dS =
 // P ∘ (keep·s·dP − D), s the kept elements' scale.
-#define DS_M1(CAREFUL, MASKED) \
+#define DS_M1(BK, CAREFUL, MASKED) \
 	[[unroll]] for (uint t = 0u; t < NSTH; ++t) { \
+		uint sgrb_ = sgr + (BK) * CM_M; /* the block's first row */ \
+		uint st_ = (BK) * NSTH + t;     /* its accumulator */ \
 		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) { \
 			uint tc = (TH0 + t) * CM_N + colOf[i]; \
 			uint c = c0 + tc; \
-			bool vis = !(MASKED) || (lOf[i] != NEG_INF && c - fstOf[i] < widOf[i]); \
-			float x = EXT != 0u ? ext_score_d(S[t][i], ext_alibi_dist(int(r0 + sgr + rowOf[i]) + ext_off - int(c0), tc), BIAS_AT(bv, t, i)) : S[t][i] * sl2; \
-			float g = (DROP_COLS != 0u ? drop_select(dw[slotrow(i) * DROP_NW + (t * CM_N) / 32u], (t * CM_N) % 32u + coldelta(i), dP[t][i] * dscale) : dP[t][i] * (drop_keep(sgr + rowOf[i], tc) * dscale)) - dOf[i]; \
-			float p = vis ? BWD_P(CAREFUL, x - lOf[i], lOf[i]) : 0.0; \
-			DBIAS_STORE(r0 + sgr + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)) \
+			uint ci_ = (BK) * CM_LEN + i; \
+			bool vis = !(MASKED) || (lOf[ci_] != NEG_INF && c - fstOf[ci_] < widOf[ci_]); \
+			float x = EXT != 0u ? ext_score_d(S[st_][i], ext_alibi_dist(int(r0 + sgrb_ + rowOf[i]) + ext_off - int(c0), tc), BIAS_AT(bv, st_, i)) : S[st_][i] * sl2; \
+			float g = (DROP_COLS != 0u ? drop_select(dw[((BK) * RL + slotrow(i)) * DROP_NW + (t * CM_N) / 32u], (t * CM_N) % 32u + coldelta(i), dP[st_][i] * dscale) : dP[st_][i] * (drop_keep(sgrb_ + rowOf[i], tc) * dscale)) - dOf[ci_]; \
+			float p = vis ? BWD_P(CAREFUL, x - lOf[ci_], lOf[ci_]) : 0.0; \
+			DBIAS_STORE(r0 + sgrb_ + rowOf[i], c, BWD_DS(CAREFUL, vis, p, g)) \
 			if (EXT != 0u) { \
-				g *= ext_dsoft_t(S[t][i]); \
+				g *= ext_dsoft_t(S[st_][i]); \
 			} \
-			dP[t][i] = BWD_DS(CAREFUL, vis, p, g); \
+			dP[st_][i] = BWD_DS(CAREFUL, vis, p, g); \
 		} \
 		if (PAIRED == 0u) { \
 			[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
-				CM_TO_A(dsA, NKC, t, j, dP[t][aperm(j)]) \
+				CM_TO_A(dsA, NKC, (BK) * NKC + t, j, dP[st_][aperm(j)]) \
 			} \
 		} \
 	}
@@ -306,7 +324,7 @@ void main() {
 	uint kvh = kv_head(h);
 	uint r0 = tile.x * BR;
 	uint half_ = sg % NSPL; // (PAIRS: which half of the keys and columns; FHALVES: of the features and columns)
-	uint sgr = sg / NSPL * CM_M; // the subgroup's first row within the tile
+	uint sgr = sg / NSPL * CM_M * RB; // the subgroup's first row within the tile
 #if CM_SPLIT > 1
 	const uint TH0 = 0u; // (no key pairs)
 #else
@@ -347,19 +365,23 @@ void main() {
 		sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;
 		sDr[r] = r < rows ? d_buf[lse_index(b, h, r0 + r)] : 0.0;
 	}
-	MATA qA[CM_SPLIT * NQFH];
-	MATA oA[CM_SPLIT * NOFH];
+	MATA qA[CM_SPLIT * RB * NQFH]; // (plane pl, row block blk: from (pl·RB + blk)·NQFH)
+	MATA oA[CM_SPLIT * RB * NOFH];
 	[[unroll]] for (uint pl = 0u; pl < CM_SPLIT; ++pl) {
 		if (pl > 0u) {
 			barrier(); // every subgroup has loaded the previous plane
 		}
 		CM_STAGE(sKV, 0u, LDK4, BR, DP8, r < rows ? CM_PLANE(fetch_q(b, r0 + r, h, c4), pl) : uvec4(0u))
 		barrier();
-		CM_LOAD_A_AT(qA, pl * NQFH, NQFH, sKV, sgr * LDK4 CM_AT_CHUNK(QF0), LDK4)
+		[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+			CM_LOAD_A_AT(qA, (pl * RB + blk) * NQFH, NQFH, sKV, (sgr + blk * CM_M) * LDK4 CM_AT_CHUNK(QF0), LDK4)
+		}
 		barrier();
 		CM_STAGE(sKV, 0u, LDV4, BR, DVP8, r < rows ? CM_PLANE(fetch_do(b, r0 + r, h, c4), pl) : uvec4(0u))
 		barrier();
-		CM_LOAD_A_AT(oA, pl * NOFH, NOFH, sKV, sgr * LDV4 CM_AT_CHUNK(OF0), LDV4)
+		[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+			CM_LOAD_A_AT(oA, (pl * RB + blk) * NOFH, NOFH, sKV, (sgr + blk * CM_M) * LDV4 CM_AT_CHUNK(OF0), LDV4)
+		}
 	}
 
 	// A workgroup with a careful row (dead, or a huge LSE; params.glsl)
@@ -368,23 +390,26 @@ void main() {
 	CAREFUL_ROWS(careful, sL, rows)
 
 	// MODE 1: LSE·log2e, D and visible keys (fstOf … fstOf+widOf−1) of
-	// each accumulator component's row.
-	float lOf[CM_LEN];
-	float dOf[CM_LEN];
-	uint fstOf[CM_LEN];
-	uint widOf[CM_LEN];
+	// each accumulator component's row (row block blk's at blk·CM_LEN).
+	float lOf[RB * CM_LEN];
+	float dOf[RB * CM_LEN];
+	uint fstOf[RB * CM_LEN];
+	uint widOf[RB * CM_LEN];
 	if (REGS) {
-		[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
-			uint r = sgr + rowOf[i];
-			lOf[i] = sL[r];
-			dOf[i] = sDr[r];
-			fstOf[i] = r < rows ? key_first(r0 + r) : 0u;
-			widOf[i] = r < rows ? key_limit(r0 + r) - fstOf[i] : 0u;
+		[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+			[[unroll]] for (uint i = 0u; i < CM_LEN; ++i) {
+				uint r = sgr + blk * CM_M + rowOf[i];
+				uint ci = blk * CM_LEN + i;
+				lOf[ci] = sL[r];
+				dOf[ci] = sDr[r];
+				fstOf[ci] = r < rows ? key_first(r0 + r) : 0u;
+				widOf[ci] = r < rows ? key_limit(r0 + r) - fstOf[ci] : 0u;
+			}
 		}
 	}
 
-	ACC dQ[NDQH];
-	[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
+	ACC dQ[RB * NDQH]; // (row block blk's at blk·NDQH)
+	[[unroll]] for (uint j = 0u; j < RB * NDQH; ++j) {
 		dQ[j] = ACC(0.0);
 	}
 
@@ -453,24 +478,47 @@ void main() {
 
 		// MODE 1 with a bias: the subgroup's bias values, loaded before the
 		// MMAs are issued (their latency overlaps them).
-		float bv[REGS ? BIAS_FRAG_N(NSTH) : 1u];
+		float bv[REGS ? BIAS_FRAG_N(RB * NSTH) : 1u];
 		if (REGS) {
-			BIAS_FRAG(bv, NSTH, r0 + sgr + rowOf[i], c0 + (TH0 + t) * CM_N + colOf[i])
+			BIAS_FRAG(bv, RB * NSTH, r0 + sgr + (t / NSTH) * CM_M + rowOf[i], c0 + (TH0 + t % NSTH) * CM_N + colOf[i])
 		}
 
-		// S = Q_i K_jᵀ, dP = dO_i V_jᵀ (fp32: over the plane pairs, CM_MMA).
-		ACC S[NSTH];
-		ACC dP[NSTH];
+		// S = Q_i K_jᵀ, dP = dO_i V_jᵀ (fp32: over the plane pairs, CM_MMA;
+		// row blocks: each K and V fragment loaded once for every block).
+		ACC S[RB * NSTH]; // (row block blk's at blk·NSTH)
+		ACC dP[RB * NSTH];
 		[[unroll]] for (uint t = 0u; t < NSTH; ++t) {
 			uint tk = (TH0 + t) * CM_N; // the accumulator's first key in the tile
-			S[t] = ACC(0.0);
-			dP[t] = ACC(0.0);
-			[[unroll]] for (uint kk = 0u; kk < NQFH; ++kk) {
-				CM_MMA(S[t], qA, NQFH, kk, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u) CM_AT_CHUNK(QF0), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+			[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+				S[blk * NSTH + t] = ACC(0.0);
+				dP[blk * NSTH + t] = ACC(0.0);
 			}
-			[[unroll]] for (uint kk = 0u; kk < NOFH; ++kk) {
-				CM_MMA(dP[t], oA, NOFH, kk, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u) CM_AT_CHUNK(OF0), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+			if (RB == 1u) {
+				[[unroll]] for (uint kk = 0u; kk < NQFH; ++kk) {
+					CM_MMA(S[t], qA, NQFH, kk, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u) CM_AT_CHUNK(QF0), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+				}
+				[[unroll]] for (uint kk = 0u; kk < NOFH; ++kk) {
+					CM_MMA(dP[t], oA, NOFH, kk, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u) CM_AT_CHUNK(OF0), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+				}
 			}
+#if CM_SPLIT == 1
+			else {
+				[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+					MATB kB;
+					coopMatLoad(kB, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
+					[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+						S[blk * NSTH + t] = coopMatMulAdd(qA[blk * NQF + kk], kB, S[blk * NSTH + t]);
+					}
+				}
+				[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
+					MATB vB;
+					coopMatLoad(vB, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutColumnMajor);
+					[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+						dP[blk * NSTH + t] = coopMatMulAdd(oA[blk * NOF + kk], vB, dP[blk * NSTH + t]);
+					}
+				}
+			}
+#endif
 		}
 #if CM_SPLIT > 1
 		if (FSPL > 1u) {
@@ -480,26 +528,29 @@ void main() {
 		}
 #endif
 
-		MATA dsA[CM_SPLIT * NKC];
+		MATA dsA[CM_SPLIT * RB * NKC]; // (row block blk's at blk·NKC)
 #if CM_SPLIT > 1
 		{ // (the fp32 build runs MODE 1 only: the host never asks for 0)
 #else
 		if (MODE == 1u) {
 #endif
-			EXT_SOFTCAP_TILE(S, NSTH)
-			uint dw[RL * DROP_NW]; // (DROP_COLS: local row k's words at k·DROP_NW)
+			EXT_SOFTCAP_TILE(S, RB * NSTH)
+			uint dw[RB * RL * DROP_NW]; // (DROP_COLS: block blk's local row k's words at (blk·RL + k)·DROP_NW)
 			dw[0] = 0u;
 			if (DROP_COLS != 0u) {
-				[[unroll]] for (uint k = 0u; k < RL * DROP_NW; ++k) {
-					dw[k] = sDrop[(sgr + lrow[k / DROP_NW]) * DROP_WPR + (TH0 * CM_N) / 32u + k % DROP_NW] >> colmin;
+				[[unroll]] for (uint k = 0u; k < RB * RL * DROP_NW; ++k) {
+					uint lr = k / DROP_NW; // (blk·RL + local row)
+					dw[k] = sDrop[(sgr + (lr / RL) * CM_M + lrow[lr % RL]) * DROP_WPR + (TH0 * CM_N) / 32u + k % DROP_NW] >> colmin;
 				}
 			}
-			if (careful) {
-				DS_M1(true, true)
-			} else if (need_mask) {
-				DS_M1(false, true)
-			} else {
-				DS_M1(false, false)
+			[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+				if (careful) {
+					DS_M1(blk, true, true)
+				} else if (need_mask) {
+					DS_M1(blk, false, true)
+				} else {
+					DS_M1(blk, false, false)
+				}
 			}
 #if CM_SPLIT == 1
 			if (PAIRED != 0u) {
@@ -550,7 +601,11 @@ void main() {
 #else
 		[[unroll]] for (uint t = 0u; t < NKC; ++t) {
 			[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
-				CM_MMA(dQ[j], dsA, NKC, t, sKV, KOFF + (t * CM_K) * LDK4 + (JH0 + j) * (CM_N / 8u), KPL, LDK4, gl_CooperativeMatrixLayoutRowMajor)
+				MATB kB;
+				coopMatLoad(kB, sKV, KOFF + (t * CM_K) * LDK4 + (JH0 + j) * (CM_N / 8u), LDK4, gl_CooperativeMatrixLayoutRowMajor);
+				[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+					dQ[blk * NDQH + j] = coopMatMulAdd(dsA[blk * NKC + t], kB, dQ[blk * NDQH + j]);
+				}
 			}
 		}
 #endif
@@ -559,8 +614,10 @@ void main() {
 
 	// dQ·scale → storage type (fp32: as it is) → shared → global.
 	barrier();
-	[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
-		CM_STORE_ACC(dQ[j] * pc.scale, sKV, sgr * LDQ4 + (JH0 + j) * (CM_N / CM_OUT_EL), LDQ4)
+	[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+		[[unroll]] for (uint j = 0u; j < NDQH; ++j) {
+			CM_STORE_ACC(dQ[blk * NDQH + j] * pc.scale, sKV, (sgr + blk * CM_M) * LDQ4 + (JH0 + j) * (CM_N / CM_OUT_EL), LDQ4)
+		}
 	}
 	barrier();
 	const uint QCH = DP / CM_OUT_EL; // units per dQ row

@@ -94,7 +94,7 @@ const (
 	SpecCMPairs   uint32 = 24 // flash_cm: subgroups in pairs that split the key tile's S and O's columns; bwd_cm_dq: S, dP and dQ's columns
 	SpecCMPart    uint32 = 25 // bwd_cm_dkdv: 0 dK and dV, 1 dV only, 2 dK only, 3 and 4 dK's column halves
 	SpecCMFHalves uint32 = 26 // bwd_cm_dkdv (every build), bwd_cm_dq (the f32 build): subgroups in pairs that split the head dim's features and the gradients' columns, and add their partial Sᵀ (S) and dPᵀ (dP)
-	SpecCMRowBlk  uint32 = 27 // flash_cm: row blocks of CM_M query rows per subgroup (MODE 1, 16-bit storage, no pairs, no bias)
+	SpecCMRowBlk  uint32 = 27 // flash_cm, bwd_cm_dq: row blocks of CM_M query rows per subgroup (MODE 1, 16-bit storage, no pairs, no bias)
 	SpecCMStagger uint32 = 29 // flash_cm, bwd_cm_dq: each workgroup walks its key tiles, bwd_cm_dkdv its query steps, from a place of its own (not with a bias)
 	SpecCMCols    uint32 = 30 // every coopmat kernel (MODE 1): 1 when every invocation's accumulator columns lie at the same offsets from its smallest (CM_COLD_LO/HI)
 	SpecCMColDLo  uint32 = 31 // every coopmat kernel: column of components 0–7 minus the invocation's smallest (4 bits each)
@@ -103,7 +103,7 @@ const (
 
 var (
 	// cmSpecIDs: every coopmat kernel's (cm_common.glsl's and PREFETCH);
-	// flash_cm and bwd_cm_dq add PAIRS (flash_cm ROWBLK too), bwd_cm_dkdv KVREG and PART, both
+	// flash_cm and bwd_cm_dq add PAIRS and ROWBLK, bwd_cm_dkdv KVREG and PART, both
 	// backward kernels FHALVES (the backward kernels read 10–14, 19–22
 	// and 29 of cm_common.glsl's), and each STAGGER (cm_common.glsl's)
 	// after them, and each ends with the column offsets (cm_common.glsl's
@@ -115,7 +115,7 @@ var (
 	probeSpecIDs   = []uint32{SpecWorkgroupSize, SpecCMM, SpecCMN, SpecCMK}
 	bwdCMSpecIDs   = cmSpecIDs
 	bwdCMKVSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMKVReg, SpecCMPart, SpecCMFHalves, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
-	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
+	bwdCMDQSpecIDs = append(append([]uint32(nil), bwdCMSpecIDs...), SpecCMPairs, SpecCMFHalves, SpecCMRowBlk, SpecCMStagger, SpecCMCols, SpecCMColDLo, SpecCMColDHi)
 )
 
 // CMPlanes is the number of bf16 planes the coopmat kernels split each

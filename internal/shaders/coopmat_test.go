@@ -193,24 +193,40 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 		// every build, BR = NSG·M/2 in bwd_cm_dq, the f32 build's).
 		fhCases := []bwdCase{{16, 32, 4, 16, 1, 128, 128, 0}, {16, 32, 8, 16, 1, 128, 128, 0}, {16, 32, 2, 16, 1, 96, 64, 0}, {8, 8, 2, 16, 1, 64, 64, 0}, {16, 32, 8, 16, 1, 80, 72, 0}, {16, 32, 4, 16, 1, 40, 100, 0},
 			{16, 32, 8, 16, 1, 256, 256, 0}, {16, 32, 4, 32, 1, 256, 192, 0}}
-		all := append(cases, kvCases...)
-		if !dkdv {
-			all = append(all, pairCases...)
+		// bwd_cm_dq's two row blocks per subgroup (BR = NSG·M·2; the
+		// 16-bit builds').
+		rbCases := []bwdCase{{16, 32, 4, 32, 1, 64, 64, 0}, {8, 8, 2, 32, 1, 40, 64, 0}, {16, 32, 4, 32, 1, 128, 96, 0}}
+		const plainCase, kvCase, pairCase, rbCase, fhCase = 0, 1, 2, 3, 4
+		var all []bwdCase
+		var kinds []int
+		add := func(kind int, cs []bwdCase) {
+			all = append(all, cs...)
+			for range cs {
+				kinds = append(kinds, kind)
+			}
 		}
-		nfh := len(all)
+		add(plainCase, cases)
+		add(kvCase, kvCases)
+		if !dkdv {
+			add(pairCase, pairCases)
+			if CMPlanes(dt) == 1 {
+				add(rbCase, rbCases)
+			}
+		}
 		if CMPlanes(dt) > 1 || dkdv {
-			all = append(all, fhCases...)
+			add(fhCase, fhCases)
 		}
 		for i, c := range all {
-			kv := i >= len(cases) && i < len(cases)+len(kvCases)
-			pairs := i >= len(cases)+len(kvCases) && i < nfh
-			fh := i >= nfh
+			kv, pairs, rb, fh := kinds[i] == kvCase, kinds[i] == pairCase, kinds[i] == rbCase, kinds[i] == fhCase
 			br, bc := c.step, c.nsg*c.m // dkdv: BR query rows per step, BC keys
 			if !dkdv {
 				br, bc = c.nsg*c.m, c.step
 			}
 			if pairs {
 				br = c.nsg / 2 * c.m
+			}
+			if rb {
+				br *= 2
 			}
 			if fh && dkdv {
 				bc = c.nsg / 2 * c.m
@@ -233,6 +249,9 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 			if pairs {
 				spec[SpecCMPairs] = 1
 			}
+			if rb {
+				spec[SpecCMRowBlk] = 2
+			}
 			if fh {
 				spec[SpecCMFHalves], shape.FHalves = 1, true
 				if CMPlanes(dt) == 1 { // (the 16-bit builds' pairs hold K_j and V_j in registers)
@@ -248,7 +267,7 @@ func testBwdCMSharedBytes(t *testing.T, dt string) {
 				want := BwdCMSharedBytes(shape) // (no bias stage: the backward loads its values per component)
 				// The Go mirror rounds MODE 1's one-element scratch arrays up.
 				if got > want || want-got > 8 {
-					t.Errorf("%s %+v kvreg %v pairs %v fhalves %v ext %d: SPIR-V shared %d bytes, the mirror %d", k, c, kv, pairs, fh, bias.ext, got, want)
+					t.Errorf("%s %+v kvreg %v pairs %v row blocks %v fhalves %v ext %d: SPIR-V shared %d bytes, the mirror %d", k, c, kv, pairs, rb, fh, bias.ext, got, want)
 				}
 			}
 		}

@@ -34,16 +34,20 @@ func fromF16(x []uint16) []float32 {
 // bwdCMVariant is a coopmat backward's MODE and flags: pf and sw (the
 // staggered walk) in both kernels; kv, sp, dk (dK in two halves, with sp)
 // and fh (subgroup pairs over the features, with kv) in the dK/dV kernel;
-// dq (subgroup pairs over the keys) in the dQ kernel.
+// dq (subgroup pairs over the keys) and rb (two row blocks per subgroup)
+// in the dQ kernel.
 type bwdCMVariant struct {
-	mode                       int
-	kv, pf, sp, dk, dq, fh, sw bool
+	mode                           int
+	kv, pf, sp, dk, dq, fh, sw, rb bool
 }
 
 func (v bwdCMVariant) String() string {
 	s := fmt.Sprintf("mode%d-kv%v-pf%v-sp%v-dk%v-dq%v", v.mode, v.kv, v.pf, v.sp, v.dk, v.dq)
 	if v.fh {
 		s += "-fh"
+	}
+	if v.rb {
+		s += "-rb"
 	}
 	if v.sw {
 		s += "-sw"
@@ -54,8 +58,8 @@ func (v bwdCMVariant) String() string {
 // forceBwdCM makes b's coopmat backward of problems like p run variant
 // v: the first default tile of its mode that fits with v's flags, forced
 // as the tuner forces candidates, and returns the dQ tile. Pairs that do
-// not fit the problem (an odd count of dQ's column blocks) fall back to
-// tiles without them.
+// not fit the problem (an odd count of dQ's column blocks) and row blocks
+// that do not fit the shared memory fall back to tiles without them.
 func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.DType, v bwdCMVariant) (dq bwdCMTile) {
 	t.Helper()
 	for _, dkdv := range []bool{true, false} {
@@ -69,9 +73,12 @@ func forceBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, dt spec.
 						continue
 					}
 				} else {
-					c.Pairs = false
+					c.Pairs, c.RowBlocks = false, 0
 					plain = append(plain, c)
 					c.Pairs = v.dq
+					if v.rb {
+						c.RowBlocks = 2
+					}
 				}
 				cands = append(cands, c)
 			}
@@ -123,7 +130,8 @@ func TestBwdCM(t *testing.T) {
 		vars = append(vars, bwdCMVariant{mode: 1}, bwdCMVariant{mode: 1, kv: true}, bwdCMVariant{mode: 1, pf: true},
 			bwdCMVariant{mode: 1, sp: true}, bwdCMVariant{mode: 1, kv: true, pf: true, sp: true}, bwdCMVariant{mode: 1, kv: true, sp: true, dk: true},
 			bwdCMVariant{mode: 1, pf: true, sp: true, dk: true}, bwdCMVariant{mode: 1, dq: true}, bwdCMVariant{mode: 1, pf: true, kv: true, sp: true, dk: true, dq: true},
-			bwdCMVariant{mode: 1, kv: true, fh: true}, bwdCMVariant{mode: 1, kv: true, pf: true, fh: true, dq: true})
+			bwdCMVariant{mode: 1, kv: true, fh: true}, bwdCMVariant{mode: 1, kv: true, pf: true, fh: true, dq: true},
+			bwdCMVariant{mode: 1, rb: true}, bwdCMVariant{mode: 1, kv: true, pf: true, rb: true, sw: true})
 	}
 	// The last case's key tiles past the first are seen by no query row:
 	// their workgroups take no step and store dK = dV = 0. D 256 with Dv
@@ -138,6 +146,9 @@ func TestBwdCM(t *testing.T) {
 				dqTile := forceBwdCM(t, b, l, p, spec.Float16, vr)
 				if vr.dq && !dqTile.Pairs && p.D == p.Dv && (p.D == 64 || p.D == 128 || p.D == 256) {
 					t.Fatalf("%s: the dQ kernel runs %s, without pairs", vr, dqTile)
+				}
+				if vr.rb && dqTile.RowBlocks != 2 && max(p.D, p.Dv) <= 64 {
+					t.Fatalf("%s: the dQ kernel runs %s, without row blocks", vr, dqTile)
 				}
 				defer b.tune.clearOverrides()
 				if pl, err := b.Plan(ctx, p, spec.Float16, Bwd); err != nil || pl.Family != "bwd_cm" {
@@ -162,7 +173,6 @@ func TestBwdCM(t *testing.T) {
 // refusal of a bias.
 func TestBwdCMFHalvesOptions(t *testing.T) {
 	b, l := openBwdCM16(t)
-	ctx := context.Background()
 	if !l.Mode1 {
 		t.Skipf("%s: no MODE 1 (%s): no pairs over the features", b.info.Name, l.Why)
 	}
@@ -176,21 +186,68 @@ func TestBwdCMFHalvesOptions(t *testing.T) {
 		for _, opt := range pairOptions(h.p)[1:] {
 			p := *h.p
 			p.Mask, p.Ext = opt.mask, opt.ext
-			t.Run(fmt.Sprintf("%s/%s", c.name(i), opt.name), func(t *testing.T) {
-				x := ExtrasOf(l, p.Ext)
-				if err := bwdCMCheckTile(l, true, fh, p.D, p.Dv, x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
-					t.Skipf("%s does not fit here: %v", fh, err)
-				}
-				force(b, shaders.KernelBwdCMDKDV, &p, spec.Float16, fh)
-				defer b.tune.clearOverrides()
-				ls, err := b.Launches(ctx, &p, spec.Float16, true)
-				if err != nil || !slices.ContainsFunc(ls, func(ln Launch) bool { return ln.Kernel == shaders.KernelBwdCMDKDV && ln.Config == fh.String() }) {
-					t.Fatalf("launches %+v, %v; want %s %s", ls, err, shaders.KernelBwdCMDKDV, fh)
-				}
-				checkBwdF16(t, b, &p, h, spectest.Reference(&p))
-			})
+			t.Run(fmt.Sprintf("%s/%s", c.name(i), opt.name), func(t *testing.T) { checkForcedBwdCM(t, b, l, &p, h, true, fh) })
 		}
 	}
+}
+
+// TestBwdCMRowBlocksOptions runs the dQ kernel's two row blocks per
+// subgroup (rb2, forced, with and without the prefetch) with each option
+// a model uses — a window with a softcap, ALiBi, dropout, key counts —
+// against the float64 reference on the fp16-rounded inputs (rel_l2 ≤
+// 4e-3, as TestBwdCM), and checks the refusal of a bias, of MODE 0 and of
+// the pairs.
+func TestBwdCMRowBlocksOptions(t *testing.T) {
+	b, l := openBwdCM16(t)
+	if !l.Mode1 {
+		t.Skipf("%s: no MODE 1 (%s): no row blocks", b.info.Name, l.Why)
+	}
+	rbs := []bwdCMTile{{NSG: 4, Step: 32, Mode: 1, Prefetch: true, RowBlocks: 2}, {NSG: 2, Step: 32, Mode: 1, RowBlocks: 2}}
+	bias := ExtrasOf(l, &spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}})
+	for _, bad := range []struct {
+		c bwdCMTile
+		x TileExtras
+	}{{rbs[0], bias}, {bwdCMTile{NSG: 4, Step: 32, Mode: 0, RowBlocks: 2}, TileExtras{}}, {bwdCMTile{NSG: 4, Step: 32, Mode: 1, Pairs: true, RowBlocks: 2}, TileExtras{}}} {
+		if err := bwdCMCheckTile(l, false, bad.c, 64, 64, bad.x, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+			t.Errorf("%s (bias %v): accepted", bad.c, bad.x.BiasElem != 0)
+		}
+	}
+	if err := bwdCMCheckTile(l, true, rbs[0], 64, 64, TileExtras{}, b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err == nil {
+		t.Errorf("%s for the dK/dV kernel: accepted", rbs[0])
+	}
+	cases := []hostCase{{1, 2, 1, 150, 170, 64, 64, spec.MaskCausalBottomRight}, {2, 2, 2, 33, 97, 40, 64, spec.MaskNone}}
+	for i, c := range cases {
+		h := c.problem(uint64(1400 + i))
+		for _, opt := range pairOptions(h.p) {
+			for _, rb := range rbs {
+				p := *h.p
+				p.Mask, p.Ext = opt.mask, opt.ext
+				t.Run(fmt.Sprintf("%s/%s/%s", c.name(i), opt.name, rb), func(t *testing.T) { checkForcedBwdCM(t, b, l, &p, h, false, rb) })
+			}
+		}
+	}
+}
+
+// checkForcedBwdCM forces tile c on b's dK/dV (dkdv) or dQ kernel for
+// problems like p (skipping the test where c does not fit), checks that
+// p's backward launches it, and checks p's fp16 gradients against the
+// float64 reference (checkBwdF16).
+func checkForcedBwdCM(t *testing.T, b *Backend, l *CMLayout, p *spec.Problem, h *hostProblem, dkdv bool, c bwdCMTile) {
+	t.Helper()
+	if err := bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, ExtrasOf(l, p.Ext), b.lim.SharedBytes, b.lim.MaxWorkgroupSize); err != nil {
+		t.Skipf("%s does not fit here: %v", c, err)
+	}
+	stage := shaders.KernelBwdCMDQ
+	if dkdv {
+		stage = shaders.KernelBwdCMDKDV
+	}
+	force(b, stage, p, spec.Float16, c)
+	defer b.tune.clearOverrides()
+	ls, err := b.Launches(context.Background(), p, spec.Float16, true)
+	if err != nil || !slices.ContainsFunc(ls, func(ln Launch) bool { return ln.Kernel == stage && ln.Config == c.String() }) {
+		t.Fatalf("launches %+v, %v; want %s %s", ls, err, stage, c)
+	}
+	checkBwdF16(t, b, p, h, spectest.Reference(p))
 }
 
 // openBwdCM16 opens the default device and its fp16 coopmat layout,

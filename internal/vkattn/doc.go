@@ -38,7 +38,9 @@
 //	          times, dV then dK's two halves of columns, K and V in
 //	          registers — twice, dV then dK, with a bias: split tiles —
 //	          and 16-bit bwd_cm_dq in subgroup pairs that split dQ's
-//	          columns: pair tiles)
+//	          columns: pair tiles; at d ≤ 64 the 16-bit bwd_cm_dq's
+//	          subgroups own two blocks of query rows each, with no bias,
+//	          ALiBi, softcap or window: row-block tiles)
 //	bwd       backward: bwd_pre, bwd_dkdv, bwd_dq
 //	decode    KV-cache calls (pass KV): kv_append, decode, decode_combine (kvcache.go)
 //

@@ -425,7 +425,7 @@ func TestChooseCMTile(t *testing.T) {
 		{false, 144, "nsg4-step32-mode1-sw1", "0:nsg4"}, {false, 192, "nsg8-step32-mode1-dq2-sw1", "0:nsg8"},
 		{true, 192, "nsg4-step32-mode1-kv1-fh2-sw1", "0:nsg4"}, {true, 128, "nsg4-step64-mode1-kv1-sw1", "0:nsg4"},
 		{true, 96, "nsg4-step32-mode1-pf1", "0:nsg4"}, {false, 80, "nsg8-step64-mode1-pf1", "0:nsg8"}, {false, 128, "nsg4-step32-mode1-pf1", "0:nsg4"},
-		{false, 64, "nsg4-step64-mode1-pf1", "0:nsg4"}} {
+		{false, 64, "nsg4-step32-mode1-pf1-rb2", "0:nsg4"}} {
 		got, err := chooseBwdCMTile(l, c.dkdv, c.d, c.d, spec.MaskNone, nil, sh, wg)
 		if err != nil || got.String() != c.want {
 			t.Errorf("backward dkdv %v d %d: %v (%v), want %s", c.dkdv, c.d, got, err, c.want)
@@ -438,6 +438,22 @@ func TestChooseCMTile(t *testing.T) {
 		}
 		if err != nil || strings.Join(parts, " ") != c.parts {
 			t.Errorf("backward dkdv %v d %d: launches %v (%v), want %s", c.dkdv, c.d, parts, err, c.parts)
+		}
+	}
+	// The d 64 dQ tile: two row blocks per subgroup, but not with a bias,
+	// ALiBi, a softcap or a window beyond the causal mask (nor where the
+	// layout has no MODE 1: below).
+	for _, c := range []struct {
+		ext  *spec.Ext
+		want string
+	}{{&spec.Ext{Left: -1, Right: -1, Dropout: drop}, "nsg4-step32-mode1-pf1-rb2"}, {&spec.Ext{Left: -1, Right: 0, Dropout: drop}, "nsg4-step32-mode1-pf1-rb2"},
+		{&spec.Ext{Left: -1, Right: -1, CuQ: []int32{0, 9000}, CuK: []int32{0, 9000}}, "nsg4-step32-mode1-pf1-rb2"},
+		{&spec.Ext{Left: 255, Right: 0}, "nsg4-step64-mode1-pf1"}, {&spec.Ext{Left: -1, Right: 3}, "nsg4-step64-mode1-pf1"},
+		{&spec.Ext{Left: -1, Right: -1, Bias: &spec.Bias{}}, "nsg4-step64-mode1-pf1"}, {&spec.Ext{Left: -1, Right: -1, Softcap: 30, Dropout: drop}, "nsg4-step64-mode1-pf1"},
+		{&spec.Ext{Left: -1, Right: 0, Slopes: []float32{0.5}}, "nsg4-step64-mode1-pf1"}} {
+		if got, err := chooseBwdCMTile(l, false, 64, 64, spec.MaskNone, c.ext, sh, wg); err != nil || got.String() != c.want {
+			t.Errorf("backward dQ d 64 (window %d,%d softcap %g ALiBi %v bias %v dropout %v): %v (%v), want %s",
+				c.ext.Left, c.ext.Right, c.ext.Softcap, c.ext.Slopes != nil, c.ext.Bias != nil, c.ext.Dropout != nil, got, err, c.want)
 		}
 	}
 	// The d 128 dK/dV tile: K_j and V_j in registers, steps of 64 rows

@@ -94,7 +94,8 @@ func TestParseCandidates(t *testing.T) {
 		{NSG: 2, Step: 16, Split: true}, {NSG: 4, Step: 16, Mode: 1, KVReg: true, Split: true, Halves: true}, {NSG: 4, Step: 32, Mode: 1, Pairs: true},
 		{NSG: 8, Step: 32, Mode: 1, Prefetch: true, Pairs: true}, {NSG: 4, Step: 16, Mode: 1, FHalves: true}, {NSG: 8, Step: 16, Mode: 1, Prefetch: true, FHalves: true},
 		{NSG: 8, Step: 16, Mode: 1, KVReg: true, FHalves: true}, {NSG: 4, Step: 64, Mode: 1, KVReg: true, Stagger: true},
-		{NSG: 8, Step: 16, Mode: 1, FHalves: true, Stagger: true}, {NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, Halves: true, Stagger: true}} {
+		{NSG: 8, Step: 16, Mode: 1, FHalves: true, Stagger: true}, {NSG: 4, Step: 32, Mode: 1, KVReg: true, Split: true, Halves: true, Stagger: true},
+		{NSG: 4, Step: 32, Mode: 1, Prefetch: true, RowBlocks: 2}, {NSG: 2, Step: 64, Mode: 1, RowBlocks: 2, Stagger: true}} {
 		got, err := parseBwdCMTile(c.String())
 		if err != nil || got != c {
 			t.Errorf("%v: %v, %v", c, got, err)
@@ -103,7 +104,9 @@ func TestParseCandidates(t *testing.T) {
 	for _, s := range []string{"nsg1-step16-mode1-qs1", "nsg1-step16-mode1-sp1-kv1", "nsg1-step16-mode1-sp2", "nsg1-step16-mode1-dk2-sp1", "nsg1-step16-mode1-dk2",
 		"nsg4-step32-mode1-dq2-pf1", "nsg4-step32-mode1-kv1-dq2", "nsg4-step32-mode1-sp1-dq2", "nsg4-step32-mode1-dq2-dq2",
 		"nsg4-step16-mode1-fh2-pf1", "nsg4-step16-mode1-fh2-kv1", "nsg4-step16-mode1-sp1-fh2", "nsg4-step16-mode1-dq2-fh2", "nsg4-step16-mode1-fh2-fh2",
-		"nsg4-step64-mode1-sw1-kv1", "nsg4-step64-mode1-kv1-sw1-sw1", "nsg4-step64-mode1-kv1-sw2", "nsg4-step16-mode1-sw1-fh2"} {
+		"nsg4-step64-mode1-sw1-kv1", "nsg4-step64-mode1-kv1-sw1-sw1", "nsg4-step64-mode1-kv1-sw2", "nsg4-step16-mode1-sw1-fh2",
+		"nsg4-step32-mode1-pf1-rb1", "nsg4-step32-mode1-pf1-rb0", "nsg4-step32-mode1-pf1-rb", "nsg4-step32-mode1-pf1-rb2x", "nsg4-step32-mode1-pf1-rb2-rb2",
+		"nsg4-step32-mode1-pf1-sw1-rb2", "nsg4-step32-mode1-rb2-pf1", "nsg4-step32-mode1-kv1-rb2", "nsg4-step32-mode1-dq2-rb2", "nsg4-step32-mode1-fh2-rb2", "nsg4-step32-mode1-sp1-rb2"} {
 		if _, err := parseBwdCMTile(s); err == nil {
 			t.Errorf("parseBwdCMTile(%q) accepted", s)
 		}

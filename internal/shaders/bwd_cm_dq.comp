@@ -22,10 +22,10 @@
 // Push constants: Params. Grid: (ceil(Nq/BR), Hq, B); LSE and D are [Hq,Tq]
 //   for packed sequences, whose workgroups work on their own sequence's
 //   rows and keys (seq_nq, seq_nk, read_keys(): ext.glsl).
-// Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR = NSG·CM_M
-//   query rows per workgroup (each subgroup owns CM_M rows, ROWBLK
-//   blocks of them: NSG·CM_M·ROWBLK; with PAIRS or FHALVES NSG·CM_M/2,
-//   each pair owns CM_M rows); 4 BC keys per
+// Spec constants: 0 WG = NSG·SUBGROUP; 1 D, 2 DV (≤ 256); 3 BR =
+//   NSG·CM_M·ROWBLK query rows per workgroup (each subgroup owns ROWBLK
+//   blocks of CM_M rows; with PAIRS or FHALVES NSG·CM_M/2, each pair owns
+//   CM_M rows); 4 BC keys per
 //   tile (a multiple of CM_N and CM_K); 5 SUBGROUP; 8 EXT (ext.glsl);
 //   10–14, 19–21 as cm_common.glsl; 22 PREFETCH, 24 PAIRS, 26 FHALVES,
 //   27 ROWBLK (below); 29 STAGGER (cm_common.glsl: each workgroup's key tiles from a
@@ -123,17 +123,13 @@ layout(constant_id = 22) const uint PREFETCH = 0;
 layout(constant_id = 24) const uint PAIRS = 0;
 // 27 ROWBLK: row blocks of CM_M query rows per subgroup (BR =
 // NSG·CM_M·ROWBLK; the host asks for more than one with MODE 1, 16-bit
-// storage and no pairs). Each K fragment a subgroup loads from shared
-// memory (Kᵀ for S, K for dQ) and each V fragment (Vᵀ for dP) then feeds
-// one MMA per block — half the fragment loads per MMA with two blocks,
-// as flash_cm's row blocks — for the registers of the extra blocks' Q_i,
-// dO_i, S, dP and dQ.
+// storage, no pairs and no bias). Each K fragment a subgroup loads from
+// shared memory (Kᵀ for S, K for dQ) and each V fragment (Vᵀ for dP)
+// then feeds one MMA per block — half the fragment loads per MMA with two
+// blocks, as flash_cm's row blocks — for the registers of the extra
+// blocks' Q_i, dO_i, S, dP and dQ. (RB, below, is 1 wherever the host
+// never asks for more: the fp32 build, MODE 0, the pairs.)
 layout(constant_id = 27) const uint ROWBLK = 1;
-#if CM_SPLIT > 1
-const uint RB = 1u;
-#else
-const uint RB = ROWBLK > 1u ? ROWBLK : 1u;
-#endif
 // 26 FHALVES (the fp32 build, whose three planes of Q_i and dO_i would
 // fill the register file at d 128): 1 pairs the subgroups over the head
 // dim — each holds half of Q_i's and dO_i's feature chunks (NQFH, NOFH
@@ -150,10 +146,12 @@ layout(constant_id = 26) const uint FHALVES = 0;
 const uint PAIRED = 0u;
 const uint FSPL = FHALVES + 1u;
 const uint NSPL = FSPL;
+const uint RB = 1u;
 #else
 const uint PAIRED = MODE == 1u ? PAIRS : 0u; // (not in MODE 0)
 const uint FSPL = 1u;
 const uint NSPL = PAIRED + 1u;
+const uint RB = MODE == 1u && PAIRED == 0u && ROWBLK > 1u ? ROWBLK : 1u;
 #endif
 
 // Prefetch registers: this invocation's share of one tile's K and V.
@@ -358,8 +356,8 @@ void main() {
 	CM_LOCAL_ROWS(rowOf, lrow)
 
 	// Q_i, then dO_i: → shared (zero past Nq) → A fragments, one plane at
-	// a time (qA[pl·NQFH + kk], oA[pl·NOFH + kk]: with FHALVES the
-	// subgroup's half of the features).
+	// a time (qA[(pl·RB + blk)·NQFH + kk], oA[(pl·RB + blk)·NOFH + kk]
+	// for row block blk: with FHALVES the subgroup's half of the features).
 	for (uint r = tid; r < BR; r += WG) {
 		float l = r < rows ? lse_in(lse_buf[lse_index(b, h, r0 + r)]) : NEG_INF;
 		sL[r] = l == NEG_INF ? NEG_INF : l * LOG2E;

@@ -210,12 +210,13 @@ const BiasStagePlaceholder = 16
 // BwdCMShape is what the shared memory of bwd_cm_dkdv (DKDV) or bwd_cm_dq
 // depends on: coopmat shape M×N×K, NSG subgroups, the spec constants BR and
 // BC (bwd_cm_dkdv: BR query rows per step, BC = NSG·M keys; bwd_cm_dq: BR =
-// NSG·M query rows, BC keys per tile), MODE (the split build has none but
+// NSG·M·ROWBLK query rows, BC keys per tile), MODE (the split build has none but
 // 1), head dims D, DV, bwd_cm_dkdv's PART and KVREG (K_j and V_j in
 // registers: the 16-bit builds then stage Q_i and dO_i over them, and the
 // parts that write dK only stage V_j where K_j was), and the storage
 // type's CMPlanes (0 counts as 1). (bwd_cm_dq's subgroup pairs take BR =
-// NSG·M/2 and no shared memory of their own.) FHalves (pairs over the
+// NSG·M/2, its row blocks BR = NSG·M·ROWBLK, and neither shared memory
+// of its own.) FHalves (pairs over the
 // features: bwd_cm_dkdv's, BC = NSG·M/2, and the split build's bwd_cm_dq,
 // BR = NSG·M/2) pads D and DV to twice the chunk and adds the subgroups'
 // partial products: after the K/V tiles (split bwd_cm_dq), in K's staging

@@ -308,14 +308,15 @@ func TestBF16CM(t *testing.T) {
 		modes = append(modes, 1)
 	}
 	// bf16Variants: each MODE (split dK/dV launches above d 128, as the
-	// default there), and MODE 1 again with the dQ kernel's subgroup pairs.
+	// default there), and MODE 1 again with the dQ kernel's subgroup pairs
+	// and with its two row blocks per subgroup.
 	bf16Variants := func(modes []int, sp bool) []bwdCMVariant {
 		var vs []bwdCMVariant
 		for _, m := range modes {
 			vs = append(vs, bwdCMVariant{mode: m, sp: sp})
 		}
 		if l.Mode1 {
-			vs = append(vs, bwdCMVariant{mode: 1, sp: sp, dq: true})
+			vs = append(vs, bwdCMVariant{mode: 1, sp: sp, dq: true}, bwdCMVariant{mode: 1, sp: sp, rb: true})
 		}
 		return vs
 	}

@@ -459,9 +459,10 @@ func plainOnly(t *Tunable) *Tunable {
 }
 
 // bwdCMTunable is the tile of one coopmat backward kernel as a tune stage.
-// A tile tuned without options that a call with a bias takes (the dQ
-// kernel's, not PlainOnly) walks in order: a bias does not take the
-// staggered walk.
+// A tile tuned without options that a call with options takes (the dQ
+// kernel's, not PlainOnly) walks in order with a bias (which does not
+// take the staggered walk) and runs one row block per subgroup where the
+// rule gives the call none (dqRowBlocks).
 func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 	t := coopmatTunable(kernel, Bwd, parseBwdCMTile,
 		func(l *CMLayout, p *spec.Problem, lim shaders.Limits) (bwdCMTile, error) {
@@ -521,11 +522,17 @@ func bwdCMTunable(kernel string, dkdv bool) *Tunable {
 			return bwdCMCheckTile(l, dkdv, c, p.D, p.Dv, ExtrasOf(l, p.Ext), lim.SharedBytes, lim.MaxWorkgroupSize)
 		})
 	t.FromPlain = func(c Candidate, p *spec.Problem) Candidate {
-		if bc, ok := c.(bwdCMTile); ok && p.Ext != nil && p.Ext.Bias != nil {
-			bc.Stagger = false
-			return bc
+		bc, ok := c.(bwdCMTile)
+		if !ok || p.Ext == nil {
+			return c
 		}
-		return c
+		if p.Ext.Bias != nil {
+			bc.Stagger = false
+		}
+		if !dqRowBlocks(p.Ext) {
+			bc.RowBlocks = 0
+		}
+		return bc
 	}
 	return t
 }
@@ -1116,8 +1123,8 @@ func CMSpec(l *CMLayout, c CMTile, d, dv int, vec bool) []device.Spec {
 //
 //	bwd_cm_dkdv: NSG subgroups own NSG·M keys (NSG·M/2 with FHalves);
 //	             Step query rows per step.
-//	bwd_cm_dq:   NSG subgroups own NSG·M query rows (NSG·M/2 with Pairs
-//	             or FHalves); Step keys per tile.
+//	bwd_cm_dq:   NSG subgroups own NSG·M·RowBlocks query rows (NSG·M/2
+//	             with Pairs or FHalves); Step keys per tile.
 type bwdCMTile struct {
 	NSG, Step int
 	Mode      int  // 0 elementwise through shared memory, 1 in registers
@@ -1443,7 +1450,7 @@ func bwdCMTileRule(l *CMLayout, dkdv bool, d, dv int, ext *spec.Ext) []bwdCMTile
 // needs, nor a window beyond the causal mask, whose diagonal band the
 // 128 rows of a workgroup cover with more masked keys than 64 do.
 // Measured on an NVIDIA H200 (d 64; bench/NOTES.md) against
-// nsg4-step64: the dQ kernel 7–13% faster, the backward 1.03–1.06×
+// nsg4-step64: the dQ kernel 7–13% faster, the backward 1.03–1.05×
 // (fp16 and bf16, N 4096 and 16384, causal and not), packed sequences of
 // 17–4000 tokens 1.02–1.06×, dropout 0.99–1.02×; ALiBi 0.97–1.00×, a
 // softcap 0.97–0.99×, a window of 255 keys 0.96–0.97×.

@@ -441,8 +441,7 @@ func TestChooseCMTile(t *testing.T) {
 		}
 	}
 	// The d 64 dQ tile: two row blocks per subgroup, but not with a bias,
-	// ALiBi, a softcap or a window beyond the causal mask (nor where the
-	// layout has no MODE 1: below).
+	// ALiBi, a softcap or a window beyond the causal mask.
 	for _, c := range []struct {
 		ext  *spec.Ext
 		want string

@@ -546,6 +546,24 @@ func TestTunedPlainOnly(t *testing.T) {
 	if c, ok := b.tuned(ctx, "bwd_cm_dq", p, spec.Float16); !ok || c.String() != dq.Candidate {
 		t.Errorf("bwd_cm_dq with a softcap: %v, %v; want the plain entry's %s (%v)", c, ok, dq.Candidate, b.TuneWarnings())
 	}
+	// A dQ tile with row blocks, tuned without options, keeps them for the
+	// calls the rule gives them (dropout) and runs one block per subgroup
+	// for the others (a softcap, ALiBi, a window, a bias).
+	dq64 := Tuned{Key: TuneKey{Stage: "bwd_cm_dq", Dir: Bwd, DType: spec.Float16, D: 64, DV: 64, Causal: true}, N: 1024, Candidate: "nsg8-step32-mode1-pf1-rb2"}
+	b.tune.entries = append(b.tune.entries, dq64)
+	p64 := &spec.Problem{B: 1, Hq: 1, Hkv: 1, Nq: 1024, Nk: 1024, D: 64, Dv: 64, Scale: 0.125, Mask: spec.MaskCausalBottomRight}
+	for _, c := range []struct {
+		ext  *spec.Ext
+		want string
+	}{{nil, dq64.Candidate}, {&spec.Ext{Left: -1, Right: 0, BottomRight: true, Dropout: &spec.Dropout{Threshold: 26}}, dq64.Candidate},
+		{&spec.Ext{Left: -1, Right: 0, BottomRight: true, Softcap: 30}, "nsg8-step32-mode1-pf1"}, {&spec.Ext{Left: 255, Right: 0, BottomRight: true}, "nsg8-step32-mode1-pf1"},
+		{&spec.Ext{Left: -1, Right: 0, BottomRight: true, Slopes: []float32{0.5}}, "nsg8-step32-mode1-pf1"},
+		{&spec.Ext{Left: -1, Right: 0, BottomRight: true, Bias: &spec.Bias{DType: spec.Float32, Row: 1024}}, "nsg8-step32-mode1-pf1"}} {
+		p64.Ext = c.ext
+		if got, ok := b.tuned(ctx, "bwd_cm_dq", p64, spec.Float16); !ok || got.String() != c.want {
+			t.Errorf("bwd_cm_dq d 64 (options %q): %v, %v; want %s (%v)", p64.Features(), got, ok, c.want, b.TuneWarnings())
+		}
+	}
 	if w := b.TuneWarnings(); len(w) > 0 {
 		t.Errorf("warnings %v", w)
 	}

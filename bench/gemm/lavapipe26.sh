@@ -8,6 +8,13 @@
 # (flash_cm MODE 0 and 1, gemm_khr) be checked without a GPU:
 #   go build -o /tmp/gemm ./bench/gemm
 #   bench/gemm/lavapipe26.sh /tmp/gemm -mode check -quick -only nsg4-bc32
+# The cooperative-matrix tests of internal/vkattn (skipped on Mesa 22) run
+# there too:
+#   go test -c -o /tmp/vkattn.test ./internal/vkattn
+#   FLASHVK_VALIDATION=0 bench/gemm/lavapipe26.sh /tmp/vkattn.test -test.run TestBwdCM
+# (FLASHVK_VALIDATION=0 where bookworm's validation layer is installed: it
+# predates these extensions and reports their use as errors, which fail
+# the tests.)
 # The packages are fetched once with apt-get download under a private apt
 # state (the system's apt state is untouched) into $FLASHVK_CACHE/lavapipe26
 # and run through sid's own dynamic loader. Not pinned: sid moves; the

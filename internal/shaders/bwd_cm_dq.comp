@@ -491,29 +491,26 @@ void main() {
 				S[blk * NSTH + t] = ACC(0.0);
 				dP[blk * NSTH + t] = ACC(0.0);
 			}
-			if (RB == 1u) {
-				[[unroll]] for (uint kk = 0u; kk < NQFH; ++kk) {
-					CM_MMA(S[t], qA, NQFH, kk, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u) CM_AT_CHUNK(QF0), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
-				}
-				[[unroll]] for (uint kk = 0u; kk < NOFH; ++kk) {
-					CM_MMA(dP[t], oA, NOFH, kk, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u) CM_AT_CHUNK(OF0), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+#if CM_SPLIT > 1
+			[[unroll]] for (uint kk = 0u; kk < NQFH; ++kk) {
+				CM_MMA(S[t], qA, NQFH, kk, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u) CM_AT_CHUNK(QF0), KPL, LDK4, gl_CooperativeMatrixLayoutColumnMajor)
+			}
+			[[unroll]] for (uint kk = 0u; kk < NOFH; ++kk) {
+				CM_MMA(dP[t], oA, NOFH, kk, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u) CM_AT_CHUNK(OF0), VPL, LDV4, gl_CooperativeMatrixLayoutColumnMajor)
+			}
+#else
+			[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
+				MATB kB;
+				coopMatLoad(kB, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
+				[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+					S[blk * NSTH + t] = coopMatMulAdd(qA[blk * NQF + kk], kB, S[blk * NSTH + t]);
 				}
 			}
-#if CM_SPLIT == 1
-			else {
-				[[unroll]] for (uint kk = 0u; kk < NQF; ++kk) {
-					MATB kB;
-					coopMatLoad(kB, sKV, KOFF + tk * LDK4 + kk * (CM_K / 8u), LDK4, gl_CooperativeMatrixLayoutColumnMajor);
-					[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
-						S[blk * NSTH + t] = coopMatMulAdd(qA[blk * NQF + kk], kB, S[blk * NSTH + t]);
-					}
-				}
-				[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
-					MATB vB;
-					coopMatLoad(vB, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutColumnMajor);
-					[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
-						dP[blk * NSTH + t] = coopMatMulAdd(oA[blk * NOF + kk], vB, dP[blk * NSTH + t]);
-					}
+			[[unroll]] for (uint kk = 0u; kk < NOF; ++kk) {
+				MATB vB;
+				coopMatLoad(vB, sKV, VOFF + tk * LDV4 + kk * (CM_K / 8u), LDV4, gl_CooperativeMatrixLayoutColumnMajor);
+				[[unroll]] for (uint blk = 0u; blk < RB; ++blk) {
+					dP[blk * NSTH + t] = coopMatMulAdd(oA[blk * NOF + kk], vB, dP[blk * NSTH + t]);
 				}
 			}
 #endif

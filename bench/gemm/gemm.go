@@ -21,6 +21,7 @@ type gemmVariant struct {
 	WM, WN, Stages int
 	PF, Raster     int // gemm_khr: register prefetch depth, workgroup bands (gemm_khr.comp)
 	Probe          int // gemm_khr: a timing probe (gemm_khr.comp's PROBE; its C is not checked)
+	Direct         bool // gemm_khr: fragments loaded straight from the buffers (gemm_khr.comp's DIRECT)
 	Pad, Pipe      int
 	Note           string
 }
@@ -41,6 +42,13 @@ func gemmVariants(info device.Info, sh device.CoopMatShape) []gemmVariant {
 	probe := func(name string, bm, bn, bk, wm, wn, stages, kind int, note string) gemmVariant {
 		v := khr(name, bm, bn, bk, wm, wn, stages, 1, note)
 		v.Probe = kind
+		return v
+	}
+	// direct: every subgroup's fragments from the buffers, no staging
+	// (gemm_khr.comp's DIRECT), workgroups in bands of raster tile rows.
+	direct := func(name string, bm, bn, wm, wn, raster int, note string) gemmVariant {
+		v := khrp(name, bm, bn, 32, wm, wn, 1, 1, raster, note)
+		v.Direct = true
 		return v
 	}
 	cm2 := func(name string, bm, bn, bk, wg, pipe int, note string) gemmVariant {
@@ -77,6 +85,11 @@ func gemmVariants(info device.Info, sh device.CoopMatShape) []gemmVariant {
 		probe("probe-mma-64x64x32-4sg", 64, 64, 32, 2, 2, 1, 1, "MMAs only, 4 subgroups of 32x32"),
 		probe("probe-l1-128x128x32-s2", 128, 128, 32, 2, 2, 2, 4, "s2 with every step's loads from tile 0 (L1 hits)"),
 		probe("probe-l1-256x128x16-s2", 256, 128, 16, 4, 2, 2, 4, "the same, 8 subgroups, BK 16"),
+		direct("direct-128x128", 128, 128, 2, 2, 0, "4 subgroups of 64x64, fragments from the buffers"),
+		direct("direct-128x128-r8", 128, 128, 2, 2, 8, "the same in bands of 8"),
+		direct("direct-256x128-r8", 256, 128, 4, 2, 8, "8 subgroups of 64x64, bands of 8"),
+		direct("direct-128x128-8sg-r8", 128, 128, 4, 2, 8, "8 subgroups of 32x64, bands of 8"),
+		direct("direct-64x64-r8", 64, 64, 2, 2, 8, "4 subgroups of 32x32, bands of 8"),
 		cm2("cm2-128x128x32", 128, 128, 32, 128, 0, "anchor's naive configuration"),
 		cm2("cm2-128x128x32-pipe", 128, 128, 32, 128, 1, "next loads issued before the multiply"),
 		cm2("cm2-128x256x32", 128, 256, 32, 256, 0, ""),
@@ -128,15 +141,22 @@ func newGemmPipeline(d *device.Device, v gemmVariant, sh device.CoopMatShape) (*
 		}
 		lda4, ldb4 := v.BK/8+v.Pad, v.BN/8+v.Pad
 		shared := 16 * v.Stages * (v.BM*lda4 + v.BK*ldb4)
+		if v.Direct {
+			shared = 16 // (gemm_khr.comp's one unused unit)
+		}
 		if shared > int(info.MaxSharedMemory) {
 			return nil, shared, fmt.Errorf("shared %d > %d", shared, info.MaxSharedMemory)
 		}
 		if (v.BM/v.WM)%int(sh.M) != 0 || (v.BN/v.WN)%int(sh.N) != 0 || v.BK%int(sh.K) != 0 {
 			return nil, shared, fmt.Errorf("tile not divisible by coopmat %v", sh)
 		}
+		direct := uint32(0)
+		if v.Direct {
+			direct = 1
+		}
 		sp := []device.Spec{spec(0, uint32(v.WG)), spec(1, uint32(v.BM)), spec(2, uint32(v.BN)), spec(3, uint32(v.BK)),
 			spec(4, uint32(v.WM)), spec(5, uint32(v.WN)), spec(6, sh.M), spec(7, sh.N), spec(8, sh.K), spec(9, uint32(v.Stages)), spec(10, uint32(v.Pad)),
-			spec(11, uint32(v.PF)), spec(12, uint32(v.Raster)), spec(13, uint32(v.Probe))}
+			spec(11, uint32(v.PF)), spec(12, uint32(v.Raster)), spec(13, uint32(v.Probe)), spec(14, direct)}
 		p, err := d.NewPipeline(device.PipelineDesc{Name: v.Name, SPIRV: spirv("gemm_khr"), Spec: sp, PushSize: 12, Bindings: 3,
 			RequiredSubgroupSize: subgroupReq(info), FullSubgroups: info.ComputeFullSubgroups})
 		return p, shared, err

@@ -26,6 +26,10 @@
 // load); 3 the same with a barrier a step; 4 STAGES 2, PF 1's whole step
 // with every step's loads from tile 0's addresses (the device's L1 keeps
 // them: the staging's instructions without the L2's traffic).
+// DIRECT 1 (a GEMM, checked) stages nothing: every subgroup loads its A
+// and B fragments straight from the buffers (the device's caches share
+// them between subgroups), the next CM_K step's fragments while the
+// current step's MMAs run; no shared memory, no barrier. BK plays no part.
 // RASTER G > 0 orders the workgroups in bands of G tile rows, the tiles of
 // a band column by column, so that the workgroups running at one time read
 // G tile rows of A and a few tile columns of B (0: row by row).
@@ -53,6 +57,7 @@ layout(constant_id = 10) const uint PAD = 1;
 layout(constant_id = 11) const uint PF = 1;
 layout(constant_id = 12) const uint RASTER = 0;
 layout(constant_id = 13) const uint PROBE = 0;
+layout(constant_id = 14) const uint DIRECT = 0;
 
 layout(push_constant) uniform P { uint M; uint N; uint K; } p;
 layout(std430, binding = 0) readonly buffer ABuf { uvec4 a_vec[]; };
@@ -65,7 +70,7 @@ const uint LDB4 = BN / 8u + PAD;
 const uint A_T = BM * LDA4;
 const uint B_T = BK * LDB4;
 const uint STAGE4 = A_T + B_T;
-shared uvec4 sm[STAGES * STAGE4];
+shared uvec4 sm[DIRECT != 0u ? 1u : STAGES * STAGE4];
 
 const uint ACH = BM * BK / 8u; // 16-byte chunks of an A tile
 const uint BCH = BK * BN / 8u;
@@ -182,7 +187,50 @@ void main() {
 		acc[i] = ACC(0.0);
 	}
 	uint nk = p.K / BK;
-	if (PROBE == 4u) {
+	if (DIRECT != 0u) {
+		// Fragment sets 0 and 1 alternate over the CM_K steps (K/CM_K even).
+		uint LA = p.K / 8u; // row strides in 16-byte units
+		uint LB = p.N / 8u;
+		uint abase = (m0 + sm0) * LA;
+		uint bbase = n0 / 8u + sn0 / 8u;
+		MATA a0[TM], a1[TM];
+		MATB b0[TN], b1[TN];
+		[[unroll]] for (uint i = 0u; i < TM; ++i) {
+			coopMatLoad(a0[i], a_vec, abase + i * CM_M * LA, LA, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		[[unroll]] for (uint j = 0u; j < TN; ++j) {
+			coopMatLoad(b0[j], b_vec, bbase + j * (CM_N / 8u), LB, gl_CooperativeMatrixLayoutRowMajor);
+		}
+		uint nks = p.K / CM_K;
+		for (uint ks = 0u; ks < nks; ks += 2u) {
+			uint k1 = (ks + 1u) * CM_K;
+			[[unroll]] for (uint i = 0u; i < TM; ++i) {
+				coopMatLoad(a1[i], a_vec, abase + i * CM_M * LA + k1 / 8u, LA, gl_CooperativeMatrixLayoutRowMajor);
+			}
+			[[unroll]] for (uint j = 0u; j < TN; ++j) {
+				coopMatLoad(b1[j], b_vec, bbase + k1 * LB + j * (CM_N / 8u), LB, gl_CooperativeMatrixLayoutRowMajor);
+			}
+			[[unroll]] for (uint i = 0u; i < TM; ++i) {
+				[[unroll]] for (uint j = 0u; j < TN; ++j) {
+					acc[i * TN + j] = coopMatMulAdd(a0[i], b0[j], acc[i * TN + j]);
+				}
+			}
+			if (ks + 2u < nks) {
+				uint k2 = (ks + 2u) * CM_K;
+				[[unroll]] for (uint i = 0u; i < TM; ++i) {
+					coopMatLoad(a0[i], a_vec, abase + i * CM_M * LA + k2 / 8u, LA, gl_CooperativeMatrixLayoutRowMajor);
+				}
+				[[unroll]] for (uint j = 0u; j < TN; ++j) {
+					coopMatLoad(b0[j], b_vec, bbase + k2 * LB + j * (CM_N / 8u), LB, gl_CooperativeMatrixLayoutRowMajor);
+				}
+			}
+			[[unroll]] for (uint i = 0u; i < TM; ++i) {
+				[[unroll]] for (uint j = 0u; j < TN; ++j) {
+					acc[i * TN + j] = coopMatMulAdd(a1[i], b1[j], acc[i * TN + j]);
+				}
+			}
+		}
+	} else if (PROBE == 4u) {
 		fetch(0u, 0u);
 		stash(0u, 0u);
 		barrier();

@@ -19,8 +19,8 @@ type gemmVariant struct {
 	Name, Kernel   string
 	BM, BN, BK, WG int
 	WM, WN, Stages int
-	PF, Raster     int // gemm_khr: register prefetch depth, workgroup bands (gemm_khr.comp)
-	Probe          int // gemm_khr: a timing probe (gemm_khr.comp's PROBE; its C is not checked)
+	PF, Raster     int  // gemm_khr: register prefetch depth, workgroup bands (gemm_khr.comp)
+	Probe          int  // gemm_khr: a timing probe (gemm_khr.comp's PROBE; its C is not checked)
 	Direct         bool // gemm_khr: fragments loaded straight from the buffers (gemm_khr.comp's DIRECT)
 	Pad, Pipe      int
 	Note           string

@@ -36,6 +36,13 @@
 //                  none). Five operations. The backward's P and dS, which
 //                  feed dV, dK and dQ with no unrounded sum beside them
 //                  (TestBF16NearestAwayKept).
+//   bf16_nearest_away_nonneg(x)  bf16_nearest_away_kept for an x that is
+//                  +0, −0 or above, or a NaN (the backward's P): the
+//                  magnitude's rounding without putting the sign back —
+//                  three operations. −0 gives +0; a quiet NaN of either
+//                  sign gives the positive quiet NaN 0x7fc00000 (a
+//                  negative x would give its magnitude's bfloat16: never
+//                  asked; TestBF16NearestAwayNonneg).
 #ifndef FLASHVK_BF16_GLSL
 #define FLASHVK_BF16_GLSL
 uint bf16_round(float x) {
@@ -50,6 +57,11 @@ uint bf16_round(float x) {
 float bf16_rne(float x) { return uintBitsToFloat(bf16_round(x) << 16u); }
 
 float bf16_nearest_away(float x) { return uintBitsToFloat((floatBitsToUint(x) + 0x8000u) & 0xffff0000u); }
+
+float bf16_nearest_away_nonneg(float x) {
+	uint m = min((floatBitsToUint(x) & 0x7fffffffu) + 0x8000u, 0x7fc00000u);
+	return uintBitsToFloat(m & 0xffff0000u);
+}
 
 float bf16_nearest_away_kept(float x) {
 	uint u = floatBitsToUint(x);

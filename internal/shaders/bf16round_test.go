@@ -23,8 +23,16 @@ func bf16NearestAwayKept(x float32) float32 {
 	return math.Float32frombits(m&^0xffff | u&0x80000000)
 }
 
-// TestBF16NearestAwaySource ties bf16NearestAway and bf16NearestAwayKept
-// to the shader's source.
+// bf16NearestAwayNonneg is bf16.glsl's bf16_nearest_away_nonneg: the
+// magnitude plus half a unit, capped at the quiet NaN's bits, the low 16
+// bits cleared; no sign.
+func bf16NearestAwayNonneg(x float32) float32 {
+	m := min(math.Float32bits(x)&0x7fffffff+0x8000, 0x7fc00000)
+	return math.Float32frombits(m &^ 0xffff)
+}
+
+// TestBF16NearestAwaySource ties bf16NearestAway, bf16NearestAwayKept and
+// bf16NearestAwayNonneg to the shader's source.
 func TestBF16NearestAwaySource(t *testing.T) {
 	src, err := os.ReadFile("bf16.glsl")
 	if err != nil {
@@ -36,6 +44,10 @@ func TestBF16NearestAwaySource(t *testing.T) {
 	uint u = floatBitsToUint(x);
 	uint m = min((u & 0x7fffffffu) + 0x8000u, 0x7fc00000u);
 	return uintBitsToFloat((m & 0xffff0000u) | (u & 0x80000000u));
+}`,
+		`float bf16_nearest_away_nonneg(float x) {
+	uint m = min((floatBitsToUint(x) & 0x7fffffffu) + 0x8000u, 0x7fc00000u);
+	return uintBitsToFloat(m & 0xffff0000u);
 }`,
 	} {
 		if !strings.Contains(string(src), body) {
@@ -150,6 +162,57 @@ func TestBF16NearestAwayKept(t *testing.T) {
 		}
 		if got := bf16NearestAwayKept(math.Float32frombits(sign | 0x7fffffff)); !math.IsNaN(float64(got)) {
 			t.Errorf("NaN %#08x: got %#08x, want a NaN", sign|0x7fffffff, math.Float32bits(got))
+		}
+	}
+}
+
+// TestBF16NearestAwayNonneg checks the claim the bf16 cooperative-matrix
+// backward rests on when it rounds P for dV (CM_TO_PB,
+// bf16_nearest_away_nonneg): every float32 from +0 up, subnormals and +Inf
+// included, goes where bf16_nearest_away_kept takes it (the nearest
+// bfloat16, ties away from zero, overflowing to +Inf where bf16_round
+// does); −0 goes to +0; every quiet NaN of either sign to the quiet NaN
+// 0x7fc00000. It takes every tie and a stride through the rest: every 7th
+// value, every 613th under -short.
+func TestBF16NearestAwayNonneg(t *testing.T) {
+	step := uint32(7)
+	if testing.Short() {
+		step = 613
+	}
+	check := func(u uint32) bool {
+		if got, want := math.Float32bits(bf16NearestAwayNonneg(math.Float32frombits(u))), math.Float32bits(bf16NearestAwayKept(math.Float32frombits(u))); got != want {
+			t.Errorf("x = %#08x: got %#08x, want %#08x", u, got, want)
+			return false
+		}
+		return true
+	}
+	for u := uint32(0); u <= 0x7f800000; u += step {
+		if !check(u) {
+			return
+		}
+	}
+	for u := uint32(0x8000); u < 0x7f800000; u += 0x10000 { // every tie
+		if !check(u) {
+			return
+		}
+	}
+	for _, u := range []uint32{0, 0x7f7f7fff, 0x7f7f8000, 0x7f7fffff, 0x7f800000} {
+		if !check(u) {
+			return
+		}
+	}
+	if got := math.Float32bits(bf16NearestAwayNonneg(math.Float32frombits(0x80000000))); got != 0 {
+		t.Errorf("−0: got %#08x, want +0", got)
+	}
+	for _, sign := range []uint32{0, 1 << 31} {
+		for u := uint32(0x7fc00000); u <= 0x7fffffff; u += step {
+			if got := math.Float32bits(bf16NearestAwayNonneg(math.Float32frombits(sign | u))); got != 0x7fc00000 {
+				t.Errorf("NaN %#08x: got %#08x, want 0x7fc00000", sign|u, got)
+				return
+			}
+		}
+		if got := math.Float32bits(bf16NearestAwayNonneg(math.Float32frombits(sign | 0x7fffffff))); got != 0x7fc00000 {
+			t.Errorf("NaN %#08x: got %#08x, want 0x7fc00000", sign|0x7fffffff, got)
 		}
 	}
 }

@@ -218,7 +218,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 		} \
 		[[unroll]] for (uint j = 0u; j < CM_LEN; ++j) { \
 			if (WANT_DV) { \
-				CM_TO_A(pA, NKC, t, j, S[t][aperm(j)]) \
+				CM_TO_A_PB(pA, NKC, t, j, S[t][aperm(j)]) \
 			} \
 			if (WANT_DK) { \
 				CM_TO_A(dsA, NKC, t, j, dP[t][aperm(j)]) \
@@ -241,7 +241,7 @@ const uint NPL = (BR + WG - 1u) / WG;
 		} \
 		float p = vis ? BWD_P(CAREFUL, x - l2, l2) : 0.0; \
 		uint pi = (sgk + kr) * LDP + col; \
-		sP[pi] = CM_TO(p * keep); \
+		sP[pi] = CM_TO_PB(p * keep); \
 		sdS[pi] = CM_TO(BWD_DS(CAREFUL, vis, p, g)); \
 	}
 

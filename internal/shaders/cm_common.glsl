@@ -223,6 +223,10 @@ CM_T cm_bf16(uint b) { return CM_T(uintBitsToFloat(b << 16u)); }
 // meet no infinite operand, bwd_cm_dkdv.comp).
 #define CM_TO_A(A, PS, T, j, x) CM_PLANES_TO(A[pl_ * (PS) + (T)][j], cm_split(floatBitsToUint(x)))
 
+// CM_TO_A_PB(A, PS, T, j, p): the backward's probability p (≥ 0) as
+// CM_TO_A takes any value (the 16-bit builds round it by CM_TO_PB).
+#define CM_TO_A_PB(A, PS, T, j, p) CM_TO_A(A, PS, T, j, p)
+
 // cm_split_p is cm_split of a probability x ≥ 0 whose products meet V,
 // which may be infinite: filled (cm_fill_nonneg).
 uvec3 cm_split_p(float x) {
@@ -330,12 +334,14 @@ uvec4 pack8(CM_RAWT x[8]) {
 // CM_OUT_EL: features per 16-byte unit of a stored result (8 16-bit).
 #define CM_OUT_EL 8u
 
-// CM_PUT, CM_TO_A, CM_TO_A_P, CM_PUT_P, CM_MMA as in the split build,
-// for one plane (a probability P through CM_TO_P); CM_STORE_ACC rounds
+// CM_PUT, CM_TO_A, CM_TO_A_P, CM_TO_A_PB, CM_PUT_P, CM_MMA as in the
+// split build, for one plane (the forward's probability P through CM_TO_P,
+// the backward's through CM_TO_PB); CM_STORE_ACC rounds
 // to CM_T (CM_NARROW) first.
 #define CM_PUT(buf, u, PL, w) buf[u] = (w);
 #define CM_TO_A(A, PS, T, j, x) A[T][j] = CM_TO(x);
 #define CM_TO_A_P(A, PS, T, j, p) A[T][j] = CM_TO_P(p);
+#define CM_TO_A_PB(A, PS, T, j, p) A[T][j] = CM_TO_PB(p);
 #define CM_PUT_P(buf, u, PL, p) buf[u] = CM_TO_P(p);
 #define CM_MMA(acc, A, PS, T, buf, u, PL, LD, LAYOUT) \
 	{ \

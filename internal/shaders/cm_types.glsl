@@ -11,7 +11,8 @@
 //                 away from zero, NaN kept (bf16.glsl's
 //                 bf16_nearest_away_kept), so that the conversion itself
 //                 is exact whatever rounding the driver's OpFConvert uses
-//                 (an H200's truncates). The backward's P and dS; the
+//                 (an H200's truncates). The backward's dS (its P:
+//                 CM_TO_PB); the
 //                 fp32 split to nearest even it replaced cost bf16's
 //                 backward 2.6–4.2% at d 64, N 16384 on an H200
 //                 (bench/NOTES.md)
@@ -23,6 +24,13 @@
 //                 see bench/NOTES.md). A NaN p may enter P·V as a zero;
 //                 flash_cm sums its row's l from the unrounded p, so the
 //                 row still comes out NaN
+//   CM_TO_PB(p)   fp32 → CM_T for the backward's probability p (≥ 0 or
+//                 NaN) before dV = Pᵀ·dO: CM_TO's value in fewer
+//                 operations for bf16 (bf16_nearest_away_nonneg: the
+//                 sign is never put back, and a NaN stays a NaN, since no
+//                 unrounded sum of P stands beside dV; one operation
+//                 fewer ran bf16's dK/dV kernel 2.1–2.6% faster at d 64
+//                 on an H200, bench/NOTES.md)
 //   CM_RAWT       type of one raw 16-bit element in a function-local array
 //                 (fp16: float16_t; bf16: its bits in a uint, since a
 //                 function-local uint16_t would need the Int16 capability)
@@ -43,6 +51,7 @@
 #define CM_T float16_t
 #define CM_TO(x) float16_t(x)
 #define CM_TO_P(x) float16_t(x)
+#define CM_TO_PB(x) float16_t(x)
 #define CM_RAWT float16_t
 #define CM_RAW(v) (v)
 #define CM_RAW0 float16_t(0.0)
@@ -57,6 +66,7 @@
 #define CM_T bfloat16_t
 #define CM_TO(x) bfloat16_t(bf16_nearest_away_kept(x))
 #define CM_TO_P(x) bfloat16_t(bf16_nearest_away(x))
+#define CM_TO_PB(x) bfloat16_t(bf16_nearest_away_nonneg(x))
 #define CM_RAWT uint
 #define CM_RAW(v) uint(v)
 #define CM_RAW0 0u

@@ -169,7 +169,8 @@
 // coopmat kernels round P and dS to bf16 in integer arithmetic before the
 // conversion, on every device, to nearest with ties away from zero
 // (bf16.glsl): the forward's P in two operations (bf16_nearest_away), the
-// backward's P and dS in five, every NaN kept (bf16_nearest_away_kept).
+// backward's P in three (bf16_nearest_away_nonneg) and dS in five
+// (bf16_nearest_away_kept), every NaN kept.
 //
 // # Cancellation: chunked submissions
 //

@@ -118,50 +118,75 @@ func TestBF16ProbabilityRounding(t *testing.T) {
 	}
 }
 
-// TestBF16NearestAwayKept checks the claim the bf16 cooperative-matrix
-// backward rests on when it rounds P and dS (CM_TO,
-// bf16_nearest_away_kept): every float32 of either sign that is not a
-// NaN, ±0, subnormals and ±Inf included, goes to the nearest bfloat16,
-// ties away from zero, overflowing to ±Inf where bf16_round does; and
-// every quiet NaN of either sign stays a NaN. It takes every tie and a
-// stride through the rest: every 7th value, every 613th under -short.
-func TestBF16NearestAwayKept(t *testing.T) {
-	step := uint32(7)
+// sweepStep is the stride of the rounding sweeps below: every 7th
+// float32, every 613th under -short.
+func sweepStep() uint32 {
 	if testing.Short() {
-		step = 613
+		return 613
 	}
+	return 7
+}
+
+// eachMagnitude calls check on the float32 bits from +0 to +Inf a step
+// apart, on every tie (bits ending in 0x8000) and on the edges of bf16's
+// overflow, and reports whether check accepted them all (it stops at the
+// first it refuses).
+func eachMagnitude(step uint32, check func(u uint32) bool) bool {
+	for u := uint32(0); u <= 0x7f800000; u += step {
+		if !check(u) {
+			return false
+		}
+	}
+	for u := uint32(0x8000); u < 0x7f800000; u += 0x10000 { // every tie
+		if !check(u) {
+			return false
+		}
+	}
+	for _, u := range []uint32{0, 0x7f7f7fff, 0x7f7f8000, 0x7f7fffff, 0x7f800000} {
+		if !check(u) {
+			return false
+		}
+	}
+	return true
+}
+
+// eachQuietNaN calls check on the positive quiet NaNs' bits a step apart
+// and on 0x7fffffff, as eachMagnitude.
+func eachQuietNaN(step uint32, check func(u uint32) bool) bool {
+	for u := uint32(0x7fc00000); u <= 0x7fffffff-step; u += step {
+		if !check(u) {
+			return false
+		}
+	}
+	return check(0x7fffffff)
+}
+
+// TestBF16NearestAwayKept checks the claim the bf16 cooperative-matrix
+// backward rests on when it rounds dS (CM_TO, bf16_nearest_away_kept):
+// every float32 of either sign that is not a NaN, ±0, subnormals and ±Inf
+// included, goes to the nearest bfloat16, ties away from zero,
+// overflowing to ±Inf where bf16_round does; and every quiet NaN of
+// either sign stays a NaN. It takes every tie and a stride through the
+// rest (sweepStep).
+func TestBF16NearestAwayKept(t *testing.T) {
 	for _, sign := range []uint32{0, 1 << 31} {
-		check := func(u uint32) bool {
+		ok := eachMagnitude(sweepStep(), func(u uint32) bool {
 			u |= sign
 			if got, want := math.Float32bits(bf16NearestAwayKept(math.Float32frombits(u))), nearestAway(u); got != want {
 				t.Errorf("x = %#08x: got %#08x, want %#08x", u, got, want)
 				return false
 			}
 			return true
-		}
-		for u := uint32(0); u <= 0x7f800000; u += step {
-			if !check(u) {
-				return
-			}
-		}
-		for u := uint32(0x8000); u < 0x7f800000; u += 0x10000 { // every tie
-			if !check(u) {
-				return
-			}
-		}
-		for _, u := range []uint32{0, 0x7f7f7fff, 0x7f7f8000, 0x7f7fffff, 0x7f800000} {
-			if !check(u) {
-				return
-			}
-		}
-		for u := uint32(0x7fc00000); u <= 0x7fffffff; u += step {
+		})
+		ok = ok && eachQuietNaN(sweepStep(), func(u uint32) bool {
 			if got := bf16NearestAwayKept(math.Float32frombits(sign | u)); !math.IsNaN(float64(got)) {
 				t.Errorf("NaN %#08x: got %#08x, want a NaN", sign|u, math.Float32bits(got))
-				return
+				return false
 			}
-		}
-		if got := bf16NearestAwayKept(math.Float32frombits(sign | 0x7fffffff)); !math.IsNaN(float64(got)) {
-			t.Errorf("NaN %#08x: got %#08x, want a NaN", sign|0x7fffffff, math.Float32bits(got))
+			return true
+		})
+		if !ok {
+			return
 		}
 	}
 }
@@ -172,47 +197,26 @@ func TestBF16NearestAwayKept(t *testing.T) {
 // included, goes where bf16_nearest_away_kept takes it (the nearest
 // bfloat16, ties away from zero, overflowing to +Inf where bf16_round
 // does); −0 goes to +0; every quiet NaN of either sign to the quiet NaN
-// 0x7fc00000. It takes every tie and a stride through the rest: every 7th
-// value, every 613th under -short.
+// 0x7fc00000. It takes every tie and a stride through the rest
+// (sweepStep).
 func TestBF16NearestAwayNonneg(t *testing.T) {
-	step := uint32(7)
-	if testing.Short() {
-		step = 613
-	}
-	check := func(u uint32) bool {
+	ok := eachMagnitude(sweepStep(), func(u uint32) bool {
 		if got, want := math.Float32bits(bf16NearestAwayNonneg(math.Float32frombits(u))), math.Float32bits(bf16NearestAwayKept(math.Float32frombits(u))); got != want {
 			t.Errorf("x = %#08x: got %#08x, want %#08x", u, got, want)
 			return false
 		}
 		return true
-	}
-	for u := uint32(0); u <= 0x7f800000; u += step {
-		if !check(u) {
-			return
-		}
-	}
-	for u := uint32(0x8000); u < 0x7f800000; u += 0x10000 { // every tie
-		if !check(u) {
-			return
-		}
-	}
-	for _, u := range []uint32{0, 0x7f7f7fff, 0x7f7f8000, 0x7f7fffff, 0x7f800000} {
-		if !check(u) {
-			return
-		}
-	}
+	})
 	if got := math.Float32bits(bf16NearestAwayNonneg(math.Float32frombits(0x80000000))); got != 0 {
 		t.Errorf("−0: got %#08x, want +0", got)
 	}
 	for _, sign := range []uint32{0, 1 << 31} {
-		for u := uint32(0x7fc00000); u <= 0x7fffffff; u += step {
+		ok = ok && eachQuietNaN(sweepStep(), func(u uint32) bool {
 			if got := math.Float32bits(bf16NearestAwayNonneg(math.Float32frombits(sign | u))); got != 0x7fc00000 {
 				t.Errorf("NaN %#08x: got %#08x, want 0x7fc00000", sign|u, got)
-				return
+				return false
 			}
-		}
-		if got := math.Float32bits(bf16NearestAwayNonneg(math.Float32frombits(sign | 0x7fffffff))); got != 0x7fc00000 {
-			t.Errorf("NaN %#08x: got %#08x, want 0x7fc00000", sign|0x7fffffff, got)
-		}
+			return true
+		})
 	}
 }

@@ -33,16 +33,18 @@
 //                  every x but the NaNs, and every quiet NaN of either
 //                  sign stays a NaN (a signalling one whose payload lies
 //                  in its low 15 bits becomes ±Inf; arithmetic makes
-//                  none). Five operations. The backward's P and dS, which
-//                  feed dV, dK and dQ with no unrounded sum beside them
+//                  none). Five operations. The backward's dS, which
+//                  feeds dK and dQ with no unrounded sum beside it
 //                  (TestBF16NearestAwayKept).
 //   bf16_nearest_away_nonneg(x)  bf16_nearest_away_kept for an x that is
 //                  +0, −0 or above, or a NaN (the backward's P): the
 //                  magnitude's rounding without putting the sign back —
 //                  three operations. −0 gives +0; a quiet NaN of either
 //                  sign gives the positive quiet NaN 0x7fc00000 (a
-//                  negative x would give its magnitude's bfloat16: never
-//                  asked; TestBF16NearestAwayNonneg).
+//                  signalling one whose payload lies in its low 15 bits
+//                  +Inf, as in bf16_nearest_away_kept; a negative x would
+//                  give its magnitude's bfloat16: never asked). The
+//                  backward's P, which feeds dV (TestBF16NearestAwayNonneg).
 #ifndef FLASHVK_BF16_GLSL
 #define FLASHVK_BF16_GLSL
 uint bf16_round(float x) {
